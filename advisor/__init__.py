@@ -1,0 +1,1 @@
+"""gpu-defrag advisor: cluster model, fragmentation, forecasting, planning, service and app."""

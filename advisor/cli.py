@@ -1,0 +1,38 @@
+"""The one `gpu-defrag` command. Each subcommand lives in its own module and registers itself.
+
+Modules are imported when the parser is built; each exposes `register(subparsers)`, which adds a
+parser and sets `func(args) -> int`. Keep this list the only place that knows every subcommand.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+SUBCOMMAND_MODULES: tuple[str, ...] = ("exporter.cli",)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="gpu-defrag",
+        description="GPU observability and defragmentation advisor.",
+    )
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for module_name in SUBCOMMAND_MODULES:
+        importlib.import_module(module_name).register(subparsers)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

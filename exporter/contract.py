@@ -1,0 +1,240 @@
+"""The metric-name contract: every series the exporter may expose, in one table.
+
+The renderer, the advisor's ingest, the dashboards' linter and the alert rules all read names
+from here, so a rename is one edit and a test catches any dashboard that references a name
+that does not exist. Names follow Prometheus conventions: base units, `_total` for counters,
+`_ratio` for 0-1 values, identity in one `_info` series per GPU.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+Kind = Literal["gauge", "counter", "info"]
+
+GPU = ("node", "gpu")  # every per-GPU series carries these two stable, low-cardinality labels
+
+
+@dataclass(frozen=True, slots=True)
+class MetricSpec:
+    name: str  # exposed name, including `_total` / `_info` suffix
+    kind: Kind
+    help: str
+    labels: tuple[str, ...]
+
+    @property
+    def family(self) -> str:
+        """Name without the type suffix that prometheus_client adds itself."""
+        if self.kind == "counter" and self.name.endswith("_total"):
+            return self.name[: -len("_total")]
+        if self.kind == "info" and self.name.endswith("_info"):
+            return self.name[: -len("_info")]
+        return self.name
+
+
+def _g(name: str, help_: str, labels: tuple[str, ...] = GPU) -> MetricSpec:
+    return MetricSpec(name, "gauge", help_, labels)
+
+
+def _c(name: str, help_: str, labels: tuple[str, ...] = GPU) -> MetricSpec:
+    return MetricSpec(name, "counter", help_, labels)
+
+
+def _i(name: str, help_: str, labels: tuple[str, ...]) -> MetricSpec:
+    return MetricSpec(name, "info", help_, labels)
+
+
+METRICS: tuple[MetricSpec, ...] = (
+    # --- identity and health ---
+    _i(
+        "gpu_info",
+        "GPU identity; value is always 1.",
+        (
+            *GPU,
+            "uuid",
+            "model",
+            "pci_bus_id",
+            "driver_version",
+            "cuda_version",
+            "serial",
+            "vbios_version",
+        ),
+    ),
+    _g("gpu_lost", "1 if the GPU fell off the bus or NVML reports it lost, else 0."),
+    _g("gpu_healthy", "1 if the GPU is usable (not lost, no fatal XID, no row-remap failure)."),
+    # --- utilization ---
+    _g("gpu_utilization_ratio", "Fraction of the sample period a kernel ran on the GPU (0-1)."),
+    _g(
+        "gpu_memory_utilization_ratio",
+        "Fraction of the sample period device memory was read or written (0-1).",
+    ),
+    _g("gpu_sm_active_ratio", "Fraction of SM cycles with a warp resident (GPM or DCGM DCP)."),
+    _g("gpu_sm_occupancy_ratio", "Resident warps over the SM maximum (GPM or DCGM DCP)."),
+    _g("gpu_tensor_active_ratio", "Fraction of cycles the tensor pipes were active."),
+    _g("gpu_dram_active_ratio", "Fraction of cycles the memory interface was active."),
+    _g("gpu_encoder_utilization_ratio", "Video encoder utilization (0-1)."),
+    _g("gpu_decoder_utilization_ratio", "Video decoder utilization (0-1)."),
+    # --- memory ---
+    _g("gpu_memory_total_bytes", "Framebuffer memory size."),
+    _g("gpu_memory_used_bytes", "Framebuffer memory in use (NVML v2 semantics, excludes reserved)."),
+    _g("gpu_memory_free_bytes", "Framebuffer memory free."),
+    _g("gpu_memory_reserved_bytes", "Framebuffer memory reserved by the driver and firmware."),
+    # --- thermals, power, clocks ---
+    _g("gpu_temperature_celsius", "GPU die temperature."),
+    _g("gpu_memory_temperature_celsius", "HBM temperature, where reported."),
+    _g("gpu_power_watts", "Current power draw."),
+    _g("gpu_power_limit_watts", "Enforced power limit."),
+    _c("gpu_energy_joules_total", "Energy consumed since the driver was loaded."),
+    _g("gpu_sm_clock_hertz", "Current SM clock."),
+    _g("gpu_memory_clock_hertz", "Current memory clock."),
+    _g(
+        "gpu_clock_event_active",
+        "1 if this clock-event (throttle) reason is active now, else 0.",
+        (*GPU, "reason"),
+    ),
+    _c(
+        "gpu_clock_event_seconds_total",
+        "Time clocks were held down for this reason (violation counter).",
+        (*GPU, "reason"),
+    ),
+    # --- PCIe ---
+    _g("gpu_pcie_tx_bytes_per_second", "PCIe transmit throughput (20 ms NVML window)."),
+    _g("gpu_pcie_rx_bytes_per_second", "PCIe receive throughput (20 ms NVML window)."),
+    _c("gpu_pcie_replay_errors_total", "PCIe link replays (retries)."),
+    # --- memory errors ---
+    _c(
+        "gpu_ecc_errors_total",
+        "ECC errors over the GPU's lifetime (aggregate counter).",
+        (*GPU, "error_type"),
+    ),
+    _g("gpu_retired_pages", "Pages retired by dynamic page retirement.", (*GPU, "cause")),
+    _g("gpu_retired_pages_pending", "1 if a page retirement waits for a reboot."),
+    _g("gpu_remapped_rows", "Memory rows remapped (A100 and later).", (*GPU, "severity")),
+    _g("gpu_remapped_rows_pending", "1 if a row remap waits for a GPU reset."),
+    _g("gpu_remapped_rows_failure", "1 if a row remap failed (GPU should be replaced)."),
+    # --- XID ---
+    _c("gpu_xid_errors_total", "XID events seen, by XID code (event-driven).", (*GPU, "xid")),
+    _g("gpu_xid_last_timestamp_seconds", "Unix time of the last XID event."),
+    # --- MIG ---
+    _g("gpu_mig_mode_enabled", "1 if MIG mode is enabled on the GPU."),
+    _i(
+        "gpu_mig_instance_info",
+        "One MIG instance; value is always 1.",
+        (*GPU, "gpu_instance_id", "compute_instance_id", "profile", "mig_uuid"),
+    ),
+    _g(
+        "gpu_mig_memory_total_bytes", "Memory of the MIG GPU instance.", (*GPU, "gpu_instance_id")
+    ),
+    _g(
+        "gpu_mig_memory_used_bytes",
+        "Memory in use in the MIG GPU instance.",
+        (*GPU, "gpu_instance_id"),
+    ),
+    _g(
+        "gpu_mig_sm_active_ratio",
+        "SM activity of the MIG GPU instance (GPM, Hopper and later).",
+        (*GPU, "gpu_instance_id"),
+    ),
+    # --- topology ---
+    _i(
+        "gpu_topology_link_info",
+        "How two GPUs of a node are connected; value is always 1.",
+        (*GPU, "peer_gpu", "link_type"),
+    ),
+    _g(
+        "gpu_nvlink_links",
+        "Number of active NVLinks between two GPUs.",
+        (*GPU, "peer_gpu"),
+    ),
+    _i(
+        "gpu_numa_info",
+        "NUMA node and CPU affinity of the GPU; value is always 1.",
+        (*GPU, "numa_node", "cpu_affinity"),
+    ),
+    _g("gpu_nvlink_island", "Id of the NVLink-connected GPU group (island) on the node."),
+    # --- processes and allocations ---
+    _g(
+        "gpu_process_memory_used_bytes",
+        "GPU memory held by a process.",
+        (*GPU, "pid", "process_name", "pod", "namespace", "container", "slurm_job"),
+    ),
+    _g(
+        "gpu_process_sm_utilization_ratio",
+        "SM utilization of one process on a shared (time-sliced) GPU.",
+        (*GPU, "pid", "process_name", "pod", "namespace", "container", "slurm_job"),
+    ),
+    _i(
+        "gpu_allocation_info",
+        "Who holds the GPU or MIG instance (kubelet pod-resources or Slurm); value is always 1.",
+        (*GPU, "gpu_instance_id", "pod", "namespace", "container", "job", "tenant"),
+    ),
+    # --- node-level fragmentation ---
+    _i("gpu_node_info", "Node placement for the advisor; value is always 1.", ("node", "pool", "rack")),
+    _g("gpu_node_gpus", "GPUs on the node.", ("node",)),
+    _g("gpu_node_free_gpus", "Healthy GPUs with no allocation.", ("node",)),
+    _g(
+        "gpu_node_largest_free_nvlink_group_gpus",
+        "Size of the largest group of free GPUs that are all NVLink-connected.",
+        ("node",),
+    ),
+    _g(
+        "gpu_node_allocated_idle_gpus",
+        "Allocated GPUs whose utilization stayed under the idle threshold for the idle window.",
+        ("node",),
+    ),
+    _g(
+        "gpu_node_stranded_memory_bytes",
+        "Free memory on partly used GPUs that a typical request cannot use.",
+        ("node",),
+    ),
+    # --- exporter self-metrics ---
+    _i("gpu_exporter_build", "Exporter build; value is always 1.", ("version", "backend")),
+    _g("gpu_exporter_backend_up", "1 if the last collection reached the backend.", ("backend",)),
+    _g(
+        "gpu_exporter_collection_duration_seconds",
+        "Wall time of the last collection cycle.",
+        ("backend",),
+    ),
+    _g(
+        "gpu_exporter_last_success_timestamp_seconds",
+        "Unix time of the last complete collection.",
+        ("backend",),
+    ),
+    _c("gpu_exporter_collections_total", "Collection cycles run.", ("backend",)),
+    _c(
+        "gpu_exporter_collection_errors_total",
+        "Failed backend calls, by call name.",
+        ("backend", "call"),
+    ),
+)
+
+BY_NAME: dict[str, MetricSpec] = {spec.name: spec for spec in METRICS}
+
+# Names of the NVIDIA dcgm-exporter series we can also emit (`--compat.dcgm-names`), mapped to
+# our metric and the factor from our base unit to DCGM's unit (MiB, MHz, %, mJ).
+DCGM_COMPAT: dict[str, tuple[str, float]] = {
+    "DCGM_FI_DEV_GPU_UTIL": ("gpu_utilization_ratio", 100.0),
+    "DCGM_FI_DEV_MEM_COPY_UTIL": ("gpu_memory_utilization_ratio", 100.0),
+    "DCGM_FI_DEV_FB_USED": ("gpu_memory_used_bytes", 1.0 / 2**20),
+    "DCGM_FI_DEV_FB_FREE": ("gpu_memory_free_bytes", 1.0 / 2**20),
+    "DCGM_FI_DEV_FB_RESERVED": ("gpu_memory_reserved_bytes", 1.0 / 2**20),
+    "DCGM_FI_DEV_GPU_TEMP": ("gpu_temperature_celsius", 1.0),
+    "DCGM_FI_DEV_MEMORY_TEMP": ("gpu_memory_temperature_celsius", 1.0),
+    "DCGM_FI_DEV_POWER_USAGE": ("gpu_power_watts", 1.0),
+    "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION": ("gpu_energy_joules_total", 1000.0),
+    "DCGM_FI_DEV_SM_CLOCK": ("gpu_sm_clock_hertz", 1e-6),
+    "DCGM_FI_DEV_MEM_CLOCK": ("gpu_memory_clock_hertz", 1e-6),
+    "DCGM_FI_DEV_PCIE_REPLAY_COUNTER": ("gpu_pcie_replay_errors_total", 1.0),
+    "DCGM_FI_PROF_GR_ENGINE_ACTIVE": ("gpu_sm_active_ratio", 1.0),
+    "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": ("gpu_tensor_active_ratio", 1.0),
+    "DCGM_FI_PROF_DRAM_ACTIVE": ("gpu_dram_active_ratio", 1.0),
+}
+
+
+def spec(name: str) -> MetricSpec:
+    """The spec of an exposed metric name; KeyError names the unknown metric."""
+    try:
+        return BY_NAME[name]
+    except KeyError:
+        raise KeyError(f"metric {name!r} is not in the exporter contract") from None

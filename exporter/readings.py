@@ -1,0 +1,175 @@
+"""What one collection saw, in base units, independent of where it came from.
+
+Every backend (NVML, DCGM, a dcgm-exporter scrape, the simulated fleet) fills these records;
+the renderer turns them into metric families and the advisor ingests the same shape. `None`
+means "not supported or failed this cycle": the metric is left out rather than faked, so a
+dashboard shows a gap instead of a sentinel value.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+# Canonical clock-event (throttle) reason names, in NVML bit order. Labels use these strings.
+CLOCK_EVENT_REASONS: tuple[str, ...] = (
+    "gpu_idle",
+    "applications_clocks_setting",
+    "sw_power_cap",
+    "hw_slowdown",
+    "sync_boost",
+    "sw_thermal_slowdown",
+    "hw_thermal_slowdown",
+    "hw_power_brake_slowdown",
+    "display_clock_setting",
+)
+
+# Link types between two GPUs of one node, closest first (NVML topology levels + NVLink).
+LINK_TYPES: tuple[str, ...] = (
+    "nvlink",  # one or more NVLinks (nvlink_count says how many)
+    "pcie_switch",  # NVML_TOPOLOGY_SINGLE: behind one PCIe switch
+    "pcie_multi_switch",  # NVML_TOPOLOGY_MULTIPLE: several switches, no host bridge
+    "host_bridge",  # NVML_TOPOLOGY_HOSTBRIDGE: same PCIe host bridge
+    "numa_node",  # NVML_TOPOLOGY_NODE: same NUMA node, different host bridges
+    "cross_socket",  # NVML_TOPOLOGY_SYSTEM: across the CPU interconnect (QPI/UPI/xGMI)
+)
+
+
+@dataclass(slots=True)
+class MigInstance:
+    """One MIG GPU instance (and its compute instance) on a MIG-enabled GPU."""
+
+    gpu_instance_id: int
+    compute_instance_id: int
+    profile: str  # e.g. "1g.10gb"
+    uuid: str = ""  # "MIG-..." where known
+    memory_total_bytes: float | None = None
+    memory_used_bytes: float | None = None
+    sm_active_ratio: float | None = None  # GPM on Hopper+, DCGM DCP elsewhere
+
+
+@dataclass(slots=True)
+class GpuProcess:
+    """A process holding memory on a GPU, attributed to a pod or a Slurm job where possible."""
+
+    pid: int
+    name: str = ""
+    memory_used_bytes: float | None = None
+    sm_utilization_ratio: float | None = None  # per-process share on time-sliced GPUs
+    gpu_instance_id: int | None = None  # MIG instance it runs in
+    pod: str = ""
+    namespace: str = ""
+    container: str = ""
+    slurm_job: str = ""
+
+
+@dataclass(slots=True)
+class Allocation:
+    """Who holds a GPU (or one MIG instance of it), whether or not a process runs on it."""
+
+    gpu: int
+    pod: str = ""
+    namespace: str = ""
+    container: str = ""
+    job: str = ""  # Slurm job id, or a workload/job name above the pod
+    tenant: str = ""  # quota owner; namespace when nothing better is known
+    gpu_instance_id: int | None = None
+    priority: int | None = None
+
+
+@dataclass(slots=True)
+class TopologyLink:
+    """How GPU `gpu` reaches GPU `peer` on the same node (stored once per ordered pair)."""
+
+    gpu: int
+    peer: int
+    link_type: str  # one of LINK_TYPES
+    nvlink_count: int = 0
+
+
+@dataclass(slots=True)
+class GpuReading:
+    """One GPU at one collection. Values are in base units: bytes, watts, joules, hertz, ratios."""
+
+    index: int
+    uuid: str = ""
+    model: str = ""
+    pci_bus_id: str = ""
+    serial: str = ""
+    vbios_version: str = ""
+
+    lost: bool = False  # fell off the bus / NVML says GPU is lost: nothing else is trusted
+    healthy: bool = True
+
+    utilization_ratio: float | None = None
+    memory_utilization_ratio: float | None = None
+    sm_active_ratio: float | None = None
+    sm_occupancy_ratio: float | None = None
+    tensor_active_ratio: float | None = None
+    dram_active_ratio: float | None = None
+    encoder_utilization_ratio: float | None = None
+    decoder_utilization_ratio: float | None = None
+
+    memory_total_bytes: float | None = None
+    memory_used_bytes: float | None = None
+    memory_free_bytes: float | None = None
+    memory_reserved_bytes: float | None = None
+
+    temperature_celsius: float | None = None
+    memory_temperature_celsius: float | None = None
+    power_watts: float | None = None
+    power_limit_watts: float | None = None
+    energy_joules: float | None = None  # counter since driver load
+
+    sm_clock_hertz: float | None = None
+    memory_clock_hertz: float | None = None
+
+    clock_event_active: dict[str, bool] = field(default_factory=dict)  # reason -> set now
+    clock_event_seconds: dict[str, float] = field(default_factory=dict)  # reason -> counter
+
+    pcie_tx_bytes_per_second: float | None = None
+    pcie_rx_bytes_per_second: float | None = None
+    pcie_replay_errors: float | None = None  # counter
+
+    ecc_errors: dict[str, float] = field(default_factory=dict)  # corrected/uncorrected -> counter
+    retired_pages: dict[str, float] = field(default_factory=dict)  # single_bit/double_bit
+    retired_pages_pending: bool | None = None
+    remapped_rows: dict[str, float] = field(default_factory=dict)  # correctable/uncorrectable
+    remapped_rows_pending: bool | None = None
+    remapped_rows_failure: bool | None = None
+
+    xid_errors: dict[int, float] = field(default_factory=dict)  # xid code -> count (counter)
+    xid_last_timestamp_seconds: float | None = None
+
+    mig_enabled: bool | None = None
+    mig_instances: list[MigInstance] = field(default_factory=list)
+
+    numa_node: int | None = None
+    cpu_affinity: str = ""  # e.g. "0-31,64-95"
+    nvlink_island: int | None = None  # id of the NVLink-connected group this GPU belongs to
+
+    processes: list[GpuProcess] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class NodeReading:
+    """One node at one collection: its GPUs, how they connect, and who holds them."""
+
+    node: str
+    driver_version: str = ""
+    cuda_version: str = ""
+    gpus: list[GpuReading] = field(default_factory=list)
+    links: list[TopologyLink] = field(default_factory=list)
+    allocations: list[Allocation] = field(default_factory=list)
+    # Labels that describe the node for the advisor (pool, rack, gpu model); sim and DCGM fill them.
+    pool: str = ""
+    rack: str = ""
+
+
+@dataclass(slots=True)
+class Collection:
+    """The result of one backend cycle. `errors` counts failed calls by name for self-metrics."""
+
+    nodes: list[NodeReading]
+    timestamp: float
+    errors: Counter[str] = field(default_factory=Counter)
