@@ -77,7 +77,9 @@ METRICS: tuple[MetricSpec, ...] = (
     _g("gpu_decoder_utilization_ratio", "Video decoder utilization (0-1)."),
     # --- memory ---
     _g("gpu_memory_total_bytes", "Framebuffer memory size."),
-    _g("gpu_memory_used_bytes", "Framebuffer memory in use (NVML v2 semantics, excludes reserved)."),
+    _g(
+        "gpu_memory_used_bytes", "Framebuffer memory in use (NVML v2 semantics, excludes reserved)."
+    ),
     _g("gpu_memory_free_bytes", "Framebuffer memory free."),
     _g("gpu_memory_reserved_bytes", "Framebuffer memory reserved by the driver and firmware."),
     # --- thermals, power, clocks ---
@@ -123,9 +125,7 @@ METRICS: tuple[MetricSpec, ...] = (
         "One MIG instance; value is always 1.",
         (*GPU, "gpu_instance_id", "compute_instance_id", "profile", "mig_uuid"),
     ),
-    _g(
-        "gpu_mig_memory_total_bytes", "Memory of the MIG GPU instance.", (*GPU, "gpu_instance_id")
-    ),
+    _g("gpu_mig_memory_total_bytes", "Memory of the MIG GPU instance.", (*GPU, "gpu_instance_id")),
     _g(
         "gpu_mig_memory_used_bytes",
         "Memory in use in the MIG GPU instance.",
@@ -170,7 +170,11 @@ METRICS: tuple[MetricSpec, ...] = (
         (*GPU, "gpu_instance_id", "pod", "namespace", "container", "job", "tenant"),
     ),
     # --- node-level fragmentation ---
-    _i("gpu_node_info", "Node placement for the advisor; value is always 1.", ("node", "pool", "rack")),
+    _i(
+        "gpu_node_info",
+        "Node placement for the advisor; value is always 1.",
+        ("node", "pool", "rack"),
+    ),
     _g("gpu_node_gpus", "GPUs on the node.", ("node",)),
     _g("gpu_node_free_gpus", "Healthy GPUs with no allocation.", ("node",)),
     _g(

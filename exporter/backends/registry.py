@@ -19,7 +19,5 @@ def backend_class(name: str) -> type[Backend]:
     try:
         module_name, _, class_name = BACKENDS[name].partition(":")
     except KeyError:
-        raise ValueError(
-            f"unknown backend {name!r}; choose one of {', '.join(BACKENDS)}"
-        ) from None
+        raise ValueError(f"unknown backend {name!r}; choose one of {', '.join(BACKENDS)}") from None
     return getattr(importlib.import_module(module_name), class_name)

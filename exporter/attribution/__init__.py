@@ -1,0 +1,1 @@
+"""Who owns a GPU process or a GPU: Kubernetes pods (kubelet pod-resources, cgroups) or Slurm jobs."""

@@ -1,0 +1,39 @@
+"""The interface between collection backends and owner lookup (pods, Slurm jobs).
+
+Backends call these on every collection, so implementations answer from a cache that a
+background refresher keeps current: a lookup never makes a kubelet or filesystem round trip
+on the collection path, let alone on a scrape.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from exporter.readings import Allocation
+
+
+@dataclass(frozen=True, slots=True)
+class Owner:
+    pod: str = ""
+    namespace: str = ""
+    container: str = ""
+    slurm_job: str = ""
+
+
+class Attribution(Protocol):
+    def process_owner(self, pid: int) -> Owner | None:
+        """The pod or Slurm job a host PID belongs to, or None if unknown."""
+
+    def allocations(self, gpu_index_by_uuid: dict[str, int]) -> list[Allocation]:
+        """Current GPU / MIG-instance assignments, keyed to GPU indices via their UUIDs."""
+
+
+class NoAttribution:
+    """Used when no pod-resources socket, cgroup information or job mapping exists."""
+
+    def process_owner(self, pid: int) -> Owner | None:
+        return None
+
+    def allocations(self, gpu_index_by_uuid: dict[str, int]) -> list[Allocation]:
+        return []
