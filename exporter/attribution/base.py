@@ -7,6 +7,7 @@ on the collection path, let alone on a scrape.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -25,8 +26,16 @@ class Attribution(Protocol):
     def process_owner(self, pid: int) -> Owner | None:
         """The pod or Slurm job a host PID belongs to, or None if unknown."""
 
-    def allocations(self, gpu_index_by_uuid: dict[str, int]) -> list[Allocation]:
-        """Current GPU / MIG-instance assignments, keyed to GPU indices via their UUIDs."""
+    def allocations(
+        self,
+        gpu_index_by_uuid: dict[str, int],
+        mig_by_uuid: Mapping[str, tuple[int, int]] | None = None,
+    ) -> list[Allocation]:
+        """Current GPU / MIG-instance assignments, keyed to GPU indices via their UUIDs.
+
+        `mig_by_uuid` (optional) maps MIG device UUIDs (`MIG-...`) to (GPU index, GPU-instance
+        id), so that device plugins that hand out MIG UUIDs resolve to the instance.
+        """
 
 
 class NoAttribution:
@@ -35,5 +44,9 @@ class NoAttribution:
     def process_owner(self, pid: int) -> Owner | None:
         return None
 
-    def allocations(self, gpu_index_by_uuid: dict[str, int]) -> list[Allocation]:
+    def allocations(
+        self,
+        gpu_index_by_uuid: dict[str, int],
+        mig_by_uuid: Mapping[str, tuple[int, int]] | None = None,
+    ) -> list[Allocation]:
         return []
