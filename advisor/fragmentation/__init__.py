@@ -1,0 +1,1 @@
+"""Fragmentation measures over the cluster model (FGD fragment amount and others)."""

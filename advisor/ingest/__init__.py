@@ -1,0 +1,1 @@
+"""Ingest: turning trace files, Prometheus answers and snapshots into plain typed data."""
