@@ -193,7 +193,7 @@ METRICS: tuple[MetricSpec, ...] = (
         ("node",),
     ),
     # --- exporter self-metrics ---
-    _i("gpu_exporter_build", "Exporter build; value is always 1.", ("version", "backend")),
+    _i("gpu_exporter_build_info", "Exporter build; value is always 1.", ("version", "backend")),
     _g("gpu_exporter_backend_up", "1 if the last collection reached the backend.", ("backend",)),
     _g(
         "gpu_exporter_collection_duration_seconds",
@@ -223,6 +223,10 @@ DCGM_COMPAT: dict[str, tuple[str, float]] = {
     "DCGM_FI_DEV_FB_USED": ("gpu_memory_used_bytes", 1.0 / 2**20),
     "DCGM_FI_DEV_FB_FREE": ("gpu_memory_free_bytes", 1.0 / 2**20),
     "DCGM_FI_DEV_FB_RESERVED": ("gpu_memory_reserved_bytes", 1.0 / 2**20),
+    "DCGM_FI_DEV_FB_TOTAL": ("gpu_memory_total_bytes", 1.0 / 2**20),
+    "DCGM_FI_DEV_ENC_UTIL": ("gpu_encoder_utilization_ratio", 100.0),
+    "DCGM_FI_DEV_DEC_UTIL": ("gpu_decoder_utilization_ratio", 100.0),
+    "DCGM_FI_DEV_ENFORCED_POWER_LIMIT": ("gpu_power_limit_watts", 1.0),
     "DCGM_FI_DEV_GPU_TEMP": ("gpu_temperature_celsius", 1.0),
     "DCGM_FI_DEV_MEMORY_TEMP": ("gpu_memory_temperature_celsius", 1.0),
     "DCGM_FI_DEV_POWER_USAGE": ("gpu_power_watts", 1.0),
@@ -233,6 +237,9 @@ DCGM_COMPAT: dict[str, tuple[str, float]] = {
     "DCGM_FI_PROF_GR_ENGINE_ACTIVE": ("gpu_sm_active_ratio", 1.0),
     "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": ("gpu_tensor_active_ratio", 1.0),
     "DCGM_FI_PROF_DRAM_ACTIVE": ("gpu_dram_active_ratio", 1.0),
+    "DCGM_FI_PROF_SM_OCCUPANCY": ("gpu_sm_occupancy_ratio", 1.0),
+    "DCGM_FI_PROF_PCIE_TX_BYTES": ("gpu_pcie_tx_bytes_per_second", 1.0),
+    "DCGM_FI_PROF_PCIE_RX_BYTES": ("gpu_pcie_rx_bytes_per_second", 1.0),
 }
 
 

@@ -1,0 +1,183 @@
+"""`gpu-defrag exporter`: one per node, flags in the Prometheus exporters' style."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import re
+import signal
+import socket
+import sys
+import threading
+
+from exporter.backends.registry import BACKENDS, backend_class
+from exporter.node_gauges import IdlePolicy
+from exporter.webconfig import WebConfigError, load_web_config
+
+log = logging.getLogger("exporter")
+
+DEFAULT_LISTEN = ":9835"
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h)?$")
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+_SIZE = re.compile(r"^(\d+(?:\.\d+)?)\s*(B|KiB|MiB|GiB|TiB)?$")
+_SIZES = {"B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40, None: 1}
+
+
+def duration(text: str) -> float:
+    """Prometheus-style duration ("15s", "500ms", "1h"; a bare number is seconds)."""
+    match = _DURATION.match(text.strip())
+    if not match:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a duration like 15s, 500ms or 1h")
+    return float(match.group(1)) * _UNITS[match.group(2)]
+
+
+def size(text: str) -> float:
+    """A byte size ("10GiB", "512MiB"; a bare number is bytes)."""
+    match = _SIZE.match(text.strip())
+    if not match:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a size like 10GiB")
+    return float(match.group(1)) * _SIZES[match.group(2)]
+
+
+def configure_logging(level: str) -> None:
+    logging.basicConfig(
+        level=getattr(logging, level.upper()),
+        format="ts=%(asctime)s level=%(levelname)s source=%(name)s msg=%(message)s",
+        stream=sys.stderr,
+    )
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--backend", choices=sorted(BACKENDS), default="nvml")
+    parser.add_argument("--web.listen-address", dest="listen_address", default=DEFAULT_LISTEN)
+    parser.add_argument(
+        "--web.config.file",
+        dest="web_config_file",
+        default="",
+        help="exporter-toolkit web config (TLS, basic auth with bcrypt hashes)",
+    )
+    parser.add_argument(
+        "--collect.interval", dest="collect_interval", type=duration, default=duration("15s")
+    )
+    parser.add_argument(
+        "--collect.timeout",
+        dest="collect_timeout",
+        type=duration,
+        default=None,
+        help="a cycle running longer is abandoned (default: 2 × interval, at least 10s)",
+    )
+    parser.add_argument(
+        "--health.stale-intervals",
+        dest="stale_intervals",
+        type=float,
+        default=3.0,
+        help="/health turns 503 when the last good collection is older than this many intervals",
+    )
+    parser.add_argument(
+        "--node-name",
+        dest="node_name",
+        default=os.environ.get("NODE_NAME") or socket.gethostname(),
+        help="value of the `node` label (default: $NODE_NAME, else the host name)",
+    )
+    parser.add_argument("--idle.threshold", dest="idle_threshold", type=float, default=0.05)
+    parser.add_argument("--idle.window", dest="idle_window", type=duration, default=duration("1h"))
+    parser.add_argument(
+        "--stranded.min-request",
+        dest="stranded_min_request",
+        type=size,
+        default=size("10GiB"),
+        help="free memory below this on a shared GPU counts as stranded",
+    )
+    parser.add_argument(
+        "--compat.dcgm-names",
+        dest="dcgm_names",
+        action="store_true",
+        help="also emit DCGM_FI_* names so NVIDIA's dcgm-exporter dashboard works",
+    )
+    parser.add_argument(
+        "--log.level",
+        dest="log_level",
+        default="info",
+        choices=["debug", "info", "warning", "error"],
+    )
+    for name in sorted(BACKENDS):
+        backend_class(name).add_arguments(parser)
+    from exporter.attribution.combined import add_arguments as add_attribution_arguments
+
+    add_attribution_arguments(parser)
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "exporter",
+        help="serve per-GPU metrics to Prometheus",
+        description="Collect GPU metrics in the background and serve them on /metrics.",
+    )
+    add_arguments(parser)
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from exporter.collector import CollectorLoop
+    from exporter.server import ExporterServer
+
+    configure_logging(args.log_level)
+    try:
+        web = load_web_config(args.web_config_file or None)
+        backend = backend_class(args.backend).from_args(args)
+    except (WebConfigError, ValueError) as error:
+        print(f"gpu-defrag exporter: {error}", file=sys.stderr)
+        return 2
+    attribution_sources = _attach_attribution(backend, args)
+    loop = CollectorLoop(
+        backend,
+        interval_s=args.collect_interval,
+        timeout_s=args.collect_timeout,
+        stale_intervals=args.stale_intervals,
+        idle_policy=IdlePolicy(
+            threshold=args.idle_threshold,
+            window_s=args.idle_window,
+            min_request_bytes=args.stranded_min_request,
+        ),
+        dcgm_names=args.dcgm_names,
+        extra_error_sources=attribution_sources,
+    )
+    try:
+        server = ExporterServer(args.listen_address, loop, web)
+    except (OSError, ValueError) as error:
+        print(
+            f"gpu-defrag exporter: cannot listen on {args.listen_address}: {error}", file=sys.stderr
+        )
+        return 2
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    loop.start()
+    server.start()
+    scheme = "https" if web.tls else "http"
+    log.info(
+        "serving backend=%s on %s://%s/metrics every %.3gs",
+        backend.name,
+        scheme,
+        args.listen_address,
+        args.collect_interval,
+    )
+    stop.wait()
+    server.close()
+    loop.stop()
+    for source in attribution_sources:
+        source.close()
+    return 0
+
+
+def _attach_attribution(backend, args: argparse.Namespace) -> tuple:
+    """Backends that see host processes (NVML, DCGM) get pod/Slurm attribution."""
+    if not hasattr(backend, "attribution"):
+        return ()
+    from exporter.attribution.combined import build_attribution
+
+    attribution = build_attribution(args)
+    attribution.start()
+    backend.attribution = attribution
+    return (attribution,)

@@ -1,0 +1,109 @@
+"""Node-level fragmentation gauges computed from one collection (plus a little idle history).
+
+These are the per-node numbers an SRE alerts on without running the advisor: how many GPUs are
+free, whether they are NVLink-connected, which allocated GPUs sit idle, and how much free memory
+is stuck on GPUs nobody else can use.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from exporter.readings import GpuReading, NodeReading
+from exporter.topology import largest_connected_subset, nvlink_islands
+
+
+@dataclass(frozen=True, slots=True)
+class IdlePolicy:
+    """An allocated GPU counts as idle when utilization stays under `threshold` for `window_s`."""
+
+    threshold: float = 0.05
+    window_s: float = 3600.0
+    # On a shared GPU (several holders or MIG), free memory smaller than this fits no typical
+    # request and is stranded; on an exclusively held GPU all free memory is stranded.
+    min_request_bytes: float = 10 * 2**30
+
+
+@dataclass(frozen=True, slots=True)
+class NodeGauges:
+    node: str
+    gpus: int
+    free_gpus: int
+    largest_free_nvlink_group: int
+    allocated_idle_gpus: int
+    stranded_memory_bytes: float
+
+
+class IdleTracker:
+    """Remembers since when each allocated GPU has been under the idle threshold.
+
+    Kept in the collector (not the backend) so every backend gets the same definition.
+    """
+
+    def __init__(self, policy: IdlePolicy) -> None:
+        self.policy = policy
+        self._idle_since: dict[tuple[str, int], float] = {}
+
+    def observe(self, node: str, gpu: GpuReading, in_use: bool, now: float) -> bool:
+        """Record this reading; True if the GPU has been allocated and idle for the window."""
+        key = (node, gpu.index)
+        utilization = gpu.utilization_ratio
+        if gpu.sm_active_ratio is not None and utilization is None:
+            utilization = gpu.sm_active_ratio
+        if not in_use or utilization is None or utilization >= self.policy.threshold:
+            self._idle_since.pop(key, None)
+            return False
+        since = self._idle_since.setdefault(key, now)
+        return now - since >= self.policy.window_s
+
+    def forget_except(self, live: set[tuple[str, int]]) -> None:
+        """Drop history of GPUs that disappeared, so memory stays bounded."""
+        for key in list(self._idle_since):
+            if key not in live:
+                del self._idle_since[key]
+
+
+def usable(gpu: GpuReading) -> bool:
+    return gpu.healthy and not gpu.lost
+
+
+def holders_by_gpu(node: NodeReading) -> dict[int, int]:
+    """Number of allocations or, where none are known, processes per GPU index."""
+    holders: dict[int, int] = {}
+    for allocation in node.allocations:
+        holders[allocation.gpu] = holders.get(allocation.gpu, 0) + 1
+    for gpu in node.gpus:
+        if gpu.index not in holders and gpu.processes:
+            holders[gpu.index] = len({process.pid for process in gpu.processes})
+    return holders
+
+
+def stranded_memory(gpu: GpuReading, holders: int, policy: IdlePolicy) -> float:
+    """Free memory on an in-use GPU that no other request can use (see IdlePolicy)."""
+    if holders == 0 or gpu.memory_free_bytes is None or not usable(gpu):
+        return 0.0
+    shared = holders > 1 or bool(gpu.mig_enabled)
+    if not shared:
+        return gpu.memory_free_bytes
+    return gpu.memory_free_bytes if gpu.memory_free_bytes < policy.min_request_bytes else 0.0
+
+
+def node_gauges(node: NodeReading, tracker: IdleTracker, now: float) -> NodeGauges:
+    holders = holders_by_gpu(node)
+    islands = nvlink_islands((gpu.index for gpu in node.gpus), node.links)
+    free = [gpu.index for gpu in node.gpus if usable(gpu) and holders.get(gpu.index, 0) == 0]
+    idle = sum(
+        tracker.observe(node.node, gpu, holders.get(gpu.index, 0) > 0 and usable(gpu), now)
+        for gpu in node.gpus
+    )
+    stranded = sum(
+        stranded_memory(gpu, holders.get(gpu.index, 0), tracker.policy) for gpu in node.gpus
+    )
+    return NodeGauges(
+        node=node.node,
+        gpus=len(node.gpus),
+        free_gpus=len(free),
+        largest_free_nvlink_group=largest_connected_subset(free, islands),
+        allocated_idle_gpus=idle,
+        stranded_memory_bytes=stranded,
+    )

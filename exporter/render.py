@@ -1,0 +1,297 @@
+"""Turn one collection into metric families and a pre-rendered /metrics page.
+
+Rendering happens once per collection in the collector thread; a scrape only copies bytes.
+prometheus_client does the exposition (escaping, number formatting), so the page is exactly
+what its own registry would emit for the same series.
+"""
+
+from __future__ import annotations
+
+import gzip
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    InfoMetricFamily,
+    Metric,
+)
+from prometheus_client.exposition import generate_latest
+from prometheus_client.registry import CollectorRegistry
+
+from exporter.contract import BY_NAME, DCGM_COMPAT, MetricSpec
+from exporter.node_gauges import NodeGauges
+from exporter.readings import Collection, GpuReading, NodeReading
+
+
+@dataclass(frozen=True, slots=True)
+class SelfState:
+    """The exporter's own health, rendered beside the GPU series."""
+
+    version: str
+    backend: str
+    up: bool
+    last_duration_s: float | None
+    last_success_ts: float | None
+    collections: int
+    errors: dict[str, float]
+
+
+class Families:
+    """One family per contract metric, created on first use so absent metrics are not emitted."""
+
+    def __init__(self) -> None:
+        self._families: dict[str, Metric] = {}
+
+    def add(self, name: str, labels: Iterable[str], value: float | None) -> None:
+        if value is None:
+            return
+        spec = BY_NAME[name]
+        family = self._families.get(name)
+        if family is None:
+            family = _new_family(spec)
+            self._families[name] = family
+        if spec.kind == "info":
+            # Info families take every label through the dict, in the contract's order.
+            family.add_metric([], dict(zip(spec.labels, labels, strict=True)))
+        else:
+            family.add_metric(list(labels), float(value))
+
+    def __iter__(self) -> Iterator[Metric]:
+        return iter(self._families.values())
+
+
+def _new_family(spec: MetricSpec) -> Metric:
+    if spec.kind == "gauge":
+        return GaugeMetricFamily(spec.family, spec.help, labels=list(spec.labels))
+    if spec.kind == "counter":
+        return CounterMetricFamily(spec.family, spec.help, labels=list(spec.labels))
+    return InfoMetricFamily(spec.family, spec.help, labels=[])
+
+
+def _flag(value: bool | None) -> float | None:
+    return None if value is None else float(value)
+
+
+# Per-GPU scalar metrics: contract name -> how to read it from a GpuReading.
+GPU_SCALARS: tuple[tuple[str, Callable[[GpuReading], float | None]], ...] = (
+    ("gpu_lost", lambda g: float(g.lost)),
+    ("gpu_healthy", lambda g: float(g.healthy and not g.lost)),
+    ("gpu_utilization_ratio", lambda g: g.utilization_ratio),
+    ("gpu_memory_utilization_ratio", lambda g: g.memory_utilization_ratio),
+    ("gpu_sm_active_ratio", lambda g: g.sm_active_ratio),
+    ("gpu_sm_occupancy_ratio", lambda g: g.sm_occupancy_ratio),
+    ("gpu_tensor_active_ratio", lambda g: g.tensor_active_ratio),
+    ("gpu_dram_active_ratio", lambda g: g.dram_active_ratio),
+    ("gpu_encoder_utilization_ratio", lambda g: g.encoder_utilization_ratio),
+    ("gpu_decoder_utilization_ratio", lambda g: g.decoder_utilization_ratio),
+    ("gpu_memory_total_bytes", lambda g: g.memory_total_bytes),
+    ("gpu_memory_used_bytes", lambda g: g.memory_used_bytes),
+    ("gpu_memory_free_bytes", lambda g: g.memory_free_bytes),
+    ("gpu_memory_reserved_bytes", lambda g: g.memory_reserved_bytes),
+    ("gpu_temperature_celsius", lambda g: g.temperature_celsius),
+    ("gpu_memory_temperature_celsius", lambda g: g.memory_temperature_celsius),
+    ("gpu_power_watts", lambda g: g.power_watts),
+    ("gpu_power_limit_watts", lambda g: g.power_limit_watts),
+    ("gpu_energy_joules_total", lambda g: g.energy_joules),
+    ("gpu_sm_clock_hertz", lambda g: g.sm_clock_hertz),
+    ("gpu_memory_clock_hertz", lambda g: g.memory_clock_hertz),
+    ("gpu_pcie_tx_bytes_per_second", lambda g: g.pcie_tx_bytes_per_second),
+    ("gpu_pcie_rx_bytes_per_second", lambda g: g.pcie_rx_bytes_per_second),
+    ("gpu_pcie_replay_errors_total", lambda g: g.pcie_replay_errors),
+    ("gpu_retired_pages_pending", lambda g: _flag(g.retired_pages_pending)),
+    ("gpu_remapped_rows_pending", lambda g: _flag(g.remapped_rows_pending)),
+    ("gpu_remapped_rows_failure", lambda g: _flag(g.remapped_rows_failure)),
+    ("gpu_xid_last_timestamp_seconds", lambda g: g.xid_last_timestamp_seconds),
+    ("gpu_mig_mode_enabled", lambda g: _flag(g.mig_enabled)),
+    ("gpu_nvlink_island", lambda g: None if g.nvlink_island is None else float(g.nvlink_island)),
+)
+
+# Per-GPU labelled maps: contract name -> (reading attribute, how the key becomes a label).
+GPU_MAPS: tuple[tuple[str, str], ...] = (
+    ("gpu_clock_event_active", "clock_event_active"),
+    ("gpu_clock_event_seconds_total", "clock_event_seconds"),
+    ("gpu_ecc_errors_total", "ecc_errors"),
+    ("gpu_retired_pages", "retired_pages"),
+    ("gpu_remapped_rows", "remapped_rows"),
+    ("gpu_xid_errors_total", "xid_errors"),
+)
+
+
+def add_node(families: Families, node: NodeReading) -> None:
+    """Every per-GPU, MIG, topology, process and allocation series of one node."""
+    name = node.node
+    for gpu in node.gpus:
+        index = str(gpu.index)
+        base = (name, index)
+        families.add(
+            "gpu_info",
+            (
+                *base,
+                gpu.uuid,
+                gpu.model,
+                gpu.pci_bus_id,
+                node.driver_version,
+                node.cuda_version,
+                gpu.serial,
+                gpu.vbios_version,
+            ),
+            1,
+        )
+        for metric, read in GPU_SCALARS:
+            families.add(metric, base, read(gpu))
+        for metric, attribute in GPU_MAPS:
+            for key, value in getattr(gpu, attribute).items():
+                families.add(metric, (*base, str(key)), float(value))
+        for mig in gpu.mig_instances:
+            gi = str(mig.gpu_instance_id)
+            families.add(
+                "gpu_mig_instance_info",
+                (*base, gi, str(mig.compute_instance_id), mig.profile, mig.uuid),
+                1,
+            )
+            families.add("gpu_mig_memory_total_bytes", (*base, gi), mig.memory_total_bytes)
+            families.add("gpu_mig_memory_used_bytes", (*base, gi), mig.memory_used_bytes)
+            families.add("gpu_mig_sm_active_ratio", (*base, gi), mig.sm_active_ratio)
+        if gpu.numa_node is not None or gpu.cpu_affinity:
+            numa = "" if gpu.numa_node is None else str(gpu.numa_node)
+            families.add("gpu_numa_info", (*base, numa, gpu.cpu_affinity), 1)
+        for process in gpu.processes:
+            labels = (
+                *base,
+                str(process.pid),
+                process.name,
+                process.pod,
+                process.namespace,
+                process.container,
+                process.slurm_job,
+            )
+            families.add("gpu_process_memory_used_bytes", labels, process.memory_used_bytes)
+            families.add("gpu_process_sm_utilization_ratio", labels, process.sm_utilization_ratio)
+    for link in node.links:
+        base = (name, str(link.gpu))
+        families.add("gpu_topology_link_info", (*base, str(link.peer), link.link_type), 1)
+        if link.nvlink_count:
+            families.add("gpu_nvlink_links", (*base, str(link.peer)), link.nvlink_count)
+    for allocation in node.allocations:
+        gi = "" if allocation.gpu_instance_id is None else str(allocation.gpu_instance_id)
+        families.add(
+            "gpu_allocation_info",
+            (
+                name,
+                str(allocation.gpu),
+                gi,
+                allocation.pod,
+                allocation.namespace,
+                allocation.container,
+                allocation.job,
+                allocation.tenant,
+            ),
+            1,
+        )
+    if node.pool or node.rack:
+        families.add("gpu_node_info", (name, node.pool, node.rack), 1)
+
+
+def add_node_gauges(families: Families, gauges: NodeGauges) -> None:
+    labels = (gauges.node,)
+    families.add("gpu_node_gpus", labels, gauges.gpus)
+    families.add("gpu_node_free_gpus", labels, gauges.free_gpus)
+    families.add(
+        "gpu_node_largest_free_nvlink_group_gpus", labels, gauges.largest_free_nvlink_group
+    )
+    families.add("gpu_node_allocated_idle_gpus", labels, gauges.allocated_idle_gpus)
+    families.add("gpu_node_stranded_memory_bytes", labels, gauges.stranded_memory_bytes)
+
+
+def add_self(families: Families, state: SelfState) -> None:
+    backend = (state.backend,)
+    families.add("gpu_exporter_build_info", (state.version, state.backend), 1)
+    families.add("gpu_exporter_backend_up", backend, float(state.up))
+    families.add("gpu_exporter_collection_duration_seconds", backend, state.last_duration_s)
+    families.add("gpu_exporter_last_success_timestamp_seconds", backend, state.last_success_ts)
+    families.add("gpu_exporter_collections_total", backend, state.collections)
+    for call, count in sorted(state.errors.items()):
+        families.add("gpu_exporter_collection_errors_total", (state.backend, call), count)
+
+
+def dcgm_compat_families(nodes: Iterable[NodeReading]) -> list[Metric]:
+    """NVIDIA dcgm-exporter names and units, so its stock Grafana dashboard works on our data."""
+    by_metric: dict[str, GaugeMetricFamily] = {}
+    readers = dict(GPU_SCALARS)
+    readers["gpu_energy_joules_total"] = lambda g: g.energy_joules
+    labels = [
+        "gpu",
+        "UUID",
+        "pci_bus_id",
+        "device",
+        "modelName",
+        "Hostname",
+        "DCGM_FI_DRIVER_VERSION",
+    ]
+    for node in nodes:
+        for gpu in node.gpus:
+            values = [
+                str(gpu.index),
+                gpu.uuid,
+                gpu.pci_bus_id,
+                f"nvidia{gpu.index}",
+                gpu.model,
+                node.node,
+                node.driver_version,
+            ]
+            for dcgm_name, (ours, factor) in DCGM_COMPAT.items():
+                value = readers[ours](gpu)
+                if value is None:
+                    continue
+                family = by_metric.get(dcgm_name)
+                if family is None:
+                    family = GaugeMetricFamily(
+                        dcgm_name, f"dcgm-exporter compatible {ours}", labels=labels
+                    )
+                    by_metric[dcgm_name] = family
+                family.add_metric(values, value * factor)
+    return list(by_metric.values())
+
+
+class _StaticCollector:
+    def __init__(self, families: list[Metric]) -> None:
+        self._families = families
+
+    def collect(self) -> list[Metric]:
+        return self._families
+
+    def describe(self) -> list[Metric]:
+        return []
+
+
+@dataclass(frozen=True, slots=True)
+class Page:
+    """A rendered /metrics page, plain and gzip-compressed, ready to be copied to a socket."""
+
+    body: bytes
+    gzipped: bytes
+
+
+def render_page(
+    collection: Collection | None,
+    gauges: Iterable[NodeGauges],
+    state: SelfState,
+    *,
+    dcgm_names: bool = False,
+) -> Page:
+    families = Families()
+    nodes = collection.nodes if collection else []
+    for node in nodes:
+        add_node(families, node)
+    for gauge in gauges:
+        add_node_gauges(families, gauge)
+    add_self(families, state)
+    metrics = list(families)
+    if dcgm_names:
+        metrics.extend(dcgm_compat_families(nodes))
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_StaticCollector(metrics))
+    body = generate_latest(registry)
+    return Page(body=body, gzipped=gzip.compress(body, compresslevel=1))

@@ -1,0 +1,174 @@
+"""HTTP front of the exporter: `/metrics` copies the pre-rendered page, nothing more.
+
+Routes: `/` landing page, `/metrics`, `/health` (readiness: fresh data), `/-/healthy`
+(liveness: the process answers). TLS and basic auth come from the web-config file.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import html
+import logging
+import socket
+import threading
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Protocol
+
+from exporter.render import Page
+from exporter.webconfig import WebConfig
+
+log = logging.getLogger(__name__)
+
+# The classic text format that generate_latest() writes; every Prometheus 2.x and 3.x parses it.
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+class PageSource(Protocol):
+    def current_page(self) -> Page: ...
+
+    def health(self): ...  # -> collector.Health
+
+
+def parse_listen_address(address: str) -> tuple[str, int]:
+    """`:9835`, `0.0.0.0:9835`, `[::1]:9835` -> (host, port); ValueError with one line otherwise."""
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) < 65536:
+        raise ValueError(f"--web.listen-address {address!r}: expected [host]:port, e.g. :9835")
+    host = host.strip("[]")
+    return host, int(port)
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 64
+
+    def __init__(self, address: tuple[str, int], source: PageSource, web: WebConfig, title: str):
+        self.address_family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
+        super().__init__(address, _Handler)
+        self.source = source
+        self.web = web
+        self.title = title
+
+    def finish_request(self, request, client_address) -> None:
+        """Runs in the connection's own thread, so a slow TLS handshake stalls only itself."""
+        if self.web.tls is not None:
+            try:
+                request.settimeout(10)
+                request = self.web.tls.wrap_socket(request, server_side=True)
+            except (OSError, ValueError) as error:
+                log.debug("TLS handshake with %s failed: %s", client_address, error)
+                return
+        super().finish_request(request, client_address)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: _Server
+    protocol_version = "HTTP/1.1"
+    timeout = 30
+
+    def log_message(self, format: str, *args: object) -> None:
+        log.debug("%s %s", self.address_string(), format % args)
+
+    def do_GET(self) -> None:
+        if not self._authorized():
+            return
+        path = self.path.split("?", 1)[0]
+        if path == "/metrics":
+            self._metrics()
+        elif path == "/health":
+            health = self.server.source.health()
+            status = HTTPStatus.OK if health.healthy else HTTPStatus.SERVICE_UNAVAILABLE
+            self._send(status, f"{health.reason}\n".encode(), "text/plain; charset=utf-8")
+        elif path == "/-/healthy":
+            self._send(HTTPStatus.OK, b"ok\n", "text/plain; charset=utf-8")
+        elif path == "/":
+            self._send(HTTPStatus.OK, self._landing().encode(), "text/html; charset=utf-8")
+        else:
+            self._send(HTTPStatus.NOT_FOUND, b"not found\n", "text/plain; charset=utf-8")
+
+    def do_HEAD(self) -> None:
+        self.do_GET()
+
+    def _metrics(self) -> None:
+        page = self.server.source.current_page()
+        if "gzip" in self.headers.get("Accept-Encoding", ""):
+            self._send(HTTPStatus.OK, page.gzipped, CONTENT_TYPE, {"Content-Encoding": "gzip"})
+        else:
+            self._send(HTTPStatus.OK, page.body, CONTENT_TYPE)
+
+    def _authorized(self) -> bool:
+        web = self.server.web
+        if not web.auth_required:
+            return True
+        header = self.headers.get("Authorization", "")
+        scheme, _, encoded = header.partition(" ")
+        if scheme.lower() == "basic":
+            try:
+                user, _, password = base64.b64decode(encoded, validate=True).decode().partition(":")
+            except (binascii.Error, UnicodeDecodeError):
+                user, password = "", ""
+            if user and web.check_password(user, password):
+                return True
+        self._send(
+            HTTPStatus.UNAUTHORIZED,
+            b"Unauthorized\n",
+            "text/plain; charset=utf-8",
+            {"WWW-Authenticate": 'Basic realm="gpu-defrag"'},
+        )
+        return False
+
+    def _send(
+        self,
+        status: HTTPStatus,
+        body: bytes,
+        content_type: str,
+        extra: dict[str, str] | None = None,
+    ) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        for name, value in {**self.server.web.headers, **(extra or {})}.items():
+            self.send_header(name, value)
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def _landing(self) -> str:
+        health = self.server.source.health()
+        age = "never" if health.age_s is None else f"{health.age_s:.1f}s ago"
+        title = html.escape(self.server.title)
+        return (
+            f"<!doctype html><html><head><title>{title}</title></head><body>"
+            f"<h1>{title}</h1>"
+            f"<p>Status: <b>{'healthy' if health.healthy else 'unhealthy'}</b> — "
+            f"{html.escape(health.reason)}; last collection {age}.</p>"
+            '<ul><li><a href="/metrics">Metrics</a></li>'
+            '<li><a href="/health">Health</a> (503 when data is stale)</li></ul>'
+            "</body></html>"
+        )
+
+
+class ExporterServer:
+    """Owns the listening socket and its thread; `close()` stops both."""
+
+    def __init__(
+        self, address: str, source: PageSource, web: WebConfig, title: str = "gpu-defrag exporter"
+    ) -> None:
+        host, port = parse_listen_address(address)
+        self._httpd = _Server((host, port), source, web, title)
+        self._thread = threading.Thread(target=self._httpd.serve_forever, name="http", daemon=True)
+
+    @property
+    def port(self) -> int:
+        return self._httpd.server_address[1]
+
+    def start(self) -> ExporterServer:
+        self._thread.start()
+        return self
+
+    def close(self) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        self._thread.join(timeout=5)

@@ -1,0 +1,67 @@
+from exporter.node_gauges import IdlePolicy, IdleTracker, node_gauges
+from exporter.readings import Allocation, GpuReading, NodeReading, TopologyLink
+
+GiB = 2**30
+
+
+def two_island_node(allocated: dict[int, int], utilization: float = 0.0) -> NodeReading:
+    gpus = [
+        GpuReading(
+            index=i,
+            utilization_ratio=utilization,
+            memory_total_bytes=16 * GiB,
+            memory_used_bytes=12 * GiB if i in allocated else 0,
+            memory_free_bytes=4 * GiB if i in allocated else 16 * GiB,
+        )
+        for i in range(8)
+    ]
+    links = [
+        TopologyLink(a, b, "nvlink", 4)
+        for group in (range(4), range(4, 8))
+        for a in group
+        for b in group
+        if a != b
+    ]
+    allocations = [
+        Allocation(gpu=gpu, pod=f"p{n}-{gpu}")
+        for gpu, holders in allocated.items()
+        for n in range(holders)
+    ]
+    return NodeReading(node="n", gpus=gpus, links=links, allocations=allocations)
+
+
+def test_free_gpus_and_largest_free_nvlink_group():
+    # GPUs 0 and 5 held: free = 1,2,3 (island 0) and 4,6,7 (island 4): largest connected = 3
+    gauges = node_gauges(two_island_node({0: 1, 5: 1}), IdleTracker(IdlePolicy()), 0.0)
+    assert gauges.free_gpus == 6
+    assert gauges.largest_free_nvlink_group == 3
+
+
+def test_lost_gpu_is_not_free():
+    node = two_island_node({})
+    node.gpus[3].lost = True
+    gauges = node_gauges(node, IdleTracker(IdlePolicy()), 0.0)
+    assert gauges.free_gpus == 7
+    assert gauges.largest_free_nvlink_group == 4
+
+
+def test_allocated_idle_needs_the_whole_window():
+    tracker = IdleTracker(IdlePolicy(threshold=0.05, window_s=3600))
+    node = two_island_node({0: 1, 1: 1}, utilization=0.01)
+    assert node_gauges(node, tracker, 0.0).allocated_idle_gpus == 0
+    assert node_gauges(node, tracker, 3599.0).allocated_idle_gpus == 0
+    assert node_gauges(node, tracker, 3600.0).allocated_idle_gpus == 2
+    busy = two_island_node({0: 1, 1: 1}, utilization=0.5)
+    assert node_gauges(busy, tracker, 3700.0).allocated_idle_gpus == 0  # burst resets it
+    assert node_gauges(node, tracker, 3800.0).allocated_idle_gpus == 0
+
+
+def test_stranded_memory_exclusive_vs_shared():
+    policy = IdlePolicy(min_request_bytes=10 * GiB)
+    # GPU 0 exclusively held: its 4 GiB free is stranded. GPU 1 shared by two pods: 4 GiB < 10 GiB
+    # so stranded too. Free GPUs strand nothing.
+    gauges = node_gauges(two_island_node({0: 1, 1: 2}), IdleTracker(policy), 0.0)
+    assert gauges.stranded_memory_bytes == 8 * GiB
+    big = IdlePolicy(min_request_bytes=2 * GiB)  # 4 GiB on a shared GPU still fits a request
+    gauges = node_gauges(two_island_node({0: 1, 1: 2}), IdleTracker(big), 0.0)
+    assert gauges.stranded_memory_bytes == 4 * GiB

@@ -1,0 +1,109 @@
+import gzip
+import shutil
+import subprocess
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from exporter.contract import BY_NAME, METRICS
+from exporter.node_gauges import IdlePolicy, IdleTracker, node_gauges
+from exporter.render import SelfState, render_page
+from tests.exporter import readings_factory
+
+STATE = SelfState(
+    version="0.1.0",
+    backend="test",
+    up=True,
+    last_duration_s=0.012,
+    last_success_ts=1_700_000_000.0,
+    collections=3,
+    errors={"nvmlDeviceGetPowerUsage": 2},
+)
+
+
+def rendered(dcgm_names: bool = False) -> str:
+    collection = readings_factory.collection()
+    tracker = IdleTracker(IdlePolicy())
+    gauges = [node_gauges(n, tracker, collection.timestamp) for n in collection.nodes]
+    page = render_page(collection, gauges, STATE, dcgm_names=dcgm_names)
+    assert gzip.decompress(page.gzipped) == page.body
+    return page.body.decode()
+
+
+def samples(text: str) -> dict[str, list]:
+    out: dict[str, list] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            out.setdefault(sample.name, []).append(sample)
+    return out
+
+
+def test_every_contract_metric_is_rendered_with_its_labels():
+    by_name = samples(rendered())
+    for spec in METRICS:
+        assert spec.name in by_name, f"{spec.name} missing from the page"
+        for sample in by_name[spec.name]:
+            assert set(sample.labels) == set(spec.labels), spec.name
+
+
+def test_values_are_in_base_units():
+    by_name = samples(rendered())
+
+    def value(name, **labels):
+        matches = [
+            s.value for s in by_name[name] if all(s.labels[k] == v for k, v in labels.items())
+        ]
+        assert len(matches) == 1, (name, labels, matches)
+        return matches[0]
+
+    assert value("gpu_memory_total_bytes", node="node-0", gpu="0") == 80 * 2**30
+    assert value("gpu_utilization_ratio", node="node-0", gpu="0") == 0.5
+    assert value("gpu_xid_errors_total", node="node-0", gpu="0", xid="13") == 2
+    assert value("gpu_clock_event_active", node="node-0", gpu="0", reason="sw_power_cap") == 1
+    assert value("gpu_clock_event_active", node="node-0", gpu="0", reason="gpu_idle") == 0
+    assert value("gpu_info", node="node-0", gpu="3", driver_version="550.54.15") == 1
+    assert value("gpu_exporter_collection_errors_total", call="nvmlDeviceGetPowerUsage") == 2
+    # 8 GPUs, allocations on 0, 1 and a MIG slice of 7: five free, all NVLink-connected
+    assert value("gpu_node_free_gpus", node="node-0") == 5
+    assert value("gpu_node_largest_free_nvlink_group_gpus", node="node-0") == 5
+
+
+def test_absent_values_are_left_out_not_zeroed():
+    collection = readings_factory.collection()
+    collection.nodes[0].gpus[2].power_watts = None
+    page = render_page(collection, [], STATE).body.decode()
+    assert 'gpu_power_watts{gpu="2",node="node-0"}' not in page
+    assert 'gpu_power_watts{gpu="1",node="node-0"}' in page
+
+
+def test_dcgm_compatible_names_use_dcgm_units():
+    by_name = samples(rendered(dcgm_names=True))
+    used = [s for s in by_name["DCGM_FI_DEV_FB_USED"] if s.labels["gpu"] == "0"]
+    assert used[0].value == pytest.approx(40 * 1024)  # MiB
+    util = [s for s in by_name["DCGM_FI_DEV_GPU_UTIL"] if s.labels["gpu"] == "0"]
+    assert util[0].value == pytest.approx(50)  # percent
+    assert used[0].labels["modelName"] == "NVIDIA H100 80GB HBM3"
+
+
+def test_contract_names_follow_conventions():
+    for spec in METRICS:
+        assert spec.name.startswith("gpu_")
+        assert (spec.kind == "counter") == spec.name.endswith("_total"), spec.name
+        assert (spec.kind == "info") == spec.name.endswith("_info"), spec.name
+        assert "percent" not in spec.name and "_mb" not in spec.name
+    assert len(BY_NAME) == len(METRICS)
+
+
+@pytest.mark.integration
+def test_promtool_check_metrics_accepts_the_page(tmp_path):
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        pytest.fail("promtool not installed: run `make system` (Debian package prometheus)")
+    result = subprocess.run(
+        [promtool, "check", "metrics"],
+        input=rendered(dcgm_names=False),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
