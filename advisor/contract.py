@@ -1,0 +1,126 @@
+"""The advisor service's metric-name contract (`gpu-defrag advise` serves these on /metrics).
+
+Same shape as the exporter's contract, so dashboards and alert rules are linted against
+both tables. Shapes are named `fractional`, `1`, `2`, `4`, `8` (GPUs on one node) and `KxG`
+(K nodes × G GPUs within one rack, e.g. `8x8`).
+"""
+
+from __future__ import annotations
+
+from exporter.contract import MetricSpec
+
+
+def _g(name: str, help_: str, labels: tuple[str, ...] = ()) -> MetricSpec:
+    return MetricSpec(name, "gauge", help_, labels)
+
+
+def _c(name: str, help_: str, labels: tuple[str, ...] = ()) -> MetricSpec:
+    return MetricSpec(name, "counter", help_, labels)
+
+
+def _i(name: str, help_: str, labels: tuple[str, ...]) -> MetricSpec:
+    return MetricSpec(name, "info", help_, labels)
+
+
+ADVISOR_METRICS: tuple[MetricSpec, ...] = (
+    # --- fragmentation (spatial) ---
+    _g(
+        "gpu_advisor_fragmentation_ratio",
+        "FGD fragmentation rate: share of free GPU capacity the arriving workload cannot use.",
+        ("pool",),
+    ),
+    _g(
+        "gpu_advisor_fragmented_gpus",
+        "FGD fragment amount: expected free GPUs the arriving workload cannot use.",
+        ("pool",),
+    ),
+    _g("gpu_advisor_free_gpus", "Healthy GPUs with no allocation.", ("pool",)),
+    _g("gpu_advisor_gpus", "Healthy GPUs.", ("pool",)),
+    _g("gpu_advisor_shape_gpus", "GPUs one job of this shape needs.", ("shape",)),
+    _g(
+        "gpu_advisor_schedulable_jobs",
+        "How many jobs of this shape could start now without moving anything.",
+        ("shape",),
+    ),
+    _g(
+        "gpu_advisor_stranded_gpus",
+        "Free GPUs that no job of this shape can use (on nodes with too few free GPUs).",
+        ("shape",),
+    ),
+    _g("gpu_advisor_largest_schedulable_job_gpus", "Largest single-node job that fits now."),
+    _g(
+        "gpu_advisor_node_fragmentation_score",
+        "Per-node FGD fragment amount in GPUs, for heatmaps.",
+        ("node", "pool"),
+    ),
+    _g(
+        "gpu_advisor_gpu_state",
+        "GPU state for heatmaps: 0 free, 1 allocated and busy, 2 allocated but idle, 3 unhealthy.",
+        ("node", "gpu", "pool"),
+    ),
+    # --- temporal, type and memory fragmentation ---
+    _g(
+        "gpu_advisor_allocated_idle_gpus",
+        "Allocated GPUs idle for the whole idle window.",
+        ("pool",),
+    ),
+    _g(
+        "gpu_advisor_allocated_idle_power_watts",
+        "Power drawn by allocated-but-idle GPUs (wasted energy rate).",
+        ("pool",),
+    ),
+    _g(
+        "gpu_advisor_idle_capacity_gpus",
+        "Free plus allocated-idle GPUs by GPU model (type fragmentation: idle supply).",
+        ("model",),
+    ),
+    _g(
+        "gpu_advisor_demand_gpus",
+        "GPUs requested by running and queued work by GPU model (type fragmentation: demand).",
+        ("model",),
+    ),
+    _g(
+        "gpu_advisor_stranded_memory_bytes",
+        "Free GPU memory that no typical request fits (memory fragmentation).",
+        ("pool",),
+    ),
+    # --- forecast ---
+    _g(
+        "gpu_advisor_forecast_demand_gpus",
+        "Forecast allocated GPUs at the horizon, per quantile.",
+        ("pool", "horizon", "quantile"),
+    ),
+    _g("gpu_advisor_forecast_capacity_gpus", "Known GPU capacity of the pool.", ("pool",)),
+    _g(
+        "gpu_advisor_forecast_backtest_wape_ratio",
+        "Backtest WAPE of the chosen model and of the seasonal-naive baseline.",
+        ("pool", "horizon", "model"),
+    ),
+    # --- recommendations ---
+    _g("gpu_advisor_recommended_actions", "Recommended actions by kind.", ("kind",)),
+    _i(
+        "gpu_advisor_action_info",
+        "Top recommended actions (bounded to the top N); value is always 1.",
+        ("rank", "kind", "job", "tenant", "source", "target", "summary"),
+    ),
+    _g("gpu_advisor_action_cost_gpu_hours", "GPU-hours an action costs.", ("rank",)),
+    _g(
+        "gpu_advisor_action_benefit_gpus",
+        "GPUs an action makes usable for the target shape.",
+        ("rank",),
+    ),
+    # --- advisor self-metrics ---
+    _i("gpu_advisor_build_info", "Advisor build; value is always 1.", ("version",)),
+    _g("gpu_advisor_source_up", "1 if the last ingest from the source worked.", ("source",)),
+    _g(
+        "gpu_advisor_last_success_timestamp_seconds",
+        "Unix time of the last complete advisor run.",
+    ),
+    _g("gpu_advisor_run_duration_seconds", "Wall time of the last advisor run."),
+    _c("gpu_advisor_runs_total", "Advisor runs."),
+    _c("gpu_advisor_run_errors_total", "Failed advisor runs, by stage.", ("stage",)),
+)
+
+ADVISOR_BY_NAME: dict[str, MetricSpec] = {spec.name: spec for spec in ADVISOR_METRICS}
+
+GPU_STATE_CODES: dict[str, int] = {"free": 0, "busy": 1, "allocated_idle": 2, "unhealthy": 3}
