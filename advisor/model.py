@@ -1,0 +1,732 @@
+"""The one cluster model every advisor part reads: nodes, GPUs, allocations and observed usage.
+
+Per-GPU state lives in flat numpy arrays (GPUs of node i are rows `gpu_offset[i]:gpu_offset[i+1]`,
+ordered by node then device index), so measures over 10,000 nodes x 8 GPUs are vector operations,
+not Python loops. Capacity that a source does not know is NaN (CPU, memory) or -1 (NVLink island)
+and every measure treats "unknown" explicitly instead of guessing a value.
+
+Allocations are per task (a pod, a Slurm step): a multi-node job is several allocations sharing
+`job`. Each placed allocation holds `num_gpu` GPUs at `gpu_milli` (0..1000) each; the placement
+rows (`Placements`) say which GPU and how much. An allocation with `node == -1` is demand that is
+not placed (pending, or a trace task before replay).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from exporter.readings import GpuReading, NodeReading
+from exporter.topology import nvlink_islands
+
+MILLI = 1000  # milli-GPU in one whole GPU
+UNKNOWN_ISLAND = -1
+
+
+class ModelError(ValueError):
+    """A model (or the snapshot it came from) is inconsistent; `field` names where."""
+
+    def __init__(self, field_name: str, problem: str) -> None:
+        super().__init__(f"{field_name}: {problem}")
+        self.field = field_name
+        self.problem = problem
+
+
+def _obj(values: Iterable[str]) -> np.ndarray:
+    """A 1-D object array of strings (numpy would otherwise pick a fixed-width dtype)."""
+    items = list(values)
+    array = np.empty(len(items), dtype=object)
+    array[:] = items
+    return array
+
+
+def _first_duplicate(values: np.ndarray) -> str | None:
+    seen: set[str] = set()
+    for value in values.tolist():
+        if value in seen:
+            return value
+        seen.add(value)
+    return None
+
+
+@dataclass(eq=False)
+class Nodes:
+    """Per-node columns (length N)."""
+
+    name: np.ndarray  # object[str], unique
+    pool: np.ndarray  # object[str], "" unknown
+    rack: np.ndarray  # object[str], "" unknown
+    gpu_model: np.ndarray  # object[str], model of the node's GPUs
+    cpu_milli: np.ndarray  # float64 capacity, NaN unknown
+    memory_mib: np.ndarray  # float64 capacity, NaN unknown
+    schedulable: np.ndarray  # bool
+    gpu_offset: np.ndarray  # int64, length N+1
+
+    def __len__(self) -> int:
+        return len(self.name)
+
+    @property
+    def gpu_count(self) -> np.ndarray:
+        return np.diff(self.gpu_offset)
+
+
+@dataclass(eq=False)
+class Gpus:
+    """Per-GPU columns (length G), ordered by node then device index."""
+
+    node: np.ndarray  # int32 row in Nodes
+    index: np.ndarray  # int32 device index on its node
+    uuid: np.ndarray  # object[str]
+    memory_total_bytes: np.ndarray  # float64, NaN unknown
+    healthy: np.ndarray  # bool; False for lost GPUs too
+    lost: np.ndarray  # bool
+    nvlink_island: np.ndarray  # int32 node-local island id, -1 unknown
+    mig_enabled: np.ndarray  # bool
+    utilization_ratio: np.ndarray  # float64 latest observation, NaN unknown
+    memory_used_bytes: np.ndarray  # float64 latest observation, NaN unknown
+
+    def __len__(self) -> int:
+        return len(self.node)
+
+
+@dataclass(eq=False)
+class Allocations:
+    """Per-task columns (length A). Times are seconds (Unix time, or trace seconds)."""
+
+    id: np.ndarray  # object[str] pod/task id, unique
+    job: np.ndarray  # object[str] job the task belongs to (== id for single-task jobs)
+    tenant: np.ndarray  # object[str]
+    priority: np.ndarray  # int32, higher = more important
+    num_gpu: np.ndarray  # int32 GPUs per task
+    gpu_milli: np.ndarray  # int32 milli-GPU per GPU (1000 = whole GPU)
+    cpu_milli: np.ndarray  # float64 request, NaN unknown
+    memory_mib: np.ndarray  # float64 request, NaN unknown
+    gpu_spec: np.ndarray  # object[str] allowed GPU models "A|B", "" = any
+    node: np.ndarray  # int32 row in Nodes, -1 = not placed
+    start_time: np.ndarray  # float64, NaN unknown
+    creation_time: np.ndarray  # float64, NaN unknown
+    deletion_time: np.ndarray  # float64, NaN unknown
+    scheduled_time: np.ndarray  # float64, NaN unknown
+    migratable: np.ndarray  # bool
+    restart_cost_s: np.ndarray  # float64 checkpoint/restart seconds, NaN unknown
+    qos: np.ndarray  # object[str]
+
+    def __len__(self) -> int:
+        return len(self.id)
+
+
+@dataclass(eq=False)
+class Placements:
+    """Which GPU holds how much of which allocation (length P)."""
+
+    alloc: np.ndarray  # int32 row in Allocations
+    gpu: np.ndarray  # int32 row in Gpus
+    milli: np.ndarray  # int32
+
+    def __len__(self) -> int:
+        return len(self.alloc)
+
+
+@dataclass(eq=False)
+class Usage:
+    """Observed usage over time: row t of each (T, G) matrix is the fleet at `times[t]`."""
+
+    times: np.ndarray  # float64 (T,)
+    utilization_ratio: np.ndarray  # float32 (T, G), NaN missing
+    memory_used_bytes: np.ndarray  # float32 (T, G), NaN missing
+
+    @staticmethod
+    def empty(gpu_count: int) -> Usage:
+        return Usage(
+            np.zeros(0, dtype=np.float64),
+            np.zeros((0, gpu_count), dtype=np.float32),
+            np.zeros((0, gpu_count), dtype=np.float32),
+        )
+
+
+@dataclass(eq=False)
+class ClusterModel:
+    """One consistent view of a GPU cluster at `timestamp` (plus its usage history)."""
+
+    nodes: Nodes
+    gpus: Gpus
+    allocations: Allocations
+    placements: Placements
+    usage: Usage
+    timestamp: float = math.nan
+    source: str = ""
+    _cache: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        validate(self)
+
+    # --- derived per-GPU state (cached; the model is treated as immutable) ---
+    def _cached(self, key: str, compute) -> np.ndarray:  # type: ignore[no-untyped-def]
+        if key not in self._cache:
+            value = compute()
+            value.flags.writeable = False
+            self._cache[key] = value
+        return self._cache[key]
+
+    @property
+    def gpu_milli_allocated(self) -> np.ndarray:
+        """int64 (G): milli-GPU handed out on each GPU."""
+        return self._cached(
+            "milli",
+            lambda: np.bincount(
+                self.placements.gpu, weights=self.placements.milli, minlength=len(self.gpus)
+            ).astype(np.int64),
+        )
+
+    @property
+    def gpu_usable(self) -> np.ndarray:
+        """bool (G): healthy, not lost, on a schedulable node: capacity a scheduler may use."""
+        return self._cached(
+            "usable",
+            lambda: self.gpus.healthy & ~self.gpus.lost & self.nodes.schedulable[self.gpus.node],
+        )
+
+    @property
+    def gpu_free_milli(self) -> np.ndarray:
+        """int64 (G): allocatable milli-GPU left; 0 on unusable GPUs."""
+        return self._cached(
+            "free",
+            lambda: np.where(self.gpu_usable, MILLI - self.gpu_milli_allocated, 0).clip(0),
+        )
+
+    @property
+    def gpu_is_free(self) -> np.ndarray:
+        """bool (G): usable and nothing allocated on it."""
+        return self._cached("is_free", lambda: self.gpu_usable & (self.gpu_milli_allocated == 0))
+
+    @property
+    def node_cpu_allocated(self) -> np.ndarray:
+        """float64 (N): CPU milli requested by placed allocations (unknown requests count 0)."""
+        return self._cached("cpu_alloc", lambda: self._per_node(self.allocations.cpu_milli))
+
+    @property
+    def node_memory_allocated(self) -> np.ndarray:
+        """float64 (N): memory MiB requested by placed allocations (unknown requests count 0)."""
+        return self._cached("mem_alloc", lambda: self._per_node(self.allocations.memory_mib))
+
+    @property
+    def node_cpu_free(self) -> np.ndarray:
+        """float64 (N): CPU milli left; NaN where capacity is unknown (= not a constraint)."""
+        return self._cached("cpu_free", lambda: self.nodes.cpu_milli - self.node_cpu_allocated)
+
+    @property
+    def node_memory_free(self) -> np.ndarray:
+        """float64 (N): memory MiB left; NaN where capacity is unknown."""
+        return self._cached("mem_free", lambda: self.nodes.memory_mib - self.node_memory_allocated)
+
+    def _per_node(self, values: np.ndarray) -> np.ndarray:
+        placed = self.allocations.node >= 0
+        return np.bincount(
+            self.allocations.node[placed],
+            weights=np.nan_to_num(values[placed]),
+            minlength=len(self.nodes),
+        )
+
+    def node_index(self, name: str) -> int:
+        """Row of the node called `name`; KeyError if absent."""
+        hits = np.flatnonzero(self.nodes.name == name)
+        if len(hits) == 0:
+            raise KeyError(f"no node named {name!r}")
+        return int(hits[0])
+
+    def gpu_row(self, node: int, index: int) -> int:
+        """Row in Gpus of device `index` on node row `node`."""
+        start, stop = self.nodes.gpu_offset[node], self.nodes.gpu_offset[node + 1]
+        hits = np.flatnonzero(self.gpus.index[start:stop] == index)
+        if len(hits) == 0:
+            raise KeyError(f"node {self.nodes.name[node]!r} has no GPU {index}")
+        return int(start + hits[0])
+
+    def summary(self) -> dict[str, int]:
+        return {
+            "nodes": len(self.nodes),
+            "gpus": len(self.gpus),
+            "allocations": len(self.allocations),
+            "placed_allocations": int((self.allocations.node >= 0).sum()),
+            "usage_samples": len(self.usage.times),
+        }
+
+
+# --------------------------------------------------------------------------- validation
+
+
+def _check_len(name: str, array: np.ndarray, length: int) -> None:
+    if array.shape[:1] != (length,):
+        raise ModelError(name, f"has length {array.shape[:1]}, expected {length}")
+
+
+def validate(model: ClusterModel) -> None:
+    """Raise ModelError naming the first inconsistent field; the model is otherwise trusted."""
+    nodes, gpus, allocs, places = model.nodes, model.gpus, model.allocations, model.placements
+    n, g, a = len(nodes), len(gpus), len(allocs)
+    for name in ("pool", "rack", "gpu_model", "cpu_milli", "memory_mib", "schedulable"):
+        _check_len(f"nodes.{name}", getattr(nodes, name), n)
+    _check_len("nodes.gpu_offset", nodes.gpu_offset, n + 1)
+    dup = _first_duplicate(nodes.name)
+    if dup is not None:
+        raise ModelError("nodes.name", f"duplicate node name {dup!r}")
+    offset = nodes.gpu_offset
+    if n and (offset[0] != 0 or offset[-1] != g or np.any(np.diff(offset) < 0)):
+        raise ModelError("nodes.gpu_offset", "must start at 0, not decrease, and end at #GPUs")
+    for name in (
+        "index",
+        "uuid",
+        "memory_total_bytes",
+        "healthy",
+        "lost",
+        "nvlink_island",
+        "mig_enabled",
+        "utilization_ratio",
+        "memory_used_bytes",
+    ):
+        _check_len(f"gpus.{name}", getattr(gpus, name), g)
+    expected_node = np.repeat(np.arange(n), np.diff(offset)) if n else np.zeros(0)
+    if not np.array_equal(gpus.node, expected_node):
+        raise ModelError("gpus.node", "GPUs must be grouped by node in node order")
+    for name in (
+        "job",
+        "tenant",
+        "priority",
+        "num_gpu",
+        "gpu_milli",
+        "cpu_milli",
+        "memory_mib",
+        "gpu_spec",
+        "node",
+        "start_time",
+        "creation_time",
+        "deletion_time",
+        "scheduled_time",
+        "migratable",
+        "restart_cost_s",
+        "qos",
+    ):
+        _check_len(f"allocations.{name}", getattr(allocs, name), a)
+    dup = _first_duplicate(allocs.id)
+    if dup is not None:
+        raise ModelError(f"allocations[{dup}]", "duplicate allocation id")
+    if np.any(allocs.num_gpu < 0):
+        raise ModelError("allocations.num_gpu", "must be >= 0")
+    bad = (allocs.gpu_milli < 0) | (allocs.gpu_milli > MILLI)
+    if np.any(bad):
+        i = int(np.flatnonzero(bad)[0])
+        raise ModelError(f"allocations[{allocs.id[i]}].gpu_milli", "must be within 0..1000")
+    if np.any((allocs.node < -1) | (allocs.node >= n)):
+        raise ModelError("allocations.node", "refers to a node that does not exist")
+    for name in ("gpu", "milli"):
+        _check_len(f"placements.{name}", getattr(places, name), len(places))
+    if len(places):
+        if np.any((places.alloc < 0) | (places.alloc >= a)):
+            raise ModelError("placements.alloc", "refers to an allocation that does not exist")
+        if np.any((places.gpu < 0) | (places.gpu >= g)):
+            raise ModelError("placements.gpu", "refers to a GPU that does not exist")
+        if np.any((places.milli <= 0) | (places.milli > MILLI)):
+            raise ModelError("placements.milli", "must be within 1..1000")
+        wrong_node = gpus.node[places.gpu] != allocs.node[places.alloc]
+        if np.any(wrong_node):
+            i = int(places.alloc[np.flatnonzero(wrong_node)[0]])
+            raise ModelError(f"allocations[{allocs.id[i]}].gpus", "GPU is not on its node")
+    used = np.bincount(places.gpu, weights=places.milli, minlength=g) if g else np.zeros(0)
+    over = np.flatnonzero(used > MILLI)
+    if len(over):
+        row = int(over[0])
+        where = f"{nodes.name[gpus.node[row]]}/gpu{gpus.index[row]}"
+        raise ModelError(
+            f"gpus[{where}]", f"oversubscribed: {int(used[row])} milli-GPU allocated > 1000"
+        )
+    per_alloc = np.bincount(places.alloc, minlength=a) if a else np.zeros(0, dtype=np.int64)
+    placed_gpu = (allocs.node >= 0) & (allocs.num_gpu > 0)
+    short = placed_gpu & (per_alloc != allocs.num_gpu)
+    if np.any(short):
+        i = int(np.flatnonzero(short)[0])
+        raise ModelError(
+            f"allocations[{allocs.id[i]}].gpus",
+            f"holds {int(per_alloc[i])} GPUs but num_gpu is {int(allocs.num_gpu[i])}",
+        )
+    if np.any(per_alloc[allocs.node < 0] > 0):
+        i = int(np.flatnonzero((allocs.node < 0) & (per_alloc > 0))[0])
+        raise ModelError(f"allocations[{allocs.id[i]}].gpus", "unplaced task holds GPUs")
+    t = len(model.usage.times)
+    for name in ("utilization_ratio", "memory_used_bytes"):
+        if getattr(model.usage, name).shape != (t, g):
+            raise ModelError(f"usage.{name}", f"must have shape ({t}, {g})")
+
+
+# --------------------------------------------------------------------------- building
+
+
+@dataclass
+class _NodeRow:
+    name: str
+    pool: str
+    rack: str
+    gpu_model: str
+    cpu_milli: float
+    memory_mib: float
+    schedulable: bool
+    gpus: list[dict] = field(default_factory=list)
+
+
+class ModelBuilder:
+    """Collects rows from any source (readings, trace, snapshot) and freezes them into arrays.
+
+    Row-wise on purpose: sources are naturally row-wise, the arrays are built once in `build`.
+    """
+
+    def __init__(self) -> None:
+        self._nodes: list[_NodeRow] = []
+        self._node_pos: dict[str, int] = {}
+        self._allocs: list[dict] = []
+        # (alloc row, node name, gpu index, milli)
+        self._places: list[tuple[int, str, int, int]] = []
+
+    def add_node(
+        self,
+        name: str,
+        *,
+        pool: str = "",
+        rack: str = "",
+        gpu_model: str = "",
+        cpu_milli: float = math.nan,
+        memory_mib: float = math.nan,
+        schedulable: bool = True,
+    ) -> None:
+        if name in self._node_pos:
+            raise ModelError(f"nodes[{name}]", "duplicate node name")
+        self._node_pos[name] = len(self._nodes)
+        self._nodes.append(
+            _NodeRow(name, pool, rack, gpu_model, cpu_milli, memory_mib, schedulable)
+        )
+
+    def add_gpu(
+        self,
+        node: str,
+        index: int,
+        *,
+        uuid: str = "",
+        memory_total_bytes: float = math.nan,
+        healthy: bool = True,
+        lost: bool = False,
+        nvlink_island: int = UNKNOWN_ISLAND,
+        mig_enabled: bool = False,
+        utilization_ratio: float = math.nan,
+        memory_used_bytes: float = math.nan,
+    ) -> None:
+        row = self._node(node)
+        if any(gpu["index"] == index for gpu in row.gpus):
+            raise ModelError(f"nodes[{node}].gpus[{index}]", "duplicate GPU index")
+        row.gpus.append(
+            {
+                "index": index,
+                "uuid": uuid,
+                "memory_total_bytes": memory_total_bytes,
+                "healthy": healthy and not lost,
+                "lost": lost,
+                "nvlink_island": UNKNOWN_ISLAND if nvlink_island is None else nvlink_island,
+                "mig_enabled": mig_enabled,
+                "utilization_ratio": utilization_ratio,
+                "memory_used_bytes": memory_used_bytes,
+            }
+        )
+
+    def add_allocation(
+        self,
+        id: str,
+        *,
+        num_gpu: int,
+        gpu_milli: int = MILLI,
+        node: str | None = None,
+        gpus: Sequence[int] = (),
+        gpu_milli_each: Sequence[int] | None = None,
+        job: str = "",
+        tenant: str = "",
+        priority: int = 0,
+        cpu_milli: float = math.nan,
+        memory_mib: float = math.nan,
+        gpu_spec: str = "",
+        start_time: float = math.nan,
+        creation_time: float = math.nan,
+        deletion_time: float = math.nan,
+        scheduled_time: float = math.nan,
+        migratable: bool = True,
+        restart_cost_s: float = math.nan,
+        qos: str = "",
+    ) -> None:
+        """One task. `node`+`gpus` place it (device indices); `gpu_milli_each` overrides the
+        per-GPU share where GPUs differ (MIG slices)."""
+        row = len(self._allocs)
+        if node is not None:
+            self._node(node)
+            shares = list(gpu_milli_each) if gpu_milli_each is not None else [gpu_milli] * len(gpus)
+            if len(shares) != len(gpus):
+                raise ModelError(f"allocations[{id}].gpu_milli_each", "one share per GPU")
+            for index, milli in zip(gpus, shares, strict=True):
+                self._places.append((row, node, int(index), int(milli)))
+        self._allocs.append(
+            {
+                "id": id,
+                "job": job or id,
+                "tenant": tenant,
+                "priority": priority,
+                "num_gpu": num_gpu,
+                "gpu_milli": gpu_milli,
+                "cpu_milli": cpu_milli,
+                "memory_mib": memory_mib,
+                "gpu_spec": gpu_spec,
+                "node": node,
+                "start_time": start_time,
+                "creation_time": creation_time,
+                "deletion_time": deletion_time,
+                "scheduled_time": scheduled_time,
+                "migratable": migratable,
+                "restart_cost_s": restart_cost_s,
+                "qos": qos,
+            }
+        )
+
+    def _node(self, name: str) -> _NodeRow:
+        try:
+            return self._nodes[self._node_pos[name]]
+        except KeyError:
+            raise ModelError(f"nodes[{name}]", f"unknown node {name!r}") from None
+
+    def build(
+        self,
+        *,
+        timestamp: float = math.nan,
+        source: str = "",
+        usage: tuple[Sequence[float], np.ndarray, np.ndarray] | None = None,
+    ) -> ClusterModel:
+        """Freeze into arrays. `usage` = (times, util (T,G), memory (T,G)) in built GPU order."""
+        nodes = self._nodes
+        for row in nodes:
+            row.gpus.sort(key=lambda gpu: gpu["index"])
+        counts = [len(row.gpus) for row in nodes]
+        offset = np.zeros(len(nodes) + 1, dtype=np.int64)
+        np.cumsum(counts, out=offset[1:])
+        all_gpus = [gpu for row in nodes for gpu in row.gpus]
+        gpu_pos = {
+            (row.name, gpu["index"]): int(offset[i]) + j
+            for i, row in enumerate(nodes)
+            for j, gpu in enumerate(row.gpus)
+        }
+
+        def col(rows: list[dict], key: str, dtype: type) -> np.ndarray:
+            if dtype is object:
+                return _obj([r[key] for r in rows])
+            return np.array([r[key] for r in rows], dtype=dtype).reshape(len(rows))
+
+        node_cols = Nodes(
+            name=_obj([r.name for r in nodes]),
+            pool=_obj([r.pool for r in nodes]),
+            rack=_obj([r.rack for r in nodes]),
+            gpu_model=_obj([r.gpu_model for r in nodes]),
+            cpu_milli=np.array([r.cpu_milli for r in nodes], dtype=np.float64),
+            memory_mib=np.array([r.memory_mib for r in nodes], dtype=np.float64),
+            schedulable=np.array([r.schedulable for r in nodes], dtype=bool),
+            gpu_offset=offset,
+        )
+        gpu_cols = Gpus(
+            node=np.repeat(np.arange(len(nodes), dtype=np.int32), counts),
+            index=col(all_gpus, "index", np.int32),
+            uuid=col(all_gpus, "uuid", object),
+            memory_total_bytes=col(all_gpus, "memory_total_bytes", np.float64),
+            healthy=col(all_gpus, "healthy", bool),
+            lost=col(all_gpus, "lost", bool),
+            nvlink_island=col(all_gpus, "nvlink_island", np.int32),
+            mig_enabled=col(all_gpus, "mig_enabled", bool),
+            utilization_ratio=col(all_gpus, "utilization_ratio", np.float64),
+            memory_used_bytes=col(all_gpus, "memory_used_bytes", np.float64),
+        )
+        allocs = self._allocs
+        node_of = np.array(
+            [-1 if r["node"] is None else self._node_pos[r["node"]] for r in allocs],
+            dtype=np.int32,
+        )
+        alloc_cols = Allocations(
+            id=col(allocs, "id", object),
+            job=col(allocs, "job", object),
+            tenant=col(allocs, "tenant", object),
+            priority=col(allocs, "priority", np.int32),
+            num_gpu=col(allocs, "num_gpu", np.int32),
+            gpu_milli=col(allocs, "gpu_milli", np.int32),
+            cpu_milli=col(allocs, "cpu_milli", np.float64),
+            memory_mib=col(allocs, "memory_mib", np.float64),
+            gpu_spec=col(allocs, "gpu_spec", object),
+            node=node_of,
+            start_time=col(allocs, "start_time", np.float64),
+            creation_time=col(allocs, "creation_time", np.float64),
+            deletion_time=col(allocs, "deletion_time", np.float64),
+            scheduled_time=col(allocs, "scheduled_time", np.float64),
+            migratable=col(allocs, "migratable", bool),
+            restart_cost_s=col(allocs, "restart_cost_s", np.float64),
+            qos=col(allocs, "qos", object),
+        )
+        place_gpu = []
+        for alloc_row, node, index, _ in self._places:
+            try:
+                place_gpu.append(gpu_pos[(node, index)])
+            except KeyError:
+                raise ModelError(
+                    f"allocations[{allocs[alloc_row]['id']}].gpus",
+                    f"node {node!r} has no GPU {index}",
+                ) from None
+        places = Placements(
+            alloc=np.array([p[0] for p in self._places], dtype=np.int32),
+            gpu=np.array(place_gpu, dtype=np.int32),
+            milli=np.array([p[3] for p in self._places], dtype=np.int32),
+        )
+        if usage is None:
+            usage_cols = Usage.empty(len(all_gpus))
+        else:
+            times, util, memory = usage
+            usage_cols = Usage(
+                np.asarray(times, dtype=np.float64),
+                np.asarray(util, dtype=np.float32),
+                np.asarray(memory, dtype=np.float32),
+            )
+        return ClusterModel(
+            node_cols, gpu_cols, alloc_cols, places, usage_cols, timestamp=timestamp, source=source
+        )
+
+
+# --------------------------------------------------------------------------- from readings
+
+_MIG_SLICES = re.compile(r"^(\d+)g\.")
+
+
+def _mig_slices_total(model: str) -> int:
+    """Compute slices of a full MIG-capable GPU: 4 on A30, 7 on A100/H100/H200/B200."""
+    return 4 if "A30" in model.upper() else 7
+
+
+def _mig_shares(gpu: GpuReading, instance_ids: list[int | None]) -> list[int]:
+    """Milli-GPU of each listed MIG instance, by compute slices, summing exactly to the slices
+    held (so a fully carved and allocated GPU is exactly 1000, never 994 or 1001)."""
+    slices = {}
+    for mig in gpu.mig_instances:
+        match = _MIG_SLICES.match(mig.profile)
+        slices[mig.gpu_instance_id] = int(match.group(1)) if match else 1
+    total = _mig_slices_total(gpu.model)
+    shares, held = [], 0
+    for instance in instance_ids:
+        before = held
+        held += slices.get(instance, 1) if instance is not None else total
+        shares.append(
+            round(MILLI * min(held, total) / total) - round(MILLI * min(before, total) / total)
+        )
+    return shares
+
+
+def _holder_key(node: str, allocation_pod: str, namespace: str, job: str, gpu: int) -> str:
+    if allocation_pod:
+        return f"{namespace}/{allocation_pod}" if namespace else allocation_pod
+    if job:
+        return f"{job}@{node}"
+    return f"unattributed@{node}/gpu{gpu}"
+
+
+def _add_reading(builder: ModelBuilder, node: NodeReading, default_migratable: bool) -> None:
+    models = Counter(gpu.model for gpu in node.gpus if gpu.model)
+    builder.add_node(
+        node.node,
+        pool=node.pool,
+        rack=node.rack,
+        gpu_model=models.most_common(1)[0][0] if models else "",
+    )
+    derived = nvlink_islands([g.index for g in node.gpus], node.links) if node.links else {}
+    by_index = {gpu.index: gpu for gpu in node.gpus}
+    for gpu in node.gpus:
+        island = gpu.nvlink_island if gpu.nvlink_island is not None else derived.get(gpu.index)
+        builder.add_gpu(
+            node.node,
+            gpu.index,
+            uuid=gpu.uuid,
+            memory_total_bytes=_num(gpu.memory_total_bytes),
+            healthy=gpu.healthy,
+            lost=gpu.lost,
+            nvlink_island=UNKNOWN_ISLAND if island is None else island,
+            mig_enabled=bool(gpu.mig_enabled),
+            utilization_ratio=_num(gpu.utilization_ratio),
+            memory_used_bytes=_num(gpu.memory_used_bytes),
+        )
+    # Holders per GPU: (key, allocation) in reading order; GPUs with processes but no
+    # allocation are held by an unattributed, non-migratable holder.
+    per_gpu: dict[int, list[tuple[str, object]]] = defaultdict(list)
+    for alloc in node.allocations:
+        if alloc.gpu not in by_index:
+            continue
+        key = _holder_key(node.node, alloc.pod, alloc.namespace, alloc.job, alloc.gpu)
+        per_gpu[alloc.gpu].append((key, alloc))
+    for gpu in node.gpus:
+        if gpu.index not in per_gpu and gpu.processes:
+            per_gpu[gpu.index].append((_holder_key(node.node, "", "", "", gpu.index), None))
+    holders: dict[str, dict] = {}
+    for index, entries in sorted(per_gpu.items()):
+        gpu = by_index[index]
+        mig = bool(gpu.mig_enabled) and any(
+            a is not None and a.gpu_instance_id is not None for _, a in entries
+        )
+        if mig:
+            shares = _mig_shares(
+                gpu, [a.gpu_instance_id if a is not None else None for _, a in entries]
+            )
+        else:
+            # Time-sliced sharing without MIG: the holders together take the whole GPU.
+            count = len(entries)
+            shares = [MILLI // count + (1 if i < MILLI % count else 0) for i in range(count)]
+        for (key, alloc), share in zip(entries, shares, strict=True):
+            holder = holders.setdefault(key, {"gpus": [], "milli": [], "alloc": alloc})
+            if index in holder["gpus"] or share <= 0:
+                continue
+            holder["gpus"].append(index)
+            holder["milli"].append(share)
+    for key, holder in holders.items():
+        alloc = holder["alloc"]
+        if not holder["gpus"]:
+            continue
+        builder.add_allocation(
+            key,
+            num_gpu=len(holder["gpus"]),
+            gpu_milli=max(holder["milli"]),
+            node=node.node,
+            gpus=holder["gpus"],
+            gpu_milli_each=holder["milli"],
+            job=(alloc.job if alloc is not None and alloc.job else key),
+            tenant=(alloc.tenant or alloc.namespace) if alloc is not None else "",
+            priority=(alloc.priority or 0) if alloc is not None else 0,
+            migratable=default_migratable and alloc is not None,
+        )
+
+
+def _num(value: float | None) -> float:
+    return math.nan if value is None else float(value)
+
+
+def from_readings(
+    readings: Iterable[NodeReading],
+    *,
+    timestamp: float = math.nan,
+    source: str = "",
+    default_migratable: bool = True,
+) -> ClusterModel:
+    """The model of what exporters saw. Readings carry no CPU/memory capacity, priorities only
+    where known, and no start times: those stay unknown (NaN/0) rather than invented.
+
+    Sharing: a MIG instance holds its compute slices (e.g. 3g.40gb on A100 = 3/7 of the GPU);
+    several holders of one non-MIG GPU (time-slicing) together hold the whole GPU.
+    """
+    builder = ModelBuilder()
+    for node in readings:
+        _add_reading(builder, node, default_migratable)
+    return builder.build(timestamp=timestamp, source=source)

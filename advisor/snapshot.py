@@ -1,0 +1,382 @@
+"""One JSON file per cluster model: versioned, documented in docs/snapshot.md, checked on load.
+
+A snapshot is what `gpu-defrag snapshot SOURCE > FILE` writes and what every other command reads
+back as a source, so a capacity review can be re-run on exactly the state an SRE saw. Loading
+checks every field by hand and names the first bad one by its JSON path (for example
+`nodes[3].gpus[2].memory_total_bytes: expected a number or null, got "abc"`), because a planner
+fed a silently wrong snapshot would recommend migrations on a cluster that does not exist.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import IO, Any
+
+import numpy as np
+
+from advisor.model import MILLI, UNKNOWN_ISLAND, ClusterModel, ModelBuilder, ModelError
+
+SCHEMA = "gpu-defrag.snapshot"
+VERSION = 1
+
+
+class SnapshotError(ModelError):
+    """The snapshot file is not a valid snapshot; `field` is the JSON path of the problem."""
+
+
+# --------------------------------------------------------------------------- writing
+
+
+def _num(value: float) -> float | None:
+    value = float(value)
+    return None if math.isnan(value) else value
+
+
+def _int_or_num(value: float) -> int | float | None:
+    """Integral floats as ints (CPU milli, MiB), so files read naturally."""
+    number = _num(value)
+    if number is not None and number.is_integer():
+        return int(number)
+    return number
+
+
+def to_dict(model: ClusterModel) -> dict[str, Any]:
+    """The snapshot document of `model` (plain JSON types, NaN as null)."""
+    nodes, gpus, allocs = model.nodes, model.gpus, model.allocations
+    node_docs = []
+    for i in range(len(nodes)):
+        start, stop = int(nodes.gpu_offset[i]), int(nodes.gpu_offset[i + 1])
+        node_docs.append(
+            {
+                "name": nodes.name[i],
+                "pool": nodes.pool[i],
+                "rack": nodes.rack[i],
+                "gpu_model": nodes.gpu_model[i],
+                "cpu_milli": _int_or_num(nodes.cpu_milli[i]),
+                "memory_mib": _int_or_num(nodes.memory_mib[i]),
+                "schedulable": bool(nodes.schedulable[i]),
+                "gpus": [
+                    {
+                        "index": int(gpus.index[g]),
+                        "uuid": gpus.uuid[g],
+                        "memory_total_bytes": _int_or_num(gpus.memory_total_bytes[g]),
+                        "healthy": bool(gpus.healthy[g]),
+                        "lost": bool(gpus.lost[g]),
+                        "nvlink_island": (
+                            None
+                            if gpus.nvlink_island[g] == UNKNOWN_ISLAND
+                            else int(gpus.nvlink_island[g])
+                        ),
+                        "mig_enabled": bool(gpus.mig_enabled[g]),
+                        "utilization_ratio": _num(gpus.utilization_ratio[g]),
+                        "memory_used_bytes": _int_or_num(gpus.memory_used_bytes[g]),
+                    }
+                    for g in range(start, stop)
+                ],
+            }
+        )
+    places = model.placements
+    order = np.argsort(places.alloc, kind="stable")
+    bounds = np.searchsorted(places.alloc[order], np.arange(len(allocs) + 1))
+    alloc_docs = []
+    for a in range(len(allocs)):
+        rows = order[bounds[a] : bounds[a + 1]]
+        node = int(allocs.node[a])
+        doc: dict[str, Any] = {
+            "id": allocs.id[a],
+            "job": allocs.job[a],
+            "tenant": allocs.tenant[a],
+            "priority": int(allocs.priority[a]),
+            "num_gpu": int(allocs.num_gpu[a]),
+            "gpu_milli": int(allocs.gpu_milli[a]),
+            "cpu_milli": _int_or_num(allocs.cpu_milli[a]),
+            "memory_mib": _int_or_num(allocs.memory_mib[a]),
+            "gpu_spec": allocs.gpu_spec[a],
+            "node": None if node < 0 else nodes.name[node],
+            "gpus": [int(gpus.index[places.gpu[r]]) for r in rows],
+        }
+        milli_each = [int(places.milli[r]) for r in rows]
+        if any(m != allocs.gpu_milli[a] for m in milli_each):
+            doc["gpu_milli_each"] = milli_each
+        doc.update(
+            {
+                "start_time": _num(allocs.start_time[a]),
+                "creation_time": _num(allocs.creation_time[a]),
+                "deletion_time": _num(allocs.deletion_time[a]),
+                "scheduled_time": _num(allocs.scheduled_time[a]),
+                "migratable": bool(allocs.migratable[a]),
+                "restart_cost_s": _num(allocs.restart_cost_s[a]),
+                "qos": allocs.qos[a],
+            }
+        )
+        alloc_docs.append(doc)
+    usage = model.usage
+
+    def matrix(values: np.ndarray) -> list[list[float | None]]:
+        return [[None if math.isnan(v) else v for v in row] for row in values.tolist()]
+
+    return {
+        "schema": SCHEMA,
+        "version": VERSION,
+        "timestamp": _num(model.timestamp),
+        "source": model.source,
+        "nodes": node_docs,
+        "allocations": alloc_docs,
+        "usage": {
+            "times": usage.times.tolist(),
+            "utilization_ratio": matrix(usage.utilization_ratio),
+            "memory_used_bytes": matrix(usage.memory_used_bytes),
+        },
+    }
+
+
+def dump(model: ClusterModel, stream: IO[str]) -> None:
+    json.dump(to_dict(model), stream, allow_nan=False, separators=(",", ":"))
+    stream.write("\n")
+
+
+def save(model: ClusterModel, path: str | Path) -> None:
+    with open(path, "w", encoding="utf-8") as stream:
+        dump(model, stream)
+
+
+# --------------------------------------------------------------------------- reading
+
+
+class _Fields:
+    """Typed access to one JSON object that names the path of any bad field."""
+
+    def __init__(self, doc: Any, path: str) -> None:
+        if not isinstance(doc, dict):
+            raise SnapshotError(path or "(top level)", f"expected an object, got {_show(doc)}")
+        self.doc, self.path = doc, path
+
+    def _where(self, key: str) -> str:
+        return f"{self.path}.{key}" if self.path else key
+
+    def _get(self, key: str, required: bool) -> Any:
+        if key not in self.doc:
+            if required:
+                raise SnapshotError(self._where(key), "required field is missing")
+            return None
+        return self.doc[key]
+
+    def string(self, key: str, *, required: bool = False) -> str:
+        value = self._get(key, required)
+        if value is None and not required:
+            return ""
+        if not isinstance(value, str):
+            raise SnapshotError(self._where(key), f"expected a string, got {_show(value)}")
+        return value
+
+    def number(self, key: str, *, minimum: float | None = None) -> float:
+        """A number or null (-> NaN)."""
+        value = self._get(key, False)
+        if value is None:
+            return math.nan
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise SnapshotError(self._where(key), f"expected a number or null, got {_show(value)}")
+        if minimum is not None and value < minimum:
+            raise SnapshotError(self._where(key), f"must be >= {minimum:g}, got {value}")
+        return float(value)
+
+    def integer(
+        self,
+        key: str,
+        default: int | None = None,
+        *,
+        minimum: int | None = None,
+        maximum: int | None = None,
+    ) -> int:
+        value = self._get(key, default is None)
+        if value is None:
+            return default  # type: ignore[return-value]
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise SnapshotError(self._where(key), f"expected an integer, got {_show(value)}")
+        if (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
+            raise SnapshotError(
+                self._where(key), f"must be within {minimum}..{maximum}, got {value}"
+            )
+        return value
+
+    def optional_integer(self, key: str) -> int | None:
+        return None if self._get(key, False) is None else self.integer(key)
+
+    def boolean(self, key: str, default: bool) -> bool:
+        value = self._get(key, False)
+        if value is None:
+            return default
+        if not isinstance(value, bool):
+            raise SnapshotError(self._where(key), f"expected true or false, got {_show(value)}")
+        return value
+
+    def array(self, key: str, *, required: bool = False) -> list[Any]:
+        value = self._get(key, required)
+        if value is None:
+            return []
+        if not isinstance(value, list):
+            raise SnapshotError(self._where(key), f"expected an array, got {_show(value)}")
+        return value
+
+
+def _show(value: Any) -> str:
+    text = json.dumps(value) if not isinstance(value, float) or math.isfinite(value) else "NaN"
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _usage(doc: Any, gpu_count: int) -> tuple[list[float], np.ndarray, np.ndarray] | None:
+    if doc is None:
+        return None
+    fields = _Fields(doc, "usage")
+    times = fields.array("times")
+    for t, value in enumerate(times):
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise SnapshotError(f"usage.times[{t}]", f"expected a number, got {_show(value)}")
+    matrices = []
+    for key in ("utilization_ratio", "memory_used_bytes"):
+        rows = fields.array(key)
+        if len(rows) != len(times):
+            raise SnapshotError(f"usage.{key}", f"has {len(rows)} rows for {len(times)} times")
+        out = np.full((len(times), gpu_count), np.nan, dtype=np.float32)
+        for t, row in enumerate(rows):
+            if not isinstance(row, list) or len(row) != gpu_count:
+                raise SnapshotError(
+                    f"usage.{key}[{t}]", f"expected an array of {gpu_count} numbers or nulls"
+                )
+            for g, value in enumerate(row):
+                if value is None:
+                    continue
+                if isinstance(value, bool) or not isinstance(value, int | float):
+                    raise SnapshotError(
+                        f"usage.{key}[{t}][{g}]", f"expected a number or null, got {_show(value)}"
+                    )
+                out[t, g] = value
+        matrices.append(out)
+    return times, matrices[0], matrices[1]
+
+
+def from_dict(doc: Any) -> ClusterModel:
+    """Check and build; SnapshotError names the first bad field by its JSON path."""
+    top = _Fields(doc, "")
+    schema = top.string("schema", required=True)
+    if schema != SCHEMA:
+        raise SnapshotError("schema", f"expected {SCHEMA!r}, got {schema!r}")
+    version = top.integer("version")
+    if version > VERSION or version < 1:
+        raise SnapshotError(
+            "version", f"snapshot version {version} is not readable here (reads 1..{VERSION})"
+        )
+    builder = ModelBuilder()
+    gpu_count = 0
+    for i, raw in enumerate(top.array("nodes", required=True)):
+        node = _Fields(raw, f"nodes[{i}]")
+        name = node.string("name", required=True)
+        _wrap(
+            node.path,
+            lambda node=node, name=name: builder.add_node(
+                name,
+                pool=node.string("pool"),
+                rack=node.string("rack"),
+                gpu_model=node.string("gpu_model"),
+                cpu_milli=node.number("cpu_milli", minimum=0),
+                memory_mib=node.number("memory_mib", minimum=0),
+                schedulable=node.boolean("schedulable", True),
+            ),
+        )
+        for j, raw_gpu in enumerate(node.array("gpus")):
+            gpu = _Fields(raw_gpu, f"nodes[{i}].gpus[{j}]")
+            island = gpu.optional_integer("nvlink_island")
+            _wrap(
+                gpu.path,
+                lambda gpu=gpu, name=name, island=island: builder.add_gpu(
+                    name,
+                    gpu.integer("index", minimum=0),
+                    uuid=gpu.string("uuid"),
+                    memory_total_bytes=gpu.number("memory_total_bytes", minimum=0),
+                    healthy=gpu.boolean("healthy", True),
+                    lost=gpu.boolean("lost", False),
+                    nvlink_island=UNKNOWN_ISLAND if island is None else island,
+                    mig_enabled=gpu.boolean("mig_enabled", False),
+                    utilization_ratio=gpu.number("utilization_ratio", minimum=0),
+                    memory_used_bytes=gpu.number("memory_used_bytes", minimum=0),
+                ),
+            )
+            gpu_count += 1
+    for i, raw in enumerate(top.array("allocations")):
+        alloc = _Fields(raw, f"allocations[{i}]")
+        node_name = alloc.doc.get("node")
+        if node_name is not None:
+            node_name = alloc.string("node")
+        gpus = alloc.array("gpus")
+        for j, index in enumerate(gpus):
+            if isinstance(index, bool) or not isinstance(index, int):
+                raise SnapshotError(
+                    f"{alloc.path}.gpus[{j}]", f"expected a GPU index, got {_show(index)}"
+                )
+        if gpus and node_name is None:
+            raise SnapshotError(f"{alloc.path}.gpus", "GPUs listed but node is null")
+        each = alloc.array("gpu_milli_each") if "gpu_milli_each" in alloc.doc else None
+        if each is not None:
+            for j, milli in enumerate(each):
+                if isinstance(milli, bool) or not isinstance(milli, int) or not 0 < milli <= MILLI:
+                    raise SnapshotError(
+                        f"{alloc.path}.gpu_milli_each[{j}]", f"expected 1..1000, got {_show(milli)}"
+                    )
+        _wrap(
+            alloc.path,
+            lambda alloc=alloc, node_name=node_name, gpus=gpus, each=each: builder.add_allocation(
+                alloc.string("id", required=True),
+                num_gpu=alloc.integer("num_gpu", minimum=0, maximum=1024),
+                gpu_milli=alloc.integer("gpu_milli", MILLI, minimum=0, maximum=MILLI),
+                node=node_name,
+                gpus=gpus,
+                gpu_milli_each=each,
+                job=alloc.string("job"),
+                tenant=alloc.string("tenant"),
+                priority=alloc.integer("priority", 0),
+                cpu_milli=alloc.number("cpu_milli", minimum=0),
+                memory_mib=alloc.number("memory_mib", minimum=0),
+                gpu_spec=alloc.string("gpu_spec"),
+                start_time=alloc.number("start_time"),
+                creation_time=alloc.number("creation_time"),
+                deletion_time=alloc.number("deletion_time"),
+                scheduled_time=alloc.number("scheduled_time"),
+                migratable=alloc.boolean("migratable", True),
+                restart_cost_s=alloc.number("restart_cost_s", minimum=0),
+                qos=alloc.string("qos"),
+            ),
+        )
+    usage = _usage(doc.get("usage"), gpu_count)
+    timestamp = top.number("timestamp")
+    try:
+        return builder.build(timestamp=timestamp, source=top.string("source"), usage=usage)
+    except SnapshotError:
+        raise
+    except ModelError as error:
+        raise SnapshotError(error.field, error.problem) from None
+
+
+def _wrap(path: str, add: Any) -> None:
+    """Run a builder call; a ModelError from it is re-raised under the snapshot path."""
+    try:
+        add()
+    except SnapshotError:
+        raise
+    except ModelError as error:
+        raise SnapshotError(path, error.problem) from None
+
+
+def load(path: str | Path) -> ClusterModel:
+    """Read a snapshot file; SnapshotError (a ValueError) says which field is wrong and why."""
+    try:
+        with open(path, encoding="utf-8") as stream:
+            doc = json.load(stream)
+    except json.JSONDecodeError as error:
+        raise SnapshotError(
+            "(file)", f"not JSON: {error.msg} at line {error.lineno} column {error.colno}"
+        ) from None
+    except OSError as error:
+        raise SnapshotError("(file)", f"cannot read {path}: {error.strerror}") from None
+    return from_dict(doc)

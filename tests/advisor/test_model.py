@@ -1,0 +1,160 @@
+"""Model builder: whole, fractional, MIG and multi-GPU holders; lost GPUs; validation errors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from advisor.model import MILLI, ModelBuilder, ModelError, from_readings
+from exporter.readings import (
+    Allocation,
+    GpuProcess,
+    GpuReading,
+    MigInstance,
+    NodeReading,
+    TopologyLink,
+)
+
+
+def _node(name: str = "n1", gpus: int = 8, model: str = "A100") -> NodeReading:
+    return NodeReading(
+        name,
+        pool="train",
+        rack="r1",
+        gpus=[
+            GpuReading(i, uuid=f"GPU-{name}-{i}", model=model, memory_total_bytes=80e9)
+            for i in range(gpus)
+        ],
+    )
+
+
+def test_multi_gpu_pod_is_one_allocation_holding_whole_gpus() -> None:
+    node = _node()
+    node.allocations = [
+        Allocation(i, pod="train-0", namespace="ml", tenant="team-a") for i in (0, 1, 2, 3)
+    ]
+    model = from_readings([node])
+    assert list(model.allocations.id) == ["ml/train-0"]
+    assert model.allocations.num_gpu[0] == 4
+    assert model.allocations.gpu_milli[0] == MILLI
+    assert model.allocations.tenant[0] == "team-a"
+    assert list(model.gpu_milli_allocated) == [1000] * 4 + [0] * 4
+    assert int(model.gpu_is_free.sum()) == 4
+
+
+def test_time_sliced_holders_share_the_whole_gpu() -> None:
+    node = _node(gpus=2)
+    node.allocations = [Allocation(0, pod=p, namespace="ns") for p in ("a", "b", "c")]
+    model = from_readings([node])
+    assert sorted(model.allocations.gpu_milli.tolist()) == [333, 333, 334]
+    assert model.gpu_milli_allocated[0] == MILLI
+    assert model.allocations.tenant.tolist() == ["ns"] * 3  # namespace when no tenant
+
+
+def test_mig_instances_hold_their_compute_slices_exactly() -> None:
+    node = _node(gpus=2)
+    gpu = node.gpus[0]
+    gpu.mig_enabled = True
+    gpu.mig_instances = [MigInstance(1, 0, "3g.40gb"), MigInstance(2, 0, "4g.40gb")]
+    node.allocations = [Allocation(0, pod="m1", gpu_instance_id=1)]
+    model = from_readings([node])
+    assert model.allocations.gpu_milli.tolist() == [429]  # 3/7 of the GPU
+    assert model.gpu_free_milli.tolist() == [571, 1000]
+    node.allocations.append(Allocation(0, pod="m2", gpu_instance_id=2))
+    model = from_readings([node])
+    assert model.gpu_milli_allocated[0] == MILLI  # 3/7 + 4/7 is exactly the whole GPU
+    assert not model.gpu_is_free[0]
+
+
+def test_lost_and_unhealthy_gpus_are_neither_free_nor_allocatable() -> None:
+    node = _node(gpus=4)
+    node.gpus[1].lost = True
+    node.gpus[2].healthy = False
+    model = from_readings([node])
+    assert model.gpu_is_free.tolist() == [True, False, False, True]
+    assert model.gpu_free_milli.tolist() == [1000, 0, 0, 1000]
+    assert not model.gpus.healthy[1]  # lost implies unhealthy
+
+
+def test_processes_without_allocation_hold_the_gpu_unmigratably() -> None:
+    node = _node(gpus=2)
+    node.gpus[1].processes = [GpuProcess(pid=42)]
+    model = from_readings([node])
+    assert model.allocations.id.tolist() == ["unattributed@n1/gpu1"]
+    assert not model.allocations.migratable[0]
+    assert model.gpu_is_free.tolist() == [True, False]
+
+
+def test_islands_come_from_links_when_not_given() -> None:
+    node = _node(gpus=4)
+    node.links = [TopologyLink(0, 1, "nvlink", 12), TopologyLink(2, 3, "nvlink", 12)]
+    model = from_readings([node])
+    assert model.gpus.nvlink_island.tolist() == [0, 0, 2, 2]
+
+
+def test_gpus_are_ordered_by_node_then_index_and_nodes_keep_pool_and_rack() -> None:
+    a, b = _node("a", gpus=2), _node("b", gpus=3)
+    b.gpus.reverse()
+    model = from_readings([a, b])
+    assert model.nodes.gpu_offset.tolist() == [0, 2, 5]
+    assert model.gpus.index.tolist() == [0, 1, 0, 1, 2]
+    assert model.gpus.node.tolist() == [0, 0, 1, 1, 1]
+    assert model.nodes.rack.tolist() == ["r1", "r1"]
+    assert model.nodes.gpu_model.tolist() == ["A100", "A100"]
+    assert model.gpu_row(1, 2) == 4
+
+
+def _builder() -> ModelBuilder:
+    builder = ModelBuilder()
+    builder.add_node("n1", cpu_milli=64000, memory_mib=262144)
+    for i in range(2):
+        builder.add_gpu("n1", i)
+    return builder
+
+
+def test_builder_counts_cpu_and_memory_of_placed_tasks_only() -> None:
+    builder = _builder()
+    builder.add_allocation(
+        "a", num_gpu=1, gpu_milli=500, node="n1", gpus=[0], cpu_milli=8000, memory_mib=1024
+    )
+    builder.add_allocation("pending", num_gpu=1, cpu_milli=4000)
+    model = builder.build()
+    assert model.node_cpu_free.tolist() == [56000]
+    assert model.node_memory_free.tolist() == [262144 - 1024]
+    assert model.gpu_free_milli.tolist() == [500, 1000]
+
+
+def test_oversubscribed_gpu_is_rejected_with_its_name() -> None:
+    builder = _builder()
+    builder.add_allocation("a", num_gpu=1, gpu_milli=600, node="n1", gpus=[1])
+    builder.add_allocation("b", num_gpu=1, gpu_milli=600, node="n1", gpus=[1])
+    with pytest.raises(ModelError, match=r"gpus\[n1/gpu1\]: oversubscribed: 1200"):
+        builder.build()
+
+
+def test_task_holding_fewer_gpus_than_requested_is_rejected() -> None:
+    builder = _builder()
+    builder.add_allocation("a", num_gpu=2, node="n1", gpus=[0])
+    with pytest.raises(ModelError, match=r"allocations\[a\]\.gpus: holds 1 GPUs but num_gpu is 2"):
+        builder.build()
+
+
+def test_unknown_gpu_and_duplicate_ids_are_rejected() -> None:
+    builder = _builder()
+    builder.add_allocation("a", num_gpu=1, node="n1", gpus=[7])
+    with pytest.raises(ModelError, match="node 'n1' has no GPU 7"):
+        builder.build()
+    builder = _builder()
+    builder.add_allocation("a", num_gpu=0)
+    builder.add_allocation("a", num_gpu=0)
+    with pytest.raises(ModelError, match=r"allocations\[a\]: duplicate allocation id"):
+        builder.build()
+    with pytest.raises(ModelError, match="duplicate GPU index"):
+        _builder().add_gpu("n1", 0)
+
+
+def test_derived_arrays_are_read_only() -> None:
+    model = _builder().build()
+    with pytest.raises(ValueError):
+        model.gpu_free_milli[0] = 0
+    assert np.isnan(model.gpus.utilization_ratio).all()

@@ -1,0 +1,135 @@
+"""Snapshot round trip and the field-naming errors of a bad file."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import numpy as np
+import pytest
+
+from advisor import snapshot
+from advisor.model import ModelBuilder
+from advisor.snapshot import SnapshotError
+
+
+def _model():
+    builder = ModelBuilder()
+    builder.add_node("n1", pool="p", rack="r1", gpu_model="A100", cpu_milli=64000, memory_mib=1024)
+    builder.add_node("n2", schedulable=False)
+    for i in range(2):
+        builder.add_gpu(
+            "n1", i, uuid=f"u{i}", memory_total_bytes=80e9, nvlink_island=0, utilization_ratio=0.5
+        )
+    builder.add_gpu("n2", 0, lost=True)
+    builder.add_allocation(
+        "ns/a",
+        num_gpu=2,
+        node="n1",
+        gpus=[0, 1],
+        gpu_milli_each=[1000, 429],
+        gpu_milli=1000,
+        job="j",
+        tenant="t",
+        priority=5,
+        cpu_milli=1500,
+        start_time=10.0,
+        migratable=False,
+        restart_cost_s=60,
+    )
+    builder.add_allocation("pending", num_gpu=1, gpu_milli=300, gpu_spec="T4|P100", creation_time=3)
+    usage = ([1.0, 2.0], np.array([[0.1, np.nan, 0.0], [0.2, 0.3, 0.0]]), np.zeros((2, 3)))
+    return builder.build(timestamp=123.0, source="test", usage=usage)
+
+
+def test_round_trip_keeps_every_field(tmp_path) -> None:
+    model = _model()
+    path = tmp_path / "s.json"
+    snapshot.save(model, path)
+    back = snapshot.load(path)
+    assert snapshot.to_dict(back) == snapshot.to_dict(model)
+    assert back.timestamp == 123.0 and back.source == "test"
+    assert back.placements.milli.tolist() == [1000, 429]
+    assert back.allocations.node.tolist() == [0, -1]
+    assert np.isnan(back.usage.utilization_ratio[0, 1])
+    assert back.gpus.lost.tolist() == [False, False, True]
+    assert not back.nodes.schedulable[1]
+    doc = json.loads(path.read_text())
+    assert doc["schema"] == "gpu-defrag.snapshot" and doc["version"] == 1
+    assert doc["nodes"][0]["cpu_milli"] == 64000 and doc["nodes"][1]["cpu_milli"] is None
+
+
+def _bad(mutate) -> str:
+    doc = snapshot.to_dict(_model())
+    doc = copy.deepcopy(doc)
+    mutate(doc)
+    with pytest.raises(SnapshotError) as error:
+        snapshot.from_dict(doc)
+    return str(error.value)
+
+
+def test_errors_name_the_field_and_the_problem() -> None:
+    def bad_memory(d):
+        d["nodes"][0]["gpus"][1]["memory_total_bytes"] = "abc"
+
+    assert (
+        _bad(bad_memory)
+        == 'nodes[0].gpus[1].memory_total_bytes: expected a number or null, got "abc"'
+    )
+
+    def no_name(d):
+        del d["nodes"][1]["name"]
+
+    assert _bad(no_name) == "nodes[1].name: required field is missing"
+
+    def newer(d):
+        d["version"] = 2
+
+    assert _bad(newer).startswith("version: snapshot version 2 is not readable")
+
+    def milli(d):
+        d["allocations"][1]["gpu_milli"] = 1500
+
+    assert _bad(milli) == "allocations[1].gpu_milli: must be within 0..1000, got 1500"
+
+    def unknown_node(d):
+        d["allocations"][0]["node"] = "nope"
+
+    assert _bad(unknown_node) == "allocations[0]: unknown node 'nope'"
+
+    def wrong_gpu(d):
+        d["allocations"][0]["gpus"] = [0, 5]
+
+    assert "node 'n1' has no GPU 5" in _bad(wrong_gpu)
+
+    def overbooked(d):
+        d["allocations"][1].update(node="n1", gpus=[1], gpu_milli=700)
+
+    assert _bad(overbooked) == "gpus[n1/gpu1]: oversubscribed: 1129 milli-GPU allocated > 1000"
+
+    def ragged(d):
+        d["usage"]["utilization_ratio"][1] = [0.1]
+
+    assert _bad(ragged) == "usage.utilization_ratio[1]: expected an array of 3 numbers or nulls"
+
+    def boolean(d):
+        d["nodes"][0]["schedulable"] = "yes"
+
+    assert _bad(boolean) == 'nodes[0].schedulable: expected true or false, got "yes"'
+
+    def not_object(d):
+        d["allocations"][0] = 7
+
+    assert _bad(not_object) == "allocations[0]: expected an object, got 7"
+
+
+def test_load_reports_non_json_and_missing_files(tmp_path) -> None:
+    path = tmp_path / "x.json"
+    path.write_text("{nope")
+    with pytest.raises(SnapshotError, match=r"\(file\): not JSON: .* line 1 column 2"):
+        snapshot.load(path)
+    with pytest.raises(SnapshotError, match="cannot read"):
+        snapshot.load(tmp_path / "missing.json")
+    path.write_text(json.dumps({"schema": "other", "version": 1, "nodes": []}))
+    with pytest.raises(SnapshotError, match=r"schema: expected 'gpu-defrag\.snapshot'"):
+        snapshot.load(path)
