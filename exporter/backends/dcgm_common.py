@@ -1,0 +1,216 @@
+"""DCGM field semantics shared by the `dcgm` and `dcgm-exporter` backends.
+
+Both backends see the same DCGM fields under the same names (a running dcgm-exporter exposes
+them as `DCGM_FI_*` series, the Python bindings as `dcgm_fields.DCGM_FI_*` ids), so the unit
+conversions, blank handling and XID bookkeeping live here once. Scalar conversions come from
+`exporter.contract.DCGM_COMPAT`, so the compat renderer and these backends cannot disagree
+about a unit.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Hashable
+
+from exporter.contract import DCGM_COMPAT
+from exporter.readings import CLOCK_EVENT_REASONS, GpuReading
+
+# DCGM "blank" sentinels (dcgmvalue.py): int64 blank 0x7ffffffffffffff0 and its NOT_FOUND /
+# NOT_SUPPORTED / NOT_PERMISSIONED successors, the same for int32 (0x7ffffff0..) and fp64 (2**47..).
+INT64_BLANK = 0x7FFFFFFFFFFFFFF0
+INT32_BLANK = 0x7FFFFFF0
+FP64_BLANK = 140737488355328.0
+_BLANK_WIDTH = 16  # every sentinel lies in [BLANK, BLANK + 16)
+
+
+def is_blank(value: object) -> bool:
+    """True for DCGM sentinels, NaN and `<<<...>>>` strings: "no value", never a reading."""
+    if value is None:
+        return True
+    if isinstance(value, bytes):
+        value = value.decode(errors="replace")
+    if isinstance(value, str):
+        return value.startswith("<<<") and ">>>" in value
+    if not isinstance(value, int | float):
+        return True
+    if isinstance(value, float) and math.isnan(value):
+        return True
+    if value >= INT64_BLANK:  # text "9223372036854775794" parses to 2**63, still >= the blank
+        return True
+    if INT32_BLANK <= value < INT32_BLANK + _BLANK_WIDTH:
+        return True
+    return FP64_BLANK <= value < FP64_BLANK + _BLANK_WIDTH
+
+
+def _attribute(metric: str) -> str:
+    """Contract metric name -> GpuReading attribute (`gpu_energy_joules_total` -> `energy_joules`)."""
+    name = metric.removeprefix("gpu_")
+    return name.removesuffix("_total")
+
+
+# DCGM field name -> (GpuReading attribute, divisor that turns DCGM's unit into our base unit).
+SCALARS: dict[str, tuple[str, float]] = {
+    name: (_attribute(ours), factor) for name, (ours, factor) in DCGM_COMPAT.items()
+}
+# SM_ACTIVE is the true SM activity; GR_ENGINE_ACTIVE (in the contract for compat output) only
+# stands in for it when SM_ACTIVE is not watched. Applied after the contract fields, so it wins.
+PREFERRED_SCALARS: dict[str, tuple[str, float]] = {
+    "DCGM_FI_PROF_SM_ACTIVE": ("sm_active_ratio", 1.0),
+}
+
+# Keyed counters: field -> (dict attribute, key). Volatile ECC only fills in when the aggregate
+# (lifetime) counter is absent, because our ECC metric is the lifetime counter.
+KEYED: dict[str, tuple[str, str]] = {
+    "DCGM_FI_DEV_ECC_SBE_AGG_TOTAL": ("ecc_errors", "corrected"),
+    "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL": ("ecc_errors", "uncorrected"),
+    "DCGM_FI_DEV_RETIRED_SBE": ("retired_pages", "single_bit"),
+    "DCGM_FI_DEV_RETIRED_DBE": ("retired_pages", "double_bit"),
+    "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS": ("remapped_rows", "correctable"),
+    "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS": ("remapped_rows", "uncorrectable"),
+}
+KEYED_FALLBACK: dict[str, tuple[str, str]] = {
+    "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL": ("ecc_errors", "corrected"),
+    "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL": ("ecc_errors", "uncorrected"),
+}
+FLAGS: dict[str, str] = {
+    "DCGM_FI_DEV_RETIRED_PENDING": "retired_pages_pending",
+    "DCGM_FI_DEV_ROW_REMAP_PENDING": "remapped_rows_pending",
+    "DCGM_FI_DEV_ROW_REMAP_FAILURE": "remapped_rows_failure",
+    "DCGM_FI_DEV_MIG_MODE": "mig_enabled",
+}
+# Violation counters are microseconds (dcgm-exporter CSV help: "in us") -> seconds per reason.
+# Board-limit and reliability violations have no NVML clock-event reason, so they are not mapped.
+VIOLATIONS: dict[str, str] = {
+    "DCGM_FI_DEV_POWER_VIOLATION": "sw_power_cap",
+    "DCGM_FI_DEV_THERMAL_VIOLATION": "sw_thermal_slowdown",
+    "DCGM_FI_DEV_SYNC_BOOST_VIOLATION": "sync_boost",
+    "DCGM_FI_DEV_LOW_UTIL_VIOLATION": "gpu_idle",
+}
+# The clock-event reason bitmask (field 112; renamed from CLOCK_THROTTLE_REASONS in DCGM 3.3).
+CLOCK_EVENT_MASKS = ("DCGM_FI_DEV_CLOCKS_EVENT_REASONS", "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS")
+XID_FIELD = "DCGM_FI_DEV_XID_ERRORS"
+# Identity fields (strings) the `dcgm` backend reads through the same field API.
+IDENTITY: dict[str, str] = {
+    "DCGM_FI_DEV_UUID": "uuid",
+    "DCGM_FI_DEV_NAME": "model",
+    "DCGM_FI_DEV_PCI_BUSID": "pci_bus_id",
+    "DCGM_FI_DEV_SERIAL": "serial",
+    "DCGM_FI_DEV_VBIOS_VERSION": "vbios_version",
+}
+# XID codes after which the GPU has fallen off the bus: nothing else it reports is trusted.
+XID_GPU_LOST = frozenset({79})
+
+ALL_NUMERIC_FIELDS: tuple[str, ...] = (
+    *SCALARS,
+    *PREFERRED_SCALARS,
+    *KEYED,
+    *KEYED_FALLBACK,
+    *FLAGS,
+    *VIOLATIONS,
+    *CLOCK_EVENT_MASKS,
+    XID_FIELD,
+)
+
+
+def apply_fields(gpu: GpuReading, values: dict[str, float]) -> None:
+    """Set every known numeric DCGM field of one GPU from `{field name: raw value}`.
+
+    Blank values are skipped, so the reading keeps None (a gap) instead of a sentinel. XID is
+    not handled here: the last-code gauge needs state across cycles (see `XidTracker`).
+    """
+    clean = {name: float(value) for name, value in values.items() if not is_blank(value)}
+    for table in (SCALARS, PREFERRED_SCALARS):
+        for name, (attribute, divisor) in table.items():
+            if name in clean:
+                setattr(gpu, attribute, clean[name] / divisor)
+    for table in (KEYED_FALLBACK, KEYED):  # aggregate applied last, so it wins
+        for name, (attribute, key) in table.items():
+            if name in clean:
+                getattr(gpu, attribute)[key] = clean[name]
+    for name, attribute in FLAGS.items():
+        if name in clean:
+            setattr(gpu, attribute, clean[name] != 0)
+    for name, reason in VIOLATIONS.items():
+        if name in clean:
+            gpu.clock_event_seconds[reason] = clean[name] * 1e-6
+    for name in CLOCK_EVENT_MASKS:
+        if name in clean:
+            mask = int(clean[name])
+            gpu.clock_event_active.update(
+                {reason: bool(mask >> bit & 1) for bit, reason in enumerate(CLOCK_EVENT_REASONS)}
+            )
+    fill_memory_total(gpu)
+    if gpu.remapped_rows_failure:
+        gpu.healthy = False
+
+
+def fill_memory_total(gpu: GpuReading) -> None:
+    """FB_TOTAL is not in dcgm-exporter's default set: total = used + free (+ reserved)."""
+    if gpu.memory_total_bytes is None and None not in (
+        gpu.memory_used_bytes,
+        gpu.memory_free_bytes,
+    ):
+        gpu.memory_total_bytes = (
+            gpu.memory_used_bytes + gpu.memory_free_bytes + (gpu.memory_reserved_bytes or 0.0)
+        )
+
+
+class XidTracker:
+    """Turns DCGM's XID views into our monotonically increasing per-code counters.
+
+    DCGM itself keeps only the LAST XID code per GPU in `DCGM_FI_DEV_XID_ERRORS`, a gauge that is
+    not reset until the driver reloads. From that alone only a *change* of code is visible, so a
+    GPU that raises XID 13 twice in a row (or twice between two collections) counts once:
+    repeats are invisible and the counter undercounts. dcgm-exporter can do better, and we use
+    its series when the scrape has them, best first:
+    `DCGM_EXP_XID_ERRORS_TOTAL{xid}` (cumulative since exporter start; a drop means the exporter
+    restarted, so the new value is all new events), then `DCGM_EXP_XID_ERRORS_COUNT{xid}`
+    (events inside a sliding window; each rise is added, which still undercounts when old events
+    leave the window in the same interval as new ones arrive).
+    State is kept per GPU key between cycles, so a code seen once stays exported.
+    """
+
+    def __init__(self) -> None:
+        self._totals: dict[Hashable, Counter[int]] = {}
+        self._last_code: dict[Hashable, int] = {}
+        self._previous: dict[Hashable, dict[int, float]] = {}
+        self._last_time: dict[Hashable, float] = {}
+        self._lost: dict[Hashable, bool] = {}
+
+    def observe_last_code(self, key: Hashable, code: float | None, now: float) -> None:
+        """One reading of the last-XID gauge; a new non-zero code counts as one event."""
+        if code is None or is_blank(code):
+            return
+        current = int(code)
+        totals = self._totals.setdefault(key, Counter())
+        if current != 0 and current != self._last_code.get(key):
+            totals[current] += 1
+            self._last_time[key] = now
+        self._last_code[key] = current
+        self._lost[key] = current in XID_GPU_LOST
+
+    def observe_counts(
+        self, key: Hashable, counts: dict[int, float], now: float, *, cumulative: bool
+    ) -> None:
+        """One reading of per-code counts: cumulative totals, or counts inside a window."""
+        totals = self._totals.setdefault(key, Counter())
+        previous = self._previous.get(key, {})
+        for code, count in counts.items():
+            before = previous.get(code, 0.0)
+            rise = count if cumulative and count < before else count - before
+            if rise > 0:
+                totals[code] += int(rise)
+                self._last_time[key] = now
+        self._previous[key] = dict(counts)
+        self._lost[key] = any(counts.get(code, 0) > 0 for code in XID_GPU_LOST)
+
+    def apply(self, key: Hashable, gpu: GpuReading) -> None:
+        """Copy the accumulated counters into the reading; XID 79 marks the GPU lost."""
+        totals = self._totals.get(key)
+        if totals:
+            gpu.xid_errors = {code: float(count) for code, count in sorted(totals.items())}
+            gpu.xid_last_timestamp_seconds = self._last_time.get(key)
+        if self._lost.get(key):
+            gpu.lost = True
+            gpu.healthy = False
