@@ -134,7 +134,7 @@ class CgroupAttribution:
         self._pending: dict[int, None] = {}  # insertion-ordered set
         self._pods: dict[str, tuple[str, str]] = {}
         self._containers: dict[str, str] = {}
-        self._unreadable_logged = False
+        self._host_pid_ns: bool | None = None  # checked on each refresh
 
     def process_owner(self, pid: int) -> Owner | None:
         """Cached answer; a miss queues the PID for the background thread and returns None."""
@@ -165,6 +165,7 @@ class CgroupAttribution:
 
     def refresh(self) -> None:
         """Periodic: re-scan pod names, drop exited/reused PIDs, recompute owners, read queued PIDs."""
+        self._check_host_pid_namespace()
         self._pods = scan_pod_logs(self.pod_logs_dir)
         self._containers = scan_container_logs(self.containers_log_dir)
         with self._lock:
@@ -184,15 +185,34 @@ class CgroupAttribution:
     def __len__(self) -> int:
         return len(self._cache)
 
+    def _check_host_pid_namespace(self) -> bool:
+        """NVML reports host PIDs; in a private PID namespace `/proc/<pid>` is someone else.
+
+        PID 2 is the kernel's kthreadd only in the host namespace, so its absence means the
+        exporter runs without `hostPID`, and answering would attribute the wrong process.
+        """
+        try:
+            comm = Path(self.proc_root, "2", "comm").read_text().strip()
+        except OSError:
+            comm = ""
+        host = comm == "kthreadd"
+        if not host and self._host_pid_ns is not False:
+            log.warning(
+                "%s is not the host PID namespace (no kthreadd at PID 2); process owners "
+                "unknown: run with hostPID and mount the host /proc",
+                self.proc_root,
+            )
+        self._host_pid_ns = host
+        return host
+
     def _read(self, pid: int) -> _Entry:
         base = os.path.join(self.proc_root, str(pid))
         start = self._start_time(pid)
+        if not (self._host_pid_ns or self._check_host_pid_namespace()):
+            return _Entry(start, CgroupInfo(), None)
         try:
             info = parse_cgroup(Path(base, "cgroup").read_text(errors="replace"))
-        except OSError as exc:
-            if not self._unreadable_logged:  # usually: exporter not in the host PID namespace
-                log.info("cannot read %s/cgroup (%s); process owners unknown", base, exc.strerror)
-                self._unreadable_logged = True
+        except OSError:  # exited between NVML's listing and now: nothing to attribute
             return _Entry(start, CgroupInfo(), None)
         if not info.pod_uid and not info.slurm_job:
             try:

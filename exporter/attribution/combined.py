@@ -181,7 +181,7 @@ class CombinedAttribution:
     def errors(self) -> Counter[str]:
         merged: Counter[str] = Counter()
         for source in self._sources:
-            merged.update(source.errors)
+            merged.update(dict(source.errors))  # C-level copy: the refresher may add keys
         return merged
 
     def process_owner(self, pid: int) -> Owner | None:

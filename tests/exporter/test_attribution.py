@@ -287,6 +287,11 @@ def test_missing_socket_is_quiet(tmp_path: Path, caplog: pytest.LogCaptureFixtur
             "0::/kubepods/burstable/pod6d5f2f0b3c4c3a6e0c0f1e2d3a4b5c6d/" + CID + "\n",
             CgroupInfo(pod_uid="6d5f2f0b3c4c3a6e0c0f1e2d3a4b5c6d", container_id=CID),
         ),
+        (  # private cgroup namespace: host paths outside it show up as /../..
+            "0::/../../kubepods-besteffort.slice/"
+            f"kubepods-besteffort-pod{POD_UID.replace('-', '_')}.slice/cri-containerd-{CID}.scope\n",
+            CgroupInfo(pod_uid=POD_UID, container_id=CID),
+        ),
         ("7:devices:/slurm/uid_1000/job_4242/step_0/task_1\n", CgroupInfo(slurm_job="4242")),
         (
             "0::/system.slice/slurmstepd.scope/job_977/step_batch/user/task_0\n",
@@ -319,6 +324,8 @@ def host(tmp_path: Path) -> Path:
     containers = tmp_path / "log" / "containers"
     containers.mkdir()
     (containers / f"train-0_team-a_main-{CID}.log").write_text("")
+    (tmp_path / "proc" / "2").mkdir(parents=True)
+    (tmp_path / "proc" / "2" / "comm").write_text("kthreadd\n")  # the host PID namespace
     _proc(tmp_path, 100, f"0::/kubepods/besteffort/pod{POD_UID}/{CID}\n")
     _proc(tmp_path, 200, "0::/system.slice/slurmstepd.scope/job_977/step_0/user/task_0\n")
     _proc(tmp_path, 300, "0::/user.slice/session-1.scope\n", environ=b"HOME=/\0SLURM_JOB_ID=31\0")
@@ -389,7 +396,7 @@ def test_cache_is_bounded(host: Path) -> None:
     assert cg.process_owner(200) is None  # evicted, so a miss
 
 
-def test_unreadable_proc_is_logged_once(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+def test_missing_proc_root_is_logged_once(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     cg = CgroupAttribution(str(tmp_path / "noproc"), pod_logs_dir=str(tmp_path / "nopods"))
     with caplog.at_level(logging.INFO, logger="exporter.attribution.cgroups"):
         for pid in (1, 2):
@@ -397,7 +404,21 @@ def test_unreadable_proc_is_logged_once(tmp_path: Path, caplog: pytest.LogCaptur
         cg.resolve_pending()
         cg.refresh()
     assert cg.process_owner(1) is None and len(cg) == 2
-    assert len([r for r in caplog.records if "cannot read" in r.getMessage()]) == 1
+    assert len(caplog.records) == 1 and "hostPID" in caplog.records[0].getMessage()
+
+
+def test_private_pid_namespace_gives_no_owners(
+    host: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    (tmp_path / "proc" / "2" / "comm").write_text("bash\n")  # PID 2 is some container process
+    cg = _cgroups(host)
+    with caplog.at_level(logging.WARNING, logger="exporter.attribution.cgroups"):
+        cg.refresh()
+        cg.process_owner(100)
+        cg.resolve_pending()
+        cg.refresh()
+    assert cg.process_owner(100) is None
+    assert len([r for r in caplog.records if "hostPID" in r.getMessage()]) == 1
 
 
 # --- Slurm job mapping
