@@ -1,0 +1,469 @@
+"""Fragmentation measures an SRE reads directly, as pure vector functions over the cluster model.
+
+Spatial: free and stranded GPUs, how many jobs of each shape can start now, the largest job that
+fits. Temporal: allocated-but-idle GPUs. Type: idle capacity by GPU model against demand by GPU
+model. Memory: free GPU memory no typical request can use. Plus the FGD fragment amount (the
+paper's measure, from `advisor.fragmentation.fgd`) and a per-node score for heatmaps.
+
+"Free" always means usable (healthy, not lost, on a schedulable node) and unallocated: a lost or
+unhealthy GPU is neither free nor allocatable. Unknown CPU or memory capacity is no constraint;
+unknown utilization is never "idle".
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from advisor.fragmentation import fgd
+from advisor.model import MILLI, UNKNOWN_ISLAND, ClusterModel
+
+# --------------------------------------------------------------------------- shapes
+
+
+@dataclass(frozen=True)
+class Shape:
+    """A job shape: `tasks` tasks (one per node, within one rack when > 1) of `num_gpu` GPUs at
+    `gpu_milli` each, with optional per-task CPU/memory and allowed GPU models ("A|B")."""
+
+    num_gpu: int
+    gpu_milli: int = MILLI
+    tasks: int = 1
+    cpu_milli: float = 0.0
+    memory_mib: float = 0.0
+    gpu_spec: str = ""
+
+    def __post_init__(self) -> None:
+        if self.num_gpu < 1 or self.tasks < 1 or not 0 < self.gpu_milli <= MILLI:
+            raise ValueError(f"invalid shape {self}")
+        if self.num_gpu > 1 and self.gpu_milli != MILLI:
+            raise ValueError("a multi-GPU task takes whole GPUs (gpu_milli 1000)")
+
+    @property
+    def name(self) -> str:
+        size = f"{self.gpu_milli / MILLI:g}" if self.gpu_milli < MILLI else str(self.num_gpu)
+        base = f"{self.tasks}x{size}" if self.tasks > 1 else size
+        return f"{base} GPU" + (f" [{self.gpu_spec}]" if self.gpu_spec else "")
+
+    @property
+    def gpus(self) -> float:
+        return self.tasks * self.num_gpu * self.gpu_milli / MILLI
+
+
+DEFAULT_SHAPES: tuple[Shape, ...] = (
+    Shape(1, 500),
+    Shape(1),
+    Shape(2),
+    Shape(4),
+    Shape(8),
+    Shape(8, tasks=2),
+    Shape(8, tasks=4),
+)
+
+_SHAPE = re.compile(r"^(?:(\d+)x)?(\d+(?:\.\d+)?)(?:@([\w.|-]+))?$")
+
+
+def parse_shape(text: str) -> Shape:
+    """'0.5' (half a GPU), '1', '8', '2x8' (2 nodes x 8 GPUs in one rack), '4@A100' (model)."""
+    match = _SHAPE.match(text.strip())
+    if not match:
+        raise ValueError(f"bad shape {text!r}: expected e.g. 0.5, 1, 8, 2x8 or 4@A100")
+    tasks, size, spec = int(match.group(1) or 1), float(match.group(2)), match.group(3) or ""
+    if size < 1:
+        return Shape(1, round(size * MILLI), tasks, gpu_spec=spec)
+    if not size.is_integer():
+        raise ValueError(f"bad shape {text!r}: more than one GPU must be a whole number")
+    return Shape(int(size), MILLI, tasks, gpu_spec=spec)
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _spec_mask(model: ClusterModel, spec: str) -> np.ndarray:
+    """bool (N): nodes whose GPU model the spec allows."""
+    models = model.nodes.gpu_model
+    allowed = [s for s in spec.split("|") if s]
+    if not allowed:
+        return np.ones(len(models), dtype=bool)
+    return np.isin(models, np.array(allowed, dtype=object))
+
+
+def _per_node(model: ClusterModel, values: np.ndarray) -> np.ndarray:
+    return np.bincount(model.gpus.node, weights=values, minlength=len(model.nodes))
+
+
+def free_whole_per_node(model: ClusterModel) -> np.ndarray:
+    """int64 (N): free whole GPUs per node."""
+    return _per_node(model, model.gpu_is_free.astype(np.float64)).astype(np.int64)
+
+
+def _cap(free: np.ndarray, need: float) -> np.ndarray:
+    """How many requests of `need` fit in `free` per node; unknown (NaN) capacity = no limit."""
+    if need <= 0:
+        return np.full(len(free), np.iinfo(np.int64).max // 4, dtype=np.int64)
+    known = np.where(np.isnan(free), np.inf, free)
+    return np.floor(np.clip(known, 0, 1e18) / need).astype(np.int64)
+
+
+def tasks_per_node(model: ClusterModel, shape: Shape) -> np.ndarray:
+    """int64 (N): how many single-node tasks of `shape` each node can host at once."""
+    if shape.gpu_milli < MILLI:
+        slots = _per_node(model, (model.gpu_free_milli // shape.gpu_milli).astype(np.float64))
+        gpu_tasks = slots.astype(np.int64)
+    else:
+        gpu_tasks = free_whole_per_node(model) // shape.num_gpu
+    tasks = np.minimum(gpu_tasks, _cap(model.node_cpu_free, shape.cpu_milli))
+    tasks = np.minimum(tasks, _cap(model.node_memory_free, shape.memory_mib))
+    return np.where(_spec_mask(model, shape.gpu_spec), tasks, 0)
+
+
+def _rack_groups(model: ClusterModel) -> np.ndarray:
+    """int (N): group id of (rack, GPU model); nodes without a rack label are groups of one."""
+    nodes = model.nodes
+    keys = np.array(
+        [
+            f"{rack}\x00{gpu_model}" if rack else f"\x01{name}"
+            for rack, gpu_model, name in zip(
+                nodes.rack.tolist(), nodes.gpu_model.tolist(), nodes.name.tolist(), strict=True
+            )
+        ],
+        dtype=object,
+    )
+    return np.unique(keys, return_inverse=True)[1].reshape(len(nodes))
+
+
+def jobs_that_fit(model: ClusterModel, shape: Shape, groups: np.ndarray | None = None) -> int:
+    """How many jobs of `shape` could start now, each on its own free capacity (not jointly
+    with other shapes). Multi-node jobs need `tasks` tasks within one rack and one GPU model."""
+    per_node = tasks_per_node(model, shape)
+    if shape.tasks == 1:
+        return int(per_node.sum())
+    groups = _rack_groups(model) if groups is None else groups
+    per_group = np.bincount(groups, weights=per_node.astype(np.float64))
+    return int((per_group // shape.tasks).sum())
+
+
+# --------------------------------------------------------------------------- spatial
+
+
+def largest_free_nvlink_group(model: ClusterModel) -> np.ndarray:
+    """int64 (N): most free GPUs inside one NVLink island per node (unknown island = alone)."""
+    gpus = model.gpus
+    free = model.gpu_is_free
+    if not free.any():
+        return np.zeros(len(model.nodes), dtype=np.int64)
+    island = np.where(
+        gpus.nvlink_island == UNKNOWN_ISLAND, -1 - gpus.index.astype(np.int64), gpus.nvlink_island
+    )
+    keys = gpus.node[free].astype(np.int64) * 4096 + (island[free] + 2048)
+    unique, counts = np.unique(keys, return_counts=True)
+    out = np.zeros(len(model.nodes), dtype=np.int64)
+    np.maximum.at(out, unique // 4096, counts)
+    return out
+
+
+@dataclass(frozen=True)
+class Largest:
+    single_node_gpus: int  # most free whole GPUs on one node
+    nvlink_group_gpus: int  # most free whole GPUs in one NVLink island
+    rack_full_nodes: int  # most fully free 8-GPU tasks within one rack and model
+    fraction_milli: int  # largest free share on any single GPU
+
+
+def largest_fitting(model: ClusterModel, groups: np.ndarray | None = None) -> Largest:
+    free = free_whole_per_node(model)
+    groups = _rack_groups(model) if groups is None else groups
+    eights = np.bincount(groups, weights=(free // 8).astype(np.float64)) if len(free) else [0]
+    return Largest(
+        single_node_gpus=int(free.max(initial=0)),
+        nvlink_group_gpus=int(largest_free_nvlink_group(model).max(initial=0)),
+        rack_full_nodes=int(np.max(eights, initial=0)),
+        fraction_milli=int(model.gpu_free_milli.max(initial=0)),
+    )
+
+
+def min_host_need_per_gpu(model: ClusterModel) -> tuple[float, float]:
+    """Smallest CPU milli and memory MiB per GPU among GPU tasks with known requests (0 if none)."""
+    allocs = model.allocations
+    gpu_tasks = allocs.num_gpu > 0
+    share = allocs.num_gpu * allocs.gpu_milli / MILLI
+    with np.errstate(invalid="ignore", divide="ignore"):
+        cpu = allocs.cpu_milli[gpu_tasks] / share[gpu_tasks]
+        mem = allocs.memory_mib[gpu_tasks] / share[gpu_tasks]
+    cpu, mem = cpu[np.isfinite(cpu)], mem[np.isfinite(mem)]
+    return (float(cpu.min()) if len(cpu) else 0.0, float(mem.min()) if len(mem) else 0.0)
+
+
+def stranded_by_host(model: ClusterModel, cpu_per_gpu: float, memory_per_gpu: float) -> np.ndarray:
+    """int64 (N): free whole GPUs on nodes whose CPU or memory left cannot feed even one of them."""
+    starved = (_cap(model.node_cpu_free, cpu_per_gpu) < 1) | (
+        _cap(model.node_memory_free, memory_per_gpu) < 1
+    )
+    return np.where(starved, free_whole_per_node(model), 0)
+
+
+# --------------------------------------------------------------------------- temporal
+
+
+@dataclass(frozen=True)
+class IdlePolicy:
+    """Allocated GPUs under `threshold` utilization for every sample in the last `window_s`."""
+
+    threshold: float = 0.05
+    window_s: float = 3600.0
+
+
+def allocated_idle(model: ClusterModel, policy: IdlePolicy = IdlePolicy()) -> np.ndarray:
+    """bool (G): allocated, usable GPUs idle over the window (latest value without history)."""
+    allocated = (model.gpu_milli_allocated > 0) & model.gpus.healthy
+    usage = model.usage
+    if len(usage.times):
+        end = usage.times.max() if math.isnan(model.timestamp) else model.timestamp
+        rows = usage.times >= end - policy.window_s
+        util = usage.utilization_ratio[rows]
+        seen = ~np.isnan(util)
+        idle = seen.any(axis=0) & np.all(~seen | (util < policy.threshold), axis=0)
+    else:
+        util = model.gpus.utilization_ratio
+        idle = ~np.isnan(util) & (util < policy.threshold)
+    return allocated & idle
+
+
+# --------------------------------------------------------------------------- type
+
+
+def by_gpu_model(model: ClusterModel) -> dict[str, list[dict[str, Any]]]:
+    """Idle capacity per GPU model (`capacity`) against pending demand per allowed-model spec
+    (`demand`, with the free capacity of the models it allows and the shortfall)."""
+    gpu_model = model.nodes.gpu_model[model.gpus.node]
+    allocs = model.allocations
+    pending = allocs.node < 0
+    rows = []
+    for name in sorted(set(gpu_model.tolist())):
+        on = gpu_model == name
+        rows.append(
+            {
+                "gpu_model": name,
+                "gpus": int(on.sum()),
+                "usable_gpus": int((on & model.gpu_usable).sum()),
+                "free_gpus": int((on & model.gpu_is_free).sum()),
+                "free_capacity_gpus": float(model.gpu_free_milli[on].sum()) / MILLI,
+                "allocated_gpus": float(model.gpu_milli_allocated[on].sum()) / MILLI,
+            }
+        )
+    demand: Counter[str] = Counter()
+    tasks: Counter[str] = Counter()
+    need = allocs.num_gpu * allocs.gpu_milli / MILLI
+    for spec, gpus in zip(allocs.gpu_spec[pending].tolist(), need[pending].tolist(), strict=True):
+        if gpus > 0:
+            demand[spec] += gpus
+            tasks[spec] += 1
+    free_by_model = {row["gpu_model"]: row["free_capacity_gpus"] for row in rows}
+    demand_rows = []
+    for spec in sorted(demand):
+        allowed = [s for s in spec.split("|") if s] or list(free_by_model)
+        free = sum(free_by_model.get(m, 0.0) for m in allowed)
+        demand_rows.append(
+            {
+                "gpu_spec": spec or "any",
+                "pending_tasks": tasks[spec],
+                "pending_gpus": demand[spec],
+                "free_capacity_gpus": free,
+                "shortfall_gpus": max(0.0, demand[spec] - free),
+            }
+        )
+    return {"capacity": rows, "demand": demand_rows}
+
+
+# --------------------------------------------------------------------------- memory
+
+
+def stranded_memory_bytes(model: ClusterModel, min_request_bytes: float = 10 * 2**30) -> np.ndarray:
+    """float64 (G): free memory on in-use GPUs that no typical request can use.
+
+    A GPU fully handed out (1000 milli) strands all its free memory; a partly handed-out one
+    strands it only when it is less than `min_request_bytes`. Free memory is observed
+    (total - used) where known, else the unallocated share of the total.
+    """
+    gpus = model.gpus
+    allocated = model.gpu_milli_allocated
+    in_use = (allocated > 0) & model.gpu_usable
+    observed = gpus.memory_total_bytes - gpus.memory_used_bytes
+    share = gpus.memory_total_bytes * (MILLI - allocated) / MILLI
+    free = np.nan_to_num(np.where(np.isnan(observed), share, observed)).clip(0)
+    full = allocated >= MILLI
+    stranded = np.where(full, free, np.where(free < min_request_bytes, free, 0.0))
+    return np.where(in_use, stranded, 0.0)
+
+
+# --------------------------------------------------------------------------- FGD
+
+
+def workload_of(model: ClusterModel) -> fgd.Workload | None:
+    """The task-type mix of the model's own allocations (placed and pending), FGD-style."""
+    allocs = model.allocations
+    if not (allocs.num_gpu > 0).any():
+        return None
+    return fgd.learn_workload(
+        np.nan_to_num(allocs.cpu_milli).astype(np.int64),
+        allocs.num_gpu,
+        allocs.gpu_milli,
+        allocs.gpu_spec.tolist(),
+    )
+
+
+def default_workload(shapes: Sequence[Shape] = DEFAULT_SHAPES) -> fgd.Workload:
+    """Single-node default shapes, equally likely: the fallback when no demand is known."""
+    single = [s for s in shapes if s.tasks == 1]
+    return fgd.Workload.from_shapes(
+        [(int(s.cpu_milli), s.gpu_milli, s.num_gpu, s.gpu_spec) for s in single],
+        [1.0 / len(single)] * len(single),
+    )
+
+
+def free_matrix(model: ClusterModel) -> np.ndarray:
+    """int64 (N, max GPUs per node): free milli per GPU slot, padded with 0."""
+    counts = model.nodes.gpu_count
+    width = int(counts.max(initial=0))
+    out = np.zeros((len(model.nodes), max(width, 1)), dtype=np.int64)
+    slot = np.arange(len(model.gpus)) - model.nodes.gpu_offset[model.gpus.node]
+    out[model.gpus.node, slot] = model.gpu_free_milli
+    return out
+
+
+def fgd_node_fragment(model: ClusterModel, workload: fgd.Workload) -> np.ndarray:
+    """float64 (N): FGD F_n(M), expected idle milli-GPU a typical task cannot use."""
+    names, index = np.unique(model.nodes.gpu_model.astype(str), return_inverse=True)
+    cpu_free = np.where(np.isnan(model.node_cpu_free), np.inf, model.node_cpu_free)
+    return fgd.node_fragment(
+        free_matrix(model), cpu_free, index.reshape(-1), workload, workload.access(list(names))
+    )
+
+
+# --------------------------------------------------------------------------- all together
+
+
+@dataclass(frozen=True)
+class Settings:
+    shapes: tuple[Shape, ...] = DEFAULT_SHAPES
+    idle: IdlePolicy = IdlePolicy()
+    min_request_bytes: float = 10 * 2**30
+
+
+def node_table(
+    model: ClusterModel, fragment: np.ndarray, idle: np.ndarray, stranded_mem: np.ndarray
+) -> dict[str, np.ndarray]:
+    """Per-node columns for heatmaps. `score` = FGD fragment / idle GPU on the node (0..1)."""
+    idle_milli = _per_node(model, model.gpu_free_milli.astype(np.float64))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        score = np.where(idle_milli > 0, fragment / idle_milli, 0.0)
+    return {
+        "node": model.nodes.name,
+        "pool": model.nodes.pool,
+        "rack": model.nodes.rack,
+        "gpu_model": model.nodes.gpu_model,
+        "gpus": model.nodes.gpu_count,
+        "free_gpus": free_whole_per_node(model),
+        "free_capacity_gpus": idle_milli / MILLI,
+        "largest_free_nvlink_group": largest_free_nvlink_group(model),
+        "allocated_idle_gpus": _per_node(model, idle.astype(np.float64)).astype(np.int64),
+        "stranded_memory_bytes": _per_node(model, stranded_mem),
+        "fgd_fragment_gpus": fragment / MILLI,
+        "score": np.clip(score, 0.0, 1.0),
+    }
+
+
+def analyze(model: ClusterModel, settings: Settings = Settings()) -> dict[str, Any]:
+    """Every measure as plain data (JSON-ready apart from the `nodes` numpy columns)."""
+    groups = _rack_groups(model)
+    free_whole = int(model.gpu_is_free.sum())
+    partial = model.gpu_free_milli * ((model.gpu_milli_allocated > 0) & model.gpu_usable)
+    cpu_per_gpu, memory_per_gpu = min_host_need_per_gpu(model)
+    shapes = []
+    for shape in settings.shapes:
+        fit = jobs_that_fit(model, shape, groups)
+        whole = shape.gpu_milli == MILLI
+        shapes.append(
+            {
+                "shape": shape.name,
+                "gpus_per_job": shape.gpus,
+                "jobs_that_fit": fit,
+                # free whole GPUs this shape cannot use (spatially stranded for it)
+                "stranded_gpus": free_whole - fit * shape.tasks * shape.num_gpu if whole else None,
+            }
+        )
+    idle = allocated_idle(model, settings.idle)
+    allocs = model.allocations
+    idle_tenants: Counter[str] = Counter()
+    on_idle = idle[model.placements.gpu]
+    for alloc_row, milli in zip(
+        model.placements.alloc[on_idle].tolist(),
+        model.placements.milli[on_idle].tolist(),
+        strict=True,
+    ):
+        idle_tenants[allocs.tenant[alloc_row] or "(none)"] += milli / MILLI
+    stranded_mem = stranded_memory_bytes(model, settings.min_request_bytes)
+    workload = workload_of(model)
+    workload_source = "allocations in the source"
+    if workload is None:
+        workload, workload_source = default_workload(settings.shapes), "default shapes (uniform)"
+    fragment = fgd_node_fragment(model, workload)
+    idle_total = float(model.gpu_free_milli.sum())
+    capacity = float(len(model.gpus) * MILLI)
+    largest = largest_fitting(model, groups)
+    return {
+        "source": model.source,
+        "timestamp": None if math.isnan(model.timestamp) else model.timestamp,
+        "cluster": {
+            **model.summary(),
+            "usable_gpus": int(model.gpu_usable.sum()),
+            "unhealthy_gpus": int((~model.gpus.healthy).sum()),
+            "allocated_gpus": float(model.gpu_milli_allocated.sum()) / MILLI,
+            "pending_tasks": int((allocs.node < 0).sum()),
+        },
+        "spatial": {
+            "free_gpus": free_whole,
+            "free_capacity_gpus": idle_total / MILLI,
+            "partial_free_gpus": float(partial.sum()) / MILLI,
+            "stranded_gpus_by_host": int(
+                stranded_by_host(model, cpu_per_gpu, memory_per_gpu).sum()
+            ),
+            "host_need_per_gpu": {"cpu_milli": cpu_per_gpu, "memory_mib": memory_per_gpu},
+            "shapes": shapes,
+            "largest_job": {
+                "single_node_gpus": largest.single_node_gpus,
+                "nvlink_group_gpus": largest.nvlink_group_gpus,
+                "multi_node_gpus_in_rack": 8 * largest.rack_full_nodes,
+                "fraction_gpu": largest.fraction_milli / MILLI,
+            },
+        },
+        "temporal": {
+            "threshold": settings.idle.threshold,
+            "window_s": settings.idle.window_s,
+            "allocated_idle_gpus": int(idle.sum()),
+            "allocated_gpus": int((model.gpu_milli_allocated > 0).sum()),
+            "idle_gpus_by_tenant": dict(idle_tenants.most_common()),
+        },
+        "type": by_gpu_model(model),
+        "memory": {
+            "min_request_bytes": settings.min_request_bytes,
+            "stranded_memory_bytes": float(stranded_mem.sum()),
+            "gpus_with_stranded_memory": int((stranded_mem > 0).sum()),
+        },
+        "fgd": {
+            "workload": workload_source,
+            "task_types": len(workload),
+            "fragment_gpus": float(fragment.sum()) / MILLI,
+            "fragment_pct_of_capacity": 100.0 * float(fragment.sum()) / capacity
+            if capacity
+            else 0.0,
+            "fragment_rate": float(fragment.sum()) / idle_total if idle_total else 0.0,
+        },
+        "nodes": node_table(model, fragment, idle, stranded_mem),
+    }
