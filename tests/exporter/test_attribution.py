@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import socket
 import threading
 import time
 from concurrent import futures
@@ -251,6 +252,18 @@ def test_missing_socket_is_quiet(tmp_path: Path, caplog: pytest.LogCaptureFixtur
     assert source.allocations(GPUS) == []
     assert not source.errors
     assert len([r for r in caplog.records if "not found" in r.getMessage()]) == 1
+
+
+def test_stale_socket_file_counts_an_error_quickly(tmp_path: Path) -> None:
+    path = tmp_path / "stale.sock"
+    listener = socket.socket(socket.AF_UNIX)
+    listener.bind(str(path))
+    listener.close()  # the file stays, nobody listens: a kubelet that died
+    source = PodResourcesSource(str(path), timeout_s=5.0)
+    started = time.monotonic()
+    source.refresh()
+    assert source.errors["podresources_list"] == 1
+    assert time.monotonic() - started < 4.0
 
 
 # --- cgroups
