@@ -1,0 +1,709 @@
+"""The NVML backend: reads every GPU of this node through nvidia-ml-py (module `pynvml`).
+
+Shape of a cycle: one long-lived `nvmlInit` (time-bounded, because it can hang on some
+drivers), static identity read once, then per GPU the cheap readings every cycle, PCIe
+throughput (20 ms per call in the driver) and topology on their own slower cadences, GPM
+rates against the previous cycle's sample, and XID events from a watcher thread. A failing
+call costs its value and a count in `Collection.errors`; a lost GPU costs that GPU only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import re
+import socket
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from exporter.attribution.base import Attribution, NoAttribution
+from exporter.backends.base import Backend, BackendUnavailable
+from exporter.backends.nvml_calls import GpuLost, NvmlCalls
+from exporter.backends.nvml_events import FATAL_XIDS, XidWatcher
+from exporter.backends.nvml_fields import FieldReader
+from exporter.backends.nvml_gpm import GPU_METRICS, MIG_METRICS, GpmSampler
+from exporter.backends.nvml_topology import PciKey, discover_links, pci_key
+from exporter.readings import (
+    CLOCK_EVENT_REASONS,
+    Collection,
+    GpuProcess,
+    GpuReading,
+    MigInstance,
+    NodeReading,
+    TopologyLink,
+)
+from exporter.topology import nvlink_islands
+
+# Clock-event reason bits, in the order of CLOCK_EVENT_REASONS.
+_REASON_BITS = (
+    "nvmlClocksEventReasonGpuIdle",
+    "nvmlClocksEventReasonApplicationsClocksSetting",
+    "nvmlClocksEventReasonSwPowerCap",
+    "nvmlClocksEventReasonHwSlowdown",
+    "nvmlClocksEventReasonSyncBoost",
+    "nvmlClocksEventReasonSwThermalSlowdown",
+    "nvmlClocksEventReasonHwThermalSlowdown",
+    "nvmlClocksEventReasonHwPowerBrakeSlowdown",
+    "nvmlClocksEventReasonDisplayClockSetting",
+)
+# Violation (perf policy) counters -> reason label. The first four share the vocabulary of
+# the clock-event bits; board limit and reliability have no bit and keep NVML's own name.
+_VIOLATIONS = {
+    "power": ("sw_power_cap", "NVML_PERF_POLICY_POWER"),
+    "thermal": ("sw_thermal_slowdown", "NVML_PERF_POLICY_THERMAL"),
+    "sync_boost": ("sync_boost", "NVML_PERF_POLICY_SYNC_BOOST"),
+    "low_utilization": ("gpu_idle", "NVML_PERF_POLICY_LOW_UTILIZATION"),
+    "board_limit": ("board_limit", "NVML_PERF_POLICY_BOARD_LIMIT"),
+    "reliability": ("reliability", "NVML_PERF_POLICY_RELIABILITY"),
+}
+_KIB = 1024.0  # NVML's PCIe throughput "KB/s" are KiB/s (nvitop, nvidia-smi agree)
+_NOT_MIG = 0xFFFFFFFF  # gpuInstanceId of a process outside MIG
+_CPU_SET_WORDS = 16  # 64-bit words of CPU affinity asked for: up to 1024 CPUs
+_MIG_PROFILE = re.compile(r"MIG\s+(\S+)")
+
+
+@dataclass
+class _Gpu:
+    """What the backend keeps about one GPU between cycles."""
+
+    index: int
+    handle: Any = None
+    uuid: str = ""
+    model: str = ""
+    pci_bus_id: str = ""
+    pci: PciKey | None = None
+    serial: str = ""
+    vbios_version: str = ""
+    numa_node: int | None = None
+    cpu_affinity: str = ""
+    gpm: bool = False
+    pcie_tx: float | None = None
+    pcie_rx: float | None = None
+    process_seen_us: int = 0
+    process_names: dict[int, str] | None = None
+
+    @property
+    def scope(self) -> str:
+        return f"gpu{self.index}"
+
+
+class NvmlBackend(Backend):
+    """Collects this node's GPUs through NVML (see the module docstring for the cadence)."""
+
+    name = "nvml"
+
+    def __init__(
+        self,
+        node_name: str,
+        *,
+        attribution: Attribution | None = None,
+        nvml_module: Any = None,
+        init_timeout: float = 10.0,
+        pcie_interval: float = 10.0,
+        topology_interval: float = 600.0,
+        xid_events: bool = True,
+        gpm: bool = True,
+        processes: bool = True,
+        xid_wait_ms: int = 1000,
+        xid_backoff_s: float = 1.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.node_name = node_name
+        self.attribution: Attribution = attribution or NoAttribution()
+        self._module = nvml_module
+        self.init_timeout = init_timeout
+        self.pcie_interval = pcie_interval
+        self.topology_interval = topology_interval
+        self.xid_events = xid_events
+        self.gpm_enabled = gpm
+        self.processes_enabled = processes
+        self._xid_wait_ms = xid_wait_ms
+        self._xid_backoff_s = xid_backoff_s
+        self._clock = clock
+        self._nvml: Any = None
+        self._calls: NvmlCalls | None = None
+        self._fields: FieldReader | None = None
+        self._gpm: GpmSampler | None = None
+        self._watcher: XidWatcher | None = None
+        self._gpus: list[_Gpu] = []
+        self._links: list[TopologyLink] = []
+        self._driver_version = ""
+        self._cuda_version = ""
+        self._next_pcie = 0.0
+        self._next_topology = 0.0
+        self._init_attempt: tuple[threading.Thread, dict[str, Any]] | None = None
+        self._started = False
+
+    # ----- flags -------------------------------------------------------------------------
+
+    @classmethod
+    def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
+        group = parser.add_argument_group("nvml backend")
+        group.add_argument(
+            "--nvml.init-timeout",
+            dest="nvml_init_timeout",
+            type=_seconds,
+            default=10.0,
+            help="give up on nvmlInit after this long and retry later (it can hang)",
+        )
+        group.add_argument(
+            "--nvml.pcie-interval",
+            dest="nvml_pcie_interval",
+            type=_seconds,
+            default=10.0,
+            help="read PCIe throughput this often (20 ms per GPU and direction); 0 disables",
+        )
+        group.add_argument(
+            "--nvml.topology-interval",
+            dest="nvml_topology_interval",
+            type=_seconds,
+            default=600.0,
+            help="re-read NVLink and PCIe topology this often",
+        )
+        group.add_argument(
+            "--nvml.no-xid-events",
+            dest="nvml_xid_events",
+            action="store_false",
+            help="do not run the XID event watcher thread",
+        )
+        group.add_argument(
+            "--nvml.no-gpm",
+            dest="nvml_gpm",
+            action="store_false",
+            help="do not read GPM (SM/tensor/DRAM activity on Hopper and later)",
+        )
+        group.add_argument(
+            "--nvml.no-processes",
+            dest="nvml_processes",
+            action="store_false",
+            help="do not list processes and their per-process utilization",
+        )
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> NvmlBackend:
+        node = getattr(args, "node_name", None) or socket.gethostname()
+        timeout = getattr(args, "nvml_init_timeout", 10.0)
+        if timeout <= 0:
+            raise ValueError("--nvml.init-timeout must be positive")
+        return cls(
+            node,
+            init_timeout=timeout,
+            pcie_interval=getattr(args, "nvml_pcie_interval", 10.0),
+            topology_interval=getattr(args, "nvml_topology_interval", 600.0),
+            xid_events=getattr(args, "nvml_xid_events", True),
+            gpm=getattr(args, "nvml_gpm", True),
+            processes=getattr(args, "nvml_processes", True),
+        )
+
+    # ----- lifecycle ---------------------------------------------------------------------
+
+    def start(self) -> None:
+        if self._started:
+            return
+        nvml = self._load()
+        self._init(nvml)
+        self._nvml = nvml
+        self._calls = NvmlCalls(nvml)
+        self._fields = FieldReader(nvml)
+        self._gpm = GpmSampler(nvml)
+        try:
+            self._discover()
+        except BackendUnavailable:
+            self._shutdown()
+            raise
+        self._started = True
+        if self.xid_events:
+            handles = {g.index: g.handle for g in self._gpus if g.handle is not None}
+            self._watcher = XidWatcher(
+                nvml, handles, wait_ms=self._xid_wait_ms, backoff_s=self._xid_backoff_s
+            )
+            self._watcher.start()
+
+    def close(self) -> None:
+        if self._watcher is not None:
+            self._watcher.stop()
+            self._watcher = None
+        if self._gpm is not None and self._calls is not None:
+            self._gpm.close(self._calls)
+        if self._started:
+            self._started = False
+            self._shutdown()
+
+    def _load(self) -> Any:
+        if self._module is None:
+            try:
+                import pynvml
+            except ImportError:
+                raise BackendUnavailable(
+                    "NVML: python module pynvml is missing (pip install nvidia-ml-py)"
+                ) from None
+            self._module = pynvml
+        return self._module
+
+    def _init(self, nvml: Any) -> None:
+        """nvmlInit in a helper thread, so a hanging driver costs `init_timeout`, not forever."""
+        if self._init_attempt is None:
+            outcome: dict[str, Any] = {}
+
+            def run() -> None:
+                try:
+                    nvml.nvmlInit()
+                    outcome["ok"] = True
+                except BaseException as error:  # reported to the caller, not swallowed
+                    outcome["error"] = error
+
+            thread = threading.Thread(target=run, name="nvml-init", daemon=True)
+            thread.start()
+            self._init_attempt = (thread, outcome)
+        thread, outcome = self._init_attempt
+        thread.join(self.init_timeout)
+        if thread.is_alive():  # keep the attempt: a later start() picks up its result
+            raise BackendUnavailable(f"NVML: nvmlInit did not return within {self.init_timeout:g}s")
+        self._init_attempt = None
+        error = outcome.get("error")
+        if error is not None:
+            text = " ".join(str(error).split()) or type(error).__name__
+            raise BackendUnavailable(f"NVML: {text}")
+
+    def _shutdown(self) -> None:
+        with contextlib.suppress(self._nvml.NVMLError):
+            self._nvml.nvmlShutdown()
+
+    def _discover(self) -> None:
+        nvml = self._nvml
+        try:
+            count = nvml.nvmlDeviceGetCount()
+        except nvml.NVMLError as error:
+            raise BackendUnavailable(f"NVML: nvmlDeviceGetCount: {error}") from None
+        calls = self._calls
+        self._driver_version = calls("system", "nvmlSystemGetDriverVersion") or ""
+        cuda = calls("system", "nvmlSystemGetCudaDriverVersion")
+        self._cuda_version = f"{cuda // 1000}.{cuda % 1000 // 10}" if cuda else ""
+        self._gpus = [_Gpu(index) for index in range(count)]
+        for gpu in self._gpus:
+            self._attach(gpu)
+        self._refresh_topology()
+
+    def _attach(self, gpu: _Gpu) -> None:
+        """Get the handle and the static identity of one GPU (again, after it was lost)."""
+        calls = self._calls
+        try:
+            handle = calls(gpu.scope, "nvmlDeviceGetHandleByIndex", gpu.index)
+            if handle is None:
+                return
+            scope = gpu.scope
+            gpu.uuid = calls(scope, "nvmlDeviceGetUUID", handle) or gpu.uuid
+            gpu.model = calls(scope, "nvmlDeviceGetName", handle) or gpu.model
+            pci = calls(scope, "nvmlDeviceGetPciInfo", handle)
+            if pci is not None:
+                gpu.pci, gpu.pci_bus_id = pci_key(pci), _text(pci.busId)
+            gpu.serial = calls(scope, "nvmlDeviceGetSerial", handle) or gpu.serial
+            gpu.vbios_version = calls(scope, "nvmlDeviceGetVbiosVersion", handle) or ""
+            gpu.numa_node = calls(scope, "nvmlDeviceGetNumaNodeId", handle)
+            words = calls(scope, "nvmlDeviceGetCpuAffinity", handle, _CPU_SET_WORDS)
+            gpu.cpu_affinity = cpu_list(words) if words is not None else ""
+            gpu.gpm = self.gpm_enabled and self._gpm.supported(calls, scope, handle)
+        except GpuLost:
+            return
+        gpu.handle = handle
+        gpu.process_names = {}
+
+    def _refresh_topology(self) -> None:
+        live = {g.index: g.handle for g in self._gpus if g.handle is not None}
+        pci = {g.index: g.pci for g in self._gpus if g.handle is not None and g.pci}
+        try:
+            self._links = discover_links(self._calls, live, pci)
+        except GpuLost:
+            return  # keep the previous links; retried at the next refresh
+        self._next_topology = self._clock() + self.topology_interval
+
+    # ----- one cycle ---------------------------------------------------------------------
+
+    def collect(self) -> Collection:
+        self.start()
+        calls = self._calls
+        now = self._clock()
+        if now >= self._next_topology:
+            self._refresh_topology()
+        pcie_due = self.pcie_interval > 0 and now >= self._next_pcie
+        if pcie_due:
+            self._next_pcie = now + self.pcie_interval
+
+        node = NodeReading(
+            node=self.node_name,
+            driver_version=self._driver_version,
+            cuda_version=self._cuda_version,
+            links=list(self._links),
+        )
+        gpm_keys: list[tuple[int, int | None]] = []
+        for gpu in self._gpus:
+            node.gpus.append(self._collect_gpu(gpu, pcie_due, gpm_keys))
+        self._gpm.retain(calls, gpm_keys)
+
+        islands = nvlink_islands([g.index for g in node.gpus], node.links)
+        for reading in node.gpus:
+            reading.nvlink_island = islands.get(reading.index)
+        try:
+            node.allocations = list(
+                self.attribution.allocations({g.uuid: g.index for g in node.gpus if g.uuid})
+            )
+        except Exception:  # an attribution bug must not cost the GPU readings
+            calls.errors["attribution.allocations"] += 1
+
+        errors = calls.take_errors()
+        if self._watcher is not None:
+            errors.update(self._watcher.take_errors())
+        return Collection(nodes=[node], timestamp=time.time(), errors=errors)
+
+    def _collect_gpu(
+        self, gpu: _Gpu, pcie_due: bool, gpm_keys: list[tuple[int, int | None]]
+    ) -> GpuReading:
+        if gpu.handle is None:
+            self._attach(gpu)
+        reading = GpuReading(
+            index=gpu.index,
+            uuid=gpu.uuid,
+            model=gpu.model,
+            pci_bus_id=gpu.pci_bus_id,
+            serial=gpu.serial,
+            vbios_version=gpu.vbios_version,
+            numa_node=gpu.numa_node,
+            cpu_affinity=gpu.cpu_affinity,
+        )
+        if self._watcher is not None:
+            reading.xid_errors = self._watcher.counts(gpu.index)
+            reading.xid_last_timestamp_seconds = self._watcher.last_timestamp(gpu.index)
+        if gpu.handle is None:
+            reading.lost, reading.healthy = True, False
+            return reading
+        try:
+            self._read_live(gpu, reading)
+            self._read_fields(gpu, reading)
+            if pcie_due:
+                self._read_pcie(gpu)
+            reading.pcie_tx_bytes_per_second = gpu.pcie_tx
+            reading.pcie_rx_bytes_per_second = gpu.pcie_rx
+            self._read_mig(gpu, reading, gpm_keys)
+            if gpu.gpm and not reading.mig_enabled:
+                gpm_keys.append((gpu.index, None))
+                values = self._gpm.sample(
+                    self._calls, gpu.scope, gpu.handle, (gpu.index, None), GPU_METRICS
+                )
+                for attr, value in values.items():
+                    setattr(reading, attr, value)
+            if self.processes_enabled:
+                self._read_processes(gpu, reading)
+        except GpuLost:
+            reading = GpuReading(
+                index=gpu.index,
+                uuid=gpu.uuid,
+                model=gpu.model,
+                pci_bus_id=gpu.pci_bus_id,
+                serial=gpu.serial,
+                vbios_version=gpu.vbios_version,
+                lost=True,
+                healthy=False,
+                xid_errors=reading.xid_errors,
+                xid_last_timestamp_seconds=reading.xid_last_timestamp_seconds,
+            )
+            return reading
+        fatal = any(reading.xid_errors.get(code) for code in FATAL_XIDS)
+        reading.healthy = not (reading.remapped_rows_failure or fatal)
+        return reading
+
+    def _read_live(self, gpu: _Gpu, r: GpuReading) -> None:
+        nvml, calls, h, s = self._nvml, self._calls, gpu.handle, gpu.scope
+        util = calls(s, "nvmlDeviceGetUtilizationRates", h)
+        if util is not None:
+            r.utilization_ratio = util.gpu / 100.0
+            r.memory_utilization_ratio = util.memory / 100.0
+        enc = calls(s, "nvmlDeviceGetEncoderUtilization", h)
+        r.encoder_utilization_ratio = enc[0] / 100.0 if enc is not None else None
+        dec = calls(s, "nvmlDeviceGetDecoderUtilization", h)
+        r.decoder_utilization_ratio = dec[0] / 100.0 if dec is not None else None
+        self._read_memory(gpu, r)
+        r.temperature_celsius = _num(
+            calls(s, "nvmlDeviceGetTemperature", h, nvml.NVML_TEMPERATURE_GPU)
+        )
+        r.power_watts = _scaled(calls(s, "nvmlDeviceGetPowerUsage", h), 1e-3)
+        r.power_limit_watts = _scaled(calls(s, "nvmlDeviceGetEnforcedPowerLimit", h), 1e-3)
+        r.sm_clock_hertz = _scaled(
+            calls(s, "nvmlDeviceGetClockInfo", h, nvml.NVML_CLOCK_SM, key="clock_sm"), 1e6
+        )
+        r.memory_clock_hertz = _scaled(
+            calls(s, "nvmlDeviceGetClockInfo", h, nvml.NVML_CLOCK_MEM, key="clock_mem"), 1e6
+        )
+        reasons = calls(s, "nvmlDeviceGetCurrentClocksEventReasons", h)
+        if reasons is None and not calls.supported(s, "nvmlDeviceGetCurrentClocksEventReasons"):
+            reasons = calls(s, "nvmlDeviceGetCurrentClocksThrottleReasons", h)
+        if reasons is not None:
+            r.clock_event_active = {
+                name: bool(int(reasons) & getattr(nvml, bit, 0))
+                for name, bit in zip(CLOCK_EVENT_REASONS, _REASON_BITS, strict=True)
+            }
+
+    def _read_memory(self, gpu: _Gpu, r: GpuReading) -> None:
+        """v2 (driver >= 515: `used` excludes reserved memory), else the v1 struct."""
+        calls, s = self._calls, gpu.scope
+        version = getattr(self._nvml, "nvmlMemory_v2", None)
+        memory = None
+        if version is not None and calls.supported(s, "memory_v2"):
+            memory = calls(
+                s, "nvmlDeviceGetMemoryInfo", gpu.handle, version=version, key="memory_v2"
+            )
+            if memory is not None:
+                r.memory_reserved_bytes = float(memory.reserved)
+        if memory is None and (version is None or not calls.supported(s, "memory_v2")):
+            memory = calls(s, "nvmlDeviceGetMemoryInfo", gpu.handle)
+        if memory is not None:
+            r.memory_total_bytes = float(memory.total)
+            r.memory_used_bytes = float(memory.used)
+            r.memory_free_bytes = float(memory.free)
+
+    def _read_fields(self, gpu: _Gpu, r: GpuReading) -> None:
+        """The batched fields, each with its individual-call fallback."""
+        nvml, calls, h, s = self._nvml, self._calls, gpu.handle, gpu.scope
+        f = self._fields.read(calls, s, h)
+        r.memory_temperature_celsius = f.get("memory_temperature")
+        energy = f.get("energy_mj")
+        if energy is None:
+            energy = calls(s, "nvmlDeviceGetTotalEnergyConsumption", h)
+        r.energy_joules = _scaled(energy, 1e-3)
+
+        ecc = {"corrected": f.get("ecc_corrected"), "uncorrected": f.get("ecc_uncorrected")}
+        for kind, error_type in (
+            ("corrected", nvml.NVML_MEMORY_ERROR_TYPE_CORRECTED),
+            ("uncorrected", nvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED),
+        ):
+            if ecc[kind] is None:
+                ecc[kind] = calls(
+                    s,
+                    "nvmlDeviceGetTotalEccErrors",
+                    h,
+                    error_type,
+                    nvml.NVML_AGGREGATE_ECC,
+                    key=f"ecc_{kind}",
+                )
+        r.ecc_errors = {k: float(v) for k, v in ecc.items() if v is not None}
+
+        retired = {"single_bit": f.get("retired_sbe"), "double_bit": f.get("retired_dbe")}
+        for cause, source in (
+            ("single_bit", nvml.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS),
+            ("double_bit", nvml.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR),
+        ):
+            if retired[cause] is None:
+                pages = calls(s, "nvmlDeviceGetRetiredPages", h, source, key=f"retired_{cause}")
+                retired[cause] = len(pages) if pages is not None else None
+        r.retired_pages = {k: float(v) for k, v in retired.items() if v is not None}
+        pending = f.get("retired_pending")
+        if pending is None:
+            pending = calls(s, "nvmlDeviceGetRetiredPagesPendingStatus", h)
+        r.retired_pages_pending = bool(pending) if pending is not None else None
+
+        remap = [
+            f.get(k)
+            for k in (
+                "remapped_correctable",
+                "remapped_uncorrectable",
+                "remapped_pending",
+                "remapped_failure",
+            )
+        ]
+        if any(v is None for v in remap):
+            rows = calls(s, "nvmlDeviceGetRemappedRows", h)
+            if rows is not None:
+                remap = [float(v) for v in rows]
+        if remap[0] is not None and remap[1] is not None:
+            r.remapped_rows = {"correctable": remap[0], "uncorrectable": remap[1]}
+        r.remapped_rows_pending = bool(remap[2]) if remap[2] is not None else None
+        r.remapped_rows_failure = bool(remap[3]) if remap[3] is not None else None
+
+        replay = f.get("pcie_replay")
+        if replay is None:
+            replay = calls(s, "nvmlDeviceGetPcieReplayCounter", h)
+        r.pcie_replay_errors = _num(replay)
+
+        for short, (reason, policy) in _VIOLATIONS.items():
+            ns = f.get(f"violation_{short}")
+            if ns is None and hasattr(nvml, policy):
+                status = calls(
+                    s,
+                    "nvmlDeviceGetViolationStatus",
+                    h,
+                    getattr(nvml, policy),
+                    key=f"violation_{short}",
+                )
+                ns = status.violationTime if status is not None else None
+            if ns is not None:
+                r.clock_event_seconds[reason] = float(ns) / 1e9
+
+    def _read_pcie(self, gpu: _Gpu) -> None:
+        nvml, calls, h, s = self._nvml, self._calls, gpu.handle, gpu.scope
+        tx = calls(s, "nvmlDeviceGetPcieThroughput", h, nvml.NVML_PCIE_UTIL_TX_BYTES, key="pcie_tx")
+        rx = calls(s, "nvmlDeviceGetPcieThroughput", h, nvml.NVML_PCIE_UTIL_RX_BYTES, key="pcie_rx")
+        gpu.pcie_tx = _scaled(tx, _KIB)
+        gpu.pcie_rx = _scaled(rx, _KIB)
+
+    def _read_mig(self, gpu: _Gpu, r: GpuReading, gpm_keys: list[tuple[int, int | None]]) -> None:
+        nvml, calls, h, s = self._nvml, self._calls, gpu.handle, gpu.scope
+        mode = calls(s, "nvmlDeviceGetMigMode", h)
+        if mode is None:
+            return
+        r.mig_enabled = mode[0] == nvml.NVML_DEVICE_MIG_ENABLE
+        if not r.mig_enabled:
+            return
+        slots = calls(s, "nvmlDeviceGetMaxMigDeviceCount", h) or 0
+        mig_scope = f"{s}/mig"
+        absent = (nvml.NVML_ERROR_NOT_FOUND, nvml.NVML_ERROR_INVALID_ARGUMENT)
+        for slot in range(slots):
+            mh = calls(
+                s, "nvmlDeviceGetMigDeviceHandleByIndex", h, slot, key="mig_handle", quiet=absent
+            )
+            if mh is None:
+                continue
+            gi = calls(mig_scope, "nvmlDeviceGetGpuInstanceId", mh)
+            ci = calls(mig_scope, "nvmlDeviceGetComputeInstanceId", mh)
+            if gi is None:
+                continue
+            memory = calls(mig_scope, "nvmlDeviceGetMemoryInfo", mh)
+            instance = MigInstance(
+                gpu_instance_id=int(gi),
+                compute_instance_id=int(ci) if ci is not None else 0,
+                profile=self._mig_profile(mig_scope, mh),
+                uuid=calls(mig_scope, "nvmlDeviceGetUUID", mh) or "",
+                memory_total_bytes=float(memory.total) if memory is not None else None,
+                memory_used_bytes=float(memory.used) if memory is not None else None,
+            )
+            if gpu.gpm:
+                key = (gpu.index, instance.gpu_instance_id)
+                gpm_keys.append(key)
+                values = self._gpm.sample(calls, s, h, key, MIG_METRICS, instance.gpu_instance_id)
+                instance.sm_active_ratio = values.get("sm_active_ratio")
+            r.mig_instances.append(instance)
+
+    def _mig_profile(self, scope: str, mig_handle: Any) -> str:
+        """ "1g.10gb" from the MIG device name, else from its slice count and memory size."""
+        name = self._calls(scope, "nvmlDeviceGetName", mig_handle) or ""
+        match = _MIG_PROFILE.search(name)
+        if match:
+            return match.group(1)
+        attrs = self._calls(scope, "nvmlDeviceGetAttributes", mig_handle)
+        if attrs is None:
+            return ""
+        gib = -(-int(attrs.memorySizeMB) // 1024)  # NVIDIA rounds the size up in names
+        return f"{int(attrs.gpuInstanceSliceCount)}g.{gib}gb"
+
+    def _read_processes(self, gpu: _Gpu, r: GpuReading) -> None:
+        nvml, calls, h, s = self._nvml, self._calls, gpu.handle, gpu.scope
+        found: dict[tuple[int, int | None], GpuProcess] = {}
+        for kind in ("Compute", "Graphics"):
+            name = f"nvmlDeviceGet{kind}RunningProcesses"
+            listed = calls(s, f"{name}_v3", h)
+            if listed is None and not calls.supported(s, f"{name}_v3"):
+                listed = calls(s, f"{name}_v2", h)
+            for info in listed or ():
+                gi = info.gpuInstanceId
+                gi = None if gi is None or int(gi) == _NOT_MIG else int(gi)
+                memory = info.usedGpuMemory
+                key = (int(info.pid), gi)
+                if key in found:  # a process using compute and graphics: listed twice
+                    continue
+                found[key] = GpuProcess(
+                    pid=int(info.pid),
+                    memory_used_bytes=float(memory) if memory is not None else None,
+                    gpu_instance_id=gi,
+                )
+        if not found:
+            gpu.process_names = {}
+            return
+        utilization = self._process_utilization(gpu) if not r.mig_enabled else {}
+        names = gpu.process_names if gpu.process_names is not None else {}
+        gpu.process_names = {}
+        for process in found.values():
+            pid = process.pid
+            if pid not in names:
+                names[pid] = (
+                    calls(
+                        "system",
+                        "nvmlSystemGetProcessName",
+                        pid,
+                        quiet=(nvml.NVML_ERROR_NOT_FOUND, nvml.NVML_ERROR_NO_PERMISSION),
+                    )
+                    or ""
+                )
+            gpu.process_names[pid] = process.name = names[pid]
+            process.sm_utilization_ratio = utilization.get(pid)
+            self._attribute(process)
+            r.processes.append(process)
+
+    def _process_utilization(self, gpu: _Gpu) -> dict[int, float]:
+        """pid -> SM share since the last cycle; keeps NVML's sample clock per GPU."""
+        samples = self._calls(
+            gpu.scope,
+            "nvmlDeviceGetProcessUtilization",
+            gpu.handle,
+            gpu.process_seen_us,
+            quiet=(self._nvml.NVML_ERROR_NOT_FOUND,),
+        )
+        latest: dict[int, tuple[int, float]] = {}
+        for sample in samples or ():
+            stamp = int(sample.timeStamp)
+            pid = int(sample.pid)
+            if pid not in latest or stamp > latest[pid][0]:
+                latest[pid] = (stamp, min(float(sample.smUtil) / 100.0, 1.0))
+            gpu.process_seen_us = max(gpu.process_seen_us, stamp)
+        return {pid: value for pid, (_, value) in latest.items()}
+
+    def _attribute(self, process: GpuProcess) -> None:
+        try:
+            owner = self.attribution.process_owner(process.pid)
+        except Exception:  # an attribution bug must not cost the process list
+            self._calls.errors["attribution.process_owner"] += 1
+            return
+        if owner is not None:
+            process.pod, process.namespace = owner.pod, owner.namespace
+            process.container, process.slurm_job = owner.container, owner.slurm_job
+
+
+def cpu_list(words: Any) -> str:
+    """Render NVML's CPU-affinity bitmask (64-bit words, lowest first) as "0-31,64-95"."""
+    cpus = [
+        word_index * 64 + bit
+        for word_index, word in enumerate(words)
+        for bit in range(64)
+        if int(word) >> bit & 1
+    ]
+    ranges: list[str] = []
+    start = prev = None
+    for cpu in [*cpus, None]:
+        if start is not None and cpu == prev + 1:
+            prev = cpu
+            continue
+        if start is not None:
+            ranges.append(str(start) if start == prev else f"{start}-{prev}")
+        start = prev = cpu
+    return ",".join(ranges)
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _num(value: Any) -> float | None:
+    return float(value) if value is not None else None
+
+
+def _scaled(value: Any, factor: float) -> float | None:
+    return float(value) * factor if value is not None else None
+
+
+def _seconds(text: str) -> float:
+    """A duration flag: "10s", "500ms", "5m" or bare seconds."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)(ms|s|m|h)?\s*", text)
+    if not match:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a duration like 10s or 500ms")
+    factor = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}[match.group(2)]
+    return float(match.group(1)) * factor

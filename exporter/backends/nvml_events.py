@@ -1,0 +1,166 @@
+"""Event-driven XID counting: a watcher thread, so no XID is missed between scrapes.
+
+dcgm-exporter only shows the last XID code; repeated identical XIDs are invisible
+(NVIDIA/dcgm-exporter#190). Here every `nvmlEventTypeXidCriticalError` event is counted by
+(GPU, XID code) with the time of the last one, as utkuozdemir/nvidia_gpu_exporter does. The
+thread waits in one-second slices, ignores timeouts, and survives NVML errors with backoff.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+# XIDs after which NVIDIA's XID catalog (docs.nvidia.com/deploy/xid-errors) asks for a GPU
+# reset, a node reboot or hardware service, rather than an application fix:
+# 48 double-bit ECC, 62 internal micro-controller halt, 64 ECC page retirement / row remap
+# failure, 74 NVLink error, 79 GPU fell off the bus, 92 high single-bit ECC rate, 94/95
+# contained/uncontained ECC error, 119/120 GSP RPC timeout / GSP error, 140 unrecovered ECC.
+FATAL_XIDS: frozenset[int] = frozenset({48, 62, 64, 74, 79, 92, 94, 95, 119, 120, 140})
+
+
+class XidWatcher:
+    """Counts XID events per (GPU index, code) from a background thread."""
+
+    def __init__(
+        self,
+        nvml: Any,
+        handles: dict[int, Any],
+        *,
+        wait_ms: int = 1000,
+        backoff_s: float = 1.0,
+        max_backoff_s: float = 60.0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._nvml = nvml
+        self._handles = dict(handles)
+        self._by_address = {_address(h): index for index, h in self._handles.items()}
+        self._wait_ms = wait_ms
+        self._backoff_s = backoff_s
+        self._max_backoff_s = max_backoff_s
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._counts: Counter[tuple[int, int]] = Counter()
+        self._last: dict[int, float] = {}
+        self._errors: Counter[str] = Counter()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        if self._thread is None and self._handles:
+            self._thread = threading.Thread(target=self._run, name="nvml-xid", daemon=True)
+            self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(self._wait_ms / 1000 + 2.0)
+            self._thread = None
+
+    def counts(self, index: int) -> dict[int, float]:
+        """XID code -> events seen on GPU `index` since the exporter started."""
+        with self._lock:
+            return {xid: float(n) for (gpu, xid), n in self._counts.items() if gpu == index}
+
+    def last_timestamp(self, index: int) -> float | None:
+        with self._lock:
+            return self._last.get(index)
+
+    def take_errors(self) -> Counter[str]:
+        with self._lock:
+            errors, self._errors = self._errors, Counter()
+        return errors
+
+    # ----- thread -------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        backoff = self._backoff_s
+        while not self._stop.is_set():
+            event_set = self._open()
+            if event_set is not None:
+                try:
+                    if self._wait_loop(event_set):
+                        backoff = self._backoff_s  # events were flowing: start backoff afresh
+                finally:
+                    self._call("nvmlEventSetFree", event_set)
+            if self._stop.wait(backoff):
+                return
+            backoff = min(backoff * 2, self._max_backoff_s)
+
+    def _open(self) -> Any:
+        """An event set with XID events registered on every GPU that supports them."""
+        event_set = self._call("nvmlEventSetCreate")
+        if event_set is None:
+            return None
+        registered = 0
+        for handle in self._handles.values():
+            if self._call(
+                "nvmlDeviceRegisterEvents",
+                handle,
+                self._nvml.nvmlEventTypeXidCriticalError,
+                event_set,
+                quiet=(self._nvml.NVML_ERROR_NOT_SUPPORTED,),
+                ok=True,
+            ):
+                registered += 1
+        if registered == 0:
+            self._call("nvmlEventSetFree", event_set)
+            return None
+        return event_set
+
+    def _wait_loop(self, event_set: Any) -> bool:
+        """Wait for events until stopped or NVML fails; True if any event arrived."""
+        nvml, seen = self._nvml, False
+        while not self._stop.is_set():
+            try:
+                data = nvml.nvmlEventSetWait(event_set, self._wait_ms)
+            except nvml.NVMLError as error:
+                if getattr(error, "value", None) == nvml.NVML_ERROR_TIMEOUT:
+                    continue
+                self._count_error("nvmlEventSetWait", error)
+                return seen
+            if data.eventType & nvml.nvmlEventTypeXidCriticalError:
+                self._record(data)
+                seen = True
+        return seen
+
+    def _record(self, data: Any) -> None:
+        index = self._by_address.get(_address(data.device))
+        if index is None:
+            try:
+                index = int(self._nvml.nvmlDeviceGetIndex(data.device))
+            except self._nvml.NVMLError as error:
+                self._count_error("nvmlDeviceGetIndex", error)
+                return
+        with self._lock:
+            self._counts[(index, int(data.eventData))] += 1
+            self._last[index] = self._clock()
+
+    def _call(self, name: str, *args: Any, quiet: tuple[int, ...] = (), ok: bool = False) -> Any:
+        try:
+            result = getattr(self._nvml, name)(*args)
+        except self._nvml.NVMLError as error:
+            if getattr(error, "value", None) not in quiet:
+                self._count_error(name, error)
+            return False if ok else None
+        return True if ok else result
+
+    def _count_error(self, name: str, error: Exception) -> None:
+        log.debug("XID watcher: %s failed: %s", name, error)
+        with self._lock:
+            self._errors[name] += 1
+
+
+def _address(handle: Any) -> int | None:
+    """A device handle's pointer value: the driver hands out one per GPU."""
+    try:
+        return ctypes.cast(handle, ctypes.c_void_p).value
+    except (TypeError, ctypes.ArgumentError):
+        return None
