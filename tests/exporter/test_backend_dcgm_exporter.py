@@ -1,0 +1,435 @@
+"""DcgmExporterBackend against fixture pages served by a real local HTTP server."""
+
+from __future__ import annotations
+
+import argparse
+import socket
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from exporter.backends.base import BackendUnavailable
+from exporter.backends.dcgm_common import XidTracker, is_blank
+from exporter.backends.dcgm_exporter import DcgmExporterBackend, first_bad_line
+from exporter.backends.registry import backend_class
+from exporter.readings import GpuReading
+
+FIXTURES = Path(__file__).parent.parent / "fixtures" / "dcgm_exporter"
+MIB = 2**20
+
+
+class _Pages:
+    """Path -> (status, body) served by the handler; tests swap bodies between collections."""
+
+    def __init__(self) -> None:
+        self.routes: dict[str, tuple[int, bytes]] = {}
+
+    def set(self, path: str, body: str, status: int = 200) -> str:
+        self.routes[path] = (status, body.encode())
+        return path
+
+    def fixture(self, name: str) -> str:
+        return self.set(f"/{name}", (FIXTURES / name).read_text())
+
+
+def _handler(pages: _Pages) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            status, body = pages.routes.get(self.path, (404, b"not found\n"))
+            self.send_response(status)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    return Handler
+
+
+@pytest.fixture
+def server() -> Iterator[tuple[str, _Pages]]:
+    pages = _Pages()
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(pages))
+    thread = threading.Thread(target=httpd.serve_forever, args=(0.05,), daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}", pages
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+        thread.join(timeout=5)
+
+
+def _collect(urls: list[str]):
+    backend = DcgmExporterBackend(urls, timeout=2.0)
+    backend.start()
+    try:
+        return backend.collect()
+    finally:
+        backend.close()
+
+
+def _gpus(collection) -> dict[int, GpuReading]:
+    (node,) = collection.nodes
+    return {gpu.index: gpu for gpu in node.gpus}
+
+
+# --- A100 node with Kubernetes pod labels ---------------------------------------------------
+
+
+def test_a100_identity_and_units(server):
+    base, pages = server
+    collection = _collect([base + pages.fixture("a100_k8s.prom")])
+    (node,) = collection.nodes
+    assert node.node == "dgx-a100-07"
+    assert node.driver_version == "550.90.07"
+    assert [gpu.index for gpu in node.gpus] == list(range(8))
+    gpu = node.gpus[0]
+    assert gpu.uuid.startswith("GPU-") and len(gpu.uuid) == 40
+    assert gpu.model == "NVIDIA A100-SXM4-80GB"
+    assert gpu.pci_bus_id == "00000000:07:00.0"
+    assert gpu.memory_used_bytes == 71680 * MIB
+    assert gpu.memory_reserved_bytes == 591 * MIB
+    assert gpu.memory_free_bytes == (81920 - 71680 - 591) * MIB
+    assert gpu.memory_total_bytes == 81920 * MIB  # used + free + reserved: FB_TOTAL is not exported
+    assert gpu.sm_clock_hertz == 1410e6
+    assert gpu.memory_clock_hertz == 1593e6
+    assert gpu.utilization_ratio == pytest.approx(0.97)
+    assert gpu.memory_utilization_ratio == pytest.approx(0.41)
+    assert gpu.energy_joules == pytest.approx(912345678.901)
+    assert gpu.power_watts == pytest.approx(352.418)
+    assert gpu.sm_active_ratio == pytest.approx(0.934512)
+    assert gpu.tensor_active_ratio == pytest.approx(0.512345)
+    assert gpu.pcie_tx_bytes_per_second == 412345678
+    assert gpu.mig_enabled is False and gpu.mig_instances == []
+    assert collection.errors == {}
+
+
+def test_blank_sentinel_becomes_none(server):
+    base, pages = server
+    gpus = _gpus(_collect([base + pages.fixture("a100_k8s.prom")]))
+    assert gpus[7].memory_temperature_celsius is None  # 9223372036854775794 on the page
+    assert gpus[6].memory_temperature_celsius == 46
+
+
+def test_pod_labels_become_allocations_with_namespace_as_tenant(server):
+    base, pages = server
+    (node,) = _collect([base + pages.fixture("a100_k8s.prom")]).nodes
+    held = sorted((a.gpu, a.namespace, a.pod, a.container, a.tenant) for a in node.allocations)
+    assert held == [
+        *[(i, "ml-train", "llm-pretrain-worker-0", "trainer", "ml-train") for i in range(4)],
+        (5, "inference", "bert-serve-7d9f8b6c5-x2k4q", "server", "inference"),
+    ]
+    assert all(a.gpu_instance_id is None for a in node.allocations)
+
+
+def test_health_remap_failure_and_clock_events(server):
+    base, pages = server
+    gpus = _gpus(_collect([base + pages.fixture("a100_k8s.prom")]))
+    assert gpus[0].healthy and gpus[5].healthy
+    assert not gpus[3].healthy  # DCGM_EXP_GPU_HEALTH_STATUS MEM = 20 (FAIL)
+    assert not gpus[4].healthy  # DCGM_FI_DEV_ROW_REMAP_FAILURE = 1
+    assert gpus[4].remapped_rows == {"uncorrectable": 0.0, "correctable": 2.0}
+    assert gpus[4].remapped_rows_failure is True
+    assert gpus[0].clock_event_active == {"sw_power_cap": True}
+    assert gpus[2].clock_event_active == {}
+    assert gpus[2].pcie_replay_errors == 3
+
+
+def test_windowed_xid_count_is_turned_into_a_monotonic_counter(server):
+    base, pages = server
+    path = pages.fixture("a100_k8s.prom")
+    backend = DcgmExporterBackend([base + path], timeout=2.0)
+    first = {g.index: g for g in backend.collect().nodes[0].gpus}
+    assert first[6].xid_errors == {13: 2.0}  # both events, though the last-code gauge shows one
+    assert first[6].xid_last_timestamp_seconds is not None
+    assert first[0].xid_errors == {}
+    again = {g.index: g for g in backend.collect().nodes[0].gpus}
+    assert again[6].xid_errors == {13: 2.0}  # the same window read twice adds nothing
+    text = (FIXTURES / "a100_k8s.prom").read_text()
+    pages.set(path, text.replace('xid="13"} 2', 'xid="13"} 3'))
+    third = {g.index: g for g in backend.collect().nodes[0].gpus}
+    assert third[6].xid_errors == {13: 3.0}
+    pages.set(path, text.replace('xid="13"} 2', 'xid="13"} 1'))  # old events left the window
+    fourth = {g.index: g for g in backend.collect().nodes[0].gpus}
+    assert fourth[6].xid_errors == {13: 3.0}
+    backend.close()
+
+
+# --- MIG H100 node ----------------------------------------------------------------------------
+
+
+def test_mig_instances_and_their_allocations(server):
+    base, pages = server
+    (node,) = _collect([base + pages.fixture("h100_mig.prom")]).nodes
+    assert node.node == "gpu-h100-03"  # lower-case `hostname` label (dcgm-exporter HEAD)
+    gpus = {gpu.index: gpu for gpu in node.gpus}
+    assert len(gpus) == 8
+    mig0 = gpus[0]
+    assert mig0.mig_enabled is True
+    instances = [(m.gpu_instance_id, m.profile) for m in mig0.mig_instances]
+    assert instances == [(2, "3g.40gb"), (3, "2g.20gb"), (9, "1g.10gb"), (10, "1g.10gb")]
+    first = mig0.mig_instances[0]
+    assert first.memory_used_bytes == 30720 * MIB
+    assert first.memory_total_bytes == 40448 * MIB
+    assert first.sm_active_ratio == pytest.approx(0.812)
+    # Parent values repeated on instance series reach the GPU; per-GPU util does not exist.
+    assert mig0.temperature_celsius == 50
+    assert mig0.power_watts == pytest.approx(300.5)
+    assert mig0.utilization_ratio is None
+    assert mig0.memory_used_bytes == (30720 + 4096) * MIB
+    assert mig0.memory_total_bytes == (40448 + 20096 + 9856 + 9856) * MIB
+    assert [m.profile for m in gpus[1].mig_instances] == ["7g.80gb"]
+    plain = gpus[2]
+    assert plain.mig_enabled is False
+    assert plain.memory_total_bytes == 81559 * MIB
+    assert plain.utilization_ratio == 0.0
+    held = sorted(
+        (a.gpu, a.gpu_instance_id if a.gpu_instance_id is not None else -1, a.pod)
+        for a in node.allocations
+    )
+    assert held == [
+        (0, 2, "llama-finetune-0"),
+        (0, 9, "notebook-alice"),
+        (1, 0, "sdxl-render-5"),
+        (4, -1, "triton-0"),
+    ]
+
+
+def test_last_xid_gauge_counts_a_change_once(server):
+    base, pages = server
+    path = pages.fixture("h100_mig.prom")
+    backend = DcgmExporterBackend([base + path], timeout=2.0)
+    gpus = {g.index: g for g in backend.collect().nodes[0].gpus}
+    assert gpus[1].xid_errors == {31: 1.0}
+    assert gpus[0].xid_errors == {}
+    gpus = {g.index: g for g in backend.collect().nodes[0].gpus}
+    assert gpus[1].xid_errors == {31: 1.0}  # same last code again: no new event is visible
+    text = (FIXTURES / "h100_mig.prom").read_text()
+    pages.set(
+        path,
+        text.replace(
+            'err_code="31",err_msg="GPU memory page fault"} 31',
+            'err_code="13",err_msg="Graphics Engine Exception"} 13',
+        ),
+    )
+    gpus = {g.index: g for g in backend.collect().nodes[0].gpus}
+    assert gpus[1].xid_errors == {13: 1.0, 31: 1.0}
+    backend.close()
+
+
+# --- old namespace (-o) -----------------------------------------------------------------------
+
+
+def test_old_namespace_names_and_labels(server):
+    base, pages = server
+    (node,) = _collect([base + pages.fixture("old_namespace.prom")]).nodes
+    assert node.node == "v100-legacy-01"
+    gpus = {gpu.index: gpu for gpu in node.gpus}
+    busy = gpus[1]
+    assert busy.uuid.startswith("GPU-")
+    assert busy.model == "Tesla V100-SXM2-32GB"
+    assert busy.utilization_ratio == 1.0
+    assert busy.memory_used_bytes == 30000 * MIB
+    assert busy.memory_total_bytes == 32510 * MIB
+    assert busy.sm_clock_hertz == 1530e6
+    assert busy.sm_active_ratio == pytest.approx(0.99)
+    assert busy.energy_joules == pytest.approx(55555555.556)
+    (allocation,) = node.allocations
+    assert (allocation.gpu, allocation.pod, allocation.namespace, allocation.container) == (
+        1,
+        "resnet-train-abc12",
+        "batch",
+        "worker",
+    )
+    assert allocation.tenant == "batch"
+
+
+# --- cumulative XID total ---------------------------------------------------------------------
+
+_XID_TOTAL_PAGE = """# HELP DCGM_EXP_XID_ERRORS_TOTAL Total XID errors observed since exporter start.
+# TYPE DCGM_EXP_XID_ERRORS_TOTAL counter
+DCGM_EXP_XID_ERRORS_TOTAL{{gpu="0",UUID="GPU-x",hostname="n1",xid="48"}} {n}
+# HELP DCGM_FI_DEV_XID_ERRORS Value of the last XID error encountered.
+# TYPE DCGM_FI_DEV_XID_ERRORS gauge
+DCGM_FI_DEV_XID_ERRORS{{gpu="0",UUID="GPU-x",hostname="n1",err_code="48",err_msg="DBE"}} 48
+"""
+
+
+def test_cumulative_xid_total_survives_an_exporter_restart(server):
+    base, pages = server
+    path = pages.set("/total", _XID_TOTAL_PAGE.format(n=5))
+    backend = DcgmExporterBackend([base + path], timeout=2.0)
+    assert backend.collect().nodes[0].gpus[0].xid_errors == {48: 5.0}
+    pages.set(path, _XID_TOTAL_PAGE.format(n=7))
+    assert backend.collect().nodes[0].gpus[0].xid_errors == {48: 7.0}
+    pages.set(path, _XID_TOTAL_PAGE.format(n=1))  # dcgm-exporter restarted: 1 new event
+    assert backend.collect().nodes[0].gpus[0].xid_errors == {48: 8.0}
+    backend.close()
+
+
+# --- failures ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "line"),
+    [("truncated.prom", 34), ("bad_value.prom", 33), ("garbage.prom", 1)],
+)
+def test_malformed_pages_name_the_url_and_line(server, name, line):
+    base, pages = server
+    url = base + pages.fixture(name)
+    with pytest.raises(BackendUnavailable) as caught:
+        _collect([url])
+    message = str(caught.value)
+    assert url in message
+    assert f"line {line}" in message
+    assert "\n" not in message
+
+
+def test_first_bad_line_is_none_for_a_good_page():
+    assert first_bad_line((FIXTURES / "old_namespace.prom").read_text()) is None
+
+
+def test_empty_page_is_unavailable(server):
+    base, pages = server
+    with pytest.raises(BackendUnavailable, match="empty"):
+        _collect([base + pages.set("/empty", "")])
+
+
+def test_http_error_names_the_url(server):
+    base, pages = server
+    url = base + pages.set("/broken", "oops", status=500)
+    with pytest.raises(BackendUnavailable, match=r"HTTP 500") as caught:
+        _collect([url])
+    assert url in str(caught.value)
+
+
+def test_unreachable_target_names_the_url():
+    with socket.socket() as probe:  # a port that was free a moment ago: nothing listens there
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    url = f"http://127.0.0.1:{port}/metrics"
+    with pytest.raises(BackendUnavailable, match="unreachable") as caught:
+        _collect([url])
+    assert url in str(caught.value)
+    assert "\n" not in str(caught.value)
+
+
+def test_one_failing_target_is_counted_and_the_others_collected(server):
+    base, pages = server
+    good = base + pages.fixture("a100_k8s.prom")
+    bad = base + "/missing"
+    collection = _collect([good, bad])
+    assert [node.node for node in collection.nodes] == ["dgx-a100-07"]
+    assert collection.errors == {f"scrape {bad}": 1}
+
+
+def test_several_targets_become_several_nodes(server):
+    base, pages = server
+    urls = [base + pages.fixture("a100_k8s.prom"), base + pages.fixture("h100_mig.prom")]
+    names = sorted(node.node for node in _collect(urls).nodes)
+    assert names == ["dgx-a100-07", "gpu-h100-03"]
+
+
+def test_all_targets_failing_raises(server):
+    base, _ = server
+    with pytest.raises(BackendUnavailable, match="all 2 dcgm-exporter targets failed"):
+        _collect([base + "/a", base + "/b"])
+
+
+def test_url_host_names_the_node_without_hostname_label(server):
+    base, pages = server
+    page = '# TYPE DCGM_FI_DEV_GPU_TEMP gauge\nDCGM_FI_DEV_GPU_TEMP{gpu="0",UUID="GPU-y"} 41\n'
+    (node,) = _collect([base + pages.set("/nohost", page)]).nodes
+    assert node.node == "127.0.0.1"
+    assert node.gpus[0].temperature_celsius == 41
+
+
+# --- flags and registry -----------------------------------------------------------------------
+
+
+def _parse(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    DcgmExporterBackend.add_arguments(parser)
+    return parser.parse_args(argv)
+
+
+def test_flags_accept_repeats_and_commas():
+    args = _parse(
+        [
+            "--dcgm-exporter.url",
+            "http://a:9400/metrics,http://b:9400/metrics",
+            "--dcgm-exporter.url",
+            "http://c:9400/metrics",
+            "--dcgm-exporter.timeout",
+            "2.5",
+        ]
+    )
+    backend = DcgmExporterBackend.from_args(args)
+    assert backend.urls == [
+        "http://a:9400/metrics",
+        "http://b:9400/metrics",
+        "http://c:9400/metrics",
+    ]
+    assert backend.timeout == 2.5
+    assert backend_class("dcgm-exporter") is DcgmExporterBackend
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        [],
+        ["--dcgm-exporter.url", "localhost:9400"],
+        ["--dcgm-exporter.url", "http://a/metrics", "--dcgm-exporter.timeout", "0"],
+    ],
+)
+def test_bad_flags_raise_value_error(argv):
+    with pytest.raises(ValueError):
+        DcgmExporterBackend.from_args(_parse(argv))
+
+
+# --- shared DCGM helpers ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        9223372036854775792,
+        9223372036854775794.0,
+        2147483632,
+        2147483647,
+        140737488355328.0,
+        "<<<NULL>>>",
+        float("nan"),
+    ],
+)
+def test_blank_sentinels(value):
+    assert is_blank(value)
+
+
+@pytest.mark.parametrize("value", [0, 2147483631, 2**31 + 100, 912345678901, 0.5, "3g.40gb"])
+def test_real_values_are_not_blank(value):
+    assert not is_blank(value)
+
+
+def test_last_code_tracking_undercounts_repeats():
+    tracker = XidTracker()
+    gpu = GpuReading(index=0)
+    for now, code in enumerate([0, 13, 13, 31, 13, 0, 0]):
+        tracker.observe_last_code("gpu0", code, float(now))
+    tracker.apply("gpu0", gpu)
+    assert gpu.xid_errors == {13: 2.0, 31: 1.0}  # the repeated 13 at t=2 is invisible
+    assert gpu.xid_last_timestamp_seconds == 4.0
+
+
+def test_xid_79_marks_the_gpu_lost():
+    tracker = XidTracker()
+    gpu = GpuReading(index=0)
+    tracker.observe_last_code("g", 79, 1.0)
+    tracker.apply("g", gpu)
+    assert gpu.lost and not gpu.healthy
