@@ -1,0 +1,582 @@
+"""The NVML backend against a faithful pynvml fake (real constants, structs and errors)."""
+
+from __future__ import annotations
+
+import argparse
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+
+import pynvml
+import pytest
+
+from exporter.attribution.base import Owner
+from exporter.backends.base import BackendUnavailable
+from exporter.backends.nvml import NvmlBackend, cpu_list
+from exporter.backends.registry import backend_class
+from exporter.readings import Allocation, Collection, GpuReading
+from tests.fakes.fake_pynvml import (
+    MIB,
+    FakeGpu,
+    FakeMig,
+    FakeNvml,
+    FakeProcess,
+    hgx_h100,
+    two_islands,
+)
+
+Factory = Callable[..., NvmlBackend]
+
+
+@pytest.fixture
+def make_backend() -> Iterator[Factory]:
+    backends: list[NvmlBackend] = []
+
+    def make(fake: FakeNvml, **kwargs: object) -> NvmlBackend:
+        kwargs.setdefault("xid_wait_ms", 10)
+        kwargs.setdefault("xid_backoff_s", 0.01)
+        backend = NvmlBackend("node-a", nvml_module=fake, **kwargs)
+        backends.append(backend)
+        return backend
+
+    yield make
+    for backend in backends:
+        backend.close()
+
+
+def gpus_of(collection: Collection) -> list[GpuReading]:
+    return collection.nodes[0].gpus
+
+
+# ----- topology ------------------------------------------------------------------------------
+
+
+def test_hgx_h100_is_one_nvlink_island_with_18_links_between_every_pair(make_backend):
+    fake = hgx_h100()
+    node = make_backend(fake).collect().nodes[0]
+
+    assert node.node == "node-a"
+    assert (node.driver_version, node.cuda_version) == ("550.54.15", "12.4")
+    assert len(node.gpus) == 8
+    pairs = {(link.gpu, link.peer): link for link in node.links}
+    assert len(pairs) == 8 * 7  # every ordered pair, once
+    assert {link.link_type for link in node.links} == {"nvlink"}
+    assert {link.nvlink_count for link in node.links} == {18}
+    assert {gpu.nvlink_island for gpu in node.gpus} == {0}
+
+    first, last = node.gpus[0], node.gpus[7]
+    assert first.model == "NVIDIA H100 80GB HBM3"
+    assert first.uuid == fake.gpus[0].uuid and first.pci_bus_id == "00000000:18:00.0"
+    assert first.serial == fake.gpus[0].serial and first.vbios_version == "96.00.99.00.01"
+    assert (first.numa_node, first.cpu_affinity) == (0, "0-31,64-95")
+    assert (last.numa_node, last.cpu_affinity) == (1, "32-63,96-127")
+
+
+def test_two_islands_joined_by_pcie(make_backend):
+    node = make_backend(two_islands(links_per_peer=4)).collect().nodes[0]
+
+    pairs = {(link.gpu, link.peer): link for link in node.links}
+    assert pairs[(0, 3)].link_type == "nvlink" and pairs[(0, 3)].nvlink_count == 4
+    assert pairs[(5, 6)].link_type == "nvlink" and pairs[(6, 5)].nvlink_count == 4
+    assert pairs[(0, 4)].link_type == "cross_socket" and pairs[(0, 4)].nvlink_count == 0
+    assert pairs[(3, 7)].link_type == "cross_socket"
+    assert {g.index: g.nvlink_island for g in node.gpus} == {
+        0: 0, 1: 0, 2: 0, 3: 0, 4: 4, 5: 4, 6: 4, 7: 4
+    }  # fmt: skip
+
+
+def test_pcie_only_node_gets_common_ancestor_levels(make_backend):
+    gpus = [
+        FakeGpu(index=i, name="NVIDIA L40S", bus=0x10 + i, socket=i // 2, pcie_switch=i)
+        for i in range(4)
+    ]
+    gpus[1].pcie_switch = 0  # GPUs 0 and 1 behind one PCIe switch
+    fake = FakeNvml(gpus)
+    node = make_backend(fake).collect().nodes[0]
+
+    kinds = {(link.gpu, link.peer): link.link_type for link in node.links}
+    assert kinds[(0, 1)] == "pcie_switch"
+    assert kinds[(2, 3)] == "numa_node"
+    assert kinds[(0, 2)] == kinds[(3, 1)] == "cross_socket"
+    assert [g.nvlink_island for g in node.gpus] == [0, 1, 2, 3]
+    # No NVLink at all: one probe per GPU, not 36.
+    assert fake.calls[("nvmlDeviceGetNvLinkState", 0)] == 1
+
+
+def test_topology_is_read_at_start_and_then_only_every_interval(make_backend):
+    now = [1000.0]
+    fake = hgx_h100(2)
+    backend = make_backend(fake, topology_interval=600.0, clock=lambda: now[0])
+    backend.collect()
+    probes = fake.calls[("nvmlDeviceGetTopologyCommonAncestor", 0)]
+    backend.collect()
+    now[0] += 601
+    backend.collect()
+
+    state_calls = fake.calls[("nvmlDeviceGetNvLinkState", 0)]
+    assert state_calls == 2 * 19  # 18 links + the probe that ends the walk, at start and later
+    assert fake.calls[("nvmlDeviceGetTopologyCommonAncestor", 0)] == probes
+
+
+# ----- errors and lost GPUs ------------------------------------------------------------------
+
+
+def test_gpu_falling_off_the_bus_costs_that_gpu_only(make_backend):
+    fake = hgx_h100()
+    fake.gpus[3].power_mw = 300_000
+    backend = make_backend(fake)
+
+    first = backend.collect()
+    assert not gpus_of(first)[3].lost and gpus_of(first)[3].power_watts == 300.0
+    assert not first.errors
+
+    fake.gpus[3].lost = True
+    second = backend.collect()
+    lost = gpus_of(second)[3]
+    assert lost.lost and not lost.healthy
+    assert lost.power_watts is None and lost.memory_used_bytes is None
+    assert lost.uuid == fake.gpus[3].uuid  # identity stays, so the series can say "lost"
+    others = [g for g in gpus_of(second) if g.index != 3]
+    assert all(not g.lost and g.healthy and g.power_watts == 70.0 for g in others)
+    assert sum(second.errors.values()) >= 1
+
+    third = backend.collect()
+    assert gpus_of(third)[3].lost and sum(third.errors.values()) >= 1  # still failing, counted
+
+    fake.gpus[3].lost = False
+    recovered = backend.collect()
+    assert not gpus_of(recovered)[3].lost and gpus_of(recovered)[3].power_watts == 300.0
+
+
+def test_gpu_lost_before_start_is_reported_and_attached_when_back(make_backend):
+    fake = hgx_h100(4)
+    fake.gpus[1].lost = True
+    backend = make_backend(fake)
+
+    first = backend.collect()
+    assert gpus_of(first)[1].lost and not gpus_of(first)[1].healthy
+    assert [g.lost for g in gpus_of(first)] == [False, True, False, False]
+
+    fake.gpus[1].lost = False
+    second = backend.collect()
+    assert not gpus_of(second)[1].lost
+    assert gpus_of(second)[1].uuid == fake.gpus[1].uuid
+
+
+def test_not_supported_leaves_none_and_is_not_asked_again(make_backend):
+    fake = hgx_h100(4)
+    fake.gpus[2].encoder = 30
+    fake.gpus[1].encoder = 30
+    fake.inject("nvmlDeviceGetEncoderUtilization", pynvml.NVML_ERROR_NOT_SUPPORTED, gpu=2)
+    backend = make_backend(fake)
+
+    collections = [backend.collect() for _ in range(3)]
+    assert all(gpus_of(c)[2].encoder_utilization_ratio is None for c in collections)
+    assert all(gpus_of(c)[1].encoder_utilization_ratio == 0.3 for c in collections)
+    assert fake.calls[("nvmlDeviceGetEncoderUtilization", 2)] == 1
+    assert fake.calls[("nvmlDeviceGetEncoderUtilization", 1)] == 3
+    assert all("nvmlDeviceGetEncoderUtilization" not in c.errors for c in collections)
+
+
+def test_transient_error_is_counted_and_retried(make_backend):
+    fake = hgx_h100(2)
+    fake.inject("nvmlDeviceGetPowerUsage", pynvml.NVML_ERROR_UNKNOWN, gpu=0, times=2)
+    backend = make_backend(fake)
+
+    first, second, third = (backend.collect() for _ in range(3))
+    assert first.errors["nvmlDeviceGetPowerUsage"] == 1
+    assert second.errors["nvmlDeviceGetPowerUsage"] == 1
+    assert gpus_of(second)[0].power_watts is None and gpus_of(second)[1].power_watts == 70.0
+    assert "nvmlDeviceGetPowerUsage" not in third.errors
+    assert gpus_of(third)[0].power_watts == 70.0
+
+
+def test_missing_field_falls_back_to_the_individual_call(make_backend):
+    fake = hgx_h100(1)
+    gpu = fake.gpus[0]
+    gpu.ecc_corrected, gpu.ecc_uncorrected = 12, 1
+    gpu.unsupported_fields = {
+        pynvml.NVML_FI_DEV_ECC_SBE_AGG_TOTAL,
+        pynvml.NVML_FI_DEV_ECC_DBE_AGG_TOTAL,
+    }
+    gpu.violation_ns = {pynvml.NVML_PERF_POLICY_POWER: 2_500_000_000}
+    gpu.unsupported_fields.add(pynvml.NVML_FI_DEV_PERF_POLICY_POWER)
+    backend = make_backend(fake)
+
+    for _ in range(2):
+        reading = gpus_of(backend.collect())[0]
+        assert reading.ecc_errors == {"corrected": 12.0, "uncorrected": 1.0}
+        assert reading.clock_event_seconds == {"sw_power_cap": 2.5}
+    assert fake.calls[("nvmlDeviceGetTotalEccErrors", 0)] == 4  # 2 kinds x 2 cycles
+    # Energy came from the batch, so its individual call was never made.
+    assert fake.calls[("nvmlDeviceGetTotalEnergyConsumption", 0)] == 0
+    # The thermal counter exists neither as a field nor as a call: asked once, then dropped.
+    assert fake.calls[("nvmlDeviceGetViolationStatus", 0)] == 2 + 5
+
+
+def test_whole_field_call_missing_uses_individual_calls(make_backend):
+    fake = hgx_h100(1)
+    gpu = fake.gpus[0]
+    gpu.energy_mj, gpu.pcie_replay, gpu.retired_sbe, gpu.retired_pending = 5_000, 3, 2, True
+    gpu.remap_correctable, gpu.remap_failure = 4, True
+    fake.inject("nvmlDeviceGetFieldValues", pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)
+    reading = gpus_of(make_backend(fake).collect())[0]
+
+    assert reading.energy_joules == 5.0 and reading.pcie_replay_errors == 3.0
+    assert reading.retired_pages == {"single_bit": 2.0, "double_bit": 0.0}
+    assert reading.retired_pages_pending is True
+    assert reading.remapped_rows == {"correctable": 4.0, "uncorrectable": 0.0}
+    assert reading.remapped_rows_failure is True and not reading.healthy
+    assert reading.memory_temperature_celsius is None  # no individual call exists
+
+
+# ----- init ----------------------------------------------------------------------------------
+
+
+def test_init_failure_is_one_actionable_line_and_retried(make_backend):
+    fake = hgx_h100(1)
+    fake.init_error = pynvml.NVML_ERROR_LIBRARY_NOT_FOUND
+    backend = make_backend(fake)
+
+    with pytest.raises(BackendUnavailable) as raised:
+        backend.start()
+    assert str(raised.value) == "NVML: NVML Shared Library Not Found"
+    with pytest.raises(BackendUnavailable):
+        backend.collect()
+
+    fake.init_error = None
+    assert len(gpus_of(backend.collect())) == 1
+
+
+def test_real_pynvml_without_a_driver_is_backend_unavailable():
+    backend = NvmlBackend("node-a", nvml_module=pynvml, xid_wait_ms=10, init_timeout=5.0)
+    try:
+        backend.start()
+    except BackendUnavailable as error:  # the usual case here: no libnvidia-ml
+        assert str(error).startswith("NVML: ") and "\n" not in str(error)
+    else:  # a machine with a GPU: the real library must serve a collection
+        assert gpus_of(backend.collect())
+    finally:
+        backend.close()
+
+
+def test_init_hang_times_out_and_a_later_start_picks_up_the_result(make_backend):
+    fake = hgx_h100(1)
+    fake.init_release = threading.Event()
+    backend = make_backend(fake, init_timeout=0.05)
+
+    started = time.monotonic()
+    with pytest.raises(BackendUnavailable, match=r"did not return within 0\.05s"):
+        backend.start()
+    with pytest.raises(BackendUnavailable, match="did not return"):
+        backend.start()  # still hung: no second nvmlInit piles up
+    assert time.monotonic() - started < 2.0
+    assert fake.calls[("nvmlInit", None)] == 1
+
+    fake.init_release.set()
+    assert len(gpus_of(backend.collect())) == 1
+    assert fake.calls[("nvmlInit", None)] == 1 and fake.initialized == 1
+
+
+def test_close_shuts_nvml_down_once(make_backend):
+    fake = hgx_h100(1)
+    backend = make_backend(fake)
+    backend.collect()
+    backend.close()
+    backend.close()
+    assert fake.shutdowns == 1 and fake.initialized == 0
+
+
+# ----- MIG and GPM ---------------------------------------------------------------------------
+
+
+def h100_with_seven_mig_instances() -> FakeNvml:
+    fake = hgx_h100(1)
+    gpu = fake.gpus[0]
+    gpu.mig_enabled = True
+    gpu.migs = [
+        FakeMig(
+            gpu_instance_id=7 + n,
+            compute_instance_id=0,
+            profile="1g.10gb",
+            slices=1,
+            memory_total=9856 * MIB,
+            memory_used=(n + 1) * 100 * MIB,
+            sm_util=10.0 * (n + 1),
+            uuid=f"MIG-0000000{n}-aaaa-5bbb-8ccc-00000000000{n}",
+        )
+        for n in range(7)
+    ]
+    return FakeNvml(fake.gpus)
+
+
+def test_mig_seven_instances_with_profiles_and_memory(make_backend):
+    fake = h100_with_seven_mig_instances()
+    reading = gpus_of(make_backend(fake).collect())[0]
+
+    assert reading.mig_enabled is True
+    assert [m.gpu_instance_id for m in reading.mig_instances] == list(range(7, 14))
+    assert {m.profile for m in reading.mig_instances} == {"1g.10gb"}
+    assert {m.compute_instance_id for m in reading.mig_instances} == {0}
+    assert {m.memory_total_bytes for m in reading.mig_instances} == {9856 * MIB}
+    assert reading.mig_instances[2].memory_used_bytes == 300 * MIB
+    assert reading.mig_instances[0].uuid.startswith("MIG-")
+    assert reading.utilization_ratio is None  # NVML has no whole-GPU util under MIG
+
+
+def test_mig_profile_from_slices_and_memory_when_the_name_lacks_it(make_backend):
+    fake = h100_with_seven_mig_instances()
+    backend = make_backend(fake)
+    backend.start()
+    fake.inject("nvmlDeviceGetName", pynvml.NVML_ERROR_NOT_SUPPORTED)
+    reading = gpus_of(backend.collect())[0]
+    assert {m.profile for m in reading.mig_instances} == {"1g.10gb"}
+
+
+def test_gpm_per_mig_instance_sm_activity(make_backend):
+    fake = h100_with_seven_mig_instances()
+    backend = make_backend(fake)
+
+    first = gpus_of(backend.collect())[0]
+    assert all(m.sm_active_ratio is None for m in first.mig_instances)  # needs two samples
+    fake.advance(2.0)
+    second = gpus_of(backend.collect())[0]
+    assert [m.sm_active_ratio for m in second.mig_instances] == pytest.approx(
+        [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7]
+    )
+
+
+def test_gpm_whole_gpu_rates_over_the_interval_without_new_buffers(make_backend):
+    fake = hgx_h100(2)
+    for gpu in fake.gpus:
+        gpu.gpm = {
+            pynvml.NVML_GPM_METRIC_SM_UTIL: 80.0,
+            pynvml.NVML_GPM_METRIC_SM_OCCUPANCY: 40.0,
+            pynvml.NVML_GPM_METRIC_ANY_TENSOR_UTIL: 60.0,
+            pynvml.NVML_GPM_METRIC_DRAM_BW_UTIL: 30.0,
+        }
+    fake.gpus[1].gpm_supported = False
+    backend = make_backend(fake)
+
+    assert gpus_of(backend.collect())[0].sm_active_ratio is None
+    fake.advance(1.0)
+    second = gpus_of(backend.collect())
+    assert second[0].sm_active_ratio == pytest.approx(0.8)
+    assert second[0].sm_occupancy_ratio == pytest.approx(0.4)
+    assert second[0].tensor_active_ratio == pytest.approx(0.6)
+    assert second[0].dram_active_ratio == pytest.approx(0.3)
+    assert second[1].sm_active_ratio is None  # GPM not supported on that GPU
+
+    fake.gpus[0].gpm[pynvml.NVML_GPM_METRIC_SM_UTIL] = 20.0
+    fake.advance(3.0)
+    third = gpus_of(backend.collect())
+    assert third[0].sm_active_ratio == pytest.approx(0.2)  # rate over the last interval only
+    assert fake.calls[("nvmlGpmSampleAlloc", None)] == 2  # two buffers, alternated
+    assert fake.calls[("nvmlGpmSampleGet", 1)] == 0
+
+
+# ----- XID -----------------------------------------------------------------------------------
+
+
+def collect_until(backend: NvmlBackend, done: Callable[[Collection], bool]) -> Collection:
+    deadline = time.monotonic() + 3.0
+    while True:
+        collection = backend.collect()
+        if done(collection) or time.monotonic() > deadline:
+            return collection
+        time.sleep(0.01)
+
+
+def test_xid_events_are_counted_by_gpu_and_code(make_backend):
+    fake = hgx_h100()
+    backend = make_backend(fake)
+    backend.start()
+    before = time.time()
+    fake.push_xid(2, 79)
+    fake.push_xid(2, 79)
+    fake.push_xid(5, 13)
+
+    collection = collect_until(
+        backend, lambda c: gpus_of(c)[2].xid_errors.get(79) == 2 and gpus_of(c)[5].xid_errors
+    )
+    gpus = gpus_of(collection)
+    assert gpus[2].xid_errors == {79: 2.0}
+    assert gpus[5].xid_errors == {13: 1.0}
+    assert gpus[0].xid_errors == {} and gpus[0].xid_last_timestamp_seconds is None
+    assert gpus[2].xid_last_timestamp_seconds >= before
+    assert not gpus[2].healthy and not gpus[2].lost  # 79: fell off the bus, fatal
+    assert gpus[5].healthy  # 13: an application fault
+
+
+def test_xid_watcher_survives_an_nvml_error(make_backend):
+    fake = hgx_h100(2)
+    fake.inject("nvmlEventSetWait", pynvml.NVML_ERROR_UNKNOWN, times=1)
+    backend = make_backend(fake)
+    backend.start()
+    fake.push_xid(1, 48)
+
+    errors: Counter[str] = Counter()
+    deadline = time.monotonic() + 3.0
+    while time.monotonic() < deadline:
+        collection = backend.collect()
+        errors.update(collection.errors)
+        if gpus_of(collection)[1].xid_errors:
+            break
+        time.sleep(0.01)
+    assert gpus_of(collection)[1].xid_errors == {48: 1.0}
+    assert not gpus_of(collection)[1].healthy  # 48: double-bit ECC error
+    assert fake.calls[("nvmlEventSetCreate", None)] >= 2  # set rebuilt after the failure
+    assert errors["nvmlEventSetWait"] == 1
+
+
+# ----- processes -----------------------------------------------------------------------------
+
+
+class FakeAttribution:
+    def process_owner(self, pid: int) -> Owner | None:
+        return {101: Owner(pod="train-0", namespace="ml", container="main")}.get(pid)
+
+    def allocations(self, gpu_index_by_uuid: dict[str, int]) -> list[Allocation]:
+        return [Allocation(gpu=index, pod="train-0") for index in gpu_index_by_uuid.values()]
+
+
+def test_processes_with_per_process_sm_on_a_time_sliced_gpu(make_backend):
+    fake = hgx_h100(1)
+    fake.gpus[0].processes = [
+        FakeProcess(101, "python", 20 * 1024 * MIB, sm_util=60),
+        FakeProcess(102, "python", 10 * 1024 * MIB, sm_util=30),
+        FakeProcess(103, "Xorg", 50 * MIB, kind="graphics"),
+    ]
+    fake.process_names = {101: "python train.py", 102: "python serve.py", 103: "Xorg"}
+    backend = make_backend(fake, attribution=FakeAttribution())
+    fake.advance(1.0)
+
+    first = backend.collect()
+    procs = {p.pid: p for p in gpus_of(first)[0].processes}
+    assert set(procs) == {101, 102, 103}
+    assert procs[101].sm_utilization_ratio == pytest.approx(0.6)
+    assert procs[102].sm_utilization_ratio == pytest.approx(0.3)
+    assert procs[103].sm_utilization_ratio is None
+    assert procs[101].memory_used_bytes == 20 * 1024 * MIB
+    assert procs[101].name == "python train.py" and procs[103].name == "Xorg"
+    assert (procs[101].pod, procs[101].namespace, procs[101].container) == ("train-0", "ml", "main")
+    assert procs[102].pod == "" and procs[101].gpu_instance_id is None
+    assert first.nodes[0].allocations == [Allocation(gpu=0, pod="train-0")]
+
+    # No new samples since the last cycle: NVML says NOT_FOUND, which is not an error.
+    second = backend.collect()
+    assert all(p.sm_utilization_ratio is None for p in gpus_of(second)[0].processes)
+    assert not second.errors
+
+    fake.gpus[0].processes[0].sm_util = 90
+    fake.advance(1.0)
+    third = {p.pid: p for p in gpus_of(backend.collect())[0].processes}
+    assert third[101].sm_utilization_ratio == pytest.approx(0.9)
+    assert fake.calls[("nvmlSystemGetProcessName", None)] == 3  # names cached per pid
+
+
+def test_processes_on_old_driver_and_in_mig_instances(make_backend):
+    fake = h100_with_seven_mig_instances()
+    gpu = fake.gpus[0]
+    gpu.process_api = 2
+    gpu.processes = [FakeProcess(7, "a", None, gpu_instance_id=9, compute_instance_id=0)]
+    reading = gpus_of(make_backend(fake).collect())[0]
+
+    (process,) = reading.processes
+    assert process.gpu_instance_id == 9 and process.memory_used_bytes is None
+    assert process.name == ""  # no name known: empty, not an error
+    assert fake.calls[("nvmlDeviceGetComputeRunningProcesses_v2", 0)] == 1
+
+
+# ----- units ---------------------------------------------------------------------------------
+
+
+def test_units_are_converted_to_base_units(make_backend):
+    fake = hgx_h100(1)
+    gpu = fake.gpus[0]
+    gpu.power_mw, gpu.power_limit_mw, gpu.energy_mj = 312_500, 700_000, 123_456_789
+    gpu.sm_clock_mhz, gpu.mem_clock_mhz = 1755, 2619
+    gpu.pcie_tx_kbs, gpu.pcie_rx_kbs = 1000, 250
+    gpu.util_gpu, gpu.util_memory, gpu.temperature = 87, 41, 66
+    gpu.memory_used = 40 * 1024 * MIB
+    gpu.clock_events = (
+        pynvml.nvmlClocksEventReasonSwPowerCap | pynvml.nvmlClocksEventReasonHwSlowdown
+    )
+    gpu.violation_ns = {pynvml.NVML_PERF_POLICY_THERMAL: 1_500_000_000}
+    r = gpus_of(make_backend(fake).collect())[0]
+
+    assert r.power_watts == 312.5 and r.power_limit_watts == 700.0
+    assert r.energy_joules == pytest.approx(123_456.789)
+    assert r.sm_clock_hertz == 1.755e9 and r.memory_clock_hertz == 2.619e9
+    assert r.pcie_tx_bytes_per_second == 1000 * 1024 and r.pcie_rx_bytes_per_second == 250 * 1024
+    assert (r.utilization_ratio, r.memory_utilization_ratio) == (0.87, 0.41)
+    assert r.temperature_celsius == 66.0 and r.memory_temperature_celsius == 40.0
+    assert r.memory_used_bytes == 40 * 1024 * MIB
+    assert r.memory_reserved_bytes == 544 * MIB
+    assert r.memory_total_bytes == r.memory_used_bytes + r.memory_free_bytes + 544 * MIB
+    active = {reason for reason, on in r.clock_event_active.items() if on}
+    assert active == {"sw_power_cap", "hw_slowdown"}
+    assert r.clock_event_seconds == {"sw_thermal_slowdown": 1.5}
+
+
+def test_memory_falls_back_to_v1_without_reserved(make_backend):
+    fake = hgx_h100(1)
+    fake.gpus[0].memory_v2 = False
+    fake.gpus[0].memory_used = 1024 * MIB
+    backend = make_backend(fake)
+    for _ in range(2):
+        r = gpus_of(backend.collect())[0]
+        assert r.memory_reserved_bytes is None
+        assert r.memory_used_bytes == (1024 + 544) * MIB  # v1 "used" includes reserved
+    assert fake.calls[("nvmlDeviceGetMemoryInfo_v2", 0)] == 1
+
+
+def test_pcie_throughput_has_its_own_slower_cadence(make_backend):
+    now = [0.0]
+    fake = hgx_h100(1)
+    fake.gpus[0].pcie_tx_kbs = 100
+    backend = make_backend(fake, pcie_interval=30.0, clock=lambda: now[0])
+
+    assert gpus_of(backend.collect())[0].pcie_tx_bytes_per_second == 100 * 1024
+    fake.gpus[0].pcie_tx_kbs = 200
+    now[0] = 10.0
+    assert gpus_of(backend.collect())[0].pcie_tx_bytes_per_second == 100 * 1024  # reused
+    assert fake.calls[("nvmlDeviceGetPcieThroughput", 0)] == 2
+    now[0] = 31.0
+    assert gpus_of(backend.collect())[0].pcie_tx_bytes_per_second == 200 * 1024
+    assert fake.calls[("nvmlDeviceGetPcieThroughput", 0)] == 4
+
+
+def test_pcie_throughput_can_be_disabled(make_backend):
+    fake = hgx_h100(1)
+    r = gpus_of(make_backend(fake, pcie_interval=0).collect())[0]
+    assert r.pcie_tx_bytes_per_second is None
+    assert fake.calls[("nvmlDeviceGetPcieThroughput", 0)] == 0
+
+
+# ----- wiring --------------------------------------------------------------------------------
+
+
+def test_flags_and_registry():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--node-name", dest="node_name", default="n")
+    NvmlBackend.add_arguments(parser)
+    args = parser.parse_args(
+        ["--node-name", "gpu-07", "--nvml.pcie-interval", "30s", "--nvml.init-timeout", "500ms",
+         "--nvml.no-xid-events"]
+    )  # fmt: skip
+    backend = NvmlBackend.from_args(args)
+    assert backend.node_name == "gpu-07"
+    assert (backend.pcie_interval, backend.init_timeout) == (30.0, 0.5)
+    assert backend.xid_events is False and backend.gpm_enabled is True
+    assert backend_class("nvml") is NvmlBackend
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--nvml.pcie-interval", "soon"])
+
+
+def test_cpu_list_rendering():
+    assert cpu_list([0xFFFFFFFF, 0xFFFFFFFF]) == "0-31,64-95"
+    assert cpu_list([0b1010_0111]) == "0-2,5,7"
+    assert cpu_list([0, 0]) == ""
+    assert cpu_list([1 << 63, 1]) == "63-64"
