@@ -22,6 +22,7 @@ from exporter.readings import NodeReading
 from exporter.sim.presets import FleetSpec, build_preset
 from exporter.sim.render import render
 from exporter.sim.workload import (
+    CALIBRATION_HORIZON,
     DAY,
     HOUR,
     KIND_BY_NAME,
@@ -161,6 +162,7 @@ class SimFleet:
         self._hours_generated = 0
         self._xid_events: list[tuple[float, int, int]] = []
         self._grid = 0.0
+        self._render_static: object | None = None  # exporter.sim.render caches static facts here
 
         self.mig: list[MigSlot] = []
         self._build_mig()
@@ -282,6 +284,9 @@ class SimFleet:
                 if in_use >= share * total:
                     break
                 req = draw_job(rng, self._max_gpus(pool), self.gpus_per_node)
+                # Jobs seen at a random instant are length-biased: long ones are more likely.
+                if rng.random() > min(req.duration, CALIBRATION_HORIZON) / CALIBRATION_HORIZON:
+                    continue
                 req.duration = max(600.0, req.duration * rng.random())
                 gpus = self._find(pool, req.gpus, order)
                 if gpus is None:

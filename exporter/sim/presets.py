@@ -193,7 +193,7 @@ def mixed_h100_a100_v100(nodes: int | None = None) -> FleetSpec:
     return FleetSpec(
         "mixed-h100-a100-v100",
         tuple(specs),
-        {"h100": 0.93, "a100": 0.88, "v100": 0.22},
+        {"h100": 1.05, "a100": 1.0, "v100": 0.2},
         None,
         {"h100": 0.9, "a100": 0.85, "v100": 0.2},
     )

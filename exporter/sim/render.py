@@ -1,7 +1,8 @@
 """Turn the fleet's arrays into NodeReadings, the shape every real backend produces.
 
 Static facts (uuids, links, islands, NUMA) are built once per fleet and reused; per collection
-only the values change. Values are derived from the same activity the energy counters integrate,
+only the values change. The `links` lists are shared between collections (and between nodes of
+the same board): treat readings as read-only. Values are derived from the same activity the energy counters integrate,
 so power, temperature and clocks move together with utilization.
 """
 
@@ -45,8 +46,8 @@ class _Static:
 
 
 def _static(fleet: SimFleet) -> _Static:
-    cached = getattr(fleet, "_render_static", None)
-    if cached is not None:
+    cached = fleet._render_static
+    if isinstance(cached, _Static):
         return cached
     links, islands = [], []
     by_board: dict[str, tuple[list[TopologyLink], dict[int, int]]] = {}
@@ -67,7 +68,7 @@ def _static(fleet: SimFleet) -> _Static:
         fleet.idle_power * days * DAY * 1.6,
         3.0 * hash01(fleet.gpu_seed, 0, salt=5),
     )
-    fleet._render_static = static  # type: ignore[attr-defined]
+    fleet._render_static = static
     return static
 
 
