@@ -16,8 +16,9 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -636,7 +637,12 @@ def _holder_key(node: str, allocation_pod: str, namespace: str, job: str, gpu: i
     return f"unattributed@{node}/gpu{gpu}"
 
 
-def _add_reading(builder: ModelBuilder, node: NodeReading, default_migratable: bool) -> None:
+def _add_reading(
+    builder: ModelBuilder,
+    node: NodeReading,
+    default_migratable: bool,
+    allocation_info: Mapping[str, Mapping[str, Any]],
+) -> None:
     models = Counter(gpu.model for gpu in node.gpus if gpu.model)
     builder.add_node(
         node.node,
@@ -695,6 +701,13 @@ def _add_reading(builder: ModelBuilder, node: NodeReading, default_migratable: b
         alloc = holder["alloc"]
         if not holder["gpus"]:
             continue
+        fields: dict[str, Any] = {
+            "job": alloc.job if alloc is not None and alloc.job else key,
+            "tenant": (alloc.tenant or alloc.namespace) if alloc is not None else "",
+            "priority": (alloc.priority or 0) if alloc is not None else 0,
+            "migratable": default_migratable and alloc is not None,
+        }
+        fields.update(allocation_info.get(key, {}))
         builder.add_allocation(
             key,
             num_gpu=len(holder["gpus"]),
@@ -702,10 +715,7 @@ def _add_reading(builder: ModelBuilder, node: NodeReading, default_migratable: b
             node=node.node,
             gpus=holder["gpus"],
             gpu_milli_each=holder["milli"],
-            job=(alloc.job if alloc is not None and alloc.job else key),
-            tenant=(alloc.tenant or alloc.namespace) if alloc is not None else "",
-            priority=(alloc.priority or 0) if alloc is not None else 0,
-            migratable=default_migratable and alloc is not None,
+            **fields,
         )
 
 
@@ -719,14 +729,22 @@ def from_readings(
     timestamp: float = math.nan,
     source: str = "",
     default_migratable: bool = True,
+    allocation_info: Mapping[str, Mapping[str, Any]] | None = None,
+    pending: Iterable[Mapping[str, Any]] = (),
 ) -> ClusterModel:
     """The model of what exporters saw. Readings carry no CPU/memory capacity, priorities only
     where known, and no start times: those stay unknown (NaN/0) rather than invented.
 
     Sharing: a MIG instance holds its compute slices (e.g. 3g.40gb on A100 = 3/7 of the GPU);
     several holders of one non-MIG GPU (time-slicing) together hold the whole GPU.
+    `allocation_info` adds what a richer source knows per allocation id (`namespace/pod`):
+    start time, priority, migratable, CPU...; `pending` rows (ModelBuilder.add_allocation
+    keywords plus `id`) add demand that is not placed.
     """
     builder = ModelBuilder()
     for node in readings:
-        _add_reading(builder, node, default_migratable)
+        _add_reading(builder, node, default_migratable, allocation_info or {})
+    for row in pending:
+        fields = dict(row)
+        builder.add_allocation(fields.pop("id"), **fields)
     return builder.build(timestamp=timestamp, source=source)

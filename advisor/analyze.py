@@ -1,0 +1,271 @@
+"""`gpu-defrag analyze SOURCE` (fragmentation measures as a table or JSON) and
+`gpu-defrag snapshot SOURCE > FILE` (freeze any source into one snapshot file)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any, TextIO
+
+import numpy as np
+
+from advisor import snapshot
+from advisor.fragmentation import measures
+from advisor.ingest.sources import DEFAULT_TIMEOUT, SOURCE_HELP, SourceError, load_source
+
+GIB = 2**30
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    sources = "SOURCE forms:\n" + SOURCE_HELP
+    analyze = subparsers.add_parser(
+        "analyze",
+        help="fragmentation measures of a cluster (table or JSON)",
+        description="Free and stranded GPUs, jobs of each shape that can start now, largest "
+        "fitting job, allocated-but-idle GPUs, idle capacity vs demand by GPU model, stranded "
+        "GPU memory, the FGD fragment amount and a per-node score.",
+        epilog=sources,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    analyze.add_argument("source", metavar="SOURCE")
+    analyze.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    analyze.add_argument(
+        "--shape",
+        action="append",
+        default=[],
+        metavar="SHAPE",
+        help="job shape to count, repeatable: 0.5, 1, 8, 2x8 (2 nodes x 8 in one rack), 4@A100 "
+        "(default: 0.5 1 2 4 8 2x8 4x8)",
+    )
+    analyze.add_argument(
+        "--idle-threshold", type=float, default=0.05, metavar="RATIO", help="default 0.05"
+    )
+    analyze.add_argument(
+        "--idle-window", type=float, default=3600.0, metavar="SECONDS", help="default 3600"
+    )
+    analyze.add_argument(
+        "--min-request-memory",
+        type=float,
+        default=10.0,
+        metavar="GIB",
+        help="free memory below this on a shared GPU is stranded (default 10)",
+    )
+    analyze.add_argument(
+        "--top", type=int, default=10, metavar="N", help="most fragmented nodes shown (table)"
+    )
+    _timeout(analyze)
+    analyze.set_defaults(func=run_analyze)
+
+    snap = subparsers.add_parser(
+        "snapshot",
+        help="write a source's cluster model as one JSON snapshot",
+        description="Read SOURCE and write its cluster model as a snapshot (docs/snapshot.md).",
+        epilog=sources,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    snap.add_argument("source", metavar="SOURCE")
+    snap.add_argument("-o", "--output", metavar="FILE", help="write here instead of stdout")
+    _timeout(snap)
+    snap.set_defaults(func=run_snapshot)
+
+
+def _timeout(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=DEFAULT_TIMEOUT,
+        metavar="SECONDS",
+        help=f"HTTP timeout per request (default {DEFAULT_TIMEOUT:g})",
+    )
+
+
+def _fail(message: str) -> int:
+    print(f"gpu-defrag: error: {message}", file=sys.stderr)
+    return 2
+
+
+def run_snapshot(args: argparse.Namespace) -> int:
+    try:
+        model = load_source(args.source, timeout=args.timeout)
+    except SourceError as error:
+        return _fail(str(error))
+    if args.output:
+        snapshot.save(model, args.output)
+    else:
+        snapshot.dump(model, sys.stdout)
+    return 0
+
+
+def run_analyze(args: argparse.Namespace) -> int:
+    try:
+        shapes = tuple(measures.parse_shape(s) for s in args.shape) or measures.DEFAULT_SHAPES
+    except ValueError as error:
+        return _fail(str(error))
+    try:
+        model = load_source(args.source, timeout=args.timeout)
+    except SourceError as error:
+        return _fail(str(error))
+    settings = measures.Settings(
+        shapes=shapes,
+        idle=measures.IdlePolicy(args.idle_threshold, args.idle_window),
+        min_request_bytes=args.min_request_memory * GIB,
+    )
+    result = measures.analyze(model, settings)
+    if args.json:
+        json.dump(to_json(result), sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        print_table(result, sys.stdout, top=args.top)
+    return 0
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float):
+        return None if value != value else round(value, 4)
+    return value
+
+
+def node_rows(nodes: dict[str, np.ndarray]) -> list[dict[str, Any]]:
+    keys = list(nodes)
+    return [
+        {key: _plain(value) for key, value in zip(keys, row, strict=True)}
+        for row in zip(*(nodes[k].tolist() for k in keys), strict=True)
+    ]
+
+
+def to_json(result: dict[str, Any]) -> dict[str, Any]:
+    """The analysis with numpy columns turned into node rows and floats rounded."""
+
+    def walk(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {key: walk(item) for key, item in value.items()}
+        if isinstance(value, list | tuple):
+            return [walk(item) for item in value]
+        return _plain(value)
+
+    out = walk({key: value for key, value in result.items() if key != "nodes"})
+    out["nodes"] = node_rows(result["nodes"])
+    return out
+
+
+def _table(rows: list[list[str]], out: TextIO) -> None:
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    for n, row in enumerate(rows):
+        cells = [
+            cell.ljust(w) if i == 0 else cell.rjust(w)
+            for i, (cell, w) in enumerate(zip(row, widths, strict=True))
+        ]
+        out.write("  " + "  ".join(cells).rstrip() + "\n")
+        if n == 0:
+            out.write("  " + "  ".join("-" * w for w in widths) + "\n")
+
+
+def _g(value: float) -> str:
+    return (
+        f"{value:,.1f}" if isinstance(value, float) and not value.is_integer() else f"{value:,.0f}"
+    )
+
+
+def print_table(result: dict[str, Any], out: TextIO, *, top: int = 10) -> None:
+    cluster, spatial = result["cluster"], result["spatial"]
+    temporal, memory, frag = result["temporal"], result["memory"], result["fgd"]
+    out.write(f"Cluster {result['source']}\n")
+    out.write(
+        f"  {cluster['nodes']} nodes, {cluster['gpus']} GPUs ({cluster['usable_gpus']} usable, "
+        f"{cluster['unhealthy_gpus']} unhealthy), {_g(cluster['allocated_gpus'])} GPUs allocated, "
+        f"{cluster['pending_tasks']} tasks pending\n\n"
+    )
+    out.write("Spatial\n")
+    _table(
+        [
+            ["measure", "GPUs"],
+            ["free GPUs (whole, usable)", _g(spatial["free_gpus"])],
+            ["free capacity incl. partial GPUs", _g(spatial["free_capacity_gpus"])],
+            ["free share on partly used GPUs", _g(spatial["partial_free_gpus"])],
+            ["free GPUs stranded by host CPU/memory", _g(spatial["stranded_gpus_by_host"])],
+            ["largest job on one node", _g(spatial["largest_job"]["single_node_gpus"])],
+            ["largest job in one NVLink island", _g(spatial["largest_job"]["nvlink_group_gpus"])],
+            [
+                "largest k x 8 job in one rack",
+                _g(spatial["largest_job"]["multi_node_gpus_in_rack"]),
+            ],
+        ],
+        out,
+    )
+    out.write("\nJobs that can start now (each shape alone)\n")
+    rows = [["shape", "jobs", "free GPUs it cannot use"]]
+    for row in spatial["shapes"]:
+        stranded = row["stranded_gpus"]
+        rows.append(
+            [row["shape"], _g(row["jobs_that_fit"]), "-" if stranded is None else _g(stranded)]
+        )
+    _table(rows, out)
+    out.write(
+        f"\nTemporal (utilization < {temporal['threshold']:g} over {temporal['window_s']:g} s)\n"
+        f"  allocated but idle: {temporal['allocated_idle_gpus']} of "
+        f"{temporal['allocated_gpus']} allocated GPUs\n"
+    )
+    for tenant, gpus in list(temporal["idle_gpus_by_tenant"].items())[:5]:
+        out.write(f"    {tenant}: {_g(gpus)} GPUs\n")
+    out.write("\nType (idle capacity vs demand by GPU model)\n")
+    rows = [["GPU model", "GPUs", "usable", "free", "free capacity", "allocated"]]
+    for row in result["type"]["capacity"]:
+        rows.append(
+            [
+                row["gpu_model"] or "(none)",
+                _g(row["gpus"]),
+                _g(row["usable_gpus"]),
+                _g(row["free_gpus"]),
+                _g(row["free_capacity_gpus"]),
+                _g(row["allocated_gpus"]),
+            ]
+        )
+    _table(rows, out)
+    if result["type"]["demand"]:
+        rows = [["pending for", "tasks", "GPUs", "free capacity", "shortfall"]]
+        for row in result["type"]["demand"]:
+            rows.append(
+                [
+                    row["gpu_spec"],
+                    _g(row["pending_tasks"]),
+                    _g(row["pending_gpus"]),
+                    _g(row["free_capacity_gpus"]),
+                    _g(row["shortfall_gpus"]),
+                ]
+            )
+        out.write("\n")
+        _table(rows, out)
+    out.write(
+        f"\nMemory\n  stranded GPU memory: {memory['stranded_memory_bytes'] / GIB:,.1f} GiB on "
+        f"{memory['gpus_with_stranded_memory']} GPUs (free memory no request of "
+        f"{memory['min_request_bytes'] / GIB:g} GiB can use)\n"
+    )
+    out.write(
+        f"\nFGD fragmentation (workload: {frag['workload']}, {frag['task_types']} task types)\n"
+        f"  fragment {frag['fragment_gpus']:,.1f} GPUs = {frag['fragment_pct_of_capacity']:.2f}% "
+        f"of capacity, {100 * frag['fragment_rate']:.1f}% of idle GPU\n"
+    )
+    nodes = result["nodes"]
+    order = np.lexsort((-nodes["free_capacity_gpus"], -nodes["fgd_fragment_gpus"]))[:top]
+    if len(order) and top > 0:
+        out.write(f"\nMost fragmented nodes (top {len(order)} by FGD fragment)\n")
+        rows = [
+            ["node", "model", "free", "free cap.", "NVLink grp", "idle alloc", "fragment", "score"]
+        ]
+        for i in order:
+            rows.append(
+                [
+                    str(nodes["node"][i]),
+                    str(nodes["gpu_model"][i]),
+                    _g(int(nodes["free_gpus"][i])),
+                    _g(float(nodes["free_capacity_gpus"][i])),
+                    _g(int(nodes["largest_free_nvlink_group"][i])),
+                    _g(int(nodes["allocated_idle_gpus"][i])),
+                    f"{nodes['fgd_fragment_gpus'][i]:.2f}",
+                    f"{nodes['score'][i]:.2f}",
+                ]
+            )
+        _table(rows, out)

@@ -1,0 +1,233 @@
+"""Scrape exporters' `/metrics` pages (ours or NVIDIA dcgm-exporter's) into the cluster model.
+
+The advisor's embedded default: no Prometheus, it reads the exporters itself. Our series are
+read by their names in `exporter.contract` (a rename there is a rename here); dcgm-exporter
+pages go through the dcgm-exporter backend's own grouping, whose pod labels give allocations.
+The same sample-to-readings functions serve Prometheus query results (`ingest.prometheus`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from urllib.parse import urlsplit
+
+import requests
+from prometheus_client.parser import text_string_to_metric_families
+
+from advisor.model import ClusterModel, from_readings
+from exporter.backends import dcgm_exporter as dx
+from exporter.contract import spec
+from exporter.readings import (
+    Allocation,
+    GpuProcess,
+    GpuReading,
+    MigInstance,
+    NodeReading,
+    TopologyLink,
+)
+
+Sample = tuple[str, dict[str, str], float]
+
+
+class SourceUnavailable(Exception):
+    """A source cannot be read; the message is one line naming it and the reason."""
+
+
+def _n(name: str) -> str:
+    return spec(name).name  # KeyError at import if the contract loses a name we read
+
+
+GPU_INFO = _n("gpu_info")
+NODE_INFO = _n("gpu_node_info")
+MIG_INFO = _n("gpu_mig_instance_info")
+MIG_MEMORY_TOTAL = _n("gpu_mig_memory_total_bytes")
+MIG_MEMORY_USED = _n("gpu_mig_memory_used_bytes")
+LINK_INFO = _n("gpu_topology_link_info")
+NVLINKS = _n("gpu_nvlink_links")
+ISLAND = _n("gpu_nvlink_island")
+ALLOCATION_INFO = _n("gpu_allocation_info")
+PROCESS_MEMORY = _n("gpu_process_memory_used_bytes")
+UTILIZATION = _n("gpu_utilization_ratio")
+MEMORY_USED = _n("gpu_memory_used_bytes")
+# contract name -> GpuReading attribute, for plain per-GPU numbers
+GPU_NUMBERS: dict[str, str] = {
+    _n("gpu_utilization_ratio"): "utilization_ratio",
+    _n("gpu_memory_utilization_ratio"): "memory_utilization_ratio",
+    _n("gpu_sm_active_ratio"): "sm_active_ratio",
+    _n("gpu_memory_total_bytes"): "memory_total_bytes",
+    _n("gpu_memory_used_bytes"): "memory_used_bytes",
+    _n("gpu_memory_free_bytes"): "memory_free_bytes",
+    _n("gpu_memory_reserved_bytes"): "memory_reserved_bytes",
+}
+GPU_FLAGS: dict[str, str] = {
+    _n("gpu_lost"): "lost",
+    _n("gpu_healthy"): "healthy",
+    _n("gpu_mig_mode_enabled"): "mig_enabled",
+}
+# Every name `our_readings` reads: the Prometheus ingest asks for exactly these.
+OUR_NAMES: tuple[str, ...] = (
+    GPU_INFO,
+    NODE_INFO,
+    MIG_INFO,
+    MIG_MEMORY_TOTAL,
+    MIG_MEMORY_USED,
+    LINK_INFO,
+    NVLINKS,
+    ISLAND,
+    ALLOCATION_INFO,
+    PROCESS_MEMORY,
+    *GPU_NUMBERS,
+    *GPU_FLAGS,
+)
+
+
+def _int(text: str) -> int | None:
+    return int(text) if text.lstrip("-").isdigit() else None
+
+
+def our_readings(samples: Iterable[Sample]) -> list[NodeReading]:
+    """NodeReadings from samples named as in our contract; series without node/gpu are skipped."""
+    nodes: dict[str, NodeReading] = {}
+    gpus: dict[tuple[str, int], GpuReading] = {}
+    nvlink_counts: dict[tuple[str, int, int], int] = {}
+
+    def node_of(name: str) -> NodeReading:
+        return nodes.get(name) or nodes.setdefault(name, NodeReading(name))
+
+    def gpu_of(labels: Mapping[str, str]) -> GpuReading | None:
+        node, index = labels.get("node", ""), _int(labels.get("gpu", ""))
+        if not node or index is None:
+            return None
+        key = (node, index)
+        if key not in gpus:
+            gpus[key] = GpuReading(index)
+            node_of(node).gpus.append(gpus[key])
+        return gpus[key]
+
+    for name, labels, value in samples:
+        if name == NODE_INFO:
+            if labels.get("node"):
+                reading = node_of(labels["node"])
+                reading.pool, reading.rack = labels.get("pool", ""), labels.get("rack", "")
+            continue
+        gpu = gpu_of(labels)
+        if gpu is None or value != value:  # NaN
+            continue
+        node = node_of(labels["node"])
+        if name in GPU_NUMBERS:
+            setattr(gpu, GPU_NUMBERS[name], value)
+        elif name in GPU_FLAGS:
+            setattr(gpu, GPU_FLAGS[name], value != 0)
+        elif name == ISLAND:
+            gpu.nvlink_island = int(value)
+        elif name == GPU_INFO:
+            gpu.uuid, gpu.model = labels.get("uuid", ""), labels.get("model", "")
+            node.driver_version = labels.get("driver_version", node.driver_version)
+            node.cuda_version = labels.get("cuda_version", node.cuda_version)
+        elif name == ALLOCATION_INFO:
+            node.allocations.append(
+                Allocation(
+                    gpu.index,
+                    pod=labels.get("pod", ""),
+                    namespace=labels.get("namespace", ""),
+                    container=labels.get("container", ""),
+                    job=labels.get("job", ""),
+                    tenant=labels.get("tenant", ""),
+                    gpu_instance_id=_int(labels.get("gpu_instance_id", "")),
+                )
+            )
+        elif name in (MIG_INFO, MIG_MEMORY_TOTAL, MIG_MEMORY_USED):
+            gi = _int(labels.get("gpu_instance_id", ""))
+            if gi is None:
+                continue
+            mig = next((m for m in gpu.mig_instances if m.gpu_instance_id == gi), None)
+            if mig is None:
+                mig = MigInstance(gi, 0, "")
+                gpu.mig_instances.append(mig)
+            if name == MIG_INFO:
+                mig.compute_instance_id = _int(labels.get("compute_instance_id", "")) or 0
+                mig.profile, mig.uuid = labels.get("profile", ""), labels.get("mig_uuid", "")
+            elif name == MIG_MEMORY_TOTAL:
+                mig.memory_total_bytes = value
+            else:
+                mig.memory_used_bytes = value
+        elif name == LINK_INFO:
+            peer = _int(labels.get("peer_gpu", ""))
+            if peer is not None:
+                node.links.append(TopologyLink(gpu.index, peer, labels.get("link_type", "")))
+        elif name == NVLINKS:
+            peer = _int(labels.get("peer_gpu", ""))
+            if peer is not None:
+                nvlink_counts[(node.node, gpu.index, peer)] = int(value)
+        elif name == PROCESS_MEMORY:
+            pid = _int(labels.get("pid", ""))
+            if pid is not None:
+                gpu.processes.append(
+                    GpuProcess(pid, name=labels.get("process_name", ""), memory_used_bytes=value)
+                )
+    for node in nodes.values():
+        for link in node.links:
+            link.nvlink_count = nvlink_counts.get((node.node, link.gpu, link.peer), 0)
+    return list(nodes.values())
+
+
+def is_dcgm(samples: Sequence[Sample]) -> bool:
+    """A dcgm-exporter page: DCGM field names and none of ours (our exporter may add DCGM
+    names with `--compat.dcgm-names`; its own series are richer, so they win)."""
+    if any(name == GPU_INFO for name, _, _ in samples):
+        return False
+    return any(dx.canonical_name(name).startswith("DCGM_") for name, _, _ in samples)
+
+
+def dcgm_readings(samples_by_target: Mapping[str, Sequence[Sample]]) -> list[NodeReading]:
+    """dcgm-exporter samples per target host -> readings, via the dcgm-exporter backend's own
+    grouping (its `Hostname` label names the node, else the target host)."""
+    nodes: dict[str, dx._Node] = {}
+    for host, samples in samples_by_target.items():
+        canonical = [(dx.canonical_name(name), labels, value) for name, labels, value in samples]
+        dx._group(canonical, host, nodes)
+    backend = dx.DcgmExporterBackend(list(samples_by_target) or ["dcgm-exporter"])
+    now = time.time()
+    return [backend._reading(node, now) for node in nodes.values()]
+
+
+def fetch(url: str, timeout: float, session: requests.Session | None = None) -> str:
+    """The page text; SourceUnavailable (one line naming the URL) on any HTTP failure."""
+    try:
+        response = (session or requests).get(url, timeout=timeout)
+    except requests.Timeout:
+        raise SourceUnavailable(f"{url}: no answer within {timeout:g} s") from None
+    except requests.RequestException as error:
+        raise SourceUnavailable(f"{url}: unreachable ({type(error).__name__})") from None
+    if response.status_code != 200:
+        raise SourceUnavailable(f"{url}: HTTP {response.status_code} {response.reason}")
+    return response.text
+
+
+def parse(text: str, url: str) -> list[Sample]:
+    try:
+        families = list(text_string_to_metric_families(text))
+    except ValueError as error:
+        raise SourceUnavailable(f"{url}: not Prometheus exposition text ({error})") from None
+    samples = [(s.name, dict(s.labels), float(s.value)) for f in families for s in f.samples]
+    if not samples:
+        raise SourceUnavailable(f"{url}: no samples on the page")
+    return samples
+
+
+def scrape(urls: Sequence[str], *, timeout: float = 5.0, source: str = "") -> ClusterModel:
+    """One model from every page; each page may be ours or dcgm-exporter's. Any unreachable
+    URL fails the whole read: an analysis of a partial fleet would mislead."""
+    ours: list[Sample] = []
+    dcgm: dict[str, list[Sample]] = defaultdict(list)
+    with requests.Session() as session:
+        for url in urls:
+            samples = parse(fetch(url, timeout, session), url)
+            if is_dcgm(samples):
+                dcgm[urlsplit(url).hostname or url].extend(samples)
+            else:
+                ours.extend(samples)
+    readings = our_readings(ours) + (dcgm_readings(dcgm) if dcgm else [])
+    return from_readings(readings, timestamp=time.time(), source=source or ",".join(urls))

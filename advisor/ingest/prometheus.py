@@ -1,0 +1,212 @@
+"""Read the cluster model from Prometheus' HTTP API: an instant query for the state, a range
+query for the usage history. Works with our exporter's names and with dcgm-exporter's.
+
+Only the HTTP calls live in `PrometheusClient`; turning samples into readings is shared with the
+direct scrape (`ingest.exporter_scrape`), so both sources give the same model for the same fleet.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from collections import defaultdict
+from collections.abc import Sequence
+from typing import Any
+from urllib.parse import urlsplit
+
+import numpy as np
+import requests
+
+from advisor.ingest.exporter_scrape import (
+    ALLOCATION_INFO,
+    GPU_INFO,
+    MEMORY_USED,
+    OUR_NAMES,
+    UTILIZATION,
+    Sample,
+    SourceUnavailable,
+    dcgm_readings,
+    our_readings,
+)
+from advisor.model import ClusterModel, Usage, from_readings
+from exporter.backends import dcgm_exporter as dx
+from exporter.contract import DCGM_COMPAT
+
+DCGM_UTIL = "DCGM_FI_DEV_GPU_UTIL"
+DCGM_FB_USED = "DCGM_FI_DEV_FB_USED"
+STATE_QUERY = f'{{__name__=~"{"|".join(OUR_NAMES)}|DCGM_.+"}}'
+
+
+class PrometheusClient:
+    """Instant and range queries with a timeout; every failure is one SourceUnavailable line."""
+
+    def __init__(
+        self, base_url: str, timeout: float = 10.0, session: requests.Session | None = None
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.timeout = timeout
+        self.session = session or requests.Session()
+
+    def _get(self, path: str, params: dict[str, Any]) -> Any:
+        url = f"{self.base_url}{path}"
+        try:
+            response = self.session.get(url, params=params, timeout=self.timeout)
+        except requests.Timeout:
+            raise SourceUnavailable(
+                f"Prometheus at {self.base_url} unreachable: no answer within {self.timeout:g} s"
+            ) from None
+        except requests.RequestException as error:
+            raise SourceUnavailable(
+                f"Prometheus at {self.base_url} unreachable: {type(error).__name__}"
+            ) from None
+        try:
+            body = response.json()
+        except ValueError:
+            raise SourceUnavailable(
+                f"Prometheus at {self.base_url}: HTTP {response.status_code}, not an API reply"
+            ) from None
+        if response.status_code != 200 or body.get("status") != "success":
+            raise SourceUnavailable(
+                f"Prometheus at {self.base_url}: query failed "
+                f"({body.get('errorType', response.status_code)}: {body.get('error', '')})"
+            )
+        return body["data"]
+
+    def instant(self, query: str, at: float | None = None) -> list[Sample]:
+        """(metric name, labels without __name__, value) of each series of an instant vector."""
+        params: dict[str, Any] = {"query": query}
+        if at is not None:
+            params["time"] = at
+        data = self._get("/api/v1/query", params)
+        out = []
+        for series in data.get("result", []):
+            labels = dict(series["metric"])
+            name = labels.pop("__name__", "")
+            out.append((name, labels, float(series["value"][1])))
+        return out
+
+    def range(
+        self, query: str, start: float, end: float, step: float
+    ) -> list[tuple[str, dict[str, str], np.ndarray, np.ndarray]]:
+        """(name, labels, times, values) of each series of a range query."""
+        data = self._get(
+            "/api/v1/query_range", {"query": query, "start": start, "end": end, "step": step}
+        )
+        out = []
+        for series in data.get("result", []):
+            labels = dict(series["metric"])
+            name = labels.pop("__name__", "")
+            points = np.array(series.get("values", []), dtype=np.float64).reshape(-1, 2)
+            out.append((name, labels, points[:, 0], points[:, 1]))
+        return out
+
+
+def _host(labels: dict[str, str]) -> str:
+    instance = labels.get("instance", "")
+    return urlsplit(f"//{instance}").hostname or instance or "prometheus"
+
+
+def _gpu_key(labels: dict[str, str], dcgm: bool) -> tuple[str, int] | None:
+    """(node, gpu index) a series belongs to, as the readings name it."""
+    index = labels.get("gpu", "")
+    if not index.isdigit():
+        return None
+    node = labels.get("node", "") if not dcgm else ""
+    if dcgm:
+        node = labels.get("Hostname") or labels.get("hostname") or _host(labels)
+    return (node, int(index)) if node else None
+
+
+def _own_job_labels(samples: list[Sample]) -> list[Sample]:
+    """Give allocations back the exporter's own `job` label. Prometheus keeps its scrape-job
+    name in `job` and moves a clashing target label to `exported_job` (unless honor_labels);
+    a `job` equal to a scrape-job name (seen on `gpu_info`, which has no job label of its own)
+    is the scrape job, not the allocation's."""
+    scrape_jobs = {labels.get("job") for name, labels, _ in samples if name == GPU_INFO}
+    out = []
+    for name, labels, value in samples:
+        if name == ALLOCATION_INFO:
+            labels = dict(labels)
+            if "exported_job" in labels:
+                labels["job"] = labels.pop("exported_job")
+            elif labels.get("job") in scrape_jobs:
+                labels["job"] = ""
+        out.append((name, labels, value))
+    return out
+
+
+def load(
+    base_url: str,
+    *,
+    timeout: float = 10.0,
+    at: float | None = None,
+    history_s: float = 3600.0,
+    step_s: float = 60.0,
+    source: str = "",
+    client: PrometheusClient | None = None,
+) -> ClusterModel:
+    """The model at `at` (default now) with `history_s` of usage at `step_s` resolution.
+
+    Our names are preferred; dcgm-exporter's are used where none of ours are present.
+    """
+    client = client or PrometheusClient(base_url, timeout)
+    end = time.time() if at is None else at
+    samples = client.instant(STATE_QUERY, end)
+    ours = [s for s in samples if s[0] in OUR_NAMES and "node" in s[1]]
+    dcgm = not ours
+    if dcgm:
+        by_host: dict[str, list[Sample]] = defaultdict(list)
+        for name, labels, value in samples:
+            if dx.canonical_name(name).startswith("DCGM_"):
+                by_host[_host(labels)].append((name, labels, value))
+        if not by_host:
+            raise SourceUnavailable(
+                f"Prometheus at {base_url}: no gpu_* (gpu-defrag exporter) or DCGM_* "
+                "(dcgm-exporter) series found"
+            )
+        readings = dcgm_readings(by_host)
+    else:
+        readings = our_readings(_own_job_labels(ours))
+    model = from_readings(readings, timestamp=end, source=source or f"prometheus+{base_url}")
+    if history_s <= 0:
+        return model
+    return _with_history(model, client, end - history_s, end, step_s, dcgm)
+
+
+def _with_history(
+    model: ClusterModel,
+    client: PrometheusClient,
+    start: float,
+    end: float,
+    step: float,
+    dcgm: bool,
+) -> ClusterModel:
+    """Attach utilization and memory history on the common step grid (gaps stay NaN)."""
+    steps = math.floor((end - start) / step) + 1
+    times = start + step * np.arange(steps)
+    rows = {
+        (model.nodes.name[n], int(i)): r
+        for r, (n, i) in enumerate(zip(model.gpus.node, model.gpus.index, strict=True))
+    }
+    matrices = []
+    util_scale = 1.0 / DCGM_COMPAT[DCGM_UTIL][1]
+    memory_scale = 1.0 / DCGM_COMPAT[DCGM_FB_USED][1]
+    queries: Sequence[tuple[str, float]] = (
+        ((DCGM_UTIL, util_scale), (DCGM_FB_USED, memory_scale))
+        if dcgm
+        else ((UTILIZATION, 1.0), (MEMORY_USED, 1.0))
+    )
+    for query, scale in queries:
+        out = np.full((steps, len(model.gpus)), np.nan, dtype=np.float32)
+        for _, labels, stamps, values in client.range(query, start, end, step):
+            if dcgm and labels.get("GPU_I_ID"):
+                continue  # a MIG instance's series, not the whole GPU
+            key = _gpu_key(labels, dcgm)
+            if key is None or key not in rows:
+                continue
+            at = np.rint((stamps - start) / step).astype(np.int64)
+            keep = (at >= 0) & (at < steps)
+            out[at[keep], rows[key]] = values[keep] * scale
+        matrices.append(out)
+    return dataclasses.replace(model, usage=Usage(times, matrices[0], matrices[1]), _cache={})

@@ -1,0 +1,215 @@
+"""One way to name where a cluster model comes from: `load_source(SPEC)`.
+
+    sim:PRESET[?seed=42&t=3600&nodes=N]          simulated fleet at t seconds (exporter.sim)
+    http://host:9100/metrics[,http://...]         exporter or dcgm-exporter pages, scraped now
+    prometheus+http://host:9090[?at=UNIX&history=1h&step=60s]
+                                                  Prometheus HTTP API (state + usage history)
+    FILE.json                                     a snapshot (docs/snapshot.md)
+    openb:NODE_CSV[,POD_CSV]  or  openb:DIR       Alibaba trace: nodes, pods as pending demand
+
+Every failure is a `SourceError` (a ValueError) with one line naming the source and the
+problem, so the CLI can print it without a traceback.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
+
+from advisor import snapshot
+from advisor.ingest import exporter_scrape, openb, prometheus
+from advisor.ingest.exporter_scrape import SourceUnavailable
+from advisor.model import MILLI, ClusterModel, ModelBuilder, ModelError, from_readings
+
+DEFAULT_TIMEOUT = 10.0
+OPENB_NODES = "openb_node_list_gpu_node.csv"
+OPENB_PODS = "openb_pod_list_default.csv"
+
+SOURCE_HELP = __doc__.split("\n\n")[1] if __doc__ else ""
+
+
+class SourceError(ValueError):
+    """A source spec that cannot be read; the message is one line."""
+
+
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h|d)?$")
+_UNIT = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
+
+
+def seconds(text: str, name: str) -> float:
+    """'90', '90s', '15m', '1h', '2d' -> seconds."""
+    match = _DURATION.match(text.strip())
+    if not match:
+        raise SourceError(f"{name}={text!r}: expected a duration such as 60, 60s, 15m or 1h")
+    return float(match.group(1)) * _UNIT[match.group(2)]
+
+
+def _query(text: str) -> dict[str, str]:
+    return {key: values[-1] for key, values in parse_qs(text, keep_blank_values=True).items()}
+
+
+def _only(params: dict[str, str], allowed: set[str], spec: str) -> None:
+    unknown = sorted(set(params) - allowed)
+    if unknown:
+        raise SourceError(
+            f"{spec}: unknown option {unknown[0]!r} (known: {', '.join(sorted(allowed))})"
+        )
+
+
+def load_source(spec: str, *, timeout: float = DEFAULT_TIMEOUT) -> ClusterModel:
+    """The cluster model named by `spec` (see the module docstring for the forms)."""
+    spec = spec.strip()
+    try:
+        if spec.startswith("sim:"):
+            return _sim(spec)
+        if spec.startswith(("prometheus+http://", "prometheus+https://")):
+            return _prometheus(spec, timeout)
+        if spec.startswith(("http://", "https://")):
+            urls = [url.strip() for url in spec.split(",") if url.strip()]
+            return exporter_scrape.scrape(urls, timeout=timeout, source=spec)
+        if spec.startswith("openb:"):
+            return _openb(spec)
+        if spec.endswith(".json") or Path(spec).is_file():
+            return snapshot.load(spec)
+    except SourceUnavailable as error:
+        raise SourceError(str(error)) from None
+    except snapshot.SnapshotError as error:
+        raise SourceError(f"snapshot {spec}: {error}") from None
+    except (openb.OpenbFormatError, ModelError) as error:
+        raise SourceError(f"{spec}: {error}") from None
+    raise SourceError(
+        f"{spec!r} is not a source: use sim:PRESET, http(s)://.../metrics, "
+        "prometheus+http://HOST:9090, FILE.json or openb:NODE_CSV[,POD_CSV]"
+    )
+
+
+def _prometheus(spec: str, timeout: float) -> ClusterModel:
+    url = spec.removeprefix("prometheus+")
+    parts = urlsplit(url)
+    params = _query(parts.query)
+    _only(params, {"at", "history", "step"}, spec)
+    base = parts._replace(query="", fragment="").geturl()
+    at = float(params["at"]) if params.get("at") else None
+    return prometheus.load(
+        base,
+        timeout=timeout,
+        at=at,
+        history_s=seconds(params.get("history", "1h"), "history"),
+        step_s=max(seconds(params.get("step", "60s"), "step"), 1.0),
+        source=spec,
+    )
+
+
+def _sim(spec: str) -> ClusterModel:
+    from exporter.sim.fleet import SimFleet  # the simulator is heavy; import only when asked
+    from exporter.sim.presets import PRESETS
+
+    preset, _, query = spec.removeprefix("sim:").partition("?")
+    params = _query(query)
+    _only(params, {"seed", "t", "nodes"}, spec)
+    if preset not in PRESETS:
+        raise SourceError(f"{spec}: unknown preset {preset!r} (known: {', '.join(PRESETS)})")
+    try:
+        seed = int(params.get("seed", "42"))
+        nodes = int(params["nodes"]) if params.get("nodes") else None
+    except ValueError:
+        raise SourceError(f"{spec}: seed and nodes must be integers") from None
+    fleet = SimFleet(preset, seed, nodes)
+    fleet.advance(seconds(params.get("t", "0"), "t"))
+    readings = fleet.readings()
+    epoch = fleet.unix_time - fleet.now
+    info = {}
+    for job in fleet.running_jobs():
+        for pod in job.pods.values():
+            info[f"{job.namespace}/{pod}" if job.namespace else pod] = {
+                "job": job.name,
+                "tenant": job.tenant,
+                "priority": job.priority,
+                "migratable": job.migratable,
+                "start_time": epoch + job.start if job.start is not None else math.nan,
+                "creation_time": epoch + job.arrival,
+            }
+    models_by_pool: dict[str, set[str]] = {}
+    for node in readings:
+        models_by_pool.setdefault(node.pool, set()).update(g.model for g in node.gpus if g.model)
+    pending = []
+    for job in fleet.pending_jobs():
+        fraction = job.gpus < 1
+        pending.append(
+            {
+                "id": f"{job.namespace}/{job.name}" if job.namespace else job.name,
+                "num_gpu": 1 if fraction else round(job.gpus),
+                "gpu_milli": round(job.gpus * MILLI) if fraction else MILLI,
+                "job": job.name,
+                "tenant": job.tenant,
+                "priority": job.priority,
+                "migratable": job.migratable,
+                "gpu_spec": "|".join(sorted(models_by_pool.get(job.pool, ()))),
+                "creation_time": epoch + job.arrival,
+            }
+        )
+    return from_readings(
+        readings, timestamp=fleet.unix_time, source=spec, allocation_info=info, pending=pending
+    )
+
+
+def _openb(spec: str) -> ClusterModel:
+    paths = [p for p in spec.removeprefix("openb:").split(",") if p]
+    if not paths or len(paths) > 2:
+        raise SourceError(f"{spec}: expected openb:NODE_CSV[,POD_CSV] or openb:DIR")
+    if len(paths) == 1 and Path(paths[0]).is_dir():
+        paths = [str(Path(paths[0]) / OPENB_NODES), str(Path(paths[0]) / OPENB_PODS)]
+    nodes = openb.read_nodes(paths[0])
+    pods = openb.read_pods(paths[1]) if len(paths) == 2 else None
+    return model_from_openb(nodes, pods, source=spec)
+
+
+def model_from_openb(
+    nodes: openb.NodeTable, pods: openb.PodTable | None, *, source: str = ""
+) -> ClusterModel:
+    """Trace nodes as an empty cluster and trace pods as pending demand, times kept.
+
+    The trace has no placements (the replay makes them), no racks and no GPU memory sizes.
+    """
+    builder = ModelBuilder()
+    for name, cpu, memory, count, gpu_model in zip(
+        nodes.name.tolist(),
+        nodes.cpu_milli.tolist(),
+        nodes.memory_mib.tolist(),
+        nodes.gpu.tolist(),
+        nodes.model.tolist(),
+        strict=True,
+    ):
+        builder.add_node(name, gpu_model=gpu_model, cpu_milli=cpu, memory_mib=memory)
+        for index in range(count):
+            builder.add_gpu(name, index)
+    if pods is not None:
+        columns = zip(
+            pods.name.tolist(),
+            pods.num_gpu.tolist(),
+            pods.gpu_milli.tolist(),
+            pods.cpu_milli.tolist(),
+            pods.memory_mib.tolist(),
+            pods.gpu_spec.tolist(),
+            pods.qos.tolist(),
+            pods.creation_time.tolist(),
+            pods.deletion_time.tolist(),
+            pods.scheduled_time.tolist(),
+            strict=True,
+        )
+        for name, k, milli, cpu, memory, spec, qos, created, deleted, scheduled in columns:
+            builder.add_allocation(
+                name,
+                num_gpu=k,
+                gpu_milli=milli if k else 0,
+                cpu_milli=cpu,
+                memory_mib=memory,
+                gpu_spec=spec,
+                qos=qos,
+                creation_time=created,
+                deletion_time=deleted,
+                scheduled_time=scheduled,
+            )
+    return builder.build(source=source)
