@@ -13,6 +13,7 @@ import hashlib
 import heapq
 import math
 import uuid
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -39,7 +40,8 @@ SLOTS = 4  # jobs sharing one GPU at most (smallest fraction is 0.25)
 TICK = 300.0  # grid for counters and for retrying pending jobs, simulated seconds
 MAX_WAIT = 6 * HOUR  # a pending job gives up after this long
 XID_PER_GPU_DAY = 0.002  # rare: about one XID per 500 GPU-days
-XID_CODES = (13, 31, 43)  # application-level XIDs: the GPU stays healthy
+XID_CODES = (13, 31, 43)
+ARRIVAL_LOG_MAX = 200_000  # application-level XIDs: the GPU stays healthy
 
 
 @dataclass(slots=True)
@@ -119,7 +121,10 @@ class SimFleet:
         self.node_size = sizes
         self.mig_gpu = np.repeat(np.array([n.mig for n in specs]), sizes)
         self.placeable = ~self.mig_gpu
-        per = lambda attr: np.repeat(np.array([getattr(n.model, attr) for n in specs]), sizes)  # noqa: E731
+
+        def per(attr: str) -> np.ndarray:
+            return np.repeat(np.array([getattr(n.model, attr) for n in specs]), sizes)
+
         self.mem_total = per("memory_bytes")
         self.power_limit = per("power_limit_watts")
         self.idle_power = per("idle_power_watts")
@@ -154,7 +159,8 @@ class SimFleet:
         self.xid_last: dict[int, float] = {}
         self.jobs: dict[int, SimJob] = {}
         self.pending: list[tuple[float, int, SimJob, JobRequest]] = []
-        self.arrival_log: list[tuple[float, str, float]] = []  # (time, pool, gpus) of arrivals
+        # (time, pool, gpus) of recent arrivals, for demand forecasts; bounded for long runs.
+        self.arrival_log: deque[tuple[float, str, float]] = deque(maxlen=ARRIVAL_LOG_MAX)
         self.abandoned = 0
         self._next_id = 1
         self._departures: list[tuple[float, int]] = []
@@ -200,7 +206,7 @@ class SimFleet:
 
     def running_jobs(self) -> list[SimJob]:
         """Jobs holding GPUs now, in start order."""
-        return [job for job in self.jobs.values() if job.start is not None]
+        return list(self.jobs.values())
 
     def pending_jobs(self) -> list[SimJob]:
         """Jobs that arrived but found no room yet, oldest first."""

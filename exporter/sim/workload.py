@@ -20,7 +20,7 @@ WEEK = 7 * DAY
 START_HOUR_OF_WEEK = 9.0
 SIM_EPOCH = 1767603600.0  # 2026-01-05T09:00:00Z, a Monday
 UTIL_BUCKET = 60.0  # utilization noise changes once a simulated minute
-IDLE_BUCKET = 3600.0  # a job is idle or active for whole simulated hours
+IDLE_BUCKET = 3600.0  # idle stretches last 1-4 of these
 
 
 @dataclass(frozen=True, slots=True)
@@ -256,13 +256,15 @@ def activity(
     follows_day: np.ndarray,
     t: float,
 ) -> np.ndarray:
-    """Utilization of each job at time t: base level, whole idle hours, per-minute jitter.
+    """Utilization of each job at time t: base level, idle stretches, per-minute jitter.
 
-    Idle hours start at a per-job phase so jobs do not all wake on the hour together.
+    A job is idle or active for whole stretches of 1-4 hours (its own length and phase, so jobs
+    do not all wake together); `idle_prob` is the share of stretches it sits idle.
     """
+    stretch = IDLE_BUCKET * (1 + ((seeds >> np.uint64(16)) % np.uint64(4))).astype(np.float64)
     phase = (seeds % np.uint64(int(IDLE_BUCKET))).astype(np.float64)
-    idle_hour = ((t + phase) // IDLE_BUCKET).astype(np.int64)
-    active = hash01(seeds, idle_hour, salt=1) >= idle_prob
+    idle_stretch = ((t + phase) // stretch).astype(np.int64)
+    active = hash01(seeds, idle_stretch, salt=1) >= idle_prob
     jitter = 0.85 + 0.3 * hash01(seeds, np.int64(t // UTIL_BUCKET), salt=2)
     level = np.where(follows_day, min(1.0, 0.3 + 0.7 * float(day_factor(t)) / 1.6), 1.0)
     return np.where(active, np.minimum(1.0, base_util * jitter * level), 0.0)
