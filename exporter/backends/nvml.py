@@ -353,6 +353,10 @@ class NvmlBackend(Backend):
         except Exception:  # an attribution bug must not cost the GPU readings
             calls.errors["attribution.allocations"] += 1
 
+        if calls.library_error is not None:  # e.g. the driver was reloaded under us
+            text = " ".join(str(calls.library_error).split())
+            self.close()
+            raise BackendUnavailable(f"NVML: {text}")
         errors = calls.take_errors()
         if self._watcher is not None:
             errors.update(self._watcher.take_errors())
@@ -363,6 +367,10 @@ class NvmlBackend(Backend):
     ) -> GpuReading:
         if gpu.handle is None:
             self._attach(gpu)
+            if gpu.handle is not None:  # back (or first seen) after start: wire it in
+                self._next_topology = 0.0
+                if self._watcher is not None:
+                    self._watcher.add_device(gpu.index, gpu.handle)
         reading = GpuReading(
             index=gpu.index,
             uuid=gpu.uuid,

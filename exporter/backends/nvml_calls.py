@@ -35,6 +35,13 @@ class NvmlCalls:
             nvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH,
         }
         self._lost = nvml.NVML_ERROR_GPU_IS_LOST
+        # Answers about the library, not one GPU: NVML must be initialised afresh.
+        self._library = {
+            nvml.NVML_ERROR_UNINITIALIZED,
+            nvml.NVML_ERROR_DRIVER_NOT_LOADED,
+            nvml.NVML_ERROR_LIB_RM_VERSION_MISMATCH,
+        }
+        self.library_error: Exception | None = None
 
     def __call__(
         self,
@@ -61,6 +68,8 @@ class NvmlCalls:
             if code == self._lost:
                 self.errors[name] += 1
                 raise GpuLost(name) from error
+            if code in self._library and self.library_error is None:
+                self.library_error = error
             if code in self._never:
                 self._unsupported.add(memo)
                 return None

@@ -51,6 +51,7 @@ class XidWatcher:
         self._last: dict[int, float] = {}
         self._errors: Counter[str] = Counter()
         self._stop = threading.Event()
+        self._reopen = threading.Event()
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
@@ -63,6 +64,14 @@ class XidWatcher:
         if self._thread is not None:
             self._thread.join(self._wait_ms / 1000 + 2.0)
             self._thread = None
+
+    def add_device(self, index: int, handle: Any) -> None:
+        """Watch one more GPU (attached after start); the event set is rebuilt for it."""
+        with self._lock:
+            self._handles[index] = handle
+            self._by_address[_address(handle)] = index
+        self._reopen.set()
+        self.start()
 
     def counts(self, index: int) -> dict[int, float]:
         """XID code -> events seen on GPU `index` since the exporter started."""
@@ -86,10 +95,13 @@ class XidWatcher:
             event_set = self._open()
             if event_set is not None:
                 try:
-                    if self._wait_loop(event_set):
-                        backoff = self._backoff_s  # events were flowing: start backoff afresh
+                    seen = self._wait_loop(event_set)
                 finally:
                     self._call("nvmlEventSetFree", event_set)
+                if self._reopen.is_set():
+                    continue  # a GPU was added: rebuild the set at once
+                if seen:
+                    backoff = self._backoff_s  # events were flowing: start backoff afresh
             if self._stop.wait(backoff):
                 return
             backoff = min(backoff * 2, self._max_backoff_s)
@@ -100,7 +112,10 @@ class XidWatcher:
         if event_set is None:
             return None
         registered = 0
-        for handle in self._handles.values():
+        self._reopen.clear()
+        with self._lock:
+            handles = list(self._handles.values())
+        for handle in handles:
             if self._call(
                 "nvmlDeviceRegisterEvents",
                 handle,
@@ -119,6 +134,8 @@ class XidWatcher:
         """Wait for events until stopped or NVML fails; True if any event arrived."""
         nvml, seen = self._nvml, False
         while not self._stop.is_set():
+            if self._reopen.is_set():
+                return seen
             try:
                 data = nvml.nvmlEventSetWait(event_set, self._wait_ms)
             except nvml.NVMLError as error:
@@ -132,7 +149,8 @@ class XidWatcher:
         return seen
 
     def _record(self, data: Any) -> None:
-        index = self._by_address.get(_address(data.device))
+        with self._lock:
+            index = self._by_address.get(_address(data.device))
         if index is None:
             try:
                 index = int(self._nvml.nvmlDeviceGetIndex(data.device))

@@ -580,3 +580,44 @@ def test_cpu_list_rendering():
     assert cpu_list([0b1010_0111]) == "0-2,5,7"
     assert cpu_list([0, 0]) == ""
     assert cpu_list([1 << 63, 1]) == "63-64"
+
+
+def test_clock_events_fall_back_to_the_old_throttle_name(make_backend):
+    fake = hgx_h100(1)
+    fake.gpus[0].clock_events = pynvml.nvmlClocksEventReasonSwThermalSlowdown
+    fake.inject(
+        "nvmlDeviceGetCurrentClocksEventReasons", pynvml.NVML_ERROR_FUNCTION_NOT_FOUND
+    )  # a driver older than the rename
+    backend = make_backend(fake)
+    for _ in range(2):
+        r = gpus_of(backend.collect())[0]
+        assert [k for k, on in r.clock_event_active.items() if on] == ["sw_thermal_slowdown"]
+    assert fake.calls[("nvmlDeviceGetCurrentClocksEventReasons", 0)] == 1
+    assert fake.calls[("nvmlDeviceGetCurrentClocksThrottleReasons", 0)] == 2
+
+
+def test_library_level_failure_makes_the_backend_unavailable_until_reinit(make_backend):
+    fake = hgx_h100(2)
+    backend = make_backend(fake)
+    backend.collect()
+    fake.inject("nvmlDeviceGetPowerUsage", pynvml.NVML_ERROR_DRIVER_NOT_LOADED, times=1)
+
+    with pytest.raises(BackendUnavailable, match=r"^NVML: Driver Not Loaded$"):
+        backend.collect()
+    assert fake.shutdowns == 1
+    assert len(gpus_of(backend.collect())) == 2  # the loop's retry initialises afresh
+    assert fake.calls[("nvmlInit", None)] == 2
+
+
+def test_gpu_that_comes_back_gets_its_xid_events_watched(make_backend):
+    fake = hgx_h100(2)
+    fake.gpus[1].lost = True
+    backend = make_backend(fake)
+    backend.collect()
+    fake.gpus[1].lost = False
+    backend.collect()  # attached now
+    fake.push_xid(1, 31)
+
+    collection = collect_until(backend, lambda c: bool(gpus_of(c)[1].xid_errors))
+    assert gpus_of(collection)[1].xid_errors == {31: 1.0}
+    assert gpus_of(collection)[1].healthy  # 31: an application's MMU fault
