@@ -642,6 +642,7 @@ def _add_reading(
     node: NodeReading,
     default_migratable: bool,
     allocation_info: Mapping[str, Mapping[str, Any]],
+    taken: set[str],
 ) -> None:
     models = Counter(gpu.model for gpu in node.gpus if gpu.model)
     builder.add_node(
@@ -708,6 +709,9 @@ def _add_reading(
             "migratable": default_migratable and alloc is not None,
         }
         fields.update(allocation_info.get(key, {}))
+        if key in taken:  # the same pod name reported by two nodes: keep both, say where
+            key = f"{key}@{node.node}"
+        taken.add(key)
         builder.add_allocation(
             key,
             num_gpu=len(holder["gpus"]),
@@ -742,8 +746,9 @@ def from_readings(
     keywords plus `id`) add demand that is not placed.
     """
     builder = ModelBuilder()
+    taken: set[str] = set()
     for node in readings:
-        _add_reading(builder, node, default_migratable, allocation_info or {})
+        _add_reading(builder, node, default_migratable, allocation_info or {}, taken)
     for row in pending:
         fields = dict(row)
         builder.add_allocation(fields.pop("id"), **fields)

@@ -1,0 +1,303 @@
+"""Ingest: our exporter's and dcgm-exporter's pages and Prometheus' API served from a local
+http.server, plus sim, openb and snapshot sources, all into the same model."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
+
+import numpy as np
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from advisor import snapshot
+from advisor.ingest import prometheus
+from advisor.ingest.sources import SourceError, load_source
+from advisor.model import from_readings
+from exporter.readings import Collection
+from exporter.render import SelfState, render_page
+from tests.exporter import readings_factory
+
+DCGM_FIXTURES = Path(__file__).parent.parent / "fixtures" / "dcgm_exporter"
+STATE = SelfState("0.1.0", "test", True, 0.01, 1.7e9, 1, {})
+
+Route = Callable[[dict[str, str]], tuple[int, str, str]]  # query -> (status, content type, body)
+
+
+class Routes(dict[str, Route]):
+    def text(self, path: str, body: str, status: int = 200) -> None:
+        self[path] = lambda _query: (status, "text/plain; version=0.0.4", body)
+
+
+@pytest.fixture
+def server() -> Iterator[tuple[str, Routes]]:
+    routes = Routes()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            parts = urlsplit(self.path)
+            query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
+            route = routes.get(parts.path)
+            status, kind, body = route(query) if route else (404, "text/plain", "not found\n")
+            data = body.encode()
+            self.send_response(status)
+            self.send_header("Content-Type", kind)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=httpd.serve_forever, args=(0.05,), daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}", routes
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+        thread.join(timeout=5)
+
+
+def our_page(nodes: int = 2) -> tuple[str, list]:
+    readings = [readings_factory.node(f"node-{i}") for i in range(nodes)]
+    page = render_page(Collection(readings, 1.7e9), [], STATE)
+    return page.body.decode(), readings
+
+
+def same_state(a, b) -> bool:
+    da, db = snapshot.to_dict(a), snapshot.to_dict(b)
+    for doc in (da, db):
+        doc.pop("timestamp"), doc.pop("source"), doc.pop("usage")
+    return da == db
+
+
+def closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+# --------------------------------------------------------------------------- exporter pages
+
+
+def test_scraping_our_page_gives_the_model_of_the_readings(server) -> None:
+    base, routes = server
+    text, readings = our_page()
+    routes.text("/metrics", text)
+    model = load_source(f"{base}/metrics", timeout=2)
+    assert same_state(model, from_readings(readings))
+    assert model.nodes.name.tolist() == ["node-0", "node-1"]
+    assert model.nodes.pool.tolist() == ["h100", "h100"] and model.nodes.rack[0] == "rack-1"
+    ids = model.allocations.id.tolist()
+    assert ids[:3] == ["rnd/train-0", "product/idle-1", "product/infer"]
+    # the MIG GPU is carved into 7 x 1g.10gb; one slice held = 1/7 of the GPU
+    assert model.allocations.gpu_milli[2] == 143
+    assert model.gpus.nvlink_island[:8].tolist() == [0] * 8
+    assert model.gpus.utilization_ratio[0] == 0.5
+
+
+def test_dcgm_exporter_page_pod_labels_become_allocations(server) -> None:
+    base, routes = server
+    routes.text("/dcgm", (DCGM_FIXTURES / "a100_k8s.prom").read_text())
+    model = load_source(f"{base}/dcgm", timeout=2)
+    assert model.nodes.name.tolist() == ["dgx-a100-07"]
+    assert len(model.gpus) == 8
+    rows = dict(zip(model.allocations.id.tolist(), model.allocations.num_gpu.tolist(), strict=True))
+    assert rows == {"ml-train/llm-pretrain-worker-0": 4, "inference/bert-serve-7d9f8b6c5-x2k4q": 1}
+    assert model.allocations.tenant.tolist() == ["ml-train", "inference"]
+    assert not model.gpus.healthy[4]  # row-remap failure in the fixture
+    assert not model.gpu_is_free[4]
+
+
+def test_comma_separated_urls_mix_our_pages_and_dcgm_pages(server) -> None:
+    base, routes = server
+    routes.text("/ours", our_page(1)[0])
+    routes.text("/dcgm", (DCGM_FIXTURES / "a100_k8s.prom").read_text())
+    model = load_source(f"{base}/ours,{base}/dcgm", timeout=2)
+    assert sorted(model.nodes.name.tolist()) == ["dgx-a100-07", "node-0"]
+
+
+def test_unreachable_and_bad_pages_are_one_line_errors(server) -> None:
+    base, routes = server
+    port = closed_port()
+    with pytest.raises(SourceError, match=rf"http://127.0.0.1:{port}/metrics: unreachable"):
+        load_source(f"http://127.0.0.1:{port}/metrics", timeout=1)
+    with pytest.raises(SourceError, match=r"/missing: HTTP 404"):
+        load_source(f"{base}/missing", timeout=2)
+    routes.text("/garbage", (DCGM_FIXTURES / "garbage.prom").read_text())
+    with pytest.raises(SourceError, match=r"/garbage: not Prometheus exposition text"):
+        load_source(f"{base}/garbage", timeout=2)
+
+
+# --------------------------------------------------------------------------- Prometheus API
+
+
+def _series(text: str, extra: dict[str, str]) -> list[tuple[str, dict[str, str], float]]:
+    out = []
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            labels = dict(s.labels)
+            if "job" in labels:  # Prometheus moves a clashing target label aside
+                labels["exported_job"] = labels.pop("job")
+            out.append((s.name, {**labels, **extra}, s.value))
+    return out
+
+
+def prometheus_api(
+    samples, history: dict[str, list[tuple[dict, list[tuple[float, float]]]]]
+) -> dict[str, Route]:
+    """A tiny Prometheus: the state query returns `samples`; range queries return `history`."""
+
+    def ok(data) -> tuple[int, str, str]:
+        return 200, "application/json", json.dumps({"status": "success", "data": data})
+
+    def instant(query: dict[str, str]) -> tuple[int, str, str]:
+        if query.get("query") != prometheus.STATE_QUERY:
+            return (
+                400,
+                "application/json",
+                json.dumps({"status": "error", "errorType": "bad_data", "error": "unexpected"}),
+            )
+        result = [
+            {"metric": {"__name__": name, **labels}, "value": [float(query["time"]), str(value)]}
+            for name, labels, value in samples
+        ]
+        return ok({"resultType": "vector", "result": result})
+
+    def range_(query: dict[str, str]) -> tuple[int, str, str]:
+        result = [
+            {
+                "metric": {"__name__": query["query"], **labels},
+                "values": [[t, str(v)] for t, v in points],
+            }
+            for labels, points in history.get(query["query"], [])
+        ]
+        return ok({"resultType": "matrix", "result": result})
+
+    return {"/api/v1/query": instant, "/api/v1/query_range": range_}
+
+
+def test_prometheus_instant_and_range_with_our_names(server) -> None:
+    base, routes = server
+    text, readings = our_page()
+    samples = _series(text, {"instance": "node-0:9400", "job": "gpu-exporter"})
+    at = 1_700_000_000.0
+    util = [
+        (
+            {"node": "node-1", "gpu": "3", "instance": "x:1", "job": "gpu-exporter"},
+            [(at - 120, 0.25), (at, 0.75)],
+        )
+    ]
+    routes.update(prometheus_api(samples, {"gpu_utilization_ratio": util}))
+    model = load_source(f"prometheus+{base}?at={at}&history=5m&step=1m", timeout=2)
+    assert same_state(model, from_readings(readings))
+    assert model.timestamp == at
+    assert model.usage.times.tolist() == [at - 300 + 60 * k for k in range(6)]
+    column = model.usage.utilization_ratio[:, model.gpu_row(1, 3)]
+    assert (
+        np.isnan(column[:3]).all()
+        and column[3] == 0.25
+        and np.isnan(column[4])
+        and column[5] == 0.75
+    )
+    assert np.isnan(model.usage.memory_used_bytes).all()
+    assert set(model.allocations.job.tolist()) == {"rnd/train-0", "product/idle-1", "product/infer"}
+
+
+def test_prometheus_with_dcgm_names_and_history_in_percent(server) -> None:
+    base, routes = server
+    samples = _series(
+        (DCGM_FIXTURES / "a100_k8s.prom").read_text(), {"instance": "10.0.0.7:9400", "job": "dcgm"}
+    )
+    at = 1_700_000_000.0
+    util = [({"gpu": "2", "Hostname": "dgx-a100-07", "instance": "10.0.0.7:9400"}, [(at, 40.0)])]
+    routes.update(prometheus_api(samples, {"DCGM_FI_DEV_GPU_UTIL": util}))
+    model = load_source(f"prometheus+{base}?at={at}&history=60&step=60", timeout=2)
+    assert model.nodes.name.tolist() == ["dgx-a100-07"]
+    assert model.allocations.num_gpu.tolist() == [4, 1]
+    assert model.usage.utilization_ratio[-1, 2] == pytest.approx(0.4)
+
+
+def test_prometheus_errors_name_the_server(server) -> None:
+    base, routes = server
+    port = closed_port()
+    with pytest.raises(SourceError, match=rf"^Prometheus at http://127.0.0.1:{port} unreachable: "):
+        load_source(f"prometheus+http://127.0.0.1:{port}", timeout=1)
+    routes["/api/v1/query"] = lambda q: (
+        422,
+        "application/json",
+        json.dumps({"status": "error", "errorType": "execution", "error": "too many samples"}),
+    )
+    with pytest.raises(SourceError, match=r"query failed \(execution: too many samples\)"):
+        load_source(f"prometheus+{base}", timeout=2)
+    routes.update(prometheus_api([], {}))
+    with pytest.raises(SourceError, match=r"no gpu_\* .* or DCGM_\* .* series"):
+        load_source(f"prometheus+{base}", timeout=2)
+    with pytest.raises(SourceError, match="unknown option 'foo'"):
+        load_source(f"prometheus+{base}?foo=1")
+
+
+# --------------------------------------------------------------------------- files and sim
+
+
+def test_snapshot_source_and_bad_snapshot_names_the_field(tmp_path) -> None:
+    model = from_readings(our_page(1)[1])
+    path = tmp_path / "c.json"
+    snapshot.save(model, path)
+    assert same_state(load_source(str(path)), model)
+    doc = json.loads(path.read_text())
+    doc["allocations"][0]["num_gpu"] = "two"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(
+        SourceError, match=r'allocations\[0\]\.num_gpu: expected an integer, got "two"'
+    ):
+        load_source(str(path))
+
+
+def test_openb_trace_keeps_pods_as_pending_demand_with_times(tmp_path) -> None:
+    nodes = tmp_path / "nodes.csv"
+    nodes.write_text(
+        "sn,cpu_milli,memory_mib,gpu,model\nn0,64000,262144,2,T4\nn1,96000,393216,8,G2\nc0,32000,1024,0,\n"
+    )
+    pods = tmp_path / "pods.csv"
+    pods.write_text(
+        "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,scheduled_time\n"
+        "p0,4000,1024,1,500,,LS,Running,10,100,12\n"
+        "p1,8000,2048,2,1000,G2,BE,Succeeded,20,,21\n"
+        "p2,1000,512,0,0,,BE,Running,30,40,30\n"
+    )
+    model = load_source(f"openb:{nodes},{pods}")
+    assert model.nodes.gpu_count.tolist() == [2, 8, 0]
+    assert model.nodes.cpu_milli.tolist() == [64000, 96000, 32000]
+    allocs = model.allocations
+    assert allocs.node.tolist() == [-1, -1, -1]
+    assert allocs.gpu_milli.tolist() == [500, 1000, 0]
+    assert allocs.gpu_spec.tolist() == ["", "G2", ""]
+    assert allocs.creation_time.tolist() == [10, 20, 30]
+    assert np.isnan(allocs.deletion_time[1]) and allocs.scheduled_time[0] == 12
+    assert allocs.qos.tolist() == ["LS", "BE", "BE"]
+    assert int(model.gpu_is_free.sum()) == 10
+    with pytest.raises(SourceError, match="line 2, column gpu"):
+        nodes.write_text("sn,cpu_milli,memory_mib,gpu,model\nn0,1,1,x,T4\n")
+        load_source(f"openb:{nodes}")
+
+
+def test_sim_source_carries_job_facts() -> None:
+    model = load_source("sim:a100-16x8?seed=3&t=600")
+    assert len(model.nodes) == 16 and len(model.gpus) == 128
+    placed = model.allocations.node >= 0
+    assert placed.any()
+    assert not np.isnan(model.allocations.start_time[placed]).any()
+    assert model.timestamp > 1e9
+    assert same_state(model, load_source("sim:a100-16x8?seed=3&t=600"))  # pure in its inputs
+    with pytest.raises(SourceError, match="unknown preset 'nope'"):
+        load_source("sim:nope")
+    with pytest.raises(SourceError, match="is not a source"):
+        load_source("ftp://x")
