@@ -25,6 +25,7 @@ from exporter.backends.nvml_calls import GpuLost, NvmlCalls
 from exporter.backends.nvml_events import FATAL_XIDS, XidWatcher
 from exporter.backends.nvml_fields import FieldReader
 from exporter.backends.nvml_gpm import GPU_METRICS, MIG_METRICS, GpmSampler
+from exporter.backends.nvml_pcie import PcieSampler
 from exporter.backends.nvml_topology import PciKey, discover_links, pci_key
 from exporter.readings import (
     CLOCK_EVENT_REASONS,
@@ -59,7 +60,6 @@ _VIOLATIONS = {
     "board_limit": ("board_limit", "NVML_PERF_POLICY_BOARD_LIMIT"),
     "reliability": ("reliability", "NVML_PERF_POLICY_RELIABILITY"),
 }
-_KIB = 1024.0  # NVML's PCIe throughput "KB/s" are KiB/s (nvitop, nvidia-smi agree)
 _NOT_MIG = 0xFFFFFFFF  # gpuInstanceId of a process outside MIG
 _CPU_SET_WORDS = 16  # 64-bit words of CPU affinity asked for: up to 1024 CPUs
 _MIG_PROFILE = re.compile(r"MIG\s+(\S+)")
@@ -80,8 +80,6 @@ class _Gpu:
     numa_node: int | None = None
     cpu_affinity: str = ""
     gpm: bool = False
-    pcie_tx: float | None = None
-    pcie_rx: float | None = None
     process_seen_us: int = 0
     process_names: dict[int, str] | None = None
 
@@ -128,11 +126,11 @@ class NvmlBackend(Backend):
         self._fields: FieldReader | None = None
         self._gpm: GpmSampler | None = None
         self._watcher: XidWatcher | None = None
+        self._pcie: PcieSampler | None = None
         self._gpus: list[_Gpu] = []
         self._links: list[TopologyLink] = []
         self._driver_version = ""
         self._cuda_version = ""
-        self._next_pcie = 0.0
         self._next_topology = 0.0
         self._init_attempt: tuple[threading.Thread, dict[str, Any]] | None = None
         self._started = False
@@ -215,10 +213,15 @@ class NvmlBackend(Backend):
             self._shutdown()
             raise
         self._started = True
+        live = {g.index: g.handle for g in self._gpus if g.handle is not None}
+        if self.pcie_interval > 0:
+            self._pcie = PcieSampler(nvml, self.pcie_interval)
+            for index, handle in live.items():
+                self._pcie.set_device(index, handle)
+            self._pcie.start()
         if self.xid_events:
-            handles = {g.index: g.handle for g in self._gpus if g.handle is not None}
             self._watcher = XidWatcher(
-                nvml, handles, wait_ms=self._xid_wait_ms, backoff_s=self._xid_backoff_s
+                nvml, live, wait_ms=self._xid_wait_ms, backoff_s=self._xid_backoff_s
             )
             self._watcher.start()
 
@@ -226,6 +229,9 @@ class NvmlBackend(Backend):
         if self._watcher is not None:
             self._watcher.stop()
             self._watcher = None
+        if self._pcie is not None:
+            self._pcie.stop()
+            self._pcie = None
         if self._gpm is not None and self._calls is not None:
             self._gpm.close(self._calls)
         if self._started:
@@ -328,9 +334,6 @@ class NvmlBackend(Backend):
         now = self._clock()
         if now >= self._next_topology:
             self._refresh_topology()
-        pcie_due = self.pcie_interval > 0 and now >= self._next_pcie
-        if pcie_due:
-            self._next_pcie = now + self.pcie_interval
 
         node = NodeReading(
             node=self.node_name,
@@ -340,7 +343,7 @@ class NvmlBackend(Backend):
         )
         gpm_keys: list[tuple[int, int | None]] = []
         for gpu in self._gpus:
-            node.gpus.append(self._collect_gpu(gpu, pcie_due, gpm_keys))
+            node.gpus.append(self._collect_gpu(gpu, gpm_keys))
         self._gpm.retain(calls, gpm_keys)
 
         islands = nvlink_islands([g.index for g in node.gpus], node.links)
@@ -358,19 +361,20 @@ class NvmlBackend(Backend):
             self.close()
             raise BackendUnavailable(f"NVML: {text}")
         errors = calls.take_errors()
-        if self._watcher is not None:
-            errors.update(self._watcher.take_errors())
+        for helper in (self._watcher, self._pcie):
+            if helper is not None:
+                errors.update(helper.take_errors())
         return Collection(nodes=[node], timestamp=time.time(), errors=errors)
 
-    def _collect_gpu(
-        self, gpu: _Gpu, pcie_due: bool, gpm_keys: list[tuple[int, int | None]]
-    ) -> GpuReading:
+    def _collect_gpu(self, gpu: _Gpu, gpm_keys: list[tuple[int, int | None]]) -> GpuReading:
         if gpu.handle is None:
             self._attach(gpu)
             if gpu.handle is not None:  # back (or first seen) after start: wire it in
                 self._next_topology = 0.0
                 if self._watcher is not None:
                     self._watcher.add_device(gpu.index, gpu.handle)
+                if self._pcie is not None:
+                    self._pcie.set_device(gpu.index, gpu.handle)
         reading = GpuReading(
             index=gpu.index,
             uuid=gpu.uuid,
@@ -390,10 +394,10 @@ class NvmlBackend(Backend):
         try:
             self._read_live(gpu, reading)
             self._read_fields(gpu, reading)
-            if pcie_due:
-                self._read_pcie(gpu)
-            reading.pcie_tx_bytes_per_second = gpu.pcie_tx
-            reading.pcie_rx_bytes_per_second = gpu.pcie_rx
+            if self._pcie is not None:
+                tx, rx = self._pcie.latest(gpu.index)
+                reading.pcie_tx_bytes_per_second = tx
+                reading.pcie_rx_bytes_per_second = rx
             self._read_mig(gpu, reading, gpm_keys)
             if gpu.gpm and not reading.mig_enabled:
                 gpm_keys.append((gpu.index, None))
@@ -547,13 +551,6 @@ class NvmlBackend(Backend):
                 ns = status.violationTime if status is not None else None
             if ns is not None:
                 r.clock_event_seconds[reason] = float(ns) / 1e9
-
-    def _read_pcie(self, gpu: _Gpu) -> None:
-        nvml, calls, h, s = self._nvml, self._calls, gpu.handle, gpu.scope
-        tx = calls(s, "nvmlDeviceGetPcieThroughput", h, nvml.NVML_PCIE_UTIL_TX_BYTES, key="pcie_tx")
-        rx = calls(s, "nvmlDeviceGetPcieThroughput", h, nvml.NVML_PCIE_UTIL_RX_BYTES, key="pcie_rx")
-        gpu.pcie_tx = _scaled(tx, _KIB)
-        gpu.pcie_rx = _scaled(rx, _KIB)
 
     def _read_mig(self, gpu: _Gpu, r: GpuReading, gpm_keys: list[tuple[int, int | None]]) -> None:
         nvml, calls, h, s = self._nvml, self._calls, gpu.handle, gpu.scope

@@ -532,20 +532,29 @@ def test_memory_falls_back_to_v1_without_reserved(make_backend):
     assert fake.calls[("nvmlDeviceGetMemoryInfo_v2", 0)] == 1
 
 
-def test_pcie_throughput_has_its_own_slower_cadence(make_backend):
-    now = [0.0]
-    fake = hgx_h100(1)
+def test_pcie_throughput_is_sampled_off_the_collection_path(make_backend):
+    fake = hgx_h100(2)
     fake.gpus[0].pcie_tx_kbs = 100
-    backend = make_backend(fake, pcie_interval=30.0, clock=lambda: now[0])
+    backend = make_backend(fake, pcie_interval=3600.0)
 
     assert gpus_of(backend.collect())[0].pcie_tx_bytes_per_second == 100 * 1024
     fake.gpus[0].pcie_tx_kbs = 200
-    now[0] = 10.0
-    assert gpus_of(backend.collect())[0].pcie_tx_bytes_per_second == 100 * 1024  # reused
-    assert fake.calls[("nvmlDeviceGetPcieThroughput", 0)] == 2
-    now[0] = 31.0
-    assert gpus_of(backend.collect())[0].pcie_tx_bytes_per_second == 200 * 1024
-    assert fake.calls[("nvmlDeviceGetPcieThroughput", 0)] == 4
+    for _ in range(3):  # reused: the 20 ms driver windows are not paid by collections
+        assert gpus_of(backend.collect())[0].pcie_tx_bytes_per_second == 100 * 1024
+    assert fake.calls[("nvmlDeviceGetPcieThroughput", 0)] == 2  # tx + rx, once at start
+
+
+def test_pcie_sampler_refreshes_on_its_own_cadence(make_backend):
+    fake = hgx_h100(2)
+    fake.gpus[1].pcie_rx_kbs = 10
+    backend = make_backend(fake, pcie_interval=0.01)
+    assert gpus_of(backend.collect())[1].pcie_rx_bytes_per_second == 10 * 1024
+    fake.gpus[1].pcie_rx_kbs = 20
+
+    collection = collect_until(
+        backend, lambda c: gpus_of(c)[1].pcie_rx_bytes_per_second == 20 * 1024
+    )
+    assert gpus_of(collection)[1].pcie_rx_bytes_per_second == 20 * 1024
 
 
 def test_pcie_throughput_can_be_disabled(make_backend):

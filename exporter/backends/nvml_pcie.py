@@ -1,0 +1,83 @@
+"""PCIe throughput on its own thread and cadence, off the collection path.
+
+`nvmlDeviceGetPcieThroughput` holds a 20 ms counter window in the driver per call: two
+directions on eight GPUs is ~320 ms, more than the rest of a cycle together. So a sampler
+thread reads them every `interval` seconds and a collection copies the latest values.
+Only the sampler touches its own `NvmlCalls`; errors are handed over under a lock.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from typing import Any
+
+from exporter.backends.nvml_calls import GpuLost, NvmlCalls
+
+KIB = 1024.0  # NVML's PCIe throughput "KB/s" are KiB/s (nvitop, nvidia-smi agree)
+
+
+class PcieSampler:
+    """Latest (tx, rx) bytes/s per GPU index, refreshed every `interval` seconds."""
+
+    def __init__(self, nvml: Any, interval: float) -> None:
+        self._nvml = nvml
+        self._interval = interval
+        self._calls = NvmlCalls(nvml)
+        self._errors: Counter[str] = Counter()
+        self._lock = threading.Lock()
+        self._handles: dict[int, Any] = {}
+        self._latest: dict[int, tuple[float | None, float | None]] = {}
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def set_device(self, index: int, handle: Any) -> None:
+        with self._lock:
+            self._handles[index] = handle
+
+    def start(self) -> None:
+        """Take the first sample now (so the first collection has it), then keep sampling."""
+        self.sample_once()
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="nvml-pcie", daemon=True)
+            self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(5.0)
+            self._thread = None
+
+    def latest(self, index: int) -> tuple[float | None, float | None]:
+        with self._lock:
+            return self._latest.get(index, (None, None))
+
+    def take_errors(self) -> Counter[str]:
+        with self._lock:
+            errors, self._errors = self._errors, Counter()
+        return errors
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._interval):
+            self.sample_once()
+
+    def sample_once(self) -> None:
+        nvml = self._nvml
+        with self._lock:
+            handles = dict(self._handles)
+        for index, handle in handles.items():
+            scope = f"gpu{index}"
+            try:
+                tx = self._read(scope, handle, nvml.NVML_PCIE_UTIL_TX_BYTES, "pcie_tx")
+                rx = self._read(scope, handle, nvml.NVML_PCIE_UTIL_RX_BYTES, "pcie_rx")
+            except GpuLost:
+                tx = rx = None
+            with self._lock:
+                self._latest[index] = (tx, rx)
+        errors = self._calls.take_errors()
+        with self._lock:
+            self._errors.update(errors)
+
+    def _read(self, scope: str, handle: Any, counter: int, key: str) -> float | None:
+        value = self._calls(scope, "nvmlDeviceGetPcieThroughput", handle, counter, key=key)
+        return float(value) * KIB if value is not None else None
