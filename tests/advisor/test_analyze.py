@@ -1,0 +1,55 @@
+"""`gpu-defrag analyze` and `gpu-defrag snapshot` end to end through the CLI dispatcher."""
+
+from __future__ import annotations
+
+import json
+import socket
+
+from advisor import snapshot
+from advisor.cli import main
+from tests.advisor.test_measures import two_nodes
+
+
+def test_snapshot_then_analyze_json_and_table(tmp_path, capsys) -> None:
+    path = tmp_path / "two.json"
+    snapshot.save(two_nodes().build(), path)
+    assert main(["snapshot", str(path), "-o", str(tmp_path / "copy.json")]) == 0
+    assert (
+        main(["analyze", str(tmp_path / "copy.json"), "--json", "--shape", "2", "--shape", "4"])
+        == 0
+    )
+    result = json.loads(capsys.readouterr().out)
+    assert result["spatial"]["free_gpus"] == 9
+    assert [(r["shape"], r["jobs_that_fit"]) for r in result["spatial"]["shapes"]] == [
+        ("2 GPU", 4),
+        ("4 GPU", 1),
+    ]
+    assert [row["node"] for row in result["nodes"]] == ["a", "b"]
+    assert result["nodes"][1]["free_gpus"] == 6
+    assert main(["analyze", str(path)]) == 0
+    table = capsys.readouterr().out
+    assert "free GPUs (whole, usable)" in table
+    line = next(row for row in table.splitlines() if row.strip().startswith("4 GPU"))
+    assert line.split()[2:4] == ["1", "5"]  # 1 job fits, 5 free GPUs it cannot use
+
+
+def test_snapshot_to_stdout_round_trips(tmp_path, capsys) -> None:
+    assert main(["snapshot", "sim:a100-16x8?seed=2"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["schema"] == "gpu-defrag.snapshot" and len(doc["nodes"]) == 16
+    path = tmp_path / "sim.json"
+    path.write_text(json.dumps(doc))
+    assert snapshot.load(path).summary()["gpus"] == 128
+
+
+def test_errors_are_one_line_and_exit_2(capsys) -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    assert main(["analyze", f"http://127.0.0.1:{port}/metrics", "--timeout", "1"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("gpu-defrag: error: http://127.0.0.1:") and err.count("\n") == 1
+    assert main(["analyze", "sim:a100-16x8", "--shape", "1.5"]) == 2
+    assert "bad shape '1.5'" in capsys.readouterr().err
+    assert main(["snapshot", "missing.json"]) == 2
+    assert "cannot read missing.json" in capsys.readouterr().err
