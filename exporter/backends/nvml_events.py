@@ -19,11 +19,12 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 # XIDs after which NVIDIA's XID catalog (docs.nvidia.com/deploy/xid-errors) asks for a GPU
-# reset, a node reboot or hardware service, rather than an application fix:
-# 48 double-bit ECC, 62 internal micro-controller halt, 64 ECC page retirement / row remap
-# failure, 74 NVLink error, 79 GPU fell off the bus, 92 high single-bit ECC rate, 94/95
-# contained/uncontained ECC error, 119/120 GSP RPC timeout / GSP error, 140 unrecovered ECC.
-FATAL_XIDS: frozenset[int] = frozenset({48, 62, 64, 74, 79, 92, 94, 95, 119, 120, 140})
+# reset, a drain or hardware service rather than an application fix: 48 double-bit ECC, 62
+# internal micro-controller halt, 64 row-remap / page-retirement failure, 74 NVLink error,
+# 79 GPU fell off the bus, 95 uncontained ECC, 119/120 GSP timeout / error, 140 unrecovered
+# ECC. The same list as the "hardware" class in alerts/config.yaml (critical alert); the
+# contained memory errors (63, 92, 94) warn there but leave the GPU usable here.
+FATAL_XIDS: frozenset[int] = frozenset({48, 62, 64, 74, 79, 95, 119, 120, 140})
 
 
 class XidWatcher:

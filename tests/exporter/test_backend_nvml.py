@@ -630,3 +630,15 @@ def test_gpu_that_comes_back_gets_its_xid_events_watched(make_backend):
     collection = collect_until(backend, lambda c: bool(gpus_of(c)[1].xid_errors))
     assert gpus_of(collection)[1].xid_errors == {31: 1.0}
     assert gpus_of(collection)[1].healthy  # 31: an application's MMU fault
+
+
+def test_fatal_xids_match_the_critical_hardware_alert_class():
+    from pathlib import Path
+
+    import yaml
+
+    from exporter.backends.nvml_events import FATAL_XIDS
+
+    config = yaml.safe_load((Path(__file__).parents[2] / "alerts" / "config.yaml").read_text())
+    (hardware,) = [c for c in config["xid_classes"] if c["name"] == "hardware"]
+    assert set(hardware["codes"]) == FATAL_XIDS
