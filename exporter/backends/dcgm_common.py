@@ -79,13 +79,16 @@ FLAGS: dict[str, str] = {
     "DCGM_FI_DEV_ROW_REMAP_FAILURE": "remapped_rows_failure",
     "DCGM_FI_DEV_MIG_MODE": "mig_enabled",
 }
-# Violation counters are microseconds (dcgm-exporter CSV help: "in us") -> seconds per reason.
-# Board-limit and reliability violations have no NVML clock-event reason, so they are not mapped.
+# Violation counters are microseconds (dcgm_fields.py: "Violation time in usec") -> seconds.
+# Reason labels match the NVML backend: the first four share the clock-event vocabulary, board
+# limit and reliability have no clock-event bit and keep their own names.
 VIOLATIONS: dict[str, str] = {
     "DCGM_FI_DEV_POWER_VIOLATION": "sw_power_cap",
     "DCGM_FI_DEV_THERMAL_VIOLATION": "sw_thermal_slowdown",
     "DCGM_FI_DEV_SYNC_BOOST_VIOLATION": "sync_boost",
     "DCGM_FI_DEV_LOW_UTIL_VIOLATION": "gpu_idle",
+    "DCGM_FI_DEV_BOARD_LIMIT_VIOLATION": "board_limit",
+    "DCGM_FI_DEV_RELIABILITY_VIOLATION": "reliability",
 }
 # The clock-event reason bitmask (field 112; renamed from CLOCK_THROTTLE_REASONS in DCGM 3.3).
 CLOCK_EVENT_MASKS = ("DCGM_FI_DEV_CLOCKS_EVENT_REASONS", "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS")

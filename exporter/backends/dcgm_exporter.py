@@ -41,6 +41,8 @@ OLD_NAMES: dict[str, str] = {
     "dcgm_thermal_violation": "DCGM_FI_DEV_THERMAL_VIOLATION",
     "dcgm_sync_boost_violation": "DCGM_FI_DEV_SYNC_BOOST_VIOLATION",
     "dcgm_low_util_violation": "DCGM_FI_DEV_LOW_UTIL_VIOLATION",
+    "dcgm_board_limit_violation": "DCGM_FI_DEV_BOARD_LIMIT_VIOLATION",
+    "dcgm_reliability_violation": "DCGM_FI_DEV_RELIABILITY_VIOLATION",
     "dcgm_fb_free": "DCGM_FI_DEV_FB_FREE",
     "dcgm_fb_used": "DCGM_FI_DEV_FB_USED",
     "dcgm_ecc_sbe_volatile_total": "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL",
@@ -194,7 +196,8 @@ class DcgmExporterBackend(Backend):
 
     @classmethod
     def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument(
+        group = parser.add_argument_group("dcgm-exporter backend")
+        group.add_argument(
             "--dcgm-exporter.url",
             dest="dcgm_exporter_url",
             action="append",
@@ -202,7 +205,7 @@ class DcgmExporterBackend(Backend):
             metavar="URL",
             help="dcgm-exporter /metrics URL; repeat or comma-separate for several targets",
         )
-        parser.add_argument(
+        group.add_argument(
             "--dcgm-exporter.timeout",
             dest="dcgm_exporter_timeout",
             type=float,
