@@ -1,0 +1,1 @@
+"""Prometheus alerting and recording rules, generated from `config.yaml` (see generate.py)."""
