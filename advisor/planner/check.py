@@ -1,0 +1,473 @@
+"""Replay a plan step by step on a copy of the model and stop at the first broken rule.
+
+Stable API:
+
+- `check_plan(model, actions, policy=None, goal_priority=None) -> CheckResult` — `ok`, or
+  the first `violation` (1-based `step`, the action, a one-line `reason`). `goal_priority`
+  is the priority of the work the plan makes room for; None means the highest priority in the
+  model (only the migratable flag then protects work).
+- `apply_plan(model, actions) -> ClusterModel` — the model after a (checked) plan: moved
+  allocations on their new GPUs, reclaimed ones unplaced, reservations as new allocations
+  (qos "reservation", not migratable).
+
+Rules, per step, in this order (see `advisor.planner.actions` for what each kind does):
+known allocation and kind; not marked non-migratable; priority not above the goal's; `src`
+is exactly what the allocation holds now; `dst` GPUs exist, are usable and have `milli` free
+at this step (after `src` was given back); as many GPUs as the task needs at its share; GPU
+model allowed by `gpu_spec` (and unchanged unless rebalance or policy allows); NVLink island
+locality; rack locality of multi-node jobs and rack-local reservations; CPU and memory of the
+target node where known; tenant quotas (a step may not raise a tenant above its quota);
+borrowing conserves quota per GPU model and leaves the lender within its own use.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from advisor.model import MILLI, Allocations, ClusterModel, Placements
+from advisor.planner.actions import MOVING_KINDS, Action
+from advisor.planner.constraints import (
+    ANY_MODEL,
+    Policy,
+    island_size_per_node,
+    islands_ok,
+    spec_allows,
+)
+
+RESERVATION_QOS = "reservation"
+
+
+@dataclass(frozen=True)
+class Violation:
+    step: int  # 1-based
+    action: Action
+    reason: str
+
+    def __str__(self) -> str:
+        return f"step {self.step} ({self.action.kind} {self.action.alloc}): {self.reason}"
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    ok: bool
+    violation: Violation | None = None
+    steps: int = 0  # steps replayed successfully
+    free_milli: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+
+    def __str__(self) -> str:
+        return "OK" if self.ok else str(self.violation)
+
+
+@dataclass
+class _Holder:
+    row: int  # allocation row, -1 for a new holder (reservation)
+    node: int
+    gpus: list[int]  # GPU rows
+    milli: list[int]
+    num_gpu: int
+    priority: int
+    tenant: str
+    job: str
+    migratable: bool
+    spec: str
+    cpu: float
+    memory: float
+
+
+class _Replay:
+    """Mutable state of one replay: free milli per GPU, holdings, node CPU/memory, quotas."""
+
+    def __init__(
+        self, model: ClusterModel, policy: Policy, goal_priority: int | None, enforce: bool = True
+    ) -> None:
+        self.model = model
+        self.policy = policy
+        self.enforce = enforce  # False: only GPU capacity is checked (apply_plan)
+        allocs = model.allocations
+        if goal_priority is None:
+            goal_priority = int(allocs.priority.max()) if len(allocs) else 0
+        self.goal_priority = goal_priority
+        self.free = model.gpu_free_milli.astype(np.int64).copy()
+        self.usable = model.gpu_usable
+        self.cpu_free = model.node_cpu_free.copy()
+        self.mem_free = model.node_memory_free.copy()
+        self.island_size = island_size_per_node(model)
+        self.row_of = {str(a): i for i, a in enumerate(allocs.id.tolist())}
+        places = model.placements
+        self._order = np.argsort(places.alloc, kind="stable")
+        self._bounds = np.searchsorted(places.alloc[self._order], np.arange(len(allocs) + 1))
+        self.holders: dict[str, _Holder | None] = {}  # None = reclaimed
+        self.quota = dict(policy.quotas)
+        self.usage: dict[tuple[str, str], float] = defaultdict(float)
+        node_model = model.nodes.gpu_model
+        placed = allocs.node >= 0
+        share = allocs.num_gpu * allocs.gpu_milli / MILLI
+        for tenant, node, gpus in zip(
+            allocs.tenant[placed].tolist(),
+            allocs.node[placed].tolist(),
+            share[placed].tolist(),
+            strict=True,
+        ):
+            self.usage[(tenant, ANY_MODEL)] += gpus
+            self.usage[(tenant, str(node_model[node]))] += gpus
+        self.reserve_racks: dict[str, tuple[str, str]] = {}
+        self._job_rows: dict[str, np.ndarray] = {}
+
+    # ---- state lookups
+    def holder(self, alloc: str) -> _Holder | None:
+        if alloc in self.holders:
+            return self.holders[alloc]
+        row = self.row_of.get(alloc)
+        if row is None:
+            return None
+        allocs, places = self.model.allocations, self.model.placements
+        take = self._order[self._bounds[row] : self._bounds[row + 1]]
+        holder = _Holder(
+            row=row,
+            node=int(allocs.node[row]),
+            gpus=places.gpu[take].astype(int).tolist(),
+            milli=places.milli[take].astype(int).tolist(),
+            num_gpu=int(allocs.num_gpu[row]),
+            priority=int(allocs.priority[row]),
+            tenant=str(allocs.tenant[row]),
+            job=str(allocs.job[row]),
+            migratable=bool(allocs.migratable[row]),
+            spec=str(allocs.gpu_spec[row]),
+            cpu=float(allocs.cpu_milli[row]),
+            memory=float(allocs.memory_mib[row]),
+        )
+        self.holders[alloc] = holder
+        return holder
+
+    def gpu_rows(self, node: int, indices: Sequence[int]) -> list[int] | str:
+        rows = []
+        for index in indices:
+            try:
+                rows.append(self.model.gpu_row(node, int(index)))
+            except KeyError as error:
+                return str(error.args[0])
+        return rows
+
+    def job_rows(self, job: str) -> np.ndarray:
+        if job not in self._job_rows:
+            self._job_rows[job] = np.flatnonzero(self.model.allocations.job == job)
+        return self._job_rows[job]
+
+    def job_racks(self, job: str) -> set[str]:
+        racks = set()
+        rack = self.model.nodes.rack
+        for row in self.job_rows(job).tolist():
+            holder = self.holder(str(self.model.allocations.id[row]))
+            if holder is not None and holder.node >= 0:
+                racks.add(str(rack[holder.node]))
+        return racks
+
+    # ---- one step
+    def step(self, action: Action) -> str | None:
+        """Apply `action`; return why it is not allowed (state is then undefined)."""
+        if action.kind == "borrow":
+            return self._borrow(action)
+        if action.kind == "reserve":
+            if action.alloc in self.row_of or action.alloc in self.holders:
+                return f"reservation id {action.alloc!r} is already in use"
+            holder = _Holder(
+                row=-1,
+                node=-1,
+                gpus=[],
+                milli=[],
+                num_gpu=len(action.dst.gpus) if action.dst else 0,
+                priority=self.goal_priority if action.priority is None else action.priority,
+                tenant=action.tenant,
+                job=action.job or action.alloc,
+                migratable=False,
+                spec="",
+                cpu=math.nan,
+                memory=math.nan,
+            )
+            self.holders[action.alloc] = holder
+            return self._take(action, holder, None)
+        holder = self.holder(action.alloc)
+        if holder is None:
+            if action.alloc in self.holders:
+                return f"{action.alloc!r} was already reclaimed earlier in the plan"
+            return f"no allocation {action.alloc!r} in the model"
+        if self.enforce and holder.row >= 0 and not holder.migratable:
+            return f"{action.alloc!r} is marked not migratable"
+        if holder.row < 0 and action.kind in MOVING_KINDS:
+            return f"{action.alloc!r} is a reservation; reservations are not moved"
+        if self.enforce and holder.priority > self.goal_priority:
+            return (
+                f"{action.alloc!r} has priority {holder.priority}, above the goal's "
+                f"{self.goal_priority}: never move higher-priority work for lower"
+            )
+        src = action.src
+        assert src is not None  # every non-reserve, non-borrow kind has a source
+        if holder.node < 0:
+            return f"{action.alloc!r} holds no GPUs to give back"
+        if str(self.model.nodes.name[holder.node]) != src.node:
+            return (
+                f"{action.alloc!r} is on {self.model.nodes.name[holder.node]}, "
+                f"not on {src.node} as the step says"
+            )
+        rows = self.gpu_rows(holder.node, src.gpus)
+        if isinstance(rows, str):
+            return rows
+        if sorted(rows) != sorted(holder.gpus):
+            return f"{action.alloc!r} does not hold exactly GPUs {list(src.gpus)} of {src.node}"
+        old_node = holder.node
+        for row, milli in zip(holder.gpus, holder.milli, strict=True):
+            self.free[row] += milli if self.usable[row] else 0
+        old_model = str(self.model.nodes.gpu_model[old_node])
+        old_share = sum(holder.milli) / MILLI
+        self._charge(holder.tenant, old_model, -old_share)
+        holder.gpus, holder.milli = [], []
+        if action.kind == "reclaim":
+            holder.node = -1
+            self._node_resources(old_node, holder, +1)
+            self.holders[action.alloc] = None
+            return None
+        return self._take(action, holder, old_node)
+
+    def _take(self, action: Action, holder: _Holder, old_node: int | None) -> str | None:
+        dst = action.dst
+        assert dst is not None
+        model = self.model
+        try:
+            node = model.node_index(dst.node)
+        except KeyError:
+            return f"no node {dst.node!r} in the model"
+        rows = self.gpu_rows(node, dst.gpus)
+        if isinstance(rows, str):
+            return rows
+        if action.kind in ("migrate", "rebalance"):
+            if len(rows) != holder.num_gpu:
+                return f"target has {len(rows)} GPUs, {action.alloc!r} needs {holder.num_gpu}"
+            if holder.row >= 0 and dst.milli != int(model.allocations.gpu_milli[holder.row]):
+                return (
+                    f"target share {dst.milli} milli differs from the task's "
+                    f"{int(model.allocations.gpu_milli[holder.row])} (use share for that)"
+                )
+        if action.kind == "share" and len(rows) != holder.num_gpu:
+            return f"target has {len(rows)} GPUs, {action.alloc!r} needs {holder.num_gpu}"
+        for row, index in zip(rows, dst.gpus, strict=True):
+            if not self.usable[row]:
+                return f"{dst.node}/gpu{index} is not usable (unhealthy, lost or cordoned)"
+            if self.free[row] < dst.milli:
+                return (
+                    f"{dst.node}/gpu{index} has {int(self.free[row])} milli free at this step, "
+                    f"the step needs {dst.milli}"
+                )
+        gpu_model = str(model.nodes.gpu_model[node])
+        share = dst.milli * len(rows) / MILLI
+        if not self.enforce:
+            if old_node is not None:
+                self._node_resources(old_node, holder, +1)
+            self._node_resources(node, holder, -1)
+            for row in rows:
+                self.free[row] -= dst.milli
+            holder.node, holder.gpus, holder.milli = node, rows, [dst.milli] * len(rows)
+            self._charge(holder.tenant, gpu_model, share)
+            return None
+        if not spec_allows(holder.spec, gpu_model):
+            return f"{dst.node} has {gpu_model or 'unknown'} GPUs; {action.alloc!r} asks for {holder.spec}"
+        if old_node is not None and action.kind != "rebalance":
+            old_model = str(model.nodes.gpu_model[old_node])
+            if old_model != gpu_model and not self.policy.allow_model_change:
+                return (
+                    f"moves {action.alloc!r} from {old_model} to {gpu_model}; only a rebalance "
+                    "may change the GPU model"
+                )
+        if self.policy.island_locality:
+            islands = model.gpus.nvlink_island[rows]
+            if not islands_ok(islands, int(self.island_size[node])):
+                return (
+                    f"splits {action.alloc!r} ({len(rows)} GPUs) across NVLink islands "
+                    f"{sorted(set(islands.tolist()))} of {dst.node}, where one island would hold it"
+                )
+        if old_node is not None and old_node != node:
+            self._node_resources(old_node, holder, +1)
+            if not self._node_resources(node, holder, -1):
+                return f"{dst.node} lacks the CPU or memory {action.alloc!r} requests"
+        elif old_node is None and not self._node_resources(node, holder, -1):
+            return f"{dst.node} lacks the CPU or memory {action.alloc!r} requests"
+        for row in rows:
+            self.free[row] -= dst.milli
+        holder.node, holder.gpus, holder.milli = node, rows, [dst.milli] * len(rows)
+        rack = str(model.nodes.rack[node])
+        if self.policy.rack_locality:
+            why = self._rack_rule(action, holder, rack, gpu_model)
+            if why:
+                return why
+        return self._charge(holder.tenant, gpu_model, share)
+
+    def _rack_rule(self, action: Action, holder: _Holder, rack: str, gpu_model: str) -> str | None:
+        if holder.row < 0:
+            if not action.rack_local:
+                return None
+            first = self.reserve_racks.setdefault(holder.job, (rack, gpu_model))
+            if first != (rack, gpu_model) or not rack:
+                return (
+                    f"reservation {action.alloc!r} of job {holder.job!r} lands in rack "
+                    f"{rack or '(unknown)'} / {gpu_model}, the job needs one rack ({first[0]})"
+                )
+            return None
+        rows = self.job_rows(holder.job)
+        if len(rows) < 2:
+            return None
+        allocs = self.model.allocations
+        before = {str(self.model.nodes.rack[n]) for n in allocs.node[rows].tolist() if n >= 0}
+        if len(before) != 1 or "" in before:
+            return None  # the job was not rack-local to begin with (or racks unknown)
+        after = self.job_racks(holder.job)
+        if after != before:
+            return (
+                f"moves task {action.alloc!r} of job {holder.job!r} out of rack "
+                f"{next(iter(before))}; the job's tasks must stay in one rack"
+            )
+        return None
+
+    def _node_resources(self, node: int, holder: _Holder, sign: int) -> bool:
+        cpu = 0.0 if math.isnan(holder.cpu) else holder.cpu
+        memory = 0.0 if math.isnan(holder.memory) else holder.memory
+        self.cpu_free[node] += sign * cpu
+        self.mem_free[node] += sign * memory
+        tolerance = 1e-9
+        return not (
+            self.cpu_free[node] < -tolerance or self.mem_free[node] < -tolerance
+        )  # NaN (unknown capacity) compares False: no constraint
+
+    def _charge(self, tenant: str, gpu_model: str, gpus: float) -> str | None:
+        for key in ((tenant, ANY_MODEL), (tenant, gpu_model)):
+            self.usage[key] += gpus
+            limit = self.quota.get(key)
+            if gpus > 0 and limit is not None and self.usage[key] > limit + 1e-9:
+                scope = f" on {key[1]}" if key[1] else ""
+                return (
+                    f"tenant {tenant!r} would hold {self.usage[key]:g} GPUs{scope}, "
+                    f"above its quota of {limit:g}"
+                )
+        return None
+
+    def _borrow(self, action: Action) -> str | None:
+        per_model: dict[str, float] = defaultdict(float)
+        for tenant, gpu_model, delta in action.quota:
+            key = (tenant, gpu_model)
+            if key not in self.quota:
+                scope = f" on {gpu_model}" if gpu_model else ""
+                return f"tenant {tenant!r} has no quota{scope} to borrow from or into"
+            self.quota[key] += delta
+            per_model[gpu_model] += delta
+        for gpu_model, total in per_model.items():
+            if abs(total) > 1e-9:
+                return f"borrow changes total quota on {gpu_model or 'all models'} by {total:g}"
+        for tenant, gpu_model, delta in action.quota:
+            key = (tenant, gpu_model)
+            if delta < 0 and self.usage[key] > self.quota[key] + 1e-9:
+                return (
+                    f"lender {tenant!r} uses {self.usage[key]:g} GPUs, more than the "
+                    f"{self.quota[key]:g} it would keep"
+                )
+        return None
+
+
+def check_plan(
+    model: ClusterModel,
+    actions: Sequence[Action],
+    policy: Policy | None = None,
+    goal_priority: int | None = None,
+) -> CheckResult:
+    """Replay `actions` in order; the first broken rule, with its step, or OK."""
+    replay = _Replay(model, policy or Policy(), goal_priority)
+    for step, action in enumerate(actions, start=1):
+        reason = replay.step(action)
+        if reason is not None:
+            return CheckResult(False, Violation(step, action, reason), step - 1, replay.free)
+    return CheckResult(True, None, len(actions), replay.free)
+
+
+def apply_plan(model: ClusterModel, actions: Sequence[Action]) -> ClusterModel:
+    """The model after `actions` (replayed without rule checks beyond the model's own
+    validation; run `check_plan` first)."""
+    replay = _Replay(model, Policy(), None, enforce=False)
+    for step, action in enumerate(actions, start=1):
+        if action.kind == "borrow":
+            continue
+        reason = replay.step(action)
+        if reason is not None:
+            raise ValueError(f"step {step}: {reason}")
+    allocs = model.allocations
+    node = allocs.node.copy()
+    new_rows: list[tuple[str, _Holder]] = []
+    for alloc, holder in replay.holders.items():
+        if holder is None:
+            node[replay.row_of[alloc]] = -1
+        elif holder.row >= 0:
+            node[holder.row] = holder.node
+        else:
+            new_rows.append((alloc, holder))
+    touched = {h.row for h in replay.holders.values() if h is not None and h.row >= 0}
+    touched |= {replay.row_of[a] for a, h in replay.holders.items() if h is None}
+    places = model.placements
+    keep = ~np.isin(places.alloc, np.fromiter(touched, dtype=np.int64, count=len(touched)))
+    p_alloc = [places.alloc[keep]]
+    p_gpu = [places.gpu[keep]]
+    p_milli = [places.milli[keep]]
+    extra_rows = len(allocs)
+    for holder in replay.holders.values():
+        if holder is not None and holder.row >= 0 and holder.gpus:
+            p_alloc.append(np.full(len(holder.gpus), holder.row, dtype=np.int32))
+            p_gpu.append(np.array(holder.gpus, dtype=np.int32))
+            p_milli.append(np.array(holder.milli, dtype=np.int32))
+    for offset, (_, holder) in enumerate(new_rows):
+        p_alloc.append(np.full(len(holder.gpus), extra_rows + offset, dtype=np.int32))
+        p_gpu.append(np.array(holder.gpus, dtype=np.int32))
+        p_milli.append(np.array(holder.milli, dtype=np.int32))
+    new_allocs = _append_reservations(replace(allocs, node=node), new_rows)
+    new_places = Placements(
+        alloc=np.concatenate(p_alloc).astype(np.int32),
+        gpu=np.concatenate(p_gpu).astype(np.int32),
+        milli=np.concatenate(p_milli).astype(np.int32),
+    )
+    return replace(
+        model, allocations=new_allocs, placements=new_places, _cache={}
+    )  # __post_init__ validates the result
+
+
+def _append_reservations(allocs: Allocations, rows: list[tuple[str, _Holder]]) -> Allocations:
+    if not rows:
+        return allocs
+    k = len(rows)
+
+    def obj(values: list[str]) -> np.ndarray:
+        out = np.empty(k, dtype=object)
+        out[:] = values
+        return out
+
+    nan = np.full(k, np.nan)
+    extra = {
+        "id": obj([a for a, _ in rows]),
+        "job": obj([h.job for _, h in rows]),
+        "tenant": obj([h.tenant for _, h in rows]),
+        "priority": np.array([h.priority for _, h in rows], dtype=np.int32),
+        "num_gpu": np.array([len(h.gpus) for _, h in rows], dtype=np.int32),
+        "gpu_milli": np.array([max(h.milli) for _, h in rows], dtype=np.int32),
+        "cpu_milli": nan,
+        "memory_mib": nan,
+        "gpu_spec": obj([""] * k),
+        "node": np.array([h.node for _, h in rows], dtype=np.int32),
+        "start_time": nan,
+        "creation_time": nan,
+        "deletion_time": nan,
+        "scheduled_time": nan,
+        "migratable": np.zeros(k, dtype=bool),
+        "restart_cost_s": nan,
+        "qos": obj([RESERVATION_QOS] * k),
+    }
+    return Allocations(
+        **{name: np.concatenate([getattr(allocs, name), value]) for name, value in extra.items()}
+    )

@@ -1,0 +1,172 @@
+"""The rules every plan must keep, and the policy file that sets them.
+
+Stable API:
+
+- `Policy` — tenant quotas (GPUs, per tenant and optionally per GPU model), the restart time
+  assumed where a source does not know it, and which locality rules apply.
+- `load_policy(path)` / `policy_from_dict(doc)` — read a small YAML or JSON file::
+
+      default_restart_s: 300       # checkpoint/restart seconds when unknown
+      island_locality: true        # a task that fits in one NVLink island stays in one
+      rack_locality: true          # a multi-node job in one rack stays in one rack
+      allow_model_change: false    # migrate/share keep the GPU model; rebalance may change it
+      quotas:                      # GPUs; a number caps the tenant, a mapping caps per model
+        rnd: 64
+        product: {A100: 32, H100: 16}
+
+  Errors are `PolicyError` naming the field (`quotas.product.A100: expected a number >= 0`).
+- Rule helpers shared by the checker and the planners (so they can never disagree):
+  `spec_allows`, `island_size_per_node`, `islands_ok`, `node_islands`.
+
+The priority rule (never move work of higher priority than the goal's) and the migratable flag
+come from the model and the goal, not from the policy file.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from advisor.model import UNKNOWN_ISLAND, ClusterModel
+from advisor.planner.actions import DEFAULT_RESTART_S
+
+ANY_MODEL = ""  # quota key for "all GPU models together"
+
+
+class PolicyError(ValueError):
+    """The policy file is invalid; `field` names where."""
+
+    def __init__(self, field_name: str, problem: str) -> None:
+        super().__init__(f"{field_name}: {problem}")
+        self.field = field_name
+        self.problem = problem
+
+
+@dataclass(frozen=True)
+class Policy:
+    """Rules for plans. `quotas[(tenant, model)]` caps GPUs; model "" means all models."""
+
+    quotas: dict[tuple[str, str], float] = field(default_factory=dict)
+    default_restart_s: float = DEFAULT_RESTART_S
+    island_locality: bool = True
+    rack_locality: bool = True
+    allow_model_change: bool = False
+
+
+_KEYS = {"quotas", "default_restart_s", "island_locality", "rack_locality", "allow_model_change"}
+
+
+def _number(value: Any, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):
+        raise PolicyError(where, f"expected a number >= 0, got {value!r}")
+    if value < 0:
+        raise PolicyError(where, f"expected a number >= 0, got {value!r}")
+    return float(value)
+
+
+def _flag(doc: dict[str, Any], key: str, default: bool) -> bool:
+    value = doc.get(key, default)
+    if not isinstance(value, bool):
+        raise PolicyError(key, f"expected true or false, got {value!r}")
+    return value
+
+
+def policy_from_dict(doc: Any) -> Policy:
+    """A Policy from parsed YAML/JSON; PolicyError names the first bad field."""
+    if doc is None:
+        return Policy()
+    if not isinstance(doc, dict):
+        raise PolicyError("(top level)", f"expected a mapping, got {type(doc).__name__}")
+    unknown = sorted(set(doc) - _KEYS)
+    if unknown:
+        raise PolicyError(unknown[0], f"unknown key; known keys: {', '.join(sorted(_KEYS))}")
+    quotas: dict[tuple[str, str], float] = {}
+    raw = doc.get("quotas", {}) or {}
+    if not isinstance(raw, dict):
+        raise PolicyError("quotas", f"expected a mapping of tenant to GPUs, got {raw!r}")
+    for tenant, limit in raw.items():
+        if isinstance(limit, dict):
+            for gpu_model, value in limit.items():
+                quotas[(str(tenant), str(gpu_model))] = _number(
+                    value, f"quotas.{tenant}.{gpu_model}"
+                )
+        else:
+            quotas[(str(tenant), ANY_MODEL)] = _number(limit, f"quotas.{tenant}")
+    restart = _number(doc.get("default_restart_s", DEFAULT_RESTART_S), "default_restart_s")
+    return Policy(
+        quotas=quotas,
+        default_restart_s=restart,
+        island_locality=_flag(doc, "island_locality", True),
+        rack_locality=_flag(doc, "rack_locality", True),
+        allow_model_change=_flag(doc, "allow_model_change", False),
+    )
+
+
+def load_policy(path: str | Path) -> Policy:
+    """Read a policy file (.yaml/.yml or .json); errors name the file and the field."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as error:
+        raise PolicyError(str(path), f"cannot read: {error.strerror or error}") from None
+    try:
+        if path.suffix.lower() in (".yaml", ".yml"):
+            import yaml
+
+            doc = yaml.safe_load(text)
+        else:
+            doc = json.loads(text)
+    except Exception as error:  # any parse error becomes one line
+        kind = path.suffix.lstrip(".") or "JSON"
+        raise PolicyError(str(path), f"not valid {kind}: {error}") from None
+    try:
+        return policy_from_dict(doc)
+    except PolicyError as error:
+        raise PolicyError(f"{path}: {error.field}", error.problem) from None
+
+
+# --------------------------------------------------------------------------- rule helpers
+
+
+def spec_allows(spec: str, gpu_model: str) -> bool:
+    """Whether an allocation's `gpu_spec` ("A|B", "" = any) allows `gpu_model`."""
+    allowed = [s for s in spec.split("|") if s]
+    return not allowed or gpu_model in allowed
+
+
+def node_islands(model: ClusterModel, node: int) -> np.ndarray:
+    """int32 island id per GPU of `node` (in GPU-row order), -1 where unknown."""
+    start, stop = model.nodes.gpu_offset[node], model.nodes.gpu_offset[node + 1]
+    return model.gpus.nvlink_island[start:stop]
+
+
+def island_size_per_node(model: ClusterModel) -> np.ndarray:
+    """int64 (N): GPUs in the largest NVLink island of each node; 0 where islands are unknown
+    on any of its GPUs (then no island rule applies)."""
+    gpus = model.gpus
+    n = len(model.nodes)
+    out = np.zeros(n, dtype=np.int64)
+    if not len(gpus):
+        return out
+    unknown = np.bincount(
+        gpus.node, weights=(gpus.nvlink_island == UNKNOWN_ISLAND).astype(float), minlength=n
+    )
+    known = gpus.nvlink_island != UNKNOWN_ISLAND
+    keys = gpus.node[known].astype(np.int64) * 65536 + gpus.nvlink_island[known]
+    unique, counts = np.unique(keys, return_counts=True)
+    np.maximum.at(out, unique // 65536, counts)
+    out[unknown > 0] = 0
+    return out
+
+
+def islands_ok(islands: np.ndarray, island_size: int) -> bool:
+    """A task on GPUs with these island ids keeps NVLink locality: if it fits in one island of
+    its node (`island_size`, 0 = unknown) it must sit in one island."""
+    if len(islands) <= 1 or island_size <= 0 or len(islands) > island_size:
+        return True
+    return bool(np.all(islands == islands[0]))
