@@ -123,19 +123,20 @@ def tasks_per_node(model: ClusterModel, shape: Shape) -> np.ndarray:
     return np.where(_spec_mask(model, shape.gpu_spec), tasks, 0)
 
 
+def _codes(values: np.ndarray) -> np.ndarray:
+    return np.unique(values.astype(str), return_inverse=True)[1].reshape(len(values))
+
+
 def _rack_groups(model: ClusterModel) -> np.ndarray:
-    """int (N): group id of (rack, GPU model); nodes without a rack label are groups of one."""
+    """int64 (N): group id of (rack, GPU model); nodes without a rack label are groups of one."""
     nodes = model.nodes
-    keys = np.array(
-        [
-            f"{rack}\x00{gpu_model}" if rack else f"\x01{name}"
-            for rack, gpu_model, name in zip(
-                nodes.rack.tolist(), nodes.gpu_model.tolist(), nodes.name.tolist(), strict=True
-            )
-        ],
-        dtype=object,
-    )
-    return np.unique(keys, return_inverse=True)[1].reshape(len(nodes))
+    if len(nodes) == 0:
+        return np.zeros(0, dtype=np.int64)
+    rack, gpu_model = _codes(nodes.rack), _codes(nodes.gpu_model)
+    key = rack.astype(np.int64) * (int(gpu_model.max()) + 1) + gpu_model
+    alone = nodes.rack == ""
+    key = np.where(alone, -1 - np.arange(len(nodes)), key)
+    return np.unique(key, return_inverse=True)[1].reshape(len(nodes))
 
 
 def jobs_that_fit(model: ClusterModel, shape: Shape, groups: np.ndarray | None = None) -> int:
@@ -306,15 +307,25 @@ def stranded_memory_bytes(model: ClusterModel, min_request_bytes: float = 10 * 2
 
 
 def workload_of(model: ClusterModel) -> fgd.Workload | None:
-    """The task-type mix of the model's own allocations (placed and pending), FGD-style."""
+    """The task-type mix of the model's own allocations (placed and pending), FGD-style.
+
+    Shapes are counted with numpy (same keys as `fgd.pod_shapes`: a CPU request of 0 counts as
+    100 milli, CPU-only tasks have gpu_milli 0) and cut with `fgd.workload_from_counts`.
+    """
     allocs = model.allocations
     if not (allocs.num_gpu > 0).any():
         return None
-    return fgd.learn_workload(
-        np.nan_to_num(allocs.cpu_milli).astype(np.int64),
-        allocs.num_gpu,
-        allocs.gpu_milli,
-        allocs.gpu_spec.tolist(),
+    cpu = np.nan_to_num(allocs.cpu_milli).astype(np.int64)
+    cpu = np.where(cpu > 0, cpu, 100)
+    milli = np.where(allocs.num_gpu > 0, allocs.gpu_milli, 0).astype(np.int64)
+    specs, spec_code = np.unique(allocs.gpu_spec.astype(str), return_inverse=True)
+    keys = np.stack([cpu, milli, allocs.num_gpu.astype(np.int64), spec_code.reshape(-1)], axis=1)
+    shapes, counts = np.unique(keys, axis=0, return_counts=True)
+    return fgd.workload_from_counts(
+        {
+            (int(c), int(d), int(k), str(specs[s])): int(n)
+            for (c, d, k, s), n in zip(shapes.tolist(), counts.tolist(), strict=True)
+        }
     )
 
 

@@ -174,3 +174,24 @@ def test_parse_shape() -> None:
     for bad in ("", "1.5", "x8", "0"):
         with pytest.raises(ValueError):
             m.parse_shape(bad)
+
+
+def test_workload_of_counts_shapes_like_fgd_learn_workload() -> None:
+    builder = two_nodes()
+    builder.add_allocation("cpu-only", num_gpu=0, gpu_milli=0, cpu_milli=0)
+    builder.add_allocation("p1", num_gpu=1, gpu_milli=500, cpu_milli=2000, gpu_spec="T4")
+    builder.add_allocation("p2", num_gpu=1, gpu_milli=500, cpu_milli=2000, gpu_spec="T4")
+    model = builder.build()
+    allocs = model.allocations
+    expected = fgd.learn_workload(
+        np.nan_to_num(allocs.cpu_milli).astype(int).tolist(),
+        allocs.num_gpu.tolist(),
+        allocs.gpu_milli.tolist(),
+        allocs.gpu_spec.tolist(),
+    )
+    ours = m.workload_of(model)
+    assert ours is not None
+    assert sorted(ours.shapes) == sorted(expected.shapes)
+    assert dict(zip(ours.shapes, ours.popularity.tolist(), strict=True)) == pytest.approx(
+        dict(zip(expected.shapes, expected.popularity.tolist(), strict=True))
+    )
