@@ -23,14 +23,14 @@ from exporter.attribution.base import Attribution, NoAttribution
 from exporter.backends.base import Backend, BackendUnavailable
 from exporter.backends.nvml_calls import GpuLost, NvmlCalls
 from exporter.backends.nvml_events import FATAL_XIDS, XidWatcher
-from exporter.backends.nvml_fields import FieldReader
+from exporter.backends.nvml_fields import FieldReader, number, read_counters, scaled
 from exporter.backends.nvml_gpm import GPU_METRICS, MIG_METRICS, GpmSampler
 from exporter.backends.nvml_pcie import PcieSampler
+from exporter.backends.nvml_processes import ProcessReader
 from exporter.backends.nvml_topology import PciKey, discover_links, pci_key
 from exporter.readings import (
     CLOCK_EVENT_REASONS,
     Collection,
-    GpuProcess,
     GpuReading,
     MigInstance,
     NodeReading,
@@ -50,17 +50,6 @@ _REASON_BITS = (
     "nvmlClocksEventReasonHwPowerBrakeSlowdown",
     "nvmlClocksEventReasonDisplayClockSetting",
 )
-# Violation (perf policy) counters -> reason label. The first four share the vocabulary of
-# the clock-event bits; board limit and reliability have no bit and keep NVML's own name.
-_VIOLATIONS = {
-    "power": ("sw_power_cap", "NVML_PERF_POLICY_POWER"),
-    "thermal": ("sw_thermal_slowdown", "NVML_PERF_POLICY_THERMAL"),
-    "sync_boost": ("sync_boost", "NVML_PERF_POLICY_SYNC_BOOST"),
-    "low_utilization": ("gpu_idle", "NVML_PERF_POLICY_LOW_UTILIZATION"),
-    "board_limit": ("board_limit", "NVML_PERF_POLICY_BOARD_LIMIT"),
-    "reliability": ("reliability", "NVML_PERF_POLICY_RELIABILITY"),
-}
-_NOT_MIG = 0xFFFFFFFF  # gpuInstanceId of a process outside MIG
 _CPU_SET_WORDS = 16  # 64-bit words of CPU affinity asked for: up to 1024 CPUs
 _MIG_PROFILE = re.compile(r"MIG\s+(\S+)")
 
@@ -80,8 +69,6 @@ class _Gpu:
     numa_node: int | None = None
     cpu_affinity: str = ""
     gpm: bool = False
-    process_seen_us: int = 0
-    process_names: dict[int, str] | None = None
 
     @property
     def scope(self) -> str:
@@ -127,6 +114,7 @@ class NvmlBackend(Backend):
         self._gpm: GpmSampler | None = None
         self._watcher: XidWatcher | None = None
         self._pcie: PcieSampler | None = None
+        self._processes = ProcessReader()
         self._gpus: list[_Gpu] = []
         self._links: list[TopologyLink] = []
         self._driver_version = ""
@@ -207,6 +195,7 @@ class NvmlBackend(Backend):
         self._calls = NvmlCalls(nvml)
         self._fields = FieldReader(nvml)
         self._gpm = GpmSampler(nvml)
+        self._processes = ProcessReader()
         try:
             self._discover()
         except BackendUnavailable:
@@ -315,7 +304,6 @@ class NvmlBackend(Backend):
         except GpuLost:
             return
         gpu.handle = handle
-        gpu.process_names = {}
 
     def _refresh_topology(self) -> None:
         live = {g.index: g.handle for g in self._gpus if g.handle is not None}
@@ -437,15 +425,15 @@ class NvmlBackend(Backend):
         dec = calls(s, "nvmlDeviceGetDecoderUtilization", h)
         r.decoder_utilization_ratio = dec[0] / 100.0 if dec is not None else None
         self._read_memory(gpu, r)
-        r.temperature_celsius = _num(
+        r.temperature_celsius = number(
             calls(s, "nvmlDeviceGetTemperature", h, nvml.NVML_TEMPERATURE_GPU)
         )
-        r.power_watts = _scaled(calls(s, "nvmlDeviceGetPowerUsage", h), 1e-3)
-        r.power_limit_watts = _scaled(calls(s, "nvmlDeviceGetEnforcedPowerLimit", h), 1e-3)
-        r.sm_clock_hertz = _scaled(
+        r.power_watts = scaled(calls(s, "nvmlDeviceGetPowerUsage", h), 1e-3)
+        r.power_limit_watts = scaled(calls(s, "nvmlDeviceGetEnforcedPowerLimit", h), 1e-3)
+        r.sm_clock_hertz = scaled(
             calls(s, "nvmlDeviceGetClockInfo", h, nvml.NVML_CLOCK_SM, key="clock_sm"), 1e6
         )
-        r.memory_clock_hertz = _scaled(
+        r.memory_clock_hertz = scaled(
             calls(s, "nvmlDeviceGetClockInfo", h, nvml.NVML_CLOCK_MEM, key="clock_mem"), 1e6
         )
         reasons = calls(s, "nvmlDeviceGetCurrentClocksEventReasons", h)
@@ -476,81 +464,7 @@ class NvmlBackend(Backend):
             r.memory_free_bytes = float(memory.free)
 
     def _read_fields(self, gpu: _Gpu, r: GpuReading) -> None:
-        """The batched fields, each with its individual-call fallback."""
-        nvml, calls, h, s = self._nvml, self._calls, gpu.handle, gpu.scope
-        f = self._fields.read(calls, s, h)
-        r.memory_temperature_celsius = f.get("memory_temperature")
-        energy = f.get("energy_mj")
-        if energy is None:
-            energy = calls(s, "nvmlDeviceGetTotalEnergyConsumption", h)
-        r.energy_joules = _scaled(energy, 1e-3)
-
-        ecc = {"corrected": f.get("ecc_corrected"), "uncorrected": f.get("ecc_uncorrected")}
-        for kind, error_type in (
-            ("corrected", nvml.NVML_MEMORY_ERROR_TYPE_CORRECTED),
-            ("uncorrected", nvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED),
-        ):
-            if ecc[kind] is None:
-                ecc[kind] = calls(
-                    s,
-                    "nvmlDeviceGetTotalEccErrors",
-                    h,
-                    error_type,
-                    nvml.NVML_AGGREGATE_ECC,
-                    key=f"ecc_{kind}",
-                )
-        r.ecc_errors = {k: float(v) for k, v in ecc.items() if v is not None}
-
-        retired = {"single_bit": f.get("retired_sbe"), "double_bit": f.get("retired_dbe")}
-        for cause, source in (
-            ("single_bit", nvml.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS),
-            ("double_bit", nvml.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR),
-        ):
-            if retired[cause] is None:
-                pages = calls(s, "nvmlDeviceGetRetiredPages", h, source, key=f"retired_{cause}")
-                retired[cause] = len(pages) if pages is not None else None
-        r.retired_pages = {k: float(v) for k, v in retired.items() if v is not None}
-        pending = f.get("retired_pending")
-        if pending is None:
-            pending = calls(s, "nvmlDeviceGetRetiredPagesPendingStatus", h)
-        r.retired_pages_pending = bool(pending) if pending is not None else None
-
-        remap = [
-            f.get(k)
-            for k in (
-                "remapped_correctable",
-                "remapped_uncorrectable",
-                "remapped_pending",
-                "remapped_failure",
-            )
-        ]
-        if any(v is None for v in remap):
-            rows = calls(s, "nvmlDeviceGetRemappedRows", h)
-            if rows is not None:
-                remap = [float(v) for v in rows]
-        if remap[0] is not None and remap[1] is not None:
-            r.remapped_rows = {"correctable": remap[0], "uncorrectable": remap[1]}
-        r.remapped_rows_pending = bool(remap[2]) if remap[2] is not None else None
-        r.remapped_rows_failure = bool(remap[3]) if remap[3] is not None else None
-
-        replay = f.get("pcie_replay")
-        if replay is None:
-            replay = calls(s, "nvmlDeviceGetPcieReplayCounter", h)
-        r.pcie_replay_errors = _num(replay)
-
-        for short, (reason, policy) in _VIOLATIONS.items():
-            ns = f.get(f"violation_{short}")
-            if ns is None and hasattr(nvml, policy):
-                status = calls(
-                    s,
-                    "nvmlDeviceGetViolationStatus",
-                    h,
-                    getattr(nvml, policy),
-                    key=f"violation_{short}",
-                )
-                ns = status.violationTime if status is not None else None
-            if ns is not None:
-                r.clock_event_seconds[reason] = float(ns) / 1e9
+        read_counters(self._fields, self._calls, gpu.scope, gpu.handle, r)
 
     def _read_mig(self, gpu: _Gpu, r: GpuReading, gpm_keys: list[tuple[int, int | None]]) -> None:
         nvml, calls, h, s = self._nvml, self._calls, gpu.handle, gpu.scope
@@ -602,75 +516,9 @@ class NvmlBackend(Backend):
         return f"{int(attrs.gpuInstanceSliceCount)}g.{gib}gb"
 
     def _read_processes(self, gpu: _Gpu, r: GpuReading) -> None:
-        nvml, calls, h, s = self._nvml, self._calls, gpu.handle, gpu.scope
-        found: dict[tuple[int, int | None], GpuProcess] = {}
-        for kind in ("Compute", "Graphics"):
-            name = f"nvmlDeviceGet{kind}RunningProcesses"
-            listed = calls(s, f"{name}_v3", h)
-            if listed is None and not calls.supported(s, f"{name}_v3"):
-                listed = calls(s, f"{name}_v2", h)
-            for info in listed or ():
-                gi = info.gpuInstanceId
-                gi = None if gi is None or int(gi) == _NOT_MIG else int(gi)
-                memory = info.usedGpuMemory
-                key = (int(info.pid), gi)
-                if key in found:  # a process using compute and graphics: listed twice
-                    continue
-                found[key] = GpuProcess(
-                    pid=int(info.pid),
-                    memory_used_bytes=float(memory) if memory is not None else None,
-                    gpu_instance_id=gi,
-                )
-        if not found:
-            gpu.process_names = {}
-            return
-        utilization = self._process_utilization(gpu) if not r.mig_enabled else {}
-        names = gpu.process_names if gpu.process_names is not None else {}
-        gpu.process_names = {}
-        for process in found.values():
-            pid = process.pid
-            if pid not in names:
-                names[pid] = (
-                    calls(
-                        "system",
-                        "nvmlSystemGetProcessName",
-                        pid,
-                        quiet=(nvml.NVML_ERROR_NOT_FOUND, nvml.NVML_ERROR_NO_PERMISSION),
-                    )
-                    or ""
-                )
-            gpu.process_names[pid] = process.name = names[pid]
-            process.sm_utilization_ratio = utilization.get(pid)
-            self._attribute(process)
-            r.processes.append(process)
-
-    def _process_utilization(self, gpu: _Gpu) -> dict[int, float]:
-        """pid -> SM share since the last cycle; keeps NVML's sample clock per GPU."""
-        samples = self._calls(
-            gpu.scope,
-            "nvmlDeviceGetProcessUtilization",
-            gpu.handle,
-            gpu.process_seen_us,
-            quiet=(self._nvml.NVML_ERROR_NOT_FOUND,),
+        r.processes = self._processes.read(
+            self._calls, gpu.index, gpu.handle, self.attribution, utilization=not r.mig_enabled
         )
-        latest: dict[int, tuple[int, float]] = {}
-        for sample in samples or ():
-            stamp = int(sample.timeStamp)
-            pid = int(sample.pid)
-            if pid not in latest or stamp > latest[pid][0]:
-                latest[pid] = (stamp, min(float(sample.smUtil) / 100.0, 1.0))
-            gpu.process_seen_us = max(gpu.process_seen_us, stamp)
-        return {pid: value for pid, (_, value) in latest.items()}
-
-    def _attribute(self, process: GpuProcess) -> None:
-        try:
-            owner = self.attribution.process_owner(process.pid)
-        except Exception:  # an attribution bug must not cost the process list
-            self._calls.errors["attribution.process_owner"] += 1
-            return
-        if owner is not None:
-            process.pod, process.namespace = owner.pod, owner.namespace
-            process.container, process.slurm_job = owner.container, owner.slurm_job
 
 
 def cpu_list(words: Any) -> str:
@@ -695,14 +543,6 @@ def cpu_list(words: Any) -> str:
 
 def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
-
-
-def _num(value: Any) -> float | None:
-    return float(value) if value is not None else None
-
-
-def _scaled(value: Any, factor: float) -> float | None:
-    return float(value) * factor if value is not None else None
 
 
 def _seconds(text: str) -> float:

@@ -1,5 +1,8 @@
 """Batched NVML field reads: one `nvmlDeviceGetFieldValues` call per GPU instead of a dozen.
 
+Covers memory temperature, energy and the health counters (ECC, retired pages, remapped rows,
+PCIe replays, clock violation time); each has an individual-call fallback in `read_counters`.
+
 The call succeeds when *some* slots are filled, so every slot's own `nvmlReturn` is checked.
 A field the GPU does not report is dropped from later batches for that GPU; the caller then
 falls back to the individual API call for it (older drivers know the call, not the field).
@@ -10,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from exporter.backends.nvml_calls import NvmlCalls
+from exporter.readings import GpuReading
 
 # NVML field constant -> the name the backend reads it under.
 FIELDS: dict[str, str] = {
@@ -80,3 +84,103 @@ class FieldReader:
             else:
                 calls.errors["nvmlDeviceGetFieldValues"] += 1
         return out
+
+
+# Violation (perf policy) counters -> reason label. The first four share the vocabulary of
+# the clock-event bits; board limit and reliability have no bit and keep NVML's own name.
+_VIOLATIONS = {
+    "power": ("sw_power_cap", "NVML_PERF_POLICY_POWER"),
+    "thermal": ("sw_thermal_slowdown", "NVML_PERF_POLICY_THERMAL"),
+    "sync_boost": ("sync_boost", "NVML_PERF_POLICY_SYNC_BOOST"),
+    "low_utilization": ("gpu_idle", "NVML_PERF_POLICY_LOW_UTILIZATION"),
+    "board_limit": ("board_limit", "NVML_PERF_POLICY_BOARD_LIMIT"),
+    "reliability": ("reliability", "NVML_PERF_POLICY_RELIABILITY"),
+}
+
+
+def read_counters(
+    reader: FieldReader, calls: NvmlCalls, scope: str, handle: Any, r: GpuReading
+) -> None:
+    """Memory temperature, energy and the health counters: batched, each with its fallback."""
+    nvml, h, s = calls.nvml, handle, scope
+    f = reader.read(calls, s, h)
+    r.memory_temperature_celsius = f.get("memory_temperature")
+    energy = f.get("energy_mj")
+    if energy is None:
+        energy = calls(s, "nvmlDeviceGetTotalEnergyConsumption", h)
+    r.energy_joules = scaled(energy, 1e-3)
+
+    ecc = {"corrected": f.get("ecc_corrected"), "uncorrected": f.get("ecc_uncorrected")}
+    for kind, error_type in (
+        ("corrected", nvml.NVML_MEMORY_ERROR_TYPE_CORRECTED),
+        ("uncorrected", nvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED),
+    ):
+        if ecc[kind] is None:
+            ecc[kind] = calls(
+                s,
+                "nvmlDeviceGetTotalEccErrors",
+                h,
+                error_type,
+                nvml.NVML_AGGREGATE_ECC,
+                key=f"ecc_{kind}",
+            )
+    r.ecc_errors = {k: float(v) for k, v in ecc.items() if v is not None}
+
+    retired = {"single_bit": f.get("retired_sbe"), "double_bit": f.get("retired_dbe")}
+    for cause, source in (
+        ("single_bit", nvml.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS),
+        ("double_bit", nvml.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR),
+    ):
+        if retired[cause] is None:
+            pages = calls(s, "nvmlDeviceGetRetiredPages", h, source, key=f"retired_{cause}")
+            retired[cause] = len(pages) if pages is not None else None
+    r.retired_pages = {k: float(v) for k, v in retired.items() if v is not None}
+    pending = f.get("retired_pending")
+    if pending is None:
+        pending = calls(s, "nvmlDeviceGetRetiredPagesPendingStatus", h)
+    r.retired_pages_pending = bool(pending) if pending is not None else None
+
+    remap = [
+        f.get(k)
+        for k in (
+            "remapped_correctable",
+            "remapped_uncorrectable",
+            "remapped_pending",
+            "remapped_failure",
+        )
+    ]
+    if any(v is None for v in remap):
+        rows = calls(s, "nvmlDeviceGetRemappedRows", h)
+        if rows is not None:
+            remap = [float(v) for v in rows]
+    if remap[0] is not None and remap[1] is not None:
+        r.remapped_rows = {"correctable": remap[0], "uncorrectable": remap[1]}
+    r.remapped_rows_pending = bool(remap[2]) if remap[2] is not None else None
+    r.remapped_rows_failure = bool(remap[3]) if remap[3] is not None else None
+
+    replay = f.get("pcie_replay")
+    if replay is None:
+        replay = calls(s, "nvmlDeviceGetPcieReplayCounter", h)
+    r.pcie_replay_errors = number(replay)
+
+    for short, (reason, policy) in _VIOLATIONS.items():
+        ns = f.get(f"violation_{short}")
+        if ns is None and hasattr(nvml, policy):
+            status = calls(
+                s,
+                "nvmlDeviceGetViolationStatus",
+                h,
+                getattr(nvml, policy),
+                key=f"violation_{short}",
+            )
+            ns = status.violationTime if status is not None else None
+        if ns is not None:
+            r.clock_event_seconds[reason] = float(ns) / 1e9
+
+
+def number(value: Any) -> float | None:
+    return float(value) if value is not None else None
+
+
+def scaled(value: Any, factor: float) -> float | None:
+    return float(value) * factor if value is not None else None
