@@ -13,6 +13,7 @@ import math
 from collections import Counter
 from collections.abc import Hashable
 
+from exporter.backends.nvml_events import FATAL_XIDS
 from exporter.contract import DCGM_COMPAT
 from exporter.readings import CLOCK_EVENT_REASONS, GpuReading
 
@@ -209,11 +210,14 @@ class XidTracker:
         self._lost[key] = any(counts.get(code, 0) > 0 for code in XID_GPU_LOST)
 
     def apply(self, key: Hashable, gpu: GpuReading) -> None:
-        """Copy the accumulated counters into the reading; XID 79 marks the GPU lost."""
+        """Copy the counters into the reading. As in the NVML backend, a fatal XID seen since
+        start makes the GPU unhealthy; XID 79 (fell off the bus) also marks it lost."""
         totals = self._totals.get(key)
         if totals:
             gpu.xid_errors = {code: float(count) for code, count in sorted(totals.items())}
             gpu.xid_last_timestamp_seconds = self._last_time.get(key)
+            if any(totals.get(code) for code in FATAL_XIDS):
+                gpu.healthy = False
         if self._lost.get(key):
             gpu.lost = True
             gpu.healthy = False

@@ -402,8 +402,9 @@ def _record(gpu: _Gpu, gi_id: int | None, labels: dict[str, str], name: str, val
     if name in (XID_TOTAL, XID_COUNT):
         code = labels.get("xid", "")
         if code.isdigit() and not is_blank(value):  # COUNT has a 0-valued series without `xid`
+            # max, not sum: MIG instances and shared-GPU (vgpu) pods repeat the GPU's series
             target = gpu.xid_totals if name == XID_TOTAL else gpu.xid_counts
-            target[int(code)] = target.get(int(code), 0.0) + value
+            target[int(code)] = max(target.get(int(code), 0.0), value)
         elif name == XID_COUNT:
             gpu.xid_counts.setdefault(0, 0.0)
         return

@@ -433,3 +433,26 @@ def test_xid_79_marks_the_gpu_lost():
     tracker.observe_last_code("g", 79, 1.0)
     tracker.apply("g", gpu)
     assert gpu.lost and not gpu.healthy
+
+
+def test_fatal_xid_makes_the_gpu_unhealthy_but_not_lost():
+    tracker = XidTracker()
+    gpu = GpuReading(index=0)
+    tracker.observe_counts("g", {48: 1.0}, 1.0, cumulative=True)
+    tracker.apply("g", gpu)
+    assert not gpu.healthy and not gpu.lost
+    benign = GpuReading(index=1)
+    tracker.observe_last_code("h", 13, 1.0)
+    tracker.apply("h", benign)
+    assert benign.healthy
+
+
+def test_xid_series_repeated_per_mig_instance_count_once(server):
+    base, pages = server
+    page = "# TYPE DCGM_EXP_XID_ERRORS_COUNT gauge\n" + "".join(
+        f'DCGM_EXP_XID_ERRORS_COUNT{{gpu="0",UUID="GPU-z",GPU_I_PROFILE="1g.10gb",'
+        f'GPU_I_ID="{gi}",hostname="n",window_size_in_ms="300000",xid="94"}} 2\n'
+        for gi in (7, 8)
+    )
+    gpu = _collect([base + pages.set("/mig-xid", page)]).nodes[0].gpus[0]
+    assert gpu.xid_errors == {94: 2.0}
