@@ -1,6 +1,8 @@
 """One way to name where a cluster model comes from: `load_source(SPEC)`.
 
-    sim:PRESET[?seed=42&t=3600&nodes=N]          simulated fleet at t seconds (exporter.sim)
+    sim:PRESET[?seed=42&t=3600&nodes=N&history=1h&step=5m]
+                                                  simulated fleet at t seconds (exporter.sim),
+                                                  with usage sampled over the history
     http://host:9100/metrics[,http://...]         exporter or dcgm-exporter pages, scraped now
     prometheus+http://host:9090[?at=UNIX&history=1h&step=60s]
                                                   Prometheus HTTP API (state + usage history)
@@ -16,12 +18,16 @@ from __future__ import annotations
 import math
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import parse_qs, urlsplit
 
 from advisor import snapshot
 from advisor.ingest import exporter_scrape, openb, prometheus
 from advisor.ingest.exporter_scrape import SourceUnavailable
 from advisor.model import MILLI, ClusterModel, ModelBuilder, ModelError, from_readings
+
+if TYPE_CHECKING:
+    from exporter.sim.fleet import SimFleet
 
 DEFAULT_TIMEOUT = 10.0
 OPENB_NODES = "openb_node_list_gpu_node.csv"
@@ -108,7 +114,7 @@ def _sim(spec: str) -> ClusterModel:
 
     preset, _, query = spec.removeprefix("sim:").partition("?")
     params = _query(query)
-    _only(params, {"seed", "t", "nodes"}, spec)
+    _only(params, {"seed", "t", "nodes", "history", "step"}, spec)
     if preset not in PRESETS:
         raise SourceError(f"{spec}: unknown preset {preset!r} (known: {', '.join(PRESETS)})")
     try:
@@ -118,6 +124,13 @@ def _sim(spec: str) -> ClusterModel:
         raise SourceError(f"{spec}: seed and nodes must be integers") from None
     fleet = SimFleet(preset, seed, nodes)
     fleet.advance(seconds(params.get("t", "0"), "t"))
+    return sim_model(fleet, spec)
+
+
+def sim_model(fleet: SimFleet, source: str) -> ClusterModel:
+    """The model of a `SimFleet` at its current time, with job facts (tenant, priority, start
+    time, migratable) and pending jobs; callers that step one fleet through time use this
+    instead of re-simulating from t=0 for every instant."""
     readings = fleet.readings()
     epoch = fleet.unix_time - fleet.now
     info = {}
@@ -151,7 +164,7 @@ def _sim(spec: str) -> ClusterModel:
             }
         )
     return from_readings(
-        readings, timestamp=fleet.unix_time, source=spec, allocation_info=info, pending=pending
+        readings, timestamp=fleet.unix_time, source=source, allocation_info=info, pending=pending
     )
 
 
