@@ -4,7 +4,8 @@ The bindings (`pydcgm`, `dcgm_fields`, `dcgm_structs`, `dcgm_agent`, `DcgmReader
 the datacenter-gpu-manager package, not PyPI, so they are looked up in the package's install
 folders. DCGM samples the hardware itself on the watch interval; a collection only reads its
 cached latest values, which is why this backend is cheap to run at a short interval and why
-profiling (DCP) fields such as SM activity are available per MIG instance.
+profiling (DCP) fields such as SM activity are available per MIG instance. DCGM knows nothing
+of pods, so allocations come from the same attribution (kubelet pod-resources, Slurm) as NVML's.
 
 XID: only the latest value of `DCGM_FI_DEV_XID_ERRORS` is read, so the per-code counters see a
 change of the last code and miss repeats (see `XidTracker`).
@@ -24,6 +25,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
+from exporter.attribution.base import Attribution, NoAttribution
 from exporter.backends.base import Backend, BackendUnavailable
 from exporter.backends.dcgm_common import (
     ALL_NUMERIC_FIELDS,
@@ -141,8 +143,10 @@ class DcgmBackend(Backend):
         node_name: str = "",
         update_interval: float = 5.0,
         bindings: Bindings | None = None,
+        attribution: Attribution | None = None,
     ) -> None:
         self.host = host
+        self.attribution: Attribution = attribution or NoAttribution()  # pods / Slurm jobs
         self.node_name = node_name or os.environ.get("NODE_NAME", "") or _host_part(host)
         self.node_name = self.node_name or socket.gethostname()
         self.update_interval = update_interval
@@ -307,6 +311,20 @@ class DcgmBackend(Backend):
             )
             node.cuda_version = node.cuda_version or _cuda(by_name.get(CUDA_FIELD))
             node.gpus.append(self._gpu(gpu_id, by_name, instances, now))
+        mig_by_uuid = {
+            mig.uuid: (gpu.index, mig.gpu_instance_id)
+            for gpu in node.gpus
+            for mig in gpu.mig_instances
+            if mig.uuid
+        }
+        try:
+            node.allocations = list(
+                self.attribution.allocations(
+                    {g.uuid: g.index for g in node.gpus if g.uuid}, mig_by_uuid or None
+                )
+            )
+        except Exception:  # an attribution bug must not cost the GPU readings
+            collection.errors["attribution.allocations"] += 1
         collection.nodes.append(node)
         return collection
 
@@ -342,10 +360,12 @@ def _mig(instance: _Instance, values: dict[str, object]) -> MigInstance:
     if total is None and used is not None and "DCGM_FI_DEV_FB_FREE" in clean:
         total = used + clean["DCGM_FI_DEV_FB_FREE"] + clean.get("DCGM_FI_DEV_FB_RESERVED", 0)
     sm = clean.get("DCGM_FI_PROF_SM_ACTIVE", clean.get("DCGM_FI_PROF_GR_ENGINE_ACTIVE"))
+    uuid = _text(values.get("DCGM_FI_DEV_UUID"))
     return MigInstance(
         gpu_instance_id=instance.gpu_instance_id,
         compute_instance_id=instance.compute_instance_id,
         profile=_text(values.get("DCGM_FI_DEV_NAME")) or f"{instance.slices}g",
+        uuid=uuid if uuid.startswith("MIG-") else "",
         memory_total_bytes=None if total is None else float(total) * MIB,
         memory_used_bytes=None if used is None else float(used) * MIB,
         sm_active_ratio=None if sm is None else float(sm),

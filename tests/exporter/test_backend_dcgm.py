@@ -11,6 +11,7 @@ from exporter.backends import dcgm as dcgm_backend
 from exporter.backends.base import BackendUnavailable
 from exporter.backends.dcgm import NOT_FOUND, DcgmBackend
 from exporter.backends.registry import backend_class
+from exporter.readings import Allocation
 from tests.fakes.fake_dcgm import FakeDcgm, FakeInstance
 
 MIB = 2**20
@@ -84,6 +85,7 @@ def _fleet(fake: FakeDcgm) -> FakeDcgm:
             compute_instance_id=0,
             values={
                 "DCGM_FI_DEV_NAME": "3g.40gb",
+                "DCGM_FI_DEV_UUID": "MIG-1111",
                 "DCGM_FI_DEV_FB_USED": 30720,
                 "DCGM_FI_DEV_FB_FREE": 9728,
                 "DCGM_FI_PROF_GR_ENGINE_ACTIVE": 0.85,
@@ -302,3 +304,48 @@ def test_flags_and_node_name(monkeypatch, no_system_bindings):
     with pytest.raises(ValueError):
         DcgmBackend.from_args(parser.parse_args(["--dcgm.update-interval", "0"]))
     assert backend_class("dcgm") is DcgmBackend
+
+
+class _Pods:
+    """Attribution stand-in: records what the backend asked and answers one pod per GPU."""
+
+    def __init__(self) -> None:
+        self.asked: list[tuple[dict, dict | None]] = []
+
+    def process_owner(self, pid: int) -> None:
+        return None
+
+    def allocations(self, gpu_index_by_uuid, mig_by_uuid=None) -> list[Allocation]:
+        self.asked.append((dict(gpu_index_by_uuid), mig_by_uuid and dict(mig_by_uuid)))
+        allocations = [
+            Allocation(gpu=i, pod=f"p{i}", namespace="ns", tenant="ns")
+            for i in gpu_index_by_uuid.values()
+        ]
+        for gpu, gi in (mig_by_uuid or {}).values():
+            allocations.append(Allocation(gpu=gpu, pod="mig-pod", gpu_instance_id=gi))
+        return allocations
+
+
+def test_attribution_gets_gpu_and_mig_uuids(fake):
+    pods = _Pods()
+    backend = _backend(attribution=pods)
+    node = backend.collect().nodes[0]
+    assert pods.asked == [({"GPU-aaaa": 0, "GPU-bbbb": 1}, {"MIG-1111": (1, 2)})]
+    assert sorted((a.gpu, a.pod, a.gpu_instance_id or 0) for a in node.allocations) == [
+        (0, "p0", 0),
+        (1, "mig-pod", 2),
+        (1, "p1", 0),
+    ]
+    assert node.gpus[1].mig_instances[0].uuid == "MIG-1111"
+    assert node.gpus[1].mig_instances[1].uuid == ""
+    backend.close()
+
+
+def test_attribution_failure_is_counted_not_fatal(fake):
+    class Broken(_Pods):
+        def allocations(self, gpu_index_by_uuid, mig_by_uuid=None):
+            raise RuntimeError("kubelet went away")
+
+    collection = _backend(attribution=Broken()).collect()
+    assert collection.errors["attribution.allocations"] == 1
+    assert len(collection.nodes[0].gpus) == 2
