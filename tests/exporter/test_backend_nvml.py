@@ -642,3 +642,29 @@ def test_fatal_xids_match_the_critical_hardware_alert_class():
     config = yaml.safe_load((Path(__file__).parents[2] / "alerts" / "config.yaml").read_text())
     (hardware,) = [c for c in config["xid_classes"] if c["name"] == "hardware"]
     assert set(hardware["codes"]) == FATAL_XIDS
+
+
+def test_readings_render_into_contract_metrics(make_backend):
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from exporter.render import Families, add_node
+
+    fake = h100_with_seven_mig_instances()
+    fake.gpus[0].processes = [FakeProcess(7, "a", 5 * MIB, gpu_instance_id=9)]
+    backend = make_backend(fake)
+    backend.collect()
+    fake.advance(1.0)
+    families = Families()
+    add_node(families, backend.collect().nodes[0])
+
+    samples = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(families.text())
+        for s in family.samples
+    }
+    names = {name for name, _ in samples}
+    assert {"gpu_power_watts", "gpu_energy_joules_total", "gpu_mig_instance_info"} <= names
+    assert samples[("gpu_power_watts", (("gpu", "0"), ("node", "node-a")))] == 70.0
+    mig = (("gpu", "0"), ("gpu_instance_id", "9"), ("node", "node-a"))
+    assert samples[("gpu_mig_sm_active_ratio", mig)] == pytest.approx(0.3)
+    assert "gpu_utilization_ratio" not in names  # unsupported under MIG: absent, not zero
