@@ -15,16 +15,20 @@ problem, so the CLI can print it without a traceback.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import parse_qs, urlsplit
 
+import numpy as np
+
 from advisor import snapshot
 from advisor.ingest import exporter_scrape, openb, prometheus
 from advisor.ingest.exporter_scrape import SourceUnavailable
-from advisor.model import MILLI, ClusterModel, ModelBuilder, ModelError, from_readings
+from advisor.model import MILLI, ClusterModel, ModelBuilder, ModelError, Usage, from_readings
+from exporter.readings import NodeReading
 
 if TYPE_CHECKING:
     from exporter.sim.fleet import SimFleet
@@ -123,8 +127,48 @@ def _sim(spec: str) -> ClusterModel:
     except ValueError:
         raise SourceError(f"{spec}: seed and nodes must be integers") from None
     fleet = SimFleet(preset, seed, nodes)
-    fleet.advance(seconds(params.get("t", "0"), "t"))
-    return sim_model(fleet, spec)
+    end = seconds(params.get("t", "0"), "t")
+    history = min(seconds(params.get("history", "0"), "history"), end)
+    step = max(seconds(params.get("step", "5m"), "step"), 1.0)
+    samples: list[tuple[float, dict[tuple[str, int], tuple[float, float]]]] = []
+    for at in np.arange(end - history, end, step) if history > 0 else ():
+        fleet.advance(float(at) - fleet.now)
+        samples.append((fleet.unix_time, _usage_of(fleet.readings())))
+    fleet.advance(end - fleet.now)
+    model = sim_model(fleet, spec)
+    if history <= 0:
+        return model
+    samples.append((fleet.unix_time, _usage_of(fleet.readings())))
+    return with_usage(model, samples)
+
+
+def _usage_of(readings: list[NodeReading]) -> dict[tuple[str, int], tuple[float, float]]:
+    nan = math.nan
+    return {
+        (node.node, gpu.index): (
+            nan if gpu.utilization_ratio is None else gpu.utilization_ratio,
+            nan if gpu.memory_used_bytes is None else gpu.memory_used_bytes,
+        )
+        for node in readings
+        for gpu in node.gpus
+    }
+
+
+def with_usage(
+    model: ClusterModel, samples: list[tuple[float, dict[tuple[str, int], tuple[float, float]]]]
+) -> ClusterModel:
+    """The model with a usage history from (time, {(node, gpu index): (util, memory)}) samples;
+    GPUs a sample does not mention stay NaN there."""
+    names = model.nodes.name[model.gpus.node].tolist()
+    keys = list(zip(names, model.gpus.index.tolist(), strict=True))
+    util = np.full((len(samples), len(keys)), np.nan, dtype=np.float32)
+    memory = np.full_like(util, np.nan)
+    for t, (_, values) in enumerate(samples):
+        for g, key in enumerate(keys):
+            if key in values:
+                util[t, g], memory[t, g] = values[key]
+    times = np.array([at for at, _ in samples], dtype=np.float64)
+    return dataclasses.replace(model, usage=Usage(times, util, memory), _cache={})
 
 
 def sim_model(fleet: SimFleet, source: str) -> ClusterModel:

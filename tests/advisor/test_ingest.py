@@ -301,3 +301,14 @@ def test_sim_source_carries_job_facts() -> None:
         load_source("sim:nope")
     with pytest.raises(SourceError, match="is not a source"):
         load_source("ftp://x")
+
+
+def test_sim_history_fills_the_usage_matrix_up_to_now() -> None:
+    model = load_source("sim:a100-16x8?seed=3&t=2h&history=30m&step=10m")
+    assert model.usage.times.tolist() == [model.timestamp - 1800 + 600 * k for k in range(4)]
+    assert model.usage.utilization_ratio.shape == (4, 128)
+    assert not np.isnan(model.usage.utilization_ratio).any()
+    latest = load_source("sim:a100-16x8?seed=3&t=2h")
+    np.testing.assert_allclose(
+        model.usage.utilization_ratio[-1], latest.gpus.utilization_ratio.astype(np.float32)
+    )
