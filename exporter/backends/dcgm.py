@@ -303,13 +303,18 @@ class DcgmBackend(Backend):
         collection.errors.update(self._pending_errors)
         self._pending_errors.clear()
         instances = values.get(b.dcgm_fields.DCGM_FE_GPU_I, {})
+        # Driver and CUDA versions are global-scope fields: under DCGM_FE_NONE, or per GPU.
+        system: dict[str, object] = {}
+        for entity_values in values.get(getattr(b.dcgm_fields, "DCGM_FE_NONE", 0), {}).values():
+            system.update(self._named(entity_values))
         node = NodeReading(node=self.node_name)
         for gpu_id in sorted(gpus_seen):
             by_name = self._named(gpus_seen[gpu_id])
+            versions = {**by_name, **system}
             node.driver_version = node.driver_version or _text(
-                by_name.get("DCGM_FI_DRIVER_VERSION")
+                versions.get("DCGM_FI_DRIVER_VERSION")
             )
-            node.cuda_version = node.cuda_version or _cuda(by_name.get(CUDA_FIELD))
+            node.cuda_version = node.cuda_version or _cuda(versions.get(CUDA_FIELD))
             node.gpus.append(self._gpu(gpu_id, by_name, instances, now))
         mig_by_uuid = {
             mig.uuid: (gpu.index, mig.gpu_instance_id)

@@ -92,7 +92,8 @@ NEW_NAMES: dict[str, str] = {
     "DCGM_FI_PROF_DRAM_ACTIVE": "DCGM_FI_PROF_DRAM_UTIL_RATIO",
 }
 PROF_FIRST_ID = 1000  # DCP fields are 1000-1099
-FE_GPU, FE_GPU_I, FE_GPU_CI = 1, 4, 5
+FE_NONE, FE_GPU, FE_GPU_I, FE_GPU_CI = 0, 1, 4, 5
+GLOBAL_FIELDS = frozenset({"DCGM_FI_DRIVER_VERSION", "DCGM_FI_CUDA_DRIVER_VERSION"})
 ST_CONNECTION_NOT_VALID = -6
 ST_PROFILING_NOT_SUPPORTED = -36
 
@@ -220,7 +221,8 @@ class FakeDcgm:
         module = _Fields("dcgm_fields")
         for name, value in names.items():
             setattr(module, name, value)
-        module.DCGM_FE_GPU, module.DCGM_FE_GPU_I, module.DCGM_FE_GPU_CI = (
+        module.DCGM_FE_NONE, module.DCGM_FE_GPU, module.DCGM_FE_GPU_I, module.DCGM_FE_GPU_CI = (
+            FE_NONE,
             FE_GPU,
             FE_GPU_I,
             FE_GPU_CI,
@@ -337,9 +339,14 @@ class FakeDcgm:
                         picked = {i: v for i, v in picked.items() if not _blank(v)}
                     return picked
 
-                out: dict[int, dict[int, dict[int, object]]] = {FE_GPU: {}}
+                out: dict[int, dict[int, dict[int, object]]] = {FE_GPU: {}, FE_NONE: {0: {}}}
                 for gpu_id in self.gpu_ids:
-                    out[FE_GPU][gpu_id] = pick(fake.gpus.get(gpu_id, {}))
+                    values = fake.gpus.get(gpu_id, {})
+                    device = {k: v for k, v in values.items() if k not in GLOBAL_FIELDS}
+                    out[FE_GPU][gpu_id] = pick(device)
+                    # DCGM_FS_GLOBAL fields come back once, under DCGM_FE_NONE
+                    system = {k: v for k, v in values.items() if k in GLOBAL_FIELDS}
+                    out[FE_NONE][0].update(pick(system))
                 for group, entity_id in ((e.entityGroupId, e.entityId) for e in self.entities):
                     inst = next(i for i in fake.instances if i.entity_id == entity_id)
                     out.setdefault(group, {})[entity_id] = pick(inst.values)
