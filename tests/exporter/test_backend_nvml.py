@@ -308,7 +308,7 @@ def h100_with_seven_mig_instances() -> FakeNvml:
         )
         for n in range(7)
     ]
-    return FakeNvml(fake.gpus)
+    return fake
 
 
 def test_mig_seven_instances_with_profiles_and_memory(make_backend):
@@ -668,3 +668,23 @@ def test_readings_render_into_contract_metrics(make_backend):
     mig = (("gpu", "0"), ("gpu_instance_id", "9"), ("node", "node-a"))
     assert samples[("gpu_mig_sm_active_ratio", mig)] == pytest.approx(0.3)
     assert "gpu_utilization_ratio" not in names  # unsupported under MIG: absent, not zero
+
+
+def test_mig_reconfiguration_is_followed_and_stale_gpm_samples_freed(make_backend):
+    fake = h100_with_seven_mig_instances()
+    backend = make_backend(fake)
+    backend.collect()  # one GPM sample held per 1g.10gb instance
+
+    fake.gpus[0].migs = [
+        FakeMig(gpu_instance_id=gi, compute_instance_id=0, profile="3g.40gb", slices=3,
+                memory_total=40192 * MIB, sm_util=50.0, uuid=f"MIG-{gi}")
+        for gi in (1, 2)
+    ]  # fmt: skip
+    reading = gpus_of(backend.collect())[0]
+    assert [(m.gpu_instance_id, m.profile) for m in reading.mig_instances] == [
+        (1, "3g.40gb"),
+        (2, "3g.40gb"),
+    ]
+    assert fake.calls[("nvmlGpmSampleFree", None)] == 7
+    fake.advance(1.0)
+    assert [m.sm_active_ratio for m in gpus_of(backend.collect())[0].mig_instances] == [0.5, 0.5]

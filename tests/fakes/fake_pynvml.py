@@ -174,8 +174,6 @@ class FakeNvml:
         self._mig_handle: dict[tuple[int, int], Any] = {}
         for gpu in gpus:
             self._gpu_handle[gpu.index] = self._new_handle((gpu.index, None))
-            for pos, _mig in enumerate(gpu.migs):
-                self._mig_handle[(gpu.index, pos)] = self._new_handle((gpu.index, pos))
         self._fill_default_topology()
 
     # ----- machine configuration ---------------------------------------------------------
@@ -532,6 +530,8 @@ class FakeNvml:
             raise real.NVMLError(real.NVML_ERROR_INVALID_ARGUMENT)
         if index >= len(gpu.migs):
             raise real.NVMLError(real.NVML_ERROR_NOT_FOUND)
+        if (gpu.index, index) not in self._mig_handle:  # one handle per MIG device, as NVML
+            self._mig_handle[(gpu.index, index)] = self._new_handle((gpu.index, index))
         return self._mig_handle[(gpu.index, index)]
 
     def nvmlDeviceIsMigDeviceHandle(self, device: Any) -> Any:
