@@ -1,0 +1,83 @@
+"""Small PromQL helpers for the ops tests: metric names in an expression, Grafana placeholders.
+
+Not a parser: strings, label matchers, grouping label lists and range/offset durations are
+stripped, and what is left that is an identifier but neither a function call nor a keyword is
+a metric name. Good enough for the expressions we write; the real parser (promtool, Prometheus)
+checks syntax separately.
+"""
+
+from __future__ import annotations
+
+import re
+
+from advisor.contract import ADVISOR_METRICS
+from exporter.contract import DCGM_COMPAT, METRICS
+
+KEYWORDS = {
+    "by",
+    "without",
+    "on",
+    "ignoring",
+    "group_left",
+    "group_right",
+    "and",
+    "or",
+    "unless",
+    "offset",
+    "bool",
+    "atan2",
+    "inf",
+    "nan",
+}
+
+_STRING = re.compile(r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'|`[^`]*`')
+_MATCHERS = re.compile(r"\{[^{}]*\}")
+_GROUPING = re.compile(r"\b(?:by|without|on|ignoring|group_left|group_right)\s*\([^()]*\)")
+_RANGE = re.compile(r"\[[^\[\]]*\]")
+_OFFSET = re.compile(r"\boffset\s+-?[0-9a-z]+")
+_NAME_MATCHER = re.compile(r'__name__\s*=~?\s*"([^"]*)"')
+_IDENT = re.compile(r"(?<![\w.])([a-zA-Z_:][a-zA-Z0-9_:]*)(\s*\()?")
+
+# Values for Grafana's built-in and our dashboard variables when an expression is sent to a
+# real Prometheus (the dashboards' own variables are filled in by the callers).
+GRAFANA_BUILTINS = {
+    "$__rate_interval": "1m",
+    "$__interval": "15s",
+    "$__range": "5m",
+}
+
+
+def metric_names(expr: str) -> set[str]:
+    """Metric names an expression selects (including names in `__name__` matchers)."""
+    names = {n for m in _NAME_MATCHER.finditer(expr) for n in m.group(1).split("|")}
+    text = _STRING.sub('""', expr)
+    text = _MATCHERS.sub("", text)
+    text = _GROUPING.sub("", text)
+    text = _RANGE.sub("", text)
+    text = _OFFSET.sub("", text)
+    for match in _IDENT.finditer(text):
+        name, call = match.group(1), match.group(2)
+        if call or name in KEYWORDS:
+            continue
+        names.add(name)
+    return names
+
+
+def contract_names() -> set[str]:
+    """Every metric name the exporter and the advisor may expose, plus Prometheus' `up`."""
+    return (
+        {spec.name for spec in METRICS}
+        | {spec.name for spec in ADVISOR_METRICS}
+        | set(DCGM_COMPAT)
+        | {"up"}
+    )
+
+
+def substitute(expr: str, variables: dict[str, str]) -> str:
+    """Replace `$name`, `${name}` and `[[name]]` Grafana placeholders, longest name first."""
+    values = {**GRAFANA_BUILTINS, **{f"${k}": v for k, v in variables.items()}}
+    for key in sorted(values, key=len, reverse=True):
+        bare = key[1:]
+        expr = expr.replace("${" + bare + "}", values[key]).replace(key, values[key])
+        expr = expr.replace(f"[[{bare}]]", values[key])
+    return expr
