@@ -262,11 +262,11 @@ class DcgmExporterBackend(Backend):
         for url in self.urls:
             try:
                 samples = parse_exposition(self.fetch(url), url)
+                if not _group(samples, urlsplit(url).hostname or url, nodes):
+                    raise BackendUnavailable(f"{url}: no per-GPU series (is it dcgm-exporter?)")
             except BackendUnavailable as error:
                 errors[url] = str(error)
                 log.warning("%s", error)
-                continue
-            _group(samples, urlsplit(url).hostname or url, nodes)
         if len(errors) == len(self.urls):
             if len(errors) == 1:
                 raise BackendUnavailable(next(iter(errors.values())))
@@ -358,8 +358,12 @@ def _sum_instance_memory(gpu: GpuReading) -> None:
 
 def _group(
     samples: list[tuple[str, dict[str, str], float]], default_node: str, nodes: dict[str, _Node]
-) -> None:
-    """Sort one target's samples into nodes and GPUs; series without a `gpu` label are skipped."""
+) -> int:
+    """Sort one target's samples into nodes and GPUs; series without a `gpu` label are skipped.
+
+    Returns how many samples described a GPU, so a page from the wrong exporter is noticed.
+    """
+    used = 0
     for name, labels, value in samples:
         index_text = labels.get("gpu", "")
         if not index_text.isdigit() or "nvlink" in labels or "nvswitch" in labels:
@@ -376,6 +380,8 @@ def _group(
         gi_id = int(gi_text) if gi_text.isdigit() else None
         _allocate(node, index, gi_id, labels)
         _record(gpu, gi_id, labels, name, value)
+        used += 1
+    return used
 
 
 def _allocate(node: _Node, index: int, gi_id: int | None, labels: dict[str, str]) -> None:

@@ -456,3 +456,12 @@ def test_xid_series_repeated_per_mig_instance_count_once(server):
     )
     gpu = _collect([base + pages.set("/mig-xid", page)]).nodes[0].gpus[0]
     assert gpu.xid_errors == {94: 2.0}
+
+
+def test_a_page_without_gpu_series_is_not_dcgm_exporter(server):
+    base, pages = server
+    page = "# TYPE node_load1 gauge\nnode_load1 0.5\n"
+    url = base + pages.set("/node", page)
+    with pytest.raises(BackendUnavailable, match="no per-GPU series") as caught:
+        _collect([url])
+    assert url in str(caught.value)
