@@ -694,7 +694,10 @@ def _add_reading(
             shares = [MILLI // count + (1 if i < MILLI % count else 0) for i in range(count)]
         for (key, alloc), share in zip(entries, shares, strict=True):
             holder = holders.setdefault(key, {"gpus": [], "milli": [], "alloc": alloc})
-            if index in holder["gpus"] or share <= 0:
+            if share <= 0:
+                continue
+            if index in holder["gpus"]:  # a second MIG instance of the same GPU: add its share
+                holder["milli"][holder["gpus"].index(index)] += share
                 continue
             holder["gpus"].append(index)
             holder["milli"].append(share)

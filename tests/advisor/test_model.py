@@ -158,3 +158,27 @@ def test_derived_arrays_are_read_only() -> None:
     with pytest.raises(ValueError):
         model.gpu_free_milli[0] = 0
     assert np.isnan(model.gpus.utilization_ratio).all()
+
+
+def test_two_mig_instances_of_one_pod_add_up_on_that_gpu() -> None:
+    node = _node(gpus=1)
+    node.gpus[0].mig_enabled = True
+    node.gpus[0].mig_instances = [MigInstance(1, 0, "2g.20gb"), MigInstance(2, 0, "1g.10gb")]
+    node.allocations = [
+        Allocation(0, pod="p", gpu_instance_id=1),
+        Allocation(0, pod="p", gpu_instance_id=2),
+    ]
+    model = from_readings([node])
+    assert model.allocations.num_gpu.tolist() == [1]
+    assert model.placements.milli.tolist() == [429]  # 3 of 7 slices
+
+
+def test_empty_and_gpu_less_clusters_build_and_analyze() -> None:
+    from advisor.fragmentation.measures import analyze
+
+    assert analyze(ModelBuilder().build())["spatial"]["free_gpus"] == 0
+    builder = ModelBuilder()
+    builder.add_node("cpu-only", cpu_milli=32000)
+    builder.add_allocation("c", num_gpu=0, gpu_milli=0, node="cpu-only", cpu_milli=1000)
+    result = analyze(builder.build())
+    assert result["cluster"]["gpus"] == 0 and result["fgd"]["fragment_gpus"] == 0
