@@ -18,7 +18,7 @@ from exporter import __version__
 from exporter.backends.base import Backend, BackendUnavailable
 from exporter.node_gauges import IdlePolicy, IdleTracker, NodeGauges, node_gauges
 from exporter.readings import Collection
-from exporter.render import Page, SelfState, render_page
+from exporter.render import Page, SelfState, TextCache, render_page
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +73,7 @@ class CollectorLoop:
         self._worker: threading.Thread | None = None
         self._last_collection: Collection | None = None
         self._last_gauges: list[NodeGauges] = []
+        self._text_cache: TextCache = {}
         self._page = self._render()
 
     # --- published state (read by the HTTP server) ---
@@ -202,7 +203,11 @@ class CollectorLoop:
             errors=dict(errors),
         )
         return render_page(
-            self._last_collection, self._last_gauges, state, dcgm_names=self.dcgm_names
+            self._last_collection,
+            self._last_gauges,
+            state,
+            dcgm_names=self.dcgm_names,
+            cache=self._text_cache,
         )
 
 

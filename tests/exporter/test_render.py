@@ -73,6 +73,7 @@ def test_absent_values_are_left_out_not_zeroed():
     collection.nodes[0].gpus[2].power_watts = None
     page = render_page(collection, [], STATE).body.decode()
     assert 'gpu_power_watts{gpu="2",node="node-0"}' not in page
+    assert 'gpu_power_watts{gpu="1",node="node-0"} 350.5' in page
     assert 'gpu_power_watts{gpu="1",node="node-0"}' in page
 
 
@@ -107,3 +108,45 @@ def test_promtool_check_metrics_accepts_the_page(tmp_path):
         timeout=60,
     )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_page_is_byte_identical_to_prometheus_client(tmp_path):
+    """Our direct renderer must write exactly what the library writes for the same samples."""
+    from prometheus_client.exposition import generate_latest
+    from prometheus_client.registry import CollectorRegistry
+
+    from exporter.render import collect_families
+
+    collection = readings_factory.collection()
+    node = collection.nodes[0]
+    node.gpus[0].processes[0].name = 'we"ird\\name\nwith newline'  # escaping
+    node.gpus[1].energy_joules = float("inf")  # Go-style +Inf
+    node.gpus[2].memory_total_bytes = 123456789.0  # Go-style exponent
+    families = collect_families(collection, [], STATE, dcgm_names=True)
+
+    class Static:
+        def collect(self):
+            return families.metric_families()
+
+        def describe(self):
+            return []
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(Static())
+    assert families.text().encode() == generate_latest(registry)
+
+
+def test_text_cache_reuses_unchanged_families_and_tracks_changes():
+    from exporter.render import collect_families
+
+    cache: dict = {}
+    first = readings_factory.collection()
+    families = collect_families(first, [], STATE)
+    cold = families.text(cache)
+    assert cold == collect_families(first, [], STATE).text()
+    second = readings_factory.collection()
+    second.nodes[0].gpus[0].utilization_ratio = 0.99  # one value changes
+    warm = collect_families(second, [], STATE).text(cache)
+    assert warm == collect_families(second, [], STATE).text()  # same as an uncached render
+    assert 'gpu_utilization_ratio{gpu="0",node="node-0"} 0.99' in warm
+    assert cache["gpu_topology_link_info"][1] in cold  # the static chunk was reused
