@@ -1,0 +1,134 @@
+"""The exporter as a user runs it: a real process on 127.0.0.1, scraped over HTTP."""
+
+import signal
+import socket
+import subprocess
+import sys
+import time
+from contextlib import contextmanager
+
+import pytest
+import requests
+from prometheus_client.parser import text_string_to_metric_families
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@contextmanager
+def exporter(*args: str):
+    port = free_port()
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "advisor.cli",
+            "exporter",
+            "--web.listen-address",
+            f"127.0.0.1:{port}",
+            *args,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            if process.poll() is not None:
+                pytest.fail(f"exporter exited early: {process.stderr.read()}")
+            try:
+                requests.get(f"http://127.0.0.1:{port}/-/healthy", timeout=1)
+                break
+            except requests.ConnectionError:
+                if time.monotonic() > deadline:
+                    pytest.fail("exporter did not start listening within 30 s")
+                time.sleep(0.1)
+        yield f"http://127.0.0.1:{port}", process
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+def wait_for(predicate, timeout: float = 20.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.1)
+    pytest.fail("condition not met in time")
+
+
+def scrape(base: str) -> dict[tuple[str, tuple], float]:
+    text = requests.get(f"{base}/metrics", timeout=10).text
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+def total(samples, name: str) -> float:
+    return sum(value for (metric, _), value in samples.items() if metric == name)
+
+
+def test_sim_exporter_serves_the_preset_and_stops_cleanly():
+    with exporter("--backend", "sim", "--sim.preset", "a100-16x8", "--collect.interval", "1s") as (
+        base,
+        process,
+    ):
+        wait_for(lambda: requests.get(f"{base}/health", timeout=5).status_code == 200)
+        samples = scrape(base)
+        assert total(samples, "gpu_node_gpus") == 128
+        assert len([key for key in samples if key[0] == "gpu_info"]) == 128
+        assert total(samples, "gpu_exporter_backend_up") == 1
+        # the preset's point: many free GPUs, few whole free nodes
+        free_per_node = [v for (metric, _), v in samples.items() if metric == "gpu_node_free_gpus"]
+        assert sum(free_per_node) >= 40
+        assert sum(1 for v in free_per_node if v == 8) < 8
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=15) == 0
+
+
+def test_nvml_without_a_gpu_serves_backend_down_instead_of_crashing():
+    with exporter("--backend", "nvml", "--collect.interval", "1s") as (base, process):
+        samples = wait_for(
+            lambda: (s := scrape(base)) and total(s, "gpu_exporter_collections_total") >= 1 and s
+        )
+        assert total(samples, "gpu_exporter_backend_up") == 0
+        health = requests.get(f"{base}/health", timeout=5)
+        assert health.status_code == 503
+        assert "NVML" in health.text
+        assert process.poll() is None  # still running, still serving
+
+
+def test_bad_web_config_is_a_one_line_error(tmp_path):
+    config = tmp_path / "web.yml"
+    config.write_text("basic_auth_users:\n  admin: plaintext\n")
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "advisor.cli",
+            "exporter",
+            "--backend",
+            "sim",
+            "--web.config.file",
+            str(config),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "not a bcrypt hash" in lines[0]
