@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -133,3 +134,20 @@ def test_load_reports_non_json_and_missing_files(tmp_path) -> None:
     path.write_text(json.dumps({"schema": "other", "version": 1, "nodes": []}))
     with pytest.raises(SnapshotError, match=r"schema: expected 'gpu-defrag\.snapshot'"):
         snapshot.load(path)
+
+
+def test_written_snapshots_follow_the_published_json_schema() -> None:
+    import jsonschema
+
+    schema = json.loads((Path(snapshot.__file__).parent / "snapshot.schema.json").read_text())
+    jsonschema.Draft202012Validator.check_schema(schema)
+    validator = jsonschema.Draft202012Validator(schema)
+    validator.validate(snapshot.to_dict(_model()))
+    from advisor.ingest.sources import load_source
+
+    validator.validate(snapshot.to_dict(load_source("sim:mixed-h100-a100-v100?t=1h")))
+    doc = snapshot.to_dict(_model())
+    doc["nodes"][0]["gpus"][0]["index"] = -1
+    assert not validator.is_valid(doc)  # the schema is not vacuous
+    with pytest.raises(SnapshotError, match=r"nodes\[0\]\.gpus\[0\]\.index: must be within 0"):
+        snapshot.from_dict(doc)  # and the loader agrees
