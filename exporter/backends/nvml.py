@@ -308,11 +308,10 @@ class NvmlBackend(Backend):
     def _refresh_topology(self) -> None:
         live = {g.index: g.handle for g in self._gpus if g.handle is not None}
         pci = {g.index: g.pci for g in self._gpus if g.handle is not None and g.pci}
-        try:
-            self._links = discover_links(self._calls, live, pci)
-        except GpuLost:
-            return  # keep the previous links; retried at the next refresh
         self._next_topology = self._clock() + self.topology_interval
+        # A GPU lost mid-walk keeps the previous links (wiring does not change).
+        with contextlib.suppress(GpuLost):
+            self._links = discover_links(self._calls, live, pci)
 
     # ----- one cycle ---------------------------------------------------------------------
 

@@ -35,7 +35,10 @@ def pci_key(info: Any) -> PciKey:
 def discover_links(
     calls: NvmlCalls, handles: dict[int, Any], pci: dict[int, PciKey]
 ) -> list[TopologyLink]:
-    """Every ordered pair of the given GPUs with its link type and NVLink count."""
+    """Every ordered pair of the given GPUs with its link type and NVLink count.
+
+    Raises GpuLost when a GPU fell off the bus: a partial picture would drop its links.
+    """
     nvml = calls.nvml
     levels = {getattr(nvml, name): kind for name, kind in _LEVELS.items() if hasattr(nvml, name)}
     index_by_pci = {key: index for index, key in pci.items()}
@@ -76,7 +79,10 @@ def _walk_links(
             active = nvml.nvmlDeviceGetNvLinkState(handle, link)
         except nvml.NVMLError as error:
             code = getattr(error, "value", None)
-            if code not in stop:  # beyond the GPU's links, or no NVLink at all: done
+            if code == nvml.NVML_ERROR_GPU_IS_LOST:
+                calls.errors["nvmlDeviceGetNvLinkState"] += 1
+                raise GpuLost("nvmlDeviceGetNvLinkState") from error
+            if code not in stop:  # stop: beyond the GPU's links, or no NVLink at all
                 calls.errors["nvmlDeviceGetNvLinkState"] += 1
             break
         if not active:
@@ -105,7 +111,4 @@ def _p2p_nvlink(calls: NvmlCalls, handles: dict[int, Any], a: int, b: int) -> bo
 
 
 def _common_ancestor(calls: NvmlCalls, handles: dict[int, Any], a: int, b: int) -> int | None:
-    try:
-        return calls(f"gpu{a}", "nvmlDeviceGetTopologyCommonAncestor", handles[a], handles[b])
-    except GpuLost:
-        return None
+    return calls(f"gpu{a}", "nvmlDeviceGetTopologyCommonAncestor", handles[a], handles[b])

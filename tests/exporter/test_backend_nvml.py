@@ -688,3 +688,18 @@ def test_mig_reconfiguration_is_followed_and_stale_gpm_samples_freed(make_backen
     assert fake.calls[("nvmlGpmSampleFree", None)] == 7
     fake.advance(1.0)
     assert [m.sm_active_ratio for m in gpus_of(backend.collect())[0].mig_instances] == [0.5, 0.5]
+
+
+def test_lost_gpu_keeps_the_last_topology_and_is_not_rewalked_every_cycle(make_backend):
+    now = [0.0]
+    fake = hgx_h100(4)
+    backend = make_backend(fake, clock=lambda: now[0])
+    links_before = backend.collect().nodes[0].links
+    fake.gpus[2].lost = True
+    now[0] = 700.0  # topology refresh due while GPU 2 is off the bus
+    walks = fake.calls[("nvmlDeviceGetNvLinkState", 0)]
+    for _ in range(3):
+        node = backend.collect().nodes[0]
+        assert node.links == links_before
+        assert {g.nvlink_island for g in node.gpus} == {0}
+    assert fake.calls[("nvmlDeviceGetNvLinkState", 0)] == walks + 19  # one walk, not three
