@@ -163,7 +163,9 @@ def _table(rows: list[list[str]], out: TextIO) -> None:
             out.write("  " + "  ".join("-" * w for w in widths) + "\n")
 
 
-def _g(value: float) -> str:
+def _g(value: float | None) -> str:
+    if value is None:
+        return "unknown"
     return (
         f"{value:,.1f}" if isinstance(value, float) and not value.is_integer() else f"{value:,.0f}"
     )

@@ -449,8 +449,15 @@ def analyze(model: ClusterModel, settings: Settings = Settings()) -> dict[str, A
             "shapes": shapes,
             "largest_job": {
                 "single_node_gpus": largest.single_node_gpus,
-                "nvlink_group_gpus": largest.nvlink_group_gpus,
-                "multi_node_gpus_in_rack": 8 * largest.rack_full_nodes,
+                # None when no GPU's NVLink island is known (e.g. the openb trace)
+                "nvlink_group_gpus": (
+                    largest.nvlink_group_gpus
+                    if (model.gpus.nvlink_island != UNKNOWN_ISLAND).any()
+                    else None
+                ),
+                "multi_node_gpus_in_rack": (
+                    8 * largest.rack_full_nodes if (model.nodes.rack != "").any() else None
+                ),
                 "fraction_gpu": largest.fraction_milli / MILLI,
             },
         },

@@ -195,3 +195,13 @@ def test_workload_of_counts_shapes_like_fgd_learn_workload() -> None:
     assert dict(zip(ours.shapes, ours.popularity.tolist(), strict=True)) == pytest.approx(
         dict(zip(expected.shapes, expected.popularity.tolist(), strict=True))
     )
+
+
+def test_unknown_topology_and_racks_are_reported_as_unknown_not_as_one() -> None:
+    b = ModelBuilder()
+    b.add_node("n", gpu_model="T4")
+    for i in range(2):
+        b.add_gpu("n", i)
+    largest = m.analyze(b.build())["spatial"]["largest_job"]
+    assert largest["nvlink_group_gpus"] is None and largest["multi_node_gpus_in_rack"] is None
+    assert largest["single_node_gpus"] == 2
