@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import urlsplit
 
 import requests
@@ -29,6 +30,7 @@ from exporter.readings import (
 )
 
 Sample = tuple[str, dict[str, str], float]
+MAX_PARALLEL = 32  # concurrent scrapes
 
 
 class SourceUnavailable(Exception):
@@ -222,12 +224,14 @@ def scrape(urls: Sequence[str], *, timeout: float = 5.0, source: str = "") -> Cl
     URL fails the whole read: an analysis of a partial fleet would mislead."""
     ours: list[Sample] = []
     dcgm: dict[str, list[Sample]] = defaultdict(list)
-    with requests.Session() as session:
-        for url in urls:
-            samples = parse(fetch(url, timeout, session), url)
-            if is_dcgm(samples):
-                dcgm[urlsplit(url).hostname or url].extend(samples)
-            else:
-                ours.extend(samples)
+    # Pages are fetched in parallel (one exporter per node: a fleet is many URLs), then read
+    # in the order given so the model does not depend on which answered first.
+    with ThreadPoolExecutor(max_workers=max(1, min(MAX_PARALLEL, len(urls)))) as pool:
+        pages = list(pool.map(lambda url: parse(fetch(url, timeout), url), urls))
+    for url, samples in zip(urls, pages, strict=True):
+        if is_dcgm(samples):
+            dcgm[urlsplit(url).hostname or url].extend(samples)
+        else:
+            ours.extend(samples)
     readings = our_readings(ours) + (dcgm_readings(dcgm) if dcgm else [])
     return from_readings(readings, timestamp=time.time(), source=source or ",".join(urls))
