@@ -1,0 +1,708 @@
+"""Consolidation plans: which tasks to migrate, where to, and in what order, to reach a goal.
+
+Goals (`parse_goal`): `job=KxG` (K tasks of G GPUs, one per node, all in one rack and one GPU
+model when K > 1; `job=G` one task on one node, inside one NVLink island when it fits in one),
+`free-nodes=K` (K whole nodes empty), `forecast=6h` (room for the forecast demand: a list of
+job shapes, planned one after another, each kept by a reservation).
+
+The heuristic (`plan_heuristic`) scores each candidate node by the cheapest set of tasks whose
+eviction clears the GPUs the goal needs there, takes candidates (or, for multi-node jobs, racks)
+in order of that cost, and re-places the evicted tasks best-fit onto capacity that is free *now*
+and outside every cleared window — so each move's target is free whatever the order, and the
+first candidate whose evictions all find a home is the cheapest among those tried. Every plan
+ends with `reserve` actions holding the cleared GPUs for the goal job and is replayed by
+`check_plan` before it is returned; a plan that fails the replay is never returned.
+
+`Instance` holds the per-task and per-GPU tables both the heuristic and the exact solver use.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import time
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from advisor.fragmentation import measures
+from advisor.fragmentation.measures import DEFAULT_SHAPES, Shape, parse_shape
+from advisor.model import MILLI, UNKNOWN_ISLAND, ClusterModel
+from advisor.planner.actions import Action, Benefit, Cost, CostWeights, GpuSet, Plan, move_cost
+from advisor.planner.check import apply_plan, check_plan
+from advisor.planner.constraints import Policy, island_size_per_node, spec_allows
+
+GOAL_JOB = "goal"
+
+# --------------------------------------------------------------------------- goals
+
+
+@dataclass(frozen=True)
+class Goal:
+    """What the plan must make possible. `priority` None = the highest priority in the model."""
+
+    text: str
+    kind: str  # job | free-nodes | forecast
+    shape: Shape | None = None
+    nodes: int = 0
+    horizon_s: float = 0.0
+    priority: int | None = None
+    tenant: str = ""
+
+
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhd])$")
+_UNIT = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def parse_goal(text: str, *, priority: int | None = None, tenant: str = "") -> Goal:
+    """`job=8x8`, `job=4`, `job=4@A100`, `free-nodes=8`, `forecast=6h`; ValueError otherwise."""
+    key, sep, value = text.strip().partition("=")
+    key, value = key.strip(), value.strip()
+    if not sep or not value:
+        raise ValueError(f"bad goal {text!r}: expected job=8x8, job=4, free-nodes=8 or forecast=6h")
+    if key == "job":
+        shape = parse_shape(value)
+        if shape.gpu_milli < MILLI:
+            raise ValueError(f"bad goal {text!r}: a goal job takes whole GPUs")
+        return Goal(text, "job", shape=shape, priority=priority, tenant=tenant)
+    if key == "free-nodes":
+        if not value.isdigit() or int(value) < 1:
+            raise ValueError(f"bad goal {text!r}: free-nodes needs a whole number >= 1")
+        return Goal(text, "free-nodes", nodes=int(value), priority=priority, tenant=tenant)
+    if key == "forecast":
+        match = _DURATION.match(value)
+        if not match:
+            raise ValueError(f"bad goal {text!r}: forecast needs a horizon like 6h or 90m")
+        seconds = float(match.group(1)) * _UNIT[match.group(2)]
+        return Goal(text, "forecast", horizon_s=seconds, priority=priority, tenant=tenant)
+    raise ValueError(f"bad goal {text!r}: unknown goal {key!r} (job, free-nodes, forecast)")
+
+
+# --------------------------------------------------------------------------- instance
+
+
+@dataclass
+class Instance:
+    """Per-task and per-GPU tables of one planning problem (built once, read-only after)."""
+
+    model: ClusterModel
+    policy: Policy
+    goal_priority: int
+    weights: CostWeights
+    task_rows: np.ndarray  # allocation rows of placed GPU tasks
+    task_gpus: list[np.ndarray]  # GPU rows per task (aligned with task_rows)
+    task_milli: np.ndarray  # per-GPU share (max over its GPUs)
+    task_whole: np.ndarray  # bool: every share is 1000
+    task_movable: np.ndarray  # bool
+    task_cost: list[Cost]
+    task_score: np.ndarray  # float: cost.score(weights)
+    task_rack_lock: list[str]  # rack a task must stay in ("" = none)
+    gpu_tasks: list[list[int]]  # task indices holding each GPU
+    unit_of_gpu: np.ndarray  # int: island id on its node, 0 when the node's islands are unknown
+    island_size: np.ndarray  # (N) largest island, 0 unknown
+    free: np.ndarray  # (G) free milli now (0 on unusable)
+    usable: np.ndarray  # (G) bool
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def nodes(self) -> int:
+        return len(self.model.nodes)
+
+    def node_gpus(self, node: int) -> np.ndarray:
+        offset = self.model.nodes.gpu_offset
+        return np.arange(offset[node], offset[node + 1])
+
+
+def resolve_priority(model: ClusterModel, priority: int | None) -> int:
+    allocs = model.allocations
+    if priority is not None:
+        return int(priority)
+    return int(allocs.priority.max()) if len(allocs) else 0
+
+
+def build_instance(
+    model: ClusterModel,
+    policy: Policy | None = None,
+    goal_priority: int | None = None,
+    weights: CostWeights | None = None,
+) -> Instance:
+    policy = policy or Policy()
+    weights = weights or CostWeights()
+    priority = resolve_priority(model, goal_priority)
+    allocs, places = model.allocations, model.placements
+    order = np.argsort(places.alloc, kind="stable")
+    bounds = np.searchsorted(places.alloc[order], np.arange(len(allocs) + 1))
+    counts = np.diff(bounds)
+    task_rows = np.flatnonzero((allocs.node >= 0) & (counts > 0))
+    task_gpus = [places.gpu[order[bounds[r] : bounds[r + 1]]].astype(np.int64) for r in task_rows]
+    milli_of = [places.milli[order[bounds[r] : bounds[r + 1]]] for r in task_rows]
+    task_milli = np.array([int(m.max()) for m in milli_of], dtype=np.int64)
+    task_whole = np.array([bool(np.all(m == MILLI)) for m in milli_of], dtype=bool)
+    # A fractional task on several GPUs (MIG slices of different sizes) is left where it is.
+    simple = task_whole | (np.array([len(g) for g in task_gpus]) == 1)
+    movable = (
+        allocs.migratable[task_rows]
+        & (allocs.priority[task_rows] <= priority)
+        & simple
+        & (allocs.qos[task_rows] != "reservation")
+    )
+    costs = [move_cost(model, int(r), policy.default_restart_s) for r in task_rows]
+    scores = np.array([c.score(weights) for c in costs], dtype=np.float64)
+    rack_lock = _rack_locks(model, task_rows) if policy.rack_locality else [""] * len(task_rows)
+    gpu_tasks: list[list[int]] = [[] for _ in range(len(model.gpus))]
+    for t, gpus in enumerate(task_gpus):
+        for g in gpus.tolist():
+            gpu_tasks[g].append(t)
+    island = model.gpus.nvlink_island
+    island_size = island_size_per_node(model)
+    known = island_size[model.gpus.node] > 0
+    unit = np.where(known & (island != UNKNOWN_ISLAND), island, 0).astype(np.int64)
+    if len(unit):
+        unit = unit - np.minimum(unit.min(), 0)
+    return Instance(
+        model=model,
+        policy=policy,
+        goal_priority=priority,
+        weights=weights,
+        task_rows=task_rows,
+        task_gpus=task_gpus,
+        task_milli=task_milli,
+        task_whole=task_whole,
+        task_movable=movable,
+        task_cost=costs,
+        task_score=scores,
+        task_rack_lock=rack_lock,
+        gpu_tasks=gpu_tasks,
+        unit_of_gpu=unit,
+        island_size=island_size,
+        free=model.gpu_free_milli.astype(np.int64).copy(),
+        usable=model.gpu_usable.copy(),
+    )
+
+
+def _rack_locks(model: ClusterModel, task_rows: np.ndarray) -> list[str]:
+    """Tasks of multi-node jobs that sit in one known rack must stay in it."""
+    allocs, rack = model.allocations, model.nodes.rack
+    racks: dict[str, set[str]] = defaultdict(set)
+    sizes: dict[str, int] = defaultdict(int)
+    jobs = allocs.job[task_rows].tolist()
+    nodes = allocs.node[task_rows].tolist()
+    for job, node in zip(jobs, nodes, strict=True):
+        racks[job].add(str(rack[node]))
+        sizes[job] += 1
+    out = []
+    for job in jobs:
+        one = racks[job]
+        out.append(next(iter(one)) if sizes[job] > 1 and len(one) == 1 and "" not in one else "")
+    return out
+
+
+def target_nodes_mask(inst: Instance, t: int) -> np.ndarray:
+    """bool (N): nodes task `t` may move to (GPU model, spec, rack lock, schedulable)."""
+    model = inst.model
+    row = int(inst.task_rows[t])
+    nodes = model.nodes
+    spec = str(model.allocations.gpu_spec[row])
+    here = str(nodes.gpu_model[model.allocations.node[row]])
+    models = nodes.gpu_model
+    if inst.policy.allow_model_change:
+        ok = np.array([spec_allows(spec, str(m)) for m in models.tolist()], dtype=bool)
+    else:
+        ok = (models == here) & spec_allows(spec, here)
+    if inst.task_rack_lock[t]:
+        ok &= nodes.rack == inst.task_rack_lock[t]
+    return ok & nodes.schedulable
+
+
+# --------------------------------------------------------------------------- windows
+
+
+@dataclass(frozen=True)
+class Window:
+    """GPUs to clear on one node for one goal task, and the tasks whose eviction clears them."""
+
+    node: int
+    gpus: tuple[int, ...]  # GPU rows
+    evict: frozenset[int]  # task indices
+    score: float
+
+
+def window_sets(
+    inst: Instance, node: int, need: int, whole_node: bool, blocked: np.ndarray | None = None
+) -> list[np.ndarray]:
+    """GPU-row sets one goal task may use on `node`: the whole node, or per NVLink island
+    when the task fits in one (island locality); `blocked` GPUs are taken already."""
+    gpus = inst.node_gpus(node)
+    taken = np.zeros(len(gpus), dtype=bool) if blocked is None else blocked[gpus]
+    if whole_node:
+        ok = bool(inst.usable[gpus].all()) and not taken.any()
+        return [gpus] if ok and len(gpus) >= need else []
+    gpus = gpus[inst.usable[gpus] & ~taken]
+    size = int(inst.island_size[node])
+    if inst.policy.island_locality and 1 < need <= size:
+        units = inst.unit_of_gpu[gpus]
+        return [gpus[units == u] for u in np.unique(units) if (units == u).sum() >= need]
+    return [gpus] if len(gpus) >= need else []
+
+
+def best_window(
+    inst: Instance, node: int, need: int, whole_node: bool, blocked: np.ndarray | None = None
+) -> Window | None:
+    """Cheapest eviction set clearing `need` GPUs of one allowed set on `node` (greedy per set:
+    clear the GPU with the lowest marginal cost per GPU cleared, then drop evictions that
+    turned out unnecessary)."""
+    best: Window | None = None
+    for gpus in window_sets(inst, node, need, whole_node, blocked):
+        window = _clear(inst, node, gpus, need if not whole_node else len(gpus))
+        if window is not None and (best is None or window.score < best.score):
+            best = window
+    return best
+
+
+def _clear(inst: Instance, node: int, gpus: np.ndarray, need: int) -> Window | None:
+    blockers = {int(g): set(inst.gpu_tasks[g]) for g in gpus.tolist()}
+    if any(not inst.task_movable[t] for b in blockers.values() for t in b):
+        blockers = {
+            g: b for g, b in blockers.items() if all(inst.task_movable[t] for t in b)
+        }  # GPUs held by immovable work cannot be cleared
+    if len(blockers) < need:
+        return None
+    chosen: set[int] = set()
+
+    def cleared(evicted: set[int]) -> list[int]:
+        return [g for g, b in blockers.items() if b <= evicted]
+
+    done = cleared(chosen)
+    while len(done) < need:
+        best_key, best_add = None, None
+        for g, b in blockers.items():
+            add = b - chosen
+            if not add:
+                continue
+            gain = len(cleared(chosen | add)) - len(done)
+            key = (sum(inst.task_score[t] for t in add) / max(gain, 1), -gain, g)
+            if best_key is None or key < best_key:
+                best_key, best_add = key, add
+        if best_add is None:
+            return None
+        chosen |= best_add
+        done = cleared(chosen)
+    for t in sorted(chosen, key=lambda t: -inst.task_score[t]):
+        if len(cleared(chosen - {t})) >= need:
+            chosen.discard(t)
+    done = cleared(chosen)
+    # keep GPUs that are free now first, so fewer tasks' GPUs are held back
+    done.sort(key=lambda g: (bool(blockers[g]), g))
+    score = float(sum(inst.task_score[t] for t in chosen))
+    return Window(node, tuple(done[:need]), frozenset(chosen), score)
+
+
+# --------------------------------------------------------------------------- re-placing
+
+
+class Receivers:
+    """Capacity free now outside the cleared windows, consumed as evicted tasks land."""
+
+    def __init__(self, inst: Instance, blocked: np.ndarray) -> None:
+        self.inst = inst
+        self.free = np.where(blocked | ~inst.usable, 0, inst.free)
+        model = inst.model
+        self.cpu = model.node_cpu_free.copy()
+        self.mem = model.node_memory_free.copy()
+        self.node_of = model.gpus.node.astype(np.int64)
+        self.units = int(inst.unit_of_gpu.max(initial=0)) + 1
+        self.whole = np.zeros((inst.nodes, self.units), dtype=np.int64)
+        is_whole = self.free == MILLI
+        np.add.at(self.whole, (self.node_of[is_whole], inst.unit_of_gpu[is_whole]), 1)
+        self._masks: dict[tuple, np.ndarray] = {}
+
+    def _mask(self, t: int) -> np.ndarray:
+        inst = self.inst
+        row = int(inst.task_rows[t])
+        allocs = inst.model.allocations
+        key = (
+            str(allocs.gpu_spec[row]),
+            str(inst.model.nodes.gpu_model[allocs.node[row]]),
+            inst.task_rack_lock[t],
+        )
+        if key not in self._masks:
+            self._masks[key] = target_nodes_mask(inst, t)
+        return self._masks[key]
+
+    def place(self, t: int) -> np.ndarray | None:
+        """GPU rows for task `t` (best fit), consumed; None if nothing fits."""
+        inst = self.inst
+        row = int(inst.task_rows[t])
+        allocs = inst.model.allocations
+        cpu = float(np.nan_to_num(allocs.cpu_milli[row]))
+        mem = float(np.nan_to_num(allocs.memory_mib[row]))
+        ok = self._mask(t) & ~(self.cpu < cpu) & ~(self.mem < mem)
+        k = len(inst.task_gpus[t])
+        if inst.task_whole[t]:
+            local = inst.policy.island_locality & (inst.island_size >= k) & (k > 1)
+            best_unit = np.where(self.whole >= k, self.whole, np.iinfo(np.int64).max).min(axis=1)
+            total = self.whole.sum(axis=1)
+            fits = ok & np.where(local, best_unit < np.iinfo(np.int64).max, total >= k)
+            if not fits.any():
+                return None
+            key = np.where(local, best_unit, total).astype(np.float64)
+            key[~fits] = np.inf
+            node = int(np.argmin(key))
+            gpus = inst.node_gpus(node)
+            gpus = gpus[self.free[gpus] == MILLI]
+            if local[node]:
+                counts = self.whole[node]
+                unit = int(np.argmin(np.where(counts >= k, counts, np.iinfo(np.int64).max)))
+                gpus = gpus[inst.unit_of_gpu[gpus] == unit]
+            chosen = gpus[:k]
+        else:
+            need = int(inst.task_milli[t])
+            cand = (self.free >= need) & ok[self.node_of]
+            if not cand.any():
+                return None
+            key = np.where(cand, self.free, MILLI + 1)
+            chosen = np.array([int(np.argmin(key))])
+            node = int(self.node_of[chosen[0]])
+        share = int(inst.task_milli[t])
+        for g in chosen.tolist():
+            if self.free[g] == MILLI:
+                self.whole[node, inst.unit_of_gpu[g]] -= 1
+            self.free[g] -= share
+        self.cpu[node] -= cpu
+        self.mem[node] -= mem
+        return chosen
+
+
+def replace_tasks(inst: Instance, evict: Sequence[int], blocked: np.ndarray) -> dict | None:
+    """Targets for every evicted task (largest first) on capacity free now and not blocked;
+    None (and the task that found no home under key -1) when one does not fit."""
+    receivers = Receivers(inst, blocked)
+    order = sorted(
+        evict, key=lambda t: (-len(inst.task_gpus[t]) * inst.task_milli[t], int(inst.task_rows[t]))
+    )
+    out: dict[int, np.ndarray] = {}
+    for t in order:
+        gpus = receivers.place(t)
+        if gpus is None:
+            return {-1: np.array([t])}
+        out[t] = gpus
+    return out
+
+
+# --------------------------------------------------------------------------- plans
+
+
+def move_actions(inst: Instance, targets: Mapping[int, np.ndarray], why: str) -> list[Action]:
+    """Migrate actions for task -> GPU rows, in a valid order: each target must be free at its
+    step (moves onto capacity another move vacates wait for it; see `order_moves`)."""
+    model = inst.model
+    nodes, gpus, allocs = model.nodes, model.gpus, model.allocations
+    actions = []
+    for t, dst in targets.items():
+        row = int(inst.task_rows[t])
+        src = inst.task_gpus[t]
+        share = int(inst.task_milli[t])
+        src_node = str(nodes.name[gpus.node[src[0]]])
+        dst_node = str(nodes.name[gpus.node[dst[0]]])
+        actions.append(
+            Action(
+                "migrate",
+                alloc=str(allocs.id[row]),
+                job=str(allocs.job[row]),
+                tenant=str(allocs.tenant[row]),
+                src=GpuSet(src_node, tuple(int(i) for i in gpus.index[src]), share),
+                dst=GpuSet(dst_node, tuple(int(i) for i in gpus.index[dst]), share),
+                reason=f"frees {src_node} GPUs {','.join(str(i) for i in gpus.index[src])} {why}",
+                cost=inst.task_cost[t],
+            )
+        )
+    return order_moves(model, actions)
+
+
+def order_moves(model: ClusterModel, actions: list[Action]) -> list[Action]:
+    """Order moves so each one's target has room when it runs: repeatedly run the first move
+    whose target GPUs are free at that point. Moves in a cycle (each waiting for another) are
+    left at the end in their given order, where the checker reports them."""
+    free = model.gpu_free_milli.astype(np.int64).copy()
+    pending = list(actions)
+    done: list[Action] = []
+    rows = {}
+    for a in pending:
+        node = model.node_index(a.src.node)
+        rows[id(a)] = (
+            [model.gpu_row(node, i) for i in a.src.gpus],
+            [model.gpu_row(model.node_index(a.dst.node), i) for i in a.dst.gpus],
+        )
+    progress = True
+    while pending and progress:
+        progress = False
+        for i, a in enumerate(pending):
+            src, dst = rows[id(a)]
+            after = free.copy()
+            after[src] += a.src.milli
+            if np.all(after[dst] >= a.dst.milli):
+                after[dst] -= a.dst.milli
+                free = after
+                done.append(pending.pop(i))
+                progress = True
+                break
+    return done + pending
+
+
+def reserve_actions(inst: Instance, windows: Sequence[Window], goal: Goal, job: str) -> list[Action]:
+    model = inst.model
+    actions = []
+    for i, window in enumerate(windows, start=1):
+        node = str(model.nodes.name[window.node])
+        indices = tuple(sorted(int(x) for x in model.gpus.index[list(window.gpus)]))
+        actions.append(
+            Action(
+                "reserve",
+                alloc=f"{job}-{i}",
+                job=job,
+                tenant=goal.tenant,
+                dst=GpuSet(node, indices),
+                priority=inst.goal_priority,
+                rack_local=len(windows) > 1 and goal.kind == "job",
+                reason=f"holds {node} GPUs {','.join(map(str, indices))} for {goal.text}",
+            )
+        )
+    return actions
+
+
+@dataclass(frozen=True)
+class Need:
+    """One goal job as the planner sees it: `tasks` windows of `gpus` GPUs (whole nodes when
+    `whole_node`), within one rack group when `same_rack`, on nodes allowed by `spec`."""
+
+    tasks: int
+    gpus: int
+    whole_node: bool
+    same_rack: bool
+    spec: str = ""
+
+
+def needs_of(goal: Goal) -> list[Need]:
+    if goal.kind == "free-nodes":
+        return [Need(goal.nodes, 1, True, False)]
+    if goal.kind == "job" and goal.shape is not None:
+        shape = goal.shape
+        return [Need(shape.tasks, shape.num_gpu, False, shape.tasks > 1, shape.gpu_spec)]
+    raise ValueError(f"goal {goal.text!r} has no fixed shape")
+
+
+def candidate_windows(inst: Instance, need: Need, blocked: np.ndarray) -> list[Window]:
+    """Best window per allowed node, cheapest first (`blocked` GPUs are never used)."""
+    model = inst.model
+    ok = model.nodes.schedulable & measures._spec_mask(model, need.spec)
+    ok &= model.nodes.gpu_count >= need.gpus
+    out = []
+    for node in np.flatnonzero(ok).tolist():
+        window = best_window(inst, node, need.gpus, need.whole_node, blocked)
+        if window is not None:
+            out.append(window)
+    out.sort(key=lambda w: (w.score, w.node))
+    return out
+
+
+def _rack_group(model: ClusterModel) -> np.ndarray:
+    return measures._rack_groups(model)
+
+
+def heuristic_windows(
+    inst: Instance, need: Need, blocked: np.ndarray, max_tries: int = 64
+) -> tuple[list[Window], dict[int, np.ndarray]] | None:
+    """Windows for `need` and homes for every evicted task, or None."""
+    windows = candidate_windows(inst, need, blocked)
+    if need.same_rack:
+        group = _rack_group(inst.model)
+        by_group: dict[int, list[Window]] = defaultdict(list)
+        for w in windows:
+            by_group[int(group[w.node])].append(w)
+        pools = [ws for ws in by_group.values() if len(ws) >= need.tasks]
+        pools.sort(key=lambda ws: sum(w.score for w in ws[: need.tasks]))
+    else:
+        pools = [windows] if len(windows) >= need.tasks else []
+    tries = 0
+    for pool in pools:
+        excluded: set[int] = set()
+        while tries < max_tries:
+            tries += 1
+            picked = [w for w in pool if w.node not in excluded][: need.tasks]
+            if len(picked) < need.tasks:
+                break
+            mask = blocked.copy()
+            for w in picked:
+                mask[list(w.gpus)] = True
+                if need.whole_node:
+                    mask[inst.node_gpus(w.node)] = True
+            evict = sorted(set().union(*(w.evict for w in picked)))
+            targets = replace_tasks(inst, evict, mask)
+            if targets is not None and -1 not in targets:
+                return picked, targets
+            # drop the window whose evicted task found no home and try the next cheapest
+            failed = int(targets[-1][0]) if targets else -1
+            owner = next((w.node for w in picked if failed in w.evict), picked[-1].node)
+            excluded.add(owner)
+    return None
+
+
+def plan_heuristic(
+    model: ClusterModel,
+    goal: Goal,
+    policy: Policy | None = None,
+    weights: CostWeights | None = None,
+    demand: Sequence[Shape] | None = None,
+) -> Plan:
+    """The fast plan for `goal` (checked step by step before it is returned)."""
+    started = time.perf_counter()
+    inst = build_instance(model, policy, goal.priority, weights)
+    try:
+        needs = needs_for(goal, demand)
+    except ValueError as error:
+        return _infeasible(model, goal, inst, str(error), "heuristic")
+    blocked = np.zeros(len(model.gpus), dtype=bool)
+    windows_all: list[list[Window]] = []
+    targets_all: dict[int, np.ndarray] = {}
+    for need in needs:
+        found = heuristic_windows(inst, need, blocked)
+        if found is None:
+            return _infeasible(
+                model, goal, inst, f"no {need_text(need)} can be cleared", "heuristic"
+            )
+        windows, targets = found
+        windows_all.append(windows)
+        for t, gpus in targets.items():
+            targets_all[t] = gpus
+            blocked[gpus] = True  # later jobs neither take nor evict what just moved in
+        for w in windows:
+            blocked[list(w.gpus)] = True
+            if need.whole_node:
+                blocked[inst.node_gpus(w.node)] = True
+        inst = _without(inst, set(targets))
+    return finish(model, goal, inst, windows_all, targets_all, "heuristic", started, demand)
+
+
+def _without(inst: Instance, moved: set[int]) -> Instance:
+    """Tasks already moved for an earlier job are not moved again."""
+    if not moved:
+        return inst
+    movable = inst.task_movable.copy()
+    movable[list(moved)] = False
+    return Instance(**{**inst.__dict__, "task_movable": movable})
+
+
+def needs_for(goal: Goal, demand: Sequence[Shape] | None) -> list[Need]:
+    if goal.kind != "forecast":
+        return needs_of(goal)
+    if not demand:
+        raise ValueError(
+            f"{goal.text} needs a forecast source: pass the forecast demand as job shapes "
+            "(gpu-defrag plan --demand FILE)"
+        )
+    shapes = sorted(demand, key=lambda s: -s.gpus)
+    return [Need(s.tasks, s.num_gpu, False, s.tasks > 1, s.gpu_spec) for s in shapes]
+
+
+def need_text(need: Need) -> str:
+    if need.whole_node:
+        return f"set of {need.tasks} whole free nodes"
+    where = " in one rack" if need.same_rack else ""
+    return f"{need.tasks} x {need.gpus}-GPU job{where}"
+
+
+# --------------------------------------------------------------------------- finishing
+
+
+def summary(model: ClusterModel, shapes: Sequence[Shape]) -> dict:
+    """Before/after measures: free GPUs, whole free nodes, jobs of each shape that fit, FGD."""
+    free_whole = measures.free_whole_per_node(model)
+    whole_nodes = int(((free_whole == model.nodes.gpu_count) & (model.nodes.gpu_count > 0)).sum())
+    workload = measures.workload_of(model) or measures.default_workload()
+    fragment = measures.fgd_node_fragment(model, workload)
+    idle = float(model.gpu_free_milli.sum())
+    groups = measures._rack_groups(model)
+    return {
+        "free_gpus": int(model.gpu_is_free.sum()),
+        "free_nodes": whole_nodes,
+        "largest_free_nvlink_group": int(measures.largest_free_nvlink_group(model).max(initial=0)),
+        "fgd_fragment_gpus": round(float(fragment.sum()) / MILLI, 3),
+        "fgd_fragment_rate": round(float(fragment.sum()) / idle, 4) if idle else 0.0,
+        "jobs_that_fit": {s.name: measures.jobs_that_fit(model, s, groups) for s in shapes},
+    }
+
+
+def _shapes_for(goal: Goal, demand: Sequence[Shape] | None) -> list[Shape]:
+    shapes = list(DEFAULT_SHAPES)
+    extra = [goal.shape] if goal.shape else list(demand or [])
+    for shape in extra:
+        if shape is not None and shape not in shapes:
+            shapes.append(shape)
+    return shapes
+
+
+def _infeasible(model: ClusterModel, goal: Goal, inst: Instance, why: str, method: str) -> Plan:
+    before = summary(model, _shapes_for(goal, None))
+    return Plan(
+        goal.text,
+        False,
+        (),
+        before,
+        before,
+        why,
+        method,
+        extra={"goal_priority": inst.goal_priority},
+    )
+
+
+def finish(
+    model: ClusterModel,
+    goal: Goal,
+    inst: Instance,
+    windows: Sequence[Sequence[Window]],
+    targets: Mapping[int, np.ndarray],
+    method: str,
+    started: float,
+    demand: Sequence[Shape] | None = None,
+    extra: dict | None = None,
+) -> Plan:
+    """Actions (moves in a valid order, then reservations), the step-by-step check, and the
+    before/after measures; an infeasible Plan naming the broken step if the check fails."""
+    moves = move_actions(inst, targets, f"for {goal.text}")
+    reserves: list[Action] = []
+    for i, group in enumerate(windows, start=1):
+        job = GOAL_JOB if len(windows) == 1 else f"{GOAL_JOB}{i}"
+        reserves += reserve_actions(inst, group, goal, job)
+    actions = moves + reserves
+    result = check_plan(model, actions, inst.policy, inst.goal_priority)
+    info = {"goal_priority": inst.goal_priority, "elapsed_s": time.perf_counter() - started}
+    info.update(extra or {})
+    if not result.ok:
+        plan = _infeasible(model, goal, inst, f"plan failed its check: {result.violation}", method)
+        return Plan(**{**plan.__dict__, "extra": {**plan.extra, **info}})
+    shapes = _shapes_for(goal, demand)
+    before = summary(model, shapes)
+    after = summary(apply_plan(model, moves), shapes)
+    benefit = Benefit(
+        before["jobs_that_fit"],
+        after["jobs_that_fit"],
+        {k: before[k] for k in ("free_nodes", "fgd_fragment_gpus", "fgd_fragment_rate")},
+        {k: after[k] for k in ("free_nodes", "fgd_fragment_gpus", "fgd_fragment_rate")},
+    )
+    return Plan(
+        goal.text,
+        True,
+        tuple(actions),
+        before,
+        after,
+        "",
+        method,
+        benefit,
+        {**info, "checked": True},
+    )
+
+
+def plan_cost_score(plan: Plan, weights: CostWeights | None = None) -> float:
+    return plan.cost.score(weights) if plan.feasible else math.inf

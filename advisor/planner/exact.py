@@ -1,0 +1,382 @@
+"""The exact consolidation plan: a CP-SAT model of the final placement, with a proof of optimality
+when the solver finishes within its time limit.
+
+Model (per goal; `consolidate` holds the shared tables):
+- every movable task either stays (cost 0) or moves (its cost score, see `CostWeights`), to a
+  node of its GPU model/spec (and rack, if its multi-node job is rack-local); a whole-GPU task
+  that fits in one NVLink island of the target node goes to one island, else it spreads over the
+  node's islands; a fractional task goes to one GPU;
+- GPUs inside an island are interchangeable for whole-GPU work, so capacity is counted per
+  island: GPUs kept by whole tasks that stay + GPUs that host fractional work + whole GPUs moved
+  in + GPUs the goal takes <= usable GPUs of the island; a GPU with fractional work holds at most
+  1000 milli and never a whole task;
+- the goal: K windows of G GPUs (one per node, one island when G fits in one, all in one rack
+  group when K > 1), or K whole nodes emptied; CPU and memory per node where known.
+
+The optimum is a lower bound on every ordered plan (an ordered plan ends in such a final
+state). The solution is turned into concrete GPUs (moved work takes GPUs that are free now before
+vacated ones), ordered so each target is free at its step, and replayed by `check_plan` like any
+plan; a solution whose moves wait on each other in a cycle is reported, not returned.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import replace
+
+import numpy as np
+from ortools.sat.python import cp_model
+
+from advisor.fragmentation import measures
+from advisor.fragmentation.measures import Shape
+from advisor.model import MILLI, ClusterModel
+from advisor.planner.actions import CostWeights, Plan
+from advisor.planner.consolidate import (
+    Goal,
+    Instance,
+    Need,
+    Window,
+    build_instance,
+    finish,
+    needs_for,
+    target_nodes_mask,
+)
+from advisor.planner.constraints import Policy
+
+SCALE = 1000  # cost score -> integer objective units
+STATUS = {
+    cp_model.OPTIMAL: "optimal",
+    cp_model.FEASIBLE: "feasible",
+    cp_model.INFEASIBLE: "infeasible",
+    cp_model.MODEL_INVALID: "invalid",
+    cp_model.UNKNOWN: "unknown",
+}
+
+
+class _Builder:
+    def __init__(self, inst: Instance, needs: Sequence[Need]) -> None:
+        self.inst = inst
+        self.needs = needs
+        self.m = cp_model.CpModel()
+        model = inst.model
+        self.gpu_node = model.gpus.node.astype(np.int64)
+        usable = inst.usable
+        # units: (node, island) with usable GPUs
+        keys = self.gpu_node * 1_000_000 + inst.unit_of_gpu
+        self.unit_key = keys
+        self.units: dict[int, list[int]] = defaultdict(list)
+        for g in np.flatnonzero(usable).tolist():
+            self.units[int(keys[g])].append(g)
+        self.node_units: dict[int, list[int]] = defaultdict(list)
+        for key in self.units:
+            self.node_units[key // 1_000_000].append(key)
+        self.cap = {u: len(gs) for u, gs in self.units.items()}
+        self.usage: dict[int, list] = defaultdict(list)  # unit -> linear terms (whole GPUs)
+        self.frac: dict[int, list] = defaultdict(list)  # gpu -> milli terms
+        self.cpu: dict[int, list] = defaultdict(list)
+        self.mem: dict[int, list] = defaultdict(list)
+        self.moved: dict[int, cp_model.IntVar] = {}
+        self.whole_opts: dict[int, list[tuple[object, int, dict[int, object]]]] = {}
+        self.frac_opts: dict[int, list[tuple[object, int]]] = {}
+        self.goal_opts: list[list[tuple[object, int, dict[int, object]]]] = []
+        self.f: dict[int, object] = {}
+
+    # -- helpers
+    def _spread(self, var, node: int, k: int, name: str) -> dict[int, object]:
+        """k GPUs on `node` spread over its islands when `var` is 1: per-unit counts."""
+        units = [u for u in self.node_units[node]]
+        if len(units) == 1:
+            return {units[0]: var * k}
+        counts = {}
+        for u in units:
+            counts[u] = self.m.NewIntVar(0, min(k, self.cap[u]), f"{name}_u{u}")
+        self.m.Add(sum(counts.values()) == k * var)
+        return counts
+
+    def _frac_gpu(self, g: int):
+        if g not in self.f:
+            self.f[g] = self.m.NewBoolVar(f"f{g}")
+        return self.f[g]
+
+    # -- tasks
+    def add_tasks(self) -> None:
+        inst = self.inst
+        allocs = inst.model.allocations
+        for t in range(len(inst.task_rows)):
+            row = int(inst.task_rows[t])
+            gpus = [g for g in inst.task_gpus[t].tolist() if inst.usable[g]]
+            node = int(allocs.node[row])
+            cpu = int(np.ceil(np.nan_to_num(allocs.cpu_milli[row])))
+            mem = int(np.ceil(np.nan_to_num(allocs.memory_mib[row])))
+            if not inst.task_movable[t]:
+                stay = 1
+            else:
+                mv = self.m.NewBoolVar(f"m{t}")
+                self.moved[t] = mv
+                stay = 1 - mv
+            self.cpu[node].append(cpu * stay)
+            self.mem[node].append(mem * stay)
+            if inst.task_whole[t]:
+                for g in gpus:
+                    self.usage[int(self.unit_key[g])].append(stay)
+                    if isinstance(stay, int):
+                        self.f[g] = 0  # a whole task that stays keeps this GPU
+                    else:
+                        self.m.Add(self._frac_gpu(g) <= 1 - stay)
+            else:
+                for g, milli in zip(
+                    inst.task_gpus[t].tolist(), self._milli_of(row, inst.task_gpus[t]), strict=True
+                ):
+                    if not inst.usable[g]:
+                        continue
+                    self.frac[g].append(milli * stay)
+                    fg = self._frac_gpu(g)
+                    if isinstance(stay, int):
+                        self.m.Add(fg == 1)
+                    else:
+                        self.m.Add(fg >= stay)
+            if t in self.moved:
+                self._options(t, cpu, mem)
+
+    def _milli_of(self, row: int, gpus: np.ndarray) -> list[int]:
+        places = self.inst.model.placements
+        hit = np.flatnonzero(places.alloc == row)
+        by_gpu = dict(zip(places.gpu[hit].tolist(), places.milli[hit].tolist(), strict=True))
+        return [int(by_gpu[g]) for g in gpus.tolist()]
+
+    def _options(self, t: int, cpu: int, mem: int) -> None:
+        inst = self.inst
+        allowed = np.flatnonzero(target_nodes_mask(inst, t))
+        k = len(inst.task_gpus[t])
+        choices = []
+        if inst.task_whole[t]:
+            opts = []
+            for n in allowed.tolist():
+                units = self.node_units.get(n, [])
+                if sum(self.cap[u] for u in units) < k:
+                    continue
+                local = inst.policy.island_locality and 1 < k <= int(inst.island_size[n])
+                if local:
+                    for u in units:
+                        if self.cap[u] >= k:
+                            y = self.m.NewBoolVar(f"y{t}_{u}")
+                            self.usage[u].append(k * y)
+                            opts.append((y, n, {u: k}))
+                            choices.append((y, n))
+                else:
+                    y = self.m.NewBoolVar(f"y{t}_n{n}")
+                    counts = self._spread(y, n, k, f"z{t}_{n}")
+                    for u, term in counts.items():
+                        self.usage[u].append(term)
+                    opts.append((y, n, counts))
+                    choices.append((y, n))
+            self.whole_opts[t] = opts
+        else:
+            milli = int(inst.task_milli[t])
+            opts = []
+            ok_node = np.zeros(inst.nodes, dtype=bool)
+            ok_node[allowed] = True
+            for g in np.flatnonzero(inst.usable & ok_node[self.gpu_node]).tolist():
+                x = self.m.NewBoolVar(f"x{t}_{g}")
+                self.frac[g].append(milli * x)
+                self.m.Add(self._frac_gpu(g) >= x)
+                opts.append((x, g))
+                choices.append((x, int(self.gpu_node[g])))
+            self.frac_opts[t] = opts
+        self.m.Add(sum(v for v, _ in choices) == self.moved[t])
+        for v, n in choices:
+            self.cpu[n].append(cpu * v)
+            self.mem[n].append(mem * v)
+
+    # -- goal
+    def add_goal(self) -> None:
+        inst = self.inst
+        model = inst.model
+        groups = measures._rack_groups(model)
+        for j, need in enumerate(self.needs):
+            ok = model.nodes.schedulable & measures._spec_mask(model, need.spec)
+            opts: list[tuple[object, int, dict[int, object]]] = []
+            per_node: dict[int, list] = defaultdict(list)
+            for n in np.flatnonzero(ok).tolist():
+                units = self.node_units.get(n, [])
+                gpus_here = int(model.nodes.gpu_count[n])
+                usable_here = sum(self.cap[u] for u in units)
+                if need.whole_node:
+                    if usable_here != gpus_here or gpus_here == 0:
+                        continue
+                    e = self.m.NewBoolVar(f"e{j}_{n}")
+                    counts = {u: self.cap[u] * e for u in units}
+                    opts.append((e, n, counts))
+                    per_node[n].append(e)
+                    continue
+                if usable_here < need.gpus:
+                    continue
+                local = inst.policy.island_locality and 1 < need.gpus <= int(inst.island_size[n])
+                if local:
+                    for u in units:
+                        if self.cap[u] >= need.gpus:
+                            s = self.m.NewBoolVar(f"s{j}_{u}")
+                            opts.append((s, n, {u: need.gpus * s}))
+                            per_node[n].append(s)
+                else:
+                    s = self.m.NewBoolVar(f"s{j}_n{n}")
+                    opts.append((s, n, self._spread(s, n, need.gpus, f"g{j}_{n}")))
+                    per_node[n].append(s)
+            for _, _, counts in opts:
+                for u, term in counts.items():
+                    self.usage[u].append(term)
+            self.m.Add(sum(v for v, _, _ in opts) == need.tasks)
+            for vars_ in per_node.values():
+                if len(vars_) > 1:
+                    self.m.Add(sum(vars_) <= 1)
+            if need.same_rack:
+                by_group: dict[int, list] = defaultdict(list)
+                for v, n, _ in opts:
+                    by_group[int(groups[n])].append(v)
+                r = {grp: self.m.NewBoolVar(f"r{j}_{grp}") for grp in by_group}
+                self.m.Add(sum(r.values()) == 1)
+                for grp, vars_ in by_group.items():
+                    for v in vars_:
+                        self.m.AddImplication(v, r[grp])
+            self.goal_opts.append(opts)
+
+    # -- capacity and objective
+    def add_capacity(self) -> None:
+        inst = self.inst
+        for u, terms in self.usage.items():
+            gpus = self.units.get(u, [])
+            f_terms = [self.f[g] for g in gpus if g in self.f and not isinstance(self.f[g], int)]
+            if terms or f_terms:
+                self.m.Add(sum(terms) + sum(f_terms) <= self.cap.get(u, 0))
+        for g, terms in self.frac.items():
+            fg = self.f.get(g, 0)
+            self.m.Add(sum(terms) <= MILLI * fg)
+        nodes = inst.model.nodes
+        for values, capacity in ((self.cpu, nodes.cpu_milli), (self.mem, nodes.memory_mib)):
+            for n, terms in values.items():
+                if np.isnan(capacity[n]):
+                    continue
+                self.m.Add(sum(terms) <= int(np.floor(capacity[n])))
+
+    def objective(self) -> None:
+        inst = self.inst
+        self.m.Minimize(
+            sum(round(float(inst.task_score[t]) * SCALE) * v for t, v in self.moved.items())
+        )
+
+
+def _assign(
+    builder: _Builder, solver: cp_model.CpSolver
+) -> tuple[list[list[Window]], dict[int, np.ndarray]]:
+    """Concrete GPUs for moved tasks and goal windows from the solved counts."""
+    inst = builder.inst
+    value = solver.Value
+    moved = {t for t, v in builder.moved.items() if value(v)}
+    taken = np.zeros(len(inst.model.gpus), dtype=bool)
+    for t in range(len(inst.task_rows)):
+        if t in moved:
+            continue
+        for g in inst.task_gpus[t].tolist():
+            if inst.task_whole[t]:
+                taken[g] = True
+    frac_used = np.zeros(len(inst.model.gpus), dtype=bool)
+    for g, fg in builder.f.items():
+        if (fg if isinstance(fg, int) else value(fg)) > 0:
+            frac_used[g] = True
+    targets: dict[int, np.ndarray] = {}
+    for t, opts in builder.frac_opts.items():
+        for x, g in opts:
+            if value(x):
+                targets[t] = np.array([g])
+
+    def take(unit: int, count: int) -> list[int]:
+        gpus = [g for g in builder.units[unit] if not taken[g] and not frac_used[g]]
+        gpus.sort(key=lambda g: (inst.free[g] != MILLI, g))  # free now first
+        if len(gpus) < count:
+            raise RuntimeError(f"unit {unit} has {len(gpus)} GPUs left, needs {count}")
+        for g in gpus[:count]:
+            taken[g] = True
+        return gpus[:count]
+
+    def counts_of(counts: dict[int, object]) -> dict[int, int]:
+        return {u: int(c) if isinstance(c, int) else int(value(c)) for u, c in counts.items()}
+
+    for t, opts in builder.whole_opts.items():
+        for y, _, counts in opts:
+            if value(y):
+                rows: list[int] = []
+                for u, c in counts_of(counts).items():
+                    rows += take(u, c)
+                targets[t] = np.array(rows)
+    windows: list[list[Window]] = []
+    for opts in builder.goal_opts:
+        group = []
+        for s, n, counts in opts:
+            if value(s):
+                rows = []
+                for u, c in counts_of(counts).items():
+                    rows += take(u, c)
+                group.append(Window(n, tuple(rows), frozenset(), 0.0))
+        windows.append(group)
+    return windows, targets
+
+
+def plan_exact(
+    model: ClusterModel,
+    goal: Goal,
+    policy: Policy | None = None,
+    weights: CostWeights | None = None,
+    *,
+    time_limit_s: float = 10.0,
+    workers: int = 1,
+    demand: Sequence[Shape] | None = None,
+    hint: Plan | None = None,
+) -> Plan:
+    """The least-cost plan (CP-SAT). `extra` carries status (optimal, feasible, infeasible,
+    unknown), objective and bound (cost scores) and the solver's time."""
+    started = time.perf_counter()
+    inst = build_instance(model, policy, goal.priority, weights)
+    try:
+        needs = needs_for(goal, demand)
+    except ValueError as error:
+        return Plan(goal.text, False, (), reason=str(error), method="exact")
+    builder = _Builder(inst, needs)
+    builder.add_tasks()
+    builder.add_goal()
+    builder.add_capacity()
+    builder.objective()
+    if hint is not None and hint.feasible:
+        moved_ids = {a.alloc for a in hint.actions if a.kind == "migrate"}
+        ids = model.allocations.id
+        for t, v in builder.moved.items():
+            builder.m.AddHint(v, int(str(ids[inst.task_rows[t]]) in moved_ids))
+    solver = cp_model.CpSolver()
+    solver.parameters.max_time_in_seconds = float(time_limit_s)
+    solver.parameters.num_workers = max(1, int(workers))
+    code = solver.Solve(builder.m)
+    status = STATUS.get(code, "unknown")
+    info = {
+        "status": status,
+        "objective": solver.ObjectiveValue() / SCALE
+        if code in (cp_model.OPTIMAL, cp_model.FEASIBLE)
+        else None,
+        "bound": solver.BestObjectiveBound() / SCALE
+        if code in (cp_model.OPTIMAL, cp_model.FEASIBLE)
+        else None,
+        "solver_s": solver.WallTime(),
+        "variables": len(builder.m.Proto().variables),
+    }
+    if code not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        why = (
+            "no placement reaches the goal (proved by the exact solver)"
+            if code == cp_model.INFEASIBLE
+            else f"exact solver found no plan within {time_limit_s:g} s"
+        )
+        return Plan(goal.text, False, (), reason=why, method=f"exact ({status})", extra=info)
+    windows, targets = _assign(builder, solver)
+    plan = finish(
+        model, goal, inst, windows, targets, f"exact ({status})", started, demand, extra=info
+    )
+    return replace(plan, extra={**plan.extra, "elapsed_s": time.perf_counter() - started})
