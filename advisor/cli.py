@@ -10,7 +10,7 @@ import argparse
 import importlib
 import sys
 
-SUBCOMMAND_MODULES: tuple[str, ...] = ("exporter.cli", "advisor.analyze")
+SUBCOMMAND_MODULES: tuple[str, ...] = ("exporter.cli", "advisor.analyze", "advisor.planner.cli")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -133,6 +133,15 @@ class Benefit:
     fragmentation_after: dict[str, float] = field(default_factory=dict)
 
     def newly_schedulable(self) -> list[str]:
+        """Shapes no job of which could start before and at least one can after."""
+        return [
+            shape
+            for shape, after in self.shapes_after.items()
+            if after > 0 and self.shapes_before.get(shape, 0) == 0
+        ]
+
+    def more_jobs_fit(self) -> list[str]:
+        """Shapes of which more jobs could start after than before."""
         return [
             shape
             for shape, after in self.shapes_after.items()
@@ -144,6 +153,7 @@ class Benefit:
             "shapes_before": dict(self.shapes_before),
             "shapes_after": dict(self.shapes_after),
             "newly_schedulable": self.newly_schedulable(),
+            "more_jobs_fit": self.more_jobs_fit(),
             "fragmentation_before": dict(self.fragmentation_before),
             "fragmentation_after": dict(self.fragmentation_after),
         }

@@ -1,0 +1,198 @@
+"""`gpu-defrag plan SOURCE --goal GOAL`: the checked consolidation plan, as a table or JSON.
+
+    gpu-defrag plan examples/seed-16x8-a100.json --goal job=8x8
+    gpu-defrag plan sim:a100-16x8 --goal free-nodes=6 --json
+    gpu-defrag plan snapshot.json --goal forecast=6h --demand demand.json
+
+`--solver best` (default) runs the heuristic and, on clusters up to `--exact-max-nodes`, the
+exact solver too, returns the cheaper checked plan and reports the heuristic's gap to the exact
+optimum. Exit status: 0 a plan was found, 1 the goal cannot be reached, 2 bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from advisor.fragmentation.measures import Shape, parse_shape
+from advisor.planner.actions import Plan
+from advisor.planner.consolidate import Goal, parse_goal, plan_heuristic
+from advisor.planner.constraints import Policy, PolicyError, load_policy
+
+EXACT_MAX_NODES = 400
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "plan",
+        help="checked migration plan for a goal (job=8x8, job=4, free-nodes=8, forecast=6h)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("source", help="snapshot file, exporter/Prometheus URL, or sim:PRESET")
+    parser.add_argument(
+        "--goal", required=True, help="job=KxG | job=G[@MODEL] | free-nodes=K | forecast=6h"
+    )
+    parser.add_argument("--json", action="store_true", help="print the plan as JSON")
+    parser.add_argument(
+        "--solver", choices=("best", "heuristic", "exact"), default="best", help="default: best"
+    )
+    parser.add_argument("--time-limit", type=float, default=10.0, help="exact solver seconds")
+    parser.add_argument("--exact-max-nodes", type=int, default=EXACT_MAX_NODES)
+    parser.add_argument(
+        "--priority",
+        type=int,
+        default=None,
+        help="priority of the goal's work; work above it is never moved (default: highest)",
+    )
+    parser.add_argument("--tenant", default="", help="tenant the goal job runs as (quotas)")
+    parser.add_argument("--policy", help="YAML/JSON policy: quotas, restart time, locality")
+    parser.add_argument(
+        "--demand", help='forecast demand for forecast=H: JSON {"8": 2, "2x8": 1} (shape: jobs)'
+    )
+    parser.set_defaults(func=run)
+
+
+def load_demand(path: str) -> list[Shape]:
+    """Shapes from a JSON mapping shape -> number of jobs; ValueError names the bad entry."""
+    try:
+        doc = json.loads(Path(path).read_text())
+    except (OSError, json.JSONDecodeError) as error:
+        raise ValueError(f"{path}: cannot read demand: {error}") from None
+    if not isinstance(doc, dict):
+        raise ValueError(f'{path}: expected a JSON object like {{"8": 2}}')
+    shapes: list[Shape] = []
+    for key, count in doc.items():
+        if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+            raise ValueError(f"{path}: {key}: expected a whole number of jobs, got {count!r}")
+        shapes += [parse_shape(str(key))] * count
+    return shapes
+
+
+def solve(
+    model,
+    goal: Goal,
+    policy: Policy,
+    solver: str = "best",
+    time_limit_s: float = 10.0,
+    exact_max_nodes: int = EXACT_MAX_NODES,
+    demand: list[Shape] | None = None,
+) -> Plan:
+    """Run the chosen solver(s); with `best`, the cheaper checked plan plus the comparison."""
+    heuristic = None
+    if solver in ("best", "heuristic"):
+        heuristic = plan_heuristic(model, goal, policy, demand=demand)
+        if solver == "heuristic":
+            return heuristic
+    if solver == "best" and len(model.nodes) > exact_max_nodes:
+        note = f"exact solver skipped: {len(model.nodes)} nodes > {exact_max_nodes}"
+        return replace(heuristic, extra={**heuristic.extra, "exact": note})
+    from advisor.planner.exact import plan_exact  # ortools loads only when asked
+
+    exact = plan_exact(
+        model, goal, policy, time_limit_s=time_limit_s, demand=demand, hint=heuristic
+    )
+    if heuristic is None:
+        return exact
+    comparison: dict[str, Any] = {
+        "heuristic_cost": heuristic.cost.score() if heuristic.feasible else None,
+        "exact_cost": exact.cost.score() if exact.feasible else None,
+        "exact_status": exact.extra.get("status"),
+        "exact_bound": exact.extra.get("bound"),
+    }
+    if heuristic.feasible and exact.feasible and exact.extra.get("status") == "optimal":
+        best = exact.cost.score()
+        comparison["heuristic_gap"] = heuristic.cost.score() / best if best > 0 else 1.0
+    chosen = heuristic
+    if exact.feasible and (
+        not heuristic.feasible or exact.cost.score() < heuristic.cost.score() - 1e-9
+    ):
+        chosen = exact
+    return replace(chosen, extra={**chosen.extra, "comparison": comparison})
+
+
+def _gpus(doc: dict | None) -> str:
+    if not doc:
+        return "-"
+    share = "" if doc["milli"] == 1000 else f"@{doc['milli'] / 1000:g}"
+    return f"{doc['node']}[{','.join(map(str, doc['gpus']))}]{share}"
+
+
+def render_table(plan: Plan) -> str:
+    doc = plan.to_dict()
+    lines = [f"goal: {plan.goal}   method: {plan.method}   feasible: {plan.feasible}"]
+    if not plan.feasible:
+        lines.append(f"why: {plan.reason}")
+    rows = [("#", "kind", "task", "from", "to", "restart s", "GPU-h lost")]
+    for i, action in enumerate(doc["actions"], start=1):
+        cost = action["cost"]
+        rows.append(
+            (
+                str(i),
+                action["kind"],
+                action["alloc"],
+                _gpus(action["from"]),
+                _gpus(action["to"]),
+                f"{cost['restart_s']:g}" if cost["restarts"] else "-",
+                f"{cost['gpu_hours']:.3f}" if cost["restarts"] else "-",
+            )
+        )
+    if len(rows) > 1:
+        widths = [max(len(r[c]) for r in rows) for c in range(len(rows[0]))]
+        for row in rows:
+            lines.append("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)))
+    cost = plan.cost
+    if plan.feasible:
+        lines.append(
+            f"cost: {cost.restarts} restarts, {cost.restart_s:g} s restart time, "
+            f"{cost.gpu_hours:.3f} GPU-hours lost; jobs touched {len(cost.jobs)}, "
+            f"tenants touched {len(cost.tenants)} ({', '.join(cost.tenants) or '-'})"
+        )
+    before, after = doc["before"], doc["after"]
+    for key in ("free_gpus", "free_nodes", "largest_free_nvlink_group", "fgd_fragment_gpus"):
+        if key in before:
+            lines.append(f"{key}: {before[key]} -> {after.get(key)}")
+    if doc.get("benefit"):
+        benefit = doc["benefit"]
+        lines.append(f"newly schedulable shapes: {', '.join(benefit['newly_schedulable']) or '-'}")
+        lines.append(f"shapes with more room: {', '.join(benefit['more_jobs_fit']) or '-'}")
+    comparison = doc.get("comparison")
+    if comparison:
+        gap = comparison.get("heuristic_gap")
+        lines.append(
+            f"heuristic cost {comparison['heuristic_cost']}, exact {comparison['exact_cost']} "
+            f"({comparison['exact_status']})" + (f", heuristic/exact = {gap:.3f}" if gap else "")
+        )
+    elif doc.get("exact"):
+        lines.append(doc["exact"])
+    lines.append(f"goal priority: {doc.get('goal_priority')} (work above it is never moved)")
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    from advisor.ingest.sources import load_source
+
+    try:
+        goal = parse_goal(args.goal, priority=args.priority, tenant=args.tenant)
+        policy = load_policy(args.policy) if args.policy else Policy()
+        demand = load_demand(args.demand) if args.demand else None
+        model = load_source(args.source)
+    except (ValueError, PolicyError) as error:
+        print(f"gpu-defrag plan: {error}", file=sys.stderr)
+        return 2
+    plan = solve(model, goal, policy, args.solver, args.time_limit, args.exact_max_nodes, demand)
+    if args.json:
+        print(json.dumps(plan.to_dict(), indent=2, default=_jsonable))
+    else:
+        print(render_table(plan))
+    return 0 if plan.feasible else 1
+
+
+def _jsonable(value: Any) -> Any:
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    raise TypeError(f"not JSON serialisable: {type(value).__name__}")
