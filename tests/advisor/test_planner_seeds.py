@@ -1,0 +1,142 @@
+"""Seed cases of the planner (on the shipped example snapshots) and `gpu-defrag plan`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from advisor import snapshot
+from advisor.cli import main
+from advisor.fragmentation import measures
+from advisor.model import ModelBuilder
+from advisor.planner.actions import Action, CostWeights, GpuSet
+from advisor.planner.check import apply_plan, check_plan
+from advisor.planner.consolidate import order_moves, parse_goal, plan_heuristic
+from advisor.planner.constraints import Policy
+from advisor.planner.exact import plan_exact
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+SEED_16X8 = EXAMPLES / "seed-16x8-a100.json"
+SEED_ISLANDS = EXAMPLES / "seed-nvlink-islands.json"
+COUNT_MIGRATIONS = CostWeights(migration=1.0, restart_hour=0.0, gpu_hour=0.0)
+
+
+def moves(plan):
+    return [a for a in plan.actions if a.kind == "migrate"]
+
+
+@pytest.mark.parametrize("goal", ["free-nodes=8", "job=8x8"])
+def test_seed_16x8_frees_eight_nodes_with_minimum_migrations(goal) -> None:
+    model = snapshot.load(SEED_16X8)
+    assert int((measures.free_whole_per_node(model) == 8).sum()) == 4
+    heuristic = plan_heuristic(model, parse_goal(goal))
+    assert heuristic.feasible, heuristic.reason
+    assert check_plan(model, heuristic.actions, Policy(), heuristic.extra["goal_priority"]).ok
+    # the exact solver, counting migrations only, proves no plan needs fewer
+    exact = plan_exact(model, parse_goal(goal), weights=COUNT_MIGRATIONS, time_limit_s=20)
+    assert exact.extra["status"] == "optimal"
+    assert exact.extra["objective"] == pytest.approx(6.0)
+    assert len(moves(heuristic)) == len(moves(exact)) == 6
+    after = apply_plan(model, moves(heuristic))
+    free_nodes = np.flatnonzero(measures.free_whole_per_node(after) == 8)
+    assert len(free_nodes) == 8
+    if goal == "job=8x8":  # the eight nodes share one rack
+        assert len(set(after.nodes.rack[free_nodes].tolist())) == 1
+        assert measures.jobs_that_fit(after, measures.parse_shape("8x8")) == 1
+    reserved = [a for a in heuristic.actions if a.kind == "reserve"]
+    assert sorted(a.dst.node for a in reserved) == sorted(after.nodes.name[free_nodes].tolist())
+
+
+def test_seed_16x8_never_moves_higher_priority_work() -> None:
+    model = snapshot.load(SEED_16X8)
+    goal = parse_goal("job=8x8", priority=50)
+    assert not plan_heuristic(model, goal).feasible
+    exact = plan_exact(model, goal, time_limit_s=10)
+    assert exact.extra["status"] == "infeasible"
+    # with a lower bar the same rack frees up, without touching priority-100 work ...
+    plan = plan_heuristic(model, parse_goal("free-nodes=6", priority=50))
+    assert plan.feasible
+    rows = {a: i for i, a in enumerate(model.allocations.id.tolist())}
+    assert all(model.allocations.priority[rows[a.alloc]] <= 50 for a in moves(plan))
+    # ... and the non-migratable serving job on node 2 never moves
+    for action in plan.actions:
+        assert action.alloc != "a100-node-02-job2"
+
+
+def test_seed_islands_never_split_a_four_gpu_job() -> None:
+    model = snapshot.load(SEED_ISLANDS)
+    islands = model.gpus.nvlink_island
+    assert int(model.gpu_is_free.sum()) == 9  # node 1 has 4 free, but 2 + 2 over its islands
+    for plan in (
+        plan_heuristic(model, parse_goal("job=4")),
+        plan_exact(model, parse_goal("job=4"), time_limit_s=10),
+    ):
+        assert plan.feasible, plan.reason
+        assert len(moves(plan)) == 1
+        (reserve,) = [a for a in plan.actions if a.kind == "reserve"]
+        node = model.node_index(reserve.dst.node)
+        rows = [model.gpu_row(node, i) for i in reserve.dst.gpus]
+        assert len(set(islands[rows].tolist())) == 1
+        for action in moves(plan):
+            node = model.node_index(action.dst.node)
+            rows = [model.gpu_row(node, i) for i in action.dst.gpus]
+            assert len(set(islands[rows].tolist())) == 1
+    split = [Action("reserve", alloc="r", dst=GpuSet("island-node-01", (2, 3, 4, 5)))]
+    result = check_plan(model, split)
+    assert not result.ok and "splits" in result.violation.reason
+
+
+def test_moves_are_ordered_so_each_target_is_free() -> None:
+    b = ModelBuilder()
+    for name in ("n1", "n2"):
+        b.add_node(name, gpu_model="A100")
+        for i in range(2):
+            b.add_gpu(name, i)
+    b.add_allocation("x", num_gpu=1, node="n1", gpus=[0])
+    b.add_allocation("y", num_gpu=1, node="n2", gpus=[0])
+    model = b.build()
+    x_to_n2 = Action("migrate", alloc="x", src=GpuSet("n1", (0,)), dst=GpuSet("n2", (0,)))
+    y_away = Action("migrate", alloc="y", src=GpuSet("n2", (0,)), dst=GpuSet("n2", (1,)))
+    assert not check_plan(model, [x_to_n2, y_away]).ok
+    ordered = order_moves(model, [x_to_n2, y_away])
+    assert [a.alloc for a in ordered] == ["y", "x"]
+    assert check_plan(model, ordered).ok
+
+
+def test_cli_json_document(capsys) -> None:
+    rc = main(["plan", str(SEED_ISLANDS), "--goal", "job=4", "--json", "--time-limit", "5"])
+    assert rc == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["goal"] == "job=4" and doc["feasible"] is True
+    kinds = [a["kind"] for a in doc["actions"]]
+    assert kinds == ["migrate", "reserve"]
+    first = doc["actions"][0]
+    assert {"kind", "job", "from", "to", "cost"} <= set(first)
+    assert first["cost"]["restarts"] == 1 and first["cost"]["gpu_hours"] > 0
+    assert doc["before"]["largest_free_nvlink_group"] == 3
+    assert doc["after"]["largest_free_nvlink_group"] == 4
+    assert doc["comparison"]["heuristic_gap"] == pytest.approx(1.0)
+
+
+def test_cli_table_forecast_and_errors(tmp_path, capsys) -> None:
+    assert main(["plan", str(SEED_16X8), "--goal", "job=8x8", "--solver", "heuristic"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("migrate") == 6 and "free_nodes: 4 -> 8" in out
+    assert main(["plan", str(SEED_16X8), "--goal", "forecast=6h"]) == 1
+    assert "needs a forecast source" in capsys.readouterr().out
+    demand = tmp_path / "demand.json"
+    demand.write_text(json.dumps({"8": 5, "4": 2}))
+    args = ["plan", str(SEED_16X8), "--goal", "forecast=6h", "--demand", str(demand), "--json"]
+    assert main(args) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert sum(a["kind"] == "reserve" for a in doc["actions"]) == 7
+    policy = tmp_path / "policy.yaml"
+    policy.write_text("quotas:\n  ml: 32\n")
+    args = ["plan", str(SEED_16X8), "--goal", "job=8x8", "--tenant", "ml", "--policy", str(policy)]
+    assert main(args) == 1
+    assert "above its quota of 32" in capsys.readouterr().out
+    assert main(["plan", str(SEED_16X8), "--goal", "job=banana"]) == 2
+    assert "bad shape" in capsys.readouterr().err
