@@ -17,7 +17,8 @@ at this step (after `src` was given back); as many GPUs as the task needs at its
 model allowed by `gpu_spec` (and unchanged unless rebalance or policy allows); NVLink island
 locality; rack locality of multi-node jobs and rack-local reservations; CPU and memory of the
 target node where known; tenant quotas (a step may not raise a tenant above its quota);
-borrowing conserves quota per GPU model and leaves the lender within its own use.
+borrowing conserves quota per GPU model and leaves the lender within its own use (usable GPUs
+beyond the sum of quotas are lent by the pseudo-tenant `UNASSIGNED`).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from advisor.model import MILLI, Allocations, ClusterModel, Placements
 from advisor.planner.actions import MOVING_KINDS, Action
 from advisor.planner.constraints import (
     ANY_MODEL,
+    UNASSIGNED,
     Policy,
     island_size_per_node,
     islands_ok,
@@ -115,8 +117,29 @@ class _Replay:
         ):
             self.usage[(tenant, ANY_MODEL)] += gpus
             self.usage[(tenant, str(node_model[node]))] += gpus
+        self._unassigned_quota(model)
         self.reserve_racks: dict[str, tuple[str, str]] = {}
         self._job_rows: dict[str, np.ndarray] = {}
+
+    def _unassigned_quota(self, model: ClusterModel) -> None:
+        """The pseudo-tenant UNASSIGNED holds, per quota scope (all models, or one model), the
+        usable GPUs that the tenants' quotas leave over, and uses what tenants without a quota
+        in that scope hold; it lends like a tenant (borrow), so loans out of spare capacity
+        keep total quota conserved too."""
+        scopes = {scope for (tenant, scope) in self.quota if tenant != UNASSIGNED}
+        if not scopes:
+            return
+        gpu_model = model.nodes.gpu_model[model.gpus.node]
+        for scope in scopes:
+            if (UNASSIGNED, scope) in self.quota:
+                continue  # the policy names it: keep the file's number
+            on = model.gpu_usable if scope == ANY_MODEL else model.gpu_usable & (gpu_model == scope)
+            holders = {t for (t, s) in self.quota if s == scope}
+            assigned = sum(v for (t, s), v in self.quota.items() if s == scope)
+            self.quota[(UNASSIGNED, scope)] = max(0.0, float(on.sum()) - assigned)
+            self.usage[(UNASSIGNED, scope)] = sum(
+                v for (t, s), v in list(self.usage.items()) if s == scope and t not in holders
+            )
 
     # ---- state lookups
     def holder(self, alloc: str) -> _Holder | None:

@@ -13,8 +13,20 @@ Stable API:
       quotas:                      # GPUs; a number caps the tenant, a mapping caps per model
         rnd: 64
         product: {A100: 32, H100: 16}
+      borrowing:                   # optional; absent = no quota loans are ever proposed
+        max_borrow_ratio: 0.5      # a tenant borrows at most this fraction of its own quota
+        priority_threshold: 50     # only jobs of at least this priority may borrow
+        auto_return_s: 86400       # a loan goes back when the job ends or after this long
+        grace_s: 600               # then the borrower has this long to checkpoint
+        preemption: true           # false: only jobs expected to end before the auto-return
+        lend: true                 # the tenant lends its unused quota to others
+        tenants:                   # per-tenant overrides of any field above
+          product: {lend: false}
 
   Errors are `PolicyError` naming the field (`quotas.product.A100: expected a number >= 0`).
+- `BorrowRules` / `Policy.borrow_rules(tenant)` — the borrowing rules that apply to a tenant
+  (None when the file has no `borrowing` section). Quota nobody holds (usable GPUs beyond the
+  sum of quotas) is the pseudo-tenant `UNASSIGNED`, which lends like any tenant.
 - Rule helpers shared by the checker and the planners (so they can never disagree):
   `spec_allows`, `island_size_per_node`, `islands_ok`, `node_islands`.
 
@@ -26,7 +38,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +48,7 @@ from advisor.model import UNKNOWN_ISLAND, ClusterModel
 from advisor.planner.actions import DEFAULT_RESTART_S
 
 ANY_MODEL = ""  # quota key for "all GPU models together"
+UNASSIGNED = "(unassigned)"  # lender of the usable GPUs no tenant's quota covers
 
 
 class PolicyError(ValueError):
@@ -48,17 +61,50 @@ class PolicyError(ValueError):
 
 
 @dataclass(frozen=True)
+class BorrowRules:
+    """When a tenant may borrow unused quota of others, and how the loan goes back."""
+
+    max_borrow_ratio: float = 0.5  # loan <= ratio x the borrower's own quota
+    priority_threshold: int = 0  # the borrowing job's priority must be >= this
+    auto_return_s: float = 86400.0  # loan returns at job end or after this long, whichever first
+    grace_s: float = 600.0  # time to checkpoint after the return is due
+    preemption: bool = True  # borrowed work may be preempted at return
+    lend: bool = True  # this tenant lends its unused quota
+
+
+@dataclass(frozen=True)
 class Policy:
-    """Rules for plans. `quotas[(tenant, model)]` caps GPUs; model "" means all models."""
+    """Rules for plans. `quotas[(tenant, model)]` caps GPUs; model "" means all models.
+    `borrowing[tenant]` overrides `borrowing[""]` (the default); empty = no loans at all."""
 
     quotas: dict[tuple[str, str], float] = field(default_factory=dict)
     default_restart_s: float = DEFAULT_RESTART_S
     island_locality: bool = True
     rack_locality: bool = True
     allow_model_change: bool = False
+    borrowing: dict[str, BorrowRules] = field(default_factory=dict)
+
+    def borrow_rules(self, tenant: str) -> BorrowRules | None:
+        """The rules for `tenant`, or None when the policy has no borrowing section."""
+        return self.borrowing.get(tenant, self.borrowing.get("")) if self.borrowing else None
 
 
-_KEYS = {"quotas", "default_restart_s", "island_locality", "rack_locality", "allow_model_change"}
+_KEYS = {
+    "quotas",
+    "default_restart_s",
+    "island_locality",
+    "rack_locality",
+    "allow_model_change",
+    "borrowing",
+}
+_BORROW_KEYS = {
+    "max_borrow_ratio",
+    "priority_threshold",
+    "auto_return_s",
+    "grace_s",
+    "preemption",
+    "lend",
+}
 
 
 def _number(value: Any, where: str) -> float:
@@ -104,7 +150,49 @@ def policy_from_dict(doc: Any) -> Policy:
         island_locality=_flag(doc, "island_locality", True),
         rack_locality=_flag(doc, "rack_locality", True),
         allow_model_change=_flag(doc, "allow_model_change", False),
+        borrowing=_borrowing(doc.get("borrowing")),
     )
+
+
+def _rules(doc: Any, where: str, base: BorrowRules, extra: frozenset[str]) -> BorrowRules:
+    if not isinstance(doc, dict):
+        raise PolicyError(where, f"expected a mapping, got {doc!r}")
+    unknown = sorted(set(doc) - _BORROW_KEYS - extra)
+    if unknown:
+        raise PolicyError(
+            f"{where}.{unknown[0]}", f"unknown key; known keys: {', '.join(sorted(_BORROW_KEYS))}"
+        )
+    values: dict[str, Any] = {}
+    for key in ("max_borrow_ratio", "auto_return_s", "grace_s"):
+        if key in doc:
+            values[key] = _number(doc[key], f"{where}.{key}")
+    if "priority_threshold" in doc:
+        value = doc["priority_threshold"]
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise PolicyError(f"{where}.priority_threshold", f"expected an integer, got {value!r}")
+        values["priority_threshold"] = value
+    for key in ("preemption", "lend"):
+        if key in doc:
+            if not isinstance(doc[key], bool):
+                raise PolicyError(f"{where}.{key}", f"expected true or false, got {doc[key]!r}")
+            values[key] = doc[key]
+    return replace(base, **values)
+
+
+def _borrowing(doc: Any) -> dict[str, BorrowRules]:
+    """`borrowing:` section -> {"" : default rules, tenant: overridden rules}."""
+    if doc is None:
+        return {}
+    default = _rules(doc, "borrowing", BorrowRules(), frozenset({"tenants"}))
+    out = {"": default}
+    tenants = doc.get("tenants", {}) or {}
+    if not isinstance(tenants, dict):
+        raise PolicyError(
+            "borrowing.tenants", f"expected a mapping of tenant to rules, got {tenants!r}"
+        )
+    for tenant, rules in tenants.items():
+        out[str(tenant)] = _rules(rules, f"borrowing.tenants.{tenant}", default, frozenset())
+    return out
 
 
 def load_policy(path: str | Path) -> Policy:
