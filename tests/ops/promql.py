@@ -81,3 +81,41 @@ def substitute(expr: str, variables: dict[str, str]) -> str:
         expr = expr.replace("${" + bare + "}", values[key]).replace(key, values[key])
         expr = expr.replace(f"[[{bare}]]", values[key])
     return expr
+
+
+def panels(dashboard: dict) -> list[dict]:
+    """Every non-row panel, including panels nested in collapsed rows."""
+    out = []
+    for panel in dashboard["panels"]:
+        if panel["type"] == "row":
+            out.extend(panel.get("panels", []))
+        else:
+            out.append(panel)
+    return out
+
+
+def panel_queries(dashboard: dict) -> list[tuple[str, str, str]]:
+    """(panel title, refId, expr) for every query of every panel."""
+    return [
+        (panel["title"], query["refId"], query["expr"])
+        for panel in panels(dashboard)
+        for query in panel.get("targets", [])
+    ]
+
+
+def variable_queries(dashboard: dict) -> list[tuple[str, str]]:
+    """(variable name, label_values(...) query) of every query variable."""
+    return [
+        (v["name"], v["query"]) for v in dashboard["templating"]["list"] if v["type"] == "query"
+    ]
+
+
+_LABEL_VALUES = re.compile(r"^label_values\((?:(.*),\s*)?(\w+)\)$")
+
+
+def label_values_parts(query: str) -> tuple[str | None, str]:
+    """`label_values(expr, label)` -> (expr or None, label)."""
+    match = _LABEL_VALUES.match(query.strip())
+    if not match:
+        raise ValueError(f"not a label_values() query: {query!r}")
+    return match.group(1), match.group(2)
