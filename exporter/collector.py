@@ -74,28 +74,34 @@ class CollectorLoop:
         self._last_collection: Collection | None = None
         self._last_gauges: list[NodeGauges] = []
         self._text_cache: TextCache = {}
-        self._page = self._render()
+        self._published = (self._render(), self.up, self.last_error, self.last_success_ts)
 
     # --- published state (read by the HTTP server) ---
     def current_page(self) -> Page:
-        return self._page  # a single reference read: atomic under the GIL
+        return self._published[0]
 
     def health(self) -> Health:
-        now = self.clock()
-        if self.last_success_ts is None:
-            return Health(False, f"no successful collection yet: {self.last_error}", None, None)
-        age = now - self.last_success_ts
+        """Judged on what was published with the current page, so /health and /metrics agree."""
+        _page, up, last_error, last_success_ts = self._published
+        if last_success_ts is None:
+            return Health(False, f"no successful collection yet: {last_error}", None, None)
+        age = self.clock() - last_success_ts
         if age > self.stale_after_s:
             return Health(
                 False,
                 f"last successful collection {age:.0f}s ago (> {self.stale_after_s:.0f}s): "
-                f"{self.last_error}",
-                self.last_success_ts,
+                f"{last_error}",
+                last_success_ts,
                 age,
             )
-        if not self.up:
-            return Health(False, self.last_error, self.last_success_ts, age)
-        return Health(True, "ok", self.last_success_ts, age)
+        if not up:
+            return Health(False, last_error, last_success_ts, age)
+        return Health(True, "ok", last_success_ts, age)
+
+    def _publish(self) -> None:
+        """Render, then swap page and health state in one reference assignment (atomic under
+        the GIL): a reader never sees a new health state beside an old page."""
+        self._published = (self._render(), self.up, self.last_error, self.last_success_ts)
 
     # --- the loop ---
     def start(self) -> None:
@@ -160,7 +166,7 @@ class CollectorLoop:
         self.tracker.forget_except(
             {(node.node, gpu.index) for node in collection.nodes for gpu in node.gpus}
         )
-        self._page = self._render()
+        self._publish()
 
     def _collect_into(self, result: dict[str, object]) -> None:
         try:
@@ -187,7 +193,7 @@ class CollectorLoop:
         # staleness limit they are dropped, so nobody graphs old numbers as current.
         if self.last_success_ts is None or self.clock() - self.last_success_ts > self.stale_after_s:
             self._last_collection, self._last_gauges = None, []
-        self._page = self._render()
+        self._publish()
 
     def _render(self) -> Page:
         errors = Counter(self.errors)
