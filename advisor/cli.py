@@ -10,7 +10,12 @@ import argparse
 import importlib
 import sys
 
-SUBCOMMAND_MODULES: tuple[str, ...] = ("exporter.cli", "advisor.analyze", "advisor.planner.cli")
+SUBCOMMAND_MODULES: tuple[str, ...] = (
+    "exporter.cli",
+    "advisor.analyze",
+    "advisor.app.cli",
+    "advisor.planner.cli",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

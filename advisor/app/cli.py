@@ -1,0 +1,254 @@
+"""`gpu-defrag app` (the Streamlit app alone) and `gpu-defrag demo` (exporter + app, one command).
+
+`demo` is what `make demo` runs on a fresh machine with no GPU and no server: a sim exporter
+serving preset a100-16x8 on 127.0.0.1, and the app pointed at it. The app reads the exporter
+directly every few seconds and keeps the advisor's own bounded history (`advisor.history`), so
+trends and the idle window fill in as the simulated day runs. Ctrl-C stops every child.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Sequence
+from pathlib import Path
+
+DEFAULT_SOURCE = "sim:a100-16x8"
+SOURCE_ENV = "GPU_DEFRAG_SOURCE"  # the app's starting source (also `-- --source X`)
+REFRESH_ENV = "GPU_DEFRAG_REFRESH"  # seconds between reads of a live source
+MAIN = Path(__file__).with_name("main.py")
+DEMO_PRESET = "a100-16x8"
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    app = subparsers.add_parser(
+        "app",
+        help="the Streamlit capacity-review app",
+        description="Start the capacity-review app (Fleet, Fragmentation, Forecast, Actions, "
+        "What-if) on SOURCE. It never executes an action.",
+    )
+    app.add_argument(
+        "--source",
+        default=DEFAULT_SOURCE,
+        metavar="SOURCE",
+        help=f"sim:PRESET, exporter URLs, prometheus+http://..., FILE.json or openb:... "
+        f"(default {DEFAULT_SOURCE}); can be changed in the sidebar",
+    )
+    _server_flags(app)
+    app.set_defaults(func=run_app)
+
+    demo = subparsers.add_parser(
+        "demo",
+        help="sim exporter + advisor + app on 127.0.0.1 (no GPU, no external server)",
+        description="Start a sim exporter serving preset a100-16x8, and the app reading it "
+        "directly (keeping its own history); print the URL. Ctrl-C stops everything.",
+    )
+    _server_flags(demo)
+    demo.add_argument(
+        "--exporter-port",
+        type=int,
+        default=0,
+        metavar="PORT",
+        help="port of the sim exporter (default: a free one)",
+    )
+    demo.add_argument(
+        "--sim-speed",
+        type=float,
+        default=60.0,
+        metavar="X",
+        help="simulated seconds per real second (default 60: an hour a minute)",
+    )
+    demo.add_argument("--preset", default=DEMO_PRESET, help=f"sim preset (default {DEMO_PRESET})")
+    demo.set_defaults(func=run_demo)
+
+
+def _server_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--address", default="127.0.0.1", help="listen address (127.0.0.1)")
+    parser.add_argument("--port", type=int, default=8501, help="app port (8501)")
+    parser.add_argument(
+        "--refresh",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="how often live sources are re-read (default 15; demo 5)",
+    )
+
+
+def streamlit_command(address: str, port: int, source: str) -> list[str]:
+    """`python -m streamlit run main.py` with server flags (no config file needed)."""
+    return [
+        sys.executable,
+        "-m",
+        "streamlit",
+        "run",
+        str(MAIN),
+        "--server.headless",
+        "true",
+        "--server.address",
+        address,
+        "--server.port",
+        str(port),
+        "--browser.gatherUsageStats",
+        "false",
+        "--server.fileWatcherType",
+        "none",
+        "--",
+        "--source",
+        source,
+    ]
+
+
+def app_env(source: str, refresh: float | None) -> dict[str, str]:
+    env = dict(os.environ, **{SOURCE_ENV: source})
+    if refresh is not None:
+        env[REFRESH_ENV] = str(refresh)
+    return env
+
+
+def url_of(address: str, port: int) -> str:
+    host = "127.0.0.1" if address in ("0.0.0.0", "") else address
+    return f"http://{host}:{port}/"
+
+
+def wait_http(url: str, timeout_s: float, process: subprocess.Popen | None = None) -> bool:
+    """Poll `url` until it answers 200, the process exits, or time runs out."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if process is not None and process.poll() is not None:
+            return False
+        try:
+            with urllib.request.urlopen(url, timeout=2) as response:
+                if response.status == 200:
+                    return True
+        except (urllib.error.URLError, OSError):
+            pass
+        time.sleep(0.2)
+    return False
+
+
+def free_port(address: str = "127.0.0.1") -> int:
+    with socket.socket() as sock:
+        sock.bind((address, 0))
+        return int(sock.getsockname()[1])
+
+
+Child = tuple[str, subprocess.Popen]
+
+
+def _stop(children: Sequence[Child]) -> None:
+    """Terminate children by PID (SIGTERM, then SIGKILL after 5 s)."""
+    processes = [process for _, process in children]
+    for process in processes:
+        if process.poll() is None:
+            process.terminate()
+    deadline = time.monotonic() + 5
+    for process in processes:
+        try:
+            process.wait(max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def _interrupt(*_: object) -> None:
+    raise KeyboardInterrupt
+
+
+def _supervise(children: Sequence[Child]) -> int:
+    """Block until Ctrl-C/SIGTERM or a child exits; then stop all. Returns the exit code."""
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        while True:
+            for name, process in children:
+                code = process.poll()
+                if code is not None:
+                    print(
+                        f"gpu-defrag: the {name} exited with {code}; stopping the rest",
+                        file=sys.stderr,
+                    )
+                    return code or 1
+            time.sleep(0.5)
+    except KeyboardInterrupt:
+        print("\nstopping…", file=sys.stderr)
+        return 0
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        _stop(children)
+
+
+def run_app(args: argparse.Namespace) -> int:
+    command = streamlit_command(args.address, args.port, args.source)
+    children = [("app", subprocess.Popen(command, env=app_env(args.source, args.refresh)))]
+    url = url_of(args.address, args.port)
+    if not wait_http(url + "_stcore/health", 60, children[0][1]):
+        _stop(children)
+        print(f"gpu-defrag: error: the app did not start on {url}", file=sys.stderr)
+        return 1
+    print(f"gpu-defrag app on {url} (source {args.source}); Ctrl-C stops it", flush=True)
+    return _supervise(children)
+
+
+def exporter_command(preset: str, port: int, speed: float) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "advisor.cli",
+        "exporter",
+        "--backend",
+        "sim",
+        "--sim.preset",
+        preset,
+        "--sim.speed",
+        f"{speed:g}",
+        "--collect.interval",
+        "5",
+        "--web.listen-address",
+        f"127.0.0.1:{port}",
+    ]
+
+
+def run_demo(args: argparse.Namespace) -> int:
+    port = args.exporter_port or free_port()
+    exporter_url = f"http://127.0.0.1:{port}/metrics"
+    children: list[Child] = []
+    try:
+        exporter = subprocess.Popen(exporter_command(args.preset, port, args.sim_speed))
+        children.append(("sim exporter", exporter))
+        if not wait_http(exporter_url, 60, exporter):
+            print(
+                f"gpu-defrag: error: the sim exporter did not answer on {exporter_url}",
+                file=sys.stderr,
+            )
+            _stop(children)
+            return 1
+        print(
+            f"sim exporter ({args.preset}, {args.sim_speed:g}x time) on {exporter_url}", flush=True
+        )
+        refresh = 5.0 if args.refresh is None else args.refresh
+        app = subprocess.Popen(
+            streamlit_command(args.address, args.port, exporter_url),
+            env=app_env(exporter_url, refresh),
+        )
+        children.append(("app", app))
+        url = url_of(args.address, args.port)
+        if not wait_http(url + "_stcore/health", 60, app):
+            print(f"gpu-defrag: error: the app did not start on {url}", file=sys.stderr)
+            _stop(children)
+            return 1
+    except BaseException:
+        _stop(children)
+        raise
+    print(
+        f"\n  gpu-defrag demo: open {url}\n"
+        f"  (the app reads {exporter_url} every {refresh:g} s and keeps its own history)\n"
+        "  Ctrl-C stops everything.\n",
+        flush=True,
+    )
+    return _supervise(children)

@@ -1,0 +1,51 @@
+"""Fleet: every GPU as one cell, coloured by state, utilization or memory, with filters."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from advisor.app import data, figures
+
+state = data.current()
+frame = data.fleet_frame(state)
+cluster = state.result["cluster"]
+
+st.title("Fleet")
+st.caption(
+    f"{cluster['nodes']:,} nodes · {cluster['gpus']:,} GPUs · source `{state.spec}`"
+    + (f" · at {data.when(state)}" if data.when(state) else "")
+)
+
+counts = data.state_counts(frame)
+cols = st.columns(5)
+cols[0].metric("GPUs", f"{cluster['gpus']:,}")
+for col, name in zip(cols[1:], ("free", "busy", "allocated_idle", "unhealthy"), strict=True):
+    col.metric(data.STATE_LABELS[name].capitalize(), f"{counts[name]:,}")
+
+left, mid, right, colour = st.columns([1, 1, 1, 1])
+pools = left.multiselect("Pool", sorted(frame["pool"].unique()), key="fleet_pools")
+models = mid.multiselect("GPU model", sorted(frame["gpu_model"].unique()), key="fleet_models")
+tenants = right.multiselect("Tenant", data.tenants_of(frame), key="fleet_tenants")
+color_by = colour.radio(
+    "Colour by",
+    list(figures.COLOR_BY),
+    format_func=figures.COLOR_BY.get,
+    horizontal=True,
+    key="fleet_color",
+)
+
+shown = data.filter_frame(frame, pools, models, tenants)
+if shown.empty:
+    st.info("No GPU matches these filters.")
+else:
+    key = ("heatmap", tuple(pools), tuple(models), tuple(tenants), color_by)
+    figure = state.cached(str(key), lambda: figures.fleet_heatmap(shown, color_by))
+    st.plotly_chart(figure, key="fleet_heatmap", config={"displaylogo": False})
+    st.caption(
+        f"{shown['node'].nunique():,} nodes shown, grouped by pool · GPU model · rack. "
+        "Black bars split NVLink islands inside a node; hover a cell for job, tenant, "
+        "utilization and memory. Allocated-idle = utilization under "
+        f"{state.result['temporal']['threshold']:.0%} over the last "
+        f"{state.result['temporal']['window_s'] / 60:g} min of samples (or the latest reading "
+        "when there is no history yet)."
+    )

@@ -1,0 +1,121 @@
+"""Fragmentation: the cluster score and its trend, jobs per shape, worst nodes, three kinds."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from advisor.app import data, figures
+
+state = data.current()
+r = state.result
+spatial, temporal, frag, memory = r["spatial"], r["temporal"], r["fgd"], r["memory"]
+
+st.title("Fragmentation")
+st.caption(
+    f"Source `{state.spec}`"
+    + (f" · at {data.when(state)}" if data.when(state) else "")
+    + f" · FGD workload: {frag['workload']} ({frag['task_types']} task types)"
+)
+
+cols = st.columns(6)
+cols[0].metric(
+    "Fragmentation rate",
+    f"{frag['fragment_rate']:.1%}",
+    help="FGD: share of the free GPU capacity that a task drawn from the workload cannot use.",
+)
+cols[1].metric("Fragmented GPUs", f"{frag['fragment_gpus']:,.1f}")
+cols[2].metric("Free GPUs", f"{spatial['free_gpus']:,}")
+cols[3].metric("Largest job on one node", f"{spatial['largest_job']['single_node_gpus']} GPUs")
+cols[4].metric("Allocated but idle", f"{temporal['allocated_idle_gpus']:,}")
+cols[5].metric("Stranded GPU memory", f"{memory['stranded_memory_bytes'] / data.GIB:,.0f} GiB")
+
+st.subheader("Trend")
+history = data.trend_history(state)
+trend = history.trend()
+if len(trend) < 2:
+    if state.live:
+        st.info(
+            f"Collecting history: {len(trend)} observation(s) so far, one per refresh. "
+            "The trend appears after the second."
+        )
+    else:
+        st.info(
+            "This source is a single instant, so it has no trend. Pick a simulated time after "
+            "t=0 (e.g. `sim:a100-16x8?t=1d`) or a live source to see one."
+        )
+else:
+    st.plotly_chart(figures.trend_figure(trend), key="trend", config={"displaylogo": False})
+    st.caption(
+        f"{len(trend)} observations from {trend['time'].iloc[0]:%Y-%m-%d %H:%M} to "
+        f"{trend['time'].iloc[-1]:%Y-%m-%d %H:%M} UTC"
+        + ("" if state.live else " (simulated: the preset stepped through the day before t)")
+        + "."
+    )
+
+left, right = st.columns(2)
+with left:
+    st.subheader("Jobs that can start now")
+    st.dataframe(data.shapes_frame(r), hide_index=True, key="shapes")
+    st.caption(
+        "Each shape alone on today's free capacity. Multi-node shapes (2x8, 4x8) need their "
+        "nodes in one rack with one GPU model. 'Free GPUs it cannot use' are stranded for it."
+    )
+with right:
+    st.subheader("Most fragmented nodes")
+    worst = data.worst_nodes(r)
+    if worst.empty:
+        st.success("No node holds free capacity that the workload cannot use.")
+    else:
+        st.dataframe(
+            worst[
+                [
+                    "node",
+                    "pool",
+                    "rack",
+                    "free GPUs",
+                    "largest free NVLink group",
+                    "allocated idle",
+                    "FGD fragment (GPUs)",
+                    "score",
+                ]
+            ],
+            hide_index=True,
+            key="worst",
+        )
+
+spatial_tab, temporal_tab, type_tab, memory_tab = st.tabs(["Spatial", "Temporal", "Type", "Memory"])
+with spatial_tab:
+    largest = spatial["largest_job"]
+    st.markdown(
+        f"- **{spatial['free_gpus']:,}** whole GPUs free; **{spatial['free_capacity_gpus']:,.1f}** "
+        f"GPUs of capacity incl. **{spatial['partial_free_gpus']:,.1f}** free on partly used GPUs\n"
+        f"- largest job on one node: **{largest['single_node_gpus']}** GPUs; in one NVLink "
+        f"island: **{largest['nvlink_group_gpus']}**; k×8 in one rack: "
+        f"**{largest['multi_node_gpus_in_rack']}** GPUs\n"
+        f"- free GPUs stranded by host CPU/memory: **{spatial['stranded_gpus_by_host']:,}**"
+    )
+with temporal_tab:
+    st.markdown(
+        f"**{temporal['allocated_idle_gpus']:,}** of **{temporal['allocated_gpus']:,}** "
+        f"allocated GPUs ran under {temporal['threshold']:.0%} utilization over the last "
+        f"{temporal['window_s'] / 60:g} min of samples."
+    )
+    by_tenant = data.idle_by_tenant(r)
+    if by_tenant.empty:
+        st.info("No allocated GPU is idle.")
+    else:
+        st.dataframe(by_tenant, hide_index=True, key="idle_tenants")
+with type_tab:
+    capacity, demand = data.type_frames(r)
+    st.plotly_chart(figures.type_figure(capacity, demand), key="type_fig")
+    st.dataframe(capacity, hide_index=True, key="type_capacity")
+    if demand.empty:
+        st.info("No queued demand in this source, so no model is short of GPUs.")
+    else:
+        st.dataframe(demand, hide_index=True, key="type_demand")
+with memory_tab:
+    st.markdown(
+        f"**{memory['stranded_memory_bytes'] / data.GIB:,.1f} GiB** free on "
+        f"**{memory['gpus_with_stranded_memory']:,}** in-use GPUs that no request of "
+        f"{memory['min_request_bytes'] / data.GIB:g} GiB can use."
+    )
