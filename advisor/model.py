@@ -688,8 +688,11 @@ def _add_reading(
             shares = _mig_shares(
                 gpu, [a.gpu_instance_id if a is not None else None for _, a in entries]
             )
+        elif entries and all(a is not None and a.gpu_milli is not None for _, a in entries):
+            # The source knows each holder's guaranteed share (fractional GPU requests).
+            shares = [int(a.gpu_milli) for _, a in entries]  # type: ignore[union-attr]
         else:
-            # Time-sliced sharing without MIG: the holders together take the whole GPU.
+            # Time-sliced sharing without known shares: the holders together take the whole GPU.
             count = len(entries)
             shares = [MILLI // count + (1 if i < MILLI % count else 0) for i in range(count)]
         for (key, alloc), share in zip(entries, shares, strict=True):

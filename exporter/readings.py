@@ -75,6 +75,10 @@ class Allocation:
     tenant: str = ""  # quota owner; namespace when nothing better is known
     gpu_instance_id: int | None = None
     priority: int | None = None
+    # Share of the GPU this holder is guaranteed, in milli-GPU (1000 = whole), where the source
+    # knows it (fractional sharing, e.g. a 0.25 GPU request); None = unknown: consumers then
+    # split a time-sliced GPU equally among its holders or use the MIG slice.
+    gpu_milli: int | None = None
 
 
 @dataclass(slots=True)

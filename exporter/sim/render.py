@@ -241,10 +241,11 @@ def _slot_rows(
     procs = fleet.slot_proc[gpus, slots].tolist()
     utils = slot_util[gpus, slots].tolist()
     mems = slot_mem[gpus, slots].tolist()
+    millis = np.rint(fleet.slot_frac[gpus, slots] * 1000).astype(int).tolist()
     locals_ = fleet.gpu_local[gpus].tolist()
     nodes = fleet.gpu_node[gpus].tolist()
-    for gpu, job_id, proc, util, mem, local, node in zip(
-        gpus.tolist(), jobs, procs, utils, mems, locals_, nodes, strict=True
+    for gpu, job_id, proc, util, mem, milli, local, node in zip(
+        gpus.tolist(), jobs, procs, utils, mems, millis, locals_, nodes, strict=True
     ):
         job = fleet.jobs[job_id]
         kind = KIND_BY_NAME[job.kind]
@@ -259,6 +260,7 @@ def _slot_rows(
                 job=job.name,
                 tenant=job.tenant,
                 priority=job.priority,
+                gpu_milli=milli,
             )
         )
         if proc:

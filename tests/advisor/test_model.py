@@ -51,6 +51,27 @@ def test_time_sliced_holders_share_the_whole_gpu() -> None:
     assert model.allocations.tenant.tolist() == ["ns"] * 3  # namespace when no tenant
 
 
+def test_known_fractional_shares_leave_the_rest_of_the_gpu_free() -> None:
+    node = _node(gpus=1)
+    node.allocations = [
+        Allocation(0, pod="small", namespace="ns", gpu_milli=250),
+        Allocation(0, pod="half", namespace="ns", gpu_milli=500),
+    ]
+    model = from_readings([node])
+    assert sorted(model.allocations.gpu_milli.tolist()) == [250, 500]
+    assert model.gpu_free_milli[0] == 250
+
+
+def test_sim_fractions_reach_the_model() -> None:
+    from exporter.sim import SimFleet
+
+    fleet = SimFleet("a100-16x8", seed=7)
+    fleet.advance(6 * 3600)  # arrivals include fractional jobs
+    model = from_readings(fleet.readings())
+    assert np.allclose(model.gpu_milli_allocated, np.rint(fleet.used * 1000), atol=1)
+    assert (model.allocations.gpu_milli < MILLI).any()
+
+
 def test_mig_instances_hold_their_compute_slices_exactly() -> None:
     node = _node(gpus=2)
     gpu = node.gpus[0]
