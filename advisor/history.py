@@ -179,7 +179,8 @@ class History:
         return frame
 
     def with_usage(self, model: ClusterModel) -> ClusterModel:
-        """`model` with this history's per-GPU samples (up to its timestamp) as its `Usage`.
+        """`model` with this history's per-GPU samples of the usage window before it, plus its
+        own readings as the last row, as its `Usage`.
 
         GPUs are matched by `gpu_keys`; a GPU absent from an observation gets NaN (missing) for
         it, never a made-up value. Models that already carry usage are returned unchanged.
@@ -188,10 +189,20 @@ class History:
             return model
         keys = gpu_keys(model)
         position = {key: i for i, key in enumerate(keys.tolist())}
+        start = model.timestamp - self.usage_window_s
         with self._lock:
-            samples = [s for s in self._usage if s[0] <= model.timestamp]
+            samples = [s for s in self._usage if start <= s[0] < model.timestamp]
         if not samples:
             return model
+        own = model.gpus
+        samples.append(
+            (
+                model.timestamp,
+                keys,
+                own.utilization_ratio.astype(np.float32),
+                own.memory_used_bytes.astype(np.float32),
+            )
+        )
         util = np.full((len(samples), len(keys)), np.nan, dtype=np.float32)
         memory = np.full_like(util, np.nan)
         for t, (_, sample_keys, sample_util, sample_memory) in enumerate(samples):

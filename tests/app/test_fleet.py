@@ -1,0 +1,121 @@
+"""Fleet page: counts match the advisor's analysis, the heatmap holds every GPU in its state,
+NVLink islands and filters work, for every sim preset."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from advisor.app import data, figures
+from advisor.contract import GPU_STATE_CODES
+from advisor.fragmentation import measures
+from advisor.ingest.sources import load_source
+from tests.app.conftest import PRESETS, metrics, open_app
+
+
+@pytest.mark.parametrize("source", PRESETS)
+def test_fleet_page_matches_the_analysis(source: str) -> None:
+    at = open_app(source)
+    result = measures.analyze(load_source(source))
+    shown = metrics(at)
+    assert at.title[0].value == "Fleet"
+    assert shown["GPUs"] == f"{result['cluster']['gpus']:,}"
+    assert shown["Free"] == f"{result['spatial']['free_gpus']:,}"
+    assert shown["Allocated, idle"] == f"{result['temporal']['allocated_idle_gpus']:,}"
+    busy = result["temporal"]["allocated_gpus"] - result["temporal"]["allocated_idle_gpus"]
+    assert shown["Allocated, busy"] == f"{busy:,}"
+    assert shown["Unhealthy / unavailable"] == f"{result['cluster']['unhealthy_gpus']:,}"
+    assert not at.error
+
+
+def test_state_codes_follow_the_contract() -> None:
+    model = load_source("sim:mixed-h100-a100-v100")
+    idle = measures.allocated_idle(model)
+    codes = data.gpu_state_codes(model, idle)
+    allocated = model.gpu_milli_allocated > 0
+    assert np.array_equal(codes == GPU_STATE_CODES["free"], model.gpu_is_free)
+    assert np.array_equal(codes == GPU_STATE_CODES["allocated_idle"], allocated & idle)
+    assert np.array_equal(codes == GPU_STATE_CODES["busy"], allocated & ~idle & model.gpus.healthy)
+
+
+def test_unhealthy_and_cordoned_gpus_are_not_free() -> None:
+    from advisor.model import ModelBuilder
+
+    builder = ModelBuilder()
+    builder.add_node("a", pool="p", gpu_model="A100")
+    builder.add_node("b", pool="p", gpu_model="A100", schedulable=False)
+    for node in ("a", "b"):
+        for i in range(2):
+            builder.add_gpu(node, i, healthy=not (node == "a" and i == 1), utilization_ratio=0.5)
+    builder.add_allocation("job", num_gpu=1, node="b", gpus=[0], tenant="t")
+    model = builder.build(timestamp=1.0)
+    codes = data.gpu_state_codes(model, measures.allocated_idle(model)).tolist()
+    # a/0 free, a/1 unhealthy, b/0 allocated and busy (cordoning does not evict), b/1 cordoned
+    assert codes == [0, 3, 1, 3]
+
+
+def test_heatmap_cells_are_the_gpus_in_group_order() -> None:
+    model = load_source("sim:mixed-h100-a100-v100")
+    frame = data.gpu_frame(model, measures.allocated_idle(model))
+    fig = figures.fleet_heatmap(frame)
+    heat = fig.data[0]
+    z = np.asarray(heat.z, dtype=float)
+    assert np.count_nonzero(~np.isnan(z)) == len(model.gpus)
+    grid = figures.grid_of(frame)
+    # rows grouped: pools never interleave
+    pools = [frame.loc[frame["node"] == node, "pool"].iloc[0] for node in grid.nodes]
+    assert pools == sorted(pools)
+    row, col = 3, 5
+    cell = frame.iloc[grid.cell[row, col]]
+    assert z[row, col] == cell["state_code"]
+    assert cell["node"] in heat.text[row][col] and f"GPU {col}" in heat.text[row][col]
+    assert f"job: {cell['jobs'] or '-'}" in heat.text[row][col]
+
+
+def test_nvlink_islands_are_drawn_only_where_a_node_has_several() -> None:
+    def island_traces(source: str) -> list:
+        model = load_source(source)
+        fig = figures.fleet_heatmap(data.gpu_frame(model, measures.allocated_idle(model)))
+        return [t for t in fig.data if t.name == "NVLink island boundary"]
+
+    split = island_traces("sim:nvlink-islands")
+    assert len(split) == 1
+    xs = [x for x in split[0].x if x is not None]
+    assert set(xs) == {3.5}  # two 4-GPU islands per node: boundary between GPU 3 and 4
+    assert island_traces("sim:a100-16x8") == []  # NVSwitch: one island per node
+
+
+def test_utilization_colouring_uses_the_readings() -> None:
+    model = load_source("sim:a100-16x8")
+    frame = data.gpu_frame(model, measures.allocated_idle(model))
+    z = np.asarray(figures.fleet_heatmap(frame, "utilization").data[0].z, dtype=float)
+    grid = figures.grid_of(frame)
+    expected = frame["utilization"].to_numpy()[grid.cell]
+    assert np.allclose(z, expected, equal_nan=True)
+
+
+def test_filters_narrow_the_heatmap() -> None:
+    at = open_app("sim:mixed-h100-a100-v100")
+    model = load_source("sim:mixed-h100-a100-v100")
+    pool = sorted(set(model.nodes.pool.tolist()))[0]
+    at.multiselect(key="fleet_pools").set_value([pool]).run()
+    assert not at.exception
+    caption = " ".join(c.value for c in at.caption)
+    assert f"{int((model.nodes.pool == pool).sum())} nodes shown" in caption
+
+    frame = data.gpu_frame(model, measures.allocated_idle(model))
+    tenant = data.tenants_of(frame)[0]
+    kept = data.filter_frame(frame, tenants=[tenant])
+    holds = kept["tenants"].str.split(", ").map(lambda names: tenant in names)
+    assert holds.any()
+    assert set(kept["node"]) == set(kept.loc[holds, "node"])  # whole nodes of the tenant
+    assert data.filter_frame(frame, pools=["no-such-pool"]).empty
+
+
+def test_fleet_of_1000_nodes_renders() -> None:
+    at = open_app("sim:a100-16x8?nodes=1000")
+    assert metrics(at)["GPUs"] == "8,000"
+    model = load_source("sim:a100-16x8?nodes=1000")
+    fig = figures.fleet_heatmap(data.gpu_frame(model, measures.allocated_idle(model)))
+    assert len(fig.data) <= 3  # a handful of traces whatever the fleet size
+    assert fig.layout.height <= 1100

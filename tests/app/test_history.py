@@ -1,0 +1,82 @@
+"""advisor.history: bounded, monotonic, and the usage window really decides "idle"."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from advisor.fragmentation import measures
+from advisor.history import History, pool_rows
+from advisor.model import ModelBuilder
+
+
+def _model(t: float, util: float, *, pending: bool = False):
+    builder = ModelBuilder()
+    for node, pool in (("n1", "a100"), ("n2", "v100")):
+        builder.add_node(node, pool=pool, gpu_model=pool.upper())
+        for i in range(2):
+            builder.add_gpu(node, i, uuid=f"{node}-{i}", utilization_ratio=util)
+    builder.add_allocation("job", num_gpu=2, node="n1", gpus=[0, 1], tenant="t")
+    if pending:
+        builder.add_allocation("wait", num_gpu=2, gpu_spec="V100")
+    return builder.build(timestamp=t)
+
+
+def test_bounded_and_monotonic() -> None:
+    history = History(max_points=3)
+    for t in (10.0, 20.0, 30.0, 40.0):
+        history.append(_model(t, 0.5))
+    history.append(_model(25.0, 0.5))  # older than the last: ignored
+    trend = history.trend()
+    assert len(trend) == 3
+    assert [ts.timestamp() for ts in trend["time"]] == [20.0, 30.0, 40.0]
+    with pytest.raises(ValueError):
+        history.append(_model(math.nan, 0.5))
+
+
+def test_idle_needs_the_whole_window() -> None:
+    history = History(usage_window_s=3600)
+    history.append(_model(0.0, 0.9))  # busy an hour ago...
+    history.append(_model(1800.0, 0.0))
+    now = history.with_usage(_model(3600.0, 0.0))  # ...idle since: not idle for the window
+    assert len(now.usage.times) == 3
+    idle_window = measures.IdlePolicy(threshold=0.05, window_s=3600)
+    assert not measures.allocated_idle(now, idle_window).any()
+    later = History(usage_window_s=3600)
+    later.append(_model(1800.0, 0.0))
+    quiet = later.with_usage(_model(3600.0, 0.0))
+    assert measures.allocated_idle(quiet, idle_window).sum() == 2
+
+
+def test_usage_is_matched_by_gpu_key_and_missing_stays_nan() -> None:
+    history = History()
+    history.append(_model(0.0, 0.3))
+    builder = ModelBuilder()  # n2 gone, GPUs listed in another node order
+    builder.add_node("n1", pool="a100", gpu_model="A100")
+    builder.add_node("n3", pool="a100", gpu_model="A100")
+    for node in ("n3", "n1"):
+        for i in range(2):
+            builder.add_gpu(node, i, uuid=f"{node}-{i}", utilization_ratio=0.7)
+    model = history.with_usage(builder.build(timestamp=60.0))
+    first = model.usage.utilization_ratio[0]
+    assert np.allclose(first[:2], 0.3)  # n1 seen before
+    assert np.isnan(first[2:]).all()  # n3 is new: no made-up past
+    assert np.allclose(model.usage.utilization_ratio[1], 0.7)
+
+
+def test_pool_demand_counts_allocated_capacity_and_queue() -> None:
+    rows = {row["pool"]: row for row in pool_rows(_model(0.0, 0.5, pending=True))}
+    assert rows["a100"] == {
+        "pool": "a100",
+        "allocated_gpus": 2.0,
+        "capacity_gpus": 2.0,
+        "pending_gpus": 0.0,
+    }
+    assert rows["v100"]["pending_gpus"] == 2.0 and rows["v100"]["allocated_gpus"] == 0.0
+    history = History()
+    history.append(_model(0.0, 0.5, pending=True))
+    history.append(_model(60.0, 0.5))
+    demand = history.pool_demand()
+    assert len(demand) == 4 and set(demand["pool"]) == {"a100", "v100"}

@@ -1,0 +1,147 @@
+"""Sources: a bad one is one clear message (no traceback) and the app keeps working; the
+sidebar builds specs; live sources are polled into the history."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from advisor.app import data
+from advisor.fragmentation import measures
+from advisor.ingest.sources import load_source
+from exporter.readings import Collection
+from exporter.render import SelfState, render_page
+from exporter.sim.fleet import SimFleet
+from tests.app.conftest import metrics, open_app
+
+PAGES = (None, "views/fragmentation.py")
+
+
+def _error_page(source: str, page: str | None) -> str:
+    at = open_app(source, page)  # asserts: no exception element
+    assert len(at.error) == 1
+    assert not at.metric  # the page stopped after the message
+    assert at.sidebar.selectbox(key="source_kind")  # the sidebar still works
+    return at.error[0].value
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_unreachable_exporter_is_one_message(page: str | None) -> None:
+    message = _error_page("http://127.0.0.1:9/metrics", page)
+    assert "Cannot read the data source" in message and "unreachable" in message
+
+
+def test_malformed_snapshot_and_unknown_preset(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"schema": "gpu-defrag.snapshot", "version": 1, "nodes": "x"}))
+    assert "snapshot" in _error_page(str(bad), None)
+    assert "unknown preset 'nope'" in _error_page("sim:nope", "views/fragmentation.py")
+
+
+def test_unexpected_errors_are_messages_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(spec: str):
+        raise RuntimeError("disk on fire")
+
+    monkeypatch.setattr(data, "load_model", broken)
+    assert "RuntimeError: disk on fire" in _error_page("sim:a100-16x8", None)
+
+
+def test_the_sidebar_switches_sources() -> None:
+    at = open_app("http://127.0.0.1:9/metrics")
+    assert at.error
+    at.sidebar.selectbox(key="source_kind").set_value("sim").run()
+    at.sidebar.button[0].click().run()
+    assert not at.exception and not at.error
+    assert at.session_state["source"] == "sim:a100-16x8"
+    assert metrics(at)["GPUs"] == "128"
+
+
+def test_spec_builders() -> None:
+    assert data.sim_spec("a100-16x8") == "sim:a100-16x8"
+    assert data.sim_spec("a100-16x8", 7, 24, 64) == "sim:a100-16x8?seed=7&t=24h&nodes=64"
+    assert data.exporters_spec("host-a:9835\nhttp://b:1/metrics") == (
+        "http://host-a:9835/metrics,http://b:1/metrics"
+    )
+    assert data.prometheus_spec("prom:9090") == "prometheus+http://prom:9090"
+    assert data.file_spec("snap.json") == "snap.json"
+    assert data.file_spec("trace/pods.csv") == "openb:trace/pods.csv"
+    for spec in ("sim:x", "http://a/metrics", "prometheus+http://p:9090", "f.json"):
+        assert data.kind_of(spec) in data.SOURCE_KINDS
+    assert data.initial_source(["--source", "sim:y"], {}) == "sim:y"
+    assert data.initial_source([], {data.SOURCE_ENV: "sim:z"}) == "sim:z"
+    assert data.initial_source([], {}) == data.DEFAULT_SOURCE
+
+
+def test_poller_keeps_history_and_the_last_good_model(monkeypatch: pytest.MonkeyPatch) -> None:
+    fleet = SimFleet("a100-16x8", 42)
+    failing = {"now": False}
+
+    def step(spec: str):
+        if failing["now"]:
+            raise OSError("connection reset")
+        from advisor.ingest.sources import sim_model
+
+        model = sim_model(fleet, spec)
+        fleet.advance(600)
+        return model
+
+    monkeypatch.setattr(data, "load_model", step)
+    poller = data.Poller("http://fake/metrics", refresh_s=3600)
+    try:
+        poller.poll_once()
+        poller.poll_once()
+        state = poller.state()
+        assert len(state.history) == 3
+        assert len(state.model.usage.times) == 3  # idle is judged over the kept samples
+        assert state.history.trend()["free_gpus"].iloc[-1] == state.result["spatial"]["free_gpus"]
+        failing["now"] = True
+        poller.poll_once()
+        assert poller.state() is state and "connection reset" in state.refresh_error
+    finally:
+        poller.stop()
+
+
+@pytest.fixture
+def exporter_page() -> Iterator[str]:
+    """A local server whose /metrics is our exporter's page for the a100-16x8 sim at t=0."""
+    fleet = SimFleet("a100-16x8", 42)
+    body = render_page(
+        Collection(fleet.readings(), fleet.unix_time), [], SelfState("0", "t", True, 0, 0, 1, {})
+    ).body
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=httpd.serve_forever, args=(0.05,), daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}/metrics"
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+def test_live_exporter_source(exporter_page: str) -> None:
+    at = open_app(exporter_page)
+    result = measures.analyze(load_source(exporter_page))
+    shown = metrics(at)
+    assert shown["Free"] == f"{result['spatial']['free_gpus']:,}"
+    assert shown["GPUs"] == "128"
+    assert any("Live: refreshed every" in c.value for c in at.sidebar.caption)
+    at.switch_page("views/fragmentation.py").run()
+    assert not at.exception
+    assert any("Collecting history" in info.value for info in at.info)
