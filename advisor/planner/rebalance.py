@@ -1,0 +1,307 @@
+"""Type rebalancing: light jobs on scarce GPU models move to an idle model.
+
+In a mixed fleet demand queues on H100/A100 while V100s idle. A job whose observed use would fit
+a slower model without a large slowdown can move there and free a scarce GPU for the queue.
+
+Relative throughput (`THROUGHPUT`, V100 = 1) is a rough per-GPU figure for mixed-precision deep
+learning training (FP16/BF16 tensor cores, with TF32 on Ampere and later), in the range NVIDIA's
+and Lambda's published training benchmarks give: A100 ~2.5x V100, H100 SXM ~2x A100. A job
+running at p95 utilization `u` on a model of throughput `s` needs `u * s / d` of a model of
+throughput `d`; if that is at most 1 it keeps its speed (the target just runs busier), else it
+runs `u * s / d` times slower. Memory must fit too: the job's peak memory plus a margin must be
+under the target's memory. It is an estimate from one number per model, not a measurement of
+the job: each action says the figures it used.
+
+`plan_rebalance(model, policy, settings)`:
+- scarce models are those with queued demand they cannot hold (pending tasks that allow the
+  model, beyond its free GPUs); without any queue, models at least `scarce_ratio` allocated;
+  the GPUs to free per scarce model are its shortfall (or what brings it back under the ratio);
+- idle models are those with free GPUs and no shortfall of their own;
+- eligible: placed single-task jobs (whole GPUs), migratable, `gpu_spec` allowing the target,
+  priority at most the goal's, estimated slowdown at most `max_slowdown`, memory fitting;
+- the cheapest eligible moves (smallest slowdown, then fewest GPUs) are taken while the scarce
+  model still needs GPUs and the idle model has a node with room; each is a `rebalance` action
+  onto free GPUs of one node (inside one NVLink island when it fits one), checked by
+  `check_plan`; a move the replay refuses is dropped and the rest planned again.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter, defaultdict
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from advisor.fragmentation.measures import Shape
+from advisor.model import MILLI, ClusterModel
+from advisor.planner.actions import Action, GpuSet, Plan, move_cost
+from advisor.planner.check import check_plan
+from advisor.planner.constraints import Policy, island_size_per_node, spec_allows
+from advisor.planner.observed import observe
+from advisor.planner.outcome import outcome, shapes_with
+
+# (substring of the NVML name, relative training throughput per GPU, V100 = 1); first match.
+THROUGHPUT: tuple[tuple[str, float], ...] = (
+    ("GH200", 5.5),
+    ("H200", 5.5),
+    ("H100 PCIe", 3.8),
+    ("H100", 5.0),
+    ("A100", 2.5),
+    ("L40S", 2.6),
+    ("L40", 1.9),
+    ("A30", 1.4),
+    ("A10", 1.0),
+    ("V100", 1.0),
+    ("L4", 0.6),
+    ("T4", 0.35),
+)
+
+
+def throughput(gpu_model: str) -> float | None:
+    """Relative throughput of `gpu_model` (V100 = 1); None when the table does not know it."""
+    name = gpu_model.upper()
+    for key, value in THROUGHPUT:
+        if key.upper() in name:
+            return value
+    return None
+
+
+def slowdown(utilization: float, source: str, target: str) -> float | None:
+    """Estimated run-time factor (1 = same speed) moving from `source` to `target`."""
+    s, d = throughput(source), throughput(target)
+    if s is None or d is None or not math.isfinite(utilization):
+        return None
+    return max(1.0, utilization * s / d)
+
+
+@dataclass(frozen=True)
+class RebalanceSettings:
+    window_s: float = 24 * 3600.0  # history the utilization comes from
+    min_samples: int = 3
+    max_slowdown: float = 1.2  # move only if the job runs at most this much slower
+    memory_margin: float = 0.05  # of the target's memory, above the job's peak
+    scarce_ratio: float = 0.9  # allocated share that makes a model scarce without queues
+    goal_priority: int | None = None  # never move work above this priority (None: any)
+
+
+def _model_table(model: ClusterModel, ratio: float) -> dict[str, dict[str, float]]:
+    """Per GPU model: usable, free, pending demand it could hold, GPUs to free."""
+    gpu_model = model.nodes.gpu_model[model.gpus.node]
+    allocs = model.allocations
+    pending = (allocs.node < 0) & (allocs.num_gpu > 0)
+    table: dict[str, dict[str, float]] = {}
+    for name in sorted(set(gpu_model.tolist())):
+        on = gpu_model == name
+        table[name] = {
+            "usable": float((on & model.gpu_usable).sum()),
+            "free": float((on & model.gpu_is_free).sum()),
+            "allocated": float(model.gpu_milli_allocated[on].sum()) / MILLI,
+            "demand": 0.0,
+        }
+    for row in np.flatnonzero(pending).tolist():
+        allowed = [m for m in table if spec_allows(str(allocs.gpu_spec[row]), m)]
+        need = float(allocs.num_gpu[row]) * float(allocs.gpu_milli[row]) / MILLI
+        for m in allowed:  # demand that could use any of several models counts on each
+            table[m]["demand"] += need
+    any_queue = bool(pending.any())
+    for row in table.values():
+        if any_queue:
+            row["to_free"] = max(0.0, row["demand"] - row["free"])
+        else:
+            target = math.ceil((1.0 - ratio) * row["usable"] - 1e-9)
+            row["to_free"] = max(0.0, target - row["free"]) if row["usable"] else 0.0
+    return table
+
+
+def _free_slots(model: ClusterModel, free: np.ndarray, node: int, k: int, policy: Policy):
+    """GPU rows of `node` for a k-GPU task among `free` (one island when it fits one)."""
+    start, stop = model.nodes.gpu_offset[node], model.nodes.gpu_offset[node + 1]
+    rows = [r for r in range(start, stop) if free[r]]
+    if len(rows) < k:
+        return None
+    size = int(island_size_per_node(model)[node]) if policy.island_locality else 0
+    if 1 < k <= size:
+        by_island: dict[int, list[int]] = defaultdict(list)
+        for r in rows:
+            by_island[int(model.gpus.nvlink_island[r])].append(r)
+        fits = [g for g in by_island.values() if len(g) >= k]
+        if not fits:
+            return None
+        return min(fits, key=len)[:k]  # the fullest island that holds it
+    return rows[:k]
+
+
+def candidates(
+    model: ClusterModel, settings: RebalanceSettings = RebalanceSettings()
+) -> list[dict[str, Any]]:
+    """Every placed single-task whole-GPU job with its estimate per idle-capable model."""
+    obs = observe(model, settings.window_s)
+    allocs = model.allocations
+    jobs = Counter(allocs.job.tolist())
+    models = sorted(set(model.nodes.gpu_model.tolist()))
+    places = model.placements
+    out = []
+    for row in np.flatnonzero((allocs.node >= 0) & (allocs.num_gpu > 0)).tolist():
+        node = int(allocs.node[row])
+        source = str(model.nodes.gpu_model[node])
+        on = places.alloc == row
+        util, mem = float(obs.util_p95[row]), float(obs.memory_peak_bytes[row])
+        entry: dict[str, Any] = {
+            "row": row,
+            "alloc": str(allocs.id[row]),
+            "job": str(allocs.job[row]),
+            "tenant": str(allocs.tenant[row]),
+            "priority": int(allocs.priority[row]),
+            "node": str(model.nodes.name[node]),
+            "gpus": [int(model.gpus.index[g]) for g in places.gpu[on]],
+            "num_gpu": int(allocs.num_gpu[row]),
+            "gpu_model": source,
+            "util_p95": round(util, 4) if math.isfinite(util) else None,
+            "memory_peak_bytes": mem if math.isfinite(mem) else None,
+            "targets": {},
+        }
+        why = ""
+        if jobs[entry["job"]] > 1:
+            why = "multi-task job (its tasks stay on one model)"
+        elif allocs.gpu_milli[row] != MILLI:
+            why = "holds a fraction of a GPU"
+        elif not allocs.migratable[row]:
+            why = "marked not migratable"
+        elif settings.goal_priority is not None and entry["priority"] > settings.goal_priority:
+            why = f"priority {entry['priority']} above {settings.goal_priority}"
+        elif obs.samples[row] < settings.min_samples or not math.isfinite(util):
+            why = "too few usage samples"
+        for target in models:
+            if target == source:
+                continue
+            factor = slowdown(util, source, target)
+            total = float(np.nanmin(_memory_of(model, target), initial=np.inf))
+            fits_mem = math.isfinite(mem) and mem + settings.memory_margin * total <= total
+            reason = why
+            if not reason and not spec_allows(str(allocs.gpu_spec[row]), target):
+                reason = f"asks for {allocs.gpu_spec[row]}"
+            if not reason and factor is None:
+                reason = "throughput of a model unknown"
+            if not reason and factor is not None and factor > settings.max_slowdown:
+                reason = f"{factor:.2f}x slower"
+            if not reason and not fits_mem:
+                reason = f"peak memory {mem / 2**30:.0f} GiB does not fit {total / 2**30:.0f} GiB"
+            entry["targets"][target] = {
+                "slowdown": round(factor, 3) if factor is not None else None,
+                "eligible": not reason,
+                "why_not": reason,
+            }
+        out.append(entry)
+    return out
+
+
+def _memory_of(model: ClusterModel, gpu_model: str) -> np.ndarray:
+    return model.gpus.memory_total_bytes[model.nodes.gpu_model[model.gpus.node] == gpu_model]
+
+
+def plan_rebalance(
+    model: ClusterModel,
+    policy: Policy | None = None,
+    settings: RebalanceSettings = RebalanceSettings(),
+) -> Plan:
+    """A checked plan moving light jobs off scarce models (module docstring)."""
+    policy = policy or Policy()
+    table = _model_table(model, settings.scarce_ratio)
+    scarce = {m for m, r in table.items() if r["to_free"] > 0}
+    idle = {m for m, r in table.items() if r["free"] > 0 and m not in scarce}
+    found = candidates(model, settings)
+    dropped: set[str] = set()
+    goal = "rebalance light jobs from scarce GPU models to idle ones"
+    actions: list[Action] = []
+    for _ in range(len(found) + 1):
+        actions = _plan_moves(model, policy, settings, table, scarce, idle, found, dropped)
+        result = check_plan(model, actions, policy, settings.goal_priority)
+        if result.ok:
+            break
+        assert result.violation is not None
+        dropped.add(result.violation.action.alloc)
+    else:  # pragma: no cover - each round drops one job
+        actions = []
+    pending = model.allocations.node < 0
+    extra_shapes = {
+        Shape(int(k), MILLI, 1, gpu_spec=str(spec))
+        for k, milli, spec in zip(
+            model.allocations.num_gpu[pending].tolist(),
+            model.allocations.gpu_milli[pending].tolist(),
+            model.allocations.gpu_spec[pending].tolist(),
+            strict=True,
+        )
+        if k > 0 and milli == MILLI
+    }
+    before, after, benefit = outcome(model, actions, shapes_with(sorted(extra_shapes, key=str)))
+    moved = {a.alloc for a in actions}
+    freed: Counter[str] = Counter()
+    for a in actions:
+        assert a.src is not None
+        freed[str(model.nodes.gpu_model[model.node_index(a.src.node)])] += len(a.src.gpus)
+    extra = {
+        "freed_gpus": dict(freed),
+        "models": {m: {k: round(v, 3) for k, v in r.items()} for m, r in table.items()},
+        "scarce": sorted(scarce),
+        "idle": sorted(idle),
+        "throughput": dict(THROUGHPUT),
+        "jobs": [
+            {**{k: v for k, v in c.items() if k != "row"}, "moved": c["alloc"] in moved}
+            for c in found
+            if c["gpu_model"] in scarce
+        ],
+        "dropped_by_replay": sorted(dropped),
+    }
+    note = "" if actions else "no light job on a scarce model fits an idle model"
+    return Plan(goal, True, tuple(actions), before, after, note, "rebalance", benefit, extra)
+
+
+def _plan_moves(model, policy, settings, table, scarce, idle, found, dropped) -> list[Action]:
+    free = model.gpu_is_free.copy()
+    need = {m: table[m]["to_free"] for m in scarce}
+    options = []
+    for c in found:
+        if c["gpu_model"] not in scarce or c["alloc"] in dropped:
+            continue
+        for target, est in c["targets"].items():
+            if target in idle and est["eligible"]:
+                options.append((est["slowdown"], c["num_gpu"], c["alloc"], target, c))
+    options.sort(key=lambda o: (o[0], o[1], o[2], -throughput(o[3]) if throughput(o[3]) else 0))
+    done: set[str] = set()
+    actions = []
+    node_model = model.nodes.gpu_model
+    for factor, k, alloc, target, c in options:
+        if alloc in done or need[c["gpu_model"]] <= 0:
+            continue
+        slot = None
+        for node in np.flatnonzero(node_model == target).tolist():
+            slot = _free_slots(model, free, node, k, policy)
+            if slot is not None:
+                break
+        if slot is None:
+            continue
+        free[slot] = False
+        done.add(alloc)
+        need[c["gpu_model"]] -= k
+        dst_node = str(model.nodes.name[model.gpus.node[slot[0]]])
+        reason = (
+            f"{alloc} used p95 {c['util_p95']:.0%} of {k} {c['gpu_model']}; at relative "
+            f"throughput {throughput(c['gpu_model']):g} vs {throughput(target):g} it needs "
+            f"{c['util_p95'] * throughput(c['gpu_model']) / throughput(target):.0%} of a {target}: "
+            f"estimated slowdown {factor:.2f}x; frees {k} {c['gpu_model']} for the queue"
+        )
+        actions.append(
+            Action(
+                "rebalance",
+                alloc=alloc,
+                job=c["job"],
+                tenant=c["tenant"],
+                src=GpuSet(c["node"], tuple(c["gpus"])),
+                dst=GpuSet(dst_node, tuple(int(model.gpus.index[r]) for r in slot)),
+                reason=reason,
+                cost=move_cost(model, c["row"], policy.default_restart_s),
+            )
+        )
+    return actions
