@@ -1,0 +1,153 @@
+"""The app in a real browser: `streamlit run` on 127.0.0.1, Debian's chromium driven headless by
+Playwright, every page loaded without a Streamlit exception, a screenshot of each saved under
+test-output/screenshots/.
+
+Needs /usr/bin/chromium (`make system`) and the playwright package (no `playwright install`: we
+use the Debian browser). Skips when they are missing, except under CI=true, where a missing
+browser is a failure rather than a silently skipped test.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+MAIN = ROOT / "advisor" / "app" / "main.py"
+SHOTS = ROOT / "test-output" / "screenshots"
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-dev-shm-usage",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+SOURCE = "sim:a100-16x8?t=6h"
+# (url path, page title, what must be drawn before the screenshot)
+PAGES = [
+    ("", "Fleet", ['[data-testid="stPlotlyChart"] .main-svg']),
+    ("fragmentation", "Fragmentation", ['[data-testid="stPlotlyChart"] .main-svg']),
+]
+
+
+def _need(what: str) -> None:
+    if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+        pytest.fail(f"{what} (CI=true: not skipping)")
+    pytest.skip(what)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _healthy(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as response:
+            return response.status == 200
+    except OSError:
+        return False
+
+
+@pytest.fixture(scope="module")
+def app_url() -> Iterator[str]:
+    if not Path(CHROMIUM).exists():
+        _need(f"{CHROMIUM} not installed (make system)")
+    if importlib.util.find_spec("playwright") is None:
+        _need("the playwright package is not installed")
+    port = _free_port()
+    log = (ROOT / "test-output").resolve()
+    log.mkdir(parents=True, exist_ok=True)
+    with open(log / "streamlit-browser-test.log", "wb") as out:
+        process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "streamlit",
+                "run",
+                str(MAIN),
+                "--server.headless",
+                "true",
+                "--server.address",
+                "127.0.0.1",
+                "--server.port",
+                str(port),
+                "--browser.gatherUsageStats",
+                "false",
+                "--server.fileWatcherType",
+                "none",
+                "--",
+                "--source",
+                SOURCE,
+            ],
+            cwd=ROOT,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+        try:
+            url = f"http://127.0.0.1:{port}/"
+            deadline = time.monotonic() + 60
+            while not _healthy(url + "_stcore/health"):
+                assert process.poll() is None, "streamlit exited; see test-output/streamlit-*.log"
+                assert time.monotonic() < deadline, "streamlit did not become healthy in 60 s"
+                time.sleep(0.2)
+            yield url
+        finally:
+            process.terminate()
+            try:
+                process.wait(10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+@pytest.fixture(scope="module")
+def browser(app_url: str) -> Iterator[object]:
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(
+            executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS
+        )
+        try:
+            yield chromium
+        finally:
+            chromium.close()
+
+
+@pytest.mark.parametrize(("path", "title", "drawn"), PAGES, ids=[p[1] for p in PAGES])
+def test_page_renders_without_exception(
+    app_url: str, browser, path: str, title: str, drawn: list[str]
+) -> None:
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    try:
+        page.goto(app_url + path, wait_until="domcontentloaded")
+        page.wait_for_selector(f'h1:has-text("{title}")', timeout=60_000)
+        # the script run is over when the status widget ("Running...") is gone
+        page.wait_for_selector('[data-testid="stStatusWidget"]', state="detached", timeout=60_000)
+        for selector in drawn:
+            page.wait_for_selector(selector, timeout=30_000)
+        page.wait_for_timeout(500)  # let lazy grids finish painting
+        assert page.locator('[data-testid="stException"]').count() == 0
+        assert page.locator('[data-testid="stAlertContentError"]').count() == 0
+        SHOTS.mkdir(parents=True, exist_ok=True)
+        shot = SHOTS / f"{title.lower().replace('-', '')}.png"
+        page.screenshot(path=str(shot), full_page=True)
+        assert shot.stat().st_size > 20_000  # a drawn page, not a blank header
+    finally:
+        page.close()
