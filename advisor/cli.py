@@ -15,6 +15,7 @@ SUBCOMMAND_MODULES: tuple[str, ...] = (
     "advisor.analyze",
     "advisor.app.cli",
     "advisor.planner.cli",
+    "advisor.service.cli",
 )
 
 

@@ -1,7 +1,8 @@
 """HTTP front of the exporter: `/metrics` copies the pre-rendered page, nothing more.
 
 Routes: `/` landing page, `/metrics`, `/health` (readiness: fresh data), `/-/healthy`
-(liveness: the process answers). TLS and basic auth come from the web-config file.
+(liveness: the process answers), plus any extra read-only routes the caller passes (the
+advisor's JSON API). TLS and basic auth come from the web-config file and cover every route.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ import html
 import logging
 import socket
 import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Protocol
@@ -23,6 +26,19 @@ log = logging.getLogger(__name__)
 
 # The classic text format that generate_latest() writes; every Prometheus 2.x and 3.x parses it.
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+@dataclass(frozen=True, slots=True)
+class Response:
+    """What an extra route answers; sent in one write like every other response."""
+
+    status: int
+    body: bytes
+    content_type: str
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+Route = Callable[[str], Response]  # query string (without '?') -> response
 
 
 class PageSource(Protocol):
@@ -44,12 +60,20 @@ class _Server(ThreadingHTTPServer):
     daemon_threads = True
     request_queue_size = 64
 
-    def __init__(self, address: tuple[str, int], source: PageSource, web: WebConfig, title: str):
+    def __init__(
+        self,
+        address: tuple[str, int],
+        source: PageSource,
+        web: WebConfig,
+        title: str,
+        routes: Mapping[str, Route] | None = None,
+    ):
         self.address_family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
         super().__init__(address, _Handler)
         self.source = source
         self.web = web
         self.title = title
+        self.routes: Mapping[str, Route] = routes or {}
 
     def finish_request(self, request, client_address) -> None:
         """Runs in the connection's own thread, so a slow TLS handshake stalls only itself."""
@@ -78,8 +102,11 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         if not self._authorized():
             return
-        path = self.path.split("?", 1)[0]
-        if path == "/metrics":
+        path, _, query = self.path.partition("?")
+        route = self.server.routes.get(path)
+        if route is not None:
+            self._route(route, query)
+        elif path == "/metrics":
             self._metrics()
         elif path == "/health":
             health = self.server.source.health()
@@ -101,6 +128,16 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(HTTPStatus.OK, page.gzipped, CONTENT_TYPE, {"Content-Encoding": "gzip"})
         else:
             self._send(HTTPStatus.OK, page.body, CONTENT_TYPE)
+
+    def _route(self, route: Route, query: str) -> None:
+        try:
+            response = route(query)
+        except Exception:  # a broken handler answers 500; the server and other routes live on
+            log.exception("handler for %s failed", self.path)
+            response = Response(500, b"internal error\n", "text/plain; charset=utf-8")
+        self._send(
+            HTTPStatus(response.status), response.body, response.content_type, response.headers
+        )
 
     def _authorized(self) -> bool:
         web = self.server.web
@@ -149,8 +186,12 @@ class _Handler(BaseHTTPRequestHandler):
             f"<p>Status: <b>{'healthy' if health.healthy else 'unhealthy'}</b> — "
             f"{html.escape(health.reason)}; last collection {age}.</p>"
             '<ul><li><a href="/metrics">Metrics</a></li>'
-            '<li><a href="/health">Health</a> (503 when data is stale)</li></ul>'
-            "</body></html>"
+            '<li><a href="/health">Health</a> (503 when data is stale)</li>'
+            + "".join(
+                f'<li><a href="{html.escape(path)}">{html.escape(path)}</a></li>'
+                for path in self.server.routes
+            )
+            + "</ul></body></html>"
         )
 
 
@@ -158,10 +199,15 @@ class ExporterServer:
     """Owns the listening socket and its thread; `close()` stops both."""
 
     def __init__(
-        self, address: str, source: PageSource, web: WebConfig, title: str = "gpu-defrag exporter"
+        self,
+        address: str,
+        source: PageSource,
+        web: WebConfig,
+        title: str = "gpu-defrag exporter",
+        routes: Mapping[str, Route] | None = None,
     ) -> None:
         host, port = parse_listen_address(address)
-        self._httpd = _Server((host, port), source, web, title)
+        self._httpd = _Server((host, port), source, web, title, routes)
         self._thread = threading.Thread(target=self._httpd.serve_forever, name="http", daemon=True)
 
     @property

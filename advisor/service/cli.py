@@ -1,0 +1,175 @@
+"""`gpu-defrag advise`: the advisor as a service — /metrics for Prometheus, a JSON API.
+
+    gpu-defrag advise --source sim:a100-16x8
+    gpu-defrag advise --source prometheus+http://prometheus:9090 --advise.interval 1m
+    gpu-defrag advise --source http://node1:9835/metrics,http://node2:9835/metrics
+
+Every `--advise.interval` it ingests the source, analyses fragmentation, forecasts demand per
+pool from its own history and plans checked consolidations; see docs/service.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import threading
+
+from exporter.cli import configure_logging, duration
+
+log = logging.getLogger("advisor.service")
+
+DEFAULT_LISTEN = ":9836"
+
+
+def horizons(text: str) -> tuple[int, ...]:
+    """'1h,6h,24h' -> (1, 6, 24): whole hours, the forecast's grid."""
+    out = []
+    for part in (p.strip() for p in text.split(",")):
+        try:
+            seconds = duration(part)
+        except argparse.ArgumentTypeError:
+            raise argparse.ArgumentTypeError(f"{part!r} is not a horizon like 1h or 24h") from None
+        if seconds < 3600 or seconds % 3600:
+            raise argparse.ArgumentTypeError(f"{part!r}: horizons are whole hours (1h, 6h, 24h)")
+        out.append(int(seconds // 3600))
+    return tuple(sorted(set(out)))
+
+
+def positive_int(text: str) -> int:
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number >= 0")
+    return int(text)
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    from advisor.ingest.sources import SOURCE_HELP
+
+    parser = subparsers.add_parser(
+        "advise",
+        help="run the advisor as a service (/metrics and a JSON API)",
+        description=__doc__,
+        epilog="sources:\n" + SOURCE_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--source", required=True, help="where the cluster model comes from")
+    parser.add_argument("--web.listen-address", dest="listen_address", default=DEFAULT_LISTEN)
+    parser.add_argument(
+        "--web.config.file",
+        dest="web_config_file",
+        default="",
+        help="exporter-toolkit web config (TLS, basic auth with bcrypt hashes)",
+    )
+    parser.add_argument(
+        "--advise.interval", dest="interval", type=duration, default=duration("60s")
+    )
+    parser.add_argument(
+        "--source.timeout",
+        dest="source_timeout",
+        type=duration,
+        default=duration("10s"),
+        help="HTTP timeout of one read of the source",
+    )
+    parser.add_argument("--policy", default="", help="planner policy file (quotas, locality)")
+    parser.add_argument(
+        "--top-actions",
+        dest="top_actions",
+        type=positive_int,
+        default=10,
+        help="bound of the gpu_advisor_action_info series (default 10)",
+    )
+    parser.add_argument(
+        "--forecast.horizons",
+        dest="horizons",
+        type=horizons,
+        default=horizons("1h,6h,24h"),
+        help="comma-separated whole hours (default 1h,6h,24h)",
+    )
+    parser.add_argument(
+        "--history.max-points",
+        dest="history_points",
+        type=positive_int,
+        default=20_000,
+        help="runs kept for trends and forecasts (default 20000: two weeks at 1m)",
+    )
+    parser.add_argument(
+        "--sim.backfill",
+        dest="sim_backfill",
+        type=duration,
+        default=duration("72h"),
+        help="sim sources only: simulated past stepped through hourly at start (default 72h)",
+    )
+    parser.add_argument(
+        "--health.stale-intervals",
+        dest="stale_intervals",
+        type=float,
+        default=3.0,
+        help="/health turns 503 when the last good run is older than this many intervals",
+    )
+    parser.add_argument(
+        "--log.level",
+        dest="log_level",
+        default="info",
+        choices=["debug", "info", "warning", "error"],
+    )
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from advisor.history import History
+    from advisor.ingest.sources import SourceError
+    from advisor.planner.constraints import Policy, PolicyError, load_policy
+    from advisor.service.api import Api
+    from advisor.service.loop import AdvisorLoop, Config, LiveSim, make_ingest
+    from exporter.server import ExporterServer
+    from exporter.webconfig import WebConfigError, load_web_config
+
+    configure_logging(args.log_level)
+    try:
+        web = load_web_config(args.web_config_file or None)
+        policy = load_policy(args.policy) if args.policy else Policy()
+        ingest = make_ingest(args.source, args.source_timeout)
+        if args.history_points < 1:
+            raise ValueError("--history.max-points must be at least 1")
+    except (WebConfigError, PolicyError, SourceError, ValueError, OSError) as error:
+        print(f"gpu-defrag advise: {error}", file=sys.stderr)
+        return 2
+    config = Config(
+        interval_s=args.interval,
+        policy=policy,
+        top_actions=args.top_actions,
+        horizons_h=args.horizons,
+        stale_intervals=args.stale_intervals,
+    )
+    loop = AdvisorLoop(args.source, ingest, config, History(max_points=args.history_points))
+    try:
+        server = ExporterServer(
+            args.listen_address, loop, web, "gpu-defrag advisor", Api(loop.state).routes()
+        )
+    except (OSError, ValueError) as error:
+        print(
+            f"gpu-defrag advise: cannot listen on {args.listen_address}: {error}", file=sys.stderr
+        )
+        return 2
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    server.start()
+    if isinstance(ingest, LiveSim) and args.sim_backfill > 0:
+        models = ingest.backfill(args.sim_backfill)
+        loop.seed_history(models)
+        log.info("simulated %d past hours into the history", len(models))
+    loop.start()
+    scheme = "https" if web.tls else "http"
+    log.info(
+        "advising on %s every %.3gs; serving %s://%s/metrics and /api/",
+        args.source,
+        args.interval,
+        scheme,
+        args.listen_address,
+    )
+    stop.wait()
+    server.close()
+    loop.stop()
+    return 0

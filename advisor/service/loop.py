@@ -1,0 +1,343 @@
+"""The advisor's run loop: ingest → analyse → forecast → plan, on an interval, in one thread.
+
+Each stage is timed and its failures counted by stage. A failed ingest (or analysis) keeps the
+last good results and marks them stale, with the source's one-line error, so dashboards keep
+their last picture and say how old it is; a failed forecast or plan keeps the previous run's
+section, marked stale, beside fresh fragmentation numbers. The /metrics page is rendered once
+per run (HTTP handlers only copy bytes), and page, results and health are published together.
+"""
+
+from __future__ import annotations
+
+import gzip
+import logging
+import math
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+from urllib.parse import parse_qs
+
+import numpy as np
+
+from advisor.fragmentation import measures
+from advisor.history import History
+from advisor.ingest.sources import SourceError, load_source, seconds, sim_model
+from advisor.model import ClusterModel
+from advisor.planner.constraints import Policy
+from advisor.service import results as R
+from advisor.service.forecast import forecast_pools
+from advisor.service.plans import recommend_service
+from exporter.collector import Health
+from exporter.render import Page
+
+log = logging.getLogger("advisor.service")
+
+STAGES = R.STAGES
+
+
+# --------------------------------------------------------------------------- sources
+
+
+class LiveSim:
+    """A `sim:PRESET[?seed=&nodes=&t=]` source that keeps running: every read advances the
+    simulated fleet by the wall time since the previous read, so the advisor watches jobs come
+    and go instead of one frozen instant. `backfill()` first steps the fleet through a past
+    span, which gives the forecast a history to learn from at start-up."""
+
+    def __init__(self, spec: str, clock: Callable[[], float] = time.monotonic) -> None:
+        from exporter.sim.fleet import SimFleet  # heavy; only for sim sources
+        from exporter.sim.presets import PRESETS
+
+        self.spec = spec
+        preset, _, query = spec.removeprefix("sim:").partition("?")
+        params = {k: v[-1] for k, v in parse_qs(query, keep_blank_values=True).items()}
+        unknown = sorted(set(params) - {"seed", "nodes", "t"})
+        if unknown:
+            raise SourceError(
+                f"{spec}: option {unknown[0]!r} does not apply to the advisor service, whose "
+                "simulated fleet runs live (known: nodes, seed, t)"
+            )
+        if preset not in PRESETS:
+            raise SourceError(f"{spec}: unknown preset {preset!r} (known: {', '.join(PRESETS)})")
+        try:
+            seed = int(params.get("seed", "42"))
+            nodes = int(params["nodes"]) if params.get("nodes") else None
+        except ValueError:
+            raise SourceError(f"{spec}: seed and nodes must be integers") from None
+        self.start_s = seconds(params.get("t", "0"), "t")
+        self.fleet = SimFleet(preset, seed, nodes)
+        self.clock = clock
+        self._last: float | None = None
+
+    def backfill(self, span_s: float, step_s: float = 3600.0) -> list[ClusterModel]:
+        """Models every `step_s` over `span_s` of simulated time ending at the start time `t`
+        (beginning at 0 when `t` is shorter than the span; the live run then starts where the
+        backfill ended)."""
+        models = []
+        begin = max(0.0, self.start_s - span_s)
+        for at in np.arange(begin, begin + span_s, step_s):
+            self.fleet.advance(float(at) - self.fleet.now)
+            models.append(sim_model(self.fleet, self.spec))
+        return models
+
+    def __call__(self) -> ClusterModel:
+        now = self.clock()
+        if self._last is None:
+            self.fleet.advance(max(0.0, self.start_s - self.fleet.now))
+        else:
+            self.fleet.advance(max(0.0, now - self._last))
+        self._last = now
+        return sim_model(self.fleet, self.spec)
+
+
+def make_ingest(spec: str, timeout_s: float) -> Callable[[], ClusterModel]:
+    """The source's reader: a live simulation for `sim:`, else `load_source` on every run."""
+    if spec.strip().startswith("sim:"):
+        return LiveSim(spec.strip())
+    return lambda: load_source(spec, timeout=timeout_s)
+
+
+# --------------------------------------------------------------------------- state
+
+
+@dataclass(frozen=True)
+class RunState:
+    """Everything /metrics and the API serve, published atomically after every run."""
+
+    source: str
+    results: R.Results | None = None
+    stale: bool = True
+    source_up: bool = False
+    source_error: str = ""
+    last_error: str = ""  # the latest failure of any stage, "" after a clean run
+    last_success_ts: float | None = None
+    last_duration_s: float | None = None
+    stage_seconds: dict[str, float] = field(default_factory=dict)
+    runs: int = 0
+    errors: dict[str, int] = field(default_factory=lambda: dict.fromkeys(STAGES, 0))
+
+
+@dataclass(frozen=True)
+class Config:
+    interval_s: float = 60.0
+    policy: Policy = field(default_factory=Policy)
+    settings: measures.Settings = field(default_factory=measures.Settings)
+    top_actions: int = 10
+    horizons_h: tuple[int, ...] = (1, 6, 24)
+    stale_intervals: float = 3.0
+
+
+def analyze_model(
+    model: ClusterModel, settings: measures.Settings, observed_at: float
+) -> R.Results:
+    """Pure: the fragmentation part of a run's results."""
+    analysis = measures.analyze(model, settings)
+    idle = measures.allocated_idle(model, settings.idle)
+    return R.Results(
+        model=model,
+        observed_at=observed_at,
+        finished_at=observed_at,
+        analysis=analysis,
+        shapes=R.shape_table(analysis, settings.shapes),
+        pools=R.pool_table(model, analysis),
+        gpu_models=R.type_table(model, idle),
+        gpu_states=R.gpu_state_codes(model, idle),
+    )
+
+
+class AdvisorLoop:
+    """Runs the stages every `interval_s` and holds the latest `RunState` and /metrics page."""
+
+    def __init__(
+        self,
+        source: str,
+        ingest: Callable[[], ClusterModel],
+        config: Config = Config(),
+        history: History | None = None,
+        clock: Callable[[], float] = time.time,
+        render: Callable[[RunState, Config], bytes] | None = None,
+    ) -> None:
+        from advisor.service.metrics import render_page  # metrics imports this module's types
+
+        self.ingest = ingest
+        self.config = config
+        self.history = history if history is not None else History()
+        self.clock = clock
+        self._render = render or render_page
+        self._lock = threading.Lock()
+        self._state = RunState(source=source)
+        self._page = self._make_page(self._state)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # --- what the HTTP side reads (PageSource protocol + the API's view) ---
+    def state(self) -> RunState:
+        with self._lock:
+            return self._state
+
+    def current_page(self) -> Page:
+        with self._lock:
+            return self._page
+
+    def health(self) -> Health:
+        """Ready when the last run succeeded and is not older than `stale_intervals` intervals."""
+        state = self.state()
+        if state.last_success_ts is None:
+            reason = state.last_error or "no advisor run yet"
+            return Health(False, f"no successful advisor run yet: {reason}", None, None)
+        age = max(0.0, self.clock() - state.last_success_ts)
+        limit = self.config.stale_intervals * self.config.interval_s
+        if state.stale:
+            return Health(
+                False, f"serving stale results: {state.last_error}", state.last_success_ts, age
+            )
+        if age > limit:
+            return Health(
+                False,
+                f"last successful run {age:.0f}s ago (> {limit:.0f}s)",
+                state.last_success_ts,
+                age,
+            )
+        return Health(True, "ok", state.last_success_ts, age)
+
+    # --- running ---
+    def seed_history(self, models: Sequence[ClusterModel]) -> None:
+        """Past observations (e.g. a simulated backfill) go into the history, not the results."""
+        for model in models:
+            if not math.isnan(model.timestamp):
+                self.history.append(model)
+
+    def run_once(self) -> RunState:
+        started = time.perf_counter()
+        previous = self.state()
+        timings: dict[str, float] = {}
+        errors = dict(previous.errors)
+        failures: list[str] = []
+
+        def fail(stage: str, error: BaseException) -> str:
+            message = str(error).splitlines()[0] if str(error) else type(error).__name__
+            errors[stage] = errors.get(stage, 0) + 1
+            failures.append(f"{stage}: {message}")
+            return message
+
+        results: R.Results | None = None
+        source_up, source_error = True, ""
+        t0 = time.perf_counter()
+        try:
+            model = self.ingest()
+        except Exception as error:  # any reader failure is the source being down
+            source_up, source_error = False, fail("ingest", error)
+            if not isinstance(error, (SourceError, OSError, ValueError)):
+                log.exception("ingest from %s failed unexpectedly", previous.source)
+            log.warning(
+                "source %s failed: %s; serving the last good results", previous.source, source_error
+            )
+            model = None
+        timings["ingest"] = time.perf_counter() - t0
+
+        if model is not None:
+            t0 = time.perf_counter()
+            try:
+                observed_at = model.timestamp if not math.isnan(model.timestamp) else self.clock()
+                model = self.history.with_usage(model)
+                results = analyze_model(model, self.config.settings, observed_at)
+                if not math.isnan(model.timestamp):
+                    self.history.append(model, results.analysis)
+            except Exception as error:
+                log.exception("analysis of %s failed", previous.source)
+                fail("analyze", error)
+                results = None
+            timings["analyze"] = time.perf_counter() - t0
+
+        if results is not None:
+            old = previous.results
+            t0 = time.perf_counter()
+            try:
+                forecast = forecast_pools(self.history.pool_demand(), self.config.horizons_h)
+                forecast = {**forecast, "stale": False, "error": ""}
+            except Exception as error:
+                log.exception("forecast failed")
+                message = fail("forecast", error)
+                forecast = {**(old.forecast if old else {}), "stale": True, "error": message}
+            timings["forecast"] = time.perf_counter() - t0
+            t0 = time.perf_counter()
+            try:
+                recs = recommend_service(
+                    results.model, self.config.settings.shapes, results.shapes, self.config.policy
+                )
+                recs = {**recs, "stale": False, "error": ""}
+            except Exception as error:
+                log.exception("planning failed")
+                message = fail("plan", error)
+                recs = {**(old.recommendations if old else {}), "stale": True, "error": message}
+            timings["plan"] = time.perf_counter() - t0
+            results = replace(
+                results, forecast=forecast, recommendations=recs, finished_at=self.clock()
+            )
+
+        ok = results is not None
+        duration = time.perf_counter() - started
+        state = RunState(
+            source=previous.source,
+            results=results if ok else previous.results,
+            stale=not ok,
+            source_up=source_up,
+            source_error=source_error,
+            last_error="; ".join(failures),
+            last_success_ts=self.clock() if ok else previous.last_success_ts,
+            last_duration_s=duration,
+            stage_seconds=timings,
+            runs=previous.runs + 1,
+            errors=errors,
+        )
+        page = self._make_page(state)
+        with self._lock:
+            self._state, self._page = state, page
+        if ok and previous.stale and previous.runs:
+            log.info("source %s is back; results are fresh again", previous.source)
+        log.debug("run %d took %.3fs (%s)", state.runs, duration, timings)
+        return state
+
+    def _make_page(self, state: RunState) -> Page:
+        body = self._render(state, self.config)
+        return Page(body=body, gzipped=gzip.compress(body, compresslevel=1))
+
+    def _loop(self) -> None:
+        next_run = time.monotonic()
+        while not self._stop.is_set():
+            try:
+                self.run_once()
+            except Exception:  # never let the thread die; the next run tries again
+                log.exception("advisor run failed")
+            next_run += self.config.interval_s
+            delay = next_run - time.monotonic()
+            if delay < 0:  # a run longer than the interval: start the next one now, no backlog
+                next_run, delay = time.monotonic(), 0.0
+            self._stop.wait(delay)
+
+    def start(self) -> AdvisorLoop:
+        self._thread = threading.Thread(target=self._loop, name="advisor", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+
+
+def describe(state: RunState) -> dict[str, Any]:
+    """The freshness block every API answer carries."""
+    results = state.results
+    return {
+        "source": state.source,
+        "stale": state.stale or results is None,
+        "source_up": state.source_up,
+        "source_error": state.source_error or None,
+        "last_error": state.last_error or None,
+        "observed_at": results.observed_at if results else None,
+        "last_success_timestamp": state.last_success_ts,
+        "runs": state.runs,
+    }

@@ -1,0 +1,168 @@
+"""Run state → the advisor contract's metric families (`advisor.contract.ADVISOR_METRICS`).
+
+Pure: `families(state, top_actions)` builds the samples and `render_page` the text with the
+exporter's renderer, so the page is byte-identical to what prometheus_client would write.
+Series that cannot be known are left out, never written as zero: without a good run there
+are no fragmentation series, a pool/horizon without a backtested forecast has no forecast
+series. `gpu_advisor_allocated_idle_power_watts` is never served: the cluster model carries
+no per-GPU power reading (see docs/service.md).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from advisor.contract import ADVISOR_BY_NAME
+from advisor.service.results import NO_POOL, STAGES
+from exporter import __version__
+from exporter.render import Families
+
+if TYPE_CHECKING:
+    from advisor.service.loop import Config, RunState
+
+
+def _add(families: Families, name: str, labels: tuple[str, ...], value: float | None) -> None:
+    if value is not None:
+        families.add_spec(ADVISOR_BY_NAME[name], labels, float(value))
+
+
+def _fragmentation(families: Families, state: RunState) -> None:
+    results = state.results
+    if results is None:
+        return
+    for row in results.pools:
+        pool = (row["pool"],)
+        _add(families, "gpu_advisor_fragmentation_ratio", pool, row["fragmentation_ratio"])
+        _add(families, "gpu_advisor_fragmented_gpus", pool, row["fragmented_gpus"])
+        _add(families, "gpu_advisor_free_gpus", pool, row["free_gpus"])
+        _add(families, "gpu_advisor_gpus", pool, row["healthy_gpus"])
+    for row in results.shapes:
+        shape = (row["shape"],)
+        _add(families, "gpu_advisor_shape_gpus", shape, row["gpus_per_job"])
+        _add(families, "gpu_advisor_schedulable_jobs", shape, row["schedulable_jobs"])
+        _add(families, "gpu_advisor_stranded_gpus", shape, row["stranded_gpus"])
+    largest = results.analysis["spatial"]["largest_job"]["single_node_gpus"]
+    _add(families, "gpu_advisor_largest_schedulable_job_gpus", (), largest)
+    model = results.model
+    nodes = results.analysis["nodes"]
+    pools = [str(p) or NO_POOL for p in model.nodes.pool.tolist()]
+    names = model.nodes.name.tolist()
+    for i, (node, pool) in enumerate(zip(names, pools, strict=True)):
+        _add(
+            families,
+            "gpu_advisor_node_fragmentation_score",
+            (node, pool),
+            nodes["fgd_fragment_gpus"][i],
+        )
+    spec = ADVISOR_BY_NAME["gpu_advisor_gpu_state"]
+    for node_row, index, code in zip(
+        model.gpus.node.tolist(),
+        model.gpus.index.tolist(),
+        results.gpu_states.tolist(),
+        strict=True,
+    ):
+        families.add_spec(spec, (names[node_row], str(index), pools[node_row]), code)
+    for row in results.pools:
+        pool = (row["pool"],)
+        _add(families, "gpu_advisor_allocated_idle_gpus", pool, row["allocated_idle_gpus"])
+    for row in results.gpu_models:
+        _add(
+            families,
+            "gpu_advisor_idle_capacity_gpus",
+            (row["gpu_model"],),
+            row["idle_capacity_gpus"],
+        )
+        _add(families, "gpu_advisor_demand_gpus", (row["gpu_model"],), row["demand_gpus"])
+    for row in results.pools:
+        _add(
+            families,
+            "gpu_advisor_stranded_memory_bytes",
+            (row["pool"],),
+            row["stranded_memory_bytes"],
+        )
+
+
+def _forecast(families: Families, state: RunState) -> None:
+    results = state.results
+    if results is None:
+        return
+    pools = results.forecast.get("pools", [])
+    for pool in pools:
+        for h in pool["horizons"]:
+            if not h.get("available"):
+                continue
+            for quantile, value in h["quantiles"].items():
+                _add(
+                    families,
+                    "gpu_advisor_forecast_demand_gpus",
+                    (pool["pool"], h["horizon"], quantile),
+                    value,
+                )
+    for pool in pools:
+        _add(families, "gpu_advisor_forecast_capacity_gpus", (pool["pool"],), pool["capacity_gpus"])
+    for pool in pools:
+        for h in pool["horizons"]:
+            if not h.get("available"):
+                continue
+            for model_name, wape in h["backtest"]["wape_ratio"].items():
+                _add(
+                    families,
+                    "gpu_advisor_forecast_backtest_wape_ratio",
+                    (pool["pool"], h["horizon"], model_name),
+                    wape,
+                )
+
+
+def _recommendations(families: Families, state: RunState, top_actions: int) -> None:
+    results = state.results
+    if results is None or "by_kind" not in results.recommendations:
+        return
+    recs = results.recommendations
+    for kind, count in recs["by_kind"].items():
+        _add(families, "gpu_advisor_recommended_actions", (kind,), count)
+    top = recs["actions"][: max(0, top_actions)]
+    info = ADVISOR_BY_NAME["gpu_advisor_action_info"]
+    for row in top:
+        labels = (
+            str(row["rank"]),
+            row["kind"],
+            row["job"],
+            row["tenant"],
+            row["source"],
+            row["target"],
+            row["summary"],
+        )
+        families.add_spec(info, labels, 1.0)
+    for row in top:
+        _add(
+            families,
+            "gpu_advisor_action_cost_gpu_hours",
+            (str(row["rank"]),),
+            row["cost_gpu_hours"],
+        )
+    for row in top:
+        _add(families, "gpu_advisor_action_benefit_gpus", (str(row["rank"]),), row["benefit_gpus"])
+
+
+def _self(families: Families, state: RunState) -> None:
+    _add(families, "gpu_advisor_build_info", (__version__,), 1.0)
+    _add(families, "gpu_advisor_source_up", (state.source,), 1.0 if state.source_up else 0.0)
+    _add(families, "gpu_advisor_last_success_timestamp_seconds", (), state.last_success_ts)
+    _add(families, "gpu_advisor_run_duration_seconds", (), state.last_duration_s)
+    _add(families, "gpu_advisor_runs_total", (), state.runs)
+    for stage in STAGES:
+        _add(families, "gpu_advisor_run_errors_total", (stage,), state.errors.get(stage, 0))
+
+
+def families(state: RunState, top_actions: int = 10) -> Families:
+    """Every advisor series for one run state, in contract order within each section."""
+    out = Families()
+    _fragmentation(out, state)
+    _forecast(out, state)
+    _recommendations(out, state, top_actions)
+    _self(out, state)
+    return out
+
+
+def render_page(state: RunState, config: Config) -> bytes:
+    return families(state, config.top_actions).text().encode()

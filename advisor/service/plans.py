@@ -1,0 +1,121 @@
+"""Recommendations for the service: checked consolidation plans for the shapes that cannot start.
+
+For every whole-GPU job shape of the analysis settings that no free capacity can host now (and
+that the fleet could host at all), the consolidation heuristic plans the migrations and
+reservations that would let one such job start; every plan is replayed by the planner's checker
+before it is returned (`plan_heuristic` never returns a plan that fails its check). Plans are
+ranked cheapest first; their actions, in plan order, are the ranked action list.
+
+Each action's benefit is the number of GPUs it makes usable for its plan's job shape: a
+migration counts the GPUs it frees that the plan then reserves for the job, a reservation the
+GPUs it holds that were free already. A plan's actions therefore sum to the job's GPUs.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+from advisor.fragmentation.measures import Shape
+from advisor.model import MILLI, ClusterModel
+from advisor.planner.actions import KINDS, Action, Plan
+from advisor.planner.consolidate import parse_goal, plan_heuristic
+from advisor.planner.constraints import Policy
+from advisor.service.results import shape_label
+
+SUMMARY_MAX = 160  # characters of an action summary in the info series label
+
+
+def blocked_shapes(
+    model: ClusterModel, shapes: Sequence[Shape], shape_rows: Sequence[dict[str, Any]]
+) -> list[Shape]:
+    """Whole-GPU shapes with no job that fits now, smallest first, that the fleet's usable GPUs
+    could hold at all (a 4x8 job on a 16-GPU fleet is not a fragmentation problem)."""
+    usable = int(model.gpu_usable.sum())
+    out = [
+        shape
+        for shape, row in zip(shapes, shape_rows, strict=True)
+        if shape.gpu_milli == MILLI and row["schedulable_jobs"] == 0 and shape.gpus <= usable
+    ]
+    return sorted(out, key=lambda s: s.gpus)
+
+
+def _benefits(actions: Sequence[Action]) -> list[float]:
+    reserved = {
+        (a.dst.node, g): a.dst.milli / MILLI
+        for a in actions
+        if a.kind == "reserve" and a.dst
+        for g in a.dst.gpus
+    }
+    vacated = {
+        (a.src.node, g) for a in actions if a.kind != "reserve" and a.src for g in a.src.gpus
+    }
+    out = []
+    for action in actions:
+        if action.kind == "reserve" and action.dst:
+            gpus = [(action.dst.node, g) for g in action.dst.gpus]
+            out.append(sum(reserved[k] for k in gpus if k not in vacated))
+        elif action.src:
+            gpus = [(action.src.node, g) for g in action.src.gpus]
+            out.append(sum(reserved.get(k, 0.0) for k in gpus))
+        else:
+            out.append(0.0)
+    return out
+
+
+def _summary(action: Action) -> str:
+    text = action.reason or action.kind
+    if action.kind == "reserve" and action.dst:
+        text = f"reserve {action.dst} ({action.reason})" if action.reason else str(action.dst)
+    elif action.src and action.dst:
+        text = f"{action.kind} {action.alloc} {action.src} -> {action.dst}"
+    elif action.src:
+        text = f"{action.kind} {action.alloc} from {action.src}"
+    return text[:SUMMARY_MAX]
+
+
+def ranked_actions(plans: Sequence[Plan]) -> list[dict[str, Any]]:
+    """Actions of the feasible plans, cheapest plan first, each with rank, cost and benefit."""
+    rows: list[dict[str, Any]] = []
+    for plan in sorted((p for p in plans if p.feasible), key=lambda p: p.cost.score()):
+        for action, benefit in zip(plan.actions, _benefits(plan.actions), strict=True):
+            rows.append(
+                {
+                    "rank": len(rows) + 1,
+                    "goal": plan.goal,
+                    "kind": action.kind,
+                    "alloc": action.alloc,
+                    "job": action.job,
+                    "tenant": action.tenant,
+                    "source": str(action.src) if action.src else "",
+                    "target": str(action.dst) if action.dst else "",
+                    "summary": _summary(action),
+                    "cost_gpu_hours": float(action.cost.gpu_hours),
+                    "restarts": int(action.cost.restarts),
+                    "benefit_gpus": float(benefit),
+                }
+            )
+    return rows
+
+
+def recommend_service(
+    model: ClusterModel,
+    shapes: Sequence[Shape],
+    shape_rows: Sequence[dict[str, Any]],
+    policy: Policy,
+) -> dict[str, Any]:
+    """The recommendations document: goals tried, their plans, ranked actions, count by kind."""
+    plans = [
+        plan_heuristic(model, parse_goal(f"job={shape_label(shape)}"), policy)
+        for shape in blocked_shapes(model, shapes, shape_rows)
+    ]
+    actions = ranked_actions(plans)
+    counts = Counter(row["kind"] for row in actions)
+    return {
+        "method": "consolidation",
+        "goals": [plan.goal for plan in plans],
+        "plans": [plan.to_dict() for plan in plans],
+        "actions": actions,
+        "by_kind": {kind: counts.get(kind, 0) for kind in KINDS},
+    }

@@ -1,0 +1,184 @@
+"""What one advisor run produced, and the pure functions that derive its tables from a model.
+
+`/metrics` and the JSON API read the same `Results`, so a number on a dashboard and in the
+API can never disagree. Everything here is a pure function of the cluster model and the
+`measures.analyze` result; the run loop (`loop.py`) does the I/O and the timing.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from advisor.contract import GPU_STATE_CODES
+from advisor.fragmentation.measures import Shape
+from advisor.model import MILLI, ClusterModel
+
+STAGES: tuple[str, ...] = ("ingest", "analyze", "forecast", "plan")
+NO_POOL = "(none)"  # label of nodes whose source names no pool (same as advisor.history)
+
+
+def shape_label(shape: Shape) -> str:
+    """The contract's shape label: `fractional`, `1`…`8` (GPUs on one node) or `KxG`."""
+    if shape.gpu_milli < MILLI:
+        return "fractional"
+    base = f"{shape.tasks}x{shape.num_gpu}" if shape.tasks > 1 else str(shape.num_gpu)
+    return base + (f"@{shape.gpu_spec}" if shape.gpu_spec else "")
+
+
+def pool_names(model: ClusterModel) -> np.ndarray:
+    """object (N): each node's pool, `(none)` where the source names none."""
+    pools = model.nodes.pool.astype(object)
+    return np.where(pools == "", NO_POOL, pools)
+
+
+def gpu_state_codes(model: ClusterModel, idle: np.ndarray) -> np.ndarray:
+    """int8 (G): 0 free, 1 allocated and busy, 2 allocated but idle, 3 unhealthy (or lost,
+    or on an unschedulable node: capacity nobody can use now)."""
+    allocated = model.gpu_milli_allocated > 0
+    codes = np.full(len(model.gpus), GPU_STATE_CODES["free"], dtype=np.int8)
+    codes[allocated] = GPU_STATE_CODES["busy"]
+    codes[allocated & idle] = GPU_STATE_CODES["allocated_idle"]
+    codes[~model.gpu_usable] = GPU_STATE_CODES["unhealthy"]
+    return codes
+
+
+def pool_table(model: ClusterModel, analysis: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per pool: GPUs, healthy and free GPUs, FGD fragment and rate, idle, stranded memory.
+
+    The FGD rate of a pool is its fragment amount over its free capacity, the same ratio the
+    cluster-wide `fgd.fragment_rate` is, restricted to the pool's nodes.
+    """
+    nodes = analysis["nodes"]
+    pools = pool_names(model)
+    gpu_pool = pools[model.gpus.node]
+    healthy = model.gpus.healthy & ~model.gpus.lost
+    rows = []
+    for pool in sorted(set(pools.tolist())):
+        on_node = pools == pool
+        on_gpu = gpu_pool == pool
+        fragment = float(nodes["fgd_fragment_gpus"][on_node].sum())
+        free_capacity = float(nodes["free_capacity_gpus"][on_node].sum())
+        rows.append(
+            {
+                "pool": pool,
+                "nodes": int(on_node.sum()),
+                "gpus": int(on_gpu.sum()),
+                "healthy_gpus": int((on_gpu & healthy).sum()),
+                "free_gpus": int((on_gpu & model.gpu_is_free).sum()),
+                "free_capacity_gpus": free_capacity,
+                "allocated_gpus": float(model.gpu_milli_allocated[on_gpu].sum()) / MILLI,
+                "fragmented_gpus": fragment,
+                "fragmentation_ratio": fragment / free_capacity if free_capacity > 0 else 0.0,
+                "allocated_idle_gpus": int(nodes["allocated_idle_gpus"][on_node].sum()),
+                "stranded_memory_bytes": float(nodes["stranded_memory_bytes"][on_node].sum()),
+            }
+        )
+    return rows
+
+
+def type_table(model: ClusterModel, idle: np.ndarray) -> list[dict[str, Any]]:
+    """Per GPU model: idle supply (free capacity + allocated-idle GPUs) against demand (GPUs
+    allocated + pending work; a pending task allowing several models is split evenly among
+    the allowed models in the fleet, one allowing any model among all of them)."""
+    gpu_model = model.nodes.gpu_model[model.gpus.node]
+    names = sorted(set(gpu_model.tolist()))
+    allocs = model.allocations
+    pending: dict[str, float] = defaultdict(float)
+    need = allocs.num_gpu * allocs.gpu_milli / MILLI
+    for row in np.flatnonzero(allocs.node < 0).tolist():
+        spec = str(allocs.gpu_spec[row])
+        allowed = [s for s in spec.split("|") if s in names] if spec else names
+        for name in allowed:
+            pending[name] += float(need[row]) / len(allowed)
+    rows = []
+    for name in names:
+        on = gpu_model == name
+        free_capacity = float(model.gpu_free_milli[on].sum()) / MILLI
+        allocated = float(model.gpu_milli_allocated[on].sum()) / MILLI
+        rows.append(
+            {
+                "gpu_model": name,
+                "gpus": int(on.sum()),
+                "free_capacity_gpus": free_capacity,
+                "allocated_idle_gpus": int((on & idle).sum()),
+                "idle_capacity_gpus": free_capacity + int((on & idle).sum()),
+                "allocated_gpus": allocated,
+                "pending_gpus": pending.get(name, 0.0),
+                "demand_gpus": allocated + pending.get(name, 0.0),
+            }
+        )
+    return rows
+
+
+def shape_table(analysis: dict[str, Any], shapes: tuple[Shape, ...]) -> list[dict[str, Any]]:
+    """Per shape (contract labels): GPUs per job, jobs that could start now, stranded GPUs."""
+    rows = []
+    for shape, measured in zip(shapes, analysis["spatial"]["shapes"], strict=True):
+        rows.append(
+            {
+                "shape": shape_label(shape),
+                "gpus_per_job": float(shape.gpus),
+                "schedulable_jobs": int(measured["jobs_that_fit"]),
+                "stranded_gpus": measured["stranded_gpus"],
+            }
+        )
+    return rows
+
+
+def node_rows(model: ClusterModel, analysis: dict[str, Any]) -> list[dict[str, Any]]:
+    """The per-node heatmap table of `measures.analyze`, as JSON-ready rows."""
+    nodes = analysis["nodes"]
+    pools = pool_names(model)
+    out = []
+    for i in range(len(model.nodes)):
+        out.append(
+            {
+                "node": str(nodes["node"][i]),
+                "pool": str(pools[i]),
+                "rack": str(nodes["rack"][i]),
+                "gpu_model": str(nodes["gpu_model"][i]),
+                "gpus": int(nodes["gpus"][i]),
+                "free_gpus": int(nodes["free_gpus"][i]),
+                "allocated_idle_gpus": int(nodes["allocated_idle_gpus"][i]),
+                "fgd_fragment_gpus": float(nodes["fgd_fragment_gpus"][i]),
+                "score": float(nodes["score"][i]),
+                "stranded_memory_bytes": float(nodes["stranded_memory_bytes"][i]),
+            }
+        )
+    return out
+
+
+def jsonable(value: Any) -> Any:
+    """Plain JSON types: numpy scalars/arrays to Python, NaN/inf to None (JSON has neither)."""
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [jsonable(v) for v in value]
+    if isinstance(value, np.ndarray):
+        return jsonable(value.tolist())
+    if isinstance(value, np.generic):
+        return jsonable(value.item())
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+@dataclass(frozen=True)
+class Results:
+    """One complete run: the model it saw and everything derived from it."""
+
+    model: ClusterModel
+    observed_at: float  # the model's timestamp, or the wall time of the ingest without one
+    finished_at: float  # wall time the run completed
+    analysis: dict[str, Any]  # measures.analyze(model)
+    shapes: list[dict[str, Any]]
+    pools: list[dict[str, Any]]
+    gpu_models: list[dict[str, Any]]
+    gpu_states: np.ndarray  # int8 (G), GPU_STATE_CODES
+    forecast: dict[str, Any] = field(default_factory=dict)
+    recommendations: dict[str, Any] = field(default_factory=dict)
