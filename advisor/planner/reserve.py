@@ -1,0 +1,385 @@
+"""Reservations: hold GPUs for a large job from the time they become free, so it starts early.
+
+Every GPU gets a ready time: now if free, else the predicted end of the last task on it
+(`observed.expected_end`: a forecast where given, known end times, else a duration prior, and
+each plan says which), infinity if unusable. For a job of K tasks x k GPUs, each node offers
+its k earliest-ready GPUs (inside one NVLink island when k fits one); a multi-node job needs K
+nodes of one rack and one GPU model (`rack_locality`), a single-node job one node. The
+earliest start T is the K-th smallest node time in the best group; among the nodes ready by T
+the K that leave the fewest GPU-hours idle waiting (each node holds its latest-ready k GPUs
+that are ready by T) are chosen, and between groups with the same T the one with less idle
+time wins: the job starts as early as possible, then as little as possible sits idle.
+
+The plan: `reserve` actions for the chosen GPUs that are free now (held from now; checked by
+`check_plan`, quotas included), and `extra["schedule"]` for the GPUs that become free later
+(hold from their ready time, after the listed tasks end). `extra` also says the idle GPU-hours
+while waiting, the backfill window (jobs predicted to end before T may use the held GPUs
+meanwhile), and when to release the reservation if the job has not started
+(`release_after_s` after T).
+
+`plan_reservations(model, policy, requests, outlook)` plans several jobs in priority order;
+each later one sees the earlier holds (held until start + expected duration), reports the
+delay they cause (`conflicts`), and a quota conflict (the tenant's GPUs at T, after its own
+predicted ends, plus the job, above its quota) makes that plan infeasible with the numbers.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from advisor.fragmentation.measures import Shape
+from advisor.model import MILLI, ClusterModel
+from advisor.planner.actions import Action, Cost, GpuSet, Plan
+from advisor.planner.check import check_plan
+from advisor.planner.constraints import ANY_MODEL, Policy, island_size_per_node, spec_allows
+from advisor.planner.observed import DurationPrior, end_source, expected_end, now_of
+from advisor.planner.outcome import outcome, shapes_with
+
+
+@dataclass(frozen=True)
+class Request:
+    """A job to reserve for: `tasks` x `num_gpu` whole GPUs of a model `gpu_spec` allows."""
+
+    job: str
+    tenant: str = ""
+    priority: int | None = None
+    tasks: int = 1
+    num_gpu: int = 8
+    gpu_spec: str = ""
+    duration_s: float | None = None  # expected run time (None: the duration prior's mean)
+    expected_at: float | None = None  # forecast arrival (None: it is waiting now)
+
+    @property
+    def gpus(self) -> int:
+        return self.tasks * self.num_gpu
+
+    @property
+    def shape(self) -> Shape:
+        return Shape(self.num_gpu, MILLI, self.tasks, gpu_spec=self.gpu_spec)
+
+
+@dataclass(frozen=True)
+class Outlook:
+    """What forecasts add: predicted ends (time by allocation id or job) and expected jobs."""
+
+    job_end: Mapping[str, float] = field(default_factory=dict)
+    demand: tuple[Request, ...] = ()
+
+
+@dataclass(frozen=True)
+class ReserveSettings:
+    release_after_s: float = 1800.0  # release if the job has not started this long after T
+    prior: DurationPrior = field(default_factory=DurationPrior)
+    min_gpus: int = 8  # pending jobs at least this large get reservations
+
+
+@dataclass(frozen=True)
+class Slot:
+    start: float
+    nodes: tuple[tuple[int, tuple[int, ...]], ...]  # (node row, GPU rows)
+    idle_gpu_s: float
+
+
+# --------------------------------------------------------------------------- slots
+
+
+def gpu_ready_times(model: ClusterModel, ends: np.ndarray) -> np.ndarray:
+    """float64 (G): when each GPU is wholly free (now, a predicted end, or inf if unusable)."""
+    now = now_of(model)
+    places = model.placements
+    ready = np.full(len(model.gpus), now, dtype=np.float64)
+    if len(places):
+        np.maximum.at(ready, places.gpu, np.maximum(ends[places.alloc], now))
+    ready[~model.gpu_usable] = np.inf
+    return ready
+
+
+def _node_choice(
+    model: ClusterModel, ready: np.ndarray, node: int, k: int, island: int, at: float | None
+) -> tuple[float, list[int]] | None:
+    """(time k GPUs are ready, the GPU rows) on `node`; with `at`, the k latest ready by `at`
+    (least idle); islands honoured when k fits one (`island` = largest island size)."""
+    start, stop = model.nodes.gpu_offset[node], model.nodes.gpu_offset[node + 1]
+    rows = np.arange(start, stop)
+    groups = [rows]
+    if 1 < k <= island:
+        ids = model.gpus.nvlink_island[rows]
+        groups = [rows[ids == i] for i in np.unique(ids)]
+    best: tuple[float, float, list[int]] | None = None
+    for group in groups:
+        if len(group) < k:
+            continue
+        times = ready[group]
+        if at is None:
+            pick = group[np.argsort(times, kind="stable")[:k]]
+        else:
+            ok = group[times <= at]
+            if len(ok) < k:
+                continue
+            pick = ok[np.argsort(-ready[ok], kind="stable")[:k]]
+        when = float(ready[pick].max())
+        if not math.isfinite(when):
+            continue
+        idle = float((max(when, at or when) - ready[pick]).sum())
+        if best is None or (when, idle) < (best[0], best[1]):
+            best = (when, idle, sorted(pick.tolist()))
+    return None if best is None else (best[0], best[2])
+
+
+def earliest_slot(
+    model: ClusterModel, ready: np.ndarray, request: Request, policy: Policy
+) -> Slot | None:
+    """The earliest start for `request` given per-GPU ready times (module docstring)."""
+    k, tasks = request.num_gpu, request.tasks
+    island = island_size_per_node(model) if policy.island_locality else None
+    nodes = model.nodes
+    groups: dict[tuple[str, str], list[int]] = defaultdict(list)
+    for node in range(len(nodes)):
+        if nodes.gpu_count[node] < k or not spec_allows(
+            request.gpu_spec, str(nodes.gpu_model[node])
+        ):
+            continue
+        if tasks > 1 and policy.rack_locality:
+            if not nodes.rack[node]:
+                continue  # a rack-local job cannot use a node whose rack is unknown
+            key = (str(nodes.rack[node]), str(nodes.gpu_model[node]))
+        elif tasks > 1:
+            key = ("", str(nodes.gpu_model[node]))
+        else:
+            key = (str(node), "")
+        groups[key].append(node)
+    best: Slot | None = None
+    for members in groups.values():
+        if len(members) < tasks:
+            continue
+        sizes = {n: int(island[n]) if island is not None else 0 for n in members}
+        times = []
+        for n in members:
+            choice = _node_choice(model, ready, n, k, sizes[n], None)
+            if choice is not None:
+                times.append((choice[0], n))
+        if len(times) < tasks:
+            continue
+        times.sort()
+        start = times[tasks - 1][0]
+        picks = []
+        for _, n in times:
+            choice = _node_choice(model, ready, n, k, sizes[n], start)
+            if choice is not None:
+                rows = choice[1]
+                picks.append((float((start - ready[rows]).sum()), n, tuple(rows)))
+        picks.sort()
+        chosen = picks[:tasks]
+        slot = Slot(start, tuple((n, rows) for _, n, rows in chosen), sum(p[0] for p in chosen))
+        if best is None or (slot.start, slot.idle_gpu_s) < (best.start, best.idle_gpu_s):
+            best = slot
+    return best
+
+
+# --------------------------------------------------------------------------- requests
+
+
+def pending_requests(model: ClusterModel, min_gpus: int = 8) -> list[Request]:
+    """Pending jobs (unplaced tasks grouped by job) of at least `min_gpus` whole GPUs."""
+    allocs = model.allocations
+    rows = np.flatnonzero((allocs.node < 0) & (allocs.num_gpu > 0) & (allocs.gpu_milli == MILLI))
+    by_job: dict[str, list[int]] = defaultdict(list)
+    for row in rows.tolist():
+        by_job[str(allocs.job[row])].append(row)
+    out = []
+    for job, members in by_job.items():
+        first = members[0]
+        request = Request(
+            job=job,
+            tenant=str(allocs.tenant[first]),
+            priority=int(allocs.priority[members].max()),
+            tasks=len(members),
+            num_gpu=int(allocs.num_gpu[members].max()),
+            gpu_spec=str(allocs.gpu_spec[first]),
+        )
+        if request.gpus >= min_gpus:
+            out.append(request)
+    return sorted(out, key=lambda r: (-(r.priority or 0), -r.gpus, r.job))
+
+
+def tenant_usage_at(
+    model: ClusterModel, ends: np.ndarray, tenant: str, at: float
+) -> dict[str, float]:
+    """GPUs `tenant` still holds at time `at` (allocations predicted to end by then left out),
+    per quota scope ("" all models, else the GPU model)."""
+    allocs = model.allocations
+    placed = (allocs.node >= 0) & (allocs.tenant == tenant) & (ends > at)
+    out: dict[str, float] = defaultdict(float)
+    share = allocs.num_gpu * allocs.gpu_milli / MILLI
+    for node, gpus in zip(allocs.node[placed].tolist(), share[placed].tolist(), strict=True):
+        out[ANY_MODEL] += gpus
+        out[str(model.nodes.gpu_model[node])] += gpus
+    return out
+
+
+def _quota_problem(
+    model: ClusterModel, policy: Policy, ends: np.ndarray, request: Request, slot: Slot, held
+) -> str:
+    gpu_model = str(model.nodes.gpu_model[slot.nodes[0][0]])
+    usage = tenant_usage_at(model, ends, request.tenant, slot.start)
+    for scope in (ANY_MODEL, gpu_model):
+        limit = policy.quotas.get((request.tenant, scope))
+        if limit is None:
+            continue
+        total = usage.get(scope, 0.0) + held.get((request.tenant, scope), 0.0) + request.gpus
+        if total > limit + 1e-9:
+            where = f" on {scope}" if scope else ""
+            return (
+                f"quota: {request.tenant!r} would hold {total:g} GPUs{where} when the job starts "
+                f"(quota {limit:g}); a loan (borrow) or a smaller job is needed"
+            )
+    return ""
+
+
+def plan_reservations(
+    model: ClusterModel,
+    policy: Policy | None = None,
+    requests: Sequence[Request] | None = None,
+    outlook: Outlook | None = None,
+    settings: ReserveSettings = ReserveSettings(),
+) -> list[Plan]:
+    """One checked plan per request that cannot start now (module docstring)."""
+    policy = policy or Policy()
+    outlook = outlook or Outlook()
+    if requests is None:
+        requests = pending_requests(model, settings.min_gpus) + list(outlook.demand)
+    requests = sorted(requests, key=lambda r: -(r.priority if r.priority is not None else 0))
+    now = now_of(model)
+    ends = expected_end(model, settings.prior, outlook.job_end)
+    base_ready = gpu_ready_times(model, ends)
+    ready = base_ready.copy()
+    owner = np.full(len(model.gpus), "", dtype=object)  # earlier reservation holding the GPU
+    source = end_source(model, settings.prior, outlook.job_end)
+    accepted: list[Action] = []
+    held: dict[tuple[str, str], float] = defaultdict(float)
+    plans = []
+    for request in requests:
+        goal = f"reserve {request.tasks}x{request.num_gpu} GPUs for {request.job}"
+        alone = earliest_slot(model, base_ready, request, policy)
+        slot = earliest_slot(model, ready, request, policy)
+        if slot is None:
+            plans.append(Plan(goal, False, reason="no group of nodes can ever hold this job"))
+            continue
+        if request.expected_at is None and slot.start <= now and alone is not None:
+            continue  # it fits now: the scheduler starts it, nothing to hold
+        conflicts = []
+        if alone is not None and slot.start > alone.start + 1e-6:
+            blockers = sorted({str(owner[r]) for _, rows in alone.nodes for r in rows} - {""})
+            conflicts.append(
+                {
+                    "with": blockers,
+                    "delay_s": slot.start - alone.start,
+                    "why": "GPUs it would use first are held by an earlier reservation",
+                }
+            )
+        problem = _quota_problem(model, policy, ends, request, slot, held)
+        plan = _reservation_plan(
+            model, policy, request, slot, ends, now, source, goal, accepted, settings, conflicts
+        )
+        if problem:
+            conflicts.append({"with": ["quota"], "why": problem})
+            plan = Plan(goal, False, (), reason=problem, method="reserve", extra=plan.extra)
+        plans.append(plan)
+        if plan.feasible:
+            accepted.extend(plan.actions)
+            duration = request.duration_s or math.sqrt(2.0) * settings.prior.median_s
+            for _, rows in slot.nodes:
+                ready[list(rows)] = slot.start + duration
+                owner[list(rows)] = request.job
+            gpu_model = str(model.nodes.gpu_model[slot.nodes[0][0]])
+            held[(request.tenant, ANY_MODEL)] += request.gpus
+            held[(request.tenant, gpu_model)] += request.gpus
+    return plans
+
+
+def _reservation_plan(
+    model: ClusterModel,
+    policy: Policy,
+    request: Request,
+    slot: Slot,
+    ends: np.ndarray,
+    now: float,
+    source: str,
+    goal: str,
+    earlier: list[Action],
+    settings: ReserveSettings,
+    conflicts: list[dict[str, Any]],
+) -> Plan:
+    start = max(slot.start, request.expected_at or now)
+    ready = gpu_ready_times(model, ends)
+    actions: list[Action] = []
+    schedule = []
+    places = model.placements
+    for node, rows in slot.nodes:
+        name = str(model.nodes.name[node])
+        free_now = [r for r in rows if ready[r] <= now and model.gpu_is_free[r]]
+        later = [r for r in rows if r not in free_now]
+        if free_now:
+            gpus = tuple(int(model.gpus.index[r]) for r in free_now)
+            actions.append(
+                Action(
+                    "reserve",
+                    alloc=f"reserve:{request.job}:{name}",
+                    job=request.job,
+                    tenant=request.tenant,
+                    dst=GpuSet(name, gpus),
+                    priority=request.priority,
+                    rack_local=request.tasks > 1 and policy.rack_locality,
+                    reason=(
+                        f"hold {len(gpus)} free GPU(s) of {name} for {request.job} "
+                        f"(starts in {(start - now) / 3600:.1f} h by {source})"
+                    ),
+                    cost=Cost(
+                        gpu_hours=len(gpus) * (start - now) / 3600.0,
+                        jobs=(request.job,),
+                        tenants=(request.tenant,) if request.tenant else (),
+                    ),
+                )
+            )
+        for r in later:
+            holders = sorted(
+                {str(model.allocations.id[a]) for a in places.alloc[places.gpu == r].tolist()}
+            )
+            schedule.append(
+                {
+                    "node": name,
+                    "gpu": int(model.gpus.index[r]),
+                    "hold_from": float(ready[r]),
+                    "after": holders,
+                }
+            )
+    extra = {
+        "job": request.job,
+        "tenant": request.tenant,
+        "start_at": start,
+        "starts_in_s": start - now,
+        "nodes": [str(model.nodes.name[n]) for n, _ in slot.nodes],
+        "schedule": schedule,
+        "idle_gpu_hours": slot.idle_gpu_s / 3600.0,
+        "backfill_until": start,
+        "release": {
+            "if_not_started_by": start + settings.release_after_s,
+            "why": f"release the hold if {request.job} has not started "
+            f"{settings.release_after_s / 60:g} min after its planned start",
+        },
+        "ends_from": source,
+        "conflicts": conflicts,
+    }
+    result = check_plan(model, earlier + actions, policy, request.priority)
+    if not result.ok:
+        return Plan(
+            goal, False, (), reason=f"replay refused: {result}", method="reserve", extra=extra
+        )
+    before, after, benefit = outcome(model, actions, shapes_with([request.shape]))
+    return Plan(goal, True, tuple(actions), before, after, "", "reserve", benefit, extra)
