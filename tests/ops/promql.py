@@ -119,3 +119,28 @@ def label_values_parts(query: str) -> tuple[str | None, str]:
     if not match:
         raise ValueError(f"not a label_values() query: {query!r}")
     return match.group(1), match.group(2)
+
+
+_SELECTOR_TEXT = re.compile(
+    r'(?<![\w$.:])([a-zA-Z_:][\w:]*)\s*(\{(?:[^{}"]|"(?:[^"\\]|\\.)*")*\})?(\s*\()?'
+)
+_MATCHER = re.compile(r'(\w+)\s*(=~|!~|!=|=)\s*"((?:[^"\\]|\\.)*)"')
+
+
+def selectors(expr: str) -> list[tuple[str, str]]:
+    """(metric name, `name{matchers}`) for every vector selector of an expression."""
+    text = _GROUPING.sub("", expr)
+    text = _OFFSET.sub("", text)
+    text = re.sub(r"\[[^\[\]{}\"]*\]", "", text)
+    out = []
+    for match in _SELECTOR_TEXT.finditer(text):
+        name, matchers, call = match.groups()
+        if call or name in KEYWORDS:
+            continue
+        out.append((name, name + (matchers or "")))
+    return out
+
+
+def matcher_labels(selector: str) -> set[str]:
+    """Label names a selector matches on."""
+    return {m.group(1) for m in _MATCHER.finditer(selector)}

@@ -1,0 +1,227 @@
+"""Every PromQL expression of every dashboard panel and every rule, run on a real Prometheus.
+
+Debian's Prometheus scrapes the sim exporter (`gpu-defrag exporter --backend sim`, with
+`--compat.dcgm-names` for the dcgm-exporter dashboard) and the ADVISOR STAND-IN
+(tests/integration/advisor_standin.py: a static page rendered from advisor/contract.py, used
+until `gpu-defrag advise` exists) on 127.0.0.1, with the shipped rule files loaded. A query
+fails the test on any API error, and on an empty result unless one of its selectors has no
+data in this fleet (a metric the preset does not produce, or a label value filter such as an
+XID class that has not occurred) — and then only if the selector's label names are real.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+import urllib.parse
+
+import pytest
+import yaml
+
+from advisor.contract import ADVISOR_BY_NAME
+from alerts import generate
+from alerts.config import load_config
+from dashboards.generate import render_all
+from exporter.contract import BY_NAME, DCGM_COMPAT
+from tests.integration import stack
+from tests.integration.advisor_standin import StandinHandler
+from tests.ops.promql import (
+    label_values_parts,
+    matcher_labels,
+    panels,
+    selectors,
+    substitute,
+)
+
+pytestmark = pytest.mark.integration
+
+DCGM_LABELS = {"gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname"}
+DCGM_LABELS |= {"DCGM_FI_DRIVER_VERSION"}
+
+
+@pytest.fixture(scope="module")
+def prometheus(tmp_path_factory):
+    workdir = tmp_path_factory.mktemp("prometheus-queries")
+    procs = stack.Processes(workdir)
+    config = load_config()
+    rules = workdir / "rules.yaml"
+    alerts = workdir / "alerts.yaml"
+    rules.write_text(generate.dump(generate.render_records(config)))
+    alerts.write_text(generate.dump(generate.render_alerts(config)))
+    try:
+        with stack.http_server(StandinHandler) as standin:
+            exporter = stack.start_exporter(procs, "--compat.dcgm-names", "--idle.window", "2s")
+            url = stack.start_prometheus(
+                procs, {"gpu-exporter": exporter, "gpu-advisor": standin}, [rules, alerts]
+            )
+
+            def ready() -> bool:
+                procs.check_alive()
+                samples = stack.query(
+                    url,
+                    'min(count_over_time(up{job=~"gpu-exporter|gpu-advisor"}[1m])) >= 4 '
+                    "and on () count(up == 1) == 2",
+                )
+                groups = stack.api(url, "/api/v1/rules")["groups"]
+                evaluated = all(r["lastEvaluation"] > "2000" for g in groups for r in g["rules"])
+                return bool(samples) and evaluated
+
+            stack.poll(ready, 45, "both targets scraped 4 times and every rule evaluated")
+            yield url
+    except BaseException:
+        print(procs.logs())
+        raise
+    finally:
+        procs.stop_all()
+
+
+def contract_labels(name: str) -> set[str]:
+    spec = BY_NAME.get(name) or ADVISOR_BY_NAME.get(name)
+    if spec:
+        labels = set(spec.labels)
+        return labels | ({"exported_job"} if "job" in labels else set())
+    if name in DCGM_COMPAT:
+        return DCGM_LABELS
+    return set()
+
+
+def explain_empty(url: str, expr: str) -> str | None:
+    """Why `expr` may return nothing here (None: explained), or the failure message."""
+    for name, selector in selectors(expr):
+        if stack.query(url, f"count({selector})"):
+            continue
+        params = urllib.parse.urlencode({"match[]": name, "start": str(time.time() - 300)})
+        series = stack.api(url, f"/api/v1/series?{params}")
+        known = {label for s in series for label in s} | contract_labels(name)
+        unknown = matcher_labels(selector) - known - {"job", "instance", "__name__"}
+        if unknown:
+            return f"{selector}: label(s) {sorted(unknown)} do not exist on {name}"
+        job = re.search(r'job\s*(=~|=)\s*"[^"]*"', selector)
+        if series and job and not stack.query(url, f"count({name}{{{job.group(0)}}})"):
+            return f"{selector}: the job matcher selects no target that has {name}"
+        return None
+    return f"{expr!r} returned no series although every selector has data"
+
+
+def check(url: str, expr: str, *, range_s: float | None = None) -> str:
+    """'data', 'explained' or raise with the reason."""
+    result = stack.query(url, expr, range_s=range_s)
+    if result:
+        return "data"
+    problem = explain_empty(url, expr)
+    assert problem is None, problem
+    return "explained"
+
+
+def test_every_rule_is_loaded_and_evaluates_without_error(prometheus):
+    groups = stack.api(prometheus, "/api/v1/rules")["groups"]
+    loaded = {(r.get("name"), r["type"]) for g in groups for r in g["rules"]}
+    config = load_config()
+    expected = {
+        (r["alert"], "alerting")
+        for g in generate.render_alerts(config)["groups"]
+        for r in g["rules"]
+    }
+    expected |= {
+        (r["record"], "recording")
+        for g in generate.render_records(config)["groups"]
+        for r in g["rules"]
+    }
+    assert loaded == expected
+    for group in groups:
+        for rule in group["rules"]:
+            assert rule["health"] == "ok", (rule["name"], rule.get("lastError"))
+    for record, _ in sorted(r for r in expected if r[1] == "recording"):
+        assert stack.query(prometheus, record), f"recording rule {record} produced no series"
+
+
+def test_every_alert_signal_has_data_and_every_alert_expression_runs(prometheus):
+    outcomes = {}
+    for name, signal, absent in generate.signals(load_config()):
+        if absent:
+            assert stack.query(prometheus, signal), f"{name}: {signal} should have data"
+            outcomes[name] = "data"
+            continue
+        outcomes[name] = check(prometheus, signal)
+    for group in generate.render_alerts(load_config())["groups"]:
+        for rule in group["rules"]:
+            stack.query(prometheus, rule["expr"])  # no error
+    absent = next(
+        r
+        for g in generate.render_alerts(load_config())["groups"]
+        for r in g["rules"]
+        if r["alert"] == "GpuExporterAbsent"
+    )
+    assert stack.query(prometheus, absent["expr"]) == [], (
+        "absent() fires although the exporter is up"
+    )
+    explained = sorted(n for n, o in outcomes.items() if o == "explained")
+    print(f"alert signals without data in this fleet: {explained}")
+    # only alerts on events the sim has not produced (XID classes, uncorrected ECC) may lack data
+    assert set(explained) <= {
+        "GpuXidHardwareError",
+        "GpuXidMemoryError",
+        "GpuXidOtherError",
+        "GpuEccUncorrectableErrors",
+    }
+
+
+def resolve_variables(url: str, dashboard: dict) -> dict[str, str]:
+    """Values for the dashboard's variables, from its own label_values() queries."""
+    values: dict[str, str] = {}
+    for variable in dashboard["templating"]["list"]:
+        if variable["type"] != "query":
+            continue
+        expr, label = label_values_parts(variable["query"])
+        expr = substitute(expr, values) if expr else None
+        if expr:
+            params = urllib.parse.urlencode({"match[]": expr, "start": str(time.time() - 300)})
+            found = {s[label] for s in stack.api(url, f"/api/v1/series?{params}") if label in s}
+        else:
+            found = set(stack.api(url, f"/api/v1/label/{label}/values"))
+        assert found, f"variable ${variable['name']} ({variable['query']}) has no values"
+        values[variable["name"]] = (
+            variable.get("allValue", ".+") if variable["includeAll"] else sorted(found)[0]
+        )
+    return values
+
+
+@pytest.mark.parametrize("name", sorted(render_all()))
+def test_every_dashboard_query_evaluates(prometheus, name):
+    dashboard = render_all()[name]
+    variables = resolve_variables(prometheus, dashboard)
+    outcomes = []
+    for panel in panels(dashboard):
+        for target in panel["targets"]:
+            expr = substitute(target["expr"], variables)
+            assert "$" not in expr, f"{panel['title']}: unresolved placeholder in {expr}"
+            outcomes.append((panel["title"], check(prometheus, expr)))
+            if target["range"]:
+                check(prometheus, expr, range_s=10)
+    explained = sorted({title for title, outcome in outcomes if outcome == "explained"})
+    print(f"{name}: {len(outcomes)} queries, without data in this fleet: {explained}")
+    with_data = sum(outcome == "data" for _, outcome in outcomes)
+    assert with_data >= 0.8 * len(outcomes), explained
+
+
+def test_the_check_catches_typos_errors_and_empty_results(prometheus):
+    with pytest.raises(AssertionError, match="do not exist"):
+        check(prometheus, 'gpu_info{job="gpu-exporter", nodee="a100-node-01"}')
+    with pytest.raises(AssertionError, match="job matcher"):
+        check(prometheus, 'gpu_temperature_celsius{job="gpu-exporterr"}')
+    with pytest.raises(AssertionError, match="bad_data"):
+        check(prometheus, 'sum by (node (gpu_info{job="gpu-exporter"})')
+    with pytest.raises(AssertionError, match="every selector has data"):
+        check(prometheus, 'gpu_temperature_celsius{job="gpu-exporter"} > 1000')
+    assert check(prometheus, 'gpu_mig_memory_used_bytes{job="gpu-exporter"}') == "explained"
+
+
+def test_standin_is_not_mistaken_for_the_real_advisor(prometheus):
+    (build,) = stack.query(prometheus, "gpu_advisor_build_info")
+    assert build["metric"]["version"].endswith("standin")
+
+
+def test_compose_prometheus_config_matches_this_setup():
+    """The compose config scrapes the same job names this test uses."""
+    config = yaml.safe_load((stack.ROOT / "deploy/prometheus/prometheus.yml").read_text())
+    assert {"gpu-exporter", "gpu-advisor"} <= {j["job_name"] for j in config["scrape_configs"]}
