@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
-from exporter.readings import Allocation
+from exporter.readings import Allocation, NodeReading
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,3 +50,15 @@ class NoAttribution:
         mig_by_uuid: Mapping[str, tuple[int, int]] | None = None,
     ) -> list[Allocation]:
         return []
+
+
+def node_allocations(attribution: Attribution, node: NodeReading) -> list[Allocation]:
+    """Ask `attribution` about one node's GPUs, keyed by GPU and MIG UUIDs as backends read them."""
+    gpu_index_by_uuid = {gpu.uuid: gpu.index for gpu in node.gpus if gpu.uuid}
+    mig_by_uuid = {
+        mig.uuid: (gpu.index, mig.gpu_instance_id)
+        for gpu in node.gpus
+        for mig in gpu.mig_instances
+        if mig.uuid
+    }
+    return list(attribution.allocations(gpu_index_by_uuid, mig_by_uuid or None))

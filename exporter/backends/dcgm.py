@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-from exporter.attribution.base import Attribution, NoAttribution
+from exporter.attribution.base import Attribution, NoAttribution, node_allocations
 from exporter.backends.base import Backend, BackendUnavailable
 from exporter.backends.dcgm_common import (
     ALL_NUMERIC_FIELDS,
@@ -316,18 +316,8 @@ class DcgmBackend(Backend):
             )
             node.cuda_version = node.cuda_version or _cuda(versions.get(CUDA_FIELD))
             node.gpus.append(self._gpu(gpu_id, by_name, instances, now))
-        mig_by_uuid = {
-            mig.uuid: (gpu.index, mig.gpu_instance_id)
-            for gpu in node.gpus
-            for mig in gpu.mig_instances
-            if mig.uuid
-        }
         try:
-            node.allocations = list(
-                self.attribution.allocations(
-                    {g.uuid: g.index for g in node.gpus if g.uuid}, mig_by_uuid or None
-                )
-            )
+            node.allocations = node_allocations(self.attribution, node)
         except Exception:  # an attribution bug must not cost the GPU readings
             collection.errors["attribution.allocations"] += 1
         collection.nodes.append(node)

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from exporter.attribution.base import Attribution, NoAttribution
+from exporter.attribution.base import Attribution, NoAttribution, node_allocations
 from exporter.backends.base import Backend, BackendUnavailable
 from exporter.backends.nvml_calls import GpuLost, NvmlCalls
 from exporter.backends.nvml_events import FATAL_XIDS, XidWatcher
@@ -337,9 +337,7 @@ class NvmlBackend(Backend):
         for reading in node.gpus:
             reading.nvlink_island = islands.get(reading.index)
         try:
-            node.allocations = list(
-                self.attribution.allocations({g.uuid: g.index for g in node.gpus if g.uuid})
-            )
+            node.allocations = node_allocations(self.attribution, node)
         except Exception:  # an attribution bug must not cost the GPU readings
             calls.errors["attribution.allocations"] += 1
 

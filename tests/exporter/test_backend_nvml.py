@@ -325,6 +325,16 @@ def test_mig_seven_instances_with_profiles_and_memory(make_backend):
     assert reading.utilization_ratio is None  # NVML has no whole-GPU util under MIG
 
 
+def test_mig_uuids_reach_the_attribution(make_backend):
+    """Device plugins may hand out MIG-<uuid> ids: attribution needs them to find the instance."""
+    attribution = FakeAttribution()
+    reading = gpus_of(
+        make_backend(h100_with_seven_mig_instances(), attribution=attribution).collect()
+    )[0]
+    expected = {m.uuid: (reading.index, m.gpu_instance_id) for m in reading.mig_instances}
+    assert attribution.mig_maps[-1] == expected and len(expected) == 7
+
+
 def test_mig_profile_from_slices_and_memory_when_the_name_lacks_it(make_backend):
     fake = h100_with_seven_mig_instances()
     backend = make_backend(fake)
@@ -437,7 +447,15 @@ class FakeAttribution:
     def process_owner(self, pid: int) -> Owner | None:
         return {101: Owner(pod="train-0", namespace="ml", container="main")}.get(pid)
 
-    def allocations(self, gpu_index_by_uuid: dict[str, int]) -> list[Allocation]:
+    def __init__(self) -> None:
+        self.mig_maps: list[dict[str, tuple[int, int]] | None] = []
+
+    def allocations(
+        self,
+        gpu_index_by_uuid: dict[str, int],
+        mig_by_uuid: dict[str, tuple[int, int]] | None = None,
+    ) -> list[Allocation]:
+        self.mig_maps.append(mig_by_uuid)
         return [Allocation(gpu=index, pod="train-0") for index in gpu_index_by_uuid.values()]
 
 
