@@ -3,6 +3,12 @@
     gpu-defrag plan examples/seed-16x8-a100.json --goal job=8x8
     gpu-defrag plan sim:a100-16x8 --goal free-nodes=6 --json
     gpu-defrag plan snapshot.json --goal forecast=6h --demand demand.json
+    gpu-defrag plan examples/seed-quota-borrow.json --goal borrow=rnd-pretrain \
+        --policy examples/policy-borrow.yaml
+    gpu-defrag plan examples/seed-mixed-fleet.json --goal recommend
+
+Goals recommend, reclaim, share, rebalance, reserve[=JOB] and borrow=... run the other
+recommendation kinds (`advisor.planner.recommend`); several plans print one after another.
 
 `--solver best` (default) runs the heuristic and, on clusters up to `--exact-max-nodes`, the
 exact solver too, returns the cheaper checked plan and reports the heuristic's gap to the exact
@@ -35,7 +41,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("source", help="snapshot file, exporter/Prometheus URL, or sim:PRESET")
     parser.add_argument(
-        "--goal", required=True, help="job=KxG | job=G[@MODEL] | free-nodes=K | forecast=6h"
+        "--goal",
+        required=True,
+        help="job=KxG | job=G[@MODEL] | free-nodes=K | forecast=6h | recommend | reclaim | "
+        "share | rebalance | reserve[=JOB] | borrow=JOB | borrow=TENANT:GPUS[:PRIORITY]",
     )
     parser.add_argument("--json", action="store_true", help="print the plan as JSON")
     parser.add_argument(
@@ -175,7 +184,21 @@ def render_table(plan: Plan) -> str:
 
 def run(args: argparse.Namespace) -> int:
     from advisor.ingest.sources import load_source
+    from advisor.planner.recommend import GOALS, plan_for_goal, render_notes
 
+    if args.goal.partition("=")[0].strip() in GOALS:  # recommendation kinds (recommend.py)
+        try:
+            policy = load_policy(args.policy) if args.policy else Policy()
+            plans = plan_for_goal(load_source(args.source), policy, args.goal) or []
+        except (ValueError, PolicyError) as error:
+            print(f"gpu-defrag plan: {error}", file=sys.stderr)
+            return 2
+        if args.json:
+            docs = [p.to_dict() for p in plans]
+            print(json.dumps(docs[0] if len(docs) == 1 else docs, indent=2, default=_jsonable))
+        else:
+            print("\n\n".join(render_table(p) + "\n" + render_notes(p) for p in plans))
+        return 0 if all(p.feasible for p in plans) else 1
     try:
         goal = parse_goal(args.goal, priority=args.priority, tenant=args.tenant)
         policy = load_policy(args.policy) if args.policy else Policy()

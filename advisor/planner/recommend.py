@@ -1,0 +1,185 @@
+"""One entry point for every recommendation kind beyond consolidation, for the service and app.
+
+`recommend(model, policy, forecast)` runs, in this order, and returns their plans (each one
+already replayed by `check_plan`; plans without actions are left out, except infeasible
+reservation and loan plans, which say why a waiting job cannot be helped):
+
+1. reservations for waiting jobs of at least 8 GPUs that cannot start now, plus the
+   forecast's expected jobs (`reserve.plan_reservations`);
+2. quota loans for waiting jobs blocked only by their tenant's quota (`borrow.plan_borrow`);
+3. reclaim of long-idle allocations (`reclaim.plan_reclaim`);
+4. sharing of GPUs by tasks that use a fraction of one (`share.plan_share`);
+5. type rebalancing from scarce to idle GPU models (`rebalance.plan_rebalance`).
+
+Plans of different kinds are alternatives computed on the same model, not one sequence: apply
+one, then ask again. `forecast` is a `reserve.Outlook` or a mapping with the same keys
+(`job_end`: {allocation id or job: end time}, `demand`: [Request or its keyword mapping]).
+
+`plan_for_goal(model, policy, goal, forecast)` is what `gpu-defrag plan --goal` calls for these
+kinds: `recommend`, `reclaim`, `share`, `rebalance`, `reserve` (every waiting job) or
+`reserve=JOB`, and `borrow=JOB` or `borrow=TENANT:GPUS[xTASKS][:PRIORITY]` (a job that is not
+in the model). It returns None for other goals (consolidation handles those).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from advisor.model import ClusterModel
+from advisor.planner.actions import Plan
+from advisor.planner.borrow import blocked_by_quota, plan_borrow, request_for_job
+from advisor.planner.constraints import Policy
+from advisor.planner.rebalance import RebalanceSettings, plan_rebalance
+from advisor.planner.reclaim import ReclaimSettings, plan_reclaim
+from advisor.planner.reserve import Outlook, Request, ReserveSettings, plan_reservations
+from advisor.planner.share import ShareSettings, plan_share
+
+GOALS = ("recommend", "reclaim", "share", "rebalance", "reserve", "borrow")
+
+
+@dataclass(frozen=True)
+class RecommendSettings:
+    reserve: ReserveSettings = field(default_factory=ReserveSettings)
+    reclaim: ReclaimSettings = field(default_factory=ReclaimSettings)
+    share: ShareSettings = field(default_factory=ShareSettings)
+    rebalance: RebalanceSettings = field(default_factory=RebalanceSettings)
+
+
+def as_outlook(forecast: Outlook | Mapping[str, Any] | None) -> Outlook:
+    """An `Outlook` from None, an Outlook, or a mapping {job_end, demand}."""
+    if forecast is None:
+        return Outlook()
+    if isinstance(forecast, Outlook):
+        return forecast
+    demand = tuple(
+        d if isinstance(d, Request) else Request(**dict(d)) for d in forecast.get("demand", ())
+    )
+    return Outlook(dict(forecast.get("job_end", {}) or {}), demand)
+
+
+def recommend(
+    model: ClusterModel,
+    policy: Policy | None = None,
+    forecast: Outlook | Mapping[str, Any] | None = None,
+    settings: RecommendSettings | None = None,
+) -> list[Plan]:
+    """Every recommendation kind's checked plans (module docstring)."""
+    policy = policy or Policy()
+    settings = settings or RecommendSettings()
+    outlook = as_outlook(forecast)
+    plans: list[Plan] = list(plan_reservations(model, policy, None, outlook, settings.reserve))
+    for request in blocked_by_quota(model, policy):
+        plans.append(plan_borrow(model, policy, request, settings.reserve.prior))
+    for plan in (
+        plan_reclaim(model, policy, settings.reclaim),
+        plan_share(model, policy, settings.share),
+        plan_rebalance(model, policy, settings.rebalance),
+    ):
+        if plan.actions:
+            plans.append(plan)
+    return plans
+
+
+_SIZE = re.compile(r"^(?:(\d+)x)?(\d+)$")
+
+
+def _borrow_request(model: ClusterModel, value: str) -> Request:
+    """`JOB` (pending in the model), `TENANT:GPUS[:PRIORITY]` or `JOB:TENANT:GPUS`; GPUS is
+    `KxG` (K tasks of G) or a count (split into whole nodes when it exceeds one node)."""
+    if ":" not in value:
+        return request_for_job(model, value)
+    parts = value.split(":")
+    bad = ValueError(
+        f"bad borrow goal {value!r}: expected JOB, TENANT:GPUS[:PRIORITY] or JOB:TENANT:GPUS"
+    )
+    if len(parts) == 2 or (len(parts) == 3 and _SIZE.match(parts[1])):
+        job, tenant, size, priority = "", parts[0], parts[1], parts[2] if len(parts) == 3 else ""
+    elif len(parts) == 3:
+        job, tenant, size, priority = parts[0], parts[1], parts[2], ""
+    else:
+        raise bad
+    match = _SIZE.match(size)
+    if not tenant or not match or (priority and not priority.lstrip("-").isdigit()):
+        raise bad
+    tasks, per = int(match.group(1) or 1), int(match.group(2))
+    node_gpus = int(model.nodes.gpu_count.max(initial=0))
+    if match.group(1) is None and node_gpus and per > node_gpus and per % node_gpus == 0:
+        tasks, per = per // node_gpus, node_gpus
+    if tasks < 1 or per < 1:
+        raise bad
+    return Request(
+        job or f"{tenant}-request", tenant, int(priority) if priority else None, tasks, per
+    )
+
+
+def plan_for_goal(
+    model: ClusterModel,
+    policy: Policy,
+    goal: str,
+    forecast: Outlook | Mapping[str, Any] | None = None,
+) -> list[Plan] | None:
+    """Plans for one of `GOALS` (module docstring); None when `goal` is not one of them;
+    ValueError for a malformed one."""
+    key, _, value = goal.strip().partition("=")
+    key, value = key.strip(), value.strip()
+    if key not in GOALS:
+        return None
+    outlook = as_outlook(forecast)
+    if key == "recommend":
+        return recommend(model, policy, outlook)
+    if key == "reclaim":
+        return [plan_reclaim(model, policy)]
+    if key == "share":
+        return [plan_share(model, policy)]
+    if key == "rebalance":
+        return [plan_rebalance(model, policy)]
+    if key == "reserve":
+        plans = plan_reservations(model, policy, None, outlook)
+        if value:
+            plans = [p for p in plans if p.extra.get("job") == value]
+            if not plans:
+                return [Plan(goal, False, reason=f"{value!r} needs no reservation or is unknown")]
+        return plans or [Plan(goal, True, reason="every waiting job fits now: nothing to hold")]
+    if not value:
+        raise ValueError("borrow needs a job: borrow=JOB or borrow=TENANT:GPUS[:PRIORITY]")
+    try:
+        request = _borrow_request(model, value)
+    except KeyError as error:
+        raise ValueError(str(error.args[0])) from None
+    return [plan_borrow(model, policy, request)]
+
+
+def render_notes(plan: Plan) -> str:
+    """Plain-text lines under a plan's table: why each step, and what the kind adds."""
+    lines = [f"  {i}. {a.reason}" for i, a in enumerate(plan.actions, start=1) if a.reason]
+    extra = plan.extra
+    if plan.reason and plan.feasible:
+        lines.append(f"note: {plan.reason}")
+    if "waste" in extra:
+        w = extra["waste"]
+        lines.append(
+            f"idle allocations: {w['allocations']}, {w['gpu_hours']:.1f} GPU-hours and "
+            f"{w['energy_kwh']:.2f} kWh wasted; protected: {len(extra.get('protected', []))}"
+        )
+    if "stranded_memory" in extra:
+        m = extra["stranded_memory"]
+        lines.append(
+            f"stranded GPU memory: {m['before_bytes'] / 2**30:.1f} GiB -> "
+            f"{m['after_bytes'] / 2**30:.1f} GiB; GPUs freed: {extra.get('gpus_freed', 0)}"
+        )
+    if "freed_gpus" in extra:
+        lines.append(f"GPUs freed per model: {extra['freed_gpus'] or '-'}")
+    if extra.get("return"):
+        lines.append(f"loan returns {extra['return']['when']}; {extra['return']['then']}")
+    if "start_at" in extra:
+        lines.append(
+            f"starts in {extra['starts_in_s'] / 3600:.1f} h on {', '.join(extra['nodes'])} "
+            f"({extra['ends_from']}); {extra['idle_gpu_hours']:.1f} GPU-hours idle waiting; "
+            f"{len(extra['schedule'])} GPU(s) held later; {extra['release']['why']}"
+        )
+    for conflict in extra.get("conflicts", []):
+        lines.append(f"conflict: {conflict['why']} ({', '.join(conflict['with'])})")
+    return "\n".join(lines)
