@@ -1,0 +1,155 @@
+"""The run loop: stages, stale marking, errors by stage, health, the live simulated source."""
+
+from __future__ import annotations
+
+import pytest
+
+from advisor.ingest.sources import SourceError
+from advisor.service import loop as loop_module
+from advisor.service.loop import AdvisorLoop, Config, LiveSim
+
+
+def lines(loop: AdvisorLoop, name: str) -> list[str]:
+    return [
+        line
+        for line in loop.current_page().body.decode().splitlines()
+        if line.startswith(name + "{") or line.startswith(name + " ")
+    ]
+
+
+class Clock:
+    def __init__(self, now: float = 1_000_000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_source_failing_after_a_good_run_keeps_results_and_marks_them_stale(islands, scripted):
+    source = scripted(islands, "http://x:9835/metrics: connection refused", islands)
+    clock = Clock()
+    loop = AdvisorLoop("snap", source, Config(interval_s=10), clock=clock)
+
+    good = loop.run_once()
+    assert not good.stale and good.source_up and good.results is not None
+    assert loop.health().healthy
+    assert lines(loop, "gpu_advisor_source_up") == ['gpu_advisor_source_up{source="snap"} 1.0']
+
+    clock.now += 10
+    bad = loop.run_once()
+    assert bad.stale and not bad.source_up
+    assert bad.results is good.results  # the last good results are still served
+    assert bad.source_error == "http://x:9835/metrics: connection refused"
+    assert bad.errors["ingest"] == 1 and bad.runs == 2
+    assert bad.last_success_ts == good.last_success_ts
+    health = loop.health()
+    assert not health.healthy and "connection refused" in health.reason
+    # the page still shows the last picture, with the source down and the error counted
+    assert lines(loop, "gpu_advisor_source_up") == ['gpu_advisor_source_up{source="snap"} 0.0']
+    assert lines(loop, "gpu_advisor_fragmentation_ratio")
+    assert 'gpu_advisor_run_errors_total{stage="ingest"} 1.0' in lines(
+        loop, "gpu_advisor_run_errors_total"
+    )
+    (last_success,) = lines(loop, "gpu_advisor_last_success_timestamp_seconds")
+    assert float(last_success.split()[1]) == good.last_success_ts == 1_000_000.0
+
+    clock.now += 10
+    back = loop.run_once()
+    assert not back.stale and back.source_up and back.source_error == ""
+    assert back.results is not good.results
+    assert back.errors["ingest"] == 1  # a counter: the old failure stays counted
+    assert loop.health().healthy
+
+
+def test_failing_source_before_any_good_run_serves_only_self_metrics(scripted):
+    loop = AdvisorLoop("snap", scripted("snapshot x.json: no such file"), Config())
+    state = loop.run_once()
+    assert state.results is None and state.stale
+    page = loop.current_page().body.decode()
+    assert "gpu_advisor_fragmentation_ratio" not in page
+    assert "gpu_advisor_run_errors_total" in page
+    health = loop.health()
+    assert not health.healthy and "no such file" in health.reason
+
+
+def test_health_turns_unready_when_the_last_good_run_is_too_old(islands, scripted):
+    clock = Clock()
+    loop = AdvisorLoop("snap", scripted(islands), Config(interval_s=10), clock=clock)
+    loop.run_once()
+    clock.now += 29
+    assert loop.health().healthy
+    clock.now += 2
+    health = loop.health()
+    assert not health.healthy and "31s ago" in health.reason
+
+
+def test_a_failing_stage_keeps_the_previous_section_marked_stale(islands, scripted, monkeypatch):
+    loop = AdvisorLoop("snap", scripted(islands), Config())
+    first = loop.run_once()
+    assert first.results.recommendations["stale"] is False
+    actions = first.results.recommendations["actions"]
+    assert actions  # the islands example has a plan for an 8-GPU job
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("solver exploded")
+
+    monkeypatch.setattr(loop_module, "recommend_service", broken)
+    second = loop.run_once()
+    assert not second.stale  # fragmentation is fresh; only the plan section is old
+    recs = second.results.recommendations
+    assert recs["stale"] is True and recs["error"] == "solver exploded"
+    assert recs["actions"] == actions
+    assert second.errors["plan"] == 1 and second.errors["ingest"] == 0
+    assert set(second.stage_seconds) == {"ingest", "analyze", "forecast", "plan"}
+
+
+def test_history_feeds_the_forecast_and_usage_window():
+    clock = Clock(0.0)
+    source = LiveSim("sim:a100-16x8?nodes=4", clock=clock)
+    loop = AdvisorLoop("sim", source, Config(horizons_h=(1, 6)))
+    loop.seed_history(source.backfill(48 * 3600.0))
+    assert len(loop.history) == 48
+    state = loop.run_once()
+    forecast = state.results.forecast
+    assert forecast["history_hours"] == 47  # the hour still running is left out
+    (pool,) = forecast["pools"]
+    by_horizon = {h["horizon"]: h for h in pool["horizons"]}
+    assert by_horizon["1h"]["available"] and by_horizon["6h"]["available"]
+    wape = by_horizon["1h"]["backtest"]["wape_ratio"]
+    assert "seasonal_naive_24" in wape and by_horizon["1h"]["model"] in wape
+    q = by_horizon["6h"]["quantiles"]
+    assert q["0.1"] <= q["0.5"] <= q["0.9"] <= pool["capacity_gpus"]
+
+
+def test_live_sim_advances_by_the_wall_time_between_reads():
+    clock = Clock(100.0)
+    source = LiveSim("sim:a100-16x8?nodes=2&t=1h", clock=clock)
+    first = source()
+    clock.now += 90
+    second = source()
+    assert second.timestamp - first.timestamp == pytest.approx(90.0)
+    assert first.timestamp == pytest.approx(source.fleet.unix_time - 90.0)
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("sim:a100-16x8?history=1h", "does not apply to the advisor service"),
+        ("sim:nope", "unknown preset 'nope'"),
+        ("sim:a100-16x8?seed=x", "seed and nodes must be integers"),
+    ],
+)
+def test_live_sim_rejects_bad_specs_in_one_line(spec, message):
+    with pytest.raises(SourceError, match=message) as info:
+        LiveSim(spec)
+    assert "\n" not in str(info.value)
+
+
+def test_an_unexpected_ingest_exception_is_counted_not_raised(islands):
+    def explode():
+        raise KeyError("surprise")
+
+    loop = AdvisorLoop("weird", explode, Config())
+    state = loop.run_once()
+    assert state.errors["ingest"] == 1 and not state.source_up
+    assert "surprise" in state.source_error

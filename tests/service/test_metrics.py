@@ -1,0 +1,141 @@
+"""Results → advisor contract metrics: names and labels from the contract, values that agree
+with the analysis, bounded action info, and a page promtool and prometheus_client accept."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from collections import Counter
+
+import pytest
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from advisor.contract import ADVISOR_BY_NAME, ADVISOR_METRICS, GPU_STATE_CODES
+from advisor.service.loop import AdvisorLoop, Config, LiveSim
+from advisor.service.metrics import families
+
+KNOWN_LINT = 'gpu_advisor_forecast_demand_gpus non-summary metrics should not have "quantile" label'
+NOT_SERVED = {"gpu_advisor_allocated_idle_power_watts"}  # the model has no power readings
+
+
+def samples(page: str) -> list:
+    return [s for family in text_string_to_metric_families(page) for s in family.samples]
+
+
+@pytest.fixture(scope="module")
+def islands_state(islands):
+    from tests.service.conftest import ScriptedSource
+
+    return AdvisorLoop("snap", ScriptedSource(islands), Config(top_actions=2)).run_once()
+
+
+@pytest.fixture(scope="module")
+def sim_loop():
+    source = LiveSim("sim:a100-16x8?nodes=4", clock=lambda: 0.0)
+    loop = AdvisorLoop("sim:a100-16x8?nodes=4", source, Config(horizons_h=(1, 6)))
+    loop.seed_history(source.backfill(48 * 3600.0))
+    loop.run_once()
+    return loop
+
+
+def test_every_sample_is_a_contract_metric_with_its_labels(islands_state, sim_loop):
+    specs = {spec.name: spec for spec in ADVISOR_METRICS}
+    pages = [families(islands_state).text(), sim_loop.current_page().body.decode()]
+    for page in pages:
+        for sample in samples(page):
+            spec = specs.get(sample.name)
+            assert spec is not None, f"{sample.name} is not in advisor/contract.py"
+            assert set(sample.labels) == set(spec.labels), sample
+
+
+def test_everything_but_the_power_gauge_is_served(islands_state, sim_loop):
+    served = {s.name for s in samples(families(islands_state).text())}
+    served |= {s.name for s in samples(sim_loop.current_page().body.decode())}
+    assert served == set(ADVISOR_BY_NAME) - NOT_SERVED
+
+
+def test_page_is_byte_identical_to_prometheus_client(islands_state):
+    fams = families(islands_state)
+
+    class Collector:
+        def collect(self):
+            return fams.metric_families()
+
+    registry = CollectorRegistry()
+    registry.register(Collector())
+    assert fams.text().encode() == generate_latest(registry)
+
+
+def test_promtool_check_metrics_accepts_the_page(sim_loop, tmp_path):
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        pytest.fail("promtool not installed: run `make system` (Debian package prometheus)")
+    result = subprocess.run(
+        [promtool, "check", "metrics"],
+        input=sim_loop.current_page().body,
+        capture_output=True,
+        timeout=30,
+    )
+    # The page parses (exit 1 would be a parse error). promtool's linter (exit 3) has exactly
+    # one complaint: the contract gives a gauge a `quantile` label, which its lint reserves
+    # for summaries; Prometheus ingests it fine. Anything else it says fails the test.
+    complaints = set(result.stdout.decode().splitlines() + result.stderr.decode().splitlines())
+    assert result.returncode in (0, 3), complaints
+    assert complaints <= {KNOWN_LINT}, complaints
+
+
+def test_values_agree_with_the_analysis(islands_state):
+    results = islands_state.results
+    analysis = results.analysis
+    by_name: dict[str, list] = {}
+    for sample in samples(families(islands_state).text()):
+        by_name.setdefault(sample.name, []).append(sample)
+
+    def total(name: str) -> float:
+        return sum(s.value for s in by_name[name])
+
+    assert total("gpu_advisor_free_gpus") == analysis["spatial"]["free_gpus"]
+    assert total("gpu_advisor_fragmented_gpus") == pytest.approx(analysis["fgd"]["fragment_gpus"])
+    assert total("gpu_advisor_allocated_idle_gpus") == analysis["temporal"]["allocated_idle_gpus"]
+    states = Counter(int(s.value) for s in by_name["gpu_advisor_gpu_state"])
+    assert states[GPU_STATE_CODES["free"]] == analysis["spatial"]["free_gpus"]
+    assert states[GPU_STATE_CODES["unhealthy"]] == len(results.model.gpus) - int(
+        results.model.gpu_usable.sum()
+    )
+    assert sum(states.values()) == len(results.model.gpus)
+    fit = {s.labels["shape"]: s.value for s in by_name["gpu_advisor_schedulable_jobs"]}
+    assert fit["8"] == 0 and fit["1"] == analysis["spatial"]["shapes"][1]["jobs_that_fit"]
+    largest = by_name["gpu_advisor_largest_schedulable_job_gpus"][0].value
+    assert largest == analysis["spatial"]["largest_job"]["single_node_gpus"]
+
+
+def test_action_info_is_bounded_to_the_top_n_and_counts_cover_all(islands_state):
+    recs = islands_state.results.recommendations
+    assert len(recs["actions"]) > 2  # more actions than the bound
+    page = families(islands_state, top_actions=2).text()
+    info = [s for s in samples(page) if s.name == "gpu_advisor_action_info"]
+    assert [s.labels["rank"] for s in info] == ["1", "2"]
+    assert all(s.value == 1.0 for s in info)
+    assert info[0].labels["kind"] == recs["actions"][0]["kind"]
+    counts = {
+        s.labels["kind"]: s.value
+        for s in samples(page)
+        if s.name == "gpu_advisor_recommended_actions"
+    }
+    assert sum(counts.values()) == len(recs["actions"])
+    costs = [s for s in samples(page) if s.name == "gpu_advisor_action_cost_gpu_hours"]
+    assert len(costs) == 2
+    none = [s.name for s in samples(families(islands_state, top_actions=0).text())]
+    assert "gpu_advisor_action_info" not in none
+
+
+def test_forecast_series_only_for_backtested_horizons(sim_loop):
+    page = sim_loop.current_page().body.decode()
+    demand = [s for s in samples(page) if s.name == "gpu_advisor_forecast_demand_gpus"]
+    assert {(s.labels["horizon"], s.labels["quantile"]) for s in demand} == {
+        (h, q) for h in ("1h", "6h") for q in ("0.1", "0.5", "0.9")
+    }
+    wape = [s for s in samples(page) if s.name == "gpu_advisor_forecast_backtest_wape_ratio"]
+    assert "seasonal_naive_24" in {s.labels["model"] for s in wape}
+    assert all(0 <= s.value < 5 for s in wape)
