@@ -1,0 +1,178 @@
+"""End to end: sim exporter -> real Prometheus -> real Alertmanager -> webhook receiver.
+
+The sim preset a100-16x8 starts with allocated-but-idle GPUs (notebooks and a stuck batch job).
+The rules are the shipped ones rendered with a short idle window (alerts/config.yaml override),
+the Alertmanager config is the shipped example with its receivers pointed at this test's
+webhook and short group waits. The GpuAllocatedIdle alert must arrive at the receiver that the
+example routes warnings to, with the holder's labels and the annotations, within a bound.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import threading
+import time
+from http.server import BaseHTTPRequestHandler
+
+import pytest
+import yaml
+
+from alerts import generate
+from alerts.config import load_config
+from tests.integration import stack
+
+pytestmark = pytest.mark.integration
+
+IDLE_WINDOW = "4s"
+DEADLINE_S = 60  # measured ~15-20 s: first scrape ~5 s, window + for 8 s, group_wait 1 s
+IDLE_GPU = ("a100-node-02", "3")  # preset a100-16x8: an idle notebook without a process
+BUSY_GPU = ("a100-node-01", "0")  # preset a100-16x8: a training job
+
+
+class Webhook:
+    """Collects Alertmanager webhook posts: (path, payload)."""
+
+    def __init__(self) -> None:
+        self.posts: list[tuple[str, dict]] = []
+        self.lock = threading.Lock()
+
+    def handler(self) -> type[BaseHTTPRequestHandler]:
+        webhook = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                with webhook.lock:
+                    webhook.posts.append((self.path, json.loads(body)))
+                self.send_response(200)
+                self.end_headers()
+
+            def log_message(self, *_args) -> None:
+                pass
+
+        return Handler
+
+    def alerts(self, name: str) -> list[tuple[str, dict]]:
+        with self.lock:
+            return [
+                (path, alert)
+                for path, payload in self.posts
+                for alert in payload["alerts"]
+                if alert["labels"]["alertname"] == name and alert["status"] == "firing"
+            ]
+
+
+def alertmanager_config(webhook: str) -> dict:
+    """The shipped example, receivers pointed at the test webhook, groups flushed quickly."""
+    config = yaml.safe_load((stack.ROOT / "alerts" / "alertmanager.yml").read_text())
+    for receiver in config["receivers"]:
+        for hook in receiver["webhook_configs"]:
+            hook["url"] = f"http://{webhook}/{receiver['name']}"
+    config["route"].update(group_wait="1s", group_interval="2s")
+    return config
+
+
+def test_allocated_idle_gpu_alert_reaches_the_receiver(tmp_path):
+    procs = stack.Processes(tmp_path)
+    webhook = Webhook()
+    started = time.monotonic()
+    try:
+        with stack.http_server(webhook.handler()) as hook:
+            am_config = tmp_path / "alertmanager.yml"
+            am_config.write_text(yaml.safe_dump(alertmanager_config(hook)))
+            amtool = stack.binary("amtool")
+            checked = subprocess.run(
+                [amtool, "check-config", str(am_config)], capture_output=True, text=True, timeout=60
+            )
+            assert checked.returncode == 0, checked.stdout + checked.stderr
+            am_port = stack.free_port()
+            procs.start(
+                "alertmanager",
+                [
+                    stack.binary("prometheus-alertmanager"),
+                    f"--config.file={am_config}",
+                    f"--storage.path={tmp_path / 'am'}",
+                    f"--web.listen-address=127.0.0.1:{am_port}",
+                    "--cluster.listen-address=",
+                ],
+            )
+            stack.poll(
+                lambda: stack.http_get(f"http://127.0.0.1:{am_port}/-/ready"), 30, "Alertmanager"
+            )
+            rules = tmp_path / "alerts.yaml"
+            fast = load_config({"thresholds": {"idle_window": IDLE_WINDOW}})
+            rules.write_text(generate.dump(generate.render_alerts(fast)))
+            exporter = stack.start_exporter(procs, "--idle.window", "2s")
+            prometheus = stack.start_prometheus(
+                procs,
+                {"gpu-exporter": exporter},
+                [rules],
+                alertmanager=f"127.0.0.1:{am_port}",
+                cluster="e2e",
+            )
+
+            def idle_gpu_alerted():
+                procs.check_alive()
+                seen = {
+                    (a["labels"]["node"], a["labels"]["gpu"])
+                    for _, a in webhook.alerts("GpuAllocatedIdle")
+                }
+                return IDLE_GPU in seen
+
+            stack.poll(idle_gpu_alerted, DEADLINE_S, "GpuAllocatedIdle at the webhook")
+            elapsed = time.monotonic() - started
+            print(f"GpuAllocatedIdle for {IDLE_GPU} reached the webhook {elapsed:.1f}s after start")
+
+            path, alert = next(
+                (p, a)
+                for p, a in webhook.alerts("GpuAllocatedIdle")
+                if (a["labels"]["node"], a["labels"]["gpu"]) == IDLE_GPU
+            )
+            assert path == "/gpu-team-queue", "warnings on GPUs go to the team queue"
+            labels = alert["labels"]
+            assert labels["severity"] == "warning" and labels["component"] == "gpu"
+            assert labels["cluster"] == "e2e" and labels["job"] == "gpu-exporter"
+            assert labels["namespace"] == "rnd-llm" and labels["tenant"] == "rnd"
+            assert labels["pod"], labels
+            annotations = alert["annotations"]
+            assert annotations["summary"] == "GPU is allocated but idle."
+            assert (
+                f"GPU 3 on node a100-node-02 is held by rnd-llm/{labels['pod']} (tenant rnd)"
+                in annotations["description"]
+            )
+            assert f"for {IDLE_WINDOW}" in annotations["description"]
+            assert annotations["runbook_url"].endswith("/alerts/runbook.md#gpuallocatedidle")
+
+            # Every alerted GPU is one the exporter counts as allocated and idle; busy ones never.
+            alerted = {
+                (a["labels"]["node"], a["labels"]["gpu"])
+                for _, a in webhook.alerts("GpuAllocatedIdle")
+            }
+            assert BUSY_GPU not in alerted
+            idle_nodes = {
+                r["metric"]["node"]
+                for r in stack.query(prometheus, "gpu_node_allocated_idle_gpus > 0")
+            }
+            assert {node for node, _ in alerted} <= idle_nodes
+            # Alertmanager grouped by cluster and node: one notification group per node.
+            for _, payload in webhook.posts:
+                if payload["groupLabels"].get("alertname") == "GpuAllocatedIdle":
+                    assert set(payload["groupLabels"]) == {"alertname", "cluster", "node"}
+    except BaseException:
+        print(procs.logs())
+        raise
+    finally:
+        procs.stop_all()
+
+
+def test_example_config_passes_amtool_check_config():
+    amtool = shutil.which("amtool") or stack.binary("amtool")
+    result = subprocess.run(
+        [amtool, "check-config", str(stack.ROOT / "alerts" / "alertmanager.yml")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
