@@ -37,6 +37,16 @@ def horizons(text: str) -> tuple[int, ...]:
     return tuple(sorted(set(out)))
 
 
+def shapes(text: str) -> tuple:
+    """'1,2,4,8,2x8,8x8' -> Shapes (see `measures.parse_shape`)."""
+    from advisor.fragmentation.measures import parse_shape
+
+    try:
+        return tuple(parse_shape(part) for part in text.split(",") if part.strip())
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
 def positive_int(text: str) -> int:
     if not text.isdigit():
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number >= 0")
@@ -87,6 +97,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="comma-separated whole hours (default 1h,6h,24h)",
     )
     parser.add_argument(
+        "--shapes",
+        type=shapes,
+        default=None,
+        help="job shapes measured and planned for, e.g. 0.5,1,2,4,8,2x8,4x8,8x8 "
+        "(default: 0.5,1,2,4,8,2x8,4x8); a whole-GPU shape no job of which fits now gets a "
+        "consolidation plan",
+    )
+    parser.add_argument(
         "--history.max-points",
         dest="history_points",
         type=positive_int,
@@ -117,6 +135,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from advisor.fragmentation import measures
     from advisor.history import History
     from advisor.ingest.sources import SourceError
     from advisor.planner.constraints import Policy, PolicyError, load_policy
@@ -135,8 +154,10 @@ def run(args: argparse.Namespace) -> int:
     except (WebConfigError, PolicyError, SourceError, ValueError, OSError) as error:
         print(f"gpu-defrag advise: {error}", file=sys.stderr)
         return 2
+    settings = measures.Settings(shapes=args.shapes) if args.shapes else measures.Settings()
     config = Config(
         interval_s=args.interval,
+        settings=settings,
         policy=policy,
         top_actions=args.top_actions,
         horizons_h=args.horizons,
