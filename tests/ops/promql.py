@@ -144,3 +144,39 @@ def selectors(expr: str) -> list[tuple[str, str]]:
 def matcher_labels(selector: str) -> set[str]:
     """Label names a selector matches on."""
     return {m.group(1) for m in _MATCHER.finditer(selector)}
+
+
+# Labels of the dcgm-exporter compatible series (exporter/render.py `dcgm_compat_families`).
+DCGM_LABELS = {"gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname"}
+DCGM_LABELS |= {"DCGM_FI_DRIVER_VERSION"}
+# Labels Prometheus adds to every scraped series; an exposed `job` label becomes `exported_job`.
+TARGET_LABELS = {"job", "instance", "cluster"}
+
+
+def contract_labels(name: str) -> set[str] | None:
+    """Label names a contract metric can carry after scraping (None: not a contract metric)."""
+    from advisor.contract import ADVISOR_BY_NAME
+    from exporter.contract import BY_NAME
+
+    spec = BY_NAME.get(name) or ADVISOR_BY_NAME.get(name)
+    if spec:
+        labels = set(spec.labels) | TARGET_LABELS
+        return labels | ({"exported_job"} if "job" in spec.labels else set())
+    if name in DCGM_COMPAT:
+        return DCGM_LABELS | TARGET_LABELS
+    if name == "up":
+        return set(TARGET_LABELS)
+    return None
+
+
+def unknown_matcher_labels(expr: str) -> list[str]:
+    """`selector: labels` for every selector that matches on a label its metric does not have."""
+    problems = []
+    for name, selector in selectors(expr):
+        labels = contract_labels(name)
+        if labels is None:
+            continue
+        unknown = matcher_labels(selector) - labels - {"__name__"}
+        if unknown:
+            problems.append(f"{selector}: {sorted(unknown)}")
+    return problems

@@ -27,6 +27,7 @@ from tests.ops.promql import (
     panel_queries,
     panels,
     substitute,
+    unknown_matcher_labels,
     variable_queries,
 )
 
@@ -258,7 +259,16 @@ def lint_contract(document: dict) -> list[str]:
     ]
 
 
-LINTERS = [lint_units, lint_rate_interval, lint_counter_agg, lint_job, lint_contract]
+def lint_labels(document: dict) -> list[str]:
+    """Every label matcher names a label the metric carries (contract labels, target labels)."""
+    return [
+        f"{title}/{ref}: {problem}"
+        for title, ref, expr in panel_queries(document)
+        for problem in unknown_matcher_labels(expr)
+    ]
+
+
+LINTERS = [lint_units, lint_rate_interval, lint_counter_agg, lint_job, lint_contract, lint_labels]
 
 
 @pytest.mark.parametrize("name", ALL)
@@ -276,7 +286,7 @@ def test_linter_rules_flag_a_bad_panel():
                 "fieldConfig": {"defaults": {"unit": "percentunit"}},
                 "targets": [
                     {"refId": "A", "expr": "sum(rate(gpu_energy_joules_total[5m])) + gpu_bogus"},
-                    {"refId": "B", "expr": 'gpu_xid_errors_total{job=~"$job"}'},
+                    {"refId": "B", "expr": 'gpu_xid_errors_total{job=~"$job", xid_code="79"}'},
                 ],
             },
             {

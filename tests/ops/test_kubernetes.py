@@ -158,3 +158,9 @@ def test_prometheus_rule_carries_the_generated_groups():
     alerts = {r["alert"] for g in groups for r in g["rules"] if "alert" in r}
     shipped = yaml.safe_load((ROOT / "alerts" / "prometheus_alerts.yaml").read_text())
     assert alerts == {r["alert"] for g in shipped["groups"] for r in g["rules"]}
+
+
+def test_every_container_command_parses_with_the_real_cli():
+    for workload in by_kind("DaemonSet") + by_kind("Deployment"):
+        for container in workload["spec"]["template"]["spec"]["containers"]:
+            build_parser().parse_args(container["args"])

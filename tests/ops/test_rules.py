@@ -12,7 +12,7 @@ import yaml
 
 from alerts import generate
 from alerts.config import load_config, seconds
-from tests.ops.promql import contract_names, metric_names
+from tests.ops.promql import contract_names, metric_names, unknown_matcher_labels
 
 ROOT = Path(__file__).resolve().parents[2]
 ALERTS = ROOT / "alerts"
@@ -118,6 +118,7 @@ def test_rules_reference_only_contract_metrics_and_portable_functions():
     for expr in exprs:
         unknown = metric_names(expr) - known - recorded
         assert not unknown, f"{expr!r} uses metrics outside the contract: {unknown}"
+        assert unknown_matcher_labels(expr) == [], "matchers on labels the metric does not have"
         # holt_winters is renamed and experimental in Prometheus 3.x; compose runs 3.x
         assert "holt_winters" not in expr and "double_exponential_smoothing" not in expr
     for record in recorded:
