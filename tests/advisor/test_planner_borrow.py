@@ -1,0 +1,181 @@
+"""Quota borrowing: the R&D / Algorithms / Product seed case, each rule, the policy file and
+the checker's lending of capacity no quota covers."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from advisor import snapshot
+from advisor.cli import main
+from advisor.planner.actions import Action
+from advisor.planner.borrow import blocked_by_quota, plan_borrow, request_for_job, usage_by_scope
+from advisor.planner.check import check_plan
+from advisor.planner.constraints import (
+    UNASSIGNED,
+    BorrowRules,
+    PolicyError,
+    load_policy,
+    policy_from_dict,
+)
+from advisor.planner.recommend import plan_for_goal, recommend
+from advisor.planner.reserve import pending_requests
+from tests.advisor._recommend_clusters import assert_checked, clusters, policies
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+SEED = EXAMPLES / "seed-quota-borrow.json"
+RULES = EXAMPLES / "policy-borrow.yaml"
+QUOTAS_ONLY = EXAMPLES / "policy-quotas.yaml"
+
+
+@pytest.fixture(scope="module")
+def model():
+    return snapshot.load(SEED)
+
+
+def test_seed_usage_matches_the_case(model) -> None:
+    usage = usage_by_scope(model)
+    assert [usage[(t, "")] for t in ("rnd", "algorithms", "product")] == [35, 20, 15]
+    request = request_for_job(model, "rnd-pretrain")
+    assert (request.tasks, request.num_gpu, request.tenant) == (4, 8, "rnd")
+
+
+def test_a_loan_within_the_rules_makes_the_job_start(model) -> None:
+    policy = load_policy(RULES)
+    assert [r.job for r in blocked_by_quota(model, policy)] == ["rnd-pretrain"]
+    plan = plan_borrow(model, policy, request_for_job(model, "rnd-pretrain"))
+    assert plan.feasible, plan.reason
+    loans = [a for a in plan.actions if a.kind == "borrow"]
+    starts = [a for a in plan.actions if a.kind == "reserve"]
+    # 35 + 32 - 40 = 27: the idle quota of algorithms (10) and product (5), then 12 of the
+    # 14 usable GPUs beyond the 90 of quotas
+    assert {a.quota[1][0]: -a.quota[1][2] for a in loans} == {
+        "algorithms": 10,
+        "product": 5,
+        UNASSIGNED: 12,
+    }
+    assert sum(a.quota[0][2] for a in loans) == 27
+    assert len(starts) == 4 and all(len(a.dst.gpus) == 8 for a in starts)
+    assert check_plan(model, plan.actions, policy, 80).ok
+    # without the loans the same start breaks rnd's quota
+    refused = check_plan(model, starts, policy, 80)
+    assert not refused.ok and "quota of 40" in refused.violation.reason
+    back = plan.extra["return"]
+    assert back["preemption"] and back["grace_s"] == 900
+    assert back["due_at"] <= model.timestamp + 172800
+    inverse = [Action.from_dict(doc) for doc in back["actions"]]
+    assert [a.quota for a in inverse] == [tuple((t, s, -d) for t, s, d in a.quota) for a in loans]
+    assert set(plan.cost.tenants) == {"rnd", "algorithms", "product"}
+
+
+def test_without_borrowing_rules_no_loan_is_proposed(model) -> None:
+    policy = load_policy(QUOTAS_ONLY)
+    plan = plan_borrow(model, policy, request_for_job(model, "rnd-pretrain"))
+    assert not plan.feasible and not plan.actions
+    assert "no borrowing rules" in plan.reason
+    assert [p for p in recommend(model, policy) if p.actions] == []
+
+
+@pytest.mark.parametrize(
+    ("rules", "needle"),
+    [
+        (BorrowRules(max_borrow_ratio=0.5), "at most 0.5 x 40 = 20"),
+        (BorrowRules(max_borrow_ratio=1.0, priority_threshold=90), "under the borrowing threshold"),
+        (BorrowRules(max_borrow_ratio=1.0, preemption=False, auto_return_s=3600), "auto-return"),
+    ],
+)
+def test_each_rule_can_refuse(model, rules, needle) -> None:
+    policy = replace(load_policy(RULES), borrowing={"": rules})
+    plan = plan_borrow(model, policy, request_for_job(model, "rnd-pretrain"))
+    assert not plan.feasible and needle in plan.reason
+
+
+def test_lenders_that_do_not_lend_and_short_jobs_without_preemption(model) -> None:
+    base = load_policy(RULES)
+    rules = base.borrowing[""]
+    no_algo = replace(base, borrowing={"": rules, "algorithms": replace(rules, lend=False)})
+    plan = plan_borrow(model, no_algo, request_for_job(model, "rnd-pretrain"))
+    assert not plan.feasible and "only 19" in plan.reason  # product 5 + unassigned 14
+    short = replace(request_for_job(model, "rnd-pretrain"), duration_s=3600.0)
+    strict = replace(base, borrowing={"": replace(rules, preemption=False)})
+    plan = plan_borrow(model, strict, short)
+    assert plan.feasible and "not preempted" in plan.extra["return"]["then"]
+
+
+def test_goal_forms_and_cli(model, capsys) -> None:
+    policy = load_policy(RULES)
+    assert plan_for_goal(model, policy, "borrow=rnd-pretrain")[0].feasible
+    assert plan_for_goal(model, policy, "borrow=rnd:32:80")[0].feasible  # 4 x 8 by node size
+    assert plan_for_goal(model, policy, "borrow=big:rnd:4x8")[0].reason.startswith("priority")
+    with pytest.raises(ValueError):
+        plan_for_goal(model, policy, "borrow=nobody")
+    code = main(
+        ["plan", str(SEED), "--goal", "borrow=rnd-pretrain", "--policy", str(RULES), "--json"]
+    )
+    doc = json.loads(capsys.readouterr().out)
+    assert code == 0 and doc["feasible"] and doc["method"] == "borrow"
+    assert (
+        main(["plan", str(SEED), "--goal", "borrow=rnd-pretrain", "--policy", str(QUOTAS_ONLY)])
+        == 1
+    )
+    assert "no borrowing rules" in capsys.readouterr().out
+    assert main(["plan", str(SEED), "--goal", "borrow=a:b:c:d"]) == 2
+
+
+def test_policy_file_borrowing_section(tmp_path) -> None:
+    policy = policy_from_dict(
+        {"borrowing": {"max_borrow_ratio": 0.3, "tenants": {"prod": {"lend": False}}}}
+    )
+    assert policy.borrow_rules("x") == BorrowRules(max_borrow_ratio=0.3)
+    assert policy.borrow_rules("prod") == BorrowRules(max_borrow_ratio=0.3, lend=False)
+    assert policy_from_dict({"quotas": {"a": 1}}).borrow_rules("a") is None  # old files
+    for doc, where in (
+        ({"borrowing": {"lend": 3}}, "borrowing.lend"),
+        ({"borrowing": {"grace_s": -1}}, "borrowing.grace_s"),
+        ({"borrowing": {"priority_threshold": 1.5}}, "borrowing.priority_threshold"),
+        ({"borrowing": {"tenants": {"a": {"nope": 1}}}}, "borrowing.tenants.a.nope"),
+        ({"borrowing": [1]}, "borrowing"),
+    ):
+        with pytest.raises(PolicyError) as error:
+            policy_from_dict(doc)
+        assert error.value.field == where
+    path = tmp_path / "p.yaml"
+    path.write_text("borrowing:\n  preemption: maybe\n")
+    with pytest.raises(PolicyError, match=r"borrowing\.preemption"):
+        load_policy(path)
+
+
+def test_checker_lends_only_spare_unassigned_capacity(model) -> None:
+    policy = load_policy(RULES)  # 104 usable GPUs, quotas 90: 14 unassigned
+
+    def loan(n):
+        return Action("borrow", quota=(("rnd", "", n), (UNASSIGNED, "", -n)))
+
+    assert check_plan(model, [loan(14)], policy).ok
+    refused = check_plan(model, [loan(15)], policy)
+    assert not refused.ok and "lender" in refused.violation.reason
+    # a tenant without quota uses unassigned capacity: it is no longer spare
+    shared = replace(policy, quotas={k: v for k, v in policy.quotas.items() if k[0] != "product"})
+    assert check_plan(model, [loan(19)], shared).ok  # 104 - 70 = 34 spare, 15 used by product
+    assert not check_plan(model, [loan(20)], shared).ok
+
+
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True
+)
+@given(m=clusters(), policy=policies(), pick=st.integers(0, 3))
+def test_every_borrow_plan_passes_the_check(m, policy, pick) -> None:
+    requests = pending_requests(m, min_gpus=1)
+    if not requests:
+        return
+    request = requests[pick % len(requests)]
+    plan = plan_borrow(m, policy, request)
+    assert_checked(m, plan, policy, request.priority)
+    if plan.feasible and any(a.kind == "borrow" for a in plan.actions):
+        rules = policy.borrow_rules(request.tenant)
+        assert rules is not None and (request.priority or 0) >= rules.priority_threshold

@@ -1,0 +1,166 @@
+"""Reservations: earliest start from predicted ends, least idle GPU-hours, conflicts, quotas,
+release time; and the recommend() entry point over every kind."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+from advisor import snapshot
+from advisor.model import ModelBuilder
+from advisor.planner.check import check_plan
+from advisor.planner.constraints import Policy
+from advisor.planner.observed import DurationPrior, expected_end
+from advisor.planner.recommend import plan_for_goal, recommend
+from advisor.planner.reserve import Outlook, Request, plan_reservations
+from tests.advisor._recommend_clusters import assert_checked, clusters, policies
+
+T = 1_000_000.0
+H = 3600.0
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def cluster(islands: bool = False):
+    """Four 8-GPU A100 nodes in rack r1: n0 half busy until +1 h, n1 busy until +2 h, n2 busy
+    until +5 h, n3 empty; job `big` (3 x 8 GPUs, tenant t) waits."""
+    b = ModelBuilder()
+    for n in range(4):
+        b.add_node(f"n{n}", rack="r1", gpu_model="A100")
+        for i in range(8):
+            b.add_gpu(f"n{n}", i, nvlink_island=(i // 4) if islands else 0)
+    ends = {
+        "a": ("n0", [0, 1, 2, 3], 1),
+        "b": ("n1", list(range(8)), 2),
+        "c": ("n2", list(range(8)), 5),
+    }
+    for alloc, (node, gpus, hours) in ends.items():
+        b.add_allocation(
+            alloc,
+            num_gpu=len(gpus),
+            node=node,
+            gpus=gpus,
+            tenant="u" if alloc == "c" else "t",
+            start_time=T - 60,
+            deletion_time=T + hours * H,
+        )
+    for task in range(3):
+        b.add_allocation(f"big{task}", num_gpu=8, job="big", tenant="t", priority=5)
+    return b.build(timestamp=T)
+
+
+def test_earliest_start_with_least_idle_time() -> None:
+    model = cluster()
+    [plan] = plan_reservations(model, Policy())
+    assert plan.feasible and plan.extra["job"] == "big"
+    assert plan.extra["start_at"] == pytest.approx(T + 2 * H)  # when n1 frees up
+    assert sorted(plan.extra["nodes"]) == ["n0", "n1", "n3"]  # n2 would wait until +5 h
+    # held now: the free half of n0 and all of n3; n0's other half and n1 come later
+    assert sorted(str(a.dst) for a in plan.actions) == ["n0[4,5,6,7]", "n3[0,1,2,3,4,5,6,7]"]
+    later = {(s["node"], s["gpu"]): s for s in plan.extra["schedule"]}
+    assert later[("n0", 0)]["hold_from"] == pytest.approx(T + H) and later[("n0", 0)]["after"] == [
+        "a"
+    ]
+    assert later[("n1", 7)]["hold_from"] == pytest.approx(T + 2 * H)
+    # idle while waiting: 4 x 2 h + 4 x 1 h on n0, 8 x 2 h on n3
+    assert plan.extra["idle_gpu_hours"] == pytest.approx(28.0)
+    assert plan.extra["release"]["if_not_started_by"] == pytest.approx(T + 2 * H + 1800)
+    assert plan.extra["ends_from"] == "known end times"
+    assert check_plan(model, plan.actions, Policy(), 5).ok
+    assert all(a.rack_local and a.priority == 5 for a in plan.actions)
+
+
+def test_fits_now_needs_no_reservation_and_single_node_islands() -> None:
+    model = cluster(islands=True)
+    assert plan_reservations(model, Policy(), [Request("small", "t", 1, 1, 8)]) == []
+    # a 4-GPU job when no 4 are free in one island until n0's busy island frees at +1 h
+    b = ModelBuilder()
+    b.add_node("x", gpu_model="A100")
+    for i in range(8):
+        b.add_gpu("x", i, nvlink_island=i // 4)
+    b.add_allocation("p", num_gpu=2, node="x", gpus=[0, 1], deletion_time=T + H, start_time=T)
+    b.add_allocation("q", num_gpu=1, node="x", gpus=[4], deletion_time=T + 3 * H, start_time=T)
+    m = b.build(timestamp=T)
+    [plan] = plan_reservations(m, Policy(), [Request("four", "t", 1, 1, 4)])
+    assert plan.extra["start_at"] == pytest.approx(T + H)
+    held = {g for a in plan.actions for g in a.dst.gpus} | {
+        s["gpu"] for s in plan.extra["schedule"]
+    }
+    assert held == {0, 1, 2, 3}
+    # without the island rule, 4 GPUs are free now (2, 3, 5, 6 ...): nothing to hold
+    assert (
+        plan_reservations(m, Policy(island_locality=False), [Request("four", "t", 1, 1, 4)]) == []
+    )
+
+
+def test_conflict_between_reservations_and_with_quota() -> None:
+    model = cluster()
+    first = Request("first", "t", 9, 3, 8)
+    second = Request("second", "u", 3, 1, 8, duration_s=4 * H)
+    plans = plan_reservations(model, Policy(), [second, first])
+    by_job = {p.extra["job"]: p for p in plans}
+    assert by_job["first"].extra["start_at"] == pytest.approx(T + 2 * H)
+    # `second` fits n3 now, but n3 is held for `first` (higher priority, planned first); it
+    # starts when n2 frees at +5 h, and says who delayed it
+    assert by_job["second"].extra["start_at"] == pytest.approx(T + 5 * H)
+    [conflict] = by_job["second"].extra["conflicts"]
+    assert conflict["with"] == ["first"] and conflict["delay_s"] == pytest.approx(5 * H)
+    together = [a for p in plans for a in p.actions]
+    assert check_plan(model, together, Policy()).ok
+    # quota: t holds nothing at +2 h (a, b ended) but 24 GPUs exceed a quota of 20
+    [plan] = plan_reservations(model, Policy(quotas={("t", ""): 20.0}))
+    assert not plan.feasible and not plan.actions
+    assert "quota" in plan.reason and "24" in plan.reason and "borrow" in plan.reason
+
+
+def test_forecast_ends_and_demand() -> None:
+    model = cluster()
+    outlook = Outlook(job_end={"c": T + 0.5 * H}, demand=(Request("later", "u", 1, 1, 8),))
+    plans = plan_for_goal(model, Policy(), "reserve", outlook)
+    big = next(p for p in plans if p.extra["job"] == "big")
+    assert big.extra["start_at"] == pytest.approx(T + H)  # n2 now frees at +0.5 h
+    assert big.extra["ends_from"] == "forecast job ends"
+    assert plan_for_goal(model, Policy(), "reserve=big")[0].extra["job"] == "big"
+    assert not plan_for_goal(model, Policy(), "reserve=nope")[0].feasible
+
+
+def test_duration_prior() -> None:
+    prior = DurationPrior(median_s=4 * H)
+    mean = math.sqrt(2) * 4 * H
+    assert prior.remaining(np.array([np.nan]))[0] == pytest.approx(mean)
+    assert prior.remaining(np.array([0.0]))[0] == pytest.approx(mean)
+    assert prior.remaining(np.array([10 * H]))[0] == pytest.approx(10 * H)  # heavy tail
+    b = ModelBuilder()
+    b.add_node("n", gpu_model="A100")
+    b.add_gpu("n", 0)
+    b.add_allocation("x", num_gpu=1, node="n", gpus=[0], start_time=T - 8 * H)
+    b.add_allocation("y", num_gpu=0)
+    m = b.build(timestamp=T)
+    ends = expected_end(m, prior)
+    assert ends[0] == pytest.approx(T + 8 * H)
+    assert expected_end(m, prior, {"x": T + 5.0})[0] == pytest.approx(T + 5.0)
+
+
+def test_recommend_runs_every_kind_on_the_seeds() -> None:
+    share = snapshot.load(EXAMPLES / "seed-share-16gb.json")
+    assert [p.method for p in recommend(share)] == ["share"]
+    mixed = snapshot.load(EXAMPLES / "seed-mixed-fleet.json")
+    methods = [p.method for p in recommend(mixed)]
+    assert "rebalance" in methods and "reserve" in methods
+    for plan in recommend(mixed):
+        assert_checked(mixed, plan, Policy())
+
+
+@settings(
+    max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True
+)
+@given(m=clusters(), policy=policies())
+def test_every_recommended_plan_passes_the_check(m, policy) -> None:
+    plans = recommend(m, policy)
+    for plan in plans:
+        assert_checked(m, plan, policy)
+    held = [a for p in plans if p.method == "reserve" for a in p.actions]
+    assert check_plan(m, held, policy).ok  # the reservations hold together, too
