@@ -134,6 +134,33 @@ def start_exporter(procs: Processes, *extra: str) -> str:
     return address
 
 
+def start_advisor(procs: Processes, source: str, interval: str = "5s") -> str:
+    """The real advisor service (`gpu-defrag advise`); returns its host:port."""
+    port = free_port()
+    procs.start(
+        "advisor",
+        [
+            sys.executable,
+            "-m",
+            "advisor.cli",
+            "advise",
+            "--source",
+            source,
+            "--web.listen-address",
+            f"127.0.0.1:{port}",
+            "--advise.interval",
+            interval,
+        ],
+    )
+    address = f"127.0.0.1:{port}"
+    poll(
+        lambda: b"gpu_advisor_fragmentation_ratio" in http_get(f"http://{address}/metrics"),
+        60,
+        "the advisor's first run",
+    )
+    return address
+
+
 def start_prometheus(
     procs: Processes,
     scrape: dict[str, str],

@@ -1,9 +1,16 @@
 """Every PromQL expression of every dashboard panel and every rule, run on a real Prometheus.
 
-Debian's Prometheus scrapes the sim exporter (`gpu-defrag exporter --backend sim`, with
-`--compat.dcgm-names` for the dcgm-exporter dashboard) and the ADVISOR STAND-IN
-(tests/integration/advisor_standin.py: a static page rendered from advisor/contract.py, used
-until `gpu-defrag advise` exists) on 127.0.0.1, with the shipped rule files loaded. A query
+Debian's Prometheus scrapes, on 127.0.0.1 and with the shipped rule files loaded:
+- job gpu-exporter: the sim exporter (`gpu-defrag exporter --backend sim`, preset a100-16x8,
+  with `--compat.dcgm-names` for the dcgm-exporter dashboard);
+- job gpu-advisor: the real advisor (`gpu-defrag advise --source sim:a100-16x8`, which
+  backfills a simulated history so its forecasts exist);
+- job gpu-advisor-standin: the ADVISOR STAND-IN (tests/integration/advisor_standin.py), a static
+  page rendered from advisor/contract.py with every contract metric, so series the real advisor
+  emits only in some states (recommended actions with cost and benefit, idle power) are queried
+  too. The rules select job="gpu-advisor" only; the dashboards' $advisor variable sees both.
+
+A query
 fails the test on any API error, and on an empty result unless one of its selectors has no
 data in this fleet (a metric the preset does not produce, or a label value filter such as an
 XID class that has not occurred) — and then only if the selector's label names are real.
@@ -51,22 +58,24 @@ def prometheus(tmp_path_factory):
     try:
         with stack.http_server(StandinHandler) as standin:
             exporter = stack.start_exporter(procs, "--compat.dcgm-names", "--idle.window", "2s")
+            advisor = stack.start_advisor(procs, "sim:a100-16x8")
             url = stack.start_prometheus(
-                procs, {"gpu-exporter": exporter, "gpu-advisor": standin}, [rules, alerts]
+                procs,
+                {"gpu-exporter": exporter, "gpu-advisor": advisor, "gpu-advisor-standin": standin},
+                [rules, alerts],
             )
 
             def ready() -> bool:
                 procs.check_alive()
                 samples = stack.query(
                     url,
-                    'min(count_over_time(up{job=~"gpu-exporter|gpu-advisor"}[1m])) >= 4 '
-                    "and on () count(up == 1) == 2",
+                    "min(count_over_time(up[1m])) >= 4 and on () count(up == 1) == 3",
                 )
                 groups = stack.api(url, "/api/v1/rules")["groups"]
                 evaluated = all(r["lastEvaluation"] > "2000" for g in groups for r in g["rules"])
                 return bool(samples) and evaluated
 
-            stack.poll(ready, 45, "both targets scraped 4 times and every rule evaluated")
+            stack.poll(ready, 45, "all targets scraped 4 times and every rule evaluated")
             yield url
     except BaseException:
         print(procs.logs())
@@ -216,9 +225,13 @@ def test_the_check_catches_typos_errors_and_empty_results(prometheus):
     assert check(prometheus, 'gpu_mig_memory_used_bytes{job="gpu-exporter"}') == "explained"
 
 
-def test_standin_is_not_mistaken_for_the_real_advisor(prometheus):
-    (build,) = stack.query(prometheus, "gpu_advisor_build_info")
-    assert build["metric"]["version"].endswith("standin")
+def test_the_rules_see_the_real_advisor_and_the_standin_is_marked(prometheus):
+    builds = {
+        r["metric"]["job"]: r["metric"]["version"]
+        for r in stack.query(prometheus, "gpu_advisor_build_info")
+    }
+    assert builds["gpu-advisor-standin"].endswith("standin")
+    assert not builds["gpu-advisor"].endswith("standin")
 
 
 def test_compose_prometheus_config_matches_this_setup():
