@@ -18,6 +18,8 @@ st.set_page_config(page_title="gpu-defrag · capacity review", page_icon="🧩",
 PAGES = [
     st.Page("views/fleet.py", title="Fleet", icon=":material/grid_view:", default=True),
     st.Page("views/fragmentation.py", title="Fragmentation", icon=":material/scatter_plot:"),
+    st.Page("views/actions.py", title="Actions", icon=":material/playlist_add_check:"),
+    st.Page("views/whatif.py", title="What-if", icon=":material/help_center:"),
 ]
 
 

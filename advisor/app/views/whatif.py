@@ -1,0 +1,86 @@
+"""What-if: can a job of N GPUs x M nodes on model X start now; if not, at what cost, or when?"""
+
+from __future__ import annotations
+
+import time
+
+import streamlit as st
+
+from advisor.app import data, plans
+
+state = data.current()
+model = state.model
+
+st.title("What-if")
+st.caption("Ask about one job before it is submitted. Nothing is changed or reserved.")
+
+width = int(model.nodes.gpu_count.max(initial=1)) or 1
+cols = st.columns(4)
+num_gpu = int(
+    cols[0].number_input("GPUs per node", min_value=1, max_value=width, value=width, key="wi_gpus")
+)
+nodes = int(cols[1].number_input("Nodes", min_value=1, value=2, key="wi_nodes"))
+models = sorted(set(model.nodes.gpu_model.tolist()) - {""})
+gpu_model = cols[2].selectbox("GPU model", ["any", *models], key="wi_model")
+tenant = cols[3].selectbox(
+    "Tenant", ["(none)", *data.tenants_of(data.fleet_frame(state))], key="wi_tenant"
+)
+
+answer = state.cached(
+    str(("whatif", num_gpu, nodes, gpu_model, tenant)),
+    lambda: plans.whatif(
+        model,
+        num_gpu,
+        nodes,
+        "" if gpu_model == "any" else gpu_model,
+        tenant="" if tenant == "(none)" else tenant,
+    ),
+)
+job = f"{nodes} x {num_gpu} GPUs" + ("" if gpu_model == "any" else f" on {gpu_model}")
+
+st.subheader("Can it start now?")
+if answer.fits_now:
+    st.success(
+        f"Yes: {answer.fits_now} job(s) of {job} can start now without moving anything.",
+        icon=":material/check_circle:",
+    )
+    st.stop()
+st.warning(
+    f"No: the free GPUs cannot hold {job}"
+    + (" (its nodes must share one rack and GPU model)" if nodes > 1 else "")
+    + ".",
+    icon=":material/block:",
+)
+
+st.subheader("Cheapest plan to start it now")
+plan = answer.plan
+if plan is None or not plan.feasible:
+    st.error(
+        f"No checked plan makes room: {plan.reason if plan else 'no plan'}",
+        icon=":material/error:",
+    )
+else:
+    cost = plan.cost
+    cols = st.columns(4)
+    cols[0].metric("Migrations", plan.migrations)
+    cols[1].metric("Restarts", cost.restarts)
+    cols[2].metric("GPU-hours lost", f"{cost.gpu_hours:.2f}")
+    cols[3].metric("Tenants touched", len(cost.tenants))
+    st.dataframe(plans.actions_frame(plan), hide_index=True, key="whatif_plan")
+    st.caption(f"Method: {plan.method}. Review and export such plans on the Actions page.")
+
+st.subheader("When will it fit without moving anything?")
+wait = answer.wait
+if wait is None:
+    st.info("The reservation planner found no waiting time to report.")
+elif not wait.feasible:
+    st.error(f"Not without moving work: {wait.reason}", icon=":material/error:")
+else:
+    extra = wait.extra
+    start = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(extra["start_at"]))
+    st.metric("Starts in", plans.hours(extra["starts_in_s"]), help=f"at {start}")
+    st.markdown(
+        f"On **{', '.join(extra['nodes'])}**, at about {start}. Job ends come from "
+        f"**{extra['ends_from']}**; holding the GPUs until then leaves "
+        f"{extra['idle_gpu_hours']:.1f} GPU-hours idle (other jobs may backfill them)."
+    )

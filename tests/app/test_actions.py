@@ -1,0 +1,98 @@
+"""Actions page: the planner's plans with their cost, a selection's check and before/after,
+exports that are the selection (JSON/YAML) and commands that name its pods and nodes."""
+
+from __future__ import annotations
+
+import json
+
+import yaml
+
+from advisor.app import plans
+from advisor.fragmentation.measures import Shape
+from advisor.ingest.sources import load_source
+from advisor.planner.consolidate import parse_goal
+from advisor.planner.constraints import Policy
+from tests.app.conftest import frame_with, metrics, open_app
+
+PAGE = "views/actions.py"
+SOURCE = "sim:a100-16x8"
+
+
+def test_default_goal_is_the_next_big_job_and_its_plan_is_shown() -> None:
+    model = load_source(SOURCE)
+    assert plans.next_big_job(model) == Shape(8, tasks=5)  # 4 whole nodes free in rack-02
+    expected = plans.consolidation_plan(model, parse_goal("job=5x8"), Policy())
+    assert expected.feasible and expected.migrations > 0
+
+    at = open_app(SOURCE, PAGE)
+    assert at.text_input(key="actions_goal").value == "job=5x8"
+    overview = frame_with(at, "GPU-hours cost")
+    assert overview["goal"].iloc[0] == "job=5x8"
+    assert overview["restarts"].iloc[0] == expected.cost.restarts
+    shown = metrics(at)
+    assert shown["Steps"] == str(len(expected.actions))
+    assert shown["Restarts"] == str(expected.cost.restarts)
+    assert shown["GPU-hours lost"] == f"{expected.cost.gpu_hours:.2f}"
+    steps = frame_with(at, "why")
+    assert steps["kind"].tolist() == [a.kind for a in expected.actions]
+
+    compare = frame_with(at, "measure").set_index("measure")
+    assert compare.loc["jobs of 5x8 GPU that fit", "before"] == 0
+    assert compare.loc["jobs of 5x8 GPU that fit", "after"] >= 1
+
+    exported = json.loads(at.code[0].value)
+    assert exported["actions"] == [a.to_dict() for a in expected.actions]
+    assert yaml.safe_load(at.code[1].value)["steps"] == list(range(1, len(expected.actions) + 1))
+    moved = next(a for a in expected.actions if a.kind == "migrate")
+    namespace, pod = moved.alloc.split("/")
+    assert f"kubectl -n {namespace} delete pod {pod}" in at.code[2].value
+    assert f"scontrol update JobId={moved.job} ReqNodeList={moved.dst.node}" in at.code[3].value
+
+
+def test_a_step_that_needs_an_earlier_one_fails_the_check() -> None:
+    model = load_source(SOURCE)
+    plan = plans.consolidation_plan(model, parse_goal("job=5x8"), Policy())
+    alone = [
+        i
+        for i in range(1, len(plan.actions) + 1)
+        if not plans.replay(model, plan, [i], Policy()).check.ok
+    ]
+    assert alone, "this plan has a move into GPUs an earlier move frees"
+    at = open_app(SOURCE, PAGE)
+    steps = next(m for m in at.multiselect if m.key.startswith("actions_steps_"))
+    steps.set_value([alone[0]]).run()
+    assert not at.exception
+    assert any("do not pass the check" in e.value for e in at.error)
+    assert not at.code  # nothing to export from a selection that does not check
+
+
+def test_bad_goal_is_a_message() -> None:
+    at = open_app(SOURCE, PAGE)
+    at.text_input(key="actions_goal").set_value("job=lots").run()
+    assert not at.exception
+    assert any("Cannot plan" in e.value for e in at.error)
+
+
+def test_recommend_kinds_from_a_snapshot() -> None:
+    source = "examples/seed-mixed-fleet.json"
+    at = open_app(source, PAGE)
+    kinds = frame_with(at, "GPU-hours cost")["kinds"].tolist()
+    assert any("share" in k for k in kinds) and any("rebalance" in k for k in kinds)
+
+
+def test_commands_cover_every_kind() -> None:
+    from advisor.planner.actions import Action, GpuSet
+
+    actions = [
+        Action("reserve", alloc="goal-1", job="goal", dst=GpuSet("n1", (0, 1))),
+        Action("reclaim", alloc="team/idle-pod", job="idle", tenant="team", src=GpuSet("n2", (3,))),
+        Action("borrow", job="big", quota=(("lender", "A100", -8.0), ("borrower", "A100", 8.0))),
+    ]
+    kube = plans.kubectl_commands(actions)
+    assert "kubectl taint node n1 gpu-defrag.io/reserved=goal:NoSchedule" in kube
+    assert "kubectl -n team delete pod idle-pod" in kube
+    assert "-8 GPUs" in kube and "+8 GPUs" in kube
+    slurm = plans.slurm_commands(actions)
+    assert "ReservationName=gpu-defrag-goal-1" in slurm and "Nodes=n1 TRES=gres/gpu=2" in slurm
+    assert "scancel idle" in slurm
+    assert "sacctmgr modify account borrower set GrpTRES=gres/gpu=<limit+8>" in slurm
