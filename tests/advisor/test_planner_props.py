@@ -1,0 +1,141 @@
+"""Property tests on random clusters: every returned plan passes the step-by-step check, and the
+heuristic is never cheaper than a proved optimum (nor feasible where infeasibility is proved)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from advisor.model import ModelBuilder
+from advisor.planner.check import apply_plan, check_plan
+from advisor.planner.consolidate import parse_goal, plan_heuristic
+from advisor.planner.constraints import Policy, island_size_per_node
+from advisor.planner.exact import plan_exact
+
+
+@st.composite
+def clusters(draw):
+    """2-6 nodes of 4 or 8 GPUs (islands of half a node, or unknown), two racks, one or two
+    GPU models, filled with whole and fractional tasks of mixed priority and migratability."""
+    b = ModelBuilder()
+    nodes = draw(st.integers(2, 6))
+    two_models = draw(st.booleans())
+    for n in range(nodes):
+        size = draw(st.sampled_from([4, 8]))
+        islands = draw(st.booleans())
+        name = f"n{n}"
+        gpu_model = "H100" if two_models and n % 3 == 2 else "A100"
+        b.add_node(name, rack=f"r{n % 2}", gpu_model=gpu_model)
+        for i in range(size):
+            island = (0 if i < size // 2 else 1) if islands else -1
+            b.add_gpu(name, i, nvlink_island=island, lost=draw(st.integers(0, 60)) == 0)
+        free = list(range(size))
+        partial: dict[int, int] = {}
+        for t in range(draw(st.integers(1, 8))):
+            kind = draw(st.sampled_from(["1", "1", "2", "4", "frac"]))
+            common = {
+                "tenant": draw(st.sampled_from(["a", "b"])),
+                "priority": draw(st.sampled_from([0, 10, 100])),
+                "migratable": draw(st.integers(0, 9)) > 0,
+                "restart_cost_s": draw(st.sampled_from([60.0, 300.0, float("nan")])),
+            }
+            if kind == "frac":
+                milli = draw(st.sampled_from([250, 500]))
+                spots = [g for g, used in partial.items() if used + milli <= 1000] or free[:1]
+                if not spots:
+                    continue
+                g = spots[0]
+                if g in free:
+                    free.remove(g)
+                partial[g] = partial.get(g, 0) + milli
+                b.add_allocation(
+                    f"{name}-t{t}", num_gpu=1, gpu_milli=milli, node=name, gpus=[g], **common
+                )
+                continue
+            k = int(kind)
+            if len(free) < k:
+                continue
+            start = draw(st.integers(0, len(free) - k))
+            gpus = free[start : start + k]
+            for g in gpus:
+                free.remove(g)
+            b.add_allocation(f"{name}-t{t}", num_gpu=k, node=name, gpus=gpus, **common)
+    return b.build()
+
+
+goals = st.sampled_from(
+    ["job=1", "job=2", "job=4", "job=8", "job=2x4", "job=2x2", "free-nodes=1", "free-nodes=2"]
+)
+
+
+def _reservations_hold(model, plan) -> None:
+    """The reserved GPUs are free after the moves, and island-local where the job fits one."""
+    after = apply_plan(model, [a for a in plan.actions if a.kind == "migrate"])
+    sizes = island_size_per_node(model)
+    for action in plan.actions:
+        if action.kind != "reserve":
+            continue
+        node = model.node_index(action.dst.node)
+        rows = [model.gpu_row(node, i) for i in action.dst.gpus]
+        assert after.gpu_is_free[rows].all()
+        islands = model.gpus.nvlink_island[rows]
+        if 1 < len(rows) <= sizes[node]:
+            assert len(set(islands.tolist())) == 1
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True
+)
+@given(model=clusters(), goal=goals, priority=st.sampled_from([10, 100]))
+def test_every_plan_passes_the_check(model, goal, priority) -> None:
+    g = parse_goal(goal, priority=priority)
+    heuristic = plan_heuristic(model, g)
+    exact = plan_exact(model, g, time_limit_s=5, hint=heuristic)
+    for plan in (heuristic, exact):
+        if plan.feasible:
+            result = check_plan(model, plan.actions, Policy(), priority)
+            assert result.ok, (plan.method, str(result))
+            _reservations_hold(model, plan)
+            value = goal.split("=")[1]
+            expected = int(value.split("x")[0]) if "x" in value or "free" in goal else 1
+            assert sum(a.kind == "reserve" for a in plan.actions) == expected
+    status = exact.extra.get("status")
+    if status == "infeasible":
+        assert not heuristic.feasible
+    if status == "optimal" and heuristic.feasible:
+        assert exact.extra["objective"] <= heuristic.cost.score() + 1e-3
+        if exact.feasible:
+            assert exact.cost.score() <= heuristic.cost.score() + 1e-9
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_random_plans_on_larger_clusters_pass_the_check(seed) -> None:
+    """40 nodes of 8 GPUs at ~60 % load, two racks: heuristic plans check out."""
+    rng = np.random.default_rng(seed)
+    b = ModelBuilder()
+    for n in range(40):
+        b.add_node(f"n{n}", rack=f"r{n // 20}", gpu_model="A100")
+        for i in range(8):
+            b.add_gpu(f"n{n}", i, nvlink_island=i // 4)
+        free = list(range(8))
+        rng.shuffle(free)
+        t = 0
+        while len(free) > 3:
+            k = int(rng.choice([1, 1, 2, 4]))
+            island = free[0] // 4
+            same = [g for g in free if g // 4 == island][:k]
+            if len(same) < k:
+                break
+            for g in same:
+                free.remove(g)
+            b.add_allocation(
+                f"n{n}-t{t}", num_gpu=k, node=f"n{n}", gpus=same, priority=int(rng.integers(3))
+            )
+            t += 1
+    model = b.build()
+    for goal in ("job=8", "job=4x8", "free-nodes=5", "job=4"):
+        plan = plan_heuristic(model, parse_goal(goal, priority=int(rng.integers(3))))
+        if plan.feasible:
+            assert check_plan(model, plan.actions, Policy(), plan.extra["goal_priority"]).ok
