@@ -134,7 +134,9 @@ def start_exporter(procs: Processes, *extra: str) -> str:
     return address
 
 
-def start_advisor(procs: Processes, source: str, interval: str = "5s") -> str:
+def start_advisor(
+    procs: Processes, source: str, interval: str = "5s", shapes: str | None = None
+) -> str:
     """The real advisor service (`gpu-defrag advise`); returns its host:port."""
     port = free_port()
     procs.start(
@@ -150,6 +152,7 @@ def start_advisor(procs: Processes, source: str, interval: str = "5s") -> str:
             f"127.0.0.1:{port}",
             "--advise.interval",
             interval,
+            *(["--shapes", shapes] if shapes else []),
         ],
     )
     address = f"127.0.0.1:{port}"

@@ -1,10 +1,13 @@
 """End to end: sim exporter -> real Prometheus -> real Alertmanager -> webhook receiver.
 
-The sim preset a100-16x8 starts with allocated-but-idle GPUs (notebooks and a stuck batch job).
-The rules are the shipped ones rendered with a short idle window (alerts/config.yaml override),
-the Alertmanager config is the shipped example with its receivers pointed at this test's
-webhook and short group waits. The GpuAllocatedIdle alert must arrive at the receiver that the
-example routes warnings to, with the holder's labels and the annotations, within a bound.
+The sim preset a100-16x8 starts with allocated-but-idle GPUs (notebooks and a stuck batch job)
+and with 60 free GPUs of which only 4 nodes are whole. The real advisor (`gpu-defrag advise`)
+reads the exporter's page and measures job shapes including 5x8 (40 GPUs on 5 whole nodes of a
+rack), which cannot start although 60 GPUs are free. The rules are the shipped ones rendered
+with a short idle window and `for` (alerts/config.yaml overrides); the Alertmanager config is
+the shipped example with its receivers pointed at this test's webhook and short group waits.
+GpuAllocatedIdle must arrive at the GPU team's queue and GpuJobShapeUnschedulable at the
+capacity planners', each with its labels and annotations, within a bound.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ IDLE_WINDOW = "4s"
 DEADLINE_S = 60  # measured ~15-20 s: first scrape ~5 s, window + for 8 s, group_wait 1 s
 IDLE_GPU = ("a100-node-02", "3")  # preset a100-16x8: an idle notebook without a process
 BUSY_GPU = ("a100-node-01", "0")  # preset a100-16x8: a training job
+BIG_SHAPE = "5x8"  # 40 GPUs on 5 whole nodes of one rack: the preset has only 4 whole free nodes
 
 
 class Webhook:
@@ -74,7 +78,7 @@ def alertmanager_config(webhook: str) -> dict:
     return config
 
 
-def test_allocated_idle_gpu_alert_reaches_the_receiver(tmp_path):
+def test_idle_gpu_and_unschedulable_shape_alerts_reach_their_receivers(tmp_path):
     procs = stack.Processes(tmp_path)
     webhook = Webhook()
     started = time.monotonic()
@@ -102,12 +106,17 @@ def test_allocated_idle_gpu_alert_reaches_the_receiver(tmp_path):
                 lambda: stack.http_get(f"http://127.0.0.1:{am_port}/-/ready"), 30, "Alertmanager"
             )
             rules = tmp_path / "alerts.yaml"
-            fast = load_config({"thresholds": {"idle_window": IDLE_WINDOW}})
+            fast = load_config(
+                {"thresholds": {"idle_window": IDLE_WINDOW}, "for": {"shape_unschedulable": "2s"}}
+            )
             rules.write_text(generate.dump(generate.render_alerts(fast)))
             exporter = stack.start_exporter(procs, "--idle.window", "2s")
+            advisor = stack.start_advisor(
+                procs, f"http://{exporter}/metrics", interval="2s", shapes=f"1,2,4,8,{BIG_SHAPE}"
+            )
             prometheus = stack.start_prometheus(
                 procs,
-                {"gpu-exporter": exporter},
+                {"gpu-exporter": exporter, "gpu-advisor": advisor},
                 [rules],
                 alertmanager=f"127.0.0.1:{am_port}",
                 cluster="e2e",
@@ -160,6 +169,34 @@ def test_allocated_idle_gpu_alert_reaches_the_receiver(tmp_path):
             for _, payload in webhook.posts:
                 if payload["groupLabels"].get("alertname") == "GpuAllocatedIdle":
                     assert set(payload["groupLabels"]) == {"alertname", "cluster", "node"}
+
+            # The big-job case, from the real advisor's measurement of the same fleet.
+            def shape_alerted():
+                procs.check_alive()
+                return [
+                    (p, a)
+                    for p, a in webhook.alerts("GpuJobShapeUnschedulable")
+                    if a["labels"]["shape"] == BIG_SHAPE
+                ]
+
+            path, alert = stack.poll(shape_alerted, DEADLINE_S, "GpuJobShapeUnschedulable")[0]
+            elapsed = time.monotonic() - started
+            print(f"GpuJobShapeUnschedulable for {BIG_SHAPE} arrived {elapsed:.1f}s after start")
+            assert path == "/capacity-planning", "advisor warnings go to the capacity planners"
+            labels = alert["labels"]
+            assert labels["severity"] == "warning" and labels["component"] == "advisor"
+            assert labels["cluster"] == "e2e" and labels["job"] == "gpu-advisor"
+            free = stack.query(prometheus, 'sum(gpu_advisor_free_gpus{job="gpu-advisor"})')
+            free_gpus = int(float(free[0]["value"][1]))
+            assert free_gpus >= 40, "the preset's free GPUs would cover a 5x8 job in total"
+            assert (
+                f"No job of shape {BIG_SHAPE} can start without moving work, although "
+                f"{free_gpus} GPUs are free in total" in alert["annotations"]["description"]
+            )
+            assert alert["annotations"]["runbook_url"].endswith("#gpujobshapeunschedulable")
+            # shapes that fit somewhere never alert
+            fitting = {a["labels"]["shape"] for _, a in webhook.alerts("GpuJobShapeUnschedulable")}
+            assert fitting == {BIG_SHAPE}
     except BaseException:
         print(procs.logs())
         raise
