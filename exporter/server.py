@@ -122,6 +122,19 @@ class _Handler(BaseHTTPRequestHandler):
     def do_HEAD(self) -> None:
         self.do_GET()
 
+    def _method_not_allowed(self) -> None:
+        """Every route is read-only: other methods get 405 with `Allow` (not the stdlib's 501,
+        which claims the server does not know the method at all)."""
+        if self._authorized():
+            self._send(
+                HTTPStatus.METHOD_NOT_ALLOWED,
+                b"method not allowed\n",
+                "text/plain; charset=utf-8",
+                {"Allow": "GET, HEAD"},
+            )
+
+    do_POST = do_PUT = do_PATCH = do_DELETE = do_OPTIONS = do_TRACE = do_QUERY = _method_not_allowed
+
     def _metrics(self) -> None:
         page = self.server.source.current_page()
         if "gzip" in self.headers.get("Accept-Encoding", ""):

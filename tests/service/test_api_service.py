@@ -181,3 +181,10 @@ def test_bad_configuration_is_one_line_and_exit_2(args, message):
     # flag errors come from argparse (usage, then one error line); the rest is one line
     assert message in result.stderr.strip().splitlines()[-1]
     assert "Traceback" not in result.stderr
+
+
+def test_served_openapi_document_is_the_one_the_fuzz_test_uses(service):
+    from advisor.service.api import openapi_document
+
+    _, served = get_json(f"{service}/api/openapi.json")
+    assert served == json.loads(json.dumps(openapi_document()))
