@@ -29,7 +29,6 @@ import math
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
@@ -269,7 +268,10 @@ def plan_reservations(
         alone = earliest_slot(model, base_ready, request, policy)
         slot = earliest_slot(model, ready, request, policy)
         if slot is None:
-            plans.append(Plan(goal, False, reason="no group of nodes can ever hold this job"))
+            why = "no group of nodes can ever hold this job"
+            plans.append(
+                Plan(goal, False, reason=why, method="reserve", extra={"job": request.job})
+            )
             continue
         if request.expected_at is None and slot.start <= now and alone is not None:
             continue  # it fits now: the scheduler starts it, nothing to hold
@@ -285,8 +287,9 @@ def plan_reservations(
             )
         problem = _quota_problem(model, policy, ends, request, slot, held)
         plan = _reservation_plan(
-            model, policy, request, slot, ends, now, source, goal, accepted, settings, conflicts
+            model, policy, request, slot, (ready, owner), now, source, goal, accepted, settings
         )
+        plan.extra["conflicts"] = conflicts
         if problem:
             conflicts.append({"with": ["quota"], "why": problem})
             plan = Plan(goal, False, (), reason=problem, method="reserve", extra=plan.extra)
@@ -308,16 +311,15 @@ def _reservation_plan(
     policy: Policy,
     request: Request,
     slot: Slot,
-    ends: np.ndarray,
+    state: tuple[np.ndarray, np.ndarray],
     now: float,
     source: str,
     goal: str,
     earlier: list[Action],
     settings: ReserveSettings,
-    conflicts: list[dict[str, Any]],
 ) -> Plan:
     start = max(slot.start, request.expected_at or now)
-    ready = gpu_ready_times(model, ends)
+    ready, owner = state  # ready times with earlier reservations' holds, and their jobs
     actions: list[Action] = []
     schedule = []
     places = model.placements
@@ -350,6 +352,7 @@ def _reservation_plan(
         for r in later:
             holders = sorted(
                 {str(model.allocations.id[a]) for a in places.alloc[places.gpu == r].tolist()}
+                | ({f"reservation of {owner[r]}"} if owner[r] else set())
             )
             schedule.append(
                 {
@@ -374,12 +377,11 @@ def _reservation_plan(
             f"{settings.release_after_s / 60:g} min after its planned start",
         },
         "ends_from": source,
-        "conflicts": conflicts,
+        "conflicts": [],
     }
     result = check_plan(model, earlier + actions, policy, request.priority)
     if not result.ok:
-        return Plan(
-            goal, False, (), reason=f"replay refused: {result}", method="reserve", extra=extra
-        )
+        why = f"the free GPUs cannot be held now: {result}"
+        return Plan(goal, False, (), reason=why, method="reserve", extra=extra)
     before, after, benefit = outcome(model, actions, shapes_with([request.shape]))
     return Plan(goal, True, tuple(actions), before, after, "", "reserve", benefit, extra)

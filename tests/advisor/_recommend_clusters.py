@@ -125,6 +125,15 @@ def policies(draw):
     )
 
 
+@st.composite
+def lending_policies(draw):
+    """Tight quotas for every tenant and generous borrowing rules: loans are often needed
+    and possible."""
+    quotas = {(t, ""): float(draw(st.integers(0, 16))) for t in TENANTS}
+    lend = {t: BorrowRules(max_borrow_ratio=8.0, lend=draw(st.booleans())) for t in TENANTS}
+    return Policy(quotas=quotas, borrowing={"": BorrowRules(max_borrow_ratio=8.0), **lend})
+
+
 def assert_checked(model, plan, policy, goal_priority=None) -> None:
     """A feasible plan replays OK; an infeasible one carries no actions."""
     if not plan.feasible:

@@ -24,8 +24,14 @@ from advisor.planner.constraints import (
     policy_from_dict,
 )
 from advisor.planner.recommend import plan_for_goal, recommend
-from advisor.planner.reserve import pending_requests
-from tests.advisor._recommend_clusters import assert_checked, clusters, policies
+from advisor.planner.reserve import Request, pending_requests
+from tests.advisor._recommend_clusters import (
+    TENANTS,
+    assert_checked,
+    clusters,
+    lending_policies,
+    policies,
+)
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 SEED = EXAMPLES / "seed-quota-borrow.json"
@@ -166,16 +172,32 @@ def test_checker_lends_only_spare_unassigned_capacity(model) -> None:
 
 
 @settings(
-    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True
 )
-@given(m=clusters(), policy=policies(), pick=st.integers(0, 3))
-def test_every_borrow_plan_passes_the_check(m, policy, pick) -> None:
+@given(
+    m=clusters(),
+    policy=st.one_of(policies(), lending_policies()),
+    tenant=st.sampled_from(TENANTS),
+    size=st.sampled_from([1, 2, 4]),
+    pick=st.integers(-1, 3),
+)
+def test_every_borrow_plan_passes_the_check(m, policy, tenant, size, pick) -> None:
+    """A pending job of the model, or (pick -1) a small new one that often fits the free GPUs
+    but not its tenant's quota."""
     requests = pending_requests(m, min_gpus=1)
-    if not requests:
-        return
-    request = requests[pick % len(requests)]
+    if pick < 0 or not requests:
+        request = Request("want", tenant, 10, 1, size)
+    else:
+        request = requests[pick % len(requests)]
     plan = plan_borrow(m, policy, request)
     assert_checked(m, plan, policy, request.priority)
-    if plan.feasible and any(a.kind == "borrow" for a in plan.actions):
+    loans = [a for a in plan.actions if a.kind == "borrow"]
+    if plan.feasible and loans:
         rules = policy.borrow_rules(request.tenant)
         assert rules is not None and (request.priority or 0) >= rules.priority_threshold
+        for loan in loans:
+            lender = loan.quota[1][0]
+            assert lender == UNASSIGNED or policy.borrow_rules(lender).lend
+        # the loans are needed: without them the start breaks the borrower's quota
+        starts = [a for a in plan.actions if a.kind == "reserve"]
+        assert not check_plan(m, starts, policy, request.priority).ok

@@ -162,5 +162,6 @@ def test_every_recommended_plan_passes_the_check(m, policy) -> None:
     plans = recommend(m, policy)
     for plan in plans:
         assert_checked(m, plan, policy)
+        assert "milli free" not in plan.reason  # a reservation never takes an earlier one's GPUs
     held = [a for p in plans if p.method == "reserve" for a in p.actions]
     assert check_plan(m, held, policy).ok  # the reservations hold together, too
