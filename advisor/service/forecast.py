@@ -77,7 +77,18 @@ def _horizon_label(hours: int) -> str:
 
 def forecast_pools(pool_demand: pd.DataFrame, horizons_h: Sequence[int]) -> dict[str, Any]:
     """The forecast document served at /api/forecast (see the module docstring)."""
-    panel = hourly_panel(pool_demand)
+    return forecast_panel(hourly_panel(pool_demand), horizons_h)
+
+
+def same_panel(a: Panel | None, b: Panel | None) -> bool:
+    """True when two hourly panels hold the same numbers (the forecast would not change)."""
+    if a is None or b is None:
+        return a is b
+    return a.values.equals(b.values) and a.capacity.equals(b.capacity)
+
+
+def forecast_panel(panel: Panel | None, horizons_h: Sequence[int]) -> dict[str, Any]:
+    """`forecast_pools` on an already built hourly panel."""
     hours = 0 if panel is None else len(panel.index)
     doc: dict[str, Any] = {
         "history_hours": hours,

@@ -27,7 +27,7 @@ from advisor.ingest.sources import SourceError, load_source, seconds, sim_model
 from advisor.model import ClusterModel
 from advisor.planner.constraints import Policy
 from advisor.service import results as R
-from advisor.service.forecast import forecast_pools
+from advisor.service.forecast import forecast_panel, hourly_panel, same_panel
 from advisor.service.plans import recommend_service
 from exporter.collector import Health
 from exporter.render import Page
@@ -171,6 +171,7 @@ class AdvisorLoop:
         self._page = self._make_page(self._state)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._forecast_cache: tuple[Any, dict[str, Any]] | None = None
 
     # --- what the HTTP side reads (PageSource protocol + the API's view) ---
     def state(self) -> RunState:
@@ -255,8 +256,7 @@ class AdvisorLoop:
             old = previous.results
             t0 = time.perf_counter()
             try:
-                forecast = forecast_pools(self.history.pool_demand(), self.config.horizons_h)
-                forecast = {**forecast, "stale": False, "error": ""}
+                forecast = self._forecast()
             except Exception as error:
                 log.exception("forecast failed")
                 message = fail("forecast", error)
@@ -299,6 +299,14 @@ class AdvisorLoop:
             log.info("source %s is back; results are fresh again", previous.source)
         log.debug("run %d took %.3fs (%s)", state.runs, duration, timings)
         return state
+
+    def _forecast(self) -> dict[str, Any]:
+        """The forecast, recomputed only when a new complete hour changed the hourly panel."""
+        panel = hourly_panel(self.history.pool_demand())
+        if self._forecast_cache is None or not same_panel(self._forecast_cache[0], panel):
+            doc = forecast_panel(panel, self.config.horizons_h)
+            self._forecast_cache = (panel, {**doc, "stale": False, "error": ""})
+        return self._forecast_cache[1]
 
     def _make_page(self, state: RunState) -> Page:
         body = self._render(state, self.config)

@@ -1,0 +1,87 @@
+"""The service's forecast (hourly panel, held-back backtest, no forecast without one) and its
+recommendations (blocked shapes, per-action benefit summing to the job)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from advisor.fragmentation.measures import Settings, parse_shape
+from advisor.planner.constraints import Policy
+from advisor.service.forecast import BASELINE, forecast_pools, hourly_panel
+from advisor.service.loop import analyze_model
+from advisor.service.plans import blocked_shapes, recommend_service
+
+
+def demand_frame(hours: int, per_hour: int = 4, start: str = "2026-01-05") -> pd.DataFrame:
+    """A pool whose allocation follows a daily cycle, observed `per_hour` times an hour."""
+    times = pd.date_range(start, periods=hours * per_hour, freq=f"{60 // per_hour}min", tz="UTC")
+    hour = times.hour.to_numpy()
+    allocated = 40 + 30 * np.sin(2 * np.pi * hour / 24)
+    return pd.DataFrame(
+        {
+            "time": times,
+            "pool": "a100",
+            "allocated_gpus": allocated,
+            "capacity_gpus": 128.0,
+            "pending_gpus": 0.0,
+        }
+    )
+
+
+def test_hourly_panel_averages_and_leaves_out_the_running_hour():
+    frame = demand_frame(3)
+    frame = frame.iloc[:-2]  # the third hour is half observed: still running
+    panel = hourly_panel(frame)
+    assert len(panel.index) == 2
+    first_hour = frame[frame["time"] < frame["time"].iloc[0] + pd.Timedelta(hours=1)]
+    assert panel.values["a100"].iloc[0] == pytest.approx(first_hour["allocated_gpus"].mean())
+    assert hourly_panel(frame.iloc[:2]) is None  # nothing complete yet
+
+
+def test_no_forecast_without_enough_history_for_a_backtest():
+    doc = forecast_pools(demand_frame(10), [1, 24])
+    (pool,) = doc["pools"]
+    by = {h["horizon"]: h for h in pool["horizons"]}
+    assert by["1h"]["available"] is False and "needs 13 complete hours" in by["1h"]["reason"]
+    assert by["24h"]["available"] is False
+    assert forecast_pools(demand_frame(0), [1])["pools"] == []
+
+
+def test_seasonal_demand_is_forecast_with_a_measured_error_against_seasonal_naive():
+    doc = forecast_pools(demand_frame(24 * 4), [6])
+    (pool,) = doc["pools"]
+    (h6,) = pool["horizons"]
+    assert h6["available"]
+    wape = h6["backtest"]["wape_ratio"]
+    assert set(wape) == {h6["model"], BASELINE} or wape.keys() == {BASELINE}
+    # a pure daily cycle: the seasonal baseline is near exact, and so is what was picked
+    assert wape[BASELINE] < 0.01 and wape[h6["model"]] < 0.05
+    target = pd.Timestamp(h6["target"])
+    expected = 40 + 30 * np.sin(2 * np.pi * target.hour / 24)
+    assert h6["point_gpus"] == pytest.approx(expected, abs=2.0)
+    assert h6["backtest"]["test_origins"] >= 6 and h6["backtest"]["selection_origins"] >= 6
+
+
+def test_blocked_shapes_are_whole_gpu_jobs_that_do_not_fit_but_could(islands):
+    shapes = tuple(parse_shape(s) for s in ("0.5", "1", "8", "2x8", "64x8"))
+    results = analyze_model(islands, Settings(shapes=shapes), 0.0)
+    blocked = blocked_shapes(islands, shapes, results.shapes)
+    assert [s.num_gpu * s.tasks for s in blocked] == [8, 16]  # 64x8 exceeds the fleet
+
+
+def test_each_plans_actions_sum_to_its_job_and_are_ranked_cheapest_plan_first(islands):
+    settings = Settings()
+    results = analyze_model(islands, settings, 0.0)
+    doc = recommend_service(islands, settings.shapes, results.shapes, Policy())
+    feasible = [p for p in doc["plans"] if p["feasible"]]
+    assert feasible
+    for plan in feasible:
+        mine = [a for a in doc["actions"] if a["goal"] == plan["goal"]]
+        assert len(mine) == len(plan["actions"])
+        goal_gpus = parse_shape(plan["goal"].removeprefix("job=")).gpus
+        assert sum(a["benefit_gpus"] for a in mine) == pytest.approx(goal_gpus)
+    moves = [a for a in doc["actions"] if a["kind"] == "migrate"]
+    assert all(a["source"] and a["target"] and a["cost_gpu_hours"] > 0 for a in moves)
+    assert doc["by_kind"]["migrate"] == len(moves)
