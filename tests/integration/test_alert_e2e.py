@@ -17,6 +17,7 @@ import shutil
 import subprocess
 import threading
 import time
+import urllib.request
 from http.server import BaseHTTPRequestHandler
 
 import pytest
@@ -197,11 +198,68 @@ def test_idle_gpu_and_unschedulable_shape_alerts_reach_their_receivers(tmp_path)
             # shapes that fit somewhere never alert
             fitting = {a["labels"]["shape"] for _, a in webhook.alerts("GpuJobShapeUnschedulable")}
             assert fitting == {BIG_SHAPE}
+
+            check_inhibitions(f"http://127.0.0.1:{am_port}")
     except BaseException:
         print(procs.logs())
         raise
     finally:
         procs.stop_all()
+
+
+def check_inhibitions(alertmanager: str) -> None:
+    """The shipped inhibit rules, on the real Alertmanager: exporter down silences its node."""
+    instance, other = "10.9.9.1:9835", "10.9.9.2:9835"
+    base = {"cluster": "e2e", "job": "gpu-exporter"}
+    alerts = [
+        {
+            "alertname": "GpuExporterDown",
+            "severity": "critical",
+            "component": "exporter",
+            "instance": instance,
+        },
+        {
+            "alertname": "GpuTemperatureHigh",
+            "severity": "warning",
+            "component": "gpu",
+            "instance": instance,
+            "node": "n1",
+            "gpu": "0",
+        },
+        {
+            "alertname": "GpuTemperatureHigh",
+            "severity": "warning",
+            "component": "gpu",
+            "instance": other,
+            "node": "n2",
+            "gpu": "0",
+        },
+    ]
+    body = json.dumps([{"labels": {**base, **labels}} for labels in alerts]).encode()
+    request = urllib.request.Request(
+        f"{alertmanager}/api/v2/alerts",
+        data=body,
+        headers={"Content-Type": "application/json"},
+        method="POST",
+    )
+    urllib.request.urlopen(request, timeout=10).close()
+
+    def states():
+        listed = json.loads(
+            stack.http_get(f"{alertmanager}/api/v2/alerts?filter=cluster%3D%22e2e%22")
+        )
+        found = {
+            (a["labels"]["alertname"], a["labels"].get("instance")): a["status"]
+            for a in listed
+            if a["labels"].get("instance") in {instance, other}
+        }
+        return found if len(found) == 3 else None
+
+    found = stack.poll(states, 15, "the injected alerts in Alertmanager")
+    assert found[("GpuExporterDown", instance)]["inhibitedBy"] == []
+    assert found[("GpuTemperatureHigh", instance)]["state"] == "suppressed"
+    assert found[("GpuTemperatureHigh", instance)]["inhibitedBy"]
+    assert found[("GpuTemperatureHigh", other)]["inhibitedBy"] == [], "other nodes still alert"
 
 
 def test_example_config_passes_amtool_check_config():
