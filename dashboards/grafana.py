@@ -431,7 +431,7 @@ def dashboard(
         "description": description,
         "tags": tags,
         "timezone": "browser",
-        "editable": True,
+        "editable": False,  # provisioned from code: edit dashboards/generate.py instead
         "graphTooltip": 1,
         "schemaVersion": SCHEMA_VERSION,
         "version": 1,

@@ -318,6 +318,8 @@ def test_panel_ids_unique_and_grid_without_overlaps(name):
 
 def test_dashboards_have_unique_uids_titles_and_link_each_other():
     documents = [load(n) for n in ALL]
+    # uneditable-dashboard rule: they are generated, edits in Grafana would be lost
+    assert all(d["editable"] is False for d in documents)
     assert len({d["uid"] for d in documents}) == len(documents)
     assert len({d["title"] for d in documents}) == len(documents)
     for document in documents:
