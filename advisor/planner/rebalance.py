@@ -115,13 +115,14 @@ def _model_table(model: ClusterModel, ratio: float) -> dict[str, dict[str, float
     return table
 
 
-def _free_slots(model: ClusterModel, free: np.ndarray, node: int, k: int, policy: Policy):
-    """GPU rows of `node` for a k-GPU task among `free` (one island when it fits one)."""
+def _free_slots(model: ClusterModel, free: np.ndarray, node: int, k: int, island: int):
+    """GPU rows of `node` for a k-GPU task among `free` (one island when it fits one; `island`
+    is the node's largest island, 0 when unknown or the rule is off)."""
     start, stop = model.nodes.gpu_offset[node], model.nodes.gpu_offset[node + 1]
     rows = [r for r in range(start, stop) if free[r]]
     if len(rows) < k:
         return None
-    size = int(island_size_per_node(model)[node]) if policy.island_locality else 0
+    size = island
     if 1 < k <= size:
         by_island: dict[int, list[int]] = defaultdict(list)
         for r in rows:
@@ -272,12 +273,13 @@ def _plan_moves(model, policy, settings, table, scarce, idle, found, dropped) ->
     done: set[str] = set()
     actions = []
     node_model = model.nodes.gpu_model
+    islands = island_size_per_node(model) if policy.island_locality else np.zeros(len(node_model))
     for factor, k, alloc, target, c in options:
         if alloc in done or need[c["gpu_model"]] <= 0:
             continue
         slot = None
         for node in np.flatnonzero(node_model == target).tolist():
-            slot = _free_slots(model, free, node, k, policy)
+            slot = _free_slots(model, free, node, k, int(islands[node]))
             if slot is not None:
                 break
         if slot is None:

@@ -3,6 +3,7 @@ release time; and the recommend() entry point over every kind."""
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -163,5 +164,6 @@ def test_every_recommended_plan_passes_the_check(m, policy) -> None:
     for plan in plans:
         assert_checked(m, plan, policy)
         assert "milli free" not in plan.reason  # a reservation never takes an earlier one's GPUs
+        json.dumps(plan.to_dict())  # the JSON document of `gpu-defrag plan --json`
     held = [a for p in plans if p.method == "reserve" for a in p.actions]
     assert check_plan(m, held, policy).ok  # the reservations hold together, too
