@@ -338,8 +338,9 @@ def alert_definitions(config: dict) -> list[Alert]:
             "== 0",
             "A job shape cannot start although enough GPUs are free.",
             "No job of shape {{ $labels.shape }} can start without moving work, although "
-            "{{ with query `sum(gpu_advisor_free_gpus{%(A)s})` }}{{ . | first | value }}"
-            "{{ end }} GPUs are free in total: they are scattered. Apply the advisor's "
+            '{{ with printf `sum(gpu_advisor_free_gpus{%(A)s, instance="%%s"})` '
+            "$labels.instance | query }}{{ . | first | value }}{{ end }} GPUs are free in "
+            "total: they are scattered. Apply the advisor's "
             "top-ranked actions for this shape.",
             "advisor",
         ),
