@@ -1,4 +1,5 @@
-"""Recommendations for the service: checked consolidation plans for the shapes that cannot start.
+"""Recommendations for the service: consolidation for the shapes that cannot start, plus every
+other kind `advisor.planner.recommend` makes.
 
 For every whole-GPU job shape of the analysis settings that no free capacity can host now (and
 that the fleet could host at all), the consolidation heuristic plans the migrations and
@@ -6,9 +7,10 @@ reservations that would let one such job start; every plan is replayed by the pl
 before it is returned (`plan_heuristic` never returns a plan that fails its check). Plans are
 ranked cheapest first; their actions, in plan order, are the ranked action list.
 
-Each action's benefit is the number of GPUs it makes usable for its plan's job shape: a
-migration counts the GPUs it frees that the plan then reserves for the job, a reservation the
-GPUs it holds that were free already. A plan's actions therefore sum to the job's GPUs.
+Each action's benefit is the number of GPUs it makes usable: in a plan that reserves GPUs for a
+job, a migration counts the GPUs it frees that the plan then reserves, a reservation the GPUs it
+holds that were free already (so a consolidation plan's actions sum to the job's GPUs); a
+reclaim, share or rebalance counts the GPU share it gives back; a quota loan counts none.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from advisor.model import MILLI, ClusterModel
 from advisor.planner.actions import KINDS, Action, Plan
 from advisor.planner.consolidate import parse_goal, plan_heuristic
 from advisor.planner.constraints import Policy
+from advisor.planner.recommend import recommend
 from advisor.service.results import shape_label
 
 SUMMARY_MAX = 160  # characters of an action summary in the info series label
@@ -56,11 +59,13 @@ def _benefits(actions: Sequence[Action]) -> list[float]:
         if action.kind == "reserve" and action.dst:
             gpus = [(action.dst.node, g) for g in action.dst.gpus]
             out.append(sum(reserved[k] for k in gpus if k not in vacated))
-        elif action.src:
+        elif action.src is None:  # borrow moves quota, no GPUs
+            out.append(0.0)
+        elif reserved:  # a move that clears room for the plan's job: the GPUs the job gets
             gpus = [(action.src.node, g) for g in action.src.gpus]
             out.append(sum(reserved.get(k, 0.0) for k in gpus))
-        else:
-            out.append(0.0)
+        else:  # reclaim, share, rebalance: the GPU share it gives back
+            out.append(len(action.src.gpus) * action.src.milli / MILLI)
     return out
 
 
@@ -105,15 +110,22 @@ def recommend_service(
     shape_rows: Sequence[dict[str, Any]],
     policy: Policy,
 ) -> dict[str, Any]:
-    """The recommendations document: goals tried, their plans, ranked actions, count by kind."""
+    """The recommendations document: goals tried, their plans, ranked actions, count by kind.
+
+    Consolidation plans for the blocked shapes, then `advisor.planner.recommend.recommend`'s
+    plans (reservations and loans for waiting jobs, reclaim of idle allocations, sharing,
+    type rebalancing). Its `forecast` stays None: the per-pool GPU forecast says how many GPUs,
+    not which job shapes will arrive, which is what its expected-job reservations need.
+    """
     plans = [
         plan_heuristic(model, parse_goal(f"job={shape_label(shape)}"), policy)
         for shape in blocked_shapes(model, shapes, shape_rows)
     ]
+    plans += recommend(model, policy, None)
     actions = ranked_actions(plans)
     counts = Counter(row["kind"] for row in actions)
     return {
-        "method": "consolidation",
+        "method": "consolidation+recommend",
         "goals": [plan.goal for plan in plans],
         "plans": [plan.to_dict() for plan in plans],
         "actions": actions,

@@ -165,7 +165,10 @@ def jsonable(value: Any) -> Any:
         return jsonable(value.item())
     if isinstance(value, float) and not math.isfinite(value):
         return None
-    return value
+    if value is None or isinstance(value, str | int | float | bool):
+        return value
+    to_dict = getattr(value, "to_dict", None)
+    return jsonable(to_dict()) if callable(to_dict) else str(value)
 
 
 @dataclass(frozen=True)

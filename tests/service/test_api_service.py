@@ -57,8 +57,9 @@ def test_recommendations_plan_the_jobs_that_cannot_start(service):
     assert status == 200
     _, frag = get_json(f"{service}/api/fragmentation")
     blocked = {f"job={row['shape']}" for row in frag["shapes"] if row["schedulable_jobs"] == 0}
-    assert set(doc["goals"]) == blocked - {"job=fractional"}
-    feasible = [p for p in doc["plans"] if p["feasible"]]
+    assert {g for g in doc["goals"] if g.startswith("job=")} == blocked - {"job=fractional"}
+    assert doc["method"] == "consolidation+recommend"
+    feasible = [p for p in doc["plans"] if p["feasible"] and p["goal"].startswith("job=")]
     assert feasible  # after 48 simulated hours a 2x8 job waits for a consolidation
     assert all(p["checked"] for p in feasible)  # every shown plan was replayed by the checker
     assert doc["total_actions"] == len(doc["actions"]) == sum(doc["by_kind"].values())

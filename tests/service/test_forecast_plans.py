@@ -75,7 +75,7 @@ def test_each_plans_actions_sum_to_its_job_and_are_ranked_cheapest_plan_first(is
     settings = Settings()
     results = analyze_model(islands, settings, 0.0)
     doc = recommend_service(islands, settings.shapes, results.shapes, Policy())
-    feasible = [p for p in doc["plans"] if p["feasible"]]
+    feasible = [p for p in doc["plans"] if p["feasible"] and p["goal"].startswith("job=")]
     assert feasible
     for plan in feasible:
         mine = [a for a in doc["actions"] if a["goal"] == plan["goal"]]
@@ -85,3 +85,26 @@ def test_each_plans_actions_sum_to_its_job_and_are_ranked_cheapest_plan_first(is
     moves = [a for a in doc["actions"] if a["kind"] == "migrate"]
     assert all(a["source"] and a["target"] and a["cost_gpu_hours"] > 0 for a in moves)
     assert doc["by_kind"]["migrate"] == len(moves)
+
+
+def test_recommend_kinds_join_the_ranked_actions():
+    """The mixed fleet after three simulated days has a waiting job that `recommend` reserves
+    for; its plan's actions are ranked beside the consolidation ones and counted by kind."""
+    from advisor.service.loop import LiveSim
+
+    source = LiveSim("sim:mixed-h100-a100-v100", clock=lambda: 0.0)
+    source.backfill(72 * 3600.0)
+    model = source()
+    settings = Settings()
+    results = analyze_model(model, settings, 0.0)
+    doc = recommend_service(model, settings.shapes, results.shapes, Policy())
+    other = [p for p in doc["plans"] if not p["goal"].startswith("job=")]
+    assert other, doc["goals"]
+    kinds = {a["kind"] for p in other for a in p["actions"]}
+    ranked = [a for a in doc["actions"] if a["goal"] in {p["goal"] for p in other}]
+    assert {a["kind"] for a in ranked} == kinds
+    assert sum(doc["by_kind"].values()) == len(doc["actions"])
+    for action in ranked:
+        if action["kind"] == "reserve":
+            gpus = action["target"].split("[")[1].split("]")[0].split(",")
+            assert action["benefit_gpus"] == pytest.approx(len(gpus))
