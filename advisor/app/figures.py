@@ -38,7 +38,7 @@ COLORBAR = {
     "y": 0,
     "yanchor": "top",
     "ypad": 4,
-    "len": 0.6,
+    "len": 0.95,
     "thickness": 14,
 }
 
@@ -307,4 +307,48 @@ def type_figure(capacity: pd.DataFrame, demand: pd.DataFrame) -> go.Figure:
             go.Bar(x=demand["gpu_spec"], y=demand["pending_gpus"], name="pending demand (GPUs)")
         )
     fig.update_layout(height=300, margin={"l": 10, "r": 10, "t": 30, "b": 10}, barmode="group")
+    return fig
+
+
+def forecast_figure(hourly: pd.DataFrame, table: pd.DataFrame) -> go.Figure:
+    """History of allocated GPUs per pool, and each horizon's forecast with its interval."""
+    fig = go.Figure()
+    palette = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b"]
+    for i, pool in enumerate(sorted(set(table["pool"]))):
+        color = palette[i % len(palette)]
+        past = hourly[hourly["pool"] == pool]
+        fig.add_trace(
+            go.Scatter(
+                x=past["hour"],
+                y=past["allocated_gpus"],
+                name=f"{pool} allocated",
+                mode="lines",
+                line={"color": color},
+            )
+        )
+        ahead = table[table["pool"] == pool]
+        targets = pd.to_datetime(ahead["target (UTC)"], utc=True)
+        fig.add_trace(
+            go.Scatter(
+                x=targets,
+                y=ahead["forecast GPUs"],
+                name=f"{pool} forecast (q0.1–q0.9)",
+                mode="markers",
+                marker={"color": color, "size": 9, "symbol": "diamond"},
+                error_y={
+                    "type": "data",
+                    "symmetric": False,
+                    "array": (ahead["high (q0.9)"] - ahead["forecast GPUs"]).clip(lower=0),
+                    "arrayminus": (ahead["forecast GPUs"] - ahead["low (q0.1)"]).clip(lower=0),
+                },
+                text=ahead["horizon"],
+                hovertemplate="%{text}: %{y:.1f} GPUs<extra></extra>",
+            )
+        )
+    fig.update_layout(
+        height=380,
+        margin={"l": 10, "r": 10, "t": 30, "b": 10},
+        yaxis={"title": {"text": "GPUs allocated"}, "rangemode": "tozero"},
+        legend={"orientation": "h", "y": 1.15},
+    )
     return fig

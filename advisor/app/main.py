@@ -18,6 +18,7 @@ st.set_page_config(page_title="gpu-defrag · capacity review", page_icon="🧩",
 PAGES = [
     st.Page("views/fleet.py", title="Fleet", icon=":material/grid_view:", default=True),
     st.Page("views/fragmentation.py", title="Fragmentation", icon=":material/scatter_plot:"),
+    st.Page("views/forecast.py", title="Forecast", icon=":material/trending_up:"),
     st.Page("views/actions.py", title="Actions", icon=":material/playlist_add_check:"),
     st.Page("views/whatif.py", title="What-if", icon=":material/help_center:"),
 ]
@@ -85,7 +86,11 @@ def source_picker() -> None:
         )
         new = data.file_spec(path) if path.strip() else ""
     st.sidebar.button(
-        "Load", on_click=_use, args=(new,), disabled=not new or new == spec, type="primary"
+        "Load",
+        on_click=_use,
+        args=(new,),
+        disabled=not new or data.same_source(new, spec),
+        type="primary",
     )
     st.sidebar.caption(f"Source: `{spec}`")
 

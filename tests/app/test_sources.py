@@ -75,6 +75,9 @@ def test_spec_builders() -> None:
     assert data.initial_source(["--source", "sim:y"], {}) == "sim:y"
     assert data.initial_source([], {data.SOURCE_ENV: "sim:z"}) == "sim:z"
     assert data.initial_source([], {}) == data.DEFAULT_SOURCE
+    assert data.same_source("sim:a100-16x8?t=2d", "sim:a100-16x8?t=48h&seed=42")
+    assert not data.same_source("sim:a100-16x8?t=2d", "sim:a100-16x8?t=1d")
+    assert not data.same_source("sim:a100-16x8?seed=x", "sim:a100-16x8")
 
 
 def test_poller_keeps_history_and_the_last_good_model(monkeypatch: pytest.MonkeyPatch) -> None:

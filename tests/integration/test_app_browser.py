@@ -35,11 +35,15 @@ CHROMIUM_ARGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
-SOURCE = "sim:a100-16x8?t=6h"
+SOURCE = "sim:a100-16x8?t=2d"  # two simulated days: a trend and backtested forecasts
 # (url path, page title, what must be drawn before the screenshot)
+PLOT = '[data-testid="stPlotlyChart"] .main-svg'
 PAGES = [
-    ("", "Fleet", ['[data-testid="stPlotlyChart"] .main-svg']),
-    ("fragmentation", "Fragmentation", ['[data-testid="stPlotlyChart"] .main-svg']),
+    ("", "Fleet", [PLOT]),
+    ("fragmentation", "Fragmentation", [PLOT]),
+    ("forecast", "Forecast", [PLOT, '[data-testid="stDataFrame"] canvas']),
+    ("actions", "Actions", ['[data-testid="stDataFrame"] canvas']),
+    ("whatif", "What-if", ['[data-testid="stAlert"]', '[data-testid="stMetricValue"]']),
 ]
 
 
@@ -141,6 +145,10 @@ def test_page_renders_without_exception(
         page.wait_for_selector('[data-testid="stStatusWidget"]', state="detached", timeout=60_000)
         for selector in drawn:
             page.wait_for_selector(selector, timeout=30_000)
+        # lazily loaded elements show grey skeletons until their code has arrived
+        page.wait_for_function(
+            "() => !document.querySelector('[data-testid=\"stSkeleton\"]')", timeout=30_000
+        )
         page.wait_for_timeout(500)  # let lazy grids finish painting
         assert page.locator('[data-testid="stException"]').count() == 0
         assert page.locator('[data-testid="stAlertContentError"]').count() == 0

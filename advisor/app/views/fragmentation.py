@@ -48,7 +48,7 @@ else:
     st.caption(
         f"{len(trend)} observations from {trend['time'].iloc[0]:%Y-%m-%d %H:%M} to "
         f"{trend['time'].iloc[-1]:%Y-%m-%d %H:%M} UTC"
-        + ("" if state.live else " (simulated: the preset stepped through the day before t)")
+        + ("" if state.live else " (simulated: the preset stepped through the time before t)")
         + "."
     )
 

@@ -1,0 +1,104 @@
+"""Forecast data for the app: per-pool demand forecasts with their backtest (the same code the
+advisor service serves at /api/forecast), and per-node predicted free GPUs.
+
+Demand forecasts come only with their measured error: `advisor.service.forecast.forecast_pools`
+picks a model on the earlier half of a rolling-origin backtest and scores it and the
+seasonal-naive baseline on the later, held-back half; a pool/horizon without enough history
+gets a reason instead of a number.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from advisor.history import History
+from advisor.model import ClusterModel
+
+HORIZONS_H: tuple[int, ...] = (1, 6, 24)
+FREE_IN_H: tuple[int, ...] = (1, 6, 24)
+
+
+def forecast_doc(history: History, horizons_h: Sequence[int] = HORIZONS_H) -> dict[str, Any]:
+    from advisor.service.forecast import forecast_pools  # pulls in the forecast models
+
+    return forecast_pools(history.pool_demand(), horizons_h)
+
+
+def horizons_frame(doc: dict[str, Any]) -> pd.DataFrame:
+    """One row per pool and available horizon: forecast, interval, and both backtest errors."""
+    baseline = doc.get("baseline", "")
+    rows = []
+    for pool in doc.get("pools", []):
+        for h in pool["horizons"]:
+            if not h.get("available"):
+                continue
+            wape = h["backtest"]["wape_ratio"]
+            model_wape = wape.get(h["model"])
+            base_wape = wape.get(baseline)
+            rows.append(
+                {
+                    "pool": pool["pool"],
+                    "horizon": h["horizon"],
+                    "target (UTC)": h["target"].replace("T", " ")[:16],
+                    "model": h["model"],
+                    "forecast GPUs": round(h["point_gpus"], 1),
+                    "low (q0.1)": round(h["quantiles"]["0.1"], 1),
+                    "high (q0.9)": round(h["quantiles"]["0.9"], 1),
+                    "capacity GPUs": pool["capacity_gpus"],
+                    "backtest WAPE": model_wape,
+                    f"{baseline} WAPE": base_wape,
+                    "held-back hours": h["backtest"]["test_origins"],
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+def missing_reasons(doc: dict[str, Any]) -> list[str]:
+    """'pool horizon: why' for every horizon without a forecast (deduplicated)."""
+    reasons: dict[str, list[str]] = {}
+    for pool in doc.get("pools", []):
+        for h in pool["horizons"]:
+            if not h.get("available"):
+                reasons.setdefault(f"{h['horizon']}: {h['reason']}", []).append(pool["pool"])
+    return [f"{why} (pools: {', '.join(pools)})" for why, pools in reasons.items()]
+
+
+def hourly_demand(history: History) -> pd.DataFrame:
+    """Hourly mean allocated GPUs per pool (the series the forecasts learn from)."""
+    demand = history.pool_demand()
+    if demand.empty:
+        return demand
+    demand = demand.assign(hour=demand["time"].dt.floor("h"))
+    return demand.groupby(["pool", "hour"], as_index=False)[
+        ["allocated_gpus", "capacity_gpus"]
+    ].agg({"allocated_gpus": "mean", "capacity_gpus": "max"})
+
+
+def node_free_times(model: ClusterModel) -> tuple[pd.DataFrame, str]:
+    """Per node: GPUs free now and predicted free within each of `FREE_IN_H` hours (without
+    moving anything), from the planner's predicted job ends, and where those ends come from."""
+    from advisor.planner.observed import end_source, expected_end, now_of
+    from advisor.planner.reserve import gpu_ready_times
+
+    ready = gpu_ready_times(model, expected_end(model))
+    now = now_of(model)
+    nodes = model.nodes
+    columns: dict[str, Any] = {
+        "node": nodes.name,
+        "pool": nodes.pool,
+        "GPUs": nodes.gpu_count,
+        "free now": np.bincount(
+            model.gpus.node, weights=(ready <= now).astype(float), minlength=len(nodes)
+        ).astype(int),
+    }
+    for h in FREE_IN_H:
+        free = (ready <= now + h * 3600.0).astype(float)
+        columns[f"free within {h} h"] = np.bincount(
+            model.gpus.node, weights=free, minlength=len(nodes)
+        ).astype(int)
+    frame = pd.DataFrame(columns)
+    return frame, end_source(model)

@@ -1,0 +1,67 @@
+"""Forecast: demand per pool with its interval, next to its backtest error against the
+seasonal-naive baseline; predicted free GPUs per node."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from advisor.app import data, figures, forecasts
+
+state = data.current()
+
+st.title("Forecast")
+st.caption(
+    "Demand = GPUs allocated per pool, hourly, from this source's history. Every forecast is "
+    "shown with its error on held-back hours of a rolling-origin backtest, next to the "
+    "seasonal-naive (same hour yesterday) baseline's error; a horizon without enough history "
+    "shows no number."
+)
+
+history = data.trend_history(state)
+doc = state.cached("forecast", lambda: forecasts.forecast_doc(history))
+table = forecasts.horizons_frame(doc)
+
+st.subheader("Demand per pool")
+if table.empty:
+    if state.live:
+        st.info(
+            f"Collecting history: {doc['history_hours']} complete hour(s) so far, one point per "
+            "refresh. Forecasts appear once each horizon has enough hours for a backtest."
+        )
+    elif not len(history):
+        st.info(
+            "This source is a single instant, so there is no history to forecast from. Pick a "
+            "simulated time of a few days (e.g. `sim:a100-16x8?t=7d`) or a live source."
+        )
+    else:
+        st.info(f"No forecast yet: history of {doc['history_hours']} complete hour(s).")
+else:
+    st.plotly_chart(
+        figures.forecast_figure(forecasts.hourly_demand(history), table),
+        key="forecast_fig",
+        config={"displaylogo": False},
+    )
+    st.dataframe(
+        table,
+        hide_index=True,
+        key="forecast_table",
+        column_config={
+            "backtest WAPE": st.column_config.NumberColumn(format="percent"),
+            f"{doc['baseline']} WAPE": st.column_config.NumberColumn(format="percent"),
+        },
+    )
+    st.caption(
+        f"From the last complete hour ({doc['origin']}), {doc['history_hours']} hours of "
+        "history. WAPE = sum of absolute errors / sum of actuals over the held-back origins; "
+        "the model was chosen on the earlier origins only. Interval: 10th to 90th percentile."
+    )
+for reason in forecasts.missing_reasons(doc):
+    st.caption(f"No forecast for {reason}.")
+
+st.subheader("Predicted free GPUs per node")
+free, source = state.cached("node_free", lambda: forecasts.node_free_times(state.model))
+st.caption(
+    f"Without moving anything: GPUs free now and by each horizon, from the predicted ends of "
+    f"the jobs on them. Job ends come from **{source}**."
+)
+st.dataframe(free, hide_index=True, key="node_free")

@@ -1,0 +1,55 @@
+"""Forecast page: numbers are the backtested forecasts of the same history, each next to its
+error and the seasonal-naive baseline's; no history, no forecast (and the page says why)."""
+
+from __future__ import annotations
+
+import pytest
+
+from advisor.app import data, forecasts
+from advisor.fragmentation import measures
+from advisor.ingest.sources import load_source
+from tests.app.conftest import frame_with, open_app
+
+PAGE = "views/forecast.py"
+
+
+def test_forecasts_match_the_backtest_of_the_simulated_history() -> None:
+    source = "sim:a100-16x8?t=3d"
+    at = open_app(source, PAGE)
+    doc = forecasts.forecast_doc(data.sim_trend(source))
+    shown = frame_with(at, "backtest WAPE")
+    expected = forecasts.horizons_frame(doc)
+    assert len(shown) == len(expected) > 0
+    assert shown["forecast GPUs"].tolist() == expected["forecast GPUs"].tolist()
+    assert shown["model"].tolist() == expected["model"].tolist()
+    # every forecast carries its own error and the baseline's, measured on held-back hours
+    assert shown["backtest WAPE"].notna().all()
+    assert shown[f"{doc['baseline']} WAPE"].notna().all()
+    assert (shown["held-back hours"] > 0).all()
+    assert (shown["low (q0.1)"] <= shown["forecast GPUs"] + 1e-9).all()
+    assert (shown["forecast GPUs"] <= shown["high (q0.9)"] + 1e-9).all()
+
+
+def test_no_history_no_forecast() -> None:
+    at = open_app("sim:nvlink-islands", PAGE)
+    assert any("no history to forecast from" in info.value for info in at.info)
+    with pytest.raises(AssertionError):
+        frame_with(at, "backtest WAPE")
+
+
+def test_short_history_names_the_hours_it_needs() -> None:
+    doc = forecasts.forecast_doc(data.sim_trend("sim:a100-16x8?t=20h"))
+    assert forecasts.horizons_frame(doc).empty or "24h" not in set(
+        forecasts.horizons_frame(doc)["horizon"]
+    )
+    assert any("24h: needs 36 complete hours" in r for r in forecasts.missing_reasons(doc))
+
+
+def test_node_free_times_count_up_to_the_node_size() -> None:
+    model = load_source("sim:a100-16x8")
+    at = open_app("sim:a100-16x8", PAGE)
+    free = frame_with(at, "free within 24 h")
+    assert free["free now"].tolist() == measures.free_whole_per_node(model).tolist()
+    cols = ["free now", "free within 1 h", "free within 6 h", "free within 24 h"]
+    assert (free[cols].diff(axis=1).iloc[:, 1:] >= 0).all().all()  # only ever more free
+    assert (free["free within 24 h"] <= free["GPUs"]).all()
