@@ -110,6 +110,9 @@ def test_history_feeds_the_forecast_and_usage_window():
     loop.seed_history(source.backfill(48 * 3600.0))
     assert len(loop.history) == 48
     state = loop.run_once()
+    # the sim model itself has no usage samples: the idle window is judged on the history's
+    assert len(state.results.model.usage.times) >= 1
+    assert state.results.analysis["cluster"]["usage_samples"] >= 1
     forecast = state.results.forecast
     assert forecast["history_hours"] == 47  # the hour still running is left out
     (pool,) = forecast["pools"]
