@@ -1,9 +1,11 @@
 """`gpu-defrag app` (the Streamlit app alone) and `gpu-defrag demo` (exporter + app, one command).
 
-`demo` is what `make demo` runs on a fresh machine with no GPU and no server: a sim exporter
-serving preset a100-16x8 on 127.0.0.1, and the app pointed at it. The app reads the exporter
-directly every few seconds and keeps the advisor's own bounded history (`advisor.history`), so
-trends and the idle window fill in as the simulated day runs. Ctrl-C stops every child.
+`demo` is what `make demo` runs on a fresh machine with no GPU and no server: (a) a sim exporter
+serving preset a100-16x8 on 127.0.0.1, (b) the advisor service (`gpu-defrag advise`) reading it
+directly and keeping its own history (its /metrics and /api are what Prometheus and Grafana
+would read), and (c) the app, which also reads the exporter directly every few seconds into its
+own bounded `advisor.history`, so trends and the idle window fill in as the simulated day runs.
+Ctrl-C stops every child.
 """
 
 from __future__ import annotations
@@ -66,6 +68,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="simulated seconds per real second (default 60: an hour a minute)",
     )
     demo.add_argument("--preset", default=DEMO_PRESET, help=f"sim preset (default {DEMO_PRESET})")
+    demo.add_argument(
+        "--advisor-port",
+        type=int,
+        default=0,
+        metavar="PORT",
+        help="port of the advisor service (default: a free one)",
+    )
+    demo.add_argument("--no-advisor", action="store_true", help="do not start the advisor service")
     demo.set_defaults(func=run_demo)
 
 
@@ -163,7 +173,8 @@ def _interrupt(*_: object) -> None:
 
 def _supervise(children: Sequence[Child]) -> int:
     """Block until Ctrl-C/SIGTERM or a child exits; then stop all. Returns the exit code."""
-    previous = signal.signal(signal.SIGTERM, _interrupt)
+    # SIGINT too: a shell starts background jobs with SIGINT ignored, and Ctrl-C must still work
+    previous = {sig: signal.signal(sig, _interrupt) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         while True:
             for name, process in children:
@@ -179,7 +190,8 @@ def _supervise(children: Sequence[Child]) -> int:
         print("\nstopping…", file=sys.stderr)
         return 0
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
         _stop(children)
 
 
@@ -214,6 +226,21 @@ def exporter_command(preset: str, port: int, speed: float) -> list[str]:
     ]
 
 
+def advisor_command(source: str, port: int, interval_s: float) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "advisor.cli",
+        "advise",
+        "--source",
+        source,
+        "--advise.interval",
+        f"{interval_s:g}s",
+        "--web.listen-address",
+        f"127.0.0.1:{port}",
+    ]
+
+
 def run_demo(args: argparse.Namespace) -> int:
     port = args.exporter_port or free_port()
     exporter_url = f"http://127.0.0.1:{port}/metrics"
@@ -232,6 +259,20 @@ def run_demo(args: argparse.Namespace) -> int:
             f"sim exporter ({args.preset}, {args.sim_speed:g}x time) on {exporter_url}", flush=True
         )
         refresh = 5.0 if args.refresh is None else args.refresh
+        advisor_url = ""
+        if not args.no_advisor:
+            advisor_port = args.advisor_port or free_port()
+            advisor_url = f"http://127.0.0.1:{advisor_port}/"
+            advisor = subprocess.Popen(advisor_command(exporter_url, advisor_port, refresh))
+            children.append(("advisor service", advisor))
+            if not wait_http(advisor_url + "metrics", 60, advisor):
+                print(
+                    f"gpu-defrag: error: the advisor did not answer on {advisor_url}",
+                    file=sys.stderr,
+                )
+                _stop(children)
+                return 1
+            print(f"advisor service on {advisor_url}metrics and {advisor_url}api/", flush=True)
         app = subprocess.Popen(
             streamlit_command(args.address, args.port, exporter_url),
             env=app_env(exporter_url, refresh),
@@ -247,8 +288,9 @@ def run_demo(args: argparse.Namespace) -> int:
         raise
     print(
         f"\n  gpu-defrag demo: open {url}\n"
-        f"  (the app reads {exporter_url} every {refresh:g} s and keeps its own history)\n"
-        "  Ctrl-C stops everything.\n",
+        f"  (the app reads {exporter_url} every {refresh:g} s and keeps its own history"
+        + (f"; advisor API on {advisor_url}api/" if advisor_url else "")
+        + ")\n  Ctrl-C stops everything.\n",
         flush=True,
     )
     return _supervise(children)

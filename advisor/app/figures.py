@@ -279,7 +279,7 @@ def trend_figure(trend: pd.DataFrame) -> go.Figure:
     fig.update_layout(
         height=320,
         margin={"l": 10, "r": 10, "t": 30, "b": 10},
-        yaxis={"title": {"text": "fragmentation rate"}, "tickformat": ".0%", "rangemode": "tozero"},
+        yaxis={"title": {"text": "fragmentation rate"}, "tickformat": ".1%", "rangemode": "tozero"},
         yaxis2={
             "title": {"text": "GPUs"},
             "overlaying": "y",

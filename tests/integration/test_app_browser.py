@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -158,3 +159,50 @@ def test_page_renders_without_exception(
         assert shot.stat().st_size > 20_000  # a drawn page, not a blank header
     finally:
         page.close()
+
+
+def test_demo_starts_exporter_advisor_and_app_and_ctrl_c_stops_them(tmp_path: Path) -> None:
+    """`gpu-defrag demo` (what `make demo` runs): every child answers, the URL is printed,
+    and SIGINT (Ctrl-C) stops all of them."""
+    port = _free_port()
+    out = tmp_path / "demo.log"
+    with open(out, "wb") as log:
+        demo = subprocess.Popen(
+            [sys.executable, "-m", "advisor.cli", "demo", "--port", str(port)],
+            cwd=ROOT,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        url = f"http://127.0.0.1:{port}/"
+        deadline = time.monotonic() + 120
+        while f"gpu-defrag demo: open {url}" not in out.read_text():
+            assert demo.poll() is None, out.read_text()
+            assert time.monotonic() < deadline, out.read_text()
+            time.sleep(0.3)
+        text = out.read_text()
+        assert _healthy(url + "_stcore/health")
+        exporter = text.split("sim exporter (a100-16x8, 60x time) on ")[1].split()[0]
+        advisor = text.split("advisor service on ")[1].split()[0]
+        with urllib.request.urlopen(exporter, timeout=5) as page:
+            assert b"gpu_" in page.read()
+        with urllib.request.urlopen(advisor, timeout=5) as page:
+            assert page.status == 200
+        children = [
+            int(pid)
+            for pid in subprocess.run(
+                ["pgrep", "-P", str(demo.pid)], capture_output=True, text=True
+            ).stdout.split()
+        ]
+        assert len(children) == 3  # exporter, advisor, app
+        demo.send_signal(signal.SIGINT)
+        assert demo.wait(30) == 0
+        for pid in children:
+            assert (
+                not Path(f"/proc/{pid}").exists()
+                or "Z" in Path(f"/proc/{pid}/stat").read_text().split()[2]
+            )
+    finally:
+        if demo.poll() is None:
+            demo.kill()
+            demo.wait()
