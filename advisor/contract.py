@@ -101,7 +101,7 @@ ADVISOR_METRICS: tuple[MetricSpec, ...] = (
     _i(
         "gpu_advisor_action_info",
         "Top recommended actions (bounded to the top N); value is always 1.",
-        ("rank", "kind", "job", "tenant", "source", "target", "summary"),
+        ("rank", "kind", "workload", "tenant", "source", "target", "summary"),
     ),
     _g("gpu_advisor_action_cost_gpu_hours", "GPU-hours an action costs.", ("rank",)),
     _g(

@@ -383,7 +383,7 @@ def fleet_overview(config: dict) -> dict:
                     transformations=[
                         organize(
                             _HIDE,
-                            {"Value": f"peak utilization ({idle})", "exported_job": "job name"},
+                            {"Value": f"peak utilization ({idle})", "workload": "workload"},
                         )
                     ],
                     thresholds=busy_ratio,
@@ -652,9 +652,7 @@ def node_detail(config: dict) -> dict:
                     "Who holds each GPU or MIG instance (kubelet pod-resources or Slurm).",
                     [target(f"gpu_allocation_info{{{NODE}}}", instant=True, table=True)],
                     "none",
-                    transformations=[
-                        organize([*_HIDE, "node", "Value"], {"exported_job": "job name"})
-                    ],
+                    transformations=[organize([*_HIDE, "node", "Value"], {"workload": "workload"})],
                     w=10,
                     h=9,
                 ),
@@ -926,7 +924,7 @@ def fragmentation_advisor(config: dict) -> dict:
                             {
                                 "Value #B": "cost (GPU-hours)",
                                 "Value #C": "benefit (GPUs)",
-                                "exported_job": "job name",
+                                "workload": "workload",
                             },
                         ),
                         {"id": "sortBy", "options": {"sort": [{"field": "rank", "desc": False}]}},

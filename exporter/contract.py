@@ -167,7 +167,7 @@ METRICS: tuple[MetricSpec, ...] = (
     _i(
         "gpu_allocation_info",
         "Who holds the GPU or MIG instance (kubelet pod-resources or Slurm); value is always 1.",
-        (*GPU, "gpu_instance_id", "pod", "namespace", "container", "job", "tenant"),
+        (*GPU, "gpu_instance_id", "pod", "namespace", "container", "workload", "tenant"),
     ),
     # --- node-level fragmentation ---
     _i(

@@ -135,7 +135,7 @@ def our_readings(samples: Iterable[Sample]) -> list[NodeReading]:
                     pod=labels.get("pod", ""),
                     namespace=labels.get("namespace", ""),
                     container=labels.get("container", ""),
-                    job=labels.get("job", ""),
+                    job=labels.get("workload", ""),
                     tenant=labels.get("tenant", ""),
                     gpu_instance_id=_int(labels.get("gpu_instance_id", "")),
                 )

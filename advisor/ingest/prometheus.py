@@ -19,8 +19,6 @@ import numpy as np
 import requests
 
 from advisor.ingest.exporter_scrape import (
-    ALLOCATION_INFO,
-    GPU_INFO,
     MEMORY_USED,
     OUR_NAMES,
     UTILIZATION,
@@ -118,24 +116,6 @@ def _gpu_key(labels: dict[str, str], dcgm: bool) -> tuple[str, int] | None:
     return (node, int(index)) if node else None
 
 
-def _own_job_labels(samples: list[Sample]) -> list[Sample]:
-    """Give allocations back the exporter's own `job` label. Prometheus keeps its scrape-job
-    name in `job` and moves a clashing target label to `exported_job` (unless honor_labels);
-    a `job` equal to a scrape-job name (seen on `gpu_info`, which has no job label of its own)
-    is the scrape job, not the allocation's."""
-    scrape_jobs = {labels.get("job") for name, labels, _ in samples if name == GPU_INFO}
-    out = []
-    for name, labels, value in samples:
-        if name == ALLOCATION_INFO:
-            labels = dict(labels)
-            if "exported_job" in labels:
-                labels["job"] = labels.pop("exported_job")
-            elif labels.get("job") in scrape_jobs:
-                labels["job"] = ""
-        out.append((name, labels, value))
-    return out
-
-
 def load(
     base_url: str,
     *,
@@ -167,7 +147,7 @@ def load(
             )
         readings = dcgm_readings(by_host)
     else:
-        readings = our_readings(_own_job_labels(ours))
+        readings = our_readings(ours)
     model = from_readings(readings, timestamp=end, source=source or f"prometheus+{base_url}")
     if history_s <= 0:
         return model

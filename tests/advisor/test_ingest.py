@@ -143,10 +143,7 @@ def _series(text: str, extra: dict[str, str]) -> list[tuple[str, dict[str, str],
     out = []
     for family in text_string_to_metric_families(text):
         for s in family.samples:
-            labels = dict(s.labels)
-            if "job" in labels:  # Prometheus moves a clashing target label aside
-                labels["exported_job"] = labels.pop("job")
-            out.append((s.name, {**labels, **extra}, s.value))
+            out.append((s.name, {**s.labels, **extra}, s.value))
     return out
 
 

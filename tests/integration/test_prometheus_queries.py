@@ -87,8 +87,7 @@ def prometheus(tmp_path_factory):
 def contract_labels(name: str) -> set[str]:
     spec = BY_NAME.get(name) or ADVISOR_BY_NAME.get(name)
     if spec:
-        labels = set(spec.labels)
-        return labels | ({"exported_job"} if "job" in labels else set())
+        return set(spec.labels)
     if name in DCGM_COMPAT:
         return DCGM_LABELS
     return set()

@@ -149,7 +149,7 @@ def matcher_labels(selector: str) -> set[str]:
 # Labels of the dcgm-exporter compatible series (exporter/render.py `dcgm_compat_families`).
 DCGM_LABELS = {"gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname"}
 DCGM_LABELS |= {"DCGM_FI_DRIVER_VERSION"}
-# Labels Prometheus adds to every scraped series; an exposed `job` label becomes `exported_job`.
+# Labels Prometheus adds to every scraped series (no contract metric uses these names).
 TARGET_LABELS = {"job", "instance", "cluster"}
 
 
@@ -160,8 +160,7 @@ def contract_labels(name: str) -> set[str] | None:
 
     spec = BY_NAME.get(name) or ADVISOR_BY_NAME.get(name)
     if spec:
-        labels = set(spec.labels) | TARGET_LABELS
-        return labels | ({"exported_job"} if "job" in spec.labels else set())
+        return set(spec.labels) | TARGET_LABELS
     if name in DCGM_COMPAT:
         return DCGM_LABELS | TARGET_LABELS
     if name == "up":
