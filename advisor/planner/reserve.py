@@ -131,6 +131,36 @@ def _node_choice(
     return None if best is None else (best[0], best[2])
 
 
+def node_ready_times(
+    model: ClusterModel, ready: np.ndarray, k: int, island: np.ndarray | None
+) -> np.ndarray:
+    """float64 (N): when k GPUs of each node are ready (k-th smallest ready time, within one
+    NVLink island where k fits one, `island` = largest island per node or None); inf if never."""
+    gpus = model.gpus
+    node = gpus.node.astype(np.int64)
+    n = len(model.nodes)
+    if not len(gpus):
+        return np.full(n, np.inf)
+    if island is not None:
+        per_island = (k > 1) & (island[node] >= k) & (gpus.nvlink_island >= 0)
+    else:
+        per_island = np.zeros(len(gpus), dtype=bool)
+    key = node * 65536 + np.where(per_island, gpus.nvlink_island.astype(np.int64) + 1, 0)
+    order = np.lexsort((ready, key))
+    skey, sready = key[order], ready[order]
+    starts = np.flatnonzero(np.r_[True, skey[1:] != skey[:-1]])
+    sizes = np.diff(np.r_[starts, len(skey)])
+    kth = np.full(len(starts), np.inf)
+    ok = sizes >= k
+    kth[ok] = sready[starts[ok] + k - 1]
+    out = np.full(n, np.inf)
+    np.minimum.at(out, skey[starts] // 65536, kth)
+    return out
+
+
+MAX_TIES = 256  # equally early candidates compared by idle time (the rest are not examined)
+
+
 def earliest_slot(
     model: ClusterModel, ready: np.ndarray, request: Request, policy: Policy
 ) -> Slot | None:
@@ -138,45 +168,47 @@ def earliest_slot(
     k, tasks = request.num_gpu, request.tasks
     island = island_size_per_node(model) if policy.island_locality else None
     nodes = model.nodes
+    times = node_ready_times(model, ready, k, island)
+    models = nodes.gpu_model
+    allowed = {m for m in set(models.tolist()) if spec_allows(request.gpu_spec, str(m))}
+    usable = np.isfinite(times) & np.isin(models, list(allowed))
     groups: dict[tuple[str, str], list[int]] = defaultdict(list)
-    for node in range(len(nodes)):
-        if nodes.gpu_count[node] < k or not spec_allows(
-            request.gpu_spec, str(nodes.gpu_model[node])
-        ):
-            continue
+    for node in np.flatnonzero(usable).tolist():
         if tasks > 1 and policy.rack_locality:
             if not nodes.rack[node]:
                 continue  # a rack-local job cannot use a node whose rack is unknown
-            key = (str(nodes.rack[node]), str(nodes.gpu_model[node]))
+            key = (str(nodes.rack[node]), str(models[node]))
         elif tasks > 1:
-            key = ("", str(nodes.gpu_model[node]))
+            key = ("", str(models[node]))
         else:
             key = (str(node), "")
         groups[key].append(node)
-    best: Slot | None = None
+    starts = []
     for members in groups.values():
-        if len(members) < tasks:
-            continue
-        sizes = {n: int(island[n]) if island is not None else 0 for n in members}
-        times = []
-        for n in members:
-            choice = _node_choice(model, ready, n, k, sizes[n], None)
-            if choice is not None:
-                times.append((choice[0], n))
-        if len(times) < tasks:
-            continue
-        times.sort()
-        start = times[tasks - 1][0]
+        if len(members) >= tasks:
+            member_times = np.sort(times[members])
+            starts.append((float(member_times[tasks - 1]), members))
+    if not starts:
+        return None
+    first = min(t for t, _ in starts)
+    ties = sorted((m for t, m in starts if t <= first + 1e-6), key=len)[:MAX_TIES]
+    best: Slot | None = None
+    for members in ties:
         picks = []
-        for _, n in times:
-            choice = _node_choice(model, ready, n, k, sizes[n], start)
+        for n in members:
+            if times[n] > first + 1e-6:
+                continue
+            size = int(island[n]) if island is not None else 0
+            choice = _node_choice(model, ready, n, k, size, first)
             if choice is not None:
                 rows = choice[1]
-                picks.append((float((start - ready[rows]).sum()), n, tuple(rows)))
+                picks.append((float((first - ready[rows]).sum()), n, tuple(rows)))
+        if len(picks) < tasks:
+            continue
         picks.sort()
         chosen = picks[:tasks]
-        slot = Slot(start, tuple((n, rows) for _, n, rows in chosen), sum(p[0] for p in chosen))
-        if best is None or (slot.start, slot.idle_gpu_s) < (best.start, best.idle_gpu_s):
+        slot = Slot(first, tuple((n, rows) for _, n, rows in chosen), sum(p[0] for p in chosen))
+        if best is None or slot.idle_gpu_s < best.idle_gpu_s:
             best = slot
     return best
 
