@@ -451,7 +451,9 @@ def order_moves(model: ClusterModel, actions: list[Action]) -> list[Action]:
     return done + pending
 
 
-def reserve_actions(inst: Instance, windows: Sequence[Window], goal: Goal, job: str) -> list[Action]:
+def reserve_actions(
+    inst: Instance, windows: Sequence[Window], goal: Goal, job: str
+) -> list[Action]:
     model = inst.model
     actions = []
     for i, window in enumerate(windows, start=1):
@@ -512,9 +514,12 @@ def _rack_group(model: ClusterModel) -> np.ndarray:
 
 
 def heuristic_windows(
-    inst: Instance, need: Need, blocked: np.ndarray, max_tries: int = 64
+    inst: Instance, need: Need, blocked: np.ndarray, max_tries: int = 64, pools_tried: int = 8
 ) -> tuple[list[Window], dict[int, np.ndarray]] | None:
-    """Windows for `need` and homes for every evicted task, or None."""
+    """Windows for `need` and homes for every evicted task, or None. Racks (pools) are tried in
+    order of their cheapest windows; in each, a window whose evicted task finds no home is
+    swapped for the next cheapest. The cheapest success over the first `pools_tried` pools
+    that succeed wins (a rack's first choice can fail where the next rack's does not)."""
     windows = candidate_windows(inst, need, blocked)
     if need.same_rack:
         group = _rack_group(inst.model)
@@ -526,12 +531,21 @@ def heuristic_windows(
     else:
         pools = [windows] if len(windows) >= need.tasks else []
     tries = 0
+    best: tuple[float, list[Window], dict[int, np.ndarray]] | None = None
+    successes = 0
     for pool in pools:
+        if successes >= pools_tried or tries >= max_tries:
+            break
+        if best is not None and sum(w.score for w in pool[: need.tasks]) >= best[0]:
+            break  # pools are sorted: no later pool can beat the best found
         excluded: set[int] = set()
         while tries < max_tries:
             tries += 1
             picked = [w for w in pool if w.node not in excluded][: need.tasks]
             if len(picked) < need.tasks:
+                break
+            score = sum(w.score for w in picked)
+            if best is not None and score >= best[0]:
                 break
             mask = blocked.copy()
             for w in picked:
@@ -541,12 +555,14 @@ def heuristic_windows(
             evict = sorted(set().union(*(w.evict for w in picked)))
             targets = replace_tasks(inst, evict, mask)
             if targets is not None and -1 not in targets:
-                return picked, targets
+                best = (score, picked, targets)
+                successes += 1
+                break
             # drop the window whose evicted task found no home and try the next cheapest
             failed = int(targets[-1][0]) if targets else -1
             owner = next((w.node for w in picked if failed in w.evict), picked[-1].node)
             excluded.add(owner)
-    return None
+    return None if best is None else (best[1], best[2])
 
 
 def plan_heuristic(

@@ -78,20 +78,21 @@ class _Builder:
         self.cpu: dict[int, list] = defaultdict(list)
         self.mem: dict[int, list] = defaultdict(list)
         self.moved: dict[int, cp_model.IntVar] = {}
-        self.whole_opts: dict[int, list[tuple[object, int, dict[int, object]]]] = {}
-        self.frac_opts: dict[int, list[tuple[object, int]]] = {}
+        # (tasks of one class, [(count var, node, {unit: GPUs per task} or GPU row)])
+        self.class_opts: list[tuple[list[int], list[tuple[object, int, object]]]] = []
         self.goal_opts: list[list[tuple[object, int, dict[int, object]]]] = []
         self.f: dict[int, object] = {}
 
     # -- helpers
-    def _spread(self, var, node: int, k: int, name: str) -> dict[int, object]:
-        """k GPUs on `node` spread over its islands when `var` is 1: per-unit counts."""
-        units = [u for u in self.node_units[node]]
+    def _spread(self, var, node: int, k: int, name: str, most: int = 1) -> dict[int, object]:
+        """`var` (up to `most`) tasks of k GPUs on `node`, spread over its islands: per-unit
+        GPU counts."""
+        units = list(self.node_units[node])
         if len(units) == 1:
             return {units[0]: var * k}
         counts = {}
         for u in units:
-            counts[u] = self.m.NewIntVar(0, min(k, self.cap[u]), f"{name}_u{u}")
+            counts[u] = self.m.NewIntVar(0, min(k * most, self.cap[u]), f"{name}_u{u}")
         self.m.Add(sum(counts.values()) == k * var)
         return counts
 
@@ -102,8 +103,12 @@ class _Builder:
 
     # -- tasks
     def add_tasks(self) -> None:
+        """Stay-or-move per task; where moved tasks land is counted per class of
+        interchangeable tasks (same GPUs, share, allowed nodes, CPU and memory), which keeps
+        the model small and loses nothing: the cost is on the per-task `moved` variable."""
         inst = self.inst
         allocs = inst.model.allocations
+        classes: dict[tuple, list[int]] = defaultdict(list)
         for t in range(len(inst.task_rows)):
             row = int(inst.task_rows[t])
             gpus = [g for g in inst.task_gpus[t].tolist() if inst.usable[g]]
@@ -116,6 +121,7 @@ class _Builder:
                 mv = self.m.NewBoolVar(f"m{t}")
                 self.moved[t] = mv
                 stay = 1 - mv
+                classes[self._class_key(t, row, cpu, mem)].append(t)
             self.cpu[node].append(cpu * stay)
             self.mem[node].append(mem * stay)
             if inst.task_whole[t]:
@@ -137,8 +143,22 @@ class _Builder:
                         self.m.Add(fg == 1)
                     else:
                         self.m.Add(fg >= stay)
-            if t in self.moved:
-                self._options(t, cpu, mem)
+        for key, tasks in classes.items():
+            self._destinations(key, tasks)
+
+    def _class_key(self, t: int, row: int, cpu: int, mem: int) -> tuple:
+        inst = self.inst
+        allocs = inst.model.allocations
+        return (
+            bool(inst.task_whole[t]),
+            len(inst.task_gpus[t]),
+            int(inst.task_milli[t]),
+            str(allocs.gpu_spec[row]),
+            str(inst.model.nodes.gpu_model[allocs.node[row]]),
+            inst.task_rack_lock[t],
+            cpu,
+            mem,
+        )
 
     def _milli_of(self, row: int, gpus: np.ndarray) -> list[int]:
         places = self.inst.model.placements
@@ -146,49 +166,52 @@ class _Builder:
         by_gpu = dict(zip(places.gpu[hit].tolist(), places.milli[hit].tolist(), strict=True))
         return [int(by_gpu[g]) for g in gpus.tolist()]
 
-    def _options(self, t: int, cpu: int, mem: int) -> None:
+    def _destinations(self, key: tuple, tasks: list[int]) -> None:
+        """Integer counts of class `key` tasks landing per island (whole tasks that fit one),
+        per node (larger whole tasks) or per GPU (fractional tasks)."""
         inst = self.inst
-        allowed = np.flatnonzero(target_nodes_mask(inst, t))
-        k = len(inst.task_gpus[t])
-        choices = []
-        if inst.task_whole[t]:
-            opts = []
+        whole, k, milli, _, _, _, cpu, mem = key
+        allowed = np.flatnonzero(target_nodes_mask(inst, tasks[0]))
+        size = len(tasks)
+        choices: list[tuple[object, int]] = []
+        opts: list[tuple[object, int, dict[int, object] | int]] = []
+        name = f"c{len(self.class_opts)}"
+        if whole:
             for n in allowed.tolist():
                 units = self.node_units.get(n, [])
-                if sum(self.cap[u] for u in units) < k:
+                total = sum(self.cap[u] for u in units)
+                if total < k:
                     continue
-                local = inst.policy.island_locality and 1 < k <= int(inst.island_size[n])
-                if local:
+                if inst.policy.island_locality and 1 < k <= int(inst.island_size[n]):
                     for u in units:
                         if self.cap[u] >= k:
-                            y = self.m.NewBoolVar(f"y{t}_{u}")
+                            y = self.m.NewIntVar(0, min(size, self.cap[u] // k), f"{name}_{u}")
                             self.usage[u].append(k * y)
                             opts.append((y, n, {u: k}))
                             choices.append((y, n))
                 else:
-                    y = self.m.NewBoolVar(f"y{t}_n{n}")
-                    counts = self._spread(y, n, k, f"z{t}_{n}")
+                    y = self.m.NewIntVar(0, min(size, total // k), f"{name}_n{n}")
+                    counts = self._spread(y, n, k, f"{name}_z{n}", size)
                     for u, term in counts.items():
                         self.usage[u].append(term)
                     opts.append((y, n, counts))
                     choices.append((y, n))
-            self.whole_opts[t] = opts
         else:
-            milli = int(inst.task_milli[t])
-            opts = []
             ok_node = np.zeros(inst.nodes, dtype=bool)
             ok_node[allowed] = True
             for g in np.flatnonzero(inst.usable & ok_node[self.gpu_node]).tolist():
-                x = self.m.NewBoolVar(f"x{t}_{g}")
-                self.frac[g].append(milli * x)
-                self.m.Add(self._frac_gpu(g) >= x)
-                opts.append((x, g))
-                choices.append((x, int(self.gpu_node[g])))
-            self.frac_opts[t] = opts
-        self.m.Add(sum(v for v, _ in choices) == self.moved[t])
+                y = self.m.NewIntVar(0, min(size, MILLI // milli), f"{name}_g{g}")
+                self.frac[g].append(milli * y)
+                self._frac_gpu(g)
+                opts.append((y, int(self.gpu_node[g]), g))
+                choices.append((y, int(self.gpu_node[g])))
+        self.m.Add(sum(v for v, _ in choices) == sum(self.moved[t] for t in tasks))
         for v, n in choices:
-            self.cpu[n].append(cpu * v)
-            self.mem[n].append(mem * v)
+            if cpu:
+                self.cpu[n].append(cpu * v)
+            if mem:
+                self.mem[n].append(mem * v)
+        self.class_opts.append((tasks, opts))
 
     # -- goal
     def add_goal(self) -> None:
@@ -260,11 +283,16 @@ class _Builder:
                     continue
                 self.m.Add(sum(terms) <= int(np.floor(capacity[n])))
 
-    def objective(self) -> None:
-        inst = self.inst
-        self.m.Minimize(
-            sum(round(float(inst.task_score[t]) * SCALE) * v for t, v in self.moved.items())
-        )
+    def objective(self, upper: int | None = None) -> None:
+        """Minimise the summed cost scores of moved tasks; `upper` (a known plan's value)
+        prunes everything worse."""
+        total = sum(self.weight(t) * v for t, v in self.moved.items())
+        if upper is not None:
+            self.m.Add(total <= upper)
+        self.m.Minimize(total)
+
+    def weight(self, t: int) -> int:
+        return round(float(self.inst.task_score[t]) * SCALE)
 
 
 def _assign(
@@ -286,10 +314,6 @@ def _assign(
         if (fg if isinstance(fg, int) else value(fg)) > 0:
             frac_used[g] = True
     targets: dict[int, np.ndarray] = {}
-    for t, opts in builder.frac_opts.items():
-        for x, g in opts:
-            if value(x):
-                targets[t] = np.array([g])
 
     def take(unit: int, count: int) -> list[int]:
         gpus = [g for g in builder.units[unit] if not taken[g] and not frac_used[g]]
@@ -303,13 +327,26 @@ def _assign(
     def counts_of(counts: dict[int, object]) -> dict[int, int]:
         return {u: int(c) if isinstance(c, int) else int(value(c)) for u, c in counts.items()}
 
-    for t, opts in builder.whole_opts.items():
-        for y, _, counts in opts:
-            if value(y):
-                rows: list[int] = []
-                for u, c in counts_of(counts).items():
-                    rows += take(u, c)
-                targets[t] = np.array(rows)
+    for tasks, opts in builder.class_opts:
+        movers = [t for t in tasks if t in moved]
+        for y, _, where in opts:
+            landed = int(value(y))
+            if not landed:
+                continue
+            if isinstance(where, int):  # fractional: one GPU
+                for _ in range(landed):
+                    targets[movers.pop()] = np.array([where])
+                continue
+            per_unit = counts_of(where)
+            k = len(inst.task_gpus[movers[-1]])
+            if len(per_unit) == 1:  # island-local, or a node that is one island
+                unit = next(iter(per_unit))
+                for _ in range(landed):
+                    targets[movers.pop()] = np.array(take(unit, k))
+                continue
+            pool = [g for u, c in per_unit.items() for g in take(u, c)]
+            for i in range(landed):
+                targets[movers.pop()] = np.array(pool[i * k : (i + 1) * k])
     windows: list[list[Window]] = []
     for opts in builder.goal_opts:
         group = []
@@ -321,6 +358,50 @@ def _assign(
                 group.append(Window(n, tuple(rows), frozenset(), 0.0))
         windows.append(group)
     return windows, targets
+
+
+def _add_hint(builder: _Builder, plan: Plan) -> int:
+    """Start the search from a known plan (the heuristic's): moved flags, where moved tasks
+    landed, and where the goal sits. Returns that plan's objective value."""
+    inst = builder.inst
+    model = inst.model
+    task_of = {str(model.allocations.id[r]): t for t, r in enumerate(inst.task_rows.tolist())}
+    dest: dict[int, list[int]] = {}
+    for action in plan.actions:
+        if action.kind == "migrate" and action.alloc in task_of and action.dst is not None:
+            node = model.node_index(action.dst.node)
+            dest[task_of[action.alloc]] = [model.gpu_row(node, i) for i in action.dst.gpus]
+    for t, var in builder.moved.items():
+        builder.m.AddHint(var, int(t in dest))
+    for tasks, opts in builder.class_opts:
+        landed: dict[object, int] = defaultdict(int)
+        for t in tasks:
+            if t in dest:
+                gpus = dest[t]
+                landed[("gpu", gpus[0])] += 1
+                landed[("unit", int(builder.unit_key[gpus[0]]))] += 1
+                landed[("node", int(builder.gpu_node[gpus[0]]))] += 1
+        for y, n, where in opts:
+            if isinstance(where, int):
+                key = ("gpu", where)
+            elif len(where) == 1 and isinstance(next(iter(where.values())), int):
+                key = ("unit", next(iter(where)))
+            else:
+                key = ("node", n)
+            builder.m.AddHint(y, landed.get(key, 0))
+    reserved = {
+        (
+            model.node_index(a.dst.node),
+            int(builder.unit_key[model.gpu_row(model.node_index(a.dst.node), a.dst.gpus[0])]),
+        )
+        for a in plan.actions
+        if a.kind == "reserve" and a.dst is not None
+    }
+    for opts in builder.goal_opts:
+        for s, n, counts in opts:
+            hit = any(node == n and (len(counts) > 1 or unit in counts) for node, unit in reserved)
+            builder.m.AddHint(s, int(hit))
+    return sum(builder.weight(t) for t in dest if t in builder.moved)
 
 
 def plan_exact(
@@ -337,6 +418,10 @@ def plan_exact(
     """The least-cost plan (CP-SAT). `extra` carries status (optimal, feasible, infeasible,
     unknown), objective and bound (cost scores) and the solver's time."""
     started = time.perf_counter()
+    if hint is not None and hint.feasible and hint.migrations == 0:
+        # nothing to move: no plan can cost less
+        info = {"status": "optimal", "objective": 0.0, "bound": 0.0, "solver_s": 0.0}
+        return replace(hint, method="exact (optimal)", extra={**hint.extra, **info})
     inst = build_instance(model, policy, goal.priority, weights)
     try:
         needs = needs_for(goal, demand)
@@ -346,12 +431,10 @@ def plan_exact(
     builder.add_tasks()
     builder.add_goal()
     builder.add_capacity()
-    builder.objective()
+    upper = None
     if hint is not None and hint.feasible:
-        moved_ids = {a.alloc for a in hint.actions if a.kind == "migrate"}
-        ids = model.allocations.id
-        for t, v in builder.moved.items():
-            builder.m.AddHint(v, int(str(ids[inst.task_rows[t]]) in moved_ids))
+        upper = _add_hint(builder, hint)
+    builder.objective(upper)
     solver = cp_model.CpSolver()
     solver.parameters.max_time_in_seconds = float(time_limit_s)
     solver.parameters.num_workers = max(1, int(workers))
