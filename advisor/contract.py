@@ -88,7 +88,7 @@ ADVISOR_METRICS: tuple[MetricSpec, ...] = (
     _g(
         "gpu_advisor_forecast_demand_gpus",
         "Forecast allocated GPUs at the horizon, per quantile.",
-        ("pool", "horizon", "quantile"),
+        ("pool", "horizon", "forecast_quantile"),
     ),
     _g("gpu_advisor_forecast_capacity_gpus", "Known GPU capacity of the pool.", ("pool",)),
     _g(

@@ -350,13 +350,13 @@ def alert_definitions(config: dict) -> list[Alert]:
                 "gpu-defrag-capacity",
                 severity,
                 "forecast_exceeds_capacity",
-                f'gpu_advisor_forecast_demand_gpus{{%(A)s, quantile="%({key})s"}}',
+                f'gpu_advisor_forecast_demand_gpus{{%(A)s, forecast_quantile="%({key})s"}}',
                 "",
                 "Forecast GPU demand exceeds capacity.",
                 "The %(" + key + ")s quantile of forecast demand in pool {{ $labels.pool }} at "
                 "horizon {{ $labels.horizon }} is {{ $value }} GPUs, above the pool's capacity.",
                 "advisor",
-                expr=f'gpu_advisor_forecast_demand_gpus{{%(A)s, quantile="%({key})s"}}\n'
+                expr=f'gpu_advisor_forecast_demand_gpus{{%(A)s, forecast_quantile="%({key})s"}}\n'
                 "> on (job, instance, pool) group_left ()\n"
                 "gpu_advisor_forecast_capacity_gpus{%(A)s}",
             )

@@ -840,7 +840,10 @@ def fragmentation_advisor(config: dict) -> dict:
                             "{{pool}} allocated (actual)",
                         ),
                         *(
-                            (f'{forecast}, quantile="{q}"}}', f"{{{{pool}}}} forecast {name}")
+                            (
+                                f'{forecast}, forecast_quantile="{q}"}}',
+                                f"{{{{pool}}}} forecast {name}",
+                            )
                             for q, name in quantiles
                         ),
                         (
