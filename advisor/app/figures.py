@@ -8,6 +8,7 @@ one for the group separators, so the figure stays a handful of traces whatever t
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -51,27 +52,39 @@ class Grid:
     groups: list[str]  # "pool · model · rack" per row
     width: int
     cell: np.ndarray  # int64 (rows, width): row in the frame, -1 = no such GPU
+    blocks: list[str]  # "pool · model" per row: the coarser grouping of large fleets
+
+
+_DIGITS = re.compile(r"(\d+)")
+
+
+def natural_key(text: str) -> tuple:
+    """'rack-9' before 'rack-10': digit runs compare as numbers."""
+    return tuple(int(part) if part.isdigit() else part for part in _DIGITS.split(text))
 
 
 def grid_of(frame: pd.DataFrame) -> Grid:
     """Rows grouped by pool, GPU model and rack (then node name); columns by GPU index."""
     if frame.empty:
-        return Grid([], [], 0, np.zeros((0, 0), dtype=np.int64))
+        return Grid([], [], 0, np.zeros((0, 0), dtype=np.int64), [])
     per_node = frame.drop_duplicates("node")[["node", "pool", "gpu_model", "rack"]]
-    per_node = per_node.sort_values(["pool", "gpu_model", "rack", "node"], kind="stable")
+    keys = ["pool", "gpu_model", "rack", "node"]
+    order = sorted(
+        range(len(per_node)),
+        key=lambda i: tuple(natural_key(str(per_node[k].iloc[i])) for k in keys),
+    )
+    per_node = per_node.iloc[order]
     nodes = per_node["node"].tolist()
-    groups = [
-        " · ".join(part for part in (pool, model, rack) if part) or "(ungrouped)"
-        for pool, model, rack in zip(
-            per_node["pool"], per_node["gpu_model"], per_node["rack"], strict=True
-        )
-    ]
+    columns = zip(per_node["pool"], per_node["gpu_model"], per_node["rack"], strict=True)
+    parts = [(pool, model, rack) for pool, model, rack in columns]
+    groups = [" · ".join(p for p in part if p) or "(ungrouped)" for part in parts]
+    blocks = [" · ".join(p for p in part[:2] if p) or "(ungrouped)" for part in parts]
     row_of = {node: i for i, node in enumerate(nodes)}
     width = int(frame["gpu"].max()) + 1
     cell = np.full((len(nodes), width), -1, dtype=np.int64)
     rows = frame["node"].map(row_of).to_numpy()
     cell[rows, frame["gpu"].to_numpy()] = np.arange(len(frame))
-    return Grid(nodes, groups, width, cell)
+    return Grid(nodes, groups, width, cell, blocks)
 
 
 def _fmt(value: float, pattern: str) -> str:
@@ -125,18 +138,19 @@ def _island_lines(frame: pd.DataFrame, grid: Grid) -> tuple[list[float | None], 
 
 
 def _group_lines(
-    grid: Grid,
+    grid: Grid, labels: list[str], separators: list[str]
 ) -> tuple[list[float | None], list[float | None], list[tuple[int, str]]]:
-    """Horizontal separators where the group changes, and (first row, label) per group."""
+    """Horizontal separators where `separators` changes, and (first row, label) where
+    `labels` changes."""
     xs: list[float | None] = []
     ys: list[float | None] = []
     starts: list[tuple[int, str]] = []
-    for row, group in enumerate(grid.groups):
-        if row == 0 or group != grid.groups[row - 1]:
-            starts.append((row, group))
-            if row:
-                xs += [-0.5, grid.width - 0.5, None]
-                ys += [row - 0.5, row - 0.5, None]
+    for row in range(len(labels)):
+        if row == 0 or labels[row] != labels[row - 1]:
+            starts.append((row, labels[row]))
+        if row and separators[row] != separators[row - 1]:
+            xs += [-0.5, grid.width - 0.5, None]
+            ys += [row - 0.5, row - 0.5, None]
     return xs, ys, starts
 
 
@@ -183,6 +197,7 @@ def fleet_heatmap(frame: pd.DataFrame, color_by: str = "state") -> go.Figure:
         text=texts,
         hoverinfo="text",
         hoverongaps=False,
+        zsmooth=False,
         xgap=1 if rows <= 200 else 0,
         ygap=1 if rows <= 200 else 0,
         showscale=True,
@@ -201,7 +216,10 @@ def fleet_heatmap(frame: pd.DataFrame, color_by: str = "state") -> go.Figure:
                 showlegend=True,
             )
         )
-    gx, gy, starts = _group_lines(grid)
+    labelled = rows <= MAX_LABELLED_ROWS
+    # Small fleets: a line between racks. Large ones: only between pools/models (a line per
+    # rack would hide the cells), racks still named on the right.
+    gx, gy, starts = _group_lines(grid, grid.groups, grid.groups if labelled else grid.blocks)
     if gx:
         fig.add_trace(
             go.Scatter(
@@ -213,8 +231,10 @@ def fleet_heatmap(frame: pd.DataFrame, color_by: str = "state") -> go.Figure:
                 showlegend=False,
             )
         )
-    labelled = rows <= MAX_LABELLED_ROWS
-    height = int(np.clip(rows * ROW_PX + 160, 360, 1100)) if labelled else 1100
+    if labelled:
+        height = int(np.clip(rows * ROW_PX + 160, 360, 1400))
+    else:  # at least 2 px per node, up to 1,000 nodes
+        height = int(np.clip(rows * 2 + 160, 1100, 2200))
     if labelled:
         yaxis = {"tickvals": list(range(rows)), "ticktext": grid.nodes}
     else:  # too many rows to name each node
@@ -247,7 +267,7 @@ def fleet_heatmap(frame: pd.DataFrame, color_by: str = "state") -> go.Figure:
         },
         yaxis={
             **yaxis,
-            "autorange": "reversed",
+            "range": [rows - 0.5, -0.5],  # top row first; no autorange padding from lines
             "showgrid": False,
             "zeroline": False,
             "tickfont": {"size": 10},

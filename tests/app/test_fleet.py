@@ -118,4 +118,17 @@ def test_fleet_of_1000_nodes_renders() -> None:
     model = load_source("sim:a100-16x8?nodes=1000")
     fig = figures.fleet_heatmap(data.gpu_frame(model, measures.allocated_idle(model)))
     assert len(fig.data) <= 3  # a handful of traces whatever the fleet size
-    assert fig.layout.height <= 1100
+    assert fig.layout.height <= 2200
+
+
+def test_racks_in_natural_order_and_large_fleets_keep_cells_visible() -> None:
+    model = load_source("sim:a100-16x8?nodes=200")
+    frame = data.gpu_frame(model, measures.allocated_idle(model))
+    grid = figures.grid_of(frame)
+    racks = [g.rsplit(" · ", 1)[-1] for g in grid.groups]
+    numbers = [int(r.split("-")[-1]) for r in dict.fromkeys(racks)]
+    assert numbers == sorted(numbers)  # rack-9 before rack-10
+    fig = figures.fleet_heatmap(frame)
+    separators = [t for t in fig.data if t.type == "scatter" and t.name != "NVLink island boundary"]
+    assert separators == []  # one pool, one model: no line across 200 rows of cells
+    assert list(fig.layout.yaxis.range) == [len(grid.nodes) - 0.5, -0.5]
