@@ -143,6 +143,7 @@ def candidates(
     jobs = Counter(allocs.job.tolist())
     models = sorted(set(model.nodes.gpu_model.tolist()))
     places = model.placements
+    memory = {m: float(np.nanmin(_memory_of(model, m), initial=np.inf)) for m in models}
     out = []
     for row in np.flatnonzero((allocs.node >= 0) & (allocs.num_gpu > 0)).tolist():
         node = int(allocs.node[row])
@@ -178,7 +179,7 @@ def candidates(
             if target == source:
                 continue
             factor = slowdown(util, source, target)
-            total = float(np.nanmin(_memory_of(model, target), initial=np.inf))
+            total = memory[target]
             fits_mem = math.isfinite(mem) and mem + settings.memory_margin * total <= total
             reason = why
             if not reason and not spec_allows(str(allocs.gpu_spec[row]), target):

@@ -10,14 +10,22 @@ from pathlib import Path
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from advisor import snapshot
 from advisor.model import ModelBuilder
 from advisor.planner.check import check_plan
-from advisor.planner.constraints import Policy
+from advisor.planner.constraints import Policy, island_size_per_node
 from advisor.planner.observed import DurationPrior, expected_end
 from advisor.planner.recommend import plan_for_goal, recommend
-from advisor.planner.reserve import Outlook, Request, plan_reservations
+from advisor.planner.reserve import (
+    Outlook,
+    Request,
+    _node_choice,
+    gpu_ready_times,
+    node_ready_times,
+    plan_reservations,
+)
 from tests.advisor._recommend_clusters import assert_checked, clusters, policies
 
 T = 1_000_000.0
@@ -167,3 +175,16 @@ def test_every_recommended_plan_passes_the_check(m, policy) -> None:
         json.dumps(plan.to_dict())  # the JSON document of `gpu-defrag plan --json`
     held = [a for p in plans if p.method == "reserve" for a in p.actions]
     assert check_plan(m, held, policy).ok  # the reservations hold together, too
+
+
+@settings(
+    max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True
+)
+@given(m=clusters(), k=st.sampled_from([1, 2, 3, 4, 8]), islands=st.booleans())
+def test_vectorised_node_times_match_the_per_node_choice(m, k, islands) -> None:
+    ready = gpu_ready_times(m, expected_end(m))
+    sizes = island_size_per_node(m) if islands else None
+    fast = node_ready_times(m, ready, k, sizes)
+    for node in range(len(m.nodes)):
+        choice = _node_choice(m, ready, node, k, int(sizes[node]) if islands else 0, None)
+        assert fast[node] == (np.inf if choice is None else pytest.approx(choice[0]))
