@@ -201,3 +201,23 @@ def test_every_borrow_plan_passes_the_check(m, policy, tenant, size, pick) -> No
         # the loans are needed: without them the start breaks the borrower's quota
         starts = [a for a in plan.actions if a.kind == "reserve"]
         assert not check_plan(m, starts, policy, request.priority).ok
+
+
+def test_shipped_snapshots_match_their_generator() -> None:
+    """examples/make_planner_examples.py rebuilds exactly the shipped seed snapshots."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "make_planner_examples", EXAMPLES / "make_planner_examples.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    for name, build in (
+        ("seed-quota-borrow.json", module.seed_quota_borrow),
+        ("seed-mixed-fleet.json", module.seed_mixed_fleet),
+        ("seed-share-16gb.json", module.seed_share_16gb),
+    ):
+        shipped = json.loads((EXAMPLES / name).read_text())
+        assert json.loads(json.dumps(snapshot.to_dict(build()))) == shipped, name
+    assert (EXAMPLES / "policy-borrow.yaml").read_text() == module.BORROW_POLICY
+    assert (EXAMPLES / "policy-quotas.yaml").read_text() == module.QUOTA_ONLY_POLICY
