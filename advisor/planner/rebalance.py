@@ -18,7 +18,9 @@ the job: each action says the figures it used.
   the GPUs to free per scarce model are its shortfall (or what brings it back under the ratio);
 - idle models are those with free GPUs and no shortfall of their own;
 - eligible: placed single-task jobs (whole GPUs), migratable, `gpu_spec` allowing the target,
-  priority at most the goal's, estimated slowdown at most `max_slowdown`, memory fitting;
+  priority at most the goal's and at most the highest priority queued for its model (never
+  move work for lower-priority demand), estimated slowdown at most `max_slowdown`, memory
+  fitting;
 - the cheapest eligible moves (smallest slowdown, then fewest GPUs) are taken while the scarce
   model still needs GPUs and the idle model has a node with room; each is a `rebalance` action
   onto free GPUs of one node (inside one NVLink island when it fits one), checked by
@@ -99,12 +101,14 @@ def _model_table(model: ClusterModel, ratio: float) -> dict[str, dict[str, float
             "free": float((on & model.gpu_is_free).sum()),
             "allocated": float(model.gpu_milli_allocated[on].sum()) / MILLI,
             "demand": 0.0,
+            "queue_priority": -math.inf,  # highest priority waiting for it (-inf: no queue)
         }
     for row in np.flatnonzero(pending).tolist():
         allowed = [m for m in table if spec_allows(str(allocs.gpu_spec[row]), m)]
         need = float(allocs.num_gpu[row]) * float(allocs.gpu_milli[row]) / MILLI
         for m in allowed:  # demand that could use any of several models counts on each
             table[m]["demand"] += need
+            table[m]["queue_priority"] = max(table[m]["queue_priority"], int(allocs.priority[row]))
     any_queue = bool(pending.any())
     for row in table.values():
         if any_queue:
@@ -214,12 +218,16 @@ def plan_rebalance(
     scarce = {m for m, r in table.items() if r["to_free"] > 0}
     idle = {m for m, r in table.items() if r["free"] > 0 and m not in scarce}
     found = candidates(model, settings)
+    queued = [table[m]["queue_priority"] for m in scarce if table[m]["queue_priority"] > -math.inf]
+    goal_priority = settings.goal_priority
+    if goal_priority is None and queued:
+        goal_priority = int(max(queued))  # the checker enforces the priority rule too
     dropped: set[str] = set()
     goal = "rebalance light jobs from scarce GPU models to idle ones"
     actions: list[Action] = []
     for _ in range(len(found) + 1):
         actions = _plan_moves(model, policy, settings, table, scarce, idle, found, dropped)
-        result = check_plan(model, actions, policy, settings.goal_priority)
+        result = check_plan(model, actions, policy, goal_priority)
         if result.ok:
             break
         assert result.violation is not None
@@ -245,7 +253,10 @@ def plan_rebalance(
         freed[str(model.nodes.gpu_model[model.node_index(a.src.node)])] += len(a.src.gpus)
     extra = {
         "freed_gpus": dict(freed),
-        "models": {m: {k: round(v, 3) for k, v in r.items()} for m, r in table.items()},
+        "models": {
+            m: {k: (round(v, 3) if math.isfinite(v) else None) for k, v in r.items()}
+            for m, r in table.items()
+        },
         "scarce": sorted(scarce),
         "idle": sorted(idle),
         "throughput": dict(THROUGHPUT),
@@ -276,6 +287,9 @@ def _plan_moves(model, policy, settings, table, scarce, idle, found, dropped) ->
     node_model = model.nodes.gpu_model
     islands = island_size_per_node(model) if policy.island_locality else np.zeros(len(node_model))
     for factor, k, alloc, target, c in options:
+        queue = table[c["gpu_model"]]["queue_priority"]
+        if queue > -math.inf and c["priority"] > queue:
+            continue  # never move work for a queue of lower priority
         if alloc in done or need[c["gpu_model"]] <= 0:
             continue
         slot = None

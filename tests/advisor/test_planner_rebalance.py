@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -99,3 +100,13 @@ def test_sim_mixed_preset_plans_pass_the_check() -> None:
 def test_every_rebalance_plan_passes_the_check(m, policy) -> None:
     plan = plan_rebalance(m, policy, RebalanceSettings(max_slowdown=3.0))
     assert_checked(m, plan, policy)
+
+
+def test_never_moves_work_for_a_lower_priority_queue() -> None:
+    model = snapshot.load(SEED)
+    allocs = model.allocations
+    priority = np.where(allocs.node < 0, 10, allocs.priority).astype(np.int32)
+    low = replace(model, allocations=replace(allocs, priority=priority), _cache={})
+    plan = plan_rebalance(low)
+    assert plan.feasible and not plan.actions  # running jobs have priority 50, the queue 10
+    assert plan.extra["models"][A100]["queue_priority"] == 10
