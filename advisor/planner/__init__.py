@@ -2,7 +2,9 @@
 
 `actions` (Action, GpuSet, Cost, Benefit, Plan), `constraints` (Policy, load_policy and the rule
 helpers), `check` (check_plan, apply_plan) are the stable base every recommendation kind uses;
-`consolidate` (heuristic) and `exact` (CP-SAT) make migration plans for a goal.
+`consolidate` (heuristic) and `exact` (CP-SAT) make migration plans for a goal. The other
+kinds: `reserve`, `borrow`, `reclaim`, `share` (with `mig_profiles`) and `rebalance`, all run by
+`recommend.recommend(model, policy, forecast)` (see docs/recommendations.md).
 """
 
 from advisor.planner.actions import KINDS, Action, Benefit, Cost, CostWeights, GpuSet, Plan
