@@ -91,7 +91,10 @@ def run_snapshot(args: argparse.Namespace) -> int:
     except SourceError as error:
         return _fail(str(error))
     if args.output:
-        snapshot.save(model, args.output)
+        try:
+            snapshot.save(model, args.output)
+        except OSError as error:
+            return _fail(f"cannot write {args.output}: {error.strerror or error}")
     else:
         snapshot.dump(model, sys.stdout)
     return 0

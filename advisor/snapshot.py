@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
 from typing import IO, Any
 
@@ -132,14 +133,28 @@ def to_dict(model: ClusterModel) -> dict[str, Any]:
     }
 
 
+def dumps(model: ClusterModel) -> str:
+    """The snapshot as one line of JSON text (built whole: a failure writes nothing)."""
+    return json.dumps(to_dict(model), allow_nan=False, separators=(",", ":")) + "\n"
+
+
 def dump(model: ClusterModel, stream: IO[str]) -> None:
-    json.dump(to_dict(model), stream, allow_nan=False, separators=(",", ":"))
-    stream.write("\n")
+    stream.write(dumps(model))
 
 
 def save(model: ClusterModel, path: str | Path) -> None:
-    with open(path, "w", encoding="utf-8") as stream:
-        dump(model, stream)
+    """Write atomically: a temporary file beside `path`, renamed over it once complete, so a
+    failure (disk full, a value JSON cannot hold) never leaves half a snapshot behind."""
+    text = dumps(model)
+    target = Path(path)
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")  # same directory: rename is atomic
+    try:
+        with open(tmp, "w", encoding="utf-8") as stream:
+            stream.write(text)
+        os.replace(tmp, target)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 # --------------------------------------------------------------------------- reading

@@ -53,3 +53,11 @@ def test_errors_are_one_line_and_exit_2(capsys) -> None:
     assert "bad shape '1.5'" in capsys.readouterr().err
     assert main(["snapshot", "missing.json"]) == 2
     assert "cannot read missing.json" in capsys.readouterr().err
+
+
+def test_snapshot_to_an_unwritable_path_is_one_line(tmp_path, capsys) -> None:
+    source = tmp_path / "two.json"
+    snapshot.save(two_nodes().build(), source)
+    assert main(["snapshot", str(source), "-o", str(tmp_path / "no" / "dir" / "x.json")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("gpu-defrag: error: cannot write ") and err.count("\n") == 1

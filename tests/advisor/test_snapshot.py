@@ -151,3 +151,16 @@ def test_written_snapshots_follow_the_published_json_schema() -> None:
     assert not validator.is_valid(doc)  # the schema is not vacuous
     with pytest.raises(SnapshotError, match=r"nodes\[0\]\.gpus\[0\]\.index: must be within 0"):
         snapshot.from_dict(doc)  # and the loader agrees
+
+
+def test_failed_save_leaves_the_previous_file_whole(tmp_path) -> None:
+    path = tmp_path / "s.json"
+    snapshot.save(_model(), path)
+    before = path.read_text()
+    broken = ModelBuilder()
+    broken.add_node("n1")
+    broken.add_gpu("n1", 0, memory_total_bytes=float("inf"))  # JSON cannot hold infinity
+    with pytest.raises(ValueError):
+        snapshot.save(broken.build(), path)
+    assert path.read_text() == before
+    assert [p.name for p in tmp_path.iterdir()] == ["s.json"]  # no temporary file left
