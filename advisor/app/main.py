@@ -108,7 +108,7 @@ def status_line() -> None:
         return
     refresh = data.refresh_seconds()
     st.sidebar.caption(
-        f"Live: refreshed every {refresh:g} s, last {when}; {len(state.history)} observations kept."
+        f"Live: refreshed every {refresh:g} s, last {when}; {len(state.history)} observation(s) kept."
     )
 
     @st.fragment(run_every=refresh)
