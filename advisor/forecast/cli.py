@@ -1,0 +1,153 @@
+"""`gpu-defrag backtest` and `gpu-defrag forecast`: thin argument handling over the pure API."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+METRIC_COLUMNS = [
+    "series",
+    "horizon",
+    "model",
+    "mae",
+    "rmse",
+    "wape",
+    "smape",
+    "mase",
+    "pinball_q90",
+    "coverage_q90",
+]
+
+
+def _floats(text: str) -> tuple[float, ...]:
+    return tuple(float(x) for x in text.split(",") if x.strip())
+
+
+def _ints(text: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in text.split(",") if x.strip())
+
+
+def register(subparsers) -> None:
+    bt = subparsers.add_parser(
+        "backtest",
+        help="rolling-origin backtest of the demand forecast, idle windows and power-down replay",
+        description="INPUT: a Philly node CSV, a Helios dir/VC file, a long CSV/Parquet "
+        "(time, series, value[, capacity]) or prometheus+http://HOST:PORT/?query=…",
+    )
+    bt.add_argument("input", metavar="INPUT")
+    bt.add_argument("--horizons", type=_ints, default=(1, 24))
+    bt.add_argument("--quantiles", type=_floats, default=(0.5, 0.9))
+    bt.add_argument(
+        "--test-from",
+        default=None,
+        help="first origin of the test part (default: the data set's split or the last 7 days)",
+    )
+    bt.add_argument("--test-to", default=None, help="end of the test part (exclusive)")
+    bt.add_argument("--windows", type=_ints, default=(1, 4), help="idle-window lengths W in hours")
+    bt.add_argument(
+        "--risk", type=float, default=0.05, help="violation budget for idle-window release"
+    )
+    bt.add_argument(
+        "--replays",
+        default="idle,power",
+        help="comma list from idle,power (power: single node-count series only); '' for none",
+    )
+    bt.add_argument(
+        "--out",
+        default=None,
+        help="write metrics.csv, decisions.csv, picks.csv, forecasts.csv, forecast.png here",
+    )
+    bt.set_defaults(func=run_backtest)
+
+    fc = subparsers.add_parser("forecast", help="forecast demand per series with quantiles")
+    fc.add_argument("input", metavar="INPUT")
+    fc.add_argument("--horizons", type=_ints, default=tuple(range(1, 25)))
+    fc.add_argument("--quantiles", type=_floats, default=(0.1, 0.5, 0.9))
+    fc.add_argument("--model", default="advisor")
+    fc.add_argument("--out", default=None, help="CSV file (default: stdout)")
+    fc.set_defaults(func=run_forecast)
+
+
+def summarise(metrics):
+    """One line per model × horizon: mean MAE, median WAPE, median pinball/coverage over series."""
+    g = metrics.groupby(["horizon", "model"])
+    return (
+        g.agg(
+            mae_mean=("mae", "mean"),
+            wape_median=("wape", "median"),
+            smape_median=("smape", "median"),
+            pinball_q90_median=("pinball_q90", "median"),
+            coverage_q90_median=("coverage_q90", "median"),
+        )
+        .reset_index()
+        .round(4)
+    )
+
+
+def run_backtest(args: argparse.Namespace) -> int:
+    import pandas as pd
+
+    from advisor.forecast import idle, io, powerdown, rolling
+
+    t0 = time.perf_counter()
+    raw = io.load(args.input)
+    panel = raw.resample("h")
+    metrics, fc, picks = rolling.run(
+        panel, args.horizons, args.quantiles, args.test_from, args.test_to
+    )
+    t_demand = time.perf_counter() - t0
+    replays = {r.strip() for r in args.replays.split(",") if r.strip()}
+    decisions = []
+    if "idle" in replays:
+        decisions.append(idle.backtest(raw, args.windows, args.risk, args.test_from, args.test_to))
+    if "power" in replays and len(raw.series) == 1 and raw.meta.get("unit") == "nodes":
+        kw = {}
+        if args.test_from:
+            kw["test_from"] = args.test_from
+        if args.test_to:
+            kw["test_to"] = args.test_to
+        decisions.append(powerdown.replay(raw, **kw))
+    decisions_df = pd.concat(decisions, ignore_index=True) if decisions else pd.DataFrame()
+    elapsed = time.perf_counter() - t0
+
+    with pd.option_context(
+        "display.width", 200, "display.max_columns", 20, "display.max_rows", 500
+    ):
+        print(metrics[METRIC_COLUMNS].round(3).to_string(index=False))
+        print("\nsummary over series:")
+        print(summarise(metrics).to_string(index=False))
+        print("\npicks (chosen on the training part):")
+        print(picks.pivot(index="series", columns="horizon", values="pick").to_string())
+        if len(decisions_df):
+            print("\ndecision replays:")
+            print(decisions_df.round(2).to_string(index=False))
+    print(f"\ndemand backtest {t_demand:.1f} s, total {elapsed:.1f} s")
+
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        metrics[METRIC_COLUMNS].to_csv(out / "metrics.csv", index=False)
+        metrics.to_csv(out / "metrics_full.csv", index=False)
+        summarise(metrics).to_csv(out / "summary.csv", index=False)
+        picks.to_csv(out / "picks.csv", index=False)
+        fc.to_csv(out / "forecasts.csv", index=False)
+        decisions_df.to_csv(out / "decisions.csv", index=False)
+        from advisor.forecast.plot import plot_backtest
+
+        plot_backtest(fc, out / "forecast.png")
+        print(f"wrote {out}/metrics.csv, decisions.csv, forecast.png")
+    return 0
+
+
+def run_forecast(args: argparse.Namespace) -> int:
+    from advisor.forecast import api, io
+
+    panel = io.load(args.input).resample("h")
+    frame = api.forecast(panel, args.horizons, args.quantiles, model=args.model)
+    if args.out:
+        frame.to_csv(args.out, index=False)
+    else:
+        frame.to_csv(sys.stdout, index=False)
+    return 0

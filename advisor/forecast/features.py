@@ -1,0 +1,99 @@
+"""Lead-matched features for direct h-step models, built causally over a whole (time × series) array.
+
+Row t of every feature uses observations at indices ≤ t only (plus the calendar and the declared
+capacity schedule at t + h, which are known in advance). Building all rows at once is therefore
+leak-free and fast; `tests/advisor/test_forecast_features.py` alters data after t and checks row t.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pandas as pd
+
+LAGS = (1, 2, 3, 6, 12, 24, 168)
+
+
+def ffill(y: np.ndarray) -> np.ndarray:
+    """Forward-fill NaNs along time (axis 0): the last observed value, never a later one."""
+    return pd.DataFrame(y).ffill().to_numpy()
+
+
+def shift(a: np.ndarray, k: int) -> np.ndarray:
+    """a[t - k] at row t (NaN before the start); k must be ≥ 0 so nothing comes from the future."""
+    if k < 0:
+        raise ValueError("shift into the future")
+    out = np.full_like(a, np.nan, dtype=float)
+    if k == 0:
+        return a.astype(float).copy()
+    if k < len(a):
+        out[k:] = a[:-k]
+    return out
+
+
+def lead(a: np.ndarray, k: int) -> np.ndarray:
+    """a[t + k] at row t: only for known-in-advance covariates (calendar, capacity) and targets."""
+    out = np.full_like(a, np.nan, dtype=float)
+    out[: len(a) - k] = a[k:]
+    return out
+
+
+def scale_of(y: np.ndarray, cap: np.ndarray) -> np.ndarray:
+    """Per-row scale: capacity where known, else a trailing mean level (+1 so zero series work)."""
+    trailing = pd.DataFrame(np.abs(ffill(y))).rolling(168, min_periods=1).mean().to_numpy() + 1.0
+    capf = ffill(cap)
+    return np.where(np.isfinite(capf) & (capf > 0), capf, trailing)
+
+
+def same_hour_mean(ffy: np.ndarray, horizon: int, days: int = 7, period: int = 24) -> np.ndarray:
+    """Mean of the last `days` observations at the target's time of day that are ≤ t."""
+    first = period * int(np.ceil(horizon / period))
+    stack = np.stack([shift(ffy, first - horizon + period * j) for j in range(days)])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return np.nanmean(stack, axis=0)
+
+
+def build(
+    y: np.ndarray, cap: np.ndarray, times: pd.DatetimeIndex, horizon: int, sph: int = 1
+) -> tuple[np.ndarray, list[str], np.ndarray, np.ndarray]:
+    """Return X (T, S, F), feature names, last value (T, S) and scale (T, S) for lead `horizon`.
+
+    `horizon` is in grid steps; `sph` is steps per hour (1 hourly, 6 for 10-minute data).
+    """
+    ffy = ffill(y)
+    s = scale_of(y, cap)
+    last = ffy
+    cols: dict[str, np.ndarray] = {"level": last / s}
+    lags = sorted({1, 2, *(k * sph for k in LAGS)})
+    for k in lags:
+        cols[f"d{k}"] = (last - shift(ffy, k)) / s
+    day = 24 * sph
+    first = day * int(np.ceil(horizon / day))
+    cols["same_hour_1d"] = (shift(ffy, first - horizon) - last) / s
+    cols["same_hour_7d"] = (same_hour_mean(ffy, horizon, period=day) - last) / s
+    frame = pd.DataFrame(ffy)
+    for w in (6 * sph, 24 * sph, 168 * sph):
+        roll = frame.rolling(w, min_periods=1)
+        cols[f"mean{w}"] = (roll.mean().to_numpy() - last) / s
+        if w != 6 * sph:
+            cols[f"std{w}"] = roll.std().to_numpy() / s
+            cols[f"max{w}"] = (roll.max().to_numpy() - last) / s
+            cols[f"min{w}"] = (roll.min().to_numpy() - last) / s
+    observed = np.isfinite(y).astype(float)
+    cols["stale"] = pd.DataFrame(observed).rolling(day, min_periods=1).mean().to_numpy()
+    capf = ffill(cap)
+    cap_h = lead(capf, horizon)
+    cap_h = np.where(np.isfinite(cap_h), cap_h, capf)
+    cols["headroom"] = (cap_h - last) / s
+    cols["cap_change"] = (cap_h - capf) / s
+    step = times[1] - times[0] if len(times) > 1 else pd.Timedelta(hours=1)
+    target_time = times + step * horizon
+    n_series = y.shape[1]
+    tod = np.asarray(target_time.hour + target_time.minute / 60, float)
+    cols["hour"] = np.repeat(tod[:, None], n_series, axis=1)
+    cols["dow"] = np.repeat(np.asarray(target_time.day_of_week, float)[:, None], n_series, axis=1)
+    names = list(cols)
+    X = np.stack([cols[n] for n in names], axis=-1)
+    return X, names, last, s

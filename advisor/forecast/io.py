@@ -1,0 +1,205 @@
+"""Readers that turn demand histories into one shape: a wide `Panel` of values and capacity.
+
+Every input (the generic long CSV/Parquet format, the Philly node sequence, the Helios Earth VC
+files, the advisor's own Prometheus history) ends up as a regular time grid with one column per
+series. Masked points (gaps, logging outages) are NaN: models skip them and metrics ignore them,
+so an outage is never learned as demand.
+
+Long format (CSV or Parquet), one row per observation::
+
+    time,series,value[,capacity]
+    2024-05-01T00:00:00Z,cluster-a/A100,41,64
+
+`value` empty or NaN marks a masked point; `capacity` is the known pool size at that time
+(forecasts are clipped to it and models see it as a covariate, including its future schedule).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+PHILLY_TEST = ("2017-12-01", "2017-12-15")
+EARTH_TEST = ("2020-05-25", "2020-06-01")
+
+
+@dataclass(frozen=True)
+class Panel:
+    """Aligned wide frames on a regular grid: `values` (NaN = masked) and `capacity` (NaN = unknown)."""
+
+    values: pd.DataFrame
+    capacity: pd.DataFrame
+    name: str = "data"
+    test_from: pd.Timestamp | None = None
+    test_to: pd.Timestamp | None = None
+    meta: dict = field(default_factory=dict)
+
+    @property
+    def series(self) -> list[str]:
+        return [str(c) for c in self.values.columns]
+
+    @property
+    def index(self) -> pd.DatetimeIndex:
+        return self.values.index  # type: ignore[return-value]
+
+    def resample(self, freq: str, how: str = "mean", min_coverage: float = 0.5) -> Panel:
+        """Aggregate to `freq`; a bucket with less than `min_coverage` of its points is masked."""
+        vals, cap = self.values, self.capacity
+        grouped = vals.resample(freq)
+        agg = getattr(grouped, how)()
+        counts = vals.notna().resample(freq).sum()
+        expected = _points_per_bucket(vals.index, freq)
+        agg = agg.where(counts >= max(1.0, min_coverage * expected))
+        capr = cap.resample(freq).max().reindex(agg.index)
+        return Panel(agg, capr, self.name, self.test_from, self.test_to, dict(self.meta))
+
+    def select(self, series: list[str]) -> Panel:
+        return Panel(
+            self.values[series],
+            self.capacity[series],
+            self.name,
+            self.test_from,
+            self.test_to,
+            dict(self.meta),
+        )
+
+
+def _points_per_bucket(index: pd.DatetimeIndex, freq: str) -> float:
+    if len(index) < 2:
+        return 1.0
+    step = pd.Series(index).diff().median()
+    return max(1.0, pd.Timedelta(pd.tseries.frequencies.to_offset(freq)) / step)
+
+
+def _regular(frame: pd.DataFrame, freq: str | None = None) -> pd.DataFrame:
+    """Reindex onto a full regular grid so missing timestamps become NaN (gaps are masked)."""
+    frame = frame.sort_index()
+    frame = frame[~frame.index.duplicated(keep="last")]
+    if freq is None:
+        # The smallest spacing is the grid step; a median would skip steps around gaps.
+        diffs = pd.Series(frame.index).diff().dropna()
+        diffs = diffs[diffs > pd.Timedelta(0)]
+        freq = pd.tseries.frequencies.to_offset(diffs.min() if len(diffs) else pd.Timedelta("1h"))
+    full = pd.date_range(frame.index.min(), frame.index.max(), freq=freq)
+    return frame.reindex(full)
+
+
+def mask_zero_runs(values: pd.Series, min_points: int) -> pd.Series:
+    """Mask runs of exact zeros at least `min_points` long: a logging outage, not idle demand.
+
+    Used where a true zero is implausible (Philly always runs jobs on hundreds of nodes).
+    """
+    zero = values.eq(0)
+    run_id = (zero != zero.shift()).cumsum()
+    run_len = zero.groupby(run_id).transform("sum")
+    return values.mask(zero & (run_len >= min_points))
+
+
+def from_long(frame: pd.DataFrame, name: str = "long", freq: str | None = None) -> Panel:
+    """Build a Panel from a long frame with columns time, series, value[, capacity]."""
+    missing = {"time", "series", "value"} - set(frame.columns)
+    if missing:
+        raise ValueError(
+            f"long format needs columns time, series, value; missing {sorted(missing)}"
+        )
+    df = frame.copy()
+    df["time"] = pd.to_datetime(df["time"], utc=True).dt.tz_localize(None)
+    df["series"] = df["series"].astype(str)
+    df["value"] = pd.to_numeric(df["value"], errors="coerce")
+    values = df.pivot_table(
+        index="time", columns="series", values="value", aggfunc="mean", dropna=False
+    )
+    values = _regular(values, freq)
+    if "capacity" in df.columns:
+        df["capacity"] = pd.to_numeric(df["capacity"], errors="coerce")
+        cap = df.pivot_table(index="time", columns="series", values="capacity", aggfunc="max")
+        cap = cap.reindex(values.index).reindex(columns=values.columns).ffill()
+    else:
+        cap = pd.DataFrame(np.nan, index=values.index, columns=values.columns)
+    values.columns.name = cap.columns.name = None
+    return Panel(values.astype(float), cap.astype(float), name)
+
+
+def read_long(path: str | Path, freq: str | None = None) -> Panel:
+    """Read the documented long CSV/Parquet format."""
+    path = Path(path)
+    frame = pd.read_parquet(path) if path.suffix in {".parquet", ".pq"} else pd.read_csv(path)
+    return from_long(frame, name=path.stem, freq=freq)
+
+
+def read_philly(path: str | Path) -> Panel:
+    """Philly `time, active, total` per minute: nodes with ≥ 1 job; masks gaps and the Oct-26 outage."""
+    raw = pd.read_csv(path, parse_dates=["time"]).set_index("time")
+    raw = _regular(raw, "min")
+    active = mask_zero_runs(raw["active"].astype(float), min_points=30)
+    values = pd.DataFrame({"philly/nodes": active})
+    cap = pd.DataFrame({"philly/nodes": raw["total"].astype(float).ffill()})
+    return Panel(
+        values,
+        cap,
+        "philly",
+        pd.Timestamp(PHILLY_TEST[0]),
+        pd.Timestamp(PHILLY_TEST[1]),
+        {"unit": "nodes"},
+    )
+
+
+def read_helios_vc(path: str | Path, name: str | None = None) -> tuple[pd.Series, pd.Series]:
+    """One Helios `cluster_sequence_vc.csv`: running GPUs and the VC size per minute."""
+    path = Path(path)
+    raw = pd.read_csv(
+        path, usecols=["time", "running_gpu_num", "total_gpu_num"], parse_dates=["time"]
+    )
+    raw = _regular(raw.set_index("time"), "min")
+    vc = name or path.parent.name
+    return raw["running_gpu_num"].rename(vc).astype(float), raw["total_gpu_num"].rename(vc).astype(
+        float
+    ).ffill()
+
+
+def read_helios(path: str | Path, total: bool = True) -> Panel:
+    """A Helios directory of `<vc>/cluster_sequence_vc.csv` (or one such file); adds `<cluster>/total`."""
+    path = Path(path)
+    files = [path] if path.is_file() else sorted(path.glob("*/cluster_sequence_vc.csv"))
+    if not files:
+        raise FileNotFoundError(f"no */cluster_sequence_vc.csv under {path}")
+    cluster = (path.parent.parent if path.is_file() else path).name.replace("helios-", "")
+    vals, caps = {}, {}
+    for f in files:
+        v, c = read_helios_vc(f)
+        vals[f"{cluster}/{v.name}"] = v
+        caps[f"{cluster}/{v.name}"] = c
+    values = pd.DataFrame(vals)
+    cap = pd.DataFrame(caps)
+    if total and len(files) > 1:
+        # The total is masked wherever any VC is masked so the levels stay coherent.
+        values[f"{cluster}/total"] = values.sum(axis=1, min_count=len(files)).where(
+            values.notna().all(axis=1)
+        )
+        cap[f"{cluster}/total"] = cap.sum(axis=1, min_count=1)
+    first = values.index.min()
+    test_from, test_to = None, None
+    if first.year == 2020 and first.month == 5:
+        test_from, test_to = pd.Timestamp(EARTH_TEST[0]), pd.Timestamp(EARTH_TEST[1])
+    return Panel(values, cap, cluster, test_from, test_to, {"unit": "GPUs"})
+
+
+def load(source: str, freq: str | None = None) -> Panel:
+    """Open any supported INPUT: a Philly CSV, a Helios dir/file, long CSV/Parquet, or prometheus+http(s)://."""
+    if source.startswith(("prometheus+http://", "prometheus+https://")):
+        from advisor.forecast.promsource import read_prometheus
+
+        return read_prometheus(source)
+    path = Path(source)
+    if path.is_dir():
+        return read_helios(path)
+    if path.name == "cluster_sequence_vc.csv":
+        return read_helios(path)
+    if path.suffix == ".csv":
+        header = pd.read_csv(path, nrows=0).columns
+        if {"active", "total"} <= set(header) and "series" not in header:
+            return read_philly(path)
+    return read_long(path, freq=freq)

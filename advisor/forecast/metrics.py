@@ -1,0 +1,81 @@
+"""Point, probabilistic and decision metrics; NaN actuals (masked points) are ignored everywhere."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def _valid(y, f):
+    y, f = np.asarray(y, float), np.asarray(f, float)
+    ok = np.isfinite(y) & np.isfinite(f)
+    return y[ok], f[ok]
+
+
+def mae(y, f) -> float:
+    y, f = _valid(y, f)
+    return float(np.mean(np.abs(y - f))) if len(y) else np.nan
+
+
+def rmse(y, f) -> float:
+    y, f = _valid(y, f)
+    return float(np.sqrt(np.mean((y - f) ** 2))) if len(y) else np.nan
+
+
+def wape(y, f) -> float:
+    """Σ|y − f| / Σ|y| in percent."""
+    y, f = _valid(y, f)
+    denom = np.sum(np.abs(y))
+    return float(100 * np.sum(np.abs(y - f)) / denom) if denom > 0 else np.nan
+
+
+def smape(y, f) -> float:
+    """Mean of 200·|y − f| / (|y| + |f|) in percent; a 0/0 term counts as 0 (zero-safe)."""
+    y, f = _valid(y, f)
+    if not len(y):
+        return np.nan
+    denom = np.abs(y) + np.abs(f)
+    terms = np.divide(200 * np.abs(y - f), denom, out=np.zeros_like(y), where=denom > 0)
+    return float(np.mean(terms))
+
+
+def mase_scale(train: np.ndarray, season: int = 24) -> float:
+    """In-sample mean |y[t] − y[t − season]| on the training part (masked pairs skipped)."""
+    train = np.asarray(train, float)
+    if len(train) <= season:
+        return np.nan
+    d = np.abs(train[season:] - train[:-season])
+    d = d[np.isfinite(d)]
+    return float(np.mean(d)) if len(d) else np.nan
+
+
+def mase(y, f, scale: float) -> float:
+    m = mae(y, f)
+    return m / scale if scale and np.isfinite(scale) and scale > 0 else np.nan
+
+
+def pinball(y, fq, q: float) -> float:
+    """Mean quantile (pinball) loss of forecast quantile `fq` at level q."""
+    y, fq = _valid(y, fq)
+    if not len(y):
+        return np.nan
+    d = y - fq
+    return float(np.mean(np.maximum(q * d, (q - 1) * d)))
+
+
+def coverage(y, fq) -> float:
+    """Share of actuals at or below the forecast quantile."""
+    y, fq = _valid(y, fq)
+    return float(np.mean(y <= fq)) if len(y) else np.nan
+
+
+def release_scores(released, truth) -> dict[str, float]:
+    """Idle-window release: capture Σmin(R, m)/Σm, violation share (R > m), mean shortfall."""
+    r, m = _valid(released, truth)
+    if not len(r):
+        return {"capture": np.nan, "violation_rate": np.nan, "mean_shortfall": np.nan}
+    total = np.sum(m)
+    return {
+        "capture": float(100 * np.sum(np.minimum(r, m)) / total) if total > 0 else np.nan,
+        "violation_rate": float(100 * np.mean(r > m)),
+        "mean_shortfall": float(np.mean(np.maximum(r - m, 0))),
+    }

@@ -1,0 +1,359 @@
+"""Forecasters behind one fit/predict interface, baselines and learned models alike.
+
+All work on arrays: `y` (T, S) with NaN for masked points, `cap` (T, S) capacity, `times` the grid.
+`fit(y, cap, times, until, horizons)` may use rows ≤ `until` only; `predict(..., origins, horizon)`
+returns (len(origins), S) point forecasts that use rows ≤ each origin only; `predict_quantiles` adds
+quantiles. Upper/lower quantiles of baselines come from their own trailing empirical errors
+("naive plus empirical quantile"), so every model has an interval and the backtest treats them alike.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pandas as pd
+
+from advisor.forecast import features as feat
+
+RESID_WINDOW = 14 * 24  # trailing origins used for empirical error quantiles
+
+
+class Forecaster:
+    """Base: subclasses implement `_point`; residual quantiles come for free."""
+
+    name = "base"
+
+    def __init__(self) -> None:
+        self._resid: dict[int, np.ndarray] = {}  # horizon -> residuals (n, S)
+
+    def fit(self, y, cap, times, until: int, horizons) -> Forecaster:
+        self._fit(y, cap, times, until, horizons)
+        for h in horizons:
+            lo = max(0, until - h - RESID_WINDOW)
+            origins = np.arange(lo, until - h + 1)
+            if len(origins) == 0:
+                self._resid[h] = np.zeros((1, y.shape[1]))
+                continue
+            pred = self._point(y, cap, times, origins, h)
+            self._resid[h] = y[origins + h] - pred
+        return self
+
+    def _fit(self, y, cap, times, until, horizons) -> None:
+        """Learn parameters from rows ≤ until (baselines: nothing)."""
+
+    def _point(self, y, cap, times, origins, horizon) -> np.ndarray:
+        raise NotImplementedError
+
+    def predict(self, y, cap, times, origins, horizon: int) -> np.ndarray:
+        return clip_to_capacity(self._point(y, cap, times, origins, horizon), cap, origins, horizon)
+
+    def predict_quantiles(
+        self, y, cap, times, origins, horizon, quantiles
+    ) -> dict[float, np.ndarray]:
+        point = self._point(y, cap, times, origins, horizon)
+        resid = self._resid.get(horizon)
+        out = {}
+        for q in quantiles:
+            if resid is None or not np.isfinite(resid).any():
+                adj = np.zeros(point.shape[1])
+            else:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", RuntimeWarning)
+                    adj = np.nan_to_num(np.nanquantile(resid, q, axis=0))
+            out[q] = clip_to_capacity(point + adj, cap, origins, horizon)
+        return sort_quantiles(out)
+
+
+def clip_to_capacity(pred: np.ndarray, cap: np.ndarray, origins, horizon: int) -> np.ndarray:
+    """Demand cannot be negative or exceed the (known, possibly changing) capacity at the target."""
+    capf = feat.ffill(cap)
+    idx = np.minimum(np.asarray(origins) + horizon, len(cap) - 1)
+    upper = capf[idx]
+    upper = np.where(np.isfinite(upper), upper, np.inf)
+    return np.clip(pred, 0.0, upper)
+
+
+def sort_quantiles(qs: dict[float, np.ndarray]) -> dict[float, np.ndarray]:
+    """Make quantiles non-crossing: sort across levels at every point."""
+    levels = sorted(qs)
+    stacked = np.sort(np.stack([qs[q] for q in levels]), axis=0)
+    return {q: stacked[i] for i, q in enumerate(levels)}
+
+
+class Naive(Forecaster):
+    """Last observed value."""
+
+    name = "naive"
+
+    def _point(self, y, cap, times, origins, horizon):
+        return feat.ffill(y)[origins]
+
+
+class SeasonalNaive(Forecaster):
+    """Value one season before the target (the latest such value ≤ origin)."""
+
+    def __init__(self, season: int) -> None:
+        super().__init__()
+        self.season = season
+        self.name = f"seasonal_naive_{season}"
+
+    def _point(self, y, cap, times, origins, horizon):
+        back = self.season * int(np.ceil(horizon / self.season)) - horizon
+        idx = np.asarray(origins) - back
+        ffy = feat.ffill(y)
+        out = np.full((len(idx), y.shape[1]), np.nan)
+        ok = idx >= 0
+        out[ok] = ffy[idx[ok]]
+        return np.where(np.isfinite(out), out, ffy[origins])
+
+
+class SameHourMean(Forecaster):
+    """Mean of the last 7 same-hour values ≤ origin."""
+
+    name = "same_hour_mean_7d"
+
+    def _point(self, y, cap, times, origins, horizon):
+        ffy = feat.ffill(y)
+        m = feat.same_hour_mean(ffy, horizon)[origins]
+        return np.where(np.isfinite(m), m, ffy[origins])
+
+
+class HoltWinters(Forecaster):
+    """Additive Holt-Winters (24-step season); parameters refit on the trailing 21 days, state hourly."""
+
+    name = "holt_winters"
+    GRID = tuple((a, b, g) for a in (0.2, 0.5, 0.8, 1.0) for b in (0.0, 0.02) for g in (0.05, 0.2))
+
+    def __init__(self, season: int = 24, window: int = 21 * 24) -> None:
+        super().__init__()
+        self.season, self.window = season, window
+        self._params: np.ndarray | None = None
+        self._start = 0
+        self._memo: tuple | None = None  # (y, start, end, states): y held so identity is safe
+
+    def _fit(self, y, cap, times, until, horizons):
+        self._memo = None
+        self._start = max(0, until + 1 - self.window)
+        seg = feat.ffill(y)[self._start : until + 1]
+        grid = np.array(self.GRID)
+        params = []
+        for j in range(y.shape[1]):
+            sse = self._filter(seg[:, j], grid)[3]
+            params.append(grid[int(np.nanargmin(sse))] if np.isfinite(sse).any() else grid[-1])
+        self._params = np.array(params)
+
+    def _filter(self, x: np.ndarray, grid: np.ndarray):
+        """Run the recursion for every parameter row at once; return states per step and 1-step SSE."""
+        m = self.season
+        n, g = len(x), len(grid)
+        a, b, c = grid[:, 0], grid[:, 1], grid[:, 2]
+        start = np.nanmean(x[: min(n, m)]) if np.isfinite(x[: min(n, m)]).any() else 0.0
+        level = np.full(g, start)
+        trend = np.zeros(g)
+        season = np.zeros((m, g))
+        if n >= m:
+            init = np.nan_to_num(x[:m] - start)
+            season[:] = init[:, None]
+        levels = np.empty((n, g))
+        trends = np.empty((n, g))
+        seasons = np.empty((n, m, g))
+        sse = np.zeros(g)
+        for t in range(n):
+            s_idx = t % m
+            fc = level + trend + season[s_idx]
+            if np.isfinite(x[t]):
+                if t >= m:
+                    sse += (x[t] - fc) ** 2
+                new_level = a * (x[t] - season[s_idx]) + (1 - a) * (level + trend)
+                trend = b * (new_level - level) + (1 - b) * trend
+                season[s_idx] = c * (x[t] - new_level) + (1 - c) * season[s_idx]
+                level = new_level
+            else:
+                level = level + trend
+            levels[t], trends[t], seasons[t] = level, trend, season
+        return levels, trends, seasons, sse
+
+    def _point(self, y, cap, times, origins, horizon):
+        origins = np.asarray(origins)
+        ffy = feat.ffill(y)
+        out = ffy[origins].astype(float)
+        if self._params is None or len(origins) == 0:
+            return out
+        start = min(self._start, int(origins.min()))
+        end = int(origins.max())
+        seg = ffy[start : end + 1]
+        rel = origins - start
+        m = self.season
+        memo = self._memo
+        if memo is None or memo[0] is not y or memo[1:3] != (start, end):
+            states = [self._filter(seg[:, j], self._params[j][None, :]) for j in range(y.shape[1])]
+            self._memo = memo = (y, start, end, states)
+        for j in range(y.shape[1]):
+            lv, tr, se, _ = memo[3][j]
+            s_idx = (rel + horizon) % m
+            fc = lv[rel, 0] + horizon * tr[rel, 0] + se[rel, s_idx, 0]
+            out[:, j] = np.where(np.isfinite(fc), fc, out[:, j])
+        return out
+
+
+class GradientBoosting(Forecaster):
+    """HistGradientBoosting on the scaled change from the last value, pooled over series, per lead.
+
+    The target is (y[t+h] − y[t]) / scale so the trees never have to learn a drifting level (the
+    CES LightGBM's failure); quantile loss gives the interval directly.
+    """
+
+    name = "gbm"
+
+    def __init__(self, quantiles=(0.1, 0.9), max_iter: int = 150, seed: int = 0) -> None:
+        super().__init__()
+        self.quantiles = tuple(quantiles)
+        self.max_iter, self.seed = max_iter, seed
+        self._models: dict[tuple[int, float], object] = {}
+        self._cache: dict[int, tuple] = {}
+
+    def _features(self, y, cap, times, horizon):
+        key = horizon
+        cached = self._cache.get(key)
+        if cached is not None and cached[0] is y:
+            return cached[1:]
+        X, _, last, s = feat.build(y, cap, times, horizon)
+        self._cache[key] = (y, X, last, s)
+        return X, last, s
+
+    def _regressor(self, q: float):
+        from sklearn.ensemble import HistGradientBoostingRegressor
+
+        loss = {"loss": "absolute_error"} if q == 0.5 else {"loss": "quantile", "quantile": q}
+        return HistGradientBoostingRegressor(
+            **loss,
+            max_iter=self.max_iter,
+            learning_rate=0.05,
+            max_leaf_nodes=15,
+            min_samples_leaf=40,
+            l2_regularization=1.0,
+            random_state=self.seed,
+        )
+
+    def _fit(self, y, cap, times, until, horizons):
+        for h in horizons:
+            X, last, s = self._features(y, cap, times, h)
+            rows = np.arange(0, until - h + 1)
+            target = (y[rows + h] - last[rows]) / s[rows]
+            Xr = X[rows].reshape(-1, X.shape[-1])
+            tr = target.reshape(-1)
+            ok = np.isfinite(tr) & np.isfinite(last[rows]).reshape(-1)
+            for q in (0.5, *self.quantiles):
+                if ok.sum() < 50:
+                    self._models.pop((h, q), None)
+                    continue
+                self._models[(h, q)] = self._regressor(q).fit(Xr[ok], tr[ok])
+
+    def _predict_q(self, y, cap, times, origins, horizon, q):
+        X, last, s = self._features(y, cap, times, horizon)
+        origins = np.asarray(origins)
+        model = self._models.get((horizon, q))
+        if model is None:
+            return last[origins]
+        Xo = X[origins]
+        change = model.predict(Xo.reshape(-1, X.shape[-1])).reshape(Xo.shape[:2])
+        return last[origins] + s[origins] * change
+
+    def _point(self, y, cap, times, origins, horizon):
+        return self._predict_q(y, cap, times, origins, horizon, 0.5)
+
+    def predict_quantiles(self, y, cap, times, origins, horizon, quantiles):
+        learned = [q for q in quantiles if (horizon, q) in self._models]
+        out = (
+            super().predict_quantiles(
+                y, cap, times, origins, horizon, [q for q in quantiles if q not in learned]
+            )
+            if len(learned) < len(quantiles)
+            else {}
+        )
+        for q in learned:
+            out[q] = clip_to_capacity(
+                self._predict_q(y, cap, times, origins, horizon, q), cap, origins, horizon
+            )
+        return sort_quantiles(out)
+
+
+class Linear(GradientBoosting):
+    """Ridge regression on the same scaled-change features: a low-variance learned correction."""
+
+    name = "linear"
+
+    def _regressor(self, q: float):
+        from sklearn.linear_model import Ridge
+        from sklearn.pipeline import make_pipeline
+        from sklearn.preprocessing import StandardScaler
+
+        return make_pipeline(StandardScaler(), Ridge(alpha=10.0))
+
+    def _fit(self, y, cap, times, until, horizons):
+        for h in horizons:
+            X, last, s = self._features(y, cap, times, h)
+            rows = np.arange(0, until - h + 1)
+            target = ((y[rows + h] - last[rows]) / s[rows]).reshape(-1)
+            Xr = np.nan_to_num(X[rows].reshape(-1, X.shape[-1]))
+            ok = np.isfinite(target)
+            if ok.sum() >= 50:
+                self._models[(h, 0.5)] = self._regressor(0.5).fit(Xr[ok], target[ok])
+
+    def _predict_q(self, y, cap, times, origins, horizon, q):
+        X, last, s = self._features(y, cap, times, horizon)
+        origins = np.asarray(origins)
+        model = self._models.get((horizon, q))
+        if model is None:
+            return last[origins]
+        Xo = np.nan_to_num(X[origins])
+        change = model.predict(Xo.reshape(-1, X.shape[-1])).reshape(Xo.shape[:2])
+        return last[origins] + s[origins] * change
+
+
+class Combination(Forecaster):
+    """Equal-weight mean of member forecasts: combinations are hard to beat on noisy series."""
+
+    def __init__(self, members: list[Forecaster], name: str) -> None:
+        super().__init__()
+        self.members, self.name = members, name
+
+    def _fit(self, y, cap, times, until, horizons):
+        for m in self.members:
+            m._fit(y, cap, times, until, horizons)
+
+    def _point(self, y, cap, times, origins, horizon):
+        return np.mean([m._point(y, cap, times, origins, horizon) for m in self.members], axis=0)
+
+
+BASELINES = (
+    "naive",
+    "seasonal_naive_24",
+    "seasonal_naive_168",
+    "same_hour_mean_7d",
+    "holt_winters",
+)
+
+
+def make(name: str, quantiles=(0.1, 0.9)) -> Forecaster:
+    """Build a fresh forecaster by its reported name."""
+    if name == "naive":
+        return Naive()
+    if name.startswith("seasonal_naive_"):
+        return SeasonalNaive(int(name.rsplit("_", 1)[1]))
+    if name == "same_hour_mean_7d":
+        return SameHourMean()
+    if name == "holt_winters":
+        return HoltWinters()
+    if name == "gbm":
+        return GradientBoosting(quantiles=[q for q in quantiles if q != 0.5])
+    if name == "linear":
+        return Linear(quantiles=())
+    if name == "combo":
+        return Combination([Naive(), Linear(quantiles=()), GradientBoosting(quantiles=())], "combo")
+    raise ValueError(f"unknown model {name!r}")
+
+
+def as_arrays(values: pd.DataFrame, capacity: pd.DataFrame):
+    return values.to_numpy(float), capacity.reindex_like(values).to_numpy(float), values.index

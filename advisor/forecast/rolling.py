@@ -1,0 +1,181 @@
+"""Rolling-origin backtest: one origin per step, information ≤ origin, models refit at most daily.
+
+`rolling_forecasts` is the engine shared by model selection (on the training part) and the test.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from advisor.forecast import metrics as M
+from advisor.forecast.io import Panel
+from advisor.forecast.models import BASELINES, make
+
+CANDIDATES = (*BASELINES, "gbm", "linear", "combo")
+
+
+@dataclass
+class Forecasts:
+    """Long frame of forecasts: origin, series, horizon, model, point, q<level>…, actual."""
+
+    frame: pd.DataFrame
+    quantiles: tuple[float, ...]
+
+
+def _origin_positions(index: pd.DatetimeIndex, start, end) -> np.ndarray:
+    mask = (index >= pd.Timestamp(start)) & (index < pd.Timestamp(end))
+    return np.flatnonzero(mask)
+
+
+def rolling_forecasts(
+    panel: Panel,
+    model_names,
+    horizons,
+    quantiles,
+    origins: np.ndarray,
+    refit_every: int = 24,
+    max_target: int | None = None,
+) -> pd.DataFrame:
+    """Forecast at every origin position; refit each model every `refit_every` origins (≤ daily).
+
+    A model fitted at position p uses rows ≤ p only and serves origins p … p+refit_every−1.
+    Origins whose target lies beyond `max_target` (e.g. inside the test part during selection)
+    are dropped, so a validation score never touches test data.
+    """
+    y = panel.values.to_numpy(float)
+    cap = panel.capacity.reindex_like(panel.values).to_numpy(float)
+    times = panel.index
+    quantiles = tuple(sorted(set(quantiles) | {0.5}))
+    rows = []
+    blocks = [origins[i : i + refit_every] for i in range(0, len(origins), refit_every)]
+    for name in model_names:
+        model = make(name, quantiles)
+        for block in blocks:
+            until = int(block[0])
+            model.fit(y, cap, times, until, horizons)
+            for h in horizons:
+                ok = block + h < len(y)
+                if max_target is not None:
+                    ok &= block + h <= max_target
+                b = block[ok]
+                if not len(b):
+                    continue
+                point = model.predict(y, cap, times, b, h)
+                qs = model.predict_quantiles(y, cap, times, b, h, quantiles)
+                for j, s in enumerate(panel.series):
+                    rec = {
+                        "origin": times[b],
+                        "series": s,
+                        "horizon": h,
+                        "model": name,
+                        "point": point[:, j],
+                        "actual": y[b + h, j],
+                    }
+                    for q in quantiles:
+                        rec[f"q{q:g}"] = qs[q][:, j]
+                    rows.append(pd.DataFrame(rec))
+    return pd.concat(rows, ignore_index=True) if rows else pd.DataFrame()
+
+
+def select(
+    panel: Panel, horizons, quantiles, test_start: int, val_days: int = 7, candidates=CANDIDATES
+) -> pd.DataFrame:
+    """Pick a model per series × horizon by MAE on the last `val_days` of the training part only.
+
+    Every validation target lies before `test_start`; a candidate must beat naive by ≥ 1 % MAE to be
+    chosen (ties go to the simpler model), so noise in a short window does not pick a worse model.
+    """
+    lo = max(24 * 8, test_start - val_days * 24 - max(horizons))
+    origins = np.arange(lo, test_start)
+    fc = rolling_forecasts(
+        panel, candidates, horizons, quantiles, origins, max_target=test_start - 1
+    )
+    scores = (
+        fc.assign(err=(fc["point"] - fc["actual"]).abs())
+        .groupby(["series", "horizon", "model"])["err"]
+        .mean()
+        .unstack("model")
+    )
+    picks = []
+    for (s, h), row in scores.iterrows():
+        best = "naive"
+        best_score = row.get("naive", np.inf) * 0.99
+        for name in candidates:
+            if name != "naive" and np.isfinite(row.get(name, np.nan)) and row[name] < best_score:
+                best, best_score = name, row[name]
+        picks.append(
+            {"series": s, "horizon": h, "pick": best, **{f"val_mae_{k}": v for k, v in row.items()}}
+        )
+    return pd.DataFrame(picks)
+
+
+def advisor_rows(fc: pd.DataFrame, picks: pd.DataFrame) -> pd.DataFrame:
+    """The advisor's forecast: for each series × horizon, the model chosen on the training part."""
+    chosen = fc.merge(picks[["series", "horizon", "pick"]], on=["series", "horizon"])
+    chosen = chosen[chosen["model"] == chosen["pick"]].drop(columns="pick")
+    return chosen.assign(model="advisor")
+
+
+def score(fc: pd.DataFrame, panel: Panel, test_start: int, quantiles=(0.9,)) -> pd.DataFrame:
+    """Per series × horizon × model metrics (the columns of metrics.csv, plus extra quantiles)."""
+    scales = {s: M.mase_scale(panel.values[s].to_numpy(float)[:test_start]) for s in panel.series}
+    out = []
+    for (s, h, m), g in fc.groupby(["series", "horizon", "model"], sort=False):
+        y, f = g["actual"].to_numpy(), g["point"].to_numpy()
+        rec = {
+            "series": s,
+            "horizon": h,
+            "model": m,
+            "mae": M.mae(y, f),
+            "rmse": M.rmse(y, f),
+            "wape": M.wape(y, f),
+            "smape": M.smape(y, f),
+            "mase": M.mase(y, f, scales[s]),
+        }
+        for q in sorted(set(quantiles) | {0.9}):
+            col = f"q{q:g}"
+            tag = f"q{round(q * 100):d}"
+            rec[f"pinball_{tag}"] = M.pinball(y, g[col], q) if col in g else np.nan
+            rec[f"coverage_{tag}"] = M.coverage(y, g[col]) if col in g else np.nan
+        rec["n"] = int(np.isfinite(y).sum())
+        out.append(rec)
+    return pd.DataFrame(out)
+
+
+def test_window(panel: Panel, test_from=None, test_to=None, default_days: int = 7):
+    """Origins of the test window: explicit, the data set's published split, or the last days."""
+    idx = panel.index
+    start = pd.Timestamp(test_from) if test_from else panel.test_from
+    end = pd.Timestamp(test_to) if test_to else panel.test_to
+    if start is None:
+        start = idx[-1].normalize() - pd.Timedelta(days=default_days - 1)
+        if start + pd.Timedelta(days=default_days) > idx[-1] + pd.Timedelta(hours=1):
+            start -= pd.Timedelta(days=1)
+    if end is None:
+        end = start + pd.Timedelta(days=default_days)
+    return _origin_positions(idx, start, end)
+
+
+def run(
+    panel: Panel,
+    horizons=(1, 24),
+    quantiles=(0.5, 0.9),
+    test_from=None,
+    test_to=None,
+    candidates=CANDIDATES,
+) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """Full protocol on an hourly panel: selection on training, test forecasts, metrics.
+
+    Returns (metrics, forecasts incl. `advisor`, picks).
+    """
+    origins = test_window(panel, test_from, test_to)
+    if not len(origins):
+        raise ValueError("empty test window")
+    test_start = int(origins[0])
+    picks = select(panel, horizons, quantiles, test_start, candidates=candidates)
+    fc = rolling_forecasts(panel, candidates, horizons, quantiles, origins)
+    fc = pd.concat([fc, advisor_rows(fc, picks)], ignore_index=True)
+    return score(fc, panel, test_start, quantiles), fc, picks

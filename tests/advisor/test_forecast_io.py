@@ -1,0 +1,87 @@
+"""Readers: long format, Philly, Helios; gaps and outages are masked, never filled."""
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from advisor.forecast import io
+
+
+def test_long_format_reader_masks_missing_rows_and_empty_values(tmp_path):
+    path = tmp_path / "d.csv"
+    path.write_text(
+        "time,series,value,capacity\n"
+        "2024-01-01T00:00:00Z,a,1,8\n"
+        "2024-01-01T01:00:00Z,a,,8\n"
+        "2024-01-01T03:00:00Z,a,4,16\n"
+        "2024-01-01T00:00:00Z,b,2,4\n"
+        "2024-01-01T03:00:00Z,b,3,4\n"
+    )
+    p = io.load(str(path))
+    assert p.series == ["a", "b"]
+    assert len(p.index) == 4  # 02:00 is missing everywhere and still gets a (masked) row
+    assert np.isnan(p.values["a"].iloc[1]) and np.isnan(p.values["a"].iloc[2])
+    assert p.values["a"].iloc[3] == 4
+    assert p.capacity["a"].tolist() == [8, 8, 8, 16]
+
+
+def test_long_format_needs_its_columns():
+    with pytest.raises(ValueError):
+        io.from_long(pd.DataFrame({"time": [], "value": []}))
+
+
+def test_parquet_long_format(tmp_path):
+    frame = pd.DataFrame(
+        {
+            "time": pd.date_range("2024-01-01", periods=3, freq="h"),
+            "series": "x",
+            "value": [1, 2, 3],
+        }
+    )
+    path = tmp_path / "d.parquet"
+    try:
+        frame.to_parquet(path)
+    except ImportError:
+        pytest.skip("no parquet engine")
+    assert io.load(str(path)).values["x"].tolist() == [1, 2, 3]
+
+
+def test_philly_reader_masks_outage_and_gap(tmp_path):
+    times = pd.date_range("2017-10-25 22:00", periods=240, freq="min")
+    active = np.full(240, 300)
+    active[60:150] = 0  # a 90-minute logging outage
+    frame = pd.DataFrame({"time": times, "active": active, "total": 420})
+    frame = frame.drop(index=range(200, 220))  # a 20-minute gap
+    path = tmp_path / "philly_node_sequence.csv"
+    frame.to_csv(path, index=False)
+    p = io.load(str(path))
+    v = p.values["philly/nodes"]
+    assert v.iloc[60:150].isna().all()
+    assert v.iloc[200:220].isna().all()
+    assert (v.iloc[:60] == 300).all()
+    hourly = p.resample("h")
+    # the outage hours (23:00 fully, 00:00 mostly) are masked, not averaged in as zeros
+    assert hourly.values["philly/nodes"].isna().sum() >= 1
+    assert np.nanmin(hourly.values["philly/nodes"]) == 300
+
+
+def test_short_zero_runs_are_kept():
+    s = pd.Series([5.0, 0, 0, 5, 0, 0, 0, 0, 5])
+    out = io.mask_zero_runs(s, min_points=4)
+    assert out.iloc[1] == 0 and np.isnan(out.iloc[5])
+
+
+def test_helios_reader_builds_vcs_and_a_coherent_total(tmp_path):
+    cols = "time,running_gpu_num,total_gpu_num\n"
+    for vc, used in (("vcA", 3), ("vcB", 5)):
+        d = tmp_path / "helios-earth" / vc
+        d.mkdir(parents=True)
+        rows = [
+            f"2020-05-01 00:{m:02d}:00,{used},16" for m in range(10) if not (vc == "vcB" and m == 4)
+        ]
+        (d / "cluster_sequence_vc.csv").write_text(cols + "\n".join(rows) + "\n")
+    p = io.load(str(tmp_path / "helios-earth"))
+    assert set(p.series) == {"earth/vcA", "earth/vcB", "earth/total"}
+    assert p.values["earth/total"].iloc[0] == 8
+    assert np.isnan(p.values["earth/total"].iloc[4])  # masked where a member is masked
+    assert p.capacity["earth/total"].iloc[0] == 32

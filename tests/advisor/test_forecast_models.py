@@ -1,0 +1,91 @@
+"""Quantile ordering, capacity clipping, selection on the training part only, masked actuals."""
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from advisor.forecast import rolling
+from advisor.forecast.io import Panel
+from advisor.forecast.models import clip_to_capacity, make, sort_quantiles
+from tests.advisor.forecast_synth import synthetic_panel
+
+QS = (0.1, 0.5, 0.9)
+
+
+@pytest.mark.parametrize("name", ["naive", "holt_winters", "gbm", "same_hour_mean_7d"])
+def test_quantiles_are_ordered_and_inside_capacity(name):
+    p = synthetic_panel(days=12)
+    y, cap, t = p.values.to_numpy(float), p.capacity.to_numpy(float), p.index
+    m = make(name, QS).fit(y, cap, t, 24 * 10, (1, 24))
+    qs = m.predict_quantiles(y, cap, t, np.arange(24 * 10, 24 * 11), 24, QS)
+    assert np.all(qs[0.1] <= qs[0.5]) and np.all(qs[0.5] <= qs[0.9])
+    assert np.all(qs[0.1] >= 0) and np.all(qs[0.9] <= cap[0])
+
+
+def test_sort_quantiles_uncrosses():
+    out = sort_quantiles({0.1: np.array([5.0]), 0.9: np.array([3.0])})
+    assert out[0.1][0] == 3 and out[0.9][0] == 5
+
+
+def test_clipping_uses_capacity_at_the_target_time():
+    cap = np.array([[10.0], [10.0], [4.0]])
+    pred = np.array([[8.0], [-1.0]])
+    out = clip_to_capacity(pred, cap, np.array([1, 0]), 1)
+    assert out[0, 0] == 4.0  # capacity drops to 4 at the target of origin 1
+    assert out[1, 0] == 0.0
+
+
+def test_naive_forecast_is_clipped_when_capacity_shrinks():
+    p = synthetic_panel(days=10, n_series=1)
+    y, cap, t = p.values.to_numpy(float), p.capacity.to_numpy(float).copy(), p.index
+    cap[200:] = 5.0  # a known resize: the pool shrinks to 5
+    pred = make("naive").fit(y, cap, t, 190, (24,)).predict(y, cap, t, np.array([190]), 24)
+    assert pred[0, 0] == 5.0
+
+
+def test_selection_uses_the_training_part_only():
+    p = synthetic_panel(days=24)
+    test_start = 24 * 20
+    picks1 = rolling.select(
+        p, (1, 24), (0.5, 0.9), test_start, candidates=("naive", "same_hour_mean_7d", "linear")
+    )
+    vals = p.values.copy()
+    vals.iloc[test_start:] = vals.iloc[test_start:][::-1].to_numpy() * 0.5  # scramble the test part
+    p2 = Panel(vals, p.capacity, p.name)
+    picks2 = rolling.select(
+        p2, (1, 24), (0.5, 0.9), test_start, candidates=("naive", "same_hour_mean_7d", "linear")
+    )
+    pd.testing.assert_frame_equal(picks1, picks2)
+    assert set(picks1["pick"]) <= {"naive", "same_hour_mean_7d", "linear"}
+
+
+def test_backtest_ignores_masked_actuals_and_reports_every_model():
+    p = synthetic_panel(days=24)
+    vals = p.values.copy()
+    vals.iloc[24 * 21 : 24 * 21 + 10] = np.nan
+    p = Panel(vals, p.capacity, p.name)
+    metrics, _fc, picks = rolling.run(
+        p,
+        (1, 24),
+        (0.5, 0.9),
+        test_from="2024-01-21",
+        test_to="2024-01-23",
+        candidates=("naive", "seasonal_naive_24", "linear"),
+    )
+    assert set(metrics["model"]) == {"naive", "seasonal_naive_24", "linear", "advisor"}
+    assert metrics[["mae", "rmse", "wape", "smape", "mase", "pinball_q90"]].notna().all().all()
+    row = metrics[(metrics.model == "naive") & (metrics.horizon == 1)].iloc[0]
+    assert row["n"] == 48 - 10
+    # the advisor's rows equal the picked model's rows
+    for r in picks.itertuples():
+        a = metrics[
+            (metrics.model == "advisor")
+            & (metrics.series == r.series)
+            & (metrics.horizon == r.horizon)
+        ]
+        b = metrics[
+            (metrics.model == r.pick)
+            & (metrics.series == r.series)
+            & (metrics.horizon == r.horizon)
+        ]
+        assert a["mae"].iloc[0] == pytest.approx(b["mae"].iloc[0])
