@@ -18,6 +18,7 @@ recommendation kind shares (reclaim, share, rebalance, reserve, borrow).
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -48,18 +49,13 @@ class Observed:
     window_s: float
 
 
-def _alloc_gpu_lists(model: ClusterModel) -> list[np.ndarray]:
-    places = model.placements
-    order = np.argsort(places.alloc, kind="stable")
-    bounds = np.searchsorted(places.alloc[order], np.arange(len(model.allocations) + 1))
-    gpus = places.gpu[order]
-    return [gpus[bounds[i] : bounds[i + 1]] for i in range(len(model.allocations))]
-
-
 def observe(
     model: ClusterModel, window_s: float = 4 * 3600.0, idle_threshold: float = 0.05
 ) -> Observed:
-    """Observed usage per allocation over the last `window_s` (see the module docstring)."""
+    """Observed usage per allocation over the last `window_s` (see the module docstring).
+
+    Vectorised over placements: per time step, an allocation's utilization is the most-used of
+    its GPUs (`maximum.reduceat` over placements sorted by allocation)."""
     now = now_of(model)
     usage = model.usage
     if len(usage.times):
@@ -76,29 +72,31 @@ def observe(
     out = {k: np.full(a, np.nan) for k in ("p50", "p95", "peak", "mem", "total")}
     idle_s = np.zeros(a)
     samples = np.zeros(a, dtype=np.int64)
-    start = model.allocations.start_time
-    for row, gpus in enumerate(_alloc_gpu_lists(model)):
-        if not len(gpus):
-            continue
-        out["total"][row] = float(np.nanmin(model.gpus.memory_total_bytes[gpus], initial=np.inf))
-        block = util[:, gpus]
-        seen = ~np.isnan(block)
-        samples[row] = int(seen.any(axis=1).sum())
-        if seen.any():
-            per_time = np.nanmax(np.where(seen, block, -np.inf), axis=1)
-            per_time = per_time[np.isfinite(per_time)]
-            out["p50"][row] = float(np.percentile(per_time, 50))
-            out["p95"][row] = float(np.percentile(per_time, 95))
-            out["peak"][row] = float(per_time.max())
-        mem = memory[:, gpus]
-        if (~np.isnan(mem)).any():
-            out["mem"][row] = float(np.nanmax(mem))
-        since = float(np.max(idle_since[gpus]))
-        if math.isfinite(since):
-            if math.isfinite(start[row]):
-                since = max(since, float(start[row]))
-            idle_s[row] = max(0.0, now - since)
-    out["total"][np.isinf(out["total"])] = np.nan
+    places = model.placements
+    if len(places):
+        order = np.argsort(places.alloc, kind="stable")
+        gpus, owner = places.gpu[order], places.alloc[order]
+        starts = np.flatnonzero(np.r_[True, owner[1:] != owner[:-1]])
+        rows_of = owner[starts]
+        total = np.nan_to_num(model.gpus.memory_total_bytes[gpus], nan=np.inf)
+        smallest = np.minimum.reduceat(total, starts)
+        out["total"][rows_of] = np.where(np.isinf(smallest), np.nan, smallest)
+    if len(places) and len(times):
+        per_time = _reduce_max(util[:, gpus], starts)  # (T, A') NaN where nothing seen
+        seen = ~np.isnan(per_time)
+        samples[rows_of] = seen.sum(axis=0)
+        has = seen.any(axis=0)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN columns stay NaN
+            for key, q in (("p50", 50), ("p95", 95)):
+                out[key][rows_of[has]] = np.nanpercentile(per_time[:, has], q, axis=0)
+            out["peak"][rows_of[has]] = np.nanmax(per_time[:, has], axis=0)
+            mem = _reduce_max(memory[:, gpus], starts)
+            out["mem"][rows_of] = np.nanmax(mem, axis=0)
+        since = np.maximum.reduceat(idle_since[gpus], starts)
+        start = model.allocations.start_time[rows_of]
+        since = np.where(np.isfinite(start), np.maximum(since, start), since)
+        idle_s[rows_of] = np.where(np.isfinite(since), np.maximum(0.0, now - since), 0.0)
     return Observed(
         util_p50=out["p50"],
         util_p95=out["p95"],
@@ -109,6 +107,13 @@ def observe(
         samples=samples,
         window_s=float(window_s),
     )
+
+
+def _reduce_max(block: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """Column groups starting at `starts` -> their max per row, ignoring NaN (all NaN: NaN)."""
+    filled = np.where(np.isnan(block), -np.inf, block)
+    out = np.maximum.reduceat(filled, starts, axis=1)
+    return np.where(np.isneginf(out), np.nan, out)
 
 
 def _idle_since(times: np.ndarray, util: np.ndarray, threshold: float, now: float) -> np.ndarray:

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from advisor.model import ModelBuilder
 from advisor.planner.check import apply_plan
 from advisor.planner.constraints import Policy
+from advisor.planner.observed import observe
 from advisor.planner.reclaim import ReclaimSettings, idle_watts, plan_reclaim
 from tests.advisor._recommend_clusters import assert_checked, clusters, policies
 
@@ -113,3 +114,17 @@ def test_every_reclaim_plan_passes_the_check(m, policy, minimum) -> None:
     for action in plan.actions:
         row = int(np.flatnonzero(m.allocations.id == action.alloc)[0])
         assert m.allocations.migratable[row]
+
+
+def test_observe_takes_the_most_used_gpu_of_each_allocation() -> None:
+    m = model()
+    obs = observe(m, window_s=4 * 3600)
+    row = {a: i for i, a in enumerate(m.allocations.id.tolist())}
+    # idle2 (GPUs 0, 1): 0.7 for 3 samples, then 0: p95 over 9 samples is 0.7, peak 0.7
+    assert obs.util_peak[row["idle2"]] == pytest.approx(0.7)
+    assert obs.util_p50[row["idle2"]] == pytest.approx(0.0)
+    assert obs.samples[row["idle2"]] == 9
+    assert obs.memory_total_bytes[row["busy"]] == 80 * 2**30
+    assert obs.idle_s[row["busy"]] == 0.0
+    # a shorter window sees only the idle tail
+    assert observe(m, window_s=3600).util_peak[row["idle2"]] == pytest.approx(0.0)
