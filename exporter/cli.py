@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import re
 import signal
 import socket
 import sys
@@ -13,31 +12,12 @@ import threading
 
 from exporter.backends.registry import BACKENDS, backend_class
 from exporter.node_gauges import IdlePolicy
+from exporter.units import duration, size
 from exporter.webconfig import WebConfigError, load_web_config
 
 log = logging.getLogger("exporter")
 
 DEFAULT_LISTEN = ":9835"
-_DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h)?$")
-_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
-_SIZE = re.compile(r"^(\d+(?:\.\d+)?)\s*(B|KiB|MiB|GiB|TiB)?$")
-_SIZES = {"B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40, None: 1}
-
-
-def duration(text: str) -> float:
-    """Prometheus-style duration ("15s", "500ms", "1h"; a bare number is seconds)."""
-    match = _DURATION.match(text.strip())
-    if not match:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a duration like 15s, 500ms or 1h")
-    return float(match.group(1)) * _UNITS[match.group(2)]
-
-
-def size(text: str) -> float:
-    """A byte size ("10GiB", "512MiB"; a bare number is bytes)."""
-    match = _SIZE.match(text.strip())
-    if not match:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a size like 10GiB")
-    return float(match.group(1)) * _SIZES[match.group(2)]
 
 
 def configure_logging(level: str) -> None:

@@ -15,9 +15,9 @@ problem, so the CLI can print it without a traceback.
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import math
-import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import parse_qs, urlsplit
@@ -28,6 +28,7 @@ from advisor import snapshot
 from advisor.ingest import exporter_scrape, openb, prometheus
 from advisor.ingest.exporter_scrape import SourceUnavailable
 from advisor.model import MILLI, ClusterModel, ModelBuilder, ModelError, Usage, from_readings
+from exporter import units
 from exporter.readings import NodeReading
 
 if TYPE_CHECKING:
@@ -44,16 +45,14 @@ class SourceError(ValueError):
     """A source spec that cannot be read; the message is one line."""
 
 
-_DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h|d)?$")
-_UNIT = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
-
-
 def seconds(text: str, name: str) -> float:
-    """'90', '90s', '15m', '1h', '2d' -> seconds."""
-    match = _DURATION.match(text.strip())
-    if not match:
-        raise SourceError(f"{name}={text!r}: expected a duration such as 60, 60s, 15m or 1h")
-    return float(match.group(1)) * _UNIT[match.group(2)]
+    """'90', '90s', '15m', '1h', '2d' -> seconds (`exporter.units.duration`)."""
+    try:
+        return units.duration(text)
+    except argparse.ArgumentTypeError:
+        raise SourceError(
+            f"{name}={text!r}: expected a duration such as 60, 60s, 15m or 1h"
+        ) from None
 
 
 def _query(text: str) -> dict[str, str]:

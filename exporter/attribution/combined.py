@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import re
 import threading
 import time
 from collections import Counter
@@ -20,18 +19,11 @@ from exporter.attribution.cgroups import DEFAULT_POD_LOGS_DIR, DEFAULT_PROC_ROOT
 from exporter.attribution.podresources import DEFAULT_SOCKET, PodResourcesSource
 from exporter.attribution.slurm import SlurmJobMapping
 from exporter.readings import Allocation
+from exporter.units import positive_duration
 
 log = logging.getLogger(__name__)
 
 DEFAULT_REFRESH_S = 10.0
-_DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m)?$")
-
-
-def _seconds(text: str) -> float:
-    match = _DURATION.match(text.strip())
-    if not match or float(match.group(1)) <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a positive duration like 10s or 500ms")
-    return float(match.group(1)) * {"ms": 0.001, "s": 1.0, "m": 60.0, None: 1.0}[match.group(2)]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -73,7 +65,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--attribution.refresh-interval",
         dest="attribution_refresh_interval",
-        type=_seconds,
+        type=positive_duration,
         default=DEFAULT_REFRESH_S,
         help="how often the background thread re-reads all sources (default 10s)",
     )

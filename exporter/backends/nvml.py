@@ -37,6 +37,7 @@ from exporter.readings import (
     TopologyLink,
 )
 from exporter.topology import nvlink_islands
+from exporter.units import duration
 
 # Clock-event reason bits, in the order of CLOCK_EVENT_REASONS.
 _REASON_BITS = (
@@ -131,21 +132,21 @@ class NvmlBackend(Backend):
         group.add_argument(
             "--nvml.init-timeout",
             dest="nvml_init_timeout",
-            type=_seconds,
+            type=duration,
             default=10.0,
             help="give up on nvmlInit after this long and retry later (it can hang)",
         )
         group.add_argument(
             "--nvml.pcie-interval",
             dest="nvml_pcie_interval",
-            type=_seconds,
+            type=duration,
             default=10.0,
             help="read PCIe throughput this often (20 ms per GPU and direction); 0 disables",
         )
         group.add_argument(
             "--nvml.topology-interval",
             dest="nvml_topology_interval",
-            type=_seconds,
+            type=duration,
             default=600.0,
             help="re-read NVLink and PCIe topology this often",
         )
@@ -540,12 +541,3 @@ def cpu_list(words: Any) -> str:
 
 def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
-
-
-def _seconds(text: str) -> float:
-    """A duration flag: "10s", "500ms", "5m" or bare seconds."""
-    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)(ms|s|m|h)?\s*", text)
-    if not match:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a duration like 10s or 500ms")
-    factor = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}[match.group(2)]
-    return float(match.group(1)) * factor
