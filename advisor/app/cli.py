@@ -109,6 +109,8 @@ def streamlit_command(address: str, port: int, source: str) -> list[str]:
         "false",
         "--server.fileWatcherType",
         "none",
+        "--client.toolbarMode",
+        "viewer",
         "--",
         "--source",
         source,

@@ -148,3 +148,16 @@ def test_live_exporter_source(exporter_page: str) -> None:
     at.switch_page("views/fragmentation.py").run()
     assert not at.exception
     assert any("Collecting history" in info.value for info in at.info)
+
+
+def test_snapshot_file_source(tmp_path: Path) -> None:
+    from advisor import snapshot
+
+    path = tmp_path / "cluster.json"
+    snapshot.save(load_source("sim:mixed-h100-a100-v100?t=3h"), path)
+    at = open_app(str(path))
+    result = measures.analyze(load_source(str(path)))
+    assert metrics(at)["Free"] == f"{result['spatial']['free_gpus']:,}"
+    assert metrics(at)["Allocated, idle"] == f"{result['temporal']['allocated_idle_gpus']:,}"
+    assert any("Static source" in c.value for c in at.sidebar.caption)
+    assert at.sidebar.selectbox(key="source_kind").value == "file"
