@@ -59,12 +59,11 @@ def _query(text: str) -> dict[str, str]:
     return {key: values[-1] for key, values in parse_qs(text, keep_blank_values=True).items()}
 
 
-def _only(params: dict[str, str], allowed: set[str], spec: str) -> None:
+def _only(params: dict[str, str], allowed: set[str], spec: str, why: str = "") -> None:
     unknown = sorted(set(params) - allowed)
     if unknown:
-        raise SourceError(
-            f"{spec}: unknown option {unknown[0]!r} (known: {', '.join(sorted(allowed))})"
-        )
+        problem = f"option {unknown[0]!r} {why}" if why else f"unknown option {unknown[0]!r}"
+        raise SourceError(f"{spec}: {problem} (known: {', '.join(sorted(allowed))})")
 
 
 def load_source(spec: str, *, timeout: float = DEFAULT_TIMEOUT) -> ClusterModel:
@@ -111,13 +110,21 @@ def _prometheus(spec: str, timeout: float) -> ClusterModel:
     )
 
 
-def _sim(spec: str) -> ClusterModel:
+SIM_OPTIONS = {"seed", "t", "nodes", "history", "step"}
+
+
+def sim_fleet(
+    spec: str, options: set[str] = SIM_OPTIONS, why: str = ""
+) -> tuple[SimFleet, dict[str, str]]:
+    """The simulated fleet of `sim:PRESET[?seed=&nodes=...]` at t=0 and the spec's options;
+    SourceError for an option outside `options` (`why` says why it is refused), an unknown
+    preset or a non-integer seed/nodes."""
     from exporter.sim.fleet import SimFleet  # the simulator is heavy; import only when asked
     from exporter.sim.presets import PRESETS
 
     preset, _, query = spec.removeprefix("sim:").partition("?")
     params = _query(query)
-    _only(params, {"seed", "t", "nodes", "history", "step"}, spec)
+    _only(params, options, spec, why)
     if preset not in PRESETS:
         raise SourceError(f"{spec}: unknown preset {preset!r} (known: {', '.join(PRESETS)})")
     try:
@@ -125,7 +132,11 @@ def _sim(spec: str) -> ClusterModel:
         nodes = int(params["nodes"]) if params.get("nodes") else None
     except ValueError:
         raise SourceError(f"{spec}: seed and nodes must be integers") from None
-    fleet = SimFleet(preset, seed, nodes)
+    return SimFleet(preset, seed, nodes), params
+
+
+def _sim(spec: str) -> ClusterModel:
+    fleet, params = sim_fleet(spec)
     end = seconds(params.get("t", "0"), "t")
     history = min(seconds(params.get("history", "0"), "history"), end)
     step = max(seconds(params.get("step", "5m"), "step"), 1.0)

@@ -17,13 +17,12 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
-from urllib.parse import parse_qs
 
 import numpy as np
 
 from advisor.fragmentation import measures
 from advisor.history import History
-from advisor.ingest.sources import SourceError, load_source, seconds, sim_model
+from advisor.ingest.sources import SourceError, load_source, seconds, sim_fleet, sim_model
 from advisor.model import ClusterModel
 from advisor.planner.constraints import Policy
 from advisor.service import results as R
@@ -47,27 +46,13 @@ class LiveSim:
     span, which gives the forecast a history to learn from at start-up."""
 
     def __init__(self, spec: str, clock: Callable[[], float] = time.monotonic) -> None:
-        from exporter.sim.fleet import SimFleet  # heavy; only for sim sources
-        from exporter.sim.presets import PRESETS
-
         self.spec = spec
-        preset, _, query = spec.removeprefix("sim:").partition("?")
-        params = {k: v[-1] for k, v in parse_qs(query, keep_blank_values=True).items()}
-        unknown = sorted(set(params) - {"seed", "nodes", "t"})
-        if unknown:
-            raise SourceError(
-                f"{spec}: option {unknown[0]!r} does not apply to the advisor service, whose "
-                "simulated fleet runs live (known: nodes, seed, t)"
-            )
-        if preset not in PRESETS:
-            raise SourceError(f"{spec}: unknown preset {preset!r} (known: {', '.join(PRESETS)})")
-        try:
-            seed = int(params.get("seed", "42"))
-            nodes = int(params["nodes"]) if params.get("nodes") else None
-        except ValueError:
-            raise SourceError(f"{spec}: seed and nodes must be integers") from None
+        self.fleet, params = sim_fleet(
+            spec,
+            {"seed", "nodes", "t"},
+            why="does not apply to the advisor service, whose simulated fleet runs live",
+        )
         self.start_s = seconds(params.get("t", "0"), "t")
-        self.fleet = SimFleet(preset, seed, nodes)
         self.clock = clock
         self._last: float | None = None
 
