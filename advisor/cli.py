@@ -16,6 +16,7 @@ SUBCOMMAND_MODULES: tuple[str, ...] = (
     "advisor.app.cli",
     "advisor.planner.cli",
     "advisor.service.cli",
+    "advisor.forecast.cli",
 )
 
 
