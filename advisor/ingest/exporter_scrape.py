@@ -15,10 +15,10 @@ from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import urlsplit
 
 import requests
-from prometheus_client.parser import text_string_to_metric_families
 
 from advisor.model import ClusterModel, from_readings
 from exporter.backends import dcgm_exporter as dx
+from exporter.backends.base import BackendUnavailable
 from exporter.contract import spec
 from exporter.readings import (
     Allocation,
@@ -198,25 +198,17 @@ def dcgm_readings(samples_by_target: Mapping[str, Sequence[Sample]]) -> list[Nod
 def fetch(url: str, timeout: float, session: requests.Session | None = None) -> str:
     """The page text; SourceUnavailable (one line naming the URL) on any HTTP failure."""
     try:
-        response = (session or requests).get(url, timeout=timeout)
-    except requests.Timeout:
-        raise SourceUnavailable(f"{url}: no answer within {timeout:g} s") from None
-    except requests.RequestException as error:
-        raise SourceUnavailable(f"{url}: unreachable ({type(error).__name__})") from None
-    if response.status_code != 200:
-        raise SourceUnavailable(f"{url}: HTTP {response.status_code} {response.reason}")
-    return response.text
+        return dx.fetch_page(url, timeout, session)
+    except BackendUnavailable as error:
+        raise SourceUnavailable(str(error)) from None
 
 
 def parse(text: str, url: str) -> list[Sample]:
+    """Samples of any exposition page (ours or dcgm-exporter's), names as written."""
     try:
-        families = list(text_string_to_metric_families(text))
-    except ValueError as error:
-        raise SourceUnavailable(f"{url}: not Prometheus exposition text ({error})") from None
-    samples = [(s.name, dict(s.labels), float(s.value)) for f in families for s in f.samples]
-    if not samples:
-        raise SourceUnavailable(f"{url}: no samples on the page")
-    return samples
+        return dx.parse_samples(text, url)
+    except BackendUnavailable as error:
+        raise SourceUnavailable(str(error)) from None
 
 
 def scrape(urls: Sequence[str], *, timeout: float = 5.0, source: str = "") -> ClusterModel:

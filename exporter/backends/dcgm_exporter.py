@@ -137,10 +137,14 @@ def first_bad_line(text: str) -> int | None:
     return high
 
 
-def parse_exposition(text: str, url: str) -> list[tuple[str, dict[str, str], float]]:
-    """(field name, labels, value) of every sample; BackendUnavailable names the bad line."""
+def parse_samples(
+    text: str, url: str, *, empty_hint: str = "", none_hint: str = ""
+) -> list[tuple[str, dict[str, str], float]]:
+    """(sample name, labels, value) of every sample of any exposition page; BackendUnavailable
+    with one line naming the URL and, for malformed text, the first bad line. The hints are
+    added to the message of an empty page and of a page without samples."""
     if not text.strip():
-        raise BackendUnavailable(f"{url}: empty /metrics page (dcgm-exporter reloading?)")
+        raise BackendUnavailable(f"{url}: empty /metrics page{_hint(empty_hint)}")
     try:
         families = list(text_string_to_metric_families(text))
     except ValueError as error:
@@ -150,12 +154,36 @@ def parse_exposition(text: str, url: str) -> list[tuple[str, dict[str, str], flo
         raise BackendUnavailable(
             f"{url}: malformed exposition text at {where}: {error} ({line!r})"
         ) from None
-    samples = [
-        (canonical_name(s.name), s.labels, s.value) for family in families for s in family.samples
-    ]
+    samples = [(s.name, s.labels, s.value) for family in families for s in family.samples]
     if not samples:
-        raise BackendUnavailable(f"{url}: no samples in the /metrics page (is it dcgm-exporter?)")
+        raise BackendUnavailable(f"{url}: no samples in the /metrics page{_hint(none_hint)}")
     return samples
+
+
+def _hint(text: str) -> str:
+    return f" ({text})" if text else ""
+
+
+def parse_exposition(text: str, url: str) -> list[tuple[str, dict[str, str], float]]:
+    """(DCGM field name, labels, value) of every sample of a dcgm-exporter page."""
+    samples = parse_samples(
+        text, url, empty_hint="dcgm-exporter reloading?", none_hint="is it dcgm-exporter?"
+    )
+    return [(canonical_name(name), labels, value) for name, labels, value in samples]
+
+
+def fetch_page(url: str, timeout: float, session: requests.Session | None = None) -> str:
+    """The text of one /metrics page; BackendUnavailable with one line naming the URL on any
+    HTTP failure (timeout, refused, non-200)."""
+    try:
+        response = (session or requests).get(url, timeout=timeout)
+    except requests.Timeout:
+        raise BackendUnavailable(f"{url}: no answer within {timeout:g} s") from None
+    except requests.RequestException as error:
+        raise BackendUnavailable(f"{url}: unreachable ({type(error).__name__})") from None
+    if response.status_code != 200:
+        raise BackendUnavailable(f"{url}: HTTP {response.status_code} {response.reason}")
+    return response.text
 
 
 @dataclass
@@ -243,17 +271,7 @@ class DcgmExporterBackend(Backend):
     def fetch(self, url: str) -> str:
         """The page text; BackendUnavailable with one line naming the URL on any HTTP failure."""
         self.start()
-        assert self._session is not None
-        try:
-            response = self._session.get(url, timeout=self.timeout)
-        except requests.Timeout:
-            raise BackendUnavailable(f"{url}: no answer within {self.timeout:g} s") from None
-        except requests.RequestException as error:
-            reason = type(error).__name__
-            raise BackendUnavailable(f"{url}: unreachable ({reason})") from None
-        if response.status_code != 200:
-            raise BackendUnavailable(f"{url}: HTTP {response.status_code} {response.reason}")
-        return response.text
+        return fetch_page(url, self.timeout, self._session)
 
     def collect(self) -> Collection:
         now = time.time()

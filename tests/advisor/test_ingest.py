@@ -132,7 +132,7 @@ def test_unreachable_and_bad_pages_are_one_line_errors(server) -> None:
     with pytest.raises(SourceError, match=r"/missing: HTTP 404"):
         load_source(f"{base}/missing", timeout=2)
     routes.text("/garbage", (DCGM_FIXTURES / "garbage.prom").read_text())
-    with pytest.raises(SourceError, match=r"/garbage: not Prometheus exposition text"):
+    with pytest.raises(SourceError, match=r"/garbage: malformed exposition text at line 1: "):
         load_source(f"{base}/garbage", timeout=2)
 
 
