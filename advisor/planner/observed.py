@@ -86,12 +86,13 @@ def observe(
         seen = ~np.isnan(per_time)
         samples[rows_of] = seen.sum(axis=0)
         has = seen.any(axis=0)
+        ordered = np.sort(per_time[:, has], axis=0)  # NaN sorts last
+        for key, q in (("p50", 50), ("p95", 95)):
+            out[key][rows_of[has]] = _percentile_sorted(ordered, seen[:, has].sum(axis=0), q)
+        out["peak"][rows_of[has]] = np.nanmax(per_time[:, has], axis=0)
+        mem = _reduce_max(memory[:, gpus], starts)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN columns stay NaN
-            for key, q in (("p50", 50), ("p95", 95)):
-                out[key][rows_of[has]] = np.nanpercentile(per_time[:, has], q, axis=0)
-            out["peak"][rows_of[has]] = np.nanmax(per_time[:, has], axis=0)
-            mem = _reduce_max(memory[:, gpus], starts)
             out["mem"][rows_of] = np.nanmax(mem, axis=0)
         since = np.maximum.reduceat(idle_since[gpus], starts)
         start = model.allocations.start_time[rows_of]
@@ -107,6 +108,17 @@ def observe(
         samples=samples,
         window_s=float(window_s),
     )
+
+
+def _percentile_sorted(ordered: np.ndarray, counts: np.ndarray, q: float) -> np.ndarray:
+    """Per column, the q-th percentile (numpy's linear method) of the first `counts` values of
+    each column of `ordered` (sorted, NaN last); every count is at least 1."""
+    pos = (counts - 1) * (q / 100.0)
+    lo = np.floor(pos).astype(np.int64)
+    hi = np.minimum(lo + 1, counts - 1)
+    cols = np.arange(ordered.shape[1])
+    low, high = ordered[lo, cols], ordered[hi, cols]
+    return low + (high - low) * (pos - lo)
 
 
 def _reduce_max(block: np.ndarray, starts: np.ndarray) -> np.ndarray:

@@ -27,10 +27,14 @@ def shapes_with(extra: Sequence[Shape] = ()) -> list[Shape]:
 
 
 def outcome(
-    model: ClusterModel, actions: Sequence[Action], shapes: Sequence[Shape] = DEFAULT_SHAPES
+    model: ClusterModel,
+    actions: Sequence[Action],
+    shapes: Sequence[Shape] = DEFAULT_SHAPES,
+    before: dict[str, Any] | None = None,
 ) -> tuple[dict[str, Any], dict[str, Any], Benefit]:
-    """(before, after, benefit) of applying `actions` to `model`."""
-    before = summary(model, shapes)
+    """(before, after, benefit) of applying `actions` to `model`; `before` may be passed in
+    when several plans on one model share it (it must be `summary(model, shapes)`)."""
+    before = before if before is not None else summary(model, shapes)
     after = summary(apply_plan(model, actions), shapes) if actions else before
     benefit = Benefit(
         before["jobs_that_fit"],

@@ -29,6 +29,7 @@ import math
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -36,6 +37,7 @@ from advisor.fragmentation.measures import Shape
 from advisor.model import MILLI, ClusterModel
 from advisor.planner.actions import Action, Cost, GpuSet, Plan
 from advisor.planner.check import check_plan
+from advisor.planner.consolidate import summary
 from advisor.planner.constraints import ANY_MODEL, Policy, island_size_per_node, spec_allows
 from advisor.planner.observed import DurationPrior, end_source, expected_end, now_of
 from advisor.planner.outcome import outcome, shapes_with
@@ -158,7 +160,7 @@ def node_ready_times(
     return out
 
 
-MAX_TIES = 256  # equally early candidates compared by idle time (the rest are not examined)
+MAX_TIES = 64  # equally early candidates compared by idle time (the rest are not examined)
 
 
 def earliest_slot(
@@ -293,6 +295,7 @@ def plan_reservations(
     owner = np.full(len(model.gpus), "", dtype=object)  # earlier reservation holding the GPU
     source = end_source(model, settings.prior, outlook.job_end)
     accepted: list[Action] = []
+    befores: dict[tuple[str, ...], dict[str, Any]] = {}  # before-measures per shape list
     held: dict[tuple[str, str], float] = defaultdict(float)
     plans = []
     for request in requests:
@@ -319,7 +322,17 @@ def plan_reservations(
             )
         problem = _quota_problem(model, policy, ends, request, slot, held)
         plan = _reservation_plan(
-            model, policy, request, slot, (ready, owner), now, source, goal, accepted, settings
+            model,
+            policy,
+            request,
+            slot,
+            (ready, owner),
+            now,
+            source,
+            goal,
+            accepted,
+            settings,
+            befores,
         )
         plan.extra["conflicts"] = conflicts
         if problem:
@@ -349,6 +362,7 @@ def _reservation_plan(
     goal: str,
     earlier: list[Action],
     settings: ReserveSettings,
+    befores: dict[tuple[str, ...], dict[str, Any]],
 ) -> Plan:
     start = max(slot.start, request.expected_at or now)
     ready, owner = state  # ready times with earlier reservations' holds, and their jobs
@@ -415,5 +429,9 @@ def _reservation_plan(
     if not result.ok:
         why = f"the free GPUs cannot be held now: {result}"
         return Plan(goal, False, (), reason=why, method="reserve", extra=extra)
-    before, after, benefit = outcome(model, actions, shapes_with([request.shape]))
+    shapes = shapes_with([request.shape])
+    key = tuple(s.name for s in shapes)
+    if key not in befores:
+        befores[key] = summary(model, shapes)
+    before, after, benefit = outcome(model, actions, shapes, befores[key])
     return Plan(goal, True, tuple(actions), before, after, "", "reserve", benefit, extra)
