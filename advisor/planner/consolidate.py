@@ -375,20 +375,24 @@ class Receivers:
         return chosen
 
 
-def replace_tasks(inst: Instance, evict: Sequence[int], blocked: np.ndarray) -> dict | None:
-    """Targets for every evicted task (largest first) on capacity free now and not blocked;
-    None (and the task that found no home under key -1) when one does not fit."""
+def replace_tasks(
+    inst: Instance, evict: Sequence[int], blocked: np.ndarray
+) -> tuple[dict[int, np.ndarray], list[int]]:
+    """Targets for evicted tasks (largest first) on capacity free now and not blocked, and the
+    tasks that found no home (the plan is only valid when that list is empty)."""
     receivers = Receivers(inst, blocked)
     order = sorted(
         evict, key=lambda t: (-len(inst.task_gpus[t]) * inst.task_milli[t], int(inst.task_rows[t]))
     )
     out: dict[int, np.ndarray] = {}
+    failed: list[int] = []
     for t in order:
         gpus = receivers.place(t)
         if gpus is None:
-            return {-1: np.array([t])}
-        out[t] = gpus
-    return out
+            failed.append(t)
+        else:
+            out[t] = gpus
+    return out, failed
 
 
 # --------------------------------------------------------------------------- plans
@@ -517,9 +521,9 @@ def heuristic_windows(
     inst: Instance, need: Need, blocked: np.ndarray, max_tries: int = 64, pools_tried: int = 8
 ) -> tuple[list[Window], dict[int, np.ndarray]] | None:
     """Windows for `need` and homes for every evicted task, or None. Racks (pools) are tried in
-    order of their cheapest windows; in each, a window whose evicted task finds no home is
-    swapped for the next cheapest. The cheapest success over the first `pools_tried` pools
-    that succeed wins (a rack's first choice can fail where the next rack's does not)."""
+    order of their cheapest windows; in each, windows whose evicted tasks find no home are
+    swapped for the next cheapest. The cheapest success over the first `pools_tried` pools that
+    succeed wins (a rack's first choice can fail where the next rack's does not)."""
     windows = candidate_windows(inst, need, blocked)
     if need.same_rack:
         group = _rack_group(inst.model)
@@ -553,15 +557,14 @@ def heuristic_windows(
                 if need.whole_node:
                     mask[inst.node_gpus(w.node)] = True
             evict = sorted(set().union(*(w.evict for w in picked)))
-            targets = replace_tasks(inst, evict, mask)
-            if targets is not None and -1 not in targets:
+            targets, failed = replace_tasks(inst, evict, mask)
+            if not failed:
                 best = (score, picked, targets)
                 successes += 1
                 break
-            # drop the window whose evicted task found no home and try the next cheapest
-            failed = int(targets[-1][0]) if targets else -1
-            owner = next((w.node for w in picked if failed in w.evict), picked[-1].node)
-            excluded.add(owner)
+            # drop the windows whose evicted tasks found no home; try the next cheapest
+            for t in failed:
+                excluded |= {w.node for w in picked if t in w.evict}
     return None if best is None else (best[1], best[2])
 
 
