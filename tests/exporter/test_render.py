@@ -92,6 +92,8 @@ def test_contract_names_follow_conventions():
         assert (spec.kind == "counter") == spec.name.endswith("_total"), spec.name
         assert (spec.kind == "info") == spec.name.endswith("_info"), spec.name
         assert "percent" not in spec.name and "_mb" not in spec.name
+        # target labels: Prometheus would rename ours to exported_job / exported_instance
+        assert not {"job", "instance"} & set(spec.labels), spec.name
     assert len(BY_NAME) == len(METRICS)
 
 

@@ -38,6 +38,17 @@ def sim_loop():
     return loop
 
 
+def test_contract_names_follow_conventions():
+    for spec in ADVISOR_METRICS:
+        assert spec.name.startswith("gpu_advisor_"), spec.name
+        assert (spec.kind == "counter") == spec.name.endswith("_total"), spec.name
+        assert (spec.kind == "info") == spec.name.endswith("_info"), spec.name
+        assert "percent" not in spec.name and "_mb" not in spec.name, spec.name
+        # target labels: Prometheus would rename ours to exported_job / exported_instance
+        assert not {"job", "instance"} & set(spec.labels), spec.name
+    assert len(ADVISOR_BY_NAME) == len(ADVISOR_METRICS)
+
+
 def test_every_sample_is_a_contract_metric_with_its_labels(islands_state, sim_loop):
     specs = {spec.name: spec for spec in ADVISOR_METRICS}
     pages = [families(islands_state).text(), sim_loop.current_page().body.decode()]
