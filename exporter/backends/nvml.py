@@ -352,15 +352,8 @@ class NvmlBackend(Backend):
                 errors.update(helper.take_errors())
         return Collection(nodes=[node], timestamp=time.time(), errors=errors)
 
-    def _collect_gpu(self, gpu: _Gpu, gpm_keys: list[tuple[int, int | None]]) -> GpuReading:
-        if gpu.handle is None:
-            self._attach(gpu)
-            if gpu.handle is not None:  # back (or first seen) after start: wire it in
-                self._next_topology = 0.0
-                if self._watcher is not None:
-                    self._watcher.add_device(gpu.index, gpu.handle)
-                if self._pcie is not None:
-                    self._pcie.set_device(gpu.index, gpu.handle)
+    def _identity(self, gpu: _Gpu) -> GpuReading:
+        """A reading with only the GPU's static identity and its XID counters."""
         reading = GpuReading(
             index=gpu.index,
             uuid=gpu.uuid,
@@ -374,6 +367,18 @@ class NvmlBackend(Backend):
         if self._watcher is not None:
             reading.xid_errors = self._watcher.counts(gpu.index)
             reading.xid_last_timestamp_seconds = self._watcher.last_timestamp(gpu.index)
+        return reading
+
+    def _collect_gpu(self, gpu: _Gpu, gpm_keys: list[tuple[int, int | None]]) -> GpuReading:
+        if gpu.handle is None:
+            self._attach(gpu)
+            if gpu.handle is not None:  # back (or first seen) after start: wire it in
+                self._next_topology = 0.0
+                if self._watcher is not None:
+                    self._watcher.add_device(gpu.index, gpu.handle)
+                if self._pcie is not None:
+                    self._pcie.set_device(gpu.index, gpu.handle)
+        reading = self._identity(gpu)
         if gpu.handle is None:
             reading.lost, reading.healthy = True, False
             return reading
@@ -394,19 +399,9 @@ class NvmlBackend(Backend):
                     setattr(reading, attr, value)
             if self.processes_enabled:
                 self._read_processes(gpu, reading)
-        except GpuLost:
-            reading = GpuReading(
-                index=gpu.index,
-                uuid=gpu.uuid,
-                model=gpu.model,
-                pci_bus_id=gpu.pci_bus_id,
-                serial=gpu.serial,
-                vbios_version=gpu.vbios_version,
-                lost=True,
-                healthy=False,
-                xid_errors=reading.xid_errors,
-                xid_last_timestamp_seconds=reading.xid_last_timestamp_seconds,
-            )
+        except GpuLost:  # what was read before the loss is dropped: identity and XIDs only
+            reading = self._identity(gpu)
+            reading.lost, reading.healthy = True, False
             return reading
         fatal = any(reading.xid_errors.get(code) for code in FATAL_XIDS)
         reading.healthy = not (reading.remapped_rows_failure or fatal)

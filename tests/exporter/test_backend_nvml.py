@@ -137,6 +137,9 @@ def test_gpu_falling_off_the_bus_costs_that_gpu_only(make_backend):
     assert lost.lost and not lost.healthy
     assert lost.power_watts is None and lost.memory_used_bytes is None
     assert lost.uuid == fake.gpus[3].uuid  # identity stays, so the series can say "lost"
+    before = gpus_of(first)[3]
+    assert before.numa_node is not None and before.cpu_affinity
+    assert (lost.numa_node, lost.cpu_affinity) == (before.numa_node, before.cpu_affinity)
     others = [g for g in gpus_of(second) if g.index != 3]
     assert all(not g.lost and g.healthy and g.power_watts == 70.0 for g in others)
     assert sum(second.errors.values()) >= 1
