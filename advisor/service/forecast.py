@@ -4,10 +4,10 @@ The history (`advisor.history.History.pool_demand()`) holds allocated GPUs per p
 run. It is averaged onto an hourly grid (complete hours only, so the result changes once an
 hour), then for each pool and horizon:
 
-1. rolling-origin forecasts (`advisor.forecast.backtest.rolling_forecasts`, information ≤ origin
+1. rolling-origin forecasts (`advisor.forecast.rolling.rolling_forecasts`, information ≤ origin
    only) of a few cheap candidates over every origin whose target is already observed;
 2. the earlier half of those origins picks the model (lowest MAE; it must beat naive by 1 %,
-   as in `backtest.select`), the later half is held back and scores the pick and the
+   as in `advisor.forecast.rolling.select`), the later half is held back and scores the pick and the
    seasonal-naive baseline by WAPE;
 3. the pick, fitted on everything, forecasts from the last complete hour with its interval.
 
@@ -24,9 +24,9 @@ import numpy as np
 import pandas as pd
 
 from advisor.forecast import metrics as M
-from advisor.forecast.backtest import rolling_forecasts
 from advisor.forecast.io import Panel
 from advisor.forecast.models import as_arrays, make
+from advisor.forecast.rolling import rolling_forecasts
 
 CANDIDATES: tuple[str, ...] = ("naive", "seasonal_naive_24", "same_hour_mean_7d", "holt_winters")
 BASELINE = "seasonal_naive_24"
