@@ -12,7 +12,9 @@ time wins: the job starts as early as possible, then as little as possible sits 
 
 The plan: `reserve` actions for the chosen GPUs that are free now (held from now; checked by
 `check_plan`, quotas included), and `extra["schedule"]` for the GPUs that become free later
-(hold from their ready time, after the listed tasks end). `extra` also says the idle GPU-hours
+(hold from their ready time, after the listed tasks end; a job the forecast expects later is
+held from its expected arrival, minus `hold_lead_s`, and placed on the GPUs that free up
+closest to it). `extra` also says the idle GPU-hours
 while waiting, the backfill window (jobs predicted to end before T may use the held GPUs
 meanwhile), and when to release the reservation if the job has not started
 (`release_after_s` after T).
@@ -78,6 +80,7 @@ class ReserveSettings:
     release_after_s: float = 1800.0  # release if the job has not started this long after T
     prior: DurationPrior = field(default_factory=DurationPrior)
     min_gpus: int = 8  # pending jobs at least this large get reservations
+    hold_lead_s: float = 0.0  # forecast jobs: hold this long before the expected arrival
 
 
 @dataclass(frozen=True)
@@ -164,9 +167,15 @@ MAX_TIES = 64  # equally early candidates compared by idle time (the rest are no
 
 
 def earliest_slot(
-    model: ClusterModel, ready: np.ndarray, request: Request, policy: Policy
+    model: ClusterModel,
+    ready: np.ndarray,
+    request: Request,
+    policy: Policy,
+    not_before: float | None = None,
 ) -> Slot | None:
-    """The earliest start for `request` given per-GPU ready times (module docstring)."""
+    """The earliest start for `request` given per-GPU ready times (module docstring); with
+    `not_before` (a forecast arrival) the start is at least that, and the GPUs are the ones
+    that leave the least idle time by then."""
     k, tasks = request.num_gpu, request.tasks
     island = island_size_per_node(model) if policy.island_locality else None
     nodes = model.nodes
@@ -193,7 +202,10 @@ def earliest_slot(
     if not starts:
         return None
     first = min(t for t, _ in starts)
-    ties = sorted((m for t, m in starts if t <= first + 1e-6), key=len)[:MAX_TIES]
+    if not_before is not None:
+        first = max(first, not_before)
+    ready_by = sorted(((t, m) for t, m in starts if t <= first + 1e-6), key=lambda x: -x[0])
+    ties = [m for _, m in ready_by[:MAX_TIES]]  # latest-ready groups first: least idle
     best: Slot | None = None
     for members in ties:
         picks = []
@@ -300,8 +312,8 @@ def plan_reservations(
     plans = []
     for request in requests:
         goal = f"reserve {request.tasks}x{request.num_gpu} GPUs for {request.job}"
-        alone = earliest_slot(model, base_ready, request, policy)
-        slot = earliest_slot(model, ready, request, policy)
+        alone = earliest_slot(model, base_ready, request, policy, request.expected_at)
+        slot = earliest_slot(model, ready, request, policy, request.expected_at)
         if slot is None:
             why = "no group of nodes can ever hold this job"
             plans.append(
@@ -366,12 +378,19 @@ def _reservation_plan(
 ) -> Plan:
     start = max(slot.start, request.expected_at or now)
     ready, owner = state  # ready times with earlier reservations' holds, and their jobs
+    # a waiting job holds each GPU from when it is free; a forecast one from its arrival
+    # (less `hold_lead_s`), so nothing sits idle for a job that has not come yet
+    hold_from = np.maximum(ready, now)
+    if request.expected_at is not None:
+        hold_from = np.maximum(hold_from, start - settings.hold_lead_s)
     actions: list[Action] = []
     schedule = []
     places = model.placements
+    idle_s = 0.0
     for node, rows in slot.nodes:
         name = str(model.nodes.name[node])
-        free_now = [r for r in rows if ready[r] <= now and model.gpu_is_free[r]]
+        idle_s += sum(start - float(hold_from[r]) for r in rows)
+        free_now = [r for r in rows if hold_from[r] <= now and model.gpu_is_free[r]]
         later = [r for r in rows if r not in free_now]
         if free_now:
             gpus = tuple(int(model.gpus.index[r]) for r in free_now)
@@ -404,7 +423,7 @@ def _reservation_plan(
                 {
                     "node": name,
                     "gpu": int(model.gpus.index[r]),
-                    "hold_from": float(ready[r]),
+                    "hold_from": float(hold_from[r]),
                     "after": holders,
                 }
             )
@@ -415,7 +434,7 @@ def _reservation_plan(
         "starts_in_s": start - now,
         "nodes": [str(model.nodes.name[n]) for n, _ in slot.nodes],
         "schedule": schedule,
-        "idle_gpu_hours": slot.idle_gpu_s / 3600.0,
+        "idle_gpu_hours": idle_s / 3600.0,
         "backfill_until": start,
         "release": {
             "if_not_started_by": start + settings.release_after_s,

@@ -21,6 +21,7 @@ from advisor.planner.recommend import plan_for_goal, recommend
 from advisor.planner.reserve import (
     Outlook,
     Request,
+    ReserveSettings,
     _node_choice,
     gpu_ready_times,
     node_ready_times,
@@ -166,9 +167,29 @@ def test_recommend_runs_every_kind_on_the_seeds() -> None:
 @settings(
     max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True
 )
-@given(m=clusters(), policy=policies())
-def test_every_recommended_plan_passes_the_check(m, policy) -> None:
-    plans = recommend(m, policy)
+@given(
+    m=clusters(),
+    policy=policies(),
+    arrival=st.sampled_from([None, 0.0, H, 6 * H]),
+    size=st.sampled_from([(1, 4), (1, 8), (2, 8)]),
+)
+def test_every_recommended_plan_passes_the_check(m, policy, arrival, size) -> None:
+    """Waiting jobs of the model plus, sometimes, one the forecast expects."""
+    demand = (
+        []
+        if arrival is None
+        else [
+            {
+                "job": "fc",
+                "tenant": "a",
+                "priority": 50,
+                "tasks": size[0],
+                "num_gpu": size[1],
+                "expected_at": T + arrival,
+            }
+        ]
+    )
+    plans = recommend(m, policy, {"job_end": {}, "demand": demand})
     for plan in plans:
         assert_checked(m, plan, policy)
         assert "milli free" not in plan.reason  # a reservation never takes an earlier one's GPUs
@@ -188,3 +209,20 @@ def test_vectorised_node_times_match_the_per_node_choice(m, k, islands) -> None:
     for node in range(len(m.nodes)):
         choice = _node_choice(m, ready, node, k, int(sizes[node]) if islands else 0, None)
         assert fast[node] == (np.inf if choice is None else pytest.approx(choice[0]))
+
+
+def test_forecast_job_is_held_from_its_arrival_on_the_gpus_freeing_closest() -> None:
+    model = cluster()
+    expected = Request("forecast-8", "u", 1, 1, 8, expected_at=T + 3 * H)
+    [plan] = plan_reservations(model, Policy(), [expected])
+    assert plan.feasible and plan.extra["start_at"] == pytest.approx(T + 3 * H)
+    # n1 frees at +2 h, closest to the arrival: nothing is held now, nothing idles before +3 h
+    assert plan.extra["nodes"] == ["n1"] and not plan.actions
+    assert [s["hold_from"] for s in plan.extra["schedule"]] == [pytest.approx(T + 3 * H)] * 8
+    assert plan.extra["idle_gpu_hours"] == pytest.approx(0.0)
+    assert plan.extra["conflicts"] == []
+    # held an hour ahead: 8 GPUs x 1 h idle
+    [early] = plan_reservations(
+        model, Policy(), [expected], settings=ReserveSettings(hold_lead_s=H)
+    )
+    assert early.extra["idle_gpu_hours"] == pytest.approx(8.0)
