@@ -121,6 +121,8 @@ def solve(
         not heuristic.feasible or exact.cost.score() < heuristic.cost.score() - 1e-9
     ):
         chosen = exact
+    if not chosen.feasible and exact.extra.get("status") == "infeasible":
+        chosen = replace(chosen, reason=f"{chosen.reason}; {exact.reason}")
     return replace(chosen, extra={**chosen.extra, "comparison": comparison})
 
 

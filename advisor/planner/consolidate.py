@@ -23,7 +23,7 @@ import re
 import time
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -417,12 +417,47 @@ def move_actions(inst: Instance, targets: Mapping[int, np.ndarray], why: str) ->
                 job=str(allocs.job[row]),
                 tenant=str(allocs.tenant[row]),
                 src=GpuSet(src_node, tuple(int(i) for i in gpus.index[src]), share),
-                dst=GpuSet(dst_node, tuple(int(i) for i in gpus.index[dst]), share),
+                dst=GpuSet(dst_node, tuple(sorted(int(i) for i in gpus.index[dst])), share),
                 reason=f"frees {src_node} GPUs {','.join(str(i) for i in gpus.index[src])} {why}",
                 cost=inst.task_cost[t],
             )
         )
-    return order_moves(model, actions)
+    return annotate_steps(model, order_moves(model, actions))
+
+
+def annotate_steps(model: ClusterModel, actions: list[Action]) -> list[Action]:
+    """Add to each move's reason what it does to free whole GPUs on the two nodes it touches,
+    replayed in order (the per-step "fragmentation before -> after")."""
+    free = model.gpu_free_milli.astype(np.int64).copy()
+    node_of = model.gpus.node
+    out = []
+    for a in actions:
+        if a.src is None or a.dst is None:
+            out.append(a)
+            continue
+        src_node, dst_node = model.node_index(a.src.node), model.node_index(a.dst.node)
+        src = [model.gpu_row(src_node, i) for i in a.src.gpus]
+        dst = [model.gpu_row(dst_node, i) for i in a.dst.gpus]
+
+        def state(node: int) -> str:
+            rows = np.flatnonzero(node_of == node)
+            is_free = free[rows] == MILLI
+            islands = model.gpus.nvlink_island[rows]
+            text = str(int(is_free.sum()))
+            if (islands >= 0).all() and len(set(islands.tolist())) > 1:
+                best = max(int((is_free & (islands == i)).sum()) for i in set(islands.tolist()))
+                text += f" (island {best})"
+            return text
+
+        before = (state(src_node), state(dst_node))
+        free[src] += a.src.milli
+        free[dst] -= a.dst.milli
+        after = (state(src_node), state(dst_node))
+        note = f"free GPUs {a.src.node}: {before[0]} -> {after[0]}"
+        if dst_node != src_node:
+            note += f", {a.dst.node}: {before[1]} -> {after[1]}"
+        out.append(replace(a, reason=f"{a.reason}; {note}"))
+    return out
 
 
 def order_moves(model: ClusterModel, actions: list[Action]) -> list[Action]:
@@ -588,9 +623,8 @@ def plan_heuristic(
     for need in needs:
         found = heuristic_windows(inst, need, blocked)
         if found is None:
-            return _infeasible(
-                model, goal, inst, f"no {need_text(need)} can be cleared", "heuristic"
-            )
+            why = f"no {need_text(need)} can be cleared" + _by_counting(model, need)
+            return _infeasible(model, goal, inst, why, "heuristic")
         windows, targets = found
         windows_all.append(windows)
         for t, gpus in targets.items():
@@ -602,6 +636,23 @@ def plan_heuristic(
                 blocked[inst.node_gpus(w.node)] = True
         inst = _without(inst, set(targets))
     return finish(model, goal, inst, windows_all, targets_all, "heuristic", started, demand)
+
+
+def _by_counting(model: ClusterModel, need: Need) -> str:
+    """Why emptying whole nodes is impossible by counting alone, when it is."""
+    if not need.whole_node:
+        return ""
+    sizes = np.sort(model.nodes.gpu_count[model.nodes.schedulable])
+    if len(sizes) < need.tasks:
+        return f" (only {len(sizes)} schedulable nodes)"
+    used = float(model.gpu_milli_allocated.sum()) / MILLI
+    room = float(model.gpu_usable.sum()) - float(sizes[: need.tasks].sum())
+    if used > room + 1e-9:
+        return (
+            f" ({used:g} GPUs are allocated; with {need.tasks} nodes empty the rest hold "
+            f"at most {room:g})"
+        )
+    return ""
 
 
 def _without(inst: Instance, moved: set[int]) -> Instance:
