@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from typing import Any, TextIO
 
@@ -116,7 +117,7 @@ def run_analyze(args: argparse.Namespace) -> int:
     )
     result = measures.analyze(model, settings)
     if args.json:
-        json.dump(to_json(result), sys.stdout, indent=2)
+        json.dump(to_json(result), sys.stdout, indent=2, allow_nan=False)
         sys.stdout.write("\n")
     else:
         print_table(result, sys.stdout, top=args.top)
@@ -127,7 +128,7 @@ def _plain(value: Any) -> Any:
     if isinstance(value, np.generic):
         value = value.item()
     if isinstance(value, float):
-        return None if value != value else round(value, 4)
+        return round(value, 4) if math.isfinite(value) else None  # JSON has no NaN or inf
     return value
 
 

@@ -61,3 +61,11 @@ def test_snapshot_to_an_unwritable_path_is_one_line(tmp_path, capsys) -> None:
     assert main(["snapshot", str(source), "-o", str(tmp_path / "no" / "dir" / "x.json")]) == 2
     err = capsys.readouterr().err
     assert err.startswith("gpu-defrag: error: cannot write ") and err.count("\n") == 1
+
+
+def test_json_has_no_nan_or_infinity() -> None:
+    from advisor.analyze import to_json
+
+    doc = to_json({"a": float("inf"), "b": [float("nan"), 0.123456], "nodes": {}})
+    assert doc == {"a": None, "b": [None, 0.1235], "nodes": []}
+    json.dumps(doc, allow_nan=False)
