@@ -61,13 +61,28 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--tenant", default="", help="tenant the goal job runs as (quotas)")
     parser.add_argument("--policy", help="YAML/JSON policy: quotas, restart time, locality")
     parser.add_argument(
-        "--demand", help='forecast demand for forecast=H: JSON {"8": 2, "2x8": 1} (shape: jobs)'
+        "--demand",
+        help='demand for forecast=H: JSON {"8": 2, "2x8": 1} (shape: jobs), or a CSV/Parquet '
+        "arrival history (time, series=shape, value=jobs per step) to forecast H ahead",
+    )
+    parser.add_argument(
+        "--demand-model",
+        default="same_hour_mean_7d",
+        help="forecaster for a demand history (advisor.forecast model name, or advisor)",
+    )
+    parser.add_argument(
+        "--demand-quantile", type=float, default=0.5, help="forecast quantile of arrivals"
     )
     parser.set_defaults(func=run)
 
 
-def load_demand(path: str) -> list[Shape]:
-    """Shapes from a JSON mapping shape -> number of jobs; ValueError names the bad entry."""
+def load_demand(
+    path: str, horizon_s: float = 0.0, model: str = "same_hour_mean_7d", quantile: float = 0.5
+) -> list[Shape]:
+    """Shapes from a JSON mapping shape -> number of jobs, or forecast from an arrival history
+    (CSV/Parquet); ValueError names the bad entry."""
+    if Path(path).suffix.lower() in (".csv", ".parquet", ".pq"):
+        return demand_from_history(path, horizon_s, model, quantile)
     try:
         doc = json.loads(Path(path).read_text())
     except (OSError, json.JSONDecodeError) as error:
@@ -79,6 +94,35 @@ def load_demand(path: str) -> list[Shape]:
         if isinstance(count, bool) or not isinstance(count, int) or count < 0:
             raise ValueError(f"{path}: {key}: expected a whole number of jobs, got {count!r}")
         shapes += [parse_shape(str(key))] * count
+    return shapes
+
+
+def demand_from_history(
+    path: str, horizon_s: float, model: str = "same_hour_mean_7d", quantile: float = 0.5
+) -> list[Shape]:
+    """Jobs per shape expected within `horizon_s`: the forecast `quantile` of arrivals per step
+    (series named by shape, e.g. 8 or 2x8), summed over the steps of the horizon, rounded up."""
+    import math
+
+    from advisor.forecast.api import forecast
+    from advisor.forecast.io import read_long
+
+    try:
+        panel = read_long(path)
+    except (OSError, ValueError) as error:
+        raise ValueError(f"{path}: cannot read demand history: {error}") from None
+    if len(panel.index) < 2:
+        raise ValueError(f"{path}: a demand history needs at least two time steps")
+    step_s = (panel.index[1] - panel.index[0]).total_seconds()
+    steps = max(1, math.ceil(horizon_s / step_s))
+    try:
+        table = forecast(panel, horizons=range(1, steps + 1), quantiles=(quantile,), model=model)
+    except Exception as error:  # a forecaster failing on this history is an input problem
+        raise ValueError(f"{path}: forecast with {model!r} failed: {error}") from None
+    column = f"q{quantile:g}"
+    shapes: list[Shape] = []
+    for series, total in table.groupby("series")[column].sum().items():
+        shapes += [parse_shape(str(series))] * math.ceil(max(0.0, float(total)) - 1e-9)
     return shapes
 
 
@@ -204,7 +248,11 @@ def run(args: argparse.Namespace) -> int:
     try:
         goal = parse_goal(args.goal, priority=args.priority, tenant=args.tenant)
         policy = load_policy(args.policy) if args.policy else Policy()
-        demand = load_demand(args.demand) if args.demand else None
+        demand = (
+            load_demand(args.demand, goal.horizon_s, args.demand_model, args.demand_quantile)
+            if args.demand
+            else None
+        )
         model = load_source(args.source)
     except (ValueError, PolicyError) as error:
         print(f"gpu-defrag plan: {error}", file=sys.stderr)

@@ -169,3 +169,20 @@ def test_infeasible_goal_says_why(capsys) -> None:
     out = capsys.readouterr().out
     assert "68 GPUs are allocated; with 8 nodes empty the rest hold at most 64" in out
     assert "proved by the exact solver" in out
+
+
+def test_forecast_goal_from_an_arrival_history(tmp_path, capsys) -> None:
+    """One 8-GPU job arrives every hour for three weeks: the next 6 h bring 6 of them, so the
+    plan must hold 6 whole nodes (4 are free: 2 more need emptying)."""
+    import pandas as pd
+
+    times = pd.date_range("2026-01-01", periods=24 * 21, freq="h")
+    history = tmp_path / "arrivals.csv"
+    pd.DataFrame({"time": times, "series": "8", "value": 1.0}).to_csv(history, index=False)
+    args = ["plan", str(SEED_16X8), "--goal", "forecast=6h", "--demand", str(history), "--json"]
+    assert main([*args, "--solver", "heuristic"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    reserves = [a for a in doc["actions"] if a["kind"] == "reserve"]
+    assert len(reserves) == 6 and all(len(a["to"]["gpus"]) == 8 for a in reserves)
+    assert sum(a["kind"] == "migrate" for a in doc["actions"]) > 0
+    assert doc["after"]["free_nodes"] == 6
