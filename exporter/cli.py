@@ -12,7 +12,7 @@ import threading
 
 from exporter.backends.registry import BACKENDS, backend_class
 from exporter.node_gauges import IdlePolicy
-from exporter.units import duration, size
+from exporter.units import duration, positive_duration, size
 from exporter.webconfig import WebConfigError, load_web_config
 
 log = logging.getLogger("exporter")
@@ -38,12 +38,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="exporter-toolkit web config (TLS, basic auth with bcrypt hashes)",
     )
     parser.add_argument(
-        "--collect.interval", dest="collect_interval", type=duration, default=duration("15s")
+        "--collect.interval",
+        dest="collect_interval",
+        type=positive_duration,
+        default=duration("15s"),
     )
     parser.add_argument(
         "--collect.timeout",
         dest="collect_timeout",
-        type=duration,
+        type=positive_duration,
         default=None,
         help="a cycle running longer is abandoned (default: 2 × interval, at least 10s)",
     )

@@ -16,7 +16,8 @@ import signal
 import sys
 import threading
 
-from exporter.cli import configure_logging, duration
+from exporter.cli import configure_logging
+from exporter.units import duration, positive_duration
 
 log = logging.getLogger("advisor.service")
 
@@ -72,12 +73,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="exporter-toolkit web config (TLS, basic auth with bcrypt hashes)",
     )
     parser.add_argument(
-        "--advise.interval", dest="interval", type=duration, default=duration("60s")
+        "--advise.interval", dest="interval", type=positive_duration, default=duration("60s")
     )
     parser.add_argument(
         "--source.timeout",
         dest="source_timeout",
-        type=duration,
+        type=positive_duration,
         default=duration("10s"),
         help="HTTP timeout of one read of the source",
     )

@@ -132,3 +132,16 @@ def test_bad_web_config_is_a_one_line_error(tmp_path):
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "not a bcrypt hash" in lines[0]
+
+
+@pytest.mark.parametrize("flag", ["--collect.interval", "--collect.timeout"])
+def test_zero_interval_or_timeout_is_a_flag_error_not_a_traceback(flag):
+    result = subprocess.run(
+        [sys.executable, "-m", "advisor.cli", "exporter", "--backend", "sim", flag, "0"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2, result.stderr
+    assert "not a positive duration" in result.stderr.strip().splitlines()[-1]
+    assert "Traceback" not in result.stderr

@@ -169,6 +169,8 @@ def test_source_failing_later_serves_last_results_marked_stale(tmp_path):
         (["--source", "sim:nope"], "unknown preset 'nope'"),
         (["--source", "sim:a100-16x8", "--policy", "/nonexistent/policy.yaml"], "policy"),
         (["--source", "sim:a100-16x8", "--web.listen-address", "nonsense"], "expected [host]:port"),
+        (["--source", "sim:a100-16x8", "--advise.interval", "0"], "not a positive duration"),
+        (["--source", "sim:a100-16x8", "--source.timeout", "0s"], "not a positive duration"),
     ],
 )
 def test_bad_configuration_is_one_line_and_exit_2(args, message):
