@@ -90,6 +90,7 @@ class Gpus:
     mig_enabled: np.ndarray  # bool
     utilization_ratio: np.ndarray  # float64 latest observation, NaN unknown
     memory_used_bytes: np.ndarray  # float64 latest observation, NaN unknown
+    power_watts: np.ndarray  # float64 latest observation, NaN unknown (energy of idle GPUs)
 
     def __len__(self) -> int:
         return len(self.node)
@@ -289,6 +290,7 @@ def validate(model: ClusterModel) -> None:
         "mig_enabled",
         "utilization_ratio",
         "memory_used_bytes",
+        "power_watts",
     ):
         _check_len(f"gpus.{name}", getattr(gpus, name), g)
     expected_node = np.repeat(np.arange(n), np.diff(offset)) if n else np.zeros(0)
@@ -422,6 +424,7 @@ class ModelBuilder:
         mig_enabled: bool = False,
         utilization_ratio: float = math.nan,
         memory_used_bytes: float = math.nan,
+        power_watts: float = math.nan,
     ) -> None:
         row = self._node(node)
         if any(gpu["index"] == index for gpu in row.gpus):
@@ -437,6 +440,7 @@ class ModelBuilder:
                 "mig_enabled": mig_enabled,
                 "utilization_ratio": utilization_ratio,
                 "memory_used_bytes": memory_used_bytes,
+                "power_watts": power_watts,
             }
         )
 
@@ -548,6 +552,7 @@ class ModelBuilder:
             mig_enabled=col(all_gpus, "mig_enabled", bool),
             utilization_ratio=col(all_gpus, "utilization_ratio", np.float64),
             memory_used_bytes=col(all_gpus, "memory_used_bytes", np.float64),
+            power_watts=col(all_gpus, "power_watts", np.float64),
         )
         allocs = self._allocs
         node_of = np.array(
@@ -666,6 +671,7 @@ def _add_reading(
             mig_enabled=bool(gpu.mig_enabled),
             utilization_ratio=_num(gpu.utilization_ratio),
             memory_used_bytes=_num(gpu.memory_used_bytes),
+            power_watts=_num(gpu.power_watts),
         )
     # Holders per GPU: (key, allocation) in reading order; GPUs with processes but no
     # allocation are held by an unattributed, non-migratable holder.

@@ -73,6 +73,7 @@ def to_dict(model: ClusterModel) -> dict[str, Any]:
                         "mig_enabled": bool(gpus.mig_enabled[g]),
                         "utilization_ratio": _num(gpus.utilization_ratio[g]),
                         "memory_used_bytes": _int_or_num(gpus.memory_used_bytes[g]),
+                        "power_watts": _num(gpus.power_watts[g]),
                     }
                     for g in range(start, stop)
                 ],
@@ -316,6 +317,7 @@ def from_dict(doc: Any) -> ClusterModel:
                     mig_enabled=gpu.boolean("mig_enabled", False),
                     utilization_ratio=gpu.number("utilization_ratio", minimum=0),
                     memory_used_bytes=gpu.number("memory_used_bytes", minimum=0),
+                    power_watts=gpu.number("power_watts", minimum=0),
                 ),
             )
             gpu_count += 1

@@ -62,6 +62,7 @@ GPU_NUMBERS: dict[str, str] = {
     _n("gpu_memory_used_bytes"): "memory_used_bytes",
     _n("gpu_memory_free_bytes"): "memory_free_bytes",
     _n("gpu_memory_reserved_bytes"): "memory_reserved_bytes",
+    _n("gpu_power_watts"): "power_watts",
 }
 GPU_FLAGS: dict[str, str] = {
     _n("gpu_lost"): "lost",

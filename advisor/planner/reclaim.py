@@ -9,10 +9,10 @@ stopping the job costs (one restart when its owner resumes it, its restart time)
 Work that must not be touched is not reclaimed but still reported, with its waste, under
 `extra["protected"]` (not migratable, or above `settings.max_priority`).
 
-Energy: the model carries no power column (exporters read power, the model does not keep it),
-so energy is idle-draw watts x idle hours from `IDLE_WATTS` (typical `nvidia-smi` idle draw at
-the idle clock, per GPU model; substring match, first hit), unless the caller passes observed
-watts per GPU (`power_watts`, length G). Each action says which one it used.
+Energy: observed watts per GPU (the model's `gpus.power_watts`, or `power_watts` passed by the
+caller, length G) × idle hours; where a GPU's power was not observed, idle-draw watts from
+`IDLE_WATTS` (typical `nvidia-smi` idle draw at the idle clock, per GPU model; substring match,
+first hit). Each action says which one it used.
 """
 
 from __future__ import annotations
@@ -74,6 +74,8 @@ def idle_allocations(
     """One row per placed allocation idle for at least `min_idle_s`: its waste so far."""
     obs = observe(model, settings.lookback_s, settings.threshold)
     allocs, places = model.allocations, model.placements
+    if power_watts is None:
+        power_watts = model.gpus.power_watts
     rows = np.flatnonzero(
         (allocs.node >= 0) & (allocs.num_gpu > 0) & (obs.idle_s >= settings.min_idle_s)
     )

@@ -62,6 +62,18 @@ def test_known_fractional_shares_leave_the_rest_of_the_gpu_free() -> None:
     assert model.gpu_free_milli[0] == 250
 
 
+def test_power_reaches_the_model_and_survives_a_snapshot(tmp_path) -> None:
+    from advisor import snapshot
+
+    node = _node(gpus=2)
+    node.gpus[0].power_watts = 312.5
+    model = from_readings([node])
+    assert model.gpus.power_watts[0] == 312.5 and np.isnan(model.gpus.power_watts[1])
+    snapshot.save(model, tmp_path / "s.json")
+    again = snapshot.load(tmp_path / "s.json")
+    assert again.gpus.power_watts[0] == 312.5 and np.isnan(again.gpus.power_watts[1])
+
+
 def test_sim_fractions_reach_the_model() -> None:
     from exporter.sim import SimFleet
 

@@ -18,13 +18,19 @@ T0 = 1_000_000.0
 STEP = 1800.0
 
 
-def model(history: bool = True):
+def model(history: bool = True, watts: float | None = None):
     """One A100 node: `idle2` (2 GPUs) idle for the last 3 h, `busy` busy, `idle-pinned`
     idle but not migratable, `short-idle` idle for only the last half hour."""
     b = ModelBuilder()
     b.add_node("n1", rack="r1", gpu_model="NVIDIA A100-SXM4-80GB")
     for i in range(8):
-        b.add_gpu("n1", i, memory_total_bytes=80 * 2**30, utilization_ratio=0.9 if i == 2 else 0.0)
+        b.add_gpu(
+            "n1",
+            i,
+            memory_total_bytes=80 * 2**30,
+            utilization_ratio=0.9 if i == 2 else 0.0,
+            power_watts=np.nan if watts is None else watts,
+        )
     b.add_allocation(
         "idle2", num_gpu=2, node="n1", gpus=[0, 1], tenant="rnd", start_time=T0 - 86400
     )
@@ -91,6 +97,13 @@ def test_threshold_window_priority_and_power() -> None:
     # work above max_priority is protected
     capped = plan_reclaim(m, None, ReclaimSettings(max_priority=-1))
     assert not capped.actions and len(capped.extra["protected"]) == 2
+
+
+def test_power_observed_by_the_model_is_used_without_being_passed() -> None:
+    plan = plan_reclaim(model(watts=90.0), None, ReclaimSettings(min_idle_s=2 * 3600))
+    row = next(r for r in plan.extra["idle"] if r["alloc"] == "idle2")
+    assert row["power_source"] == "observed power"
+    assert row["energy_kwh"] == pytest.approx(2 * 90.0 * 2.5 / 1000)
 
 
 def test_without_history_nothing_is_long_idle() -> None:
