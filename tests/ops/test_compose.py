@@ -21,14 +21,14 @@ def compose() -> dict:
     return yaml.safe_load(COMPOSE.read_text())
 
 
-def docker_compose(*args: str) -> subprocess.CompletedProcess:
+def docker_compose(*args: str, file: Path = COMPOSE) -> subprocess.CompletedProcess:
     path = shutil.which("docker-compose")
     if path is None:
         pytest.fail(
             "docker-compose is missing: apt-get install --no-install-recommends docker-compose"
         )
     return subprocess.run(
-        [path, "-f", str(COMPOSE), *args], capture_output=True, text=True, timeout=60, cwd=ROOT
+        [path, "-f", str(file), *args], capture_output=True, text=True, timeout=60, cwd=ROOT
     )
 
 
@@ -44,12 +44,7 @@ def test_docker_compose_rejects_an_unknown_key(tmp_path):
     broken["services"]["prometheus"]["portz"] = ["9090:9090"]
     path = tmp_path / "compose.yaml"
     path.write_text(yaml.safe_dump(broken))
-    result = subprocess.run(
-        [shutil.which("docker-compose") or "docker-compose", "-f", str(path), "config", "-q"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    result = docker_compose("config", "-q", file=path)
     assert result.returncode != 0 and "portz" in result.stderr
 
 
