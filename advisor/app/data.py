@@ -45,6 +45,7 @@ STATE_LABELS: dict[str, str] = {
     "busy": "allocated, busy",
     "allocated_idle": "allocated, idle",
     "unhealthy": "unhealthy / unavailable",
+    "reserved": "reserved (planned)",
 }
 
 

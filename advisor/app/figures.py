@@ -23,6 +23,7 @@ STATE_COLORS: dict[str, str] = {
     "busy": "#1f77b4",
     "allocated_idle": "#ff7f0e",
     "unhealthy": "#d62728",
+    "reserved": "#9467bd",  # planned states only (Actions page): held for a goal job
 }
 COLOR_BY: dict[str, str] = {
     "state": "State",
@@ -163,8 +164,13 @@ def fleet_heatmap(frame: pd.DataFrame, color_by: str = "state") -> go.Figure:
     texts = np.full(grid.cell.shape, "", dtype=object)
     texts[present] = np.array(hover_texts(frame), dtype=object)[grid.cell[present]]
     if color_by == "state":
-        z[present] = frame["state_code"].to_numpy()[grid.cell[present]]
+        # the contract's four states always; app-only ones (reserved) only when present
         names = sorted(GPU_STATE_CODES, key=GPU_STATE_CODES.get)
+        names += [
+            name for name in STATE_COLORS if name not in names and name in set(frame["state"])
+        ]
+        position = {name: i for i, name in enumerate(names)}
+        z[present] = frame["state"].map(position).to_numpy(dtype=float)[grid.cell[present]]
         n = len(names)
         scale = []
         for i, name in enumerate(names):

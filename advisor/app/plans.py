@@ -238,6 +238,21 @@ def planned_idle(model: ClusterModel) -> np.ndarray:
     return np.zeros(len(model.gpus), dtype=bool)
 
 
+def planned_frame(model: ClusterModel) -> pd.DataFrame:
+    """`data.gpu_frame` of a planned state: allocated = busy, and GPUs held by a reservation
+    (the room made for the goal job) as their own state, so the after-heatmap shows them."""
+    from advisor.app.data import gpu_frame
+    from advisor.planner.check import RESERVATION_QOS
+
+    frame = gpu_frame(model, planned_idle(model))
+    places = model.placements
+    held = np.zeros(len(model.gpus), dtype=bool)
+    reserved = model.allocations.qos[places.alloc] == RESERVATION_QOS
+    held[places.gpu[reserved]] = True
+    frame.loc[held, "state"] = "reserved"
+    return frame
+
+
 # --------------------------------------------------------------------------- export
 
 

@@ -96,3 +96,20 @@ def test_commands_cover_every_kind() -> None:
     assert "ReservationName=gpu-defrag-goal-1" in slurm and "Nodes=n1 TRES=gres/gpu=2" in slurm
     assert "scancel idle" in slurm
     assert "sacctmgr modify account borrower set GrpTRES=gres/gpu=<limit+8>" in slurm
+
+
+def test_after_heatmap_shows_the_held_gpus() -> None:
+    model = load_source(SOURCE)
+    plan = plans.consolidation_plan(model, parse_goal("job=5x8"), Policy())
+    outcome = plans.replay(model, plan, range(1, len(plan.actions) + 1), Policy())
+    frame = plans.planned_frame(outcome.after)
+    held = sum(len(a.dst.gpus) for a in plan.actions if a.kind == "reserve")
+    assert (frame["state"] == "reserved").sum() == held == 40
+    from advisor.app import figures
+
+    fig = figures.fleet_heatmap(frame)
+    assert "reserved (planned)" in fig.data[0].colorbar.ticktext
+    assert (
+        "reserved (planned)"
+        not in figures.fleet_heatmap(plans.planned_frame(model)).data[0].colorbar.ticktext
+    )

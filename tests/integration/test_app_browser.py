@@ -139,13 +139,15 @@ def test_page_renders_without_exception(
     app_url: str, browser, path: str, title: str, drawn: list[str]
 ) -> None:
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    shot = SHOTS / f"{title.lower().replace('-', '')}.png"
     try:
         page.goto(app_url + path, wait_until="domcontentloaded")
         page.wait_for_selector(f'h1:has-text("{title}")', timeout=60_000)
         # the script run is over when the status widget ("Running...") is gone
         page.wait_for_selector('[data-testid="stStatusWidget"]', state="detached", timeout=60_000)
         for selector in drawn:
-            page.wait_for_selector(selector, timeout=30_000)
+            page.wait_for_selector(selector, timeout=60_000)
         # lazily loaded elements show grey skeletons until their code has arrived
         page.wait_for_function(
             "() => !document.querySelector('[data-testid=\"stSkeleton\"]')", timeout=30_000
@@ -153,10 +155,11 @@ def test_page_renders_without_exception(
         page.wait_for_timeout(500)  # let lazy grids finish painting
         assert page.locator('[data-testid="stException"]').count() == 0
         assert page.locator('[data-testid="stAlertContentError"]').count() == 0
-        SHOTS.mkdir(parents=True, exist_ok=True)
-        shot = SHOTS / f"{title.lower().replace('-', '')}.png"
         page.screenshot(path=str(shot), full_page=True)
         assert shot.stat().st_size > 20_000  # a drawn page, not a blank header
+    except Exception:
+        page.screenshot(path=str(shot.with_suffix(".failed.png")), full_page=True)
+        raise
     finally:
         page.close()
 

@@ -107,11 +107,12 @@ st.subheader("Before and after")
 st.dataframe(outcome.table, hide_index=True, key="compare_table")
 st.caption(
     "Measures after the selected moves (reserved GPUs are the room made for the goal job, so "
-    "they count as free here); the heatmaps show planned allocations, reservations included."
+    "they count as free here). Heatmaps: allocations as planned, GPUs held for the goal job "
+    "in purple; no utilization is predicted, so nothing shows as idle."
 )
 before_col, after_col = st.columns(2)
-before_frame = data.gpu_frame(model, plans.planned_idle(model))
-after_frame = data.gpu_frame(outcome.after, plans.planned_idle(outcome.after))
+before_frame = plans.planned_frame(model)
+after_frame = plans.planned_frame(outcome.after)
 with before_col:
     st.markdown("**Before**")
     st.plotly_chart(figures.fleet_heatmap(before_frame), key="before_heatmap")
