@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from pathlib import Path
 from typing import IO, Any
 
 import numpy as np
 
 from advisor.model import MILLI, UNKNOWN_ISLAND, ClusterModel, ModelBuilder, ModelError
+from exporter.files import write_text_atomic
 
 SCHEMA = "gpu-defrag.snapshot"
 VERSION = 1
@@ -144,18 +144,9 @@ def dump(model: ClusterModel, stream: IO[str]) -> None:
 
 
 def save(model: ClusterModel, path: str | Path) -> None:
-    """Write atomically: a temporary file beside `path`, renamed over it once complete, so a
-    failure (disk full, a value JSON cannot hold) never leaves half a snapshot behind."""
-    text = dumps(model)
-    target = Path(path)
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")  # same directory: rename is atomic
-    try:
-        with open(tmp, "w", encoding="utf-8") as stream:
-            stream.write(text)
-        os.replace(tmp, target)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    """Write atomically: a failure (disk full, a value JSON cannot hold) never leaves half a
+    snapshot behind, and an existing file stays as it was."""
+    write_text_atomic(path, dumps(model))
 
 
 # --------------------------------------------------------------------------- reading

@@ -23,6 +23,7 @@ from pathlib import Path
 import yaml
 
 from alerts.config import load_config, seconds
+from exporter.files import write_text_atomic
 
 ROOT = Path(__file__).resolve().parent.parent
 ALERTS_FILE = ROOT / "alerts" / "prometheus_alerts.yaml"
@@ -526,7 +527,7 @@ def main(argv: list[str] | None = None) -> int:
                 stale.append(str(path.relative_to(ROOT)))
         else:
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(text)
+            write_text_atomic(path, text)
     if stale:
         print("out of date, run `python -m alerts.generate`: " + ", ".join(stale), file=sys.stderr)
         return 1

@@ -41,6 +41,7 @@ from dashboards.grafana import (
     timeseries,
     value_mappings,
 )
+from exporter.files import write_text_atomic
 
 OUT_DIR = Path(__file__).resolve().parent / "json"
 TAG = "gpu-defrag"
@@ -1195,7 +1196,7 @@ def main(argv: list[str] | None = None) -> int:
             if not path.exists() or path.read_text() != text:
                 stale.append(name)
         else:
-            path.write_text(text)
+            write_text_atomic(path, text)
     if stale:
         print(
             "out of date, run `python -m dashboards.generate`: " + ", ".join(stale), file=sys.stderr
