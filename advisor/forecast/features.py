@@ -95,5 +95,6 @@ def build(
     cols["hour"] = np.repeat(tod[:, None], n_series, axis=1)
     cols["dow"] = np.repeat(np.asarray(target_time.day_of_week, float)[:, None], n_series, axis=1)
     names = list(cols)
-    X = np.stack([cols[n] for n in names], axis=-1)
+    # Missing history (start of data, masked stretches) reads as "no change"; `stale` flags it.
+    X = np.nan_to_num(np.stack([cols[n] for n in names], axis=-1), nan=0.0, posinf=0.0, neginf=0.0)
     return X, names, last, s

@@ -28,13 +28,10 @@ def hourly_idle(panel: Panel) -> tuple[np.ndarray, np.ndarray, pd.DatetimeIndex]
 
 
 def window_min(idle: np.ndarray, w: int) -> np.ndarray:
-    """m[t] = min idle over rows t+1 … t+w (NaN if any is masked or beyond the data)."""
-    out = np.full_like(idle, np.nan, dtype=float)
-    n = len(idle)
-    for t in range(n - w):
-        seg = idle[t + 1 : t + 1 + w]
-        out[t] = np.min(seg) if np.isfinite(seg).all() else np.nan
-    return out
+    """m[t] = min idle over rows t+1 … t+w per series (NaN if any is masked or beyond the data)."""
+    ahead = pd.DataFrame(idle).shift(-1)[::-1]
+    # rolling min with min_periods=w is NaN when any point in the window is NaN or missing
+    return ahead.rolling(w, min_periods=w).min()[::-1].to_numpy()
 
 
 def _past_min(idle: np.ndarray, w: int) -> np.ndarray:
@@ -63,7 +60,7 @@ class IdleModel:
 
     def __init__(self, w: int, risk: float = 0.05, seed: int = 0) -> None:
         self.w, self.risk, self.seed = w, risk, seed
-        self.offset = 0.0
+        self.offset: float | np.ndarray = 0.0
         self._model = None
         self._cache = None
 
@@ -106,18 +103,64 @@ class IdleModel:
             np.floor(base + self.offset * s), 0, np.where(np.isfinite(capf), capf, np.inf)
         )
 
-    def calibrate(self, idle, cap, times, origins) -> float:
-        """Largest offset (in units of scale) with violations ≤ risk on these (training) origins."""
+    def calibrate(self, idle, cap, times, origins) -> np.ndarray:
+        """Per series, the largest offset (in units of scale) whose violation share on these
+        (training) origins stays ≤ risk; pools differ too much for one shared offset."""
         truth = window_min(idle, self.w)[origins]
         base, s = self.raw(idle, cap, times, origins)
         ok = np.isfinite(truth)
-        best = -1.0
+        best = np.full(idle.shape[1], -1.0)
         for off in np.linspace(-0.5, 0.5, 201):
             r = np.maximum(np.floor(base + off * s), 0)
-            if np.mean(r[ok] > truth[ok]) <= self.risk:
-                best = off
+            viol = np.where(ok, r > truth, False).sum(axis=0) / np.maximum(ok.sum(axis=0), 1)
+            best = np.where(viol <= self.risk, off, best)
         self.offset = best
         return best
+
+
+OFFSETS = np.linspace(-0.6, 0.2, 161)  # additive, in units of scale (capacity)
+FACTORS = np.linspace(0.0, 1.0, 101)  # multiplicative, on the past-W minimum
+
+
+def candidate_bases(idle, cap, times, origins, w, model: IdleModel | None) -> dict[str, np.ndarray]:
+    """Unadjusted release levels per rule (all causal); calibration then lowers them per series."""
+    ffi = feat.ffill(idle)
+    bases = {
+        "past_min+offset": _past_min(ffi, w)[origins],
+        "past_min_yesterday+offset": baseline_release(idle, w, "min_past_w_and_yesterday")[origins],
+        "past_min*factor": _past_min(ffi, w)[origins],
+    }
+    if model is not None and model._model is not None:
+        bases["gbm_quantile+offset"] = model.raw(idle, cap, times, origins)[0]
+    return bases
+
+
+def apply_rule(rule: str, base: np.ndarray, scale: np.ndarray, param) -> np.ndarray:
+    if rule.endswith("*factor"):
+        return np.maximum(np.floor(base * param), 0)
+    return np.maximum(np.floor(base + param * scale), 0)
+
+
+def calibrate_rules(bases, scale, truth, risk):
+    """Per series: for each rule the parameter with the most capture at violations ≤ risk, then
+    the rule with the most capture. Returns (rule per series, parameter per series)."""
+    ok = np.isfinite(truth)
+    n_series = truth.shape[1]
+    best_rule = ["past_min*factor"] * n_series
+    best_param = np.zeros(n_series)
+    best_capture = np.full(n_series, -1.0)
+    for rule, base in bases.items():
+        grid = FACTORS if rule.endswith("*factor") else OFFSETS
+        for param in grid:
+            r = apply_rule(rule, base, scale, param)
+            viol = np.where(ok, r > truth, False).sum(axis=0) / np.maximum(ok.sum(axis=0), 1)
+            cap_ = np.where(ok, np.minimum(r, truth), 0).sum(axis=0) / np.maximum(
+                np.where(ok, truth, 0).sum(axis=0), 1e-9
+            )
+            better = (viol <= risk) & (cap_ > best_capture + 1e-9)
+            for j in np.flatnonzero(better):
+                best_rule[j], best_param[j], best_capture[j] = rule, param, cap_[j]
+    return best_rule, best_param
 
 
 def backtest(
@@ -130,7 +173,9 @@ def backtest(
 ) -> pd.DataFrame:
     """Hourly release decisions over the test window for the advisor and the baseline rules.
 
-    The model is refit every `refit_every` origins (weekly by default; the protocol allows daily).
+    The advisor picks, per series, a release rule and its safety parameter on the last
+    `CALIBRATION_DAYS` of the training part (violation budget risk × `CALIBRATION_MARGIN`), then
+    applies it unchanged to the test part; its model is refit every `refit_every` origins.
     """
     from advisor.forecast.rolling import test_window
 
@@ -144,23 +189,28 @@ def backtest(
     )
     origins = test_window(hourly, test_from, test_to)
     start = int(origins[0])
+    scale = feat.scale_of(idle, cap)
     rows = []
     for w in windows:
         truth = window_min(idle, w)
         ok = origins + w < len(idle)
         o = origins[ok]
         decisions = {rule: baseline_release(idle, w, rule)[o] for rule in BASELINE_RULES}
-        # Calibrate on the last 14 days of training with a model that has not seen them, to
-        # half the budget: week-to-week drift roughly doubles violation rates out of sample.
         val = np.arange(max(48, start - CALIBRATION_DAYS * 24 - w), start - w)
-        model = IdleModel(w, risk * CALIBRATION_MARGIN).fit(idle, cap, times, int(val[0]) - w)
-        offset = model.calibrate(idle, cap, times, val)
+        model = IdleModel(w, risk).fit(idle, cap, times, int(val[0]) - w)
+        bases = candidate_bases(idle, cap, times, val, w, model)
+        rule, param = calibrate_rules(bases, scale[val], truth[val], risk * CALIBRATION_MARGIN)
         adv = np.empty((len(o), idle.shape[1]))
         for i in range(0, len(o), refit_every):
             block = o[i : i + refit_every]
             model.fit(idle, cap, times, int(block[0]))
-            adv[i : i + len(block)] = model.release(idle, cap, times, block)
-        decisions["advisor"] = adv
+            b = candidate_bases(idle, cap, times, block, w, model)
+            for j in range(idle.shape[1]):
+                adv[i : i + len(block), j] = apply_rule(
+                    rule[j], b[rule[j]][:, j], scale[block, j], param[j]
+                )
+        capf = feat.ffill(cap)[o]
+        decisions["advisor"] = np.minimum(adv, np.where(np.isfinite(capf), capf, np.inf))
         for name, rel in decisions.items():
             for j, s in enumerate(panel.series):
                 sc = M.release_scores(rel[:, j], truth[o, j])
@@ -172,35 +222,44 @@ def backtest(
                         "model": name,
                         **sc,
                         "mean_idle": float(np.nanmean(truth[o, j])),
-                        "offset": offset if name == "advisor" else np.nan,
+                        "params": f"{rule[j]}={param[j]:.3f}" if name == "advisor" else "",
                     }
                 )
     return pd.DataFrame(rows)
 
 
 def idle_windows(panel: Panel, windows=(1, 4, 8), risk: float = 0.05) -> pd.DataFrame:
-    """Live use: units safe to release now for each series and window, fitted on all history."""
+    """Live use: units safe to release now per series and window (rule calibrated on history)."""
     idle, cap, times = hourly_idle(panel)
     last = len(idle) - 1
+    scale = feat.scale_of(idle, cap)
+    now = np.array([last])
     out = []
     for w in windows:
-        model = IdleModel(w, risk * CALIBRATION_MARGIN)
-        if last - 2 * w - CALIBRATION_DAYS * 24 > 48:
-            val = np.arange(last - CALIBRATION_DAYS * 24 - w, last - w)
-            model.fit(idle, cap, times, int(val[0]) - w)
-            model.calibrate(idle, cap, times, val)
-            model.fit(idle, cap, times, last)
-            rel = model.release(idle, cap, times, np.array([last]))[0]
+        truth = window_min(idle, w)
+        val = np.arange(max(48, last - CALIBRATION_DAYS * 24 - w), last - w + 1)
+        model = None
+        if int(val[0]) - w > 7 * 24:
+            model = IdleModel(w, risk).fit(idle, cap, times, int(val[0]) - w)
+        if len(val) >= 24:
+            bases = candidate_bases(idle, cap, times, val, w, model)
+            rule, param = calibrate_rules(bases, scale[val], truth[val], risk * CALIBRATION_MARGIN)
         else:
-            rel = baseline_release(idle, w, "half_min_past_w")[last]
+            rule, param = ["past_min*factor"] * idle.shape[1], np.full(idle.shape[1], 0.5)
+        if model is not None:
+            model.fit(idle, cap, times, last)
+        b = candidate_bases(idle, cap, times, now, w, model)
         for j, s in enumerate(panel.series):
+            base = b.get(rule[j], b["past_min*factor"])
+            rel = apply_rule(rule[j], base[:, j], scale[now, j], param[j])[0]
             out.append(
                 {
                     "series": s,
                     "window_h": w,
                     "risk": risk,
-                    "release": float(rel[j]),
+                    "release": float(min(rel, np.nan_to_num(feat.ffill(cap)[last, j], nan=np.inf))),
                     "current_idle": float(feat.ffill(idle)[last, j]),
+                    "rule": rule[j],
                     "as_of": times[last],
                 }
             )

@@ -206,7 +206,7 @@ class GradientBoosting(Forecaster):
 
     name = "gbm"
 
-    def __init__(self, quantiles=(0.1, 0.9), max_iter: int = 150, seed: int = 0) -> None:
+    def __init__(self, quantiles=(0.1, 0.9), max_iter: int = 80, seed: int = 0) -> None:
         super().__init__()
         self.quantiles = tuple(quantiles)
         self.max_iter, self.seed = max_iter, seed
@@ -229,7 +229,7 @@ class GradientBoosting(Forecaster):
         return HistGradientBoostingRegressor(
             **loss,
             max_iter=self.max_iter,
-            learning_rate=0.05,
+            learning_rate=0.1,
             max_leaf_nodes=15,
             min_samples_leaf=40,
             l2_regularization=1.0,
@@ -313,15 +313,20 @@ class Linear(GradientBoosting):
 
 
 class Combination(Forecaster):
-    """Equal-weight mean of member forecasts: combinations are hard to beat on noisy series."""
+    """Equal-weight mean of member forecasts: combinations are hard to beat on noisy series.
 
-    def __init__(self, members: list[Forecaster], name: str) -> None:
+    With `shared=True` the members are already fitted at the same `until` (the backtest fits each
+    model once per block and reuses it here), so only the combination's own errors are computed.
+    """
+
+    def __init__(self, members: list[Forecaster], name: str, shared: bool = False) -> None:
         super().__init__()
-        self.members, self.name = members, name
+        self.members, self.name, self.shared = members, name, shared
 
     def _fit(self, y, cap, times, until, horizons):
-        for m in self.members:
-            m._fit(y, cap, times, until, horizons)
+        if not self.shared:
+            for m in self.members:
+                m._fit(y, cap, times, until, horizons)
 
     def _point(self, y, cap, times, origins, horizon):
         return np.mean([m._point(y, cap, times, origins, horizon) for m in self.members], axis=0)
@@ -336,8 +341,13 @@ BASELINES = (
 )
 
 
-def make(name: str, quantiles=(0.1, 0.9)) -> Forecaster:
-    """Build a fresh forecaster by its reported name."""
+COMBO_MEMBERS = ("naive", "linear", "gbm")
+
+
+def make(name: str, quantiles=(0.1, 0.9), fitted: dict | None = None) -> Forecaster:
+    """Build a fresh forecaster by its reported name (`fitted`: members a combination may reuse)."""
+    if name == "combo" and fitted and all(m in fitted for m in COMBO_MEMBERS):
+        return Combination([fitted[m] for m in COMBO_MEMBERS], "combo", shared=True)
     if name == "naive":
         return Naive()
     if name.startswith("seasonal_naive_"):

@@ -168,6 +168,8 @@ def _summary(used, total, active, lack, change) -> dict:
     }
 
 
+TUNE_MARGIN = 0.5
+CES_GRID = {"buffer": (16, 18, 20, 22, 24, 26, 28, 30), "keep": (10, 20)}
 BAND_GRID = {"q": (0.9, 0.95, 0.98), "k": (6, 18), "buffer": (0, 5, 10, 15), "hysteresis": (3, 10)}
 
 
@@ -229,9 +231,29 @@ def replay(
             ces_replay(u, tot, np.nan_to_num(f1, nan=u), np.nan_to_num(f2, nan=u), p),
         )
 
-    # The advisor's own policy, tuned on the last `tune_days` of training only.
+    # The advisor's own policy, tuned on the last `tune_days` of training only, with a margin:
+    # the shortfall budget on training is `TUNE_MARGIN` × the target, since out of sample it rises.
     tune = np.arange(start - tune_days * 24 * SPH, start)
     tune_fit = int(tune[0]) - 1
+    budget = max_shortfalls * TUNE_MARGIN
+    capf = total_s.to_numpy(float)
+    t1 = PathModel("mean", p.future).fit(used_f, capf, times, tune_fit)
+    t2 = PathModel("mean", 2 * p.future).fit(used_f, capf, times, tune_fit)
+    tf1, tf2 = t1.predict(used_f, capf, times, tune), t2.predict(used_f, capf, times, tune)
+    best, best_score = CES(), -np.inf
+    for buffer in CES_GRID["buffer"]:
+        for keep in CES_GRID["keep"]:
+            cand = CES(buffer=buffer, keep=keep)
+            r = ces_replay(used_i[tune], total_i[tune], tf1, tf2, cand)
+            if r["shortfalls_per_day"] <= budget and r["pct_node_hours_off"] > best_score:
+                best, best_score = cand, r["pct_node_hours_off"]
+    f1, f2 = forecasts["advisor"]
+    add(
+        "advisor",
+        "ces_tuned",
+        ces_replay(u, tot, f1, f2, best),
+        params=f"buffer={best.buffer},keep={best.keep}",
+    )
     for empirical, name in ((False, "advisor"), (True, "naive")):
         best, best_score = None, -np.inf
         for q in BAND_GRID["q"]:

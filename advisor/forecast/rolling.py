@@ -51,11 +51,16 @@ def rolling_forecasts(
     quantiles = tuple(sorted(set(quantiles) | {0.5}))
     rows = []
     blocks = [origins[i : i + refit_every] for i in range(0, len(origins), refit_every)]
-    for name in model_names:
-        model = make(name, quantiles)
-        for block in blocks:
-            until = int(block[0])
-            model.fit(y, cap, times, until, horizons)
+    # Members of a combination come first so the combination can reuse them, fitted, per block.
+    order = sorted(model_names, key=lambda n: n == "combo")
+    for block in blocks:
+        until = int(block[0])
+        fitted: dict = {}
+        for name in order:
+            model = make(name, quantiles, fitted).fit(y, cap, times, until, horizons)
+            fitted[name] = model
+        for name in model_names:
+            model = fitted[name]
             for h in horizons:
                 ok = block + h < len(y)
                 if max_target is not None:
@@ -80,18 +85,31 @@ def rolling_forecasts(
     return pd.concat(rows, ignore_index=True) if rows else pd.DataFrame()
 
 
+def validation_days(test_start: int, min_fit_days: int = 14, most: int = 21, least: int = 5) -> int:
+    """As many trailing training days as possible (≤ `most`) while leaving `min_fit_days` to fit on."""
+    return int(max(least, min(most, test_start // 24 - min_fit_days)))
+
+
 def select(
-    panel: Panel, horizons, quantiles, test_start: int, val_days: int = 7, candidates=CANDIDATES
+    panel: Panel,
+    horizons,
+    quantiles,
+    test_start: int,
+    val_days: int | None = None,
+    candidates=CANDIDATES,
+    refit_every: int = 72,
 ) -> pd.DataFrame:
-    """Pick a model per series × horizon by MAE on the last `val_days` of the training part only.
+    """Pick a model per series × horizon by MAE on the trailing days of the training part only.
 
     Every validation target lies before `test_start`; a candidate must beat naive by ≥ 1 % MAE to be
     chosen (ties go to the simpler model), so noise in a short window does not pick a worse model.
+    Refits every `refit_every` origins (every 3 days by default, to keep selection cheap).
     """
+    val_days = val_days or validation_days(test_start)
     lo = max(24 * 8, test_start - val_days * 24 - max(horizons))
     origins = np.arange(lo, test_start)
     fc = rolling_forecasts(
-        panel, candidates, horizons, quantiles, origins, max_target=test_start - 1
+        panel, candidates, horizons, quantiles, origins, refit_every, max_target=test_start - 1
     )
     scores = (
         fc.assign(err=(fc["point"] - fc["actual"]).abs())

@@ -39,3 +39,13 @@ def test_release_scores_by_hand():
     assert s["capture"] == pytest.approx(100 * (4 + 3 + 0) / 12)
     assert s["violation_rate"] == pytest.approx(100 / 3)
     assert s["mean_shortfall"] == pytest.approx(1 / 3)
+
+
+def test_window_min_is_per_series_and_masks_gaps():
+    from advisor.forecast.idle import window_min
+
+    idle = np.array([[5.0, 1.0], [3.0, 2.0], [4.0, np.nan], [6.0, 7.0]])
+    m = window_min(idle, 2)
+    np.testing.assert_array_equal(m[0], [3.0, np.nan])
+    np.testing.assert_array_equal(m[1], [4.0, np.nan])
+    assert np.isnan(m[2]).all() and np.isnan(m[3]).all()

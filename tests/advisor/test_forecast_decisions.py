@@ -1,0 +1,83 @@
+"""Idle-window rules, job-end prediction and the power-down replay on small hand-made inputs."""
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from advisor.forecast import idle, jobs, powerdown
+
+
+def test_baseline_release_rules_are_causal_and_as_defined():
+    x = np.array([[10.0], [8.0], [12.0], [6.0], [9.0]])
+    past = idle.baseline_release(x, 2, "min_past_w")
+    np.testing.assert_array_equal(past[:, 0], [10, 8, 8, 6, 6])
+    np.testing.assert_array_equal(
+        idle.baseline_release(x, 2, "half_min_past_w")[:, 0], [5, 4, 4, 3, 3]
+    )
+    z = x.copy()
+    z[3:] = 0  # the future must not change decisions at t = 2
+    assert idle.baseline_release(z, 2, "min_past_w")[2, 0] == past[2, 0]
+
+
+def test_idle_backtest_releases_within_budget_on_a_steady_pool():
+    rng = np.random.default_rng(1)
+    idx = pd.date_range("2024-01-01", periods=60 * 24 * 30, freq="min")
+    used = np.clip(40 + np.cumsum(rng.normal(0, 0.05, len(idx))), 0, 64).round()
+    from advisor.forecast.io import Panel
+
+    p = Panel(
+        pd.DataFrame({"pool": used}, index=idx),
+        pd.DataFrame({"pool": 64.0}, index=idx),
+        "t",
+        pd.Timestamp("2024-01-24"),
+        pd.Timestamp("2024-01-30"),
+    )
+    d = idle.backtest(p, windows=(1,), risk=0.05)
+    adv = d[d.model == "advisor"].iloc[0]
+    assert adv["violation_rate"] <= 10
+    assert adv["capture"] > d[d.model == "half_min_past_w"].iloc[0]["capture"]
+
+
+def test_job_end_quantiles_condition_on_elapsed_time_and_fall_back_to_all_jobs():
+    history = pd.concat(
+        [
+            pd.DataFrame({"duration_h": np.arange(1, 101, dtype=float), "tenant": "a", "gpus": 8}),
+            pd.DataFrame({"duration_h": [500.0, 600.0], "tenant": "b", "gpus": 8}),
+        ]
+    )
+    running = pd.DataFrame(
+        {
+            "job": ["j1", "j2", "j3"],
+            "elapsed_h": [0.0, 90.0, 1.0],
+            "tenant": ["a", "a", "b"],
+            "gpus": 8,
+        }
+    )
+    out = jobs.predict_job_end(running, history, min_jobs=5).set_index("job")
+    # j1: all 100 jobs of group a outlive 0 h; median of 1..100 is 50.5
+    assert out.loc["j1", "basis"] == "('a', 8)"
+    assert out.loc["j1", "remaining_q0.5"] == pytest.approx(50.5)
+    # j2: 10 jobs of group a outlive 90 h (91..100): the remaining median is 95.5 − 90
+    assert out.loc["j2", "n"] == 10
+    assert out.loc["j2", "remaining_q0.5"] == pytest.approx(5.5)
+    assert out.loc["j2", "remaining_q0.1"] <= 5.5 <= out.loc["j2", "remaining_q0.9"]
+    # j3: group b has only 2 jobs, fewer than min_jobs: fall back to all 102 jobs
+    assert out.loc["j3", "basis"] == "all" and out.loc["j3", "n"] == 101
+
+
+def test_ces_skeleton_counts_shortfalls_and_savings():
+    used = np.array([100] * 10 + [150] + [100] * 9)
+    total = np.full(20, 200)
+    flat = used.astype(float)
+    r = powerdown.ces_replay(used, total, flat, flat, powerdown.CES(buffer=20, keep=2))
+    assert r["shortfall_steps"] == 1  # the jump of 50 > buffer 20
+    assert r["short_node_steps"] == 30
+    assert 0 < r["pct_node_hours_off"] < 50
+    big = powerdown.ces_replay(used, total, flat, flat, powerdown.CES(buffer=60, keep=2))
+    assert big["shortfall_steps"] == 0 and big["pct_node_hours_off"] < r["pct_node_hours_off"]
+
+
+def test_path_targets():
+    u = np.array([1.0, 2, 3, 4])
+    np.testing.assert_allclose(powerdown.path_mean(u, 2)[:3], [1.5, 2.5, 3.5])
+    np.testing.assert_allclose(powerdown.future_max(u, 2)[:2], [3, 4])
