@@ -307,6 +307,7 @@ class Receivers:
 
     def __init__(self, inst: Instance, blocked: np.ndarray) -> None:
         self.inst = inst
+        self.blocked = blocked
         self.free = np.where(blocked | ~inst.usable, 0, inst.free)
         model = inst.model
         self.cpu = model.node_cpu_free.copy()
@@ -330,6 +331,13 @@ class Receivers:
         if key not in self._masks:
             self._masks[key] = target_nodes_mask(inst, t)
         return self._masks[key]
+
+    def recount(self, node: int) -> None:
+        """Recompute the whole-free-GPU counts of `node` after its free milli changed."""
+        gpus = self.inst.node_gpus(node)
+        self.whole[node] = 0
+        is_whole = self.free[gpus] == MILLI
+        np.add.at(self.whole[node], self.inst.unit_of_gpu[gpus][is_whole], 1)
 
     def place(self, t: int) -> np.ndarray | None:
         """GPU rows for task `t` (best fit), consumed; None if nothing fits."""
@@ -386,13 +394,92 @@ def replace_tasks(
     )
     out: dict[int, np.ndarray] = {}
     failed: list[int] = []
+    fixed = set(evict)  # tasks that already move (or are being moved) are not relocated again
     for t in order:
         gpus = receivers.place(t)
+        if gpus is None and inst.task_whole[t]:
+            repaired = make_room(receivers, t, fixed)
+            if repaired is not None:
+                gpus, relocated = repaired
+                out.update(relocated)
+                fixed |= set(relocated)
         if gpus is None:
             failed.append(t)
         else:
             out[t] = gpus
     return out, failed
+
+
+def make_room(
+    receivers: Receivers, t: int, fixed: set[int], tries: int = 24
+) -> tuple[np.ndarray, dict[int, np.ndarray]] | None:
+    """A home for whole task `t` made by relocating a few small tasks first (a chain: they
+    move out, then `t` moves into the GPUs they left; `order_moves` puts them in that order).
+    Nodes are tried by how few GPUs are missing and how cheap the tasks holding them are."""
+    inst = receivers.inst
+    k = len(inst.task_gpus[t])
+    row = int(inst.task_rows[t])
+    allocs = inst.model.allocations
+    ok = receivers._mask(t)
+    ok &= ~(receivers.cpu < float(np.nan_to_num(allocs.cpu_milli[row])))
+    ok &= ~(receivers.mem < float(np.nan_to_num(allocs.memory_mib[row])))
+    candidates = []
+    for node in np.flatnonzero(ok).tolist():
+        gpus = inst.node_gpus(node)
+        local = inst.policy.island_locality and 1 < k <= int(inst.island_size[node])
+        groups = [gpus[inst.unit_of_gpu[gpus] == u] for u in np.unique(inst.unit_of_gpu[gpus])]
+        for group in groups if local else [gpus]:
+            free = group[receivers.free[group] == MILLI]
+            missing = k - len(free)
+            if missing <= 0 or len(group) < k:
+                continue
+            # GPUs that can be cleared: unchanged since the start, held only by movable tasks
+            # that nobody moves yet
+            clearable = []
+            for g in group.tolist():
+                holders = inst.gpu_tasks[g]
+                changed = receivers.free[g] != inst.free[g]
+                if receivers.blocked[g] or receivers.free[g] == MILLI or changed or not holders:
+                    continue
+                if all(inst.task_movable[h] and h not in fixed for h in holders):
+                    clearable.append((sum(inst.task_score[h] for h in holders), g))
+            if len(clearable) < missing:
+                continue
+            clearable.sort()
+            take = [g for _, g in clearable[:missing]]
+            movers = sorted({h for g in take for h in inst.gpu_tasks[g]})
+            cost = sum(inst.task_score[h] for h in movers)
+            candidates.append((missing, cost, node, take, movers))
+    candidates.sort(key=lambda c: (c[1], c[0], c[2]))
+    for _, _, node, _take, movers in candidates[:tries]:
+        saved = (
+            receivers.free.copy(),
+            receivers.whole.copy(),
+            receivers.cpu.copy(),
+            receivers.mem.copy(),
+        )
+        here = inst.node_gpus(node)
+        receivers.free[here] = 0  # relocated tasks go elsewhere, not back onto this node
+        receivers.recount(node)
+        relocated: dict[int, np.ndarray] = {}
+        for h in movers:
+            gpus = receivers.place(h)
+            if gpus is None:
+                break
+            relocated[h] = gpus
+        if len(relocated) == len(movers):
+            receivers.free[here] = saved[0][here]
+            for h in movers:
+                hrow = int(inst.task_rows[h])
+                receivers.free[inst.task_gpus[h]] += int(inst.task_milli[h])
+                receivers.cpu[node] += float(np.nan_to_num(allocs.cpu_milli[hrow]))
+                receivers.mem[node] += float(np.nan_to_num(allocs.memory_mib[hrow]))
+            receivers.recount(node)
+            gpus = receivers.place(t)
+            if gpus is not None:
+                return gpus, relocated
+        receivers.free, receivers.whole, receivers.cpu, receivers.mem = saved
+    return None
 
 
 # --------------------------------------------------------------------------- plans

@@ -45,7 +45,7 @@ from advisor.planner.consolidate import (
 )
 from advisor.planner.constraints import Policy
 
-SCALE = 1000  # cost score -> integer objective units
+SCALE = 100_000  # cost score -> integer objective units (resolution 1e-5 per task)
 STATUS = {
     cp_model.OPTIMAL: "optimal",
     cp_model.FEASIBLE: "feasible",

@@ -12,7 +12,7 @@ from advisor.model import ModelBuilder
 from advisor.planner.check import apply_plan, check_plan
 from advisor.planner.consolidate import parse_goal, plan_heuristic
 from advisor.planner.constraints import Policy, island_size_per_node
-from advisor.planner.exact import plan_exact
+from advisor.planner.exact import SCALE, plan_exact
 
 
 @st.composite
@@ -106,8 +106,9 @@ def test_every_plan_passes_the_check(model, goal, priority) -> None:
         assert not heuristic.feasible
     if status == "optimal" and heuristic.feasible:
         assert exact.extra["objective"] <= heuristic.cost.score() + 1e-3
-        if exact.feasible:
-            assert exact.cost.score() <= heuristic.cost.score() + 1e-9
+        if exact.feasible:  # the solver's objective rounds each task's cost to 1 / SCALE
+            slack = (exact.migrations + heuristic.migrations) / SCALE
+            assert exact.cost.score() <= heuristic.cost.score() + slack
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])

@@ -142,25 +142,27 @@ def test_cli_table_forecast_and_errors(tmp_path, capsys) -> None:
     assert "bad shape" in capsys.readouterr().err
 
 
-def test_exact_plan_with_chained_moves_is_ordered_and_checked() -> None:
-    """sim:a100-16x8: 7 free nodes need moves onto GPUs other moves vacate (the heuristic,
-    which only uses GPUs free now, finds none); the exact plan orders them and checks out."""
+def test_plans_with_chained_moves_are_ordered_and_checked() -> None:
+    """sim:a100-16x8: 7 free nodes need moves onto GPUs that other moves vacate first (a 4-GPU
+    job only fits where small jobs leave); both planners find it, ordered, in 9 migrations."""
     model = snapshot.load(EXAMPLES / "sim-a100-16x8.json")
     goal = parse_goal("free-nodes=7")
-    assert not plan_heuristic(model, goal).feasible
-    plan = plan_exact(model, goal, time_limit_s=20)
-    assert plan.feasible and plan.extra["status"] == "optimal", plan.reason
-    assert check_plan(model, plan.actions, Policy(), plan.extra["goal_priority"]).ok
-    steps = moves(plan)
-    vacated = set()
-    chained = False
-    for action in steps:
-        targets = {(action.dst.node, g) for g in action.dst.gpus}
-        chained |= bool(targets & vacated)
-        vacated |= {(action.src.node, g) for g in action.src.gpus}
-    assert chained  # at least one move lands where an earlier move left
-    # the same moves in reverse order break the step-by-step check
-    assert not check_plan(model, steps[::-1], Policy(), plan.extra["goal_priority"]).ok
+    exact = plan_exact(model, goal, time_limit_s=20)
+    assert exact.extra["status"] == "optimal", exact.reason
+    for plan in (plan_heuristic(model, goal), exact):
+        assert plan.feasible, plan.reason
+        assert len(moves(plan)) == 9
+        assert check_plan(model, plan.actions, Policy(), plan.extra["goal_priority"]).ok
+        steps = moves(plan)
+        vacated = set()
+        chained = False
+        for action in steps:
+            targets = {(action.dst.node, g) for g in action.dst.gpus}
+            chained |= bool(targets & vacated)
+            vacated |= {(action.src.node, g) for g in action.src.gpus}
+        assert chained  # at least one move lands where an earlier move left
+        # the same moves in reverse order break the step-by-step check
+        assert not check_plan(model, steps[::-1], Policy(), plan.extra["goal_priority"]).ok
 
 
 def test_infeasible_goal_says_why(capsys) -> None:
