@@ -5,11 +5,8 @@ from __future__ import annotations
 
 import json
 import socket
-import threading
-from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Iterator
 from pathlib import Path
-from urllib.parse import parse_qs, urlsplit
 
 import numpy as np
 import pytest
@@ -22,47 +19,17 @@ from advisor.model import from_readings
 from exporter.readings import Collection
 from exporter.render import SelfState, render_page
 from tests.exporter import readings_factory
+from tests.fakes.page_server import Route, Routes, serve
 
 DCGM_FIXTURES = Path(__file__).parent.parent / "fixtures" / "dcgm_exporter"
 STATE = SelfState("0.1.0", "test", True, 0.01, 1.7e9, 1, {})
-
-Route = Callable[[dict[str, str]], tuple[int, str, str]]  # query -> (status, content type, body)
-
-
-class Routes(dict[str, Route]):
-    def text(self, path: str, body: str, status: int = 200) -> None:
-        self[path] = lambda _query: (status, "text/plain; version=0.0.4", body)
 
 
 @pytest.fixture
 def server() -> Iterator[tuple[str, Routes]]:
     routes = Routes()
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            parts = urlsplit(self.path)
-            query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
-            route = routes.get(parts.path)
-            status, kind, body = route(query) if route else (404, "text/plain", "not found\n")
-            data = body.encode()
-            self.send_response(status)
-            self.send_header("Content-Type", kind)
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=httpd.serve_forever, args=(0.05,), daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{httpd.server_address[1]}", routes
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
-        thread.join(timeout=5)
+    with serve(routes) as base:
+        yield base, routes
 
 
 def our_page(nodes: int = 2) -> tuple[str, list]:

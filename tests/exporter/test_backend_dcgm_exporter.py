@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import argparse
 import socket
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -16,53 +14,27 @@ from exporter.backends.dcgm_common import XidTracker, is_blank
 from exporter.backends.dcgm_exporter import DcgmExporterBackend, first_bad_line
 from exporter.backends.registry import backend_class
 from exporter.readings import GpuReading
+from tests.fakes.page_server import Routes, serve
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "dcgm_exporter"
 MIB = 2**20
 
 
-class _Pages:
-    """Path -> (status, body) served by the handler; tests swap bodies between collections."""
-
-    def __init__(self) -> None:
-        self.routes: dict[str, tuple[int, bytes]] = {}
+class _Pages(Routes):
+    """Pages the tests swap between collections."""
 
     def set(self, path: str, body: str, status: int = 200) -> str:
-        self.routes[path] = (status, body.encode())
-        return path
+        return self.text(path, body, status)
 
     def fixture(self, name: str) -> str:
-        return self.set(f"/{name}", (FIXTURES / name).read_text())
-
-
-def _handler(pages: _Pages) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            status, body = pages.routes.get(self.path, (404, b"not found\n"))
-            self.send_response(status)
-            self.send_header("Content-Type", "text/plain; version=0.0.4")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    return Handler
+        return self.text(f"/{name}", (FIXTURES / name).read_text())
 
 
 @pytest.fixture
 def server() -> Iterator[tuple[str, _Pages]]:
     pages = _Pages()
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(pages))
-    thread = threading.Thread(target=httpd.serve_forever, args=(0.05,), daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{httpd.server_address[1]}", pages
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
-        thread.join(timeout=5)
+    with serve(pages) as base:
+        yield base, pages
 
 
 def _collect(urls: list[str]):
