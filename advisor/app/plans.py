@@ -60,22 +60,28 @@ def goal_text(shape: Shape) -> str:
     return f"job={size}"
 
 
-def consolidation_plan(model: ClusterModel, goal: Goal, policy: Policy) -> Plan:
-    """The cheaper checked plan of the heuristic and (on small clusters) the exact solver."""
+def consolidation_plan(
+    model: ClusterModel, goal: Goal, policy: Policy, exact: bool = False
+) -> Plan:
+    """The heuristic's checked plan; with `exact` (and at most EXACT_MAX_NODES nodes) the
+    cheaper of it and the CP-SAT solver's, which is time-limited and so may differ run to
+    run on a busy machine, hence opt-in."""
     from advisor.planner.cli import solve  # ortools is imported only when a plan is asked for
 
-    solver = "best" if len(model.nodes) <= EXACT_MAX_NODES else "heuristic"
+    solver = "best" if exact and len(model.nodes) <= EXACT_MAX_NODES else "heuristic"
     return solve(model, goal, policy, solver=solver, time_limit_s=EXACT_TIME_LIMIT_S)
 
 
-def recommendations(model: ClusterModel, policy: Policy, goal: str) -> list[Plan]:
+def recommendations(
+    model: ClusterModel, policy: Policy, goal: str, exact: bool = False
+) -> list[Plan]:
     """What the Actions page lists: a consolidation plan for `goal` (migrations), then every
     other kind `recommend()` finds (reservations, loans, reclaim, sharing, rebalancing)."""
     from advisor.planner.recommend import recommend
 
     plans = []
     if goal:
-        plans.append(consolidation_plan(model, parse_goal(goal), policy))
+        plans.append(consolidation_plan(model, parse_goal(goal), policy, exact))
     plans += recommend(model, policy)
     return plans
 
@@ -381,6 +387,7 @@ def whatif(
     gpu_model: str = "",
     policy: Policy | None = None,
     tenant: str = "",
+    exact: bool = False,
 ) -> WhatIf:
     """Can a job of `nodes` x `num_gpu` GPUs on `gpu_model` start now; if not, the cheapest
     plan to make room, and when it would start without moving anything."""
@@ -393,7 +400,7 @@ def whatif(
     goal = Goal(
         f"job={size}" + (f"@{gpu_model}" if gpu_model else ""), "job", shape=shape, tenant=tenant
     )
-    plan = consolidation_plan(model, goal, policy)
+    plan = consolidation_plan(model, goal, policy, exact)
     from advisor.planner.reserve import Request, plan_reservations
 
     request = Request(WHATIF_JOB, tenant, None, nodes, num_gpu, gpu_model)

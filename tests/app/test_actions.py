@@ -113,3 +113,14 @@ def test_after_heatmap_shows_the_held_gpus() -> None:
         "reserved (planned)"
         not in figures.fleet_heatmap(plans.planned_frame(model)).data[0].colorbar.ticktext
     )
+
+
+def test_exact_solver_is_opt_in_and_never_costlier() -> None:
+    model = load_source(SOURCE)
+    heuristic = plans.consolidation_plan(model, parse_goal("job=5x8"), Policy())
+    assert heuristic.method == "heuristic"
+    at = open_app(SOURCE, PAGE)
+    at.checkbox(key="actions_exact").check().run()
+    assert not at.exception
+    overview = frame_with(at, "GPU-hours cost")
+    assert overview["restarts"].iloc[0] <= heuristic.cost.restarts

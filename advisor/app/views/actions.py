@@ -35,12 +35,17 @@ policy_path = right.text_input(
     help="YAML/JSON: tenant quotas, borrowing rules, restart time, locality.",
 )
 
+exact = st.checkbox(
+    "Also run the exact solver (CP-SAT, up to 5 s; clusters of at most "
+    f"{plans.EXACT_MAX_NODES} nodes) and keep the cheaper plan",
+    key="actions_exact",
+)
 try:
     policy = plans.policy_from(policy_path)
     shapes = [parse_goal(goal).shape] if goal.strip() else []
     recs = state.cached(
-        str(("plans", goal, policy_path)),
-        lambda: plans.recommendations(model, policy, goal.strip()),
+        str(("plans", goal, policy_path, exact)),
+        lambda: plans.recommendations(model, policy, goal.strip(), exact),
     )
 except (PolicyError, OSError, ValueError) as error:
     st.error(f"Cannot plan: {error}", icon=":material/error:")
@@ -84,7 +89,7 @@ if not steps:
     st.stop()
 
 outcome = state.cached(
-    str(("replay", goal, policy_path, choice, tuple(sorted(steps)))),
+    str(("replay", goal, policy_path, exact, choice, tuple(sorted(steps)))),
     lambda: plans.replay(model, plan, steps, policy, shapes),
 )
 if not outcome.check.ok:

@@ -26,14 +26,19 @@ tenant = cols[3].selectbox(
     "Tenant", ["(none)", *data.tenants_of(data.fleet_frame(state))], key="wi_tenant"
 )
 
+exact = st.checkbox(
+    "Also run the exact solver for the plan (CP-SAT, up to 5 s) and keep the cheaper one",
+    key="wi_exact",
+)
 answer = state.cached(
-    str(("whatif", num_gpu, nodes, gpu_model, tenant)),
+    str(("whatif", num_gpu, nodes, gpu_model, tenant, exact)),
     lambda: plans.whatif(
         model,
         num_gpu,
         nodes,
         "" if gpu_model == "any" else gpu_model,
         tenant="" if tenant == "(none)" else tenant,
+        exact=exact,
     ),
 )
 job = f"{nodes} x {num_gpu} GPUs" + ("" if gpu_model == "any" else f" on {gpu_model}")
