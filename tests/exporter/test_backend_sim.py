@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import time
 from collections import Counter
 
 import pytest
@@ -242,12 +241,10 @@ def test_backend_flags_and_collect_advance_with_speed():
         parser.parse_args(["--sim.preset", "nope"])
 
 
-def test_thousand_node_collect_time_is_recorded():
+def test_thousand_node_fleet_collects_every_gpu():
+    """Scale only; its collect time is measured in bench/exporter.py (sim-1000)."""
     backend = SimBackend(nodes=1000)
     backend.collect()
     backend.fleet.advance(900.0)
-    started = time.perf_counter()
     nodes = backend.collect().nodes
-    elapsed = time.perf_counter() - started
     assert len(nodes) == 1000 and sum(len(n.gpus) for n in nodes) == 8000
-    print(f"sim collect, 1000 nodes x 8 GPUs: {elapsed * 1000:.0f} ms")
