@@ -384,7 +384,7 @@ class Receivers:
 
 
 def replace_tasks(
-    inst: Instance, evict: Sequence[int], blocked: np.ndarray
+    inst: Instance, evict: Sequence[int], blocked: np.ndarray, repair: bool = True
 ) -> tuple[dict[int, np.ndarray], list[int]]:
     """Targets for evicted tasks (largest first) on capacity free now and not blocked, and the
     tasks that found no home (the plan is only valid when that list is empty)."""
@@ -397,7 +397,7 @@ def replace_tasks(
     fixed = set(evict)  # tasks that already move (or are being moved) are not relocated again
     for t in order:
         gpus = receivers.place(t)
-        if gpus is None and inst.task_whole[t]:
+        if gpus is None and repair and inst.task_whole[t]:
             repaired = make_room(receivers, t, fixed)
             if repaired is not None:
                 gpus, relocated = repaired
@@ -642,6 +642,15 @@ def _rack_group(model: ClusterModel) -> np.ndarray:
 def heuristic_windows(
     inst: Instance, need: Need, blocked: np.ndarray, max_tries: int = 64, pools_tried: int = 8
 ) -> tuple[list[Window], dict[int, np.ndarray]] | None:
+    """The cheaper of the searches without and with chained relocations (`_search`)."""
+    found = [_search(inst, need, blocked, max_tries, pools_tried, repair) for repair in (0, 1)]
+    done = [f for f in found if f is not None]
+    return min(done, key=lambda f: f[0])[1:] if done else None
+
+
+def _search(
+    inst: Instance, need: Need, blocked: np.ndarray, max_tries: int, pools_tried: int, repair: int
+) -> tuple[float, list[Window], dict[int, np.ndarray]] | None:
     """Windows for `need` and homes for every evicted task, or None. Racks (pools) are tried in
     order of their cheapest windows; in each, windows whose evicted tasks find no home are
     swapped for the next cheapest. The cheapest success over the first `pools_tried` pools that
@@ -679,15 +688,17 @@ def heuristic_windows(
                 if need.whole_node:
                     mask[inst.node_gpus(w.node)] = True
             evict = sorted(set().union(*(w.evict for w in picked)))
-            targets, failed = replace_tasks(inst, evict, mask)
+            targets, failed = replace_tasks(inst, evict, mask, bool(repair))
             if not failed:
-                best = (score, picked, targets)
+                actual = float(sum(inst.task_score[t] for t in targets))
+                if best is None or actual < best[0]:
+                    best = (actual, picked, targets)
                 successes += 1
                 break
             # drop the windows whose evicted tasks found no home; try the next cheapest
             for t in failed:
                 excluded |= {w.node for w in picked if t in w.evict}
-    return None if best is None else (best[1], best[2])
+    return best
 
 
 def plan_heuristic(
