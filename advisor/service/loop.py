@@ -126,7 +126,7 @@ def analyze_model(
         finished_at=observed_at,
         analysis=analysis,
         shapes=R.shape_table(analysis, settings.shapes),
-        pools=R.pool_table(model, analysis),
+        pools=R.pool_table(model, analysis, idle),
         gpu_models=R.type_table(model, idle),
         gpu_states=R.gpu_state_codes(model, idle),
     )

@@ -4,8 +4,7 @@ Pure: `families(state, top_actions)` builds the samples and `render_page` the te
 exporter's renderer, so the page is byte-identical to what prometheus_client would write.
 Series that cannot be known are left out, never written as zero: without a good run there
 are no fragmentation series, a pool/horizon without a backtested forecast has no forecast
-series. `gpu_advisor_allocated_idle_power_watts` is never served: the cluster model carries
-no per-GPU power reading (see docs/service.md).
+series, and idle power is absent for a pool whose idle GPUs have no power reading.
 """
 
 from __future__ import annotations
@@ -65,6 +64,12 @@ def _fragmentation(families: Families, state: RunState) -> None:
     for row in results.pools:
         pool = (row["pool"],)
         _add(families, "gpu_advisor_allocated_idle_gpus", pool, row["allocated_idle_gpus"])
+        _add(
+            families,
+            "gpu_advisor_allocated_idle_power_watts",
+            pool,
+            row["allocated_idle_power_watts"],
+        )
     for row in results.gpu_models:
         _add(
             families,

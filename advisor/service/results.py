@@ -47,7 +47,17 @@ def gpu_state_codes(model: ClusterModel, idle: np.ndarray) -> np.ndarray:
     return codes
 
 
-def pool_table(model: ClusterModel, analysis: dict[str, Any]) -> list[dict[str, Any]]:
+def idle_power_watts(model: ClusterModel, idle: np.ndarray, on_gpu: np.ndarray) -> float | None:
+    """Observed power of the allocated-but-idle GPUs in `on_gpu`: the rate at which they waste
+    energy. None when none of them has a power reading (unknown is not zero)."""
+    watts = model.gpus.power_watts[on_gpu & idle]
+    watts = watts[np.isfinite(watts)]
+    return float(watts.sum()) if watts.size else None
+
+
+def pool_table(
+    model: ClusterModel, analysis: dict[str, Any], idle: np.ndarray
+) -> list[dict[str, Any]]:
     """Per pool: GPUs, healthy and free GPUs, FGD fragment and rate, idle, stranded memory.
 
     The FGD rate of a pool is its fragment amount over its free capacity, the same ratio the
@@ -75,6 +85,7 @@ def pool_table(model: ClusterModel, analysis: dict[str, Any]) -> list[dict[str, 
                 "fragmented_gpus": fragment,
                 "fragmentation_ratio": fragment / free_capacity if free_capacity > 0 else 0.0,
                 "allocated_idle_gpus": int(nodes["allocated_idle_gpus"][on_node].sum()),
+                "allocated_idle_power_watts": idle_power_watts(model, idle, on_gpu),
                 "stranded_memory_bytes": float(nodes["stranded_memory_bytes"][on_node].sum()),
             }
         )
