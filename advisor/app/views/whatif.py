@@ -60,9 +60,9 @@ st.warning(
 st.subheader("Cheapest plan to start it now")
 plan = answer.plan
 if plan is None or not plan.feasible:
-    st.error(
+    st.warning(
         f"No checked plan makes room: {plan.reason if plan else 'no plan'}",
-        icon=":material/error:",
+        icon=":material/block:",
     )
 else:
     cost = plan.cost
@@ -79,7 +79,7 @@ wait = answer.wait
 if wait is None:
     st.info("The reservation planner found no waiting time to report.")
 elif not wait.feasible:
-    st.error(f"Not without moving work: {wait.reason}", icon=":material/error:")
+    st.warning(f"Not without moving work: {wait.reason}", icon=":material/block:")
 else:
     extra = wait.extra
     start = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(extra["start_at"]))
