@@ -8,10 +8,11 @@ import pandas as pd
 import pytest
 
 from advisor.fragmentation.measures import Settings, parse_shape
+from advisor.planner.actions import Action, Cost, GpuSet, Plan
 from advisor.planner.constraints import Policy
 from advisor.service.forecast import BASELINE, forecast_pools, hourly_panel
 from advisor.service.loop import analyze_model
-from advisor.service.plans import blocked_shapes, recommend_service
+from advisor.service.plans import blocked_shapes, ranked_actions, recommend_service
 
 
 def demand_frame(hours: int, per_hour: int = 4, start: str = "2026-01-05") -> pd.DataFrame:
@@ -85,6 +86,43 @@ def test_each_plans_actions_sum_to_its_job_and_are_ranked_cheapest_plan_first(is
     moves = [a for a in doc["actions"] if a["kind"] == "migrate"]
     assert all(a["source"] and a["target"] and a["cost_gpu_hours"] > 0 for a in moves)
     assert doc["by_kind"]["migrate"] == len(moves)
+    assert_ranked_cheapest_plan_first(doc)
+
+
+def test_ranked_actions_put_the_cheapest_feasible_plan_first():
+    """The fleets above give one feasible plan each; the order needs several."""
+
+    def move(alloc: str, hours: float) -> Action:
+        src, dst = GpuSet("n1", (0,), 1000), GpuSet("n2", (0,), 1000)
+        return Action("migrate", alloc, src=src, dst=dst, cost=Cost(1, 600.0, hours))
+
+    reserve = Action("reserve", "r", dst=GpuSet("n3", (0, 1), 1000))
+    plans = [
+        Plan("job=dear", True, (move("a", 2.0), move("b", 3.0))),
+        Plan("job=blocked", False, (move("c", 0.0),)),
+        Plan("job=cheap", True, (move("d", 0.5), reserve)),
+    ]
+    rows = ranked_actions(plans)
+    assert [(r["rank"], r["goal"], r["alloc"]) for r in rows] == [
+        (1, "job=cheap", "d"),
+        (2, "job=cheap", "r"),
+        (3, "job=dear", "a"),
+        (4, "job=dear", "b"),
+    ]
+    doc = {"actions": rows, "plans": [p.to_dict() for p in plans]}
+    assert assert_ranked_cheapest_plan_first(doc) == ["job=cheap", "job=dear"]
+
+
+def assert_ranked_cheapest_plan_first(doc: dict) -> list[str]:
+    """Ranks are 1..n and the plans' actions come cheapest plan first (planner cost score);
+    returns the goals in ranked order."""
+    assert [a["rank"] for a in doc["actions"]] == list(range(1, len(doc["actions"]) + 1))
+    feasible = [p for p in doc["plans"] if p["feasible"]]
+    score = {p["goal"]: Cost(**p["cost"]).score() for p in feasible}
+    assert len(score) == len(feasible)  # goals name plans uniquely
+    order = list(dict.fromkeys(a["goal"] for a in doc["actions"]))
+    assert [score[g] for g in order] == sorted(score[g] for g in order)
+    return order
 
 
 def test_recommend_kinds_join_the_ranked_actions():
@@ -104,6 +142,7 @@ def test_recommend_kinds_join_the_ranked_actions():
     ranked = [a for a in doc["actions"] if a["goal"] in {p["goal"] for p in other}]
     assert {a["kind"] for a in ranked} == kinds
     assert sum(doc["by_kind"].values()) == len(doc["actions"])
+    assert_ranked_cheapest_plan_first(doc)
     for action in ranked:
         if action["kind"] == "reserve":
             gpus = action["target"].split("[")[1].split("]")[0].split(",")
