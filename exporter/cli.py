@@ -28,15 +28,34 @@ def configure_logging(level: str) -> None:
     )
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--backend", choices=sorted(BACKENDS), default="nvml")
-    parser.add_argument("--web.listen-address", dest="listen_address", default=DEFAULT_LISTEN)
+def add_server_arguments(parser: argparse.ArgumentParser, *, listen: str, what: str) -> None:
+    """The flags every gpu-defrag server shares (exporter, advisor), in the exporters' style;
+    `what` names the unit of work whose age /health judges ("collection", "run")."""
+    parser.add_argument("--web.listen-address", dest="listen_address", default=listen)
     parser.add_argument(
         "--web.config.file",
         dest="web_config_file",
         default="",
         help="exporter-toolkit web config (TLS, basic auth with bcrypt hashes)",
     )
+    parser.add_argument(
+        "--health.stale-intervals",
+        dest="stale_intervals",
+        type=float,
+        default=3.0,
+        help=f"/health turns 503 when the last good {what} is older than this many intervals",
+    )
+    parser.add_argument(
+        "--log.level",
+        dest="log_level",
+        default="info",
+        choices=["debug", "info", "warning", "error"],
+    )
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--backend", choices=sorted(BACKENDS), default="nvml")
+    add_server_arguments(parser, listen=DEFAULT_LISTEN, what="collection")
     parser.add_argument(
         "--collect.interval",
         dest="collect_interval",
@@ -49,13 +68,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=positive_duration,
         default=None,
         help="a cycle running longer is abandoned (default: 2 × interval, at least 10s)",
-    )
-    parser.add_argument(
-        "--health.stale-intervals",
-        dest="stale_intervals",
-        type=float,
-        default=3.0,
-        help="/health turns 503 when the last good collection is older than this many intervals",
     )
     parser.add_argument(
         "--node-name",
@@ -77,12 +89,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         dest="dcgm_names",
         action="store_true",
         help="also emit DCGM_FI_* names so NVIDIA's dcgm-exporter dashboard works",
-    )
-    parser.add_argument(
-        "--log.level",
-        dest="log_level",
-        default="info",
-        choices=["debug", "info", "warning", "error"],
     )
     for name in sorted(BACKENDS):
         backend_class(name).add_arguments(parser)

@@ -16,7 +16,7 @@ import signal
 import sys
 import threading
 
-from exporter.cli import configure_logging
+from exporter.cli import add_server_arguments, configure_logging
 from exporter.units import duration, positive_duration
 
 log = logging.getLogger("advisor.service")
@@ -65,13 +65,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--source", required=True, help="where the cluster model comes from")
-    parser.add_argument("--web.listen-address", dest="listen_address", default=DEFAULT_LISTEN)
-    parser.add_argument(
-        "--web.config.file",
-        dest="web_config_file",
-        default="",
-        help="exporter-toolkit web config (TLS, basic auth with bcrypt hashes)",
-    )
+    add_server_arguments(parser, listen=DEFAULT_LISTEN, what="run")
     parser.add_argument(
         "--advise.interval", dest="interval", type=positive_duration, default=duration("60s")
     )
@@ -118,19 +112,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         type=duration,
         default=duration("72h"),
         help="sim sources only: simulated past stepped through hourly at start (default 72h)",
-    )
-    parser.add_argument(
-        "--health.stale-intervals",
-        dest="stale_intervals",
-        type=float,
-        default=3.0,
-        help="/health turns 503 when the last good run is older than this many intervals",
-    )
-    parser.add_argument(
-        "--log.level",
-        dest="log_level",
-        default="info",
-        choices=["debug", "info", "warning", "error"],
     )
     parser.set_defaults(func=run)
 
