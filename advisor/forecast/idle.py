@@ -1,9 +1,10 @@
 """Idle windows: how many units (GPUs or nodes) will stay free for the whole next W hours.
 
 The truth for an hourly decision at origin t is m = min idle over (t, t+W], where idle in an hour is
-capacity − the hour's peak use. The advisor's release R is a low quantile of m learned by gradient
-boosting on the change from the current idle count, then shifted by an offset calibrated on the
-last week of the training part so that violations (R > m) stay within the risk budget.
+capacity − the hour's peak use. The advisor's release R comes from one of a few rules (a low
+quantile of m by gradient boosting on the change from the current idle count, or the past-W
+minimum lowered by an offset or a factor), picked per series with its safety parameter on the last
+two weeks of the training part so that violations (R > m) stay within the risk budget.
 """
 
 from __future__ import annotations
@@ -56,11 +57,10 @@ def baseline_release(idle: np.ndarray, w: int, rule: str) -> np.ndarray:
 
 
 class IdleModel:
-    """Low-quantile gradient boosting of the window minimum, with a calibrated safety offset."""
+    """Low-quantile gradient boosting of the window minimum, as a change from the current idle count."""
 
     def __init__(self, w: int, risk: float = 0.05, seed: int = 0) -> None:
         self.w, self.risk, self.seed = w, risk, seed
-        self.offset: float | np.ndarray = 0.0
         self._model = None
         self._cache = None
 
@@ -79,6 +79,9 @@ class IdleModel:
         target = ((truth[rows] - last[rows]) / s[rows]).reshape(-1)
         Xr = X[rows].reshape(-1, X.shape[-1])
         ok = np.isfinite(target)
+        if ok.sum() < 50:
+            self._model = None  # too little history: the past-minimum rules still apply
+            return self
         self._model = HistGradientBoostingRegressor(
             loss="quantile",
             quantile=max(self.risk, 0.01),
@@ -95,27 +98,6 @@ class IdleModel:
         Xo = X[origins]
         change = self._model.predict(Xo.reshape(-1, X.shape[-1])).reshape(Xo.shape[:2])
         return last[origins] + s[origins] * change, s[origins]
-
-    def release(self, idle, cap, times, origins) -> np.ndarray:
-        base, s = self.raw(idle, cap, times, origins)
-        capf = feat.ffill(cap)[origins]
-        return np.clip(
-            np.floor(base + self.offset * s), 0, np.where(np.isfinite(capf), capf, np.inf)
-        )
-
-    def calibrate(self, idle, cap, times, origins) -> np.ndarray:
-        """Per series, the largest offset (in units of scale) whose violation share on these
-        (training) origins stays ≤ risk; pools differ too much for one shared offset."""
-        truth = window_min(idle, self.w)[origins]
-        base, s = self.raw(idle, cap, times, origins)
-        ok = np.isfinite(truth)
-        best = np.full(idle.shape[1], -1.0)
-        for off in np.linspace(-0.5, 0.5, 201):
-            r = np.maximum(np.floor(base + off * s), 0)
-            viol = np.where(ok, r > truth, False).sum(axis=0) / np.maximum(ok.sum(axis=0), 1)
-            best = np.where(viol <= self.risk, off, best)
-        self.offset = best
-        return best
 
 
 OFFSETS = np.linspace(-0.6, 0.2, 161)  # additive, in units of scale (capacity)

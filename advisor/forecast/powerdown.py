@@ -1,9 +1,8 @@
 """Power-down replay in the Helios CES setting (10-minute steps, Philly Dec 1–14), without look-ahead.
 
 `ces_replay` re-implements the published policy skeleton (buffer, keep, trend tests) so that only
-the forecast fed to it differs; every forecast at step i uses data ≤ i. `band_replay` is the
-advisor's own policy: keep on the larger of used + a small buffer and a learned upper quantile of
-the peak use over the next K steps, waking reactively on a shortfall like the skeleton does.
+the forecast fed to it differs; every forecast at step i uses data ≤ i. The advisor also tunes the
+skeleton's buffer and keep on the last two training weeks (`ces_tuned`), never on the test days.
 """
 
 from __future__ import annotations
@@ -129,29 +128,6 @@ def ces_replay(
     return _summary(used, total, active, lack, change)
 
 
-def band_replay(used, total, upper, buffer: int = 5, hysteresis: int = 5, keep: int = 10) -> dict:
-    """Advisor policy: on = max(used + buffer, upper); drop only by ≥ hysteresis; wake on shortfall."""
-    n = len(used)
-    active = np.zeros(n, int)
-    lack = np.zeros(n, int)
-    change = np.zeros(n, int)
-    hold = 0
-    for i in range(n):
-        want = int(min(total[i], max(used[i] + buffer, np.ceil(upper[i]))))
-        if i == 0:
-            active[i] = want
-            continue
-        active[i] = active[i - 1]
-        if active[i] < used[i]:
-            lack[i] = used[i] - active[i]
-            hold = i + keep
-        if want > active[i] or (i >= hold and active[i] - want >= hysteresis):
-            active[i] = want
-        active[i] = min(active[i], total[i])
-        change[i] = active[i] - active[i - 1]
-    return _summary(used, total, active, lack, change)
-
-
 def _summary(used, total, active, lack, change) -> dict:
     days = len(used) / (24 * SPH)
     off = total - active
@@ -170,16 +146,6 @@ def _summary(used, total, active, lack, change) -> dict:
 
 TUNE_MARGIN = 0.5
 CES_GRID = {"buffer": (16, 18, 20, 22, 24, 26, 28, 30), "keep": (10, 20)}
-BAND_GRID = {"q": (0.9, 0.95, 0.98), "k": (6, 18), "buffer": (0, 5, 10, 15), "hysteresis": (3, 10)}
-
-
-def _band_upper(used, total, times, fit_until, origins, q, k, empirical=False):
-    if empirical:
-        # Persistence plus the training-period empirical q-quantile of the K-step peak rise.
-        rise = future_max(used, k)[: fit_until - k + 1] - used[: fit_until - k + 1]
-        return used[origins] + np.nanquantile(rise, q)
-    model = PathModel("max", k, q).fit(used, total.astype(float), times, fit_until)
-    return model.predict(used, total.astype(float), times, origins)
 
 
 def replay(
@@ -189,7 +155,8 @@ def replay(
     tune_days: int = 14,
     max_shortfalls: float = 0.43,
 ) -> pd.DataFrame:
-    """All forecasts through the CES skeleton, plus the advisor's tuned band policy (tuned on training)."""
+    """All forecasts through the CES skeleton (published settings), plus the skeleton with buffer and
+    keep tuned on the training part for the advisor's forecast."""
     used_s, total_s = step_series(panel)
     used_f = used_s.to_numpy(float)
     times = used_s.index
@@ -254,31 +221,4 @@ def replay(
         ces_replay(u, tot, f1, f2, best),
         params=f"buffer={best.buffer},keep={best.keep}",
     )
-    for empirical, name in ((False, "advisor"), (True, "naive")):
-        best, best_score = None, -np.inf
-        for q in BAND_GRID["q"]:
-            for k in BAND_GRID["k"]:
-                upper = _band_upper(
-                    used_f, total_s.to_numpy(float), times, tune_fit, tune, q, k, empirical
-                )
-                for b in BAND_GRID["buffer"]:
-                    for hy in BAND_GRID["hysteresis"]:
-                        r = band_replay(used_i[tune], total_i[tune], upper, b, hy)
-                        if (
-                            r["shortfalls_per_day"] <= max_shortfalls
-                            and r["pct_node_hours_off"] > best_score
-                        ):
-                            best, best_score = (q, k, b, hy), r["pct_node_hours_off"]
-        if best is None:
-            best = (0.98, 18, 15, 10)
-        q, k, b, hy = best
-        upper = _band_upper(
-            used_f, total_s.to_numpy(float), times, fit_until, test, q, k, empirical
-        )
-        add(
-            name,
-            "band_tuned",
-            band_replay(u, tot, upper, b, hy),
-            params=f"q={q},k={k},buffer={b},hysteresis={hy}",
-        )
     return pd.DataFrame(rows)

@@ -111,30 +111,73 @@ def select(
     fc = rolling_forecasts(
         panel, candidates, horizons, quantiles, origins, refit_every, max_target=test_start - 1
     )
-    scores = (
-        fc.assign(err=(fc["point"] - fc["actual"]).abs())
-        .groupby(["series", "horizon", "model"])["err"]
-        .mean()
-        .unstack("model")
-    )
+    return pick_models(fc, candidates, quantiles)
+
+
+def pick_models(
+    fc: pd.DataFrame, candidates, quantiles, criterion: str = "mae", fold_hours: int = 72
+) -> pd.DataFrame:
+    """Pick per series × horizon from validation forecasts.
+
+    criterion "mae": lowest MAE over the whole window; "mean_rank": lowest mean rank over
+    consecutive `fold_hours` folds (consistently good beats good in one calm stretch). Naive is kept
+    unless beaten by ≥ 1 %. Each other quantile's source is picked the same way by pinball loss.
+    """
+    from advisor.forecast import metrics as M
+
     picks = []
-    for (s, h), row in scores.iterrows():
-        best = "naive"
-        best_score = row.get("naive", np.inf) * 0.99
-        for name in candidates:
-            if name != "naive" and np.isfinite(row.get(name, np.nan)) and row[name] < best_score:
-                best, best_score = name, row[name]
-        picks.append(
-            {"series": s, "horizon": h, "pick": best, **{f"val_mae_{k}": v for k, v in row.items()}}
-        )
+    for (s, h), g in fc.groupby(["series", "horizon"], sort=True):
+        g = g.assign(fold=(g["origin"] - g["origin"].min()) // pd.Timedelta(hours=fold_hours))
+        rec = {"series": s, "horizon": h}
+
+        def score(loss_fn, g=g) -> dict[str, float]:
+            table = (
+                g.groupby(["fold", "model"]).apply(loss_fn, include_groups=False).unstack("model")
+            )
+            if criterion == "mean_rank":
+                ranks = table.rank(axis=1)
+                # naive's 1 % advantage: compare others against 0.99 × naive in each fold
+                return (ranks.mean() * np.where(ranks.columns == "naive", 0.99, 1.0)).to_dict()
+            return g.groupby("model").apply(loss_fn, include_groups=False).to_dict()
+
+        mae = score(lambda d: M.mae(d["actual"], d["point"]))
+        rec["pick"] = _best(mae, candidates)
+        for q in sorted(set(quantiles) - {0.5}):
+            col = f"q{q:g}"
+            loss = score(lambda d, col=col, q=q: M.pinball(d["actual"], d[col], q))
+            rec[f"pick_{col}"] = _best(loss, candidates)
+        rec.update({f"val_{criterion}_{m}": v for m, v in mae.items()})
+        picks.append(rec)
     return pd.DataFrame(picks)
 
 
+def _best(score: dict[str, float], candidates) -> str:
+    best, best_score = "naive", score.get("naive", np.inf) * 0.99
+    for name in candidates:
+        v = score.get(name, np.nan)
+        if name != "naive" and np.isfinite(v) and v < best_score:
+            best, best_score = name, v
+    return best
+
+
 def advisor_rows(fc: pd.DataFrame, picks: pd.DataFrame) -> pd.DataFrame:
-    """The advisor's forecast: for each series × horizon, the model chosen on the training part."""
+    """The advisor's forecast: per series × horizon the point (and median) of the model picked on
+    the training part, each other quantile from its own pick; quantiles re-sorted so none cross."""
+    key = ["origin", "series", "horizon"]
     chosen = fc.merge(picks[["series", "horizon", "pick"]], on=["series", "horizon"])
-    chosen = chosen[chosen["model"] == chosen["pick"]].drop(columns="pick")
-    return chosen.assign(model="advisor")
+    out = chosen[chosen["model"] == chosen["pick"]].drop(columns="pick").set_index(key)
+    qcols = sorted(c for c in fc.columns if c.startswith("q"))
+    for col in qcols:
+        pcol = f"pick_{col}"
+        if pcol not in picks.columns:
+            continue
+        src = fc.merge(picks[["series", "horizon", pcol]], on=["series", "horizon"])
+        src = src[src["model"] == src[pcol]].set_index(key)[col]
+        out[col] = src.reindex(out.index)
+    if qcols:
+        levels = sorted(qcols, key=lambda c: float(c[1:]))
+        out[levels] = np.sort(out[levels].to_numpy(), axis=1)
+    return out.reset_index().assign(model="advisor")
 
 
 def score(fc: pd.DataFrame, panel: Panel, test_start: int, quantiles=(0.9,)) -> pd.DataFrame:
