@@ -192,7 +192,12 @@ def _static_state(spec: str) -> SourceState:
     return analyze_state(spec, load_model(spec), History(), live=False)
 
 
-@st.cache_resource(max_entries=4, show_spinner="Reading the source…")
+def _stop_poller(poller: Poller) -> None:
+    poller.stop()
+
+
+# A poller evicted from the cache (or cleared) stops polling.
+@st.cache_resource(max_entries=4, show_spinner="Reading the source…", on_release=_stop_poller)
 def _poller(spec: str, refresh_s: float) -> Poller:
     return Poller(spec, refresh_s)
 

@@ -161,3 +161,15 @@ def test_snapshot_file_source(tmp_path: Path) -> None:
     assert metrics(at)["Allocated, idle"] == f"{result['temporal']['allocated_idle_gpus']:,}"
     assert any("Static source" in c.value for c in at.sidebar.caption)
     assert at.sidebar.selectbox(key="source_kind").value == "file"
+
+
+def test_cleared_pollers_stop(monkeypatch: pytest.MonkeyPatch) -> None:
+    import streamlit as st
+
+    monkeypatch.setattr(data, "load_model", lambda spec: load_source("sim:nvlink-islands"))
+    state, error = data.get_state("http://fake-a/metrics")
+    assert error is None and state.live
+    poller = data._poller("http://fake-a/metrics", data.refresh_seconds())
+    assert not poller._stop.is_set()
+    st.cache_resource.clear()
+    assert poller._stop.is_set()
