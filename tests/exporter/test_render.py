@@ -146,9 +146,12 @@ def test_text_cache_reuses_unchanged_families_and_tracks_changes():
     families = collect_families(first, [], STATE)
     cold = families.text(cache)
     assert cold == collect_families(first, [], STATE).text()
+    static, changed = cache["gpu_topology_link_info"][1], cache["gpu_utilization_ratio"][1]
     second = readings_factory.collection()
     second.nodes[0].gpus[0].utilization_ratio = 0.99  # one value changes
     warm = collect_families(second, [], STATE).text(cache)
     assert warm == collect_families(second, [], STATE).text()  # same as an uncached render
     assert 'gpu_utilization_ratio{gpu="0",node="node-0"} 0.99' in warm
-    assert cache["gpu_topology_link_info"][1] in cold  # the static chunk was reused
+    assert static in cold
+    assert cache["gpu_topology_link_info"][1] is static  # the static chunk was reused, not redone
+    assert cache["gpu_utilization_ratio"][1] is not changed  # the changed family was re-rendered
