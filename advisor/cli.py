@@ -17,6 +17,7 @@ SUBCOMMAND_MODULES: tuple[str, ...] = (
     "advisor.planner.cli",
     "advisor.service.cli",
     "advisor.forecast.cli",
+    "advisor.replay.cli",
 )
 
 

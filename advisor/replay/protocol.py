@@ -11,6 +11,7 @@ arrived-% bins (the paper's analysis scripts).
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -145,19 +146,39 @@ class Replay:
         self.failed = 0
         # where each placed pod sits (for migrations): pod id -> (node, gpus, spec)
         self.where: dict[int, tuple[int, list[int], PodSpec]] = {}
+        self.node_pods: list[set[int]] = [set() for _ in range(len(self.state))]
+        self.gpu_pods = np.zeros_like(self.state.gpu_free)  # pods sharing each GPU
+        self.rescue: Callable[[int, PodSpec], bool] | None = None
+
+    def bind(self, pod_id: int, pod: PodSpec, node: int, gpus: list[int]) -> None:
+        """Record a placement already applied to the state."""
+        self.where[pod_id] = (node, gpus, pod)
+        self.node_pods[node].add(pod_id)
+        self.gpu_pods[node, gpus] += 1
+        self.idle -= pod.total_gpu_milli
+
+    def unbind(self, pod_id: int) -> tuple[int, list[int], PodSpec]:
+        """Evict a placed pod (state and records); returns where it was."""
+        node, gpus, pod = self.where.pop(pod_id)
+        self.node_pods[node].discard(pod_id)
+        self.gpu_pods[node, gpus] -= 1
+        self.state.release(node, gpus, pod)
+        self.idle += pod.total_gpu_milli
+        return node, gpus, pod
 
     def try_place(self, pod_id: int, pod: PodSpec) -> bool:
         node, gpus = place_with_gpus(self.state, self.policy, pod, self.rank)
         if node < 0:
             return False
-        self.where[pod_id] = (node, gpus, pod)
-        self.idle -= pod.total_gpu_milli
+        self.bind(pod_id, pod, node, gpus)
         return True
 
     def step(self, pod_id: int, pod: PodSpec) -> bool:
         self.policy.observe(pod)
         self.arrived += pod.total_gpu_milli
         ok = self.try_place(pod_id, pod)
+        if not ok and self.rescue is not None:
+            ok = self.rescue(pod_id, pod)
         if ok:
             self.placed += 1
         else:
@@ -182,11 +203,21 @@ def run_replay(
     ratio: float = DEFAULT_RATIO,
     workload: Workload | None = None,
     limit: int | None = None,
+    migration_budget: float = 0.0,
 ) -> ReplayResult:
-    """The paper's protocol for one policy and seed (`limit` truncates arrivals, for tests)."""
+    """The paper's protocol for one policy and seed (`limit` truncates arrivals, for tests).
+
+    With `migration_budget` > 0 a pod that fits nowhere may be rescued by moving already placed
+    pods (at most that fraction of the pods placed so far, in total): our second protocol.
+    """
+    from advisor.replay.migration import Migrator
+
     t0 = time.perf_counter()
     workload = workload or trace_workload(pods)
     replay = Replay(nodes, policy, workload, seed)
+    migrator = Migrator(replay, migration_budget) if migration_budget > 0 else None
+    if migrator is not None:
+        replay.rescue = migrator.rescue
     order = arrival_order(pods, replay.capacity, seed, ratio)
     if limit is not None:
         order = order[:limit]
@@ -198,5 +229,8 @@ def run_replay(
         curve=replay.curve,
         placed=replay.placed,
         failed=replay.failed,
+        migration_budget=migration_budget,
+        migrated_pods=migrator.moves if migrator else 0,
+        migration_cost_gpu=migrator.cost_gpu if migrator else 0.0,
         wall_s=time.perf_counter() - t0,
     )

@@ -1,0 +1,1 @@
+"""Trace replay: the FGD paper's fill-until-full protocol, our migration variant, CSV + plot."""

@@ -1,0 +1,219 @@
+"""Our second protocol: the same replay, but a pod that would be dropped may be rescued by
+moving a few already placed pods (a budget: at most X % of the pods placed so far, in total).
+
+For a pod that fits nowhere we look for the node where the fewest moves make it fit: on a
+target GPU the pods sharing it (largest first) until enough milli is free, plus pods holding the
+node's CPU or memory if those are short. Every victim must then fit on some *other* node, chosen
+by the replay's own policy; the plan is applied step by step on the live state (so it can never
+oversubscribe) and rolled back whole if any step fails. Each move is counted with its cost: the
+GPU it held (a checkpoint/restart of that much GPU work).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from advisor.placement.state import MILLI, PodSpec, select_node
+from advisor.replay.protocol import Replay
+
+MAX_TARGETS = 16  # candidate (node, GPU) targets examined per rescue, cheapest first
+
+
+class Migrator:
+    """Rescues would-be-dropped pods of one `Replay` within a migration budget."""
+
+    def __init__(self, replay: Replay, budget: float, max_moves_per_rescue: int = 2) -> None:
+        if not 0 <= budget <= 1:
+            raise ValueError(f"migration budget must be a fraction 0..1, got {budget}")
+        self.replay = replay
+        self.budget = budget
+        self.max_moves = max_moves_per_rescue
+        self.moves = 0
+        self.cost_gpu = 0.0
+        self.rescued = 0
+
+    def allowance(self) -> int:
+        """Moves still allowed: budget x pods placed so far, minus moves made."""
+        return int(self.budget * self.replay.placed) - self.moves
+
+    def rescue(self, pod_id: int, pod: PodSpec) -> bool:
+        limit = min(self.max_moves, self.allowance())
+        if limit <= 0:
+            return False
+        for node, victims in self._plans(pod, limit):
+            if self._apply(pod_id, pod, node, victims):
+                self.rescued += 1
+                return True
+        return False
+
+    # planning -------------------------------------------------------------------------------
+    def _plans(self, pod: PodSpec, limit: int) -> list[tuple[int, list[int]]]:
+        """Candidate (node, victims) plans, fewest victims and least GPU moved first.
+
+        Targets are nodes of an allowed model and enough capacity where either the GPUs already
+        fit (CPU or memory is short) or the missing GPUs can be opened by moving at most
+        `limit` pods; the vectorised prefilter keeps a rescue attempt to a few milliseconds.
+        """
+        r = self.replay
+        s = r.state
+        immovable, movable_cpu = self._mobility()
+        ok = (s.cpu_cap >= pod.cpu_milli) & (s.mem_cap >= pod.memory_mib)
+        if pod.num_gpu:
+            ok &= s.access(pod.gpu_spec) & (s.n_gpu >= pod.num_gpu)
+            fits = s.gpu_free >= pod.gpu_milli
+            slot = np.arange(s.gpu_free.shape[1])[None, :] < s.n_gpu[:, None]
+            openable = ~fits & slot & (r.gpu_pods > 0) & (r.gpu_pods <= limit) & (immovable == 0)
+            extra = np.where(openable, r.gpu_pods, 99)
+            extra.sort(axis=1)
+            missing = np.maximum(pod.num_gpu - fits.sum(axis=1), 0)
+            cols = np.minimum(missing, extra.shape[1])
+            cum = np.concatenate([np.zeros((len(s), 1), dtype=np.int64), extra.cumsum(axis=1)], 1)
+            gpu_moves = cum[np.arange(len(s)), cols]
+        else:
+            gpu_moves = np.zeros(len(s), dtype=np.int64)
+        # GPU victims free their CPU too; otherwise movable CPU-only pods must cover the gap
+        cpu_short = (s.cpu_free < pod.cpu_milli) & (gpu_moves == 0)
+        ok &= ~cpu_short | (s.cpu_free + movable_cpu >= pod.cpu_milli)
+        est = gpu_moves + cpu_short
+        ok &= (est <= limit) & (est > 0)
+        nodes = np.flatnonzero(ok)
+        if nodes.size == 0:
+            return []
+        order = np.lexsort((r.rank[nodes], est[nodes]))
+        plans: list[tuple[int, list[int], float]] = []
+        for n in nodes[order[:MAX_TARGETS]]:
+            victims = self._victims(int(n), pod, limit)
+            if victims is not None:
+                moved = sum(r.where[v][2].total_gpu_milli for v in victims)
+                plans.append((int(n), victims, len(victims) + moved / (10.0 * MILLI)))
+        plans.sort(key=lambda p: p[2])
+        return [(n, v) for n, v, _ in plans]
+
+    def _mobility(self) -> tuple[np.ndarray, np.ndarray]:
+        """Per GPU, pods that could not go anywhere else; per node, CPU of movable CPU pods.
+
+        Feasibility is computed once per pod shape (memory aside, checked exactly later), so a
+        rescue attempt costs milliseconds even with thousands of placed pods.
+        """
+        r = self.replay
+        s = r.state
+        feasible: dict[tuple[int, int, int, str], np.ndarray] = {}
+        immovable = np.zeros_like(r.gpu_pods)
+        movable_cpu = np.zeros(len(s), dtype=np.int64)
+        for node, gpus, spec in r.where.values():
+            key = (spec.cpu_milli, spec.num_gpu, spec.gpu_milli, spec.gpu_spec)
+            f = feasible.get(key)
+            if f is None:
+                shape = PodSpec(spec.cpu_milli, 0, spec.num_gpu, spec.gpu_milli, spec.gpu_spec)
+                f = feasible[key] = s.feasible(shape)
+            if f.size > 32:  # plenty of room: memory will not be the limit everywhere
+                movable = True
+            else:
+                movable = bool(((f != node) & (s.mem_free[f] >= spec.memory_mib)).any())
+            if movable:
+                if spec.num_gpu == 0:
+                    movable_cpu[node] += spec.cpu_milli
+            elif gpus:
+                immovable[node, gpus] += 1
+        return immovable, movable_cpu
+
+    def _movable(self, pid: int, node: int) -> bool:
+        """Whether a placed pod could go to some other node right now."""
+        spec = self.replay.where[pid][2]
+        cand = self.replay.state.feasible(spec)
+        return bool((cand != node).any())
+
+    def _victims(self, node: int, pod: PodSpec, limit: int) -> list[int] | None:
+        """Fewest movable pods to move off `node` so that `pod` fits there, or None."""
+        r = self.replay
+        s = r.state
+        free = s.gpu_free[node].copy()
+        cpu, mem = int(s.cpu_free[node]), int(s.mem_free[node])
+        on_gpu: dict[int, list[int]] = {}
+        for pid in r.node_pods[node]:
+            for g in r.where[pid][1]:
+                on_gpu.setdefault(g, []).append(pid)
+        chosen: list[int] = []
+
+        def take(pid: int) -> None:
+            nonlocal cpu, mem
+            _, gpus, spec = r.where[pid]
+            chosen.append(pid)
+            cpu += spec.cpu_milli
+            mem += spec.memory_mib
+            for g in gpus:
+                free[g] += spec.gpu_milli
+
+        if pod.num_gpu:
+            have = [g for g in range(int(s.n_gpu[node])) if free[g] >= pod.gpu_milli]
+            openable = sorted(
+                (g for g in range(int(s.n_gpu[node])) if free[g] < pod.gpu_milli),
+                key=lambda g: (len(on_gpu.get(g, [])), -int(free[g])),
+            )
+            for g in openable[: max(pod.num_gpu - len(have), 0)]:
+                for pid in sorted(on_gpu.get(g, []), key=lambda p: -r.where[p][2].gpu_milli):
+                    if free[g] >= pod.gpu_milli:
+                        break
+                    if pid in chosen:
+                        continue
+                    if len(chosen) >= limit or not self._movable(pid, node):
+                        return None
+                    take(pid)
+                if free[g] < pod.gpu_milli:
+                    return None
+        rest = sorted(
+            (p for p in r.node_pods[node] if p not in chosen),
+            key=lambda p: (r.where[p][2].total_gpu_milli, -r.where[p][2].cpu_milli),
+        )
+        for pid in rest:
+            if cpu >= pod.cpu_milli and mem >= pod.memory_mib:
+                break
+            if r.where[pid][2].num_gpu or len(chosen) >= limit:
+                return None  # never move a GPU pod just for CPU: it would strand its GPU
+            if self._movable(pid, node):
+                take(pid)
+        if cpu < pod.cpu_milli or mem < pod.memory_mib:
+            return None
+        return chosen
+
+    # applying -------------------------------------------------------------------------------
+    def _apply(self, pod_id: int, pod: PodSpec, node: int, victims: list[int]) -> bool:
+        """Evict victims, bind the pod on `node`, re-place victims elsewhere; all or nothing."""
+        r = self.replay
+        s = r.state
+        evicted = [(pid, *r.unbind(pid)) for pid in victims]
+        cand = s.feasible(pod)
+        if node not in set(cand.tolist()):
+            self._restore(evicted, [])
+            return False
+        s_pod = r.policy.score(pod, cand)
+        del s_pod  # policy caches its GPU choice for `node` in score()
+        gpus = r.policy.gpus(pod, node)
+        s.allocate(node, gpus, pod)
+        r.bind(pod_id, pod, node, gpus)
+        moved: list[int] = []
+        for pid, _, _, spec in evicted:
+            c = s.feasible(spec)
+            c = c[c != node]
+            if c.size == 0:
+                r.unbind(pod_id)
+                self._restore(evicted, moved)
+                return False
+            target = select_node(c, r.policy.score(spec, c), r.rank)
+            g = r.policy.gpus(spec, target)
+            s.allocate(target, g, spec)
+            r.bind(pid, spec, target, g)
+            moved.append(pid)
+        self.moves += len(victims)
+        self.cost_gpu += sum(spec.total_gpu_milli for _, _, _, spec in evicted) / MILLI
+        return True
+
+    def _restore(
+        self, evicted: list[tuple[int, int, list[int], PodSpec]], moved: list[int]
+    ) -> None:
+        r = self.replay
+        for pid in moved:
+            r.unbind(pid)
+        for pid, node, gpus, spec in evicted:
+            r.state.allocate(node, gpus, spec)
+            r.bind(pid, spec, node, gpus)
