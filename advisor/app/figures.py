@@ -69,11 +69,9 @@ def grid_of(frame: pd.DataFrame) -> Grid:
     if frame.empty:
         return Grid([], [], 0, np.zeros((0, 0), dtype=np.int64), [])
     per_node = frame.drop_duplicates("node")[["node", "pool", "gpu_model", "rack"]]
-    keys = ["pool", "gpu_model", "rack", "node"]
-    order = sorted(
-        range(len(per_node)),
-        key=lambda i: tuple(natural_key(str(per_node[k].iloc[i])) for k in keys),
-    )
+    columns = [per_node[k].astype(str).tolist() for k in ("pool", "gpu_model", "rack", "node")]
+    sort_keys = [tuple(natural_key(v) for v in row) for row in zip(*columns, strict=True)]
+    order = sorted(range(len(per_node)), key=sort_keys.__getitem__)
     per_node = per_node.iloc[order]
     nodes = per_node["node"].tolist()
     columns = zip(per_node["pool"], per_node["gpu_model"], per_node["rack"], strict=True)
@@ -248,19 +246,22 @@ def fleet_heatmap(frame: pd.DataFrame, color_by: str = "state") -> go.Figure:
     # Group names to the right of the rows they cover (at most ~40, evenly thinned).
     step = max(1, math.ceil(len(starts) / 40))
     ends = [r for r, _ in starts[1:]] + [rows]
-    for (first, group), end in list(zip(starts, ends, strict=True))[::step]:
-        fig.add_annotation(
-            x=1.0,
-            xref="paper",
-            xanchor="left",
-            xshift=6,
-            y=(first + end - 1) / 2,
-            yref="y",
-            text=group,
-            showarrow=False,
-            font={"size": 10},
-        )
+    annotations = [  # set once: add_annotation one by one re-validates all (quadratic)
+        {
+            "x": 1.0,
+            "xref": "paper",
+            "xanchor": "left",
+            "xshift": 6,
+            "y": (first + end - 1) / 2,
+            "yref": "y",
+            "text": group,
+            "showarrow": False,
+            "font": {"size": 10},
+        }
+        for (first, group), end in list(zip(starts, ends, strict=True))[::step]
+    ]
     fig.update_layout(
+        annotations=annotations,
         height=height,
         margin={"l": 10, "r": 230, "t": 30, "b": 90},
         xaxis={
