@@ -132,6 +132,8 @@ def sim_fleet(
         nodes = int(params["nodes"]) if params.get("nodes") else None
     except ValueError:
         raise SourceError(f"{spec}: seed and nodes must be integers") from None
+    if nodes is not None and nodes < 1:
+        raise SourceError(f"{spec}: nodes must be at least 1, got {nodes}")
     return SimFleet(preset, seed, nodes), params
 
 
