@@ -99,7 +99,10 @@ def _prometheus(spec: str, timeout: float) -> ClusterModel:
     params = _query(parts.query)
     _only(params, {"at", "history", "step"}, spec)
     base = parts._replace(query="", fragment="").geturl()
-    at = float(params["at"]) if params.get("at") else None
+    try:
+        at = float(params["at"]) if params.get("at") else None
+    except ValueError:
+        raise SourceError(f"{spec}: at={params['at']!r}: expected a Unix time in seconds") from None
     return prometheus.load(
         base,
         timeout=timeout,

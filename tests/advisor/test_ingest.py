@@ -206,6 +206,8 @@ def test_prometheus_errors_name_the_server(server) -> None:
         load_source(f"prometheus+{base}", timeout=2)
     with pytest.raises(SourceError, match="unknown option 'foo'"):
         load_source(f"prometheus+{base}?foo=1")
+    with pytest.raises(SourceError, match=r"\?at=abc: at='abc': expected a Unix time"):
+        load_source(f"prometheus+{base}?at=abc")
 
 
 # --------------------------------------------------------------------------- files and sim
