@@ -107,7 +107,8 @@ class FragTracker:
 
 def fgd_scores(delta: np.ndarray) -> np.ndarray:
     """int(100 * sigmoid(-delta / 1000)): the simulator's integer node score."""
-    return ((1.0 / (1.0 + np.exp(delta / 1000.0))) * 100.0).astype(np.int64)
+    x = np.clip(delta / 1000.0, -700.0, 700.0)  # exp overflows beyond; sigmoid is 0/1 there
+    return ((1.0 / (1.0 + np.exp(x))) * 100.0).astype(np.int64)
 
 
 class FGDPolicy(Policy):

@@ -13,7 +13,7 @@ import numpy as np
 
 from advisor.fragmentation.fgd import OnlineWorkload, pod_shapes
 from advisor.placement.base import Policy
-from advisor.placement.fgd import FragTracker
+from advisor.placement.fgd import FragTracker, fgd_scores
 from advisor.placement.state import ClusterState, PodSpec
 
 
@@ -51,7 +51,7 @@ class OnlineFGDPolicy(Policy):
         delta, self._gpu = self.tracker.deltas(pod, cand, quantize=self.quantize)
         self._cand = cand
         if self.quantize:
-            return (100.0 / (1.0 + np.exp(delta / 1000.0))).astype(np.int64)
+            return fgd_scores(delta)
         return -delta
 
     def gpus(self, pod: PodSpec, node: int) -> list[int]:

@@ -187,7 +187,7 @@ class Replay:
         return ok
 
     def record(self) -> None:
-        cap = self.capacity
+        cap = self.capacity or 1  # a GPU-less cluster: keep absolute milli, avoid 0/0
         amount = self.recorder.amount
         self.curve.arrived_pct.append(100.0 * self.arrived / cap)
         self.curve.unallocated_pct.append(100.0 * self.idle / cap)

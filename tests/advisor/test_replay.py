@@ -1,0 +1,240 @@
+"""Replay protocol, migrations and the CLI; hypothesis checks that no placement oversubscribes."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from advisor.cli import main
+from advisor.fragmentation.fgd import learn_workload
+from advisor.ingest.openb import NodeTable, PodTable
+from advisor.placement import ALL_POLICIES, make_policy
+from advisor.placement.state import MILLI, PodSpec
+from advisor.replay.migration import Migrator
+from advisor.replay.protocol import Curve, Replay, arrival_order, run_replay
+
+MODELS = ["T4", "V100M16", "G2"]
+
+
+def node_table(rows: list[tuple[int, int, int, str]]) -> NodeTable:
+    return NodeTable(
+        name=np.array([f"n{i}" for i in range(len(rows))], dtype=object),
+        cpu_milli=np.array([r[0] for r in rows], dtype=np.int64),
+        memory_mib=np.array([r[1] for r in rows], dtype=np.int64),
+        gpu=np.array([r[2] for r in rows], dtype=np.int64),
+        model=np.array([r[3] for r in rows], dtype=object),
+    )
+
+
+def pod_table(rows: list[tuple[int, int, int, int, str]]) -> PodTable:
+    n = len(rows)
+    return PodTable(
+        name=np.array([f"p{i}" for i in range(n)], dtype=object),
+        cpu_milli=np.array([r[0] for r in rows], dtype=np.int64),
+        memory_mib=np.array([r[1] for r in rows], dtype=np.int64),
+        num_gpu=np.array([r[2] for r in rows], dtype=np.int64),
+        gpu_milli=np.array([r[3] for r in rows], dtype=np.int64),
+        gpu_spec=np.array([r[4] for r in rows], dtype=object),
+        qos=np.full(n, "", dtype=object),
+        pod_phase=np.full(n, "", dtype=object),
+        creation_time=np.full(n, np.nan),
+        deletion_time=np.full(n, np.nan),
+        scheduled_time=np.full(n, np.nan),
+    )
+
+
+node_rows = st.lists(
+    st.tuples(
+        st.integers(1000, 16000),
+        st.integers(1000, 64000),
+        st.integers(0, 4),
+        st.sampled_from(MODELS),
+    ),
+    min_size=1,
+    max_size=5,
+).map(lambda rows: [(c, m, g, mod if g else "") for c, m, g, mod in rows])
+
+
+@st.composite
+def pod_row(draw: st.DrawFn) -> tuple[int, int, int, int, str]:
+    k = draw(st.sampled_from([0, 1, 1, 1, 2, 4]))
+    d = 0 if k == 0 else (MILLI if k > 1 else draw(st.sampled_from([100, 250, 500, 810, 1000])))
+    spec = draw(st.sampled_from(["", "", "T4", "V100M16|G2"])) if k else ""
+    return (draw(st.integers(0, 8000)), draw(st.integers(0, 16000)), k, d, spec)
+
+
+def check_state(replay: Replay) -> None:
+    """Recompute every node's free resources from the placed pods and compare."""
+    s = replay.state
+    assert (s.gpu_free >= 0).all() and (s.gpu_free <= MILLI).all()
+    assert (s.cpu_free >= 0).all() and (s.mem_free >= 0).all()
+    gpu_used = np.zeros_like(s.gpu_free)
+    cpu_used = np.zeros_like(s.cpu_free)
+    mem_used = np.zeros_like(s.mem_free)
+    for node, gpus, pod in replay.where.values():
+        cpu_used[node] += pod.cpu_milli
+        mem_used[node] += pod.memory_mib
+        assert len(set(gpus)) == pod.num_gpu
+        for g in gpus:
+            assert g < s.n_gpu[node]
+            gpu_used[node, g] += pod.gpu_milli
+        if pod.num_gpu:
+            allowed = [m for m in pod.gpu_spec.split("|") if m]
+            assert not allowed or s.models[s.model[node]] in allowed
+    assert (cpu_used <= s.cpu_cap).all() and (mem_used <= s.mem_cap).all()
+    assert (gpu_used <= MILLI).all()
+    assert (s.cpu_free == s.cpu_cap - cpu_used).all()
+    assert (s.mem_free == s.mem_cap - mem_used).all()
+    slots = np.arange(s.gpu_free.shape[1])[None, :] < s.n_gpu[:, None]
+    assert (s.gpu_free == np.where(slots, MILLI - gpu_used, 0)).all()
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    nodes=node_rows,
+    pods=st.lists(pod_row(), min_size=1, max_size=25),
+    policy=st.sampled_from(ALL_POLICIES),
+    seed=st.integers(0, 1000),
+    budget=st.sampled_from([0.0, 0.0, 0.5]),
+)
+def test_no_placement_oversubscribes(nodes, pods, policy, seed, budget) -> None:
+    table, ptable = node_table(nodes), pod_table(pods)
+    workload = learn_workload(ptable.cpu_milli, ptable.num_gpu, ptable.gpu_milli, ptable.gpu_spec)
+    replay = Replay(table, make_policy(policy, workload), workload, seed)
+    if budget:
+        replay.rescue = Migrator(replay, budget).rescue
+    for i, row in enumerate(pods):
+        replay.step(i, PodSpec(row[0], row[1], row[2], row[3], row[4], f"p{i}"))
+        check_state(replay)
+    assert replay.placed + replay.failed == len(pods)
+
+
+def test_arrival_order_shuffles_then_inflates() -> None:
+    pods = pod_table([(1000, 1, 1, 500, "")] * 6 + [(1000, 1, 0, 0, "")] * 2)
+    cap = 4 * MILLI
+    order = arrival_order(pods, cap, seed=3, ratio=1.3)
+    assert sorted(order[:8].tolist()) == list(range(8))  # every original pod once, first
+    total = pods.total_gpu_milli[order].sum()
+    assert total <= 1.3 * cap < total + 500  # stops at the first draw that would overshoot
+    again = arrival_order(pods, cap, seed=3, ratio=1.3)
+    assert (order == again).all()
+    # a trace above the target is trimmed instead
+    trimmed = arrival_order(pods, cap, seed=3, ratio=0.5)
+    assert pods.total_gpu_milli[trimmed].sum() <= 2000
+
+
+def test_curve_bins_average_within_integer_percent() -> None:
+    c = Curve(
+        arrived_pct=[0.2, 0.4, 1.2, 3.0],
+        unallocated_pct=[100, 98, 96, 90],
+        frag_amount_pct=[1, 3, 5, 7],
+        frag_rate=[0.1, 0.1, 0.2, 0.3],
+    )
+    b = c.binned()
+    assert b["arrived_pct"].tolist() == [0, 1, 3]
+    assert b["unallocated_pct"].tolist() == [99, 96, 90]
+    assert c.at(2.0) == pytest.approx(93.0)  # interpolated between bins 1 and 3
+
+
+def test_migration_rescues_a_pod_by_moving_one() -> None:
+    table = node_table([(8000, 64000, 1, "T4"), (8000, 64000, 1, "T4")])
+    pods = pod_table([(1000, 1, 1, 300, "")])
+    workload = learn_workload(pods.cpu_milli, pods.num_gpu, pods.gpu_milli, pods.gpu_spec)
+    replay = Replay(table, make_policy("bestfit"), workload, seed=0)
+    small = PodSpec(1000, 1, 1, 300, "", "x")
+    for pid, node in ((0, 0), (1, 1)):  # one small pod on each GPU: no GPU is whole
+        replay.state.allocate(node, [0], small)
+        replay.bind(pid, small, node, [0])
+        replay.placed += 1
+    migrator = Migrator(replay, budget=0.5)
+    replay.rescue = migrator.rescue
+    assert replay.step(2, PodSpec(2000, 1, 1, 1000, "", "whole"))
+    assert migrator.moves == 1 and migrator.cost_gpu == pytest.approx(0.3)
+    check_state(replay)
+    # budget spent: int(0.5 * 3 placed) - 1 move = 0 -> the next one is dropped
+    assert not replay.step(3, PodSpec(2000, 1, 1, 1000, "", "whole2"))
+
+
+def test_run_replay_is_deterministic_per_seed() -> None:
+    table = node_table([(32000, 64000, 4, "T4")] * 3 + [(64000, 64000, 8, "G2")])
+    rows = [(2000, 100, 1, d, "") for d in (250, 500, 810, 1000)] * 6 + [(4000, 100, 0, 0, "")]
+    pods = pod_table(rows)
+    a = run_replay(table, pods, make_policy("online"), seed=5)
+    b = run_replay(table, pods, make_policy("online"), seed=5)
+    assert a.curve.unallocated_pct == b.curve.unallocated_pct
+    assert a.placed + a.failed == len(a.curve.arrived_pct)
+
+
+def _write_trace(tmp_path: Path) -> tuple[Path, Path]:
+    nodes = tmp_path / "nodes.csv"
+    nodes.write_text(
+        "sn,cpu_milli,memory_mib,gpu,model\n"
+        + "".join(
+            f"n{i},32000,65536,{2 + 2 * (i % 2)},{'T4' if i % 2 else 'G2'}\n" for i in range(6)
+        )
+    )
+    pods = tmp_path / "pods.csv"
+    lines = ["name,cpu_milli,memory_mib,num_gpu,gpu_milli"]
+    for i in range(40):
+        k, d = [(1, 1000), (1, 470), (0, 0), (2, 1000), (1, 810)][i % 5]
+        lines.append(f"p{i},{2000 + 500 * (i % 3)},1024,{k},{d}")
+    pods.write_text("\n".join(lines) + "\n")
+    return nodes, pods
+
+
+def test_cli_writes_curve_summary_and_plot(tmp_path: Path) -> None:
+    nodes, pods = _write_trace(tmp_path)
+    out = tmp_path / "out"
+    rc = main(
+        ["replay", "--nodes", str(nodes), "--pods", str(pods), "--policies", "all",
+         "--seeds", "1-2", "--jobs", "1", "--out", str(out)]
+    )  # fmt: skip
+    assert rc == 0
+    with (out / "curve.csv").open() as fh:
+        curve = list(csv.DictReader(fh))
+    assert list(curve[0]) == [
+        "policy", "seed", "arrived_pct", "unallocated_gpu_pct", "frag_amount_pct", "frag_rate"
+    ]  # fmt: skip
+    assert {r["policy"] for r in curve} == set(ALL_POLICIES)
+    with (out / "summary.csv").open() as fh:
+        summary = list(csv.DictReader(fh))
+    assert len(summary) == len(ALL_POLICIES) * 2
+    assert list(summary[0])[:6] == [
+        "policy", "seed", "migration_budget", "migrated_pods", "unalloc_100", "unalloc_130"
+    ]  # fmt: skip
+    assert (out / "replay.png").stat().st_size > 1000
+
+
+def test_cli_migration_budget_labels_rows(tmp_path: Path) -> None:
+    nodes, pods = _write_trace(tmp_path)
+    out = tmp_path / "out"
+    rc = main(
+        ["replay", "--nodes", str(nodes), "--pods", str(pods), "--policies", "fgd",
+         "--seeds", "3", "--migration-budget", "0,0.05", "--jobs", "1", "--out", str(out)]
+    )  # fmt: skip
+    assert rc == 0
+    with (out / "summary.csv").open() as fh:
+        rows = list(csv.DictReader(fh))
+    assert [r["policy"] for r in rows] == ["fgd", "fgd+mig0.05"]
+    assert int(rows[1]["migrated_pods"]) <= 0.05 * int(rows[1]["placed"]) + 1
+
+
+def test_cli_reports_malformed_input_in_one_line(tmp_path: Path, capsys) -> None:
+    nodes, pods = _write_trace(tmp_path)
+    pods.write_text("name,cpu_milli,memory_mib,num_gpu,gpu_milli\np0,zz,1,1,500\n")
+    rc = main(["replay", "--nodes", str(nodes), "--pods", str(pods), "--out", str(tmp_path)])
+    assert rc == 2
+    err = capsys.readouterr().err.strip()
+    assert "line 2, column cpu_milli" in err and "\n" not in err
+
+
+def test_cli_rejects_unknown_policy(tmp_path: Path) -> None:
+    nodes, pods = _write_trace(tmp_path)
+    with pytest.raises(SystemExit):
+        main(["replay", "--nodes", str(nodes), "--pods", str(pods), "--policies", "tetris",
+              "--out", str(tmp_path)])  # fmt: skip
