@@ -55,6 +55,12 @@ def register(subparsers) -> None:
         help="comma list from idle,power (power: single node-count series only); '' for none",
     )
     bt.add_argument(
+        "--select-by",
+        choices=("mae", "mean_rank"),
+        default="mae",
+        help="selection criterion on the training part: MAE over the window, or mean rank over 3-day folds",
+    )
+    bt.add_argument(
         "--out",
         default=None,
         help="write metrics.csv, decisions.csv, picks.csv, forecasts.csv, forecast.png here",
@@ -95,7 +101,7 @@ def run_backtest(args: argparse.Namespace) -> int:
     raw = io.load(args.input)
     panel = raw.resample("h")
     metrics, fc, picks = rolling.run(
-        panel, args.horizons, args.quantiles, args.test_from, args.test_to
+        panel, args.horizons, args.quantiles, args.test_from, args.test_to, criterion=args.select_by
     )
     t_demand = time.perf_counter() - t0
     replays = {r.strip() for r in args.replays.split(",") if r.strip()}

@@ -98,6 +98,7 @@ def select(
     val_days: int | None = None,
     candidates=CANDIDATES,
     refit_every: int = 72,
+    criterion: str = "mae",
 ) -> pd.DataFrame:
     """Pick a model per series × horizon by MAE on the trailing days of the training part only.
 
@@ -111,7 +112,7 @@ def select(
     fc = rolling_forecasts(
         panel, candidates, horizons, quantiles, origins, refit_every, max_target=test_start - 1
     )
-    return pick_models(fc, candidates, quantiles)
+    return pick_models(fc, candidates, quantiles, criterion)
 
 
 def pick_models(
@@ -227,6 +228,7 @@ def run(
     test_from=None,
     test_to=None,
     candidates=CANDIDATES,
+    criterion: str = "mae",
 ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """Full protocol on an hourly panel: selection on training, test forecasts, metrics.
 
@@ -236,7 +238,9 @@ def run(
     if not len(origins):
         raise ValueError("empty test window")
     test_start = int(origins[0])
-    picks = select(panel, horizons, quantiles, test_start, candidates=candidates)
+    picks = select(
+        panel, horizons, quantiles, test_start, candidates=candidates, criterion=criterion
+    )
     fc = rolling_forecasts(panel, candidates, horizons, quantiles, origins)
     fc = pd.concat([fc, advisor_rows(fc, picks)], ignore_index=True)
     return score(fc, panel, test_start, quantiles), fc, picks
