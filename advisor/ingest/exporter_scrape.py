@@ -8,6 +8,7 @@ The same sample-to-readings functions serve Prometheus query results (`ingest.pr
 
 from __future__ import annotations
 
+import math
 import time
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
@@ -87,7 +88,8 @@ OUR_NAMES: tuple[str, ...] = (
 
 
 def _int(text: str) -> int | None:
-    return int(text) if text.lstrip("-").isdigit() else None
+    """A label that holds an index or id (GPU, instance, peer, pid): a whole number >= 0."""
+    return int(text) if text.isdigit() else None
 
 
 def our_readings(samples: Iterable[Sample]) -> list[NodeReading]:
@@ -116,7 +118,7 @@ def our_readings(samples: Iterable[Sample]) -> list[NodeReading]:
                 reading.pool, reading.rack = labels.get("pool", ""), labels.get("rack", "")
             continue
         gpu = gpu_of(labels)
-        if gpu is None or value != value:  # NaN
+        if gpu is None or not math.isfinite(value):  # NaN or ±Inf: no reading
             continue
         node = node_of(labels["node"])
         if name in GPU_NUMBERS:

@@ -91,6 +91,18 @@ def test_comma_separated_urls_mix_our_pages_and_dcgm_pages(server) -> None:
     assert sorted(model.nodes.name.tolist()) == ["dgx-a100-07", "node-0"]
 
 
+def test_nonsense_values_and_labels_are_skipped_not_fatal(server) -> None:
+    base, routes = server
+    text, readings = our_page(1)
+    text += 'gpu_nvlink_island{gpu="1",node="node-0"} +Inf\n'  # not an island number
+    text += 'gpu_nvlink_links{gpu="0",node="node-0",peer_gpu="1"} +Inf\n'
+    text += 'gpu_power_watts{gpu="-1",node="node-0"} 100.0\n'  # no GPU has a negative index
+    routes.text("/metrics", text)
+    model = load_source(f"{base}/metrics", timeout=2)
+    assert same_state(model, from_readings(readings))
+    assert model.gpus.index.min() == 0
+
+
 def test_unreachable_and_bad_pages_are_one_line_errors(server) -> None:
     base, routes = server
     port = closed_port()
