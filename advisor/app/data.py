@@ -299,7 +299,12 @@ def fleet_frame(state: SourceState) -> pd.DataFrame:
 
     def compute() -> pd.DataFrame:
         idle = measures.allocated_idle(state.model, measures.Settings().idle)
-        return gpu_frame(state.model, idle)
+        frame = gpu_frame(state.model, idle)
+        # the analysis' per-node FGD score (fragment / free capacity), on each of its GPUs
+        nodes = state.result["nodes"]
+        score = dict(zip(nodes["node"].tolist(), nodes["score"].tolist(), strict=True))
+        frame["node_score"] = frame["node"].map(score).astype(float)
+        return frame
 
     return state.cached("fleet_frame", compute)
 

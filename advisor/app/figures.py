@@ -29,6 +29,7 @@ COLOR_BY: dict[str, str] = {
     "state": "State",
     "utilization": "Utilization",
     "memory_ratio": "Memory used",
+    "node_score": "Node fragmentation",
 }
 ROW_PX = 16  # pixel height per node row when names are shown
 MAX_LABELLED_ROWS = 80

@@ -132,3 +132,20 @@ def test_racks_in_natural_order_and_large_fleets_keep_cells_visible() -> None:
     separators = [t for t in fig.data if t.type == "scatter" and t.name != "NVLink island boundary"]
     assert separators == []  # one pool, one model: no line across 200 rows of cells
     assert list(fig.layout.yaxis.range) == [len(grid.nodes) - 0.5, -0.5]
+
+
+def test_node_fragmentation_colouring_is_the_analysis_score() -> None:
+    at = open_app("sim:a100-16x8")
+    at.radio(key="fleet_color").set_value("node_score").run()
+    assert not at.exception
+    model = load_source("sim:a100-16x8")
+    result = measures.analyze(model)
+    state, _ = data.get_state("sim:a100-16x8")
+    frame = data.fleet_frame(state)
+    z = np.asarray(figures.fleet_heatmap(frame, "node_score").data[0].z, dtype=float)
+    grid = figures.grid_of(frame)
+    nodes = result["nodes"]
+    score = dict(zip(nodes["node"].tolist(), nodes["score"].tolist(), strict=True))
+    for row, node in enumerate(grid.nodes):
+        assert np.allclose(z[row], score[node])  # one value across the node's GPUs
+    assert z.max() > 0
