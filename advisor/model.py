@@ -427,6 +427,8 @@ class ModelBuilder:
         power_watts: float = math.nan,
     ) -> None:
         row = self._node(node)
+        if index < 0:
+            raise ModelError(f"nodes[{node}].gpus[{index}]", "GPU index must be >= 0")
         if any(gpu["index"] == index for gpu in row.gpus):
             raise ModelError(f"nodes[{node}].gpus[{index}]", "duplicate GPU index")
         row.gpus.append(

@@ -184,6 +184,8 @@ def test_unknown_gpu_and_duplicate_ids_are_rejected() -> None:
         builder.build()
     with pytest.raises(ModelError, match="duplicate GPU index"):
         _builder().add_gpu("n1", 0)
+    with pytest.raises(ModelError, match=r"gpus\[-1\]: GPU index must be >= 0"):
+        _builder().add_gpu("n1", -1)  # the snapshot format could not hold it
 
 
 def test_derived_arrays_are_read_only() -> None:
