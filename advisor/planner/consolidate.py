@@ -35,6 +35,7 @@ from advisor.planner.check import apply_plan, check_plan
 from advisor.planner.constraints import Policy, island_size_per_node, spec_allows
 
 GOAL_JOB = "goal"
+CHAIN_ALWAYS_NODES = 2000  # up to this size the chained search always runs (it is cheap there)
 
 # --------------------------------------------------------------------------- goals
 
@@ -423,8 +424,13 @@ def make_room(
     ok = receivers._mask(t)
     ok &= ~(receivers.cpu < float(np.nan_to_num(allocs.cpu_milli[row])))
     ok &= ~(receivers.mem < float(np.nan_to_num(allocs.memory_mib[row])))
+    local_nodes = inst.policy.island_locality & (inst.island_size >= k) & (k > 1)
+    have = np.where(local_nodes, receivers.whole.max(axis=1), receivers.whole.sum(axis=1))
+    sizes = inst.model.nodes.gpu_count
+    near = np.flatnonzero(ok & (have < k) & (sizes >= k))
+    near = near[np.argsort(k - have[near], kind="stable")][:256]  # fewest GPUs missing first
     candidates = []
-    for node in np.flatnonzero(ok).tolist():
+    for node in near.tolist():
         gpus = inst.node_gpus(node)
         local = inst.policy.island_locality and 1 < k <= int(inst.island_size[node])
         groups = [gpus[inst.unit_of_gpu[gpus] == u] for u in np.unique(inst.unit_of_gpu[gpus])]
@@ -642,20 +648,29 @@ def _rack_group(model: ClusterModel) -> np.ndarray:
 def heuristic_windows(
     inst: Instance, need: Need, blocked: np.ndarray, max_tries: int = 64, pools_tried: int = 8
 ) -> tuple[list[Window], dict[int, np.ndarray]] | None:
-    """The cheaper of the searches without and with chained relocations (`_search`)."""
-    found = [_search(inst, need, blocked, max_tries, pools_tried, repair) for repair in (0, 1)]
+    """The cheaper of the searches without and with chained relocations (`_search`); on large
+    clusters the chained search only runs when the plain one finds nothing."""
+    windows = candidate_windows(inst, need, blocked)
+    found = [_search(inst, need, blocked, windows, max_tries, pools_tried, False)]
+    if found[0] is None or inst.nodes <= CHAIN_ALWAYS_NODES:
+        found.append(_search(inst, need, blocked, windows, max_tries, pools_tried, True))
     done = [f for f in found if f is not None]
     return min(done, key=lambda f: f[0])[1:] if done else None
 
 
 def _search(
-    inst: Instance, need: Need, blocked: np.ndarray, max_tries: int, pools_tried: int, repair: int
+    inst: Instance,
+    need: Need,
+    blocked: np.ndarray,
+    windows: list[Window],
+    max_tries: int,
+    pools_tried: int,
+    repair: bool,
 ) -> tuple[float, list[Window], dict[int, np.ndarray]] | None:
     """Windows for `need` and homes for every evicted task, or None. Racks (pools) are tried in
     order of their cheapest windows; in each, windows whose evicted tasks find no home are
     swapped for the next cheapest. The cheapest success over the first `pools_tried` pools that
     succeed wins (a rack's first choice can fail where the next rack's does not)."""
-    windows = candidate_windows(inst, need, blocked)
     if need.same_rack:
         group = _rack_group(inst.model)
         by_group: dict[int, list[Window]] = defaultdict(list)
@@ -688,7 +703,7 @@ def _search(
                 if need.whole_node:
                     mask[inst.node_gpus(w.node)] = True
             evict = sorted(set().union(*(w.evict for w in picked)))
-            targets, failed = replace_tasks(inst, evict, mask, bool(repair))
+            targets, failed = replace_tasks(inst, evict, mask, repair)
             if not failed:
                 actual = float(sum(inst.task_score[t] for t in targets))
                 if best is None or actual < best[0]:
