@@ -188,3 +188,17 @@ def test_forecast_goal_from_an_arrival_history(tmp_path, capsys) -> None:
     assert len(reserves) == 6 and all(len(a["to"]["gpus"]) == 8 for a in reserves)
     assert sum(a["kind"] == "migrate" for a in doc["actions"]) > 0
     assert doc["after"]["free_nodes"] == 6
+
+
+def test_exact_solver_plans_several_forecast_jobs_at_once() -> None:
+    model = snapshot.load(SEED_16X8)
+    demand = [measures.parse_shape(s) for s in ("8", "8", "8", "8", "8", "4", "4", "2x8")]
+    goal = parse_goal("forecast=6h")
+    heuristic = plan_heuristic(model, goal, demand=demand)
+    exact = plan_exact(model, goal, demand=demand, time_limit_s=20)
+    assert heuristic.feasible and exact.feasible and exact.extra["status"] == "optimal"
+    assert exact.cost.score() <= heuristic.cost.score() + 1e-4
+    for plan in (heuristic, exact):
+        assert check_plan(model, plan.actions, Policy(), plan.extra["goal_priority"]).ok
+        reserves = [a for a in plan.actions if a.kind == "reserve"]
+        assert sorted(len(a.dst.gpus) for a in reserves) == [4, 4] + [8] * 7
