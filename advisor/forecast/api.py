@@ -32,8 +32,9 @@ def forecast(
     """Forecast every series from its last observation: one row per series × horizon.
 
     Columns: series, origin, horizon, target_time, model, q<level>… (clipped to capacity, sorted),
-    capacity. `model="advisor"` uses the per-series pick (from `picks`, or chosen now by a backtest
-    on the last week of history).
+    capacity; for the advisor also backtest_mae (its validation MAE) beside naive's and seasonal
+    naive's, so no forecast is shown without its measured error. `model="advisor"` uses the
+    per-series picks (from `picks`, or chosen now by a backtest on the trailing history).
     """
     panel = _panel(series)
     y = panel.values.to_numpy(float)
@@ -42,33 +43,60 @@ def forecast(
     origin = len(y) - 1
     horizons = tuple(horizons)
     quantiles = tuple(sorted(set(quantiles) | {0.5}))
+    qcols = [f"q{q:g}" for q in quantiles]
     if model == "advisor":
         if picks is None:
             picks = _bt.select(panel, horizons, quantiles, test_start=len(y))
-        chosen = {(r.series, int(r.horizon)): r.pick for r in picks.itertuples()}
+        source = {}
+        for r in picks.to_dict("records"):
+            for col in qcols:
+                source[(r["series"], int(r["horizon"]), col)] = r.get(f"pick_{col}", r["pick"])
+            source[(r["series"], int(r["horizon"]), "point")] = r["pick"]
+            for m_name in ("point", *qcols):
+                if not isinstance(source[(r["series"], int(r["horizon"]), m_name)], str):
+                    source[(r["series"], int(r["horizon"]), m_name)] = r["pick"]
     else:
-        chosen = {(s, h): model for s in panel.series for h in horizons}
+        source = {
+            (s, h, c): model for s in panel.series for h in horizons for c in ("point", *qcols)
+        }
     step = times[1] - times[0] if len(times) > 1 else pd.Timedelta(hours=1)
     capf = pd.DataFrame(cap).ffill().to_numpy()
-    rows = []
-    for name in sorted(set(chosen.values())):
+    values: dict[tuple[str, int], dict[str, np.ndarray]] = {}
+    for name in sorted(set(source.values())):
         m = make(name, quantiles).fit(y, cap, times, origin, horizons)
         for h in horizons:
             qs = m.predict_quantiles(y, cap, times, np.array([origin]), h, quantiles)
-            for j, s in enumerate(panel.series):
-                if chosen.get((s, h), "naive") != name:
-                    continue
-                rec = {
-                    "series": s,
-                    "origin": times[origin],
-                    "horizon": h,
-                    "target_time": times[origin] + step * h,
-                    "model": name if model != "advisor" else f"advisor:{name}",
-                }
-                rec.update({f"q{q:g}": float(qs[q][0, j]) for q in quantiles})
-                rec["capacity"] = float(capf[origin, j])
-                rows.append(rec)
-    return pd.DataFrame(rows).sort_values(["series", "horizon"]).reset_index(drop=True)
+            values[(name, h)] = {f"q{q:g}": qs[q][0] for q in quantiles}
+    val = picks.set_index(["series", "horizon"]) if model == "advisor" else None
+    rows = []
+    for j, s in enumerate(panel.series):
+        for h in horizons:
+            pick = source[(s, h, "point")]
+            qv = np.sort([values[(source[(s, h, c)], h)][c][j] for c in qcols])
+            if model == "advisor":
+                # the median is the picked point model's; the other levels come from their picks
+                qv = np.sort(
+                    [values[(pick, h)][c][j] if c == "q0.5" else qv[i] for i, c in enumerate(qcols)]
+                )
+            rec = {
+                "series": s,
+                "origin": times[origin],
+                "horizon": h,
+                "target_time": times[origin] + step * h,
+                "model": f"advisor:{pick}" if model == "advisor" else pick,
+            }
+            rec.update({c: float(v) for c, v in zip(qcols, qv, strict=True)})
+            rec["capacity"] = float(capf[origin, j])
+            if val is not None:
+                # the measured error behind the forecast (validation part of the history)
+                r = val.loc[(s, h)]
+                rec["backtest_mae"] = float(r.get(f"val_mae_{pick}", np.nan))
+                rec["backtest_mae_naive"] = float(r.get("val_mae_naive", np.nan))
+                rec["backtest_mae_seasonal_naive_24"] = float(
+                    r.get("val_mae_seasonal_naive_24", np.nan)
+                )
+            rows.append(rec)
+    return pd.DataFrame(rows)
 
 
 def backtest(series, horizons=(1, 24), quantiles=(0.5, 0.9), test_from=None, test_to=None):
