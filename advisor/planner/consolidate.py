@@ -7,11 +7,13 @@ job shapes, planned one after another, each kept by a reservation).
 
 The heuristic (`plan_heuristic`) scores each candidate node by the cheapest set of tasks whose
 eviction clears the GPUs the goal needs there, takes candidates (or, for multi-node jobs, racks)
-in order of that cost, and re-places the evicted tasks best-fit onto capacity that is free *now*
-and outside every cleared window — so each move's target is free whatever the order, and the
-first candidate whose evictions all find a home is the cheapest among those tried. Every plan
-ends with `reserve` actions holding the cleared GPUs for the goal job and is replayed by
-`check_plan` before it is returned; a plan that fails the replay is never returned.
+in order of that cost, and re-places the evicted tasks best-fit onto capacity that is free now
+and outside every cleared window. Where a task finds no home, a second search may make one by
+a chain: relocate the cheapest small tasks off one node first, then move the task into the GPUs
+they left (`make_room`); `order_moves` puts every move after the moves it waits for. The
+cheaper of the two searches wins. Every plan ends with `reserve` actions holding the cleared
+GPUs for the goal job and is replayed by `check_plan` before it is returned; a plan that fails
+the replay is never returned.
 
 `Instance` holds the per-task and per-GPU tables both the heuristic and the exact solver use.
 """
@@ -23,7 +25,7 @@ import re
 import time
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -105,7 +107,6 @@ class Instance:
     island_size: np.ndarray  # (N) largest island, 0 unknown
     free: np.ndarray  # (G) free milli now (0 on unusable)
     usable: np.ndarray  # (G) bool
-    extra: dict = field(default_factory=dict)
 
     @property
     def nodes(self) -> int:
