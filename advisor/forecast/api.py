@@ -49,12 +49,11 @@ def forecast(
             picks = _bt.select(panel, horizons, quantiles, test_start=len(y))
         source = {}
         for r in picks.to_dict("records"):
+            key = (r["series"], int(r["horizon"]))
+            source[(*key, "point")] = r["pick"]
             for col in qcols:
-                source[(r["series"], int(r["horizon"]), col)] = r.get(f"pick_{col}", r["pick"])
-            source[(r["series"], int(r["horizon"]), "point")] = r["pick"]
-            for m_name in ("point", *qcols):
-                if not isinstance(source[(r["series"], int(r["horizon"]), m_name)], str):
-                    source[(r["series"], int(r["horizon"]), m_name)] = r["pick"]
+                q_pick = r.get(f"pick_{col}")
+                source[(*key, col)] = q_pick if isinstance(q_pick, str) else r["pick"]
     else:
         source = {
             (s, h, c): model for s in panel.series for h in horizons for c in ("point", *qcols)
