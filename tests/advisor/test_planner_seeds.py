@@ -202,3 +202,14 @@ def test_exact_solver_plans_several_forecast_jobs_at_once() -> None:
         assert check_plan(model, plan.actions, Policy(), plan.extra["goal_priority"]).ok
         reserves = [a for a in plan.actions if a.kind == "reserve"]
         assert sorted(len(a.dst.gpus) for a in reserves) == [4, 4] + [8] * 7
+
+
+def test_shipped_seed_snapshots_match_their_generator() -> None:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("make_examples", EXAMPLES / "make_examples.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    for build, path in ((module.seed_16x8, SEED_16X8), (module.seed_nvlink_islands, SEED_ISLANDS)):
+        built = json.loads(json.dumps(snapshot.to_dict(build())))
+        assert built == json.loads(path.read_text()), f"{path.name}: run examples/make_examples.py"
