@@ -40,8 +40,8 @@ SLOTS = 4  # jobs sharing one GPU at most (smallest fraction is 0.25)
 TICK = 300.0  # grid for counters and for retrying pending jobs, simulated seconds
 MAX_WAIT = 6 * HOUR  # a pending job gives up after this long
 XID_PER_GPU_DAY = 0.002  # rare: about one XID per 500 GPU-days
-XID_CODES = (13, 31, 43)
-ARRIVAL_LOG_MAX = 200_000  # application-level XIDs: the GPU stays healthy
+XID_CODES = (13, 31, 43)  # application-level XIDs: the GPU stays healthy
+ARRIVAL_LOG_MAX = 200_000  # arrivals kept for demand history (a bounded deque)
 
 
 @dataclass(slots=True)
