@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+import exporter
 from advisor.cli import build_parser
 from alerts.config import load_config
 
@@ -89,6 +90,7 @@ def test_images_are_pinned_and_services_have_health_checks():
     version = re.search(r'^version = "([^"]+)"', (ROOT / "pyproject.toml").read_text(), re.M).group(
         1
     )
+    assert exporter.__version__ == version, "exporter/__init__.py and pyproject.toml disagree"
     for name, service in services.items():
         image = service["image"]
         repository, _, tag = image.rpartition(":")
