@@ -137,41 +137,54 @@ class HoltWinters(Forecaster):
         self._start = max(0, until + 1 - self.window)
         seg = feat.ffill(y)[self._start : until + 1]
         grid = np.array(self.GRID)
-        params = []
-        for j in range(y.shape[1]):
-            sse = self._filter(seg[:, j], grid)[3]
-            params.append(grid[int(np.nanargmin(sse))] if np.isfinite(sse).any() else grid[-1])
-        self._params = np.array(params)
+        n_series, n_grid = seg.shape[1], len(grid)
+        # every series × every grid row in one vectorised recursion
+        x = np.repeat(seg, n_grid, axis=1)
+        params = np.tile(grid, (n_series, 1))
+        sse = self._filter(x, params)[3].reshape(n_series, n_grid)
+        sse = np.where(np.isfinite(sse), sse, np.inf)
+        self._params = grid[np.argmin(sse, axis=1)]
 
-    def _filter(self, x: np.ndarray, grid: np.ndarray):
-        """Run the recursion for every parameter row at once; return states per step and 1-step SSE."""
+    def _filter(self, x: np.ndarray, params: np.ndarray, keep: np.ndarray | None = None):
+        """Run the recursion on every column of x (n, K) with its own (alpha, beta, gamma) row.
+
+        Returns level, trend and season states after the rows in `keep` (none if None) and the
+        1-step SSE per column. Masked points advance the state without updating it.
+        """
         m = self.season
-        n, g = len(x), len(grid)
-        a, b, c = grid[:, 0], grid[:, 1], grid[:, 2]
-        start = np.nanmean(x[: min(n, m)]) if np.isfinite(x[: min(n, m)]).any() else 0.0
-        level = np.full(g, start)
-        trend = np.zeros(g)
-        season = np.zeros((m, g))
-        if n >= m:
-            init = np.nan_to_num(x[:m] - start)
-            season[:] = init[:, None]
-        levels = np.empty((n, g))
-        trends = np.empty((n, g))
-        seasons = np.empty((n, m, g))
-        sse = np.zeros(g)
+        n, k = x.shape
+        a, b, c = params[:, 0], params[:, 1], params[:, 2]
+        head = x[: min(n, m)]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            start = np.nan_to_num(np.nanmean(head, axis=0))
+        level = start.copy()
+        trend = np.zeros(k)
+        season = np.nan_to_num(head - start) if n >= m else np.zeros((m, k))
+        keep = np.array([], dtype=int) if keep is None else np.asarray(keep)
+        slot = {int(t): i for i, t in enumerate(keep)}
+        levels = np.empty((len(keep), k))
+        trends = np.empty((len(keep), k))
+        seasons = np.empty((len(keep), m, k))
+        sse = np.zeros(k)
         for t in range(n):
             s_idx = t % m
+            xt = x[t]
+            seen = np.isfinite(xt)
             fc = level + trend + season[s_idx]
-            if np.isfinite(x[t]):
-                if t >= m:
-                    sse += (x[t] - fc) ** 2
-                new_level = a * (x[t] - season[s_idx]) + (1 - a) * (level + trend)
-                trend = b * (new_level - level) + (1 - b) * trend
-                season[s_idx] = c * (x[t] - new_level) + (1 - c) * season[s_idx]
-                level = new_level
-            else:
-                level = level + trend
-            levels[t], trends[t], seasons[t] = level, trend, season
+            if t >= m:
+                sse += np.where(seen, (xt - fc) ** 2, 0.0)
+            new_level = np.where(
+                seen, a * (xt - season[s_idx]) + (1 - a) * (level + trend), level + trend
+            )
+            trend = np.where(seen, b * (new_level - level) + (1 - b) * trend, trend)
+            season[s_idx] = np.where(
+                seen, c * (xt - new_level) + (1 - c) * season[s_idx], season[s_idx]
+            )
+            level = new_level
+            i = slot.get(t)
+            if i is not None:
+                levels[i], trends[i], seasons[i] = level, trend, season
         return levels, trends, seasons, sse
 
     def _point(self, y, cap, times, origins, horizon):
@@ -182,19 +195,20 @@ class HoltWinters(Forecaster):
             return out
         start = min(self._start, int(origins.min()))
         end = int(origins.max())
-        seg = ffy[start : end + 1]
         rel = origins - start
-        m = self.season
         memo = self._memo
-        if memo is None or memo[0] is not y or memo[1:3] != (start, end):
-            states = [self._filter(seg[:, j], self._params[j][None, :]) for j in range(y.shape[1])]
-            self._memo = memo = (y, start, end, states)
-        for j in range(y.shape[1]):
-            lv, tr, se, _ = memo[3][j]
-            s_idx = (rel + horizon) % m
-            fc = lv[rel, 0] + horizon * tr[rel, 0] + se[rel, s_idx, 0]
-            out[:, j] = np.where(np.isfinite(fc), fc, out[:, j])
-        return out
+        if (
+            memo is None
+            or memo[0] is not y
+            or memo[1] != (start, end)
+            or not np.array_equal(memo[2], rel)
+        ):
+            states = self._filter(ffy[start : end + 1], self._params, keep=rel)
+            self._memo = memo = (y, (start, end), rel, states)
+        lv, tr, se, _ = memo[3]
+        s_idx = (rel + horizon) % self.season
+        fc = lv + horizon * tr + se[np.arange(len(rel)), s_idx, :]
+        return np.where(np.isfinite(fc), fc, out)
 
 
 class GradientBoosting(Forecaster):
