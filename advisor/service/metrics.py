@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from advisor.contract import ADVISOR_BY_NAME
-from advisor.service.results import NO_POOL, STAGES
+from advisor.service.results import STAGES, pool_names
 from exporter import __version__
 from exporter.render import Families
 
@@ -44,7 +44,7 @@ def _fragmentation(families: Families, state: RunState) -> None:
     _add(families, "gpu_advisor_largest_schedulable_job_gpus", (), largest)
     model = results.model
     nodes = results.analysis["nodes"]
-    pools = [str(p) or NO_POOL for p in model.nodes.pool.tolist()]
+    pools = [str(p) for p in pool_names(model).tolist()]
     names = model.nodes.name.tolist()
     for i, (node, pool) in enumerate(zip(names, pools, strict=True)):
         _add(
