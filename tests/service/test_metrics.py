@@ -177,3 +177,26 @@ def test_forecast_series_only_for_backtested_horizons(sim_loop):
     wape = [s for s in samples(page) if s.name == "gpu_advisor_forecast_backtest_wape_ratio"]
     assert "seasonal_naive_24" in {s.labels["model"] for s in wape}
     assert all(0 <= s.value < 5 for s in wape)
+
+
+def test_nodes_without_a_pool_are_labelled_none_everywhere():
+    from advisor.model import ModelBuilder
+    from tests.service.conftest import ScriptedSource
+
+    builder = ModelBuilder()
+    builder.add_node("n1", gpu_model="A100")
+    for i in range(2):
+        builder.add_gpu("n1", i, nvlink_island=0)
+    model = builder.build(timestamp=1_700_000_000.0)
+    state = AdvisorLoop("snap", ScriptedSource(model), Config()).run_once()
+    pools = {
+        s.labels["pool"]
+        for s in samples(families(state).text())
+        if s.name
+        in {
+            "gpu_advisor_node_fragmentation_score",
+            "gpu_advisor_gpu_state",
+            "gpu_advisor_fragmentation_ratio",
+        }
+    }
+    assert pools == {"(none)"}
