@@ -72,17 +72,22 @@ def consolidation_plan(
     return solve(model, goal, policy, solver=solver, time_limit_s=EXACT_TIME_LIMIT_S)
 
 
+OTHER_KINDS_MAX_NODES = 300  # recommend() can take tens of seconds on trace-sized clusters
+
+
 def recommendations(
-    model: ClusterModel, policy: Policy, goal: str, exact: bool = False
+    model: ClusterModel, policy: Policy, goal: str, exact: bool = False, others: bool = True
 ) -> list[Plan]:
-    """What the Actions page lists: a consolidation plan for `goal` (migrations), then every
-    other kind `recommend()` finds (reservations, loans, reclaim, sharing, rebalancing)."""
+    """What the Actions page lists: a consolidation plan for `goal` (migrations), then (with
+    `others`) every other kind `recommend()` finds (reservations, loans, reclaim, sharing,
+    rebalancing)."""
     from advisor.planner.recommend import recommend
 
     plans = []
     if goal:
         plans.append(consolidation_plan(model, parse_goal(goal), policy, exact))
-    plans += recommend(model, policy)
+    if others:
+        plans += recommend(model, policy)
     return plans
 
 

@@ -124,3 +124,10 @@ def test_exact_solver_is_opt_in_and_never_costlier() -> None:
     assert not at.exception
     overview = frame_with(at, "GPU-hours cost")
     assert overview["restarts"].iloc[0] <= heuristic.cost.restarts
+
+
+def test_slow_recommendation_kinds_are_opt_in_on_large_clusters() -> None:
+    assert open_app(SOURCE, PAGE).checkbox(key="actions_others").value
+    at = open_app("sim:a100-16x8?nodes=320", PAGE)
+    assert not at.checkbox(key="actions_others").value
+    assert frame_with(at, "GPU-hours cost")["goal"].tolist()[0].startswith("job=")

@@ -40,12 +40,19 @@ exact = st.checkbox(
     f"{plans.EXACT_MAX_NODES} nodes) and keep the cheaper plan",
     key="actions_exact",
 )
+others = st.checkbox(
+    "Also look for reservations, quota loans, reclaims, sharing and rebalancing",
+    value=len(model.nodes) <= plans.OTHER_KINDS_MAX_NODES,
+    key="actions_others",
+    help=f"On by default up to {plans.OTHER_KINDS_MAX_NODES} nodes: on trace-sized clusters "
+    "with thousands of waiting tasks this search can take tens of seconds.",
+)
 try:
     policy = plans.policy_from(policy_path)
     shapes = [parse_goal(goal).shape] if goal.strip() else []
     recs = state.cached(
-        str(("plans", goal, policy_path, exact)),
-        lambda: plans.recommendations(model, policy, goal.strip(), exact),
+        str(("plans", goal, policy_path, exact, others)),
+        lambda: plans.recommendations(model, policy, goal.strip(), exact, others),
     )
 except (PolicyError, OSError, ValueError) as error:
     st.error(f"Cannot plan: {error}", icon=":material/error:")
@@ -89,7 +96,7 @@ if not steps:
     st.stop()
 
 outcome = state.cached(
-    str(("replay", goal, policy_path, exact, choice, tuple(sorted(steps)))),
+    str(("replay", goal, policy_path, exact, others, choice, tuple(sorted(steps)))),
     lambda: plans.replay(model, plan, steps, policy, shapes),
 )
 if not outcome.check.ok:
