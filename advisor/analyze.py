@@ -14,6 +14,7 @@ import numpy as np
 from advisor import snapshot
 from advisor.fragmentation import measures
 from advisor.ingest.sources import DEFAULT_TIMEOUT, SOURCE_HELP, SourceError, load_source
+from exporter.units import duration, positive_duration
 
 GIB = 2**30
 
@@ -43,7 +44,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--idle-threshold", type=float, default=0.05, metavar="RATIO", help="default 0.05"
     )
     analyze.add_argument(
-        "--idle-window", type=float, default=3600.0, metavar="SECONDS", help="default 3600"
+        "--idle-window",
+        type=duration,
+        default=3600.0,
+        metavar="DURATION",
+        help="e.g. 3600, 90m or 1h (default 1h)",
     )
     analyze.add_argument(
         "--min-request-memory",
@@ -74,10 +79,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def _timeout(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--timeout",
-        type=float,
+        type=positive_duration,
         default=DEFAULT_TIMEOUT,
-        metavar="SECONDS",
-        help=f"HTTP timeout per request (default {DEFAULT_TIMEOUT:g})",
+        metavar="DURATION",
+        help=f"HTTP timeout per request, e.g. 10 or 10s (default {DEFAULT_TIMEOUT:g}s)",
     )
 
 

@@ -69,3 +69,11 @@ def test_json_has_no_nan_or_infinity() -> None:
     doc = to_json({"a": float("inf"), "b": [float("nan"), 0.123456], "nodes": {}})
     assert doc == {"a": None, "b": [None, 0.1235], "nodes": []}
     json.dumps(doc, allow_nan=False)
+
+
+def test_durations_take_units_like_the_other_commands(capsys) -> None:
+    source = "sim:a100-16x8?seed=2"
+    assert main(["analyze", source, "--json", "--idle-window", "90m", "--timeout", "5s"]) == 0
+    assert json.loads(capsys.readouterr().out)["temporal"]["window_s"] == 5400.0
+    assert main(["analyze", source, "--json", "--idle-window", "5400"]) == 0
+    assert json.loads(capsys.readouterr().out)["temporal"]["window_s"] == 5400.0
