@@ -10,7 +10,7 @@ METRIC_COLUMNS = "series,horizon,model,mae,rmse,wape,smape,mase,pinball_q90,cove
 
 
 def _long_csv(tmp_path):
-    p = synthetic_panel(days=24, n_series=2, seed=3)
+    p = synthetic_panel(days=21, n_series=2, seed=3)
     frame = p.values.stack().rename("value").reset_index()
     frame.columns = ["time", "series", "value"]
     frame["capacity"] = p.capacity.stack().to_numpy()
@@ -32,7 +32,9 @@ def test_backtest_cli_writes_metrics_decisions_and_plot(tmp_path, capsys):
             "--quantiles",
             "0.5,0.9",
             "--test-from",
-            "2024-01-22",
+            "2024-01-20",
+            "--test-to",
+            "2024-01-21",
             "--replays",
             "idle",
             "--windows",
