@@ -60,9 +60,19 @@ except (PolicyError, OSError, ValueError) as error:
 shapes = [s for s in shapes if s is not None]
 
 if not recs:
+    why = (
+        "every whole-node job up to a full rack can start now, so no migration is needed"
+        if next_job is None and not goal.strip()
+        else "no migration goal given"
+    )
     st.info(
-        "No recommendation for this cluster: no goal given, nothing waiting that a reservation "
-        "or a loan would help, no long-idle allocation to reclaim, nothing to share or rebalance."
+        f"No recommendation for this cluster: {why}; "
+        + (
+            "nothing waiting that a reservation or a loan would help, no long-idle allocation "
+            "to reclaim, nothing to share or rebalance."
+            if others
+            else "the other kinds were not searched (see the checkbox above)."
+        )
     )
     st.stop()
 
