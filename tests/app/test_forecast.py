@@ -53,3 +53,10 @@ def test_node_free_times_count_up_to_the_node_size() -> None:
     cols = ["free now", "free within 1 h", "free within 6 h", "free within 24 h"]
     assert (free[cols].diff(axis=1).iloc[:, 1:] >= 0).all().all()  # only ever more free
     assert (free["free within 24 h"] <= free["GPUs"]).all()
+
+
+def test_coarse_simulated_history_is_not_forecast() -> None:
+    at = open_app("sim:a100-16x8?nodes=300&t=8h", PAGE)
+    assert any("forecasts are backtested on hourly points only" in i.value for i in at.info)
+    with pytest.raises(AssertionError):
+        frame_with(at, "backtest WAPE")

@@ -18,6 +18,13 @@ st.caption(
 )
 
 history = data.trend_history(state)
+if state.spec.startswith("sim:") and data.sim_history_plan(len(state.model.nodes))[1] > 3600:
+    st.info(
+        f"The simulated past of fleets above {data.SIM_LARGE_NODES} nodes is stepped 4-hourly "
+        "(each instant costs about a second to build); forecasts are backtested on hourly "
+        "points only. Use a smaller preset size or a live source."
+    )
+    st.stop()
 doc = state.cached("forecast", lambda: forecasts.forecast_doc(history))
 table = forecasts.horizons_frame(doc)
 
