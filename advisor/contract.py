@@ -49,8 +49,8 @@ ADVISOR_METRICS: tuple[MetricSpec, ...] = (
     ),
     _g("gpu_advisor_largest_schedulable_job_gpus", "Largest single-node job that fits now."),
     _g(
-        "gpu_advisor_node_fragmentation_score",
-        "Per-node FGD fragment amount in GPUs, for heatmaps.",
+        "gpu_advisor_node_fragmented_gpus",
+        "Per-node FGD fragment amount: free GPUs the arriving workload cannot use (heatmaps).",
         ("node", "pool"),
     ),
     _g(

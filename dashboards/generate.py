@@ -796,7 +796,7 @@ def fragmentation_advisor(config: dict) -> dict:
                 heatmap_rows(
                     "Fragment amount per node",
                     "Per-node FGD fragment amount in GPUs, one row per node.",
-                    [target(f"gpu_advisor_node_fragmentation_score{{{ADV_POOL}}}", "{{node}}")],
+                    [target(f"gpu_advisor_node_fragmented_gpus{{{ADV_POOL}}}", "{{node}}")],
                     "none",
                     scheme="Oranges",
                     w=12,

@@ -49,7 +49,7 @@ def _fragmentation(families: Families, state: RunState) -> None:
     for i, (node, pool) in enumerate(zip(names, pools, strict=True)):
         _add(
             families,
-            "gpu_advisor_node_fragmentation_score",
+            "gpu_advisor_node_fragmented_gpus",
             (node, pool),
             nodes["fgd_fragment_gpus"][i],
         )

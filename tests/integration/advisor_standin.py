@@ -72,7 +72,7 @@ SAMPLES: dict[str, list[tuple[tuple[str, ...], float]]] = {
         (("2x8",), 60.0),
     ],
     "gpu_advisor_largest_schedulable_job_gpus": [((), 8.0)],
-    "gpu_advisor_node_fragmentation_score": [
+    "gpu_advisor_node_fragmented_gpus": [
         ((node, POOL), float(i % 4)) for i, node in enumerate(NODES)
     ],
     "gpu_advisor_gpu_state": [

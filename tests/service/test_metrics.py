@@ -194,7 +194,7 @@ def test_nodes_without_a_pool_are_labelled_none_everywhere():
         for s in samples(families(state).text())
         if s.name
         in {
-            "gpu_advisor_node_fragmentation_score",
+            "gpu_advisor_node_fragmented_gpus",
             "gpu_advisor_gpu_state",
             "gpu_advisor_fragmentation_ratio",
         }
