@@ -345,6 +345,16 @@ def state_counts(frame: pd.DataFrame) -> dict[str, int]:
 # --------------------------------------------------------------------------- fragmentation
 
 
+def shape_from_text(text: str) -> measures.Shape:
+    """`measures.parse_shape`, but a GPU model after `@` may contain spaces (real model
+    names do: "NVIDIA A100-SXM4-80GB")."""
+    size, sep, model = text.strip().partition("@")
+    shape = measures.parse_shape(size.strip())
+    if sep and model.strip():
+        return measures.Shape(shape.num_gpu, shape.gpu_milli, shape.tasks, gpu_spec=model.strip())
+    return shape
+
+
 def shapes_frame(result: dict[str, Any]) -> pd.DataFrame:
     rows = [
         {

@@ -74,3 +74,16 @@ def test_sim_trend_ends_on_the_state_shown() -> None:
 
 def test_sim_at_t0_has_no_trend() -> None:
     assert len(data.sim_trend("sim:a100-16x8")) == 0
+
+
+def test_any_shape_can_be_asked() -> None:
+    source = "sim:mixed-h100-a100-v100"
+    at = open_app(source, PAGE)
+    model = load_source(source)
+    h100 = next(m for m in set(model.nodes.gpu_model.tolist()) if "H100" in m)
+    at.text_input(key="frag_shape").set_value(f"2x4@{h100}").run()
+    assert not at.exception
+    expected = measures.jobs_that_fit(model, measures.Shape(4, tasks=2, gpu_spec=h100))
+    assert metrics(at)[f"Jobs of 2x4 GPU [{h100}] that can start now"] == f"{expected:,}"
+    at.text_input(key="frag_shape").set_value("1.5").run()
+    assert not at.exception and any("bad shape" in w.value for w in at.warning)

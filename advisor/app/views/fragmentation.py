@@ -5,6 +5,7 @@ from __future__ import annotations
 import streamlit as st
 
 from advisor.app import data, figures
+from advisor.fragmentation import measures
 
 state = data.current()
 r = state.result
@@ -60,6 +61,20 @@ with left:
         "Each shape alone on today's free capacity. Multi-node shapes (2x8, 4x8) need their "
         "nodes in one rack with one GPU model. 'Free GPUs it cannot use' are stranded for it."
     )
+    other = st.text_input(
+        "Another shape",
+        key="frag_shape",
+        placeholder="e.g. 3, 2x4, 0.25, 4@NVIDIA H100 80GB HBM3",
+        help="G GPUs on one node, KxG = K nodes of G GPUs in one rack, @MODEL limits the model.",
+    )
+    if other.strip():
+        try:
+            shape = data.shape_from_text(other)
+        except ValueError as error:
+            st.warning(str(error))
+        else:
+            fits = measures.jobs_that_fit(state.model, shape)
+            st.metric(f"Jobs of {shape.name} that can start now", f"{fits:,}")
 with right:
     st.subheader("Most fragmented nodes")
     worst = data.worst_nodes(r)
