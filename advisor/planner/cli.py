@@ -51,6 +51,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--solver", choices=("best", "heuristic", "exact"), default="best", help="default: best"
     )
     parser.add_argument("--time-limit", type=float, default=10.0, help="exact solver seconds")
+    parser.add_argument("--workers", type=int, default=1, help="exact solver threads")
     parser.add_argument("--exact-max-nodes", type=int, default=EXACT_MAX_NODES)
     parser.add_argument(
         "--priority",
@@ -134,6 +135,7 @@ def solve(
     time_limit_s: float = 10.0,
     exact_max_nodes: int = EXACT_MAX_NODES,
     demand: list[Shape] | None = None,
+    workers: int = 1,
 ) -> Plan:
     """Run the chosen solver(s); with `best`, the cheaper checked plan plus the comparison."""
     heuristic = None
@@ -147,7 +149,13 @@ def solve(
     from advisor.planner.exact import plan_exact  # ortools loads only when asked
 
     exact = plan_exact(
-        model, goal, policy, time_limit_s=time_limit_s, demand=demand, hint=heuristic
+        model,
+        goal,
+        policy,
+        time_limit_s=time_limit_s,
+        workers=workers,
+        demand=demand,
+        hint=heuristic,
     )
     if heuristic is None:
         return exact
@@ -257,7 +265,16 @@ def run(args: argparse.Namespace) -> int:
     except (ValueError, PolicyError) as error:
         print(f"gpu-defrag plan: {error}", file=sys.stderr)
         return 2
-    plan = solve(model, goal, policy, args.solver, args.time_limit, args.exact_max_nodes, demand)
+    plan = solve(
+        model,
+        goal,
+        policy,
+        args.solver,
+        args.time_limit,
+        args.exact_max_nodes,
+        demand,
+        workers=args.workers,
+    )
     if args.json:
         print(json.dumps(plan.to_dict(), indent=2, default=_jsonable))
     else:
