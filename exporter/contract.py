@@ -166,8 +166,19 @@ METRICS: tuple[MetricSpec, ...] = (
     ),
     _i(
         "gpu_allocation_info",
-        "Who holds the GPU or MIG instance (kubelet pod-resources or Slurm); value is always 1.",
-        (*GPU, "gpu_instance_id", "pod", "namespace", "container", "workload", "tenant"),
+        "Who holds the GPU or MIG instance (kubelet pod-resources or Slurm), with its priority "
+        "and its guaranteed share in milli-GPU where the source knows them; value is always 1.",
+        (
+            *GPU,
+            "gpu_instance_id",
+            "pod",
+            "namespace",
+            "container",
+            "workload",
+            "tenant",
+            "priority",
+            "gpu_milli",
+        ),
     ),
     # --- node-level fragmentation ---
     _i(

@@ -247,6 +247,8 @@ def add_node(families: Families, node: NodeReading) -> None:
                 allocation.container,
                 allocation.job,
                 allocation.tenant,
+                "" if allocation.priority is None else str(allocation.priority),
+                "" if allocation.gpu_milli is None else str(allocation.gpu_milli),
             ),
             1,
         )

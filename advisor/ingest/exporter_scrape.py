@@ -92,6 +92,11 @@ def _int(text: str) -> int | None:
     return int(text) if text.isdigit() else None
 
 
+def _signed(text: str) -> int | None:
+    """A label that holds a priority: a whole number, possibly negative; "" is unknown."""
+    return int(text) if text.lstrip("-").isdigit() else None
+
+
 def our_readings(samples: Iterable[Sample]) -> list[NodeReading]:
     """NodeReadings from samples named as in our contract; series without node/gpu are skipped."""
     nodes: dict[str, NodeReading] = {}
@@ -141,6 +146,8 @@ def our_readings(samples: Iterable[Sample]) -> list[NodeReading]:
                     job=labels.get("workload", ""),
                     tenant=labels.get("tenant", ""),
                     gpu_instance_id=_int(labels.get("gpu_instance_id", "")),
+                    priority=_signed(labels.get("priority", "")),
+                    gpu_milli=_int(labels.get("gpu_milli", "")),
                 )
             )
         elif name in (MIG_INFO, MIG_MEMORY_TOTAL, MIG_MEMORY_USED):

@@ -99,7 +99,15 @@ def node(name: str = "node-a", gpus: int = 8) -> NodeReading:
     ]
     allocations = [
         Allocation(gpu=0, pod="train-0", namespace="rnd", container="trainer", tenant="rnd"),
-        Allocation(gpu=1, pod="idle-1", namespace="product", container="c", tenant="product"),
+        Allocation(
+            gpu=1,
+            pod="idle-1",
+            namespace="product",
+            container="c",
+            tenant="product",
+            priority=-5,
+            gpu_milli=500,
+        ),
         Allocation(
             gpu=gpus - 1, gpu_instance_id=3, pod="infer", namespace="product", tenant="product"
         ),
