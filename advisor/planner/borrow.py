@@ -85,11 +85,19 @@ def _free_now(model: ClusterModel) -> np.ndarray:
 
 
 def blocked_by_quota(model: ClusterModel, policy: Policy) -> list[Request]:
-    """Pending jobs that free GPUs could hold now but their tenant's quota does not allow."""
+    """Pending jobs that free GPUs could hold now but their tenant's quota does not allow.
+
+    Only a tenant with a quota can be blocked by one: the slot search (the expensive part, tens
+    of seconds over a trace's pending pods) runs for those tenants' jobs alone."""
+    limited = {tenant for tenant, _scope in policy.quotas}
+    if not limited:
+        return []
     usage = usage_by_scope(model)
     ready = _free_now(model)
     out = []
     for request in pending_requests(model, min_gpus=1):
+        if request.tenant not in limited:
+            continue
         slot = earliest_slot(model, ready, request, policy)
         if slot is None or not math.isfinite(slot.start):
             continue

@@ -19,6 +19,7 @@ from advisor.planner.check import check_plan
 from advisor.planner.constraints import (
     UNASSIGNED,
     BorrowRules,
+    Policy,
     PolicyError,
     load_policy,
     policy_from_dict,
@@ -77,6 +78,21 @@ def test_a_loan_within_the_rules_makes_the_job_start(model) -> None:
     inverse = [Action.from_dict(doc) for doc in back["actions"]]
     assert [a.quota for a in inverse] == [tuple((t, s, -d) for t, s, d in a.quota) for a in loans]
     assert set(plan.cost.tenants) == {"rnd", "algorithms", "product"}
+
+
+def test_no_quota_blocks_a_tenant_that_has_none(model, monkeypatch) -> None:
+    import advisor.planner.borrow as borrow
+
+    searched = []
+    real = borrow.earliest_slot
+    monkeypatch.setattr(
+        borrow, "earliest_slot", lambda *a, **k: searched.append(a[2].job) or real(*a, **k)
+    )
+    assert blocked_by_quota(model, Policy()) == [] and searched == []  # no quotas: no search
+    policy = load_policy(RULES)
+    limited = {tenant for tenant, _ in policy.quotas}
+    assert [r.job for r in blocked_by_quota(model, policy)] == ["rnd-pretrain"]
+    assert searched and all(request_for_job(model, job).tenant in limited for job in searched)
 
 
 def test_without_borrowing_rules_no_loan_is_proposed(model) -> None:
