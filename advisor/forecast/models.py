@@ -9,6 +9,7 @@ quantiles. Upper/lower quantiles of baselines come from their own trailing empir
 
 from __future__ import annotations
 
+import copy
 import warnings
 
 import numpy as np
@@ -20,23 +21,34 @@ RESID_WINDOW = 14 * 24  # trailing origins used for empirical error quantiles
 
 
 class Forecaster:
-    """Base: subclasses implement `_point`; residual quantiles come for free."""
+    """Base: subclasses implement `_point`; residual quantiles come for free.
+
+    The errors behind the quantiles are out of sample: a learned model's are those of a copy fitted
+    `RESID_WINDOW` origins earlier (its own training rows would understate them).
+    """
 
     name = "base"
+    learned = False
 
     def __init__(self) -> None:
         self._resid: dict[int, np.ndarray] = {}  # horizon -> residuals (n, S)
 
     def fit(self, y, cap, times, until: int, horizons) -> Forecaster:
         self._fit(y, cap, times, until, horizons)
+        at = max(0, until - max(horizons) - RESID_WINDOW)
+        scorer = self._residual_model(y, cap, times, at, horizons) if self.learned else self
         for h in horizons:
-            lo = max(0, until - h - RESID_WINDOW)
+            lo = at if self.learned else max(0, until - h - RESID_WINDOW)
             origins = np.arange(lo, until - h + 1)
             if len(origins) == 0:
                 self._resid[h] = np.zeros((1, y.shape[1]))
                 continue
-            pred = self._point(y, cap, times, origins, h)
+            pred = scorer._point(y, cap, times, origins, h)
             self._resid[h] = y[origins + h] - pred
+        return self
+
+    def _residual_model(self, y, cap, times, at: int, horizons) -> Forecaster:
+        """A copy fitted on rows ≤ `at` only, to measure out-of-sample errors after `at`."""
         return self
 
     def _fit(self, y, cap, times, until, horizons) -> None:
@@ -219,6 +231,7 @@ class GradientBoosting(Forecaster):
     """
 
     name = "gbm"
+    learned = True
 
     def __init__(self, quantiles=(0.1, 0.9), max_iter: int = 80, seed: int = 0) -> None:
         super().__init__()
@@ -226,6 +239,17 @@ class GradientBoosting(Forecaster):
         self.max_iter, self.seed = max_iter, seed
         self._models: dict[tuple[int, float], object] = {}
         self._cache: dict[int, tuple] = {}
+        self._oos: tuple | None = None  # (y, at, fitted copy)
+
+    def _residual_model(self, y, cap, times, at, horizons):
+        if self._oos is not None and self._oos[0] is y and self._oos[1] == at:
+            return self._oos[2]
+        clone = copy.copy(self)
+        clone._models, clone._resid, clone._oos = {}, {}, None
+        clone.quantiles = ()  # only the median is needed to measure errors
+        clone._fit(y, cap, times, at, horizons)
+        self._oos = (y, at, clone)
+        return clone
 
     def _features(self, y, cap, times, horizon):
         key = horizon
@@ -336,6 +360,14 @@ class Combination(Forecaster):
     def __init__(self, members: list[Forecaster], name: str, shared: bool = False) -> None:
         super().__init__()
         self.members, self.name, self.shared = members, name, shared
+        self.learned = any(m.learned for m in members)
+
+    def _residual_model(self, y, cap, times, at, horizons):
+        return Combination(
+            [m._residual_model(y, cap, times, at, horizons) for m in self.members],
+            self.name,
+            shared=True,
+        )
 
     def _fit(self, y, cap, times, until, horizons):
         if not self.shared:

@@ -106,3 +106,15 @@ def test_api_forecast_advisor_carries_its_measured_error():
         .all()
         .all()
     )
+
+
+def test_learned_models_measure_interval_errors_out_of_sample():
+    from advisor.forecast.models import RESID_WINDOW
+
+    p = synthetic_panel(days=24)
+    y, cap, t = p.values.to_numpy(float), p.capacity.to_numpy(float), p.index
+    until = 24 * 22
+    m = make("gbm", QS).fit(y, cap, t, until, (1, 24))
+    y_seen, at, clone = m._oos
+    assert y_seen is y and at == until - 24 - RESID_WINDOW
+    assert clone is not m and m._resid[24].shape[0] == until - 24 - at + 1
