@@ -478,7 +478,9 @@ def make_room(
             receivers.free[here] = saved[0][here]
             for h in movers:
                 hrow = int(inst.task_rows[h])
-                receivers.free[inst.task_gpus[h]] += int(inst.task_milli[h])
+                left = inst.task_gpus[h]
+                left = left[inst.usable[left] & ~receivers.blocked[left]]
+                receivers.free[left] += int(inst.task_milli[h])
                 receivers.cpu[node] += float(np.nan_to_num(allocs.cpu_milli[hrow]))
                 receivers.mem[node] += float(np.nan_to_num(allocs.memory_mib[hrow]))
             receivers.recount(node)
