@@ -80,6 +80,23 @@ class FragTracker:
             cnt, low, idle, s.cpu_free[nodes] - pod.cpu_milli, s.model[nodes], w, self.access
         )
 
+    def removal_gain(self, node: int, gpus: list[int], pod: PodSpec) -> float:
+        """How much F_node(M) falls if `pod` (on `gpus`) leaves `node` (negative: it rises)."""
+        s, w = self.state, self.workload
+        row = s.gpu_free[node : node + 1].copy()
+        row[0, gpus] += pod.gpu_milli
+        cnt, low = type_stats(row, w)
+        after = fragment_from_stats(
+            cnt,
+            low,
+            row.sum(axis=1),
+            s.cpu_free[node : node + 1] + pod.cpu_milli,
+            s.model[node : node + 1],
+            w,
+            self.access,
+        )[0]
+        return float(self.frag[node] - after)
+
     def deltas(
         self, pod: PodSpec, cand: np.ndarray, quantize: bool = True
     ) -> tuple[np.ndarray, np.ndarray]:

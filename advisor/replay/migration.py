@@ -1,5 +1,10 @@
-"""Our second protocol: the same replay, but a pod that would be dropped may be rescued by
-moving a few already placed pods (a budget: at most X % of the pods placed so far, in total).
+"""Our second protocol: the same replay, but the advisor may also move already placed pods
+(a budget: at most X % of the pods placed so far, in total), in two situations:
+
+- **defragmentation**: once the cluster's fragment rate crosses `threshold`, every `interval`
+  arrivals the single move that lowers the fragment amount most (leave a high-fragment node,
+  land where FGD says the increase is least) is made if it gains at least `min_gain` milli-GPU;
+- **rescue**: a pod that would be dropped gets room by moving at most two pods.
 
 For a pod that fits nowhere we look for the node where the fewest moves make it fit: on a
 target GPU the pods sharing it (largest first) until enough milli is free, plus pods holding the
@@ -20,17 +25,91 @@ MAX_TARGETS = 16  # candidate (node, GPU) targets examined per rescue, cheapest 
 
 
 class Migrator:
-    """Rescues would-be-dropped pods of one `Replay` within a migration budget."""
+    """Moves placed pods of one `Replay` within a migration budget (defrag and rescue)."""
 
-    def __init__(self, replay: Replay, budget: float, max_moves_per_rescue: int = 2) -> None:
+    def __init__(
+        self,
+        replay: Replay,
+        budget: float,
+        max_moves_per_rescue: int = 2,
+        threshold: float = 0.3,
+        interval: int = 5,
+        min_gain: float = 50.0,
+        top_nodes: int = 24,
+    ) -> None:
         if not 0 <= budget <= 1:
             raise ValueError(f"migration budget must be a fraction 0..1, got {budget}")
         self.replay = replay
         self.budget = budget
         self.max_moves = max_moves_per_rescue
+        self.threshold = threshold
+        self.interval = interval
+        self.min_gain = min_gain
+        self.top_nodes = top_nodes
         self.moves = 0
         self.cost_gpu = 0.0
         self.rescued = 0
+        self.defrag_moves = 0
+        self._since = 0
+        # the policy's own fragmentation view if it has one (ours learns it online), else the
+        # replay's measurement workload
+        self.tracker = getattr(replay.policy, "tracker", None) or replay.recorder
+
+    def after_arrival(self) -> None:
+        """Called after every arrival: maybe make one defragmenting move."""
+        self._since += 1
+        if self._since < self.interval or self.allowance() <= 0:
+            return
+        tracker = getattr(self.replay.policy, "tracker", None) or self.tracker
+        idle = self.replay.idle
+        if idle <= 0 or tracker.amount / idle < self.threshold:
+            return
+        self._since = 0
+        self.defrag_step(tracker)
+
+    def defrag_step(self, tracker) -> bool:
+        """The best single move by fragment change; applied only if it gains `min_gain`."""
+        r = self.replay
+        s = r.state
+        order = np.argsort(-tracker.frag)[: self.top_nodes]
+        shape_best: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
+        best: tuple[float, int, int] | None = None  # (net change, pod id, target node)
+        for node in order.tolist():
+            if tracker.frag[node] <= 0:
+                break
+            for pid in r.node_pods[node]:
+                _, gpus, spec = r.where[pid]
+                if spec.num_gpu == 0:
+                    continue
+                gain = tracker.removal_gain(node, gpus, spec)
+                if gain <= self.min_gain:
+                    continue
+                key = (spec.cpu_milli, spec.memory_mib, spec.num_gpu, spec.gpu_milli, spec.gpu_spec)
+                if key not in shape_best:
+                    cand = s.feasible(spec)
+                    delta = tracker.deltas(spec, cand)[0] if cand.size else np.zeros(0)
+                    shape_best[key] = (cand, delta)
+                cand, delta = shape_best[key]
+                elsewhere = cand != node
+                if not elsewhere.any():
+                    continue
+                i = int(np.argmin(np.where(elsewhere, delta, np.inf)))
+                net = float(delta[i]) - gain
+                if net < -self.min_gain and (best is None or net < best[0]):
+                    best = (net, pid, int(cand[i]))
+        if best is None:
+            return False
+        _, pid, target = best
+        node, gpus, spec = r.unbind(pid)
+        cand = s.feasible(spec)
+        r.policy.score(spec, cand)  # lets FGD-style policies pick the GPU on `target`
+        g = r.policy.gpus(spec, target)
+        s.allocate(target, g, spec)
+        r.bind(pid, spec, target, g)
+        self.moves += 1
+        self.defrag_moves += 1
+        self.cost_gpu += spec.total_gpu_milli / MILLI
+        return True
 
     def allowance(self) -> int:
         """Moves still allowed: budget x pods placed so far, minus moves made."""

@@ -149,6 +149,7 @@ class Replay:
         self.node_pods: list[set[int]] = [set() for _ in range(len(self.state))]
         self.gpu_pods = np.zeros_like(self.state.gpu_free)  # pods sharing each GPU
         self.rescue: Callable[[int, PodSpec], bool] | None = None
+        self.after_arrival: Callable[[], None] | None = None
 
     def bind(self, pod_id: int, pod: PodSpec, node: int, gpus: list[int]) -> None:
         """Record a placement already applied to the state."""
@@ -183,6 +184,8 @@ class Replay:
             self.placed += 1
         else:
             self.failed += 1
+        if self.after_arrival is not None:
+            self.after_arrival()
         self.record()
         return ok
 
@@ -218,6 +221,7 @@ def run_replay(
     migrator = Migrator(replay, migration_budget) if migration_budget > 0 else None
     if migrator is not None:
         replay.rescue = migrator.rescue
+        replay.after_arrival = migrator.after_arrival
     order = arrival_order(pods, replay.capacity, seed, ratio)
     if limit is not None:
         order = order[:limit]

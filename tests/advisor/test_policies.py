@@ -188,3 +188,16 @@ def test_make_policy_errors() -> None:
         make_policy("fgd")
     with pytest.raises(ValueError, match="unknown policy"):
         make_policy("tetris")
+
+
+def test_online_policy_breaks_score_ties_toward_smaller_nodes() -> None:
+    s = ClusterState.from_nodes(nodes([8, 2, 4]))
+    pol = OnlineFGDPolicy()
+    pol.attach(s, np.random.default_rng(0))
+    pod = PodSpec(1000, 1, 1, 1000)
+    pol.observe(pod)
+    scores = pol.score(pod, np.array([0, 1, 2]))
+    # every empty node scores the same integer; the 2-GPU node wins, the 8-GPU node is last
+    assert np.floor(scores).tolist() == [50, 50, 50]
+    assert select_node(np.array([0, 1, 2]), scores, np.array([0, 1, 2])) == 1
+    assert scores[2] > scores[0]
