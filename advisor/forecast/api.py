@@ -58,6 +58,10 @@ def forecast(
         source = {
             (s, h, c): model for s in panel.series for h in horizons for c in ("point", *qcols)
         }
+    for s_name in panel.series:  # a horizon too long to validate on the history: naive
+        for h in horizons:
+            for c in ("point", *qcols):
+                source.setdefault((s_name, h, c), "naive")
     step = times[1] - times[0] if len(times) > 1 else pd.Timedelta(hours=1)
     capf = pd.DataFrame(cap).ffill().to_numpy()
     values: dict[tuple[str, int], dict[str, np.ndarray]] = {}
@@ -88,7 +92,7 @@ def forecast(
             rec["capacity"] = float(capf[origin, j])
             if val is not None:
                 # the measured error behind the forecast (validation part of the history)
-                r = val.loc[(s, h)]
+                r = val.loc[(s, h)] if (s, h) in val.index else pd.Series(dtype=float)
                 rec["backtest_mae"] = float(r.get(f"val_mae_{pick}", np.nan))
                 rec["backtest_mae_naive"] = float(r.get("val_mae_naive", np.nan))
                 rec["backtest_mae_seasonal_naive_24"] = float(

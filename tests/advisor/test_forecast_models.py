@@ -118,3 +118,12 @@ def test_learned_models_measure_interval_errors_out_of_sample():
     y_seen, at, clone = m._oos
     assert y_seen is y and at == until - 24 - RESID_WINDOW
     assert clone is not m and m._resid[24].shape[0] == until - 24 - at + 1
+
+
+def test_api_forecast_falls_back_to_naive_when_a_horizon_cannot_be_validated():
+    from advisor.forecast import forecast
+
+    p = synthetic_panel(days=12, n_series=1)
+    out = forecast(p, horizons=(168,), quantiles=(0.5, 0.9)).iloc[0]
+    assert out["model"] == "advisor:naive"
+    assert np.isnan(out["backtest_mae"])  # no measured error: the caller must not present it as validated
