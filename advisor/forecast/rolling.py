@@ -126,6 +126,8 @@ def pick_models(
     """
     from advisor.forecast import metrics as M
 
+    if fc.empty:  # nothing could be validated (history too short for these horizons)
+        return pd.DataFrame(columns=["series", "horizon", "pick"])
     picks = []
     for (s, h), g in fc.groupby(["series", "horizon"], sort=True):
         g = g.assign(fold=(g["origin"] - g["origin"].min()) // pd.Timedelta(hours=fold_hours))
