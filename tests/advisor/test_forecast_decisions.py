@@ -81,3 +81,14 @@ def test_path_targets():
     u = np.array([1.0, 2, 3, 4])
     np.testing.assert_allclose(powerdown.path_mean(u, 2)[:3], [1.5, 2.5, 3.5])
     np.testing.assert_allclose(powerdown.future_max(u, 2)[:2], [3, 4])
+
+
+def test_choose_margin_spends_the_whole_budget_only_when_training_weeks_agree():
+    n = 200
+    truth = np.full((n, 1), 10.0)
+    base = {"past_min+offset": np.full((n, 1), 10.0)}
+    scale = np.full((n, 1), 10.0)
+    assert idle.choose_margin(base, scale, truth, 0.05) == 1.0
+    drift = truth.copy()
+    drift[n // 2 :: 5] = 2.0  # the second half drops every 5th hour: 20 % violations at any margin
+    assert idle.choose_margin(base, scale, drift, 0.05) == min(idle.MARGINS)
