@@ -84,13 +84,14 @@ class Migrator:
                 gain = tracker.removal_gain(node, gpus, spec)
                 if gain <= self.min_gain:
                     continue
-                key = (spec.cpu_milli, spec.memory_mib, spec.num_gpu, spec.gpu_milli, spec.gpu_spec)
-                if key not in shape_best:
-                    cand = s.feasible(spec)
-                    delta = tracker.deltas(spec, cand)[0] if cand.size else np.zeros(0)
+                key = (spec.cpu_milli, spec.num_gpu, spec.gpu_milli, spec.gpu_spec)
+                if key not in shape_best:  # memory aside: checked per pod below
+                    shape = PodSpec(spec.cpu_milli, 0, spec.num_gpu, spec.gpu_milli, spec.gpu_spec)
+                    cand = s.feasible(shape)
+                    delta = tracker.deltas(shape, cand)[0] if cand.size else np.zeros(0)
                     shape_best[key] = (cand, delta)
                 cand, delta = shape_best[key]
-                elsewhere = cand != node
+                elsewhere = (cand != node) & (s.mem_free[cand] >= spec.memory_mib)
                 if not elsewhere.any():
                     continue
                 i = int(np.argmin(np.where(elsewhere, delta, np.inf)))

@@ -238,3 +238,27 @@ def test_cli_rejects_unknown_policy(tmp_path: Path) -> None:
     with pytest.raises(SystemExit):
         main(["replay", "--nodes", str(nodes), "--pods", str(pods), "--policies", "tetris",
               "--out", str(tmp_path)])  # fmt: skip
+
+
+def test_fidelity_table_compares_with_the_paper(tmp_path: Path) -> None:
+    from advisor.replay.fidelity import fidelity_rows, markdown, read_summaries
+
+    out = tmp_path / "run"
+    out.mkdir()
+    rows = [
+        "policy,seed,migration_budget,migrated_pods,unalloc_100,unalloc_130,trace",
+        "fgd,42,0.0,0,4.6,4.5,openb_pod_list_default.csv",
+        "fgd,43,0.0,0,5.0,4.7,openb_pod_list_default.csv",
+        "random,42,0.0,0,15.0,13.0,openb_pod_list_default.csv",
+        "fgd+mig0.02,42,0.02,10,1.0,1.0,openb_pod_list_default.csv",
+    ]
+    (out / "summary.csv").write_text("\n".join(rows) + "\n")
+    table = fidelity_rows(read_summaries([out]))
+    by_policy = {r["policy"]: r for r in table}
+    assert set(by_policy) == {"fgd", "random"}  # migration rows are not paper figures
+    assert by_policy["fgd"]["ours"] == pytest.approx(4.8)
+    assert by_policy["fgd"]["diff"] == pytest.approx(0.03)
+    assert by_policy["fgd"]["ok"]
+    assert by_policy["random"]["diff"] == pytest.approx(1.3)
+    assert not by_policy["random"]["ok"]  # Random's tolerance is 1.0 pp
+    assert "| default | fgd | 2 | 4.80 ± 0.28 | 4.77 | +0.03 | yes |" in markdown(table)
