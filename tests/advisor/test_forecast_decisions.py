@@ -92,3 +92,20 @@ def test_choose_margin_spends_the_whole_budget_only_when_training_weeks_agree():
     drift = truth.copy()
     drift[n // 2 :: 5] = 2.0  # the second half drops every 5th hour: 20 % violations at any margin
     assert idle.choose_margin(base, scale, drift, 0.05) == min(idle.MARGINS)
+
+
+def test_power_down_forecasts_use_nothing_after_the_step():
+    rng = np.random.default_rng(2)
+    n = 6 * 24 * 12
+    times = pd.date_range("2017-11-01", periods=n, freq="10min")
+    used = 200 + np.cumsum(rng.normal(0, 1, n))
+    cap = np.full(n, 420.0)
+    t = n - 300
+    origins = np.arange(t - 50, t + 1)
+    altered = used.copy()
+    altered[t + 1 :] += 80
+    out = []
+    for data in (used, altered):
+        model = powerdown.PathModel("mean", 30).fit(data, cap, times, t - 1)
+        out.append(model.predict(data, cap, times, origins))
+    np.testing.assert_allclose(out[0], out[1])
