@@ -5,8 +5,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 import pandas as pd
 
@@ -15,14 +13,6 @@ from advisor.forecast.io import Panel
 from advisor.forecast.models import BASELINES, make
 
 CANDIDATES = (*BASELINES, "gbm", "linear", "combo")
-
-
-@dataclass
-class Forecasts:
-    """Long frame of forecasts: origin, series, horizon, model, point, q<level>…, actual."""
-
-    frame: pd.DataFrame
-    quantiles: tuple[float, ...]
 
 
 def _origin_positions(index: pd.DatetimeIndex, start, end) -> np.ndarray:
