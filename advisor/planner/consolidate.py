@@ -20,6 +20,7 @@ the replay is never returned.
 
 from __future__ import annotations
 
+import heapq
 import math
 import re
 import time
@@ -387,15 +388,17 @@ class Receivers:
 
 def replace_tasks(
     inst: Instance, evict: Sequence[int], blocked: np.ndarray, repair: bool = True
-) -> tuple[dict[int, np.ndarray], list[int]]:
-    """Targets for evicted tasks (largest first) on capacity free now and not blocked, and the
-    tasks that found no home (the plan is only valid when that list is empty)."""
+) -> tuple[dict[int, np.ndarray], list[int], list[int]]:
+    """Targets for evicted tasks (largest first) on capacity free now and not blocked, the
+    tasks that found no home (the plan is only valid when that list is empty), and the tasks
+    that found one only through a chain of relocations (`make_room`)."""
     receivers = Receivers(inst, blocked)
     order = sorted(
         evict, key=lambda t: (-len(inst.task_gpus[t]) * inst.task_milli[t], int(inst.task_rows[t]))
     )
     out: dict[int, np.ndarray] = {}
     failed: list[int] = []
+    chained: list[int] = []
     fixed = set(evict)  # tasks that already move (or are being moved) are not relocated again
     for t in order:
         gpus = receivers.place(t)
@@ -405,11 +408,12 @@ def replace_tasks(
                 gpus, relocated = repaired
                 out.update(relocated)
                 fixed |= set(relocated)
+                chained.append(t)
         if gpus is None:
             failed.append(t)
         else:
             out[t] = gpus
-    return out, failed
+    return out, failed, chained
 
 
 def make_room(
@@ -670,10 +674,16 @@ def _search(
     pools_tried: int,
     repair: bool,
 ) -> tuple[float, list[Window], dict[int, np.ndarray]] | None:
-    """Windows for `need` and homes for every evicted task, or None. Racks (pools) are tried in
-    order of their cheapest windows; in each, windows whose evicted tasks find no home are
-    swapped for the next cheapest. The cheapest success over the first `pools_tried` pools that
-    succeed wins (a rack's first choice can fail where the next rack's does not)."""
+    """Windows for `need` and homes for every evicted task, or None.
+
+    Racks (pools) are tried in order of their cheapest windows. In a pool, a small best-first
+    search over which windows to leave out: the K cheapest remaining windows are tried; when
+    an evicted task finds no home (or only through a chain), the next candidates leave out
+    either the window it came from or a chosen window that could have been its home. Candidates
+    are taken by their window cost (a lower bound) once a first plan is found (until then the
+    first option is followed), and none that cannot beat the best plan is tried; `max_tries`
+    bounds the work (fewer tries after a first plan on large clusters), `pools_tried` the
+    pools that succeed."""
     if need.same_rack:
         group = _rack_group(inst.model)
         by_group: dict[int, list[Window]] = defaultdict(list)
@@ -686,37 +696,88 @@ def _search(
     tries = 0
     best: tuple[float, list[Window], dict[int, np.ndarray]] | None = None
     successes = 0
+    # improving on a first plan: plenty of tries on small clusters, a few on huge ones
+    improve_tries = max(4, min(max_tries, 20_000 // max(inst.nodes, 1)))
+
+    def pick(pool: list[Window], excluded: frozenset[int]) -> list[Window]:
+        return [w for w in pool if w.node not in excluded][: need.tasks]
+
     for pool in pools:
         if successes >= pools_tried or tries >= max_tries:
             break
         if best is not None and sum(w.score for w in pool[: need.tasks]) >= best[0]:
             break  # pools are sorted: no later pool can beat the best found
-        excluded: set[int] = set()
-        while tries < max_tries:
-            tries += 1
-            picked = [w for w in pool if w.node not in excluded][: need.tasks]
+        start: frozenset[int] = frozenset()
+        heap = [(sum(w.score for w in pick(pool, start)), 0, start)]
+        seen = {start}
+        succeeded = False
+        improve = 0  # tries spent after the first success, bounded by `improve_tries`
+        while heap and tries < max_tries and improve < improve_tries:
+            _, _, excluded = heapq.heappop(heap)
+            bound = sum(w.score for w in pick(pool, excluded))
+            if best is not None and bound >= best[0] - 1e-12:
+                continue
+            improve += best is not None
+            picked = pick(pool, excluded)
             if len(picked) < need.tasks:
-                break
-            score = sum(w.score for w in picked)
-            if best is not None and score >= best[0]:
-                break
+                continue
+            tries += 1
             mask = blocked.copy()
             for w in picked:
                 mask[list(w.gpus)] = True
                 if need.whole_node:
                     mask[inst.node_gpus(w.node)] = True
             evict = sorted(set().union(*(w.evict for w in picked)))
-            targets, failed = replace_tasks(inst, evict, mask, repair)
+            targets, failed, chained = replace_tasks(inst, evict, mask, repair)
             if not failed:
+                succeeded = True
                 actual = float(sum(inst.task_score[t] for t in targets))
                 if best is None or actual < best[0]:
                     best = (actual, picked, targets)
-                successes += 1
-                break
-            # drop the windows whose evicted tasks found no home; try the next cheapest
-            for t in failed:
-                excluded |= {w.node for w in picked if t in w.evict}
+                if not chained:
+                    continue
+                failed = chained  # chains cost extra moves: try windows that need none
+            for i, option in enumerate(_exclusions(inst, picked, failed)):
+                nxt = excluded | option
+                if nxt not in seen:
+                    seen.add(nxt)
+                    chosen = pick(pool, nxt)
+                    if len(chosen) == need.tasks:
+                        # until a plan is found, follow the first option (leave out every
+                        # window a homeless task came from) before anything else
+                        first = best is None and i == 0
+                        key = -math.inf if first else sum(w.score for w in chosen)
+                        heapq.heappush(heap, (key, len(seen), nxt))
+        successes += succeeded
     return best
+
+
+def _exclusions(inst: Instance, picked: list[Window], failed: list[int]) -> list[frozenset[int]]:
+    """Windows to leave out next: the ones the homeless tasks came from (all, or one of them),
+    or one chosen window that has room for a homeless task now (so it can be its home)."""
+    owners = frozenset(w.node for w in picked for t in failed if t in w.evict)
+    options = [owners] if owners else []
+    if len(owners) > 1:
+        options += [frozenset({node}) for node in sorted(owners)]
+    for t in failed[:2]:
+        k = len(inst.task_gpus[t])
+        for w in picked:
+            if t in w.evict:
+                continue
+            gpus = inst.node_gpus(w.node)
+            room = gpus[inst.usable[gpus] & (inst.free[gpus] >= inst.task_milli[t])]
+            if inst.task_whole[t]:
+                room = room[inst.free[room] == MILLI]
+                if inst.policy.island_locality and 1 < k <= int(inst.island_size[w.node]):
+                    units = inst.unit_of_gpu[room]
+                    fits = any((units == u).sum() >= k for u in np.unique(units))
+                else:
+                    fits = len(room) >= k
+            else:
+                fits = len(room) > 0
+            if fits:
+                options.append(frozenset({w.node}))
+    return options
 
 
 def plan_heuristic(
