@@ -107,7 +107,10 @@ def run_backtest(args: argparse.Namespace) -> int:
     replays = {r.strip() for r in args.replays.split(",") if r.strip()}
     decisions = []
     if "idle" in replays:
-        decisions.append(idle.backtest(raw, args.windows, args.risk, args.test_from, args.test_to))
+        idle_df = idle.backtest(raw, args.windows, args.risk, args.test_from, args.test_to)
+        if idle_df.empty:
+            print("idle-window replay skipped: the input has no capacity column")
+        decisions.append(idle_df)
     if "power" in replays and len(raw.series) == 1 and raw.meta.get("unit") == "nodes":
         kw = {}
         if args.test_from:

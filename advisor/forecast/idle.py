@@ -190,6 +190,10 @@ def backtest(
     """
     from advisor.forecast.rolling import test_window
 
+    known = [s for s in panel.series if panel.capacity[s].notna().any()]
+    if not known:  # idle = capacity − use: nothing to say without a capacity
+        return pd.DataFrame()
+    panel = panel.select(known)
     idle, cap, times = hourly_idle(panel)
     hourly = Panel(
         pd.DataFrame(idle, index=times, columns=panel.series),
