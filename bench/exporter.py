@@ -220,7 +220,8 @@ def run_case(
         f"({len(page.gzipped) / 1024:.0f} KiB gzipped)"
     )
     print(
-        f"collection cycle: {wall * 1000:.1f} ms wall, {cpu * 1000:.1f} ms CPU (collect + render)"
+        f"collection cycle, steady state (median of 3): {wall * 1000:.1f} ms wall, "
+        f"{cpu * 1000:.1f} ms CPU (collect, gauges, render, gzip)"
     )
     print("| server | median ms | p99 ms | scrapes |")
     print("| --- | ---: | ---: | ---: |")
