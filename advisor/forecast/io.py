@@ -187,8 +187,37 @@ def read_helios(path: str | Path, total: bool = True) -> Panel:
     return Panel(values, cap, cluster, test_from, test_to, {"unit": "GPUs"})
 
 
+OPENB_EPOCH = pd.Timestamp("2023-01-01")  # the trace's times are seconds from an unnamed start
+
+
+def read_openb_pods(path: str | Path, start_day: float = 116) -> Panel:
+    """Alibaba cluster-trace-gpu-v2023 pod list → allocated GPUs per minute (`alibaba/gpus`).
+
+    A scheduled pod holds num_gpu × gpu_milli/1000 GPUs from scheduled_time to deletion_time;
+    never-scheduled pods hold nothing. Before `start_day` almost no pods exist (the note's days
+    116–149 are the usable ~800 hours). The calendar is synthetic (seconds from the trace start
+    placed at 2023-01-01), so day-of-week features carry no meaning here.
+    """
+    pods = pd.read_csv(path)
+    pods = pods[pods["scheduled_time"].notna()]
+    gpus = pods["num_gpu"].to_numpy(float) * pods["gpu_milli"].to_numpy(float) / 1000.0
+    start = (pods["scheduled_time"].to_numpy(float) // 60).astype(int)
+    end = (pods["deletion_time"].to_numpy(float) // 60).astype(int)
+    n = int(end.max()) + 2
+    delta = np.zeros(n)
+    np.add.at(delta, start, gpus)
+    np.add.at(delta, end, -gpus)
+    alloc = np.cumsum(delta)[:-1]
+    index = OPENB_EPOCH + pd.to_timedelta(np.arange(len(alloc)), unit="min")
+    values = pd.DataFrame({"alibaba/gpus": np.round(alloc, 6)}, index=index)
+    values = values[values.index >= OPENB_EPOCH + pd.Timedelta(days=start_day)]
+    cap = pd.DataFrame(np.nan, index=values.index, columns=values.columns)
+    return Panel(values, cap, "alibaba", meta={"unit": "GPUs"})
+
+
 def load(source: str, freq: str | None = None) -> Panel:
-    """Open any supported INPUT: a Philly CSV, a Helios dir/file, long CSV/Parquet, or prometheus+http(s)://."""
+    """Open any supported INPUT: a Philly CSV, a Helios dir/file, an openb pod list, long
+    CSV/Parquet, or prometheus+http(s)://."""
     if source.startswith(("prometheus+http://", "prometheus+https://")):
         from advisor.forecast.promsource import read_prometheus
 
@@ -202,4 +231,6 @@ def load(source: str, freq: str | None = None) -> Panel:
         header = pd.read_csv(path, nrows=0).columns
         if {"active", "total"} <= set(header) and "series" not in header:
             return read_philly(path)
+        if {"scheduled_time", "deletion_time", "num_gpu", "gpu_milli"} <= set(header):
+            return read_openb_pods(path)
     return read_long(path, freq=freq)

@@ -85,3 +85,17 @@ def test_helios_reader_builds_vcs_and_a_coherent_total(tmp_path):
     assert p.values["earth/total"].iloc[0] == 8
     assert np.isnan(p.values["earth/total"].iloc[4])  # masked where a member is masked
     assert p.capacity["earth/total"].iloc[0] == 32
+
+
+def test_openb_pod_list_becomes_allocated_gpus_per_minute(tmp_path):
+    path = tmp_path / "openb_pod_list_x.csv"
+    path.write_text(
+        "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,scheduled_time\n"
+        "a,1000,1,1,500,,LS,Running,0,600,0\n"  # half a GPU for 10 minutes
+        "b,1000,1,2,1000,,LS,Running,120,300,120\n"  # two GPUs from minute 2 to 5
+        "c,1000,1,8,1000,,LS,Pending,60,600,\n"  # never scheduled: holds nothing
+    )
+    p = io.read_openb_pods(path, start_day=0)
+    v = p.values["alibaba/gpus"].to_numpy()
+    np.testing.assert_allclose(v[:10], [0.5, 0.5, 2.5, 2.5, 2.5, 0.5, 0.5, 0.5, 0.5, 0.5])
+    assert io.load(str(path)).series == ["alibaba/gpus"]
