@@ -32,9 +32,9 @@ class Migrator:
         replay: Replay,
         budget: float,
         max_moves_per_rescue: int = 2,
-        threshold: float = 0.3,
-        interval: int = 5,
-        min_gain: float = 50.0,
+        threshold: float = 0.5,
+        interval: int = 2,
+        min_gain: float = 10.0,
         top_nodes: int = 24,
     ) -> None:
         if not 0 <= budget <= 1:
@@ -51,6 +51,8 @@ class Migrator:
         self.rescued = 0
         self.defrag_moves = 0
         self._since = 0
+        self._wait = interval  # backs off while defrag steps find nothing worth moving
+        self._failed: dict[tuple, int] = {}  # pod shape -> placed count at its failed rescue
         # the policy's own fragmentation view if it has one (ours learns it online), else the
         # replay's measurement workload
         self.tracker = getattr(replay.policy, "tracker", None) or replay.recorder
@@ -58,14 +60,15 @@ class Migrator:
     def after_arrival(self) -> None:
         """Called after every arrival: maybe make one defragmenting move."""
         self._since += 1
-        if self._since < self.interval or self.allowance() <= 0:
+        if self._since < self._wait or self.allowance() <= 0:
             return
         tracker = getattr(self.replay.policy, "tracker", None) or self.tracker
         idle = self.replay.idle
         if idle <= 0 or tracker.amount / idle < self.threshold:
             return
         self._since = 0
-        self.defrag_step(tracker)
+        moved = self.defrag_step(tracker)
+        self._wait = self.interval if moved else min(self._wait * 2, 64)
 
     def defrag_step(self, tracker) -> bool:
         """The best single move by fragment change; applied only if it gains `min_gain`."""
@@ -120,10 +123,17 @@ class Migrator:
         limit = min(self.max_moves, self.allowance())
         if limit <= 0:
             return False
+        # a shape that could not be rescued is retried only after the cluster changed enough
+        key = (pod.cpu_milli, pod.memory_mib, pod.num_gpu, pod.gpu_milli, pod.gpu_spec)
+        placed = self.replay.placed + self.moves
+        if key in self._failed and placed - self._failed[key] < 20:
+            return False
         for node, victims in self._plans(pod, limit):
             if self._apply(pod_id, pod, node, victims):
                 self.rescued += 1
+                self._failed.pop(key, None)
                 return True
+        self._failed[key] = placed
         return False
 
     # planning -------------------------------------------------------------------------------
