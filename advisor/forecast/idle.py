@@ -16,6 +16,7 @@ import pandas as pd
 from advisor.forecast import features as feat
 from advisor.forecast import metrics as M
 from advisor.forecast.io import Panel
+from advisor.forecast.threads import bounded
 
 CALIBRATION_DAYS = 14
 MARGINS = (1.0, 0.75, 0.5, 0.25)
@@ -83,21 +84,23 @@ class IdleModel:
         if ok.sum() < 50:
             self._model = None  # too little history: the past-minimum rules still apply
             return self
-        self._model = HistGradientBoostingRegressor(
-            loss="quantile",
-            quantile=max(self.risk, 0.01),
-            max_iter=150,
-            learning_rate=0.05,
-            max_leaf_nodes=15,
-            min_samples_leaf=40,
-            random_state=self.seed,
-        ).fit(Xr[ok], target[ok])
+        with bounded():
+            self._model = HistGradientBoostingRegressor(
+                loss="quantile",
+                quantile=max(self.risk, 0.01),
+                max_iter=150,
+                learning_rate=0.05,
+                max_leaf_nodes=15,
+                min_samples_leaf=40,
+                random_state=self.seed,
+            ).fit(Xr[ok], target[ok])
         return self
 
     def raw(self, idle, cap, times, origins) -> np.ndarray:
         X, last, s = self._features(idle, cap, times)
         Xo = X[origins]
-        change = self._model.predict(Xo.reshape(-1, X.shape[-1])).reshape(Xo.shape[:2])
+        with bounded():
+            change = self._model.predict(Xo.reshape(-1, X.shape[-1])).reshape(Xo.shape[:2])
         return last[origins] + s[origins] * change, s[origins]
 
 

@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from advisor.forecast import features as feat
+from advisor.forecast.threads import bounded
 
 RESID_WINDOW = 14 * 24  # trailing origins used for empirical error quantiles
 
@@ -286,7 +287,8 @@ class GradientBoosting(Forecaster):
                 if ok.sum() < 50:
                     self._models.pop((h, q), None)
                     continue
-                self._models[(h, q)] = self._regressor(q).fit(Xr[ok], tr[ok])
+                with bounded():
+                    self._models[(h, q)] = self._regressor(q).fit(Xr[ok], tr[ok])
 
     def _predict_q(self, y, cap, times, origins, horizon, q):
         X, last, s = self._features(y, cap, times, horizon)
@@ -295,7 +297,8 @@ class GradientBoosting(Forecaster):
         if model is None:
             return last[origins]
         Xo = X[origins]
-        change = model.predict(Xo.reshape(-1, X.shape[-1])).reshape(Xo.shape[:2])
+        with bounded():
+            change = model.predict(Xo.reshape(-1, X.shape[-1])).reshape(Xo.shape[:2])
         return last[origins] + s[origins] * change
 
     def _point(self, y, cap, times, origins, horizon):
@@ -337,7 +340,8 @@ class Linear(GradientBoosting):
             Xr = np.nan_to_num(X[rows].reshape(-1, X.shape[-1]))
             ok = np.isfinite(target)
             if ok.sum() >= 50:
-                self._models[(h, 0.5)] = self._regressor(0.5).fit(Xr[ok], target[ok])
+                with bounded():
+                    self._models[(h, 0.5)] = self._regressor(0.5).fit(Xr[ok], target[ok])
 
     def _predict_q(self, y, cap, times, origins, horizon, q):
         X, last, s = self._features(y, cap, times, horizon)
@@ -346,7 +350,8 @@ class Linear(GradientBoosting):
         if model is None:
             return last[origins]
         Xo = np.nan_to_num(X[origins])
-        change = model.predict(Xo.reshape(-1, X.shape[-1])).reshape(Xo.shape[:2])
+        with bounded():
+            change = model.predict(Xo.reshape(-1, X.shape[-1])).reshape(Xo.shape[:2])
         return last[origins] + s[origins] * change
 
 

@@ -14,6 +14,7 @@ import pandas as pd
 
 from advisor.forecast import features as feat
 from advisor.forecast.io import Panel
+from advisor.forecast.threads import bounded
 
 STEP = "10min"
 SPH = 6  # steps per hour
@@ -84,12 +85,14 @@ class PathModel:
         target = (truth[rows] - last[rows, 0]) / s[rows, 0]
         ok = np.isfinite(target)
         loss = "absolute_error" if self.q is None else "quantile"
-        self._model = _hgb(loss, self.q).fit(X[rows, 0][ok], target[ok])
+        with bounded():
+            self._model = _hgb(loss, self.q).fit(X[rows, 0][ok], target[ok])
         return self
 
     def predict(self, used, cap, times, origins) -> np.ndarray:
         X, _, last, s = feat.build(used[:, None], cap[:, None], times, self.n, sph=SPH)
-        change = self._model.predict(X[origins, 0])
+        with bounded():
+            change = self._model.predict(X[origins, 0])
         return last[origins, 0] + s[origins, 0] * change
 
 

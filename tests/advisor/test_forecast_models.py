@@ -126,4 +126,6 @@ def test_api_forecast_falls_back_to_naive_when_a_horizon_cannot_be_validated():
     p = synthetic_panel(days=12, n_series=1)
     out = forecast(p, horizons=(168,), quantiles=(0.5, 0.9)).iloc[0]
     assert out["model"] == "advisor:naive"
-    assert np.isnan(out["backtest_mae"])  # no measured error: the caller must not present it as validated
+    assert np.isnan(
+        out["backtest_mae"]
+    )  # no measured error: the caller must not present it as validated
