@@ -360,9 +360,13 @@ class _Replay:
         self.cpu_free[node] += sign * cpu
         self.mem_free[node] += sign * memory
         tolerance = 1e-9
+        # Only what a step asks for is checked: a node already over its CPU or memory (the
+        # source said so) still takes work that requests none. NaN (unknown capacity)
+        # compares False: no constraint.
         return not (
-            self.cpu_free[node] < -tolerance or self.mem_free[node] < -tolerance
-        )  # NaN (unknown capacity) compares False: no constraint
+            (cpu > 0 and self.cpu_free[node] < -tolerance)
+            or (memory > 0 and self.mem_free[node] < -tolerance)
+        )
 
     def _charge(self, tenant: str, gpu_model: str, gpus: float) -> str | None:
         for key in ((tenant, ANY_MODEL), (tenant, gpu_model)):

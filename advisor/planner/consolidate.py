@@ -335,6 +335,11 @@ class Receivers:
             self._masks[key] = target_nodes_mask(inst, t)
         return self._masks[key]
 
+    def room(self, cpu: float, mem: float) -> np.ndarray:
+        """bool (N): nodes with this much CPU and memory free (unknown = no limit; a request
+        of 0 fits anywhere, as the checker sees it)."""
+        return ((cpu <= 0) | ~(self.cpu < cpu)) & ((mem <= 0) | ~(self.mem < mem))
+
     def recount(self, node: int) -> None:
         """Recompute the whole-free-GPU counts of `node` after its free milli changed."""
         gpus = self.inst.node_gpus(node)
@@ -349,7 +354,7 @@ class Receivers:
         allocs = inst.model.allocations
         cpu = float(np.nan_to_num(allocs.cpu_milli[row]))
         mem = float(np.nan_to_num(allocs.memory_mib[row]))
-        ok = self._mask(t) & ~(self.cpu < cpu) & ~(self.mem < mem)
+        ok = self._mask(t) & self.room(cpu, mem)
         k = len(inst.task_gpus[t])
         if inst.task_whole[t]:
             local = inst.policy.island_locality & (inst.island_size >= k) & (k > 1)
@@ -426,9 +431,9 @@ def make_room(
     k = len(inst.task_gpus[t])
     row = int(inst.task_rows[t])
     allocs = inst.model.allocations
-    ok = receivers._mask(t)
-    ok &= ~(receivers.cpu < float(np.nan_to_num(allocs.cpu_milli[row])))
-    ok &= ~(receivers.mem < float(np.nan_to_num(allocs.memory_mib[row])))
+    ok = receivers._mask(t) & receivers.room(
+        float(np.nan_to_num(allocs.cpu_milli[row])), float(np.nan_to_num(allocs.memory_mib[row]))
+    )
     local_nodes = inst.policy.island_locality & (inst.island_size >= k) & (k > 1)
     have = np.where(local_nodes, receivers.whole.max(axis=1), receivers.whole.sum(axis=1))
     sizes = inst.model.nodes.gpu_count
@@ -561,32 +566,63 @@ def annotate_steps(model: ClusterModel, actions: list[Action]) -> list[Action]:
 
 
 def order_moves(model: ClusterModel, actions: list[Action]) -> list[Action]:
-    """Order moves so each one's target has room when it runs: repeatedly run the first move
-    whose target GPUs are free at that point. Moves in a cycle (each waiting for another) are
-    left at the end in their given order, where the checker reports them."""
+    """Order moves so each one's target has room when it runs (GPU share, and the CPU and
+    memory it requests on another node): repeatedly run the first move that fits at that
+    point. Moves in a cycle (each waiting for another) are left at the end in their given
+    order, where the checker reports them."""
     free = model.gpu_free_milli.astype(np.int64).copy()
+    cpu_free = model.node_cpu_free.copy()
+    mem_free = model.node_memory_free.copy()
+    allocs = model.allocations
+    row_of = {str(a): i for i, a in enumerate(allocs.id.tolist())}
     pending = list(actions)
     done: list[Action] = []
-    rows = {}
+    info = {}
     for a in pending:
-        node = model.node_index(a.src.node)
-        rows[id(a)] = (
-            [model.gpu_row(node, i) for i in a.src.gpus],
-            [model.gpu_row(model.node_index(a.dst.node), i) for i in a.dst.gpus],
+        src_node, dst_node = model.node_index(a.src.node), model.node_index(a.dst.node)
+        row = row_of.get(a.alloc)
+        need = (
+            (0.0, 0.0)
+            if row is None
+            else (
+                float(np.nan_to_num(allocs.cpu_milli[row])),
+                float(np.nan_to_num(allocs.memory_mib[row])),
+            )
         )
+        info[id(a)] = (
+            src_node,
+            dst_node,
+            [model.gpu_row(src_node, i) for i in a.src.gpus],
+            [model.gpu_row(dst_node, i) for i in a.dst.gpus],
+            need,
+        )
+
+    def fits(left: float, need: float) -> bool:
+        return need <= 0 or not left < need - 1e-9  # NaN capacity: no limit
+
     progress = True
     while pending and progress:
         progress = False
         for i, a in enumerate(pending):
-            src, dst = rows[id(a)]
+            src_node, dst_node, src, dst, (cpu, mem) = info[id(a)]
             after = free.copy()
             after[src] += a.src.milli
-            if np.all(after[dst] >= a.dst.milli):
-                after[dst] -= a.dst.milli
-                free = after
-                done.append(pending.pop(i))
-                progress = True
-                break
+            if not np.all(after[dst] >= a.dst.milli):
+                continue
+            if dst_node != src_node and not (
+                fits(cpu_free[dst_node], cpu) and fits(mem_free[dst_node], mem)
+            ):
+                continue
+            after[dst] -= a.dst.milli
+            free = after
+            if dst_node != src_node:
+                cpu_free[src_node] += cpu
+                mem_free[src_node] += mem
+                cpu_free[dst_node] -= cpu
+                mem_free[dst_node] -= mem
+            done.append(pending.pop(i))
+            progress = True
+            break
     return done + pending
 
 

@@ -33,6 +33,7 @@ from advisor.fragmentation import measures
 from advisor.fragmentation.measures import Shape
 from advisor.model import MILLI, ClusterModel
 from advisor.planner.actions import CostWeights, Plan
+from advisor.planner.check import check_plan
 from advisor.planner.consolidate import (
     Goal,
     Instance,
@@ -40,11 +41,13 @@ from advisor.planner.consolidate import (
     Window,
     build_instance,
     finish,
+    move_actions,
     needs_for,
     target_nodes_mask,
 )
 from advisor.planner.constraints import Policy
 
+MAX_CUTS = 5  # re-solves when a solution's moves cannot be ordered
 SCALE = 100_000  # cost score -> integer objective units (resolution 1e-5 per task)
 STATUS = {
     cp_model.OPTIMAL: "optimal",
@@ -77,6 +80,10 @@ class _Builder:
         self.frac: dict[int, list] = defaultdict(list)  # gpu -> milli terms
         self.cpu: dict[int, list] = defaultdict(list)
         self.mem: dict[int, list] = defaultdict(list)
+        self.cpu_in: dict[int, list] = defaultdict(list)  # tasks moved in that request CPU
+        self.mem_in: dict[int, list] = defaultdict(list)
+        self.cpu_now: dict[int, int] = defaultdict(int)  # requested now, by every task
+        self.mem_now: dict[int, int] = defaultdict(int)
         self.moved: dict[int, cp_model.IntVar] = {}
         # (tasks of one class, [(count var, node, {unit: GPUs per task} or GPU row)])
         self.class_opts: list[tuple[list[int], list[tuple[object, int, object]]]] = []
@@ -124,6 +131,8 @@ class _Builder:
                 classes[self._class_key(t, row, cpu, mem)].append(t)
             self.cpu[node].append(cpu * stay)
             self.mem[node].append(mem * stay)
+            self.cpu_now[node] += cpu
+            self.mem_now[node] += mem
             if inst.task_whole[t]:
                 for g in gpus:
                     self.usage[int(self.unit_key[g])].append(stay)
@@ -209,8 +218,10 @@ class _Builder:
         for v, n in choices:
             if cpu:
                 self.cpu[n].append(cpu * v)
+                self.cpu_in[n].append(v)
             if mem:
                 self.mem[n].append(mem * v)
+                self.mem_in[n].append(v)
         self.class_opts.append((tasks, opts))
 
     # -- goal
@@ -277,9 +288,18 @@ class _Builder:
             fg = self.f.get(g, 0)
             self.m.Add(sum(terms) <= MILLI * fg)
         nodes = inst.model.nodes
-        for values, capacity in ((self.cpu, nodes.cpu_milli), (self.mem, nodes.memory_mib)):
+        for values, moved_in, now, capacity in (
+            (self.cpu, self.cpu_in, self.cpu_now, nodes.cpu_milli),
+            (self.mem, self.mem_in, self.mem_now, nodes.memory_mib),
+        ):
             for n, terms in values.items():
                 if np.isnan(capacity[n]):
+                    continue
+                if now[n] > capacity[n]:
+                    # already over (as the source reports it): nothing requesting more moves in,
+                    # the checker would refuse that step
+                    if moved_in[n]:
+                        self.m.Add(sum(moved_in[n]) == 0)
                     continue
                 self.m.Add(sum(terms) <= int(np.floor(capacity[n])))
 
@@ -404,6 +424,21 @@ def _add_hint(builder: _Builder, plan: Plan) -> int:
     return sum(builder.weight(t) for t in dest if t in builder.moved)
 
 
+def _stuck_moves(inst: Instance, targets: dict[int, np.ndarray]) -> list[int]:
+    """Tasks whose moves cannot run in any order: from the first move the checker refuses for
+    want of room that another pending move would make (a cycle), to the end."""
+    moves = move_actions(inst, targets, "")
+    result = check_plan(inst.model, moves, inst.policy, inst.goal_priority)
+    if result.ok or result.violation is None:
+        return []
+    reason = result.violation.reason
+    if "at this step" not in reason and "lacks the CPU or memory" not in reason:
+        return []
+    ids = inst.model.allocations.id
+    task_of = {str(ids[r]): t for t, r in enumerate(inst.task_rows.tolist())}
+    return [task_of[a.alloc] for a in moves[result.violation.step - 1 :]]
+
+
 def plan_exact(
     model: ClusterModel,
     goal: Goal,
@@ -440,25 +475,40 @@ def plan_exact(
     solver.parameters.num_workers = max(1, int(workers))
     code = solver.Solve(builder.m)
     status = STATUS.get(code, "unknown")
+    solved = code in (cp_model.OPTIMAL, cp_model.FEASIBLE)
     info = {
         "status": status,
-        "objective": solver.ObjectiveValue() / SCALE
-        if code in (cp_model.OPTIMAL, cp_model.FEASIBLE)
-        else None,
-        "bound": solver.BestObjectiveBound() / SCALE
-        if code in (cp_model.OPTIMAL, cp_model.FEASIBLE)
-        else None,
+        "objective": solver.ObjectiveValue() / SCALE if solved else None,
+        "bound": solver.BestObjectiveBound() / SCALE if solved else None,
         "solver_s": solver.WallTime(),
         "variables": len(builder.m.Proto().variables),
+        "cuts": 0,
     }
-    if code not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+    if not solved:
         why = (
             "no placement reaches the goal (proved by the exact solver)"
             if code == cp_model.INFEASIBLE
             else f"exact solver found no plan within {time_limit_s:g} s"
         )
         return Plan(goal.text, False, (), reason=why, method=f"exact ({status})", extra=info)
-    windows, targets = _assign(builder, solver)
+    while True:
+        windows, targets = _assign(builder, solver)
+        stuck = _stuck_moves(inst, targets)
+        if not stuck or info["cuts"] >= MAX_CUTS:
+            break
+        # The final state is right but its moves wait on each other in a cycle (a swap of GPUs
+        # or of CPU): forbid moving exactly this set together and solve again. The first
+        # solve's bound stays a lower bound; the result is no longer proved optimal.
+        builder.m.Add(sum(builder.moved[t] for t in stuck) <= len(stuck) - 1)
+        builder.m.ClearHints()
+        info["cuts"] += 1
+        code = solver.Solve(builder.m)
+        info["solver_s"] += solver.WallTime()
+        if code not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+            why = "the exact solver's plans all need moves that wait on each other in a cycle"
+            return Plan(goal.text, False, (), reason=why, method="exact (unordered)", extra=info)
+        status = "feasible"
+        info.update(status=status, objective=solver.ObjectiveValue() / SCALE)
     plan = finish(
         model, goal, inst, windows, targets, f"exact ({status})", started, demand, extra=info
     )

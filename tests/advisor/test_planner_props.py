@@ -142,3 +142,69 @@ def test_random_plans_on_larger_clusters_pass_the_check(seed) -> None:
         plan = plan_heuristic(model, parse_goal(goal, priority=int(rng.integers(3))))
         if plan.feasible:
             assert check_plan(model, plan.actions, Policy(), plan.extra["goal_priority"]).ok
+
+
+def cpu_cluster(seed: int):
+    """4-13 nodes with known (sometimes over-committed) CPU and memory, mixed GPU models,
+    islands on some nodes, two-task jobs within a rack, GPU specs, priorities, migratability."""
+    rng = np.random.default_rng(seed)
+    b = ModelBuilder()
+    n = int(rng.integers(4, 14))
+    for i in range(n):
+        gpu_model = "A100" if rng.random() < 0.7 else "H100"
+        cpu = float(rng.choice([16000, 32000, np.nan]))
+        b.add_node(
+            f"n{i}",
+            rack=f"r{i % 3}",
+            gpu_model=gpu_model,
+            cpu_milli=cpu,
+            memory_mib=float(rng.choice([256000, np.nan])),
+        )
+        islands = rng.random() < 0.6
+        for g in range(8):
+            b.add_gpu(
+                f"n{i}", g, nvlink_island=(g // 4) if islands else -1, lost=rng.random() < 0.02
+            )
+    free = {i: list(range(8)) for i in range(n)}
+    for t in range(int(rng.integers(n, 4 * n))):
+        i = int(rng.integers(n))
+        k = int(rng.choice([1, 1, 2, 4]))
+        if len(free[i]) < k:
+            continue
+        gpus, free[i] = free[i][:k], free[i][k:]
+        two = rng.random() < 0.15
+        common = {
+            "tenant": str(rng.choice(["a", "b"])),
+            "priority": int(rng.choice([0, 50, 100])),
+            "migratable": bool(rng.random() > 0.1),
+            "cpu_milli": float(rng.choice([2000, 8000, np.nan])),
+            "memory_mib": float(rng.choice([16000, np.nan])),
+            "gpu_spec": str(rng.choice(["", "", "A100|H100"])),
+        }
+        b.add_allocation(f"t{t}", num_gpu=k, node=f"n{i}", gpus=gpus, job=f"j{t}", **common)
+        if two:
+            same = [j for j in range(n) if j % 3 == i % 3 and j != i and len(free[j]) >= k]
+            if same:
+                j = same[0]
+                gpus, free[j] = free[j][:k], free[j][k:]
+                b.add_allocation(
+                    f"t{t}b", num_gpu=k, node=f"n{j}", gpus=gpus, job=f"j{t}", **common
+                )
+    return b.build()
+
+
+# seeds that once produced plans needing CPU-aware ordering or a cycle cut, and a few more
+@pytest.mark.parametrize("seed", [60, 127, 148, 151, 177, 203, 210, 236, 277, 1, 2, 3])
+def test_cpu_constrained_plans_are_valid_by_construction(seed) -> None:
+    model = cpu_cluster(seed)
+    policy = Policy(island_locality=bool(seed % 2), rack_locality=bool(seed % 3))
+    for text in ("job=8", "job=4", "job=2x8", "free-nodes=2", "job=3x4"):
+        goal = parse_goal(text, priority=[50, 100][seed % 2])
+        heuristic = plan_heuristic(model, goal, policy)
+        exact = plan_exact(model, goal, policy, time_limit_s=5, hint=heuristic)
+        for plan in (heuristic, exact):
+            assert "failed its check" not in plan.reason, (text, plan.method, plan.reason)
+            if plan.feasible:
+                assert check_plan(model, plan.actions, policy, goal.priority).ok
+        if exact.extra.get("status") == "infeasible":
+            assert not heuristic.feasible, text
