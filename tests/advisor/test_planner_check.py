@@ -184,3 +184,19 @@ def test_policy_file_errors_name_the_field(tmp_path) -> None:
     bad.write_text("{not json")
     with pytest.raises(PolicyError, match="not valid json"):
         load_policy(bad)
+
+
+def test_over_committed_node_only_refuses_what_asks_for_more() -> None:
+    b = ModelBuilder()
+    for name in ("full", "other"):
+        b.add_node(name, gpu_model="A100", cpu_milli=8000)
+        for i in range(2):
+            b.add_gpu(name, i)
+    b.add_allocation("hog", num_gpu=1, node="full", gpus=[0], cpu_milli=12000)  # over already
+    b.add_allocation("light", num_gpu=1, node="other", gpus=[0])  # requests no CPU
+    b.add_allocation("heavy", num_gpu=1, node="other", gpus=[1], cpu_milli=1000)
+    model = b.build()
+    light = mv("light", "other", [0], "full", [1])
+    assert check_plan(model, [light]).ok
+    heavy = mv("heavy", "other", [1], "full", [1])
+    assert "lacks the CPU" in check_plan(model, [heavy]).violation.reason
