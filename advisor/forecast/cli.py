@@ -93,6 +93,13 @@ def summarise(metrics):
 
 
 def run_backtest(args: argparse.Namespace) -> int:
+    from advisor.forecast.threads import bounded
+
+    with bounded():
+        return _run_backtest(args)
+
+
+def _run_backtest(args: argparse.Namespace) -> int:
     import pandas as pd
 
     from advisor.forecast import idle, io, powerdown, rolling

@@ -15,6 +15,9 @@ from contextlib import contextmanager
 
 @contextmanager
 def bounded() -> Iterator[None]:
+    # Load the native libraries first: a limit only reaches libraries already loaded.
+    import sklearn.ensemble
+    import sklearn.linear_model  # noqa: F401  (SciPy's BLAS)
     from threadpoolctl import threadpool_limits
 
     limit = max(1, int(os.environ.get("GPU_DEFRAG_FORECAST_THREADS", "1")))
