@@ -16,7 +16,8 @@ is exactly what the allocation holds now; `dst` GPUs exist, are usable and have 
 at this step (after `src` was given back); as many GPUs as the task needs at its share; GPU
 model allowed by `gpu_spec` (and unchanged unless rebalance or policy allows); NVLink island
 locality; rack locality of multi-node jobs and rack-local reservations; CPU and memory of the
-target node where known; tenant quotas (a step may not raise a tenant above its quota);
+target node where known (checked for what the step requests, so a node the source reports as
+over-committed still takes work that requests none); tenant quotas (a step may not raise a tenant above its quota);
 borrowing conserves quota per GPU model and leaves the lender within its own use (usable GPUs
 beyond the sum of quotas are lent by the pseudo-tenant `UNASSIGNED`).
 """
