@@ -108,6 +108,8 @@ class Instance:
     island_size: np.ndarray  # (N) largest island, 0 unknown
     free: np.ndarray  # (G) free milli now (0 on unusable)
     usable: np.ndarray  # (G) bool
+    cpu_free: np.ndarray  # (N) CPU milli a moved task may use (NaN unknown)
+    mem_free: np.ndarray  # (N) memory MiB likewise
 
     @property
     def nodes(self) -> int:
@@ -182,6 +184,8 @@ def build_instance(
         island_size=island_size,
         free=model.gpu_free_milli.astype(np.int64).copy(),
         usable=model.gpu_usable.copy(),
+        cpu_free=model.node_cpu_free.copy(),
+        mem_free=model.node_memory_free.copy(),
     )
 
 
@@ -313,8 +317,8 @@ class Receivers:
         self.blocked = blocked
         self.free = np.where(blocked | ~inst.usable, 0, inst.free)
         model = inst.model
-        self.cpu = model.node_cpu_free.copy()
-        self.mem = model.node_memory_free.copy()
+        self.cpu = inst.cpu_free.copy()
+        self.mem = inst.mem_free.copy()
         self.node_of = model.gpus.node.astype(np.int64)
         self.units = int(inst.unit_of_gpu.max(initial=0)) + 1
         self.whole = np.zeros((inst.nodes, self.units), dtype=np.int64)
@@ -847,7 +851,7 @@ def plan_heuristic(
             blocked[list(w.gpus)] = True
             if need.whole_node:
                 blocked[inst.node_gpus(w.node)] = True
-        inst = _without(inst, set(targets))
+        inst = _without(inst, targets)
     return finish(model, goal, inst, windows_all, targets_all, "heuristic", started, demand)
 
 
@@ -868,13 +872,22 @@ def _by_counting(model: ClusterModel, need: Need) -> str:
     return ""
 
 
-def _without(inst: Instance, moved: set[int]) -> Instance:
-    """Tasks already moved for an earlier job are not moved again."""
+def _without(inst: Instance, moved: Mapping[int, np.ndarray]) -> Instance:
+    """Tasks already moved for an earlier job are not moved again, and the CPU and memory
+    they take on their new nodes is no longer free (what they leave is not counted back)."""
     if not moved:
         return inst
     movable = inst.task_movable.copy()
     movable[list(moved)] = False
-    return Instance(**{**inst.__dict__, "task_movable": movable})
+    cpu, mem = inst.cpu_free.copy(), inst.mem_free.copy()
+    allocs = inst.model.allocations
+    node_of = inst.model.gpus.node
+    for t, gpus in moved.items():
+        row = int(inst.task_rows[t])
+        node = int(node_of[gpus[0]])
+        cpu[node] -= float(np.nan_to_num(allocs.cpu_milli[row]))
+        mem[node] -= float(np.nan_to_num(allocs.memory_mib[row]))
+    return Instance(**{**inst.__dict__, "task_movable": movable, "cpu_free": cpu, "mem_free": mem})
 
 
 def needs_for(goal: Goal, demand: Sequence[Shape] | None) -> list[Need]:
