@@ -61,6 +61,13 @@ def register(subparsers) -> None:
         help="selection criterion on the training part: MAE over the window, or mean rank over 3-day folds",
     )
     bt.add_argument(
+        "--calibrate",
+        choices=("none", "conformal", "adaptive"),
+        default="none",
+        help="recalibrate the advisor's non-median quantiles on the errors known at each origin "
+        "(split-conformal, or adaptive conformal); off by default (see docs/forecasting.md)",
+    )
+    bt.add_argument(
         "--out",
         default=None,
         help="write metrics.csv, decisions.csv, picks.csv, forecasts.csv, forecast.png here",
@@ -108,7 +115,13 @@ def _run_backtest(args: argparse.Namespace) -> int:
     raw = io.load(args.input)
     panel = raw.resample("h")
     metrics, fc, picks = rolling.run(
-        panel, args.horizons, args.quantiles, args.test_from, args.test_to, criterion=args.select_by
+        panel,
+        args.horizons,
+        args.quantiles,
+        args.test_from,
+        args.test_to,
+        criterion=args.select_by,
+        calibrate=args.calibrate,
     )
     t_demand = time.perf_counter() - t0
     replays = {r.strip() for r in args.replays.split(",") if r.strip()}
