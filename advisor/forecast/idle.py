@@ -183,13 +183,18 @@ def backtest(
     test_from=None,
     test_to=None,
     refit_every: int = 168,
+    recalibrate_every: int | None = None,
+    releases: dict | None = None,
 ) -> pd.DataFrame:
     """Hourly release decisions over the test window for the advisor and the baseline rules.
 
     The advisor picks, per series, a release rule and its safety parameter on the last
     `CALIBRATION_DAYS` of the training part (violation budget risk × a margin chosen on those days
-    by `choose_margin`), then applies it unchanged to the test part; its model is refit every
-    `refit_every` origins.
+    by `choose_margin`). Every `recalibrate_every` origins (None, the default: never) the rule and
+    parameter are re-picked the same way on the trailing `CALIBRATION_DAYS` of origins whose
+    outcome (the window minimum) is known by then, with the margin kept; its model is refit every
+    `refit_every` origins. `releases`, if given, receives per window the advisor's decisions as
+    a frame (origins × series).
     """
     from advisor.forecast.rolling import test_window
 
@@ -219,17 +224,43 @@ def backtest(
         bases = candidate_bases(idle, cap, times, val, w, model)
         margin = choose_margin(bases, scale[val], truth[val], risk)
         rule, param = calibrate_rules(bases, scale[val], truth[val], risk * margin)
-        adv = np.empty((len(o), idle.shape[1]))
+        # the release levels each rule gave at every origin, each from the model in force then:
+        # the training origins from the calibration model, the test origins from the refits
+        hist = np.arange(int(val[0]), start) if recalibrate_every else val
+        hist_bases = candidate_bases(idle, cap, times, hist, w, model)
+        test_bases = {k: np.empty((len(o), idle.shape[1])) for k in hist_bases}
         for i in range(0, len(o), refit_every):
             block = o[i : i + refit_every]
             model.fit(idle, cap, times, int(block[0]))
             b = candidate_bases(idle, cap, times, block, w, model)
+            for k in test_bases:
+                test_bases[k][i : i + len(block)] = b.get(k, b["past_min*factor"])
+        pos = np.concatenate([hist, o])
+        all_bases = {k: np.concatenate([hist_bases[k], test_bases[k]]) for k in test_bases}
+        adv = np.empty((len(o), idle.shape[1]))
+        params = []
+        step = recalibrate_every or len(o)
+        for i in range(0, len(o), step):
+            block = o[i : i + step]
+            if recalibrate_every and i > 0:
+                # re-pick on the trailing days whose outcome is known at the block's first origin
+                d0 = int(block[0])
+                win = (pos >= d0 - CALIBRATION_DAYS * 24 - w) & (pos <= d0 - w)
+                rule, param = calibrate_rules(
+                    {k: v[win] for k, v in all_bases.items()},
+                    scale[pos[win]],
+                    truth[pos[win]],
+                    risk * margin,
+                )
+            params.append((rule, param))
             for j in range(idle.shape[1]):
                 adv[i : i + len(block), j] = apply_rule(
-                    rule[j], b[rule[j]][:, j], scale[block, j], param[j]
+                    rule[j], test_bases[rule[j]][i : i + len(block), j], scale[block, j], param[j]
                 )
         capf = feat.ffill(cap)[o]
         decisions["advisor"] = np.minimum(adv, np.where(np.isfinite(capf), capf, np.inf))
+        if releases is not None:
+            releases[w] = pd.DataFrame(decisions["advisor"], index=times[o], columns=panel.series)
         for name, rel in decisions.items():
             for j, s in enumerate(panel.series):
                 sc = M.release_scores(rel[:, j], truth[o, j])
@@ -241,7 +272,8 @@ def backtest(
                         "model": name,
                         **sc,
                         "mean_idle": float(np.nanmean(truth[o, j])),
-                        "params": f"{rule[j]}={param[j]:.3f},margin={margin:g}"
+                        "params": f"{params[-1][0][j]}={params[-1][1][j]:.3f},margin={margin:g}"
+                        + (f",recalibrated={len(params)}x" if len(params) > 1 else "")
                         if name == "advisor"
                         else "",
                     }

@@ -109,3 +109,36 @@ def test_power_down_forecasts_use_nothing_after_the_step():
         model = powerdown.PathModel("mean", 30).fit(data, cap, times, t - 1)
         out.append(model.predict(data, cap, times, origins))
     np.testing.assert_allclose(out[0], out[1])
+
+
+def test_daily_recalibration_of_idle_release_uses_nothing_after_the_origin():
+    from advisor.forecast.io import Panel
+
+    rng = np.random.default_rng(2)
+    idx = pd.date_range("2024-01-01", periods=24 * 24, freq="h")
+    used = np.clip(30 + 8 * np.sin(np.arange(len(idx)) * 2 * np.pi / 24), 0, 64)
+    used = np.round(used + rng.normal(0, 2, len(idx)))
+    kw = {"windows": (1, 4), "test_from": "2024-01-19", "test_to": "2024-01-23"}
+    kw["recalibrate_every"] = 24
+
+    def releases(values):
+        p = Panel(
+            pd.DataFrame({"pool": values}, index=idx), pd.DataFrame({"pool": 64.0}, index=idx)
+        )
+        out: dict = {}
+        idle.backtest(p, releases=out, **kw)
+        return out
+
+    cut = pd.Timestamp("2024-01-21 05:00")
+    before = releases(used)
+    later = used.copy()
+    later[idx > cut] = 64 - later[idx > cut]  # a different future after the cut
+    after = releases(later)
+    for w in (1, 4):
+        assert len(before[w]) == 4 * 24
+        pd.testing.assert_frame_equal(
+            before[w][before[w].index <= cut], after[w][after[w].index <= cut]
+        )
+        assert not before[w][before[w].index > cut + pd.Timedelta(days=1)].equals(
+            after[w][after[w].index > cut + pd.Timedelta(days=1)]
+        )
