@@ -459,10 +459,9 @@ def run(
     )
     fc = rolling_forecasts(panel, candidates, horizons, quantiles, origins)
     adv = advisor_rows(fc, picks)
-    if (
-        not val_fc.empty
-    ):  # quantiles calibrated on errors known at each origin (training part first)
+    gamma = CALIBRATIONS[calibrate]
+    if gamma is not None and not val_fc.empty:  # errors known at each origin, training part first
         known = pd.concat([val_fc[val_fc["origin"] < panel.index[test_start]], fc])
-        adv = calibrate_rows(adv, known, picks, _step(panel))
+        adv = calibrate_rows(adv, known, picks, _step(panel), gamma)
     fc = pd.concat([fc, adv], ignore_index=True)
     return score(fc, panel, test_start, quantiles), fc, picks

@@ -31,7 +31,7 @@ def test_adaptive_calibration_widens_after_misses():
 
 
 @pytest.mark.parametrize("calibrate", ["conformal", "adaptive"])
-def test_calibrated_quantiles_use_nothing_after_the_origin(calibrate):
+def test_calibrated_quantiles_use_nothing_after_the_origin(calibrate, monkeypatch):
     p = synthetic_panel(days=24)
     kw = {
         "test_from": "2024-01-21",
@@ -39,7 +39,16 @@ def test_calibrated_quantiles_use_nothing_after_the_origin(calibrate):
         "candidates": ("naive", "same_hour_mean_7d", "linear"),
         "calibrate": calibrate,
     }
+    rates = []
+    orig = rolling.calibrate_rows
+
+    def spy(*args):
+        rates.append(args[4])
+        return orig(*args)
+
+    monkeypatch.setattr(rolling, "calibrate_rows", spy)
     _m, fc1, picks = rolling.run(p, (1, 24), (0.1, 0.5, 0.9), **kw)
+    assert rates == [rolling.CALIBRATIONS[calibrate]]  # the test part gets the chosen rate
     assert picks["cal_q0.9"].str.contains("|", regex=False).all()
     cut = pd.Timestamp("2024-01-22 12:00")
     t = int(p.index.get_indexer([cut])[0])
@@ -57,7 +66,8 @@ def test_calibrated_quantiles_use_nothing_after_the_origin(calibrate):
     assert len(a1) > 0
     pd.testing.assert_frame_equal(a1, a2)
     # and the calibration did change the advisor's P90 somewhere (it is not a no-op)
-    _m, fc0, _p = rolling.run(p, (1, 24), (0.1, 0.5, 0.9), **{**kw, "calibrate": "none"})
+    other = "conformal" if calibrate == "adaptive" else "none"
+    _m, fc0, _p = rolling.run(p, (1, 24), (0.1, 0.5, 0.9), **{**kw, "calibrate": other})
     a0 = advisor_until_cut(fc0)
     assert not np.allclose(a0["q0.9"], a1["q0.9"])
 
