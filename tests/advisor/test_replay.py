@@ -262,3 +262,16 @@ def test_fidelity_table_compares_with_the_paper(tmp_path: Path) -> None:
     assert by_policy["random"]["diff"] == pytest.approx(1.3)
     assert not by_policy["random"]["ok"]  # Random's tolerance is 1.0 pp
     assert "| default | fgd | 2 | 4.80 ± 0.28 | 4.77 | +0.03 | yes |" in markdown(table)
+
+
+def test_sliver_floor_hand_computed() -> None:
+    from advisor.replay.floor import sliver_floor_pct
+
+    # 10 GPUs; arrivals: 5 whole GPUs, 6 pods of 810, 1 pod of 100 (+ resampled extras beyond
+    # 100 %, which the floor ignores). In arrival order the first 10,000 milli are what counts.
+    rows = [(1000, 1, 1, 1000, "")] * 5 + [(1000, 1, 1, 810, "")] * 6 + [(1000, 1, 1, 100, "")]
+    pods = pod_table(rows)
+    floor = sliver_floor_pct(pods, gpus=10, seed=0)
+    # whatever the order, the floor is computed on pods arrived by 10,000 milli; with all 12
+    # (9,960 milli) arrived: bins = 10 - 5 - ceil(100/1000) = 4 sliver bins -> 4 x 190 - 100
+    assert floor == pytest.approx(100 * (4 * 190 - 100) / 10000)
