@@ -32,10 +32,10 @@ class Migrator:
         replay: Replay,
         budget: float,
         max_moves_per_rescue: int = 2,
-        threshold: float = 0.5,
-        interval: int = 2,
-        min_gain: float = 10.0,
-        top_nodes: int = 24,
+        threshold: float = 0.3,
+        interval: int = 1,
+        min_gain: float = 1.0,
+        top_nodes: int = 64,
     ) -> None:
         if not 0 <= budget <= 1:
             raise ValueError(f"migration budget must be a fraction 0..1, got {budget}")
@@ -68,7 +68,7 @@ class Migrator:
             return
         self._since = 0
         moved = self.defrag_step(tracker)
-        self._wait = self.interval if moved else min(self._wait * 2, 64)
+        self._wait = self.interval if moved else min(self._wait * 2, 32)
 
     def defrag_step(self, tracker) -> bool:
         """The best single move by fragment change; applied only if it gains `min_gain`."""
