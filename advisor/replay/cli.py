@@ -88,7 +88,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from advisor.replay.output import CURVE_COLUMNS, SUMMARY_COLUMNS, plot, write_csv
+    from advisor.replay.output import (
+        CURVE_COLUMNS,
+        SUMMARY_COLUMNS,
+        plot,
+        plot_budget,
+        write_csv,
+    )
     from advisor.replay.sweep import Task, run_tasks
 
     try:  # validate both files up front: one clear line instead of a worker traceback
@@ -110,6 +116,8 @@ def run(args: argparse.Namespace) -> int:
     write_csv(args.out / "curve.csv", CURVE_COLUMNS, curves)
     write_csv(args.out / "summary.csv", SUMMARY_COLUMNS, summaries)
     plot(curves, args.out / "replay.png", title=f"{args.pods.name} on {args.nodes.name}")
+    if any(b > 0 for b in args.migration_budget):
+        plot_budget(summaries, args.out / "migration.png", title=f"{args.pods.name}: migrations")
     for row in summaries:
         print(
             f"{row['policy']:>16} seed {row['seed']}: unallocated {row['unalloc_100']:.2f}% "

@@ -78,3 +78,30 @@ def plot(curve_rows: list[dict], path: Path, title: str = "") -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def plot_budget(summary_rows: list[dict], path: Path, title: str = "") -> None:
+    """Unallocated GPU % at 100 % arrival against migration budget, one line per base policy."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    acc: dict[str, dict[float, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for row in summary_rows:
+        base = str(row["policy"]).split("+mig")[0]
+        acc[base][float(row["migration_budget"])].append(float(row["unalloc_100"]))
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for policy, by_budget in sorted(acc.items()):
+        xs = sorted(by_budget)
+        ys = [float(np.mean(by_budget[x])) for x in xs]
+        ax.plot([100 * x for x in xs], ys, marker="o", label=policy)
+    ax.set_xlabel("migration budget (% of placed pods)")
+    ax.set_ylabel("unallocated GPU at 100 % arrival (%)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    ax.set_title(title or "gain against migration budget (mean over seeds)")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

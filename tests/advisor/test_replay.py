@@ -221,6 +221,7 @@ def test_cli_migration_budget_labels_rows(tmp_path: Path) -> None:
     with (out / "summary.csv").open() as fh:
         rows = list(csv.DictReader(fh))
     assert [r["policy"] for r in rows] == ["fgd", "fgd+mig0.05"]
+    assert (out / "migration.png").stat().st_size > 1000
     assert int(rows[1]["migrated_pods"]) <= 0.05 * int(rows[1]["placed"]) + 1
 
 
