@@ -28,6 +28,38 @@ MODELS = (
 TENANTS = ("a", "b", "c")
 
 
+def place_tasks(draw, b: ModelBuilder, name: str, size: int, count: int, kinds, common) -> None:
+    """Fill node `name` (GPUs 0..size-1) with `count` tasks drawn from `kinds` ("1", "2", "4"
+    whole GPUs, or "frac": 250 or 500 milli on a partly used GPU); `common(t)` gives each
+    task's other fields. Tasks that no longer fit are skipped, so nothing is oversubscribed."""
+    free = list(range(size))
+    partial: dict[int, int] = {}
+    for t in range(count):
+        kind = draw(st.sampled_from(kinds))
+        fields = common(t)
+        if kind == "frac":
+            milli = draw(st.sampled_from([250, 500]))
+            spots = [g for g, used in partial.items() if used + milli <= 1000] or free[:1]
+            if not spots:
+                continue
+            g = spots[0]
+            if g in free:
+                free.remove(g)
+            partial[g] = partial.get(g, 0) + milli
+            b.add_allocation(
+                f"{name}-t{t}", num_gpu=1, gpu_milli=milli, node=name, gpus=[g], **fields
+            )
+            continue
+        k = int(kind)
+        if len(free) < k:
+            continue
+        start = draw(st.integers(0, len(free) - k))
+        gpus = free[start : start + k]
+        for g in gpus:
+            free.remove(g)
+        b.add_allocation(f"{name}-t{t}", num_gpu=k, node=name, gpus=gpus, **fields)
+
+
 @st.composite
 def clusters(draw):
     b = ModelBuilder()
@@ -47,39 +79,22 @@ def clusters(draw):
             b.add_gpu(name, i, memory_total_bytes=gib * GIB, nvlink_island=island, lost=lost)
             util_levels.append(draw(st.sampled_from([0.0, 0.02, 0.1, 0.3, 0.6, 0.95])))
             mem_levels.append(draw(st.sampled_from([0.05, 0.2, 0.5, 0.9])) * gib * GIB)
-        free = list(range(size))
-        partial: dict[int, int] = {}
-        for t in range(draw(st.integers(0, 7))):
-            kind = draw(st.sampled_from(["1", "1", "1", "2", "4", "frac"]))
-            common = {
+        place_tasks(
+            draw,
+            b,
+            name,
+            size,
+            count=draw(st.integers(0, 7)),
+            kinds=["1", "1", "1", "2", "4", "frac"],
+            common=lambda t, name=name: {
                 "tenant": draw(st.sampled_from(TENANTS)),
                 "priority": draw(st.sampled_from([0, 10, 100])),
                 "migratable": draw(st.integers(0, 6)) > 0,
                 "restart_cost_s": draw(st.sampled_from([60.0, 300.0, math.nan])),
                 "start_time": T0 - draw(st.sampled_from([600.0, 7200.0, 86400.0])),
                 "job": draw(st.sampled_from(["", "", "", "shared-job"])) or f"{name}-t{t}",
-            }
-            if kind == "frac":
-                milli = draw(st.sampled_from([250, 500]))
-                spots = [g for g, used in partial.items() if used + milli <= 1000] or free[:1]
-                if not spots:
-                    continue
-                g = spots[0]
-                if g in free:
-                    free.remove(g)
-                partial[g] = partial.get(g, 0) + milli
-                b.add_allocation(
-                    f"{name}-t{t}", num_gpu=1, gpu_milli=milli, node=name, gpus=[g], **common
-                )
-                continue
-            k = int(kind)
-            if len(free) < k:
-                continue
-            start = draw(st.integers(0, len(free) - k))
-            gpus = free[start : start + k]
-            for g in gpus:
-                free.remove(g)
-            b.add_allocation(f"{name}-t{t}", num_gpu=k, node=name, gpus=gpus, **common)
+            },
+        )
     for p in range(draw(st.integers(0, 3))):
         tasks = draw(st.sampled_from([1, 1, 2]))
         k = draw(st.sampled_from([1, 2, 4, 8]))

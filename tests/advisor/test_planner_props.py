@@ -13,6 +13,7 @@ from advisor.planner.check import apply_plan, check_plan
 from advisor.planner.consolidate import parse_goal, plan_heuristic
 from advisor.planner.constraints import Policy, island_size_per_node
 from advisor.planner.exact import SCALE, plan_exact
+from tests.advisor._recommend_clusters import place_tasks
 
 
 @st.composite
@@ -31,37 +32,20 @@ def clusters(draw):
         for i in range(size):
             island = (0 if i < size // 2 else 1) if islands else -1
             b.add_gpu(name, i, nvlink_island=island, lost=draw(st.integers(0, 60)) == 0)
-        free = list(range(size))
-        partial: dict[int, int] = {}
-        for t in range(draw(st.integers(1, 8))):
-            kind = draw(st.sampled_from(["1", "1", "2", "4", "frac"]))
-            common = {
+        place_tasks(
+            draw,
+            b,
+            name,
+            size,
+            count=draw(st.integers(1, 8)),
+            kinds=["1", "1", "2", "4", "frac"],
+            common=lambda _t: {
                 "tenant": draw(st.sampled_from(["a", "b"])),
                 "priority": draw(st.sampled_from([0, 10, 100])),
                 "migratable": draw(st.integers(0, 9)) > 0,
                 "restart_cost_s": draw(st.sampled_from([60.0, 300.0, float("nan")])),
-            }
-            if kind == "frac":
-                milli = draw(st.sampled_from([250, 500]))
-                spots = [g for g, used in partial.items() if used + milli <= 1000] or free[:1]
-                if not spots:
-                    continue
-                g = spots[0]
-                if g in free:
-                    free.remove(g)
-                partial[g] = partial.get(g, 0) + milli
-                b.add_allocation(
-                    f"{name}-t{t}", num_gpu=1, gpu_milli=milli, node=name, gpus=[g], **common
-                )
-                continue
-            k = int(kind)
-            if len(free) < k:
-                continue
-            start = draw(st.integers(0, len(free) - k))
-            gpus = free[start : start + k]
-            for g in gpus:
-                free.remove(g)
-            b.add_allocation(f"{name}-t{t}", num_gpu=k, node=name, gpus=gpus, **common)
+            },
+        )
     return b.build()
 
 
