@@ -4,9 +4,7 @@ sidebar builds specs; live sources are polled into the history."""
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -18,6 +16,7 @@ from exporter.readings import Collection
 from exporter.render import SelfState, render_page
 from exporter.sim.fleet import SimFleet
 from tests.app.conftest import metrics, open_app
+from tests.fakes.page_server import Routes, serve
 
 PAGES = (None, "views/fragmentation.py")
 
@@ -115,27 +114,11 @@ def exporter_page() -> Iterator[str]:
     fleet = SimFleet("a100-16x8", 42)
     body = render_page(
         Collection(fleet.readings(), fleet.unix_time), [], SelfState("0", "t", True, 0, 0, 1, {})
-    ).body
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            self.send_response(200)
-            self.send_header("Content-Type", "text/plain; version=0.0.4")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=httpd.serve_forever, args=(0.05,), daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{httpd.server_address[1]}/metrics"
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
+    ).body.decode()
+    routes = Routes()
+    routes.text("/metrics", body)
+    with serve(routes) as base:
+        yield f"{base}/metrics"
 
 
 def test_live_exporter_source(exporter_page: str) -> None:
