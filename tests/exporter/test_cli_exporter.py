@@ -1,61 +1,20 @@
 """The exporter as a user runs it: a real process on 127.0.0.1, scraped over HTTP."""
 
 import signal
-import socket
 import subprocess
 import sys
 import time
-from contextlib import contextmanager
 
 import pytest
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+from tests.fakes.cli_process import cli_process
 
 
-@contextmanager
 def exporter(*args: str):
-    port = free_port()
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "advisor.cli",
-            "exporter",
-            "--web.listen-address",
-            f"127.0.0.1:{port}",
-            *args,
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            if process.poll() is not None:
-                pytest.fail(f"exporter exited early: {process.stderr.read()}")
-            try:
-                requests.get(f"http://127.0.0.1:{port}/-/healthy", timeout=1)
-                break
-            except requests.ConnectionError:
-                if time.monotonic() > deadline:
-                    pytest.fail("exporter did not start listening within 30 s")
-                time.sleep(0.1)
-        yield f"http://127.0.0.1:{port}", process
-    finally:
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+    """The exporter on 127.0.0.1 (its liveness route answers as soon as it listens)."""
+    return cli_process("exporter", *args, timeout_s=30.0)
 
 
 def wait_for(predicate, timeout: float = 20.0):

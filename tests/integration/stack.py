@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import json
 import shutil
-import socket
 import subprocess
 import sys
 import threading
@@ -24,6 +23,8 @@ from typing import Any
 
 import pytest
 import yaml
+
+from advisor.app.cli import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = {
@@ -42,12 +43,6 @@ def binary(name: str) -> str:
             f"{name} is missing: apt-get install --no-install-recommends {PACKAGES.get(name, name)}"
         )
     return path
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def poll(check: Callable[[], Any], timeout: float, what: str, interval: float = 0.2) -> Any:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import importlib.util
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -21,6 +20,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from advisor.app.cli import free_port, streamlit_command
 
 pytestmark = pytest.mark.integration
 
@@ -54,12 +55,6 @@ def _need(what: str) -> None:
     pytest.skip(what)
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def _healthy(url: str) -> bool:
     try:
         with urllib.request.urlopen(url, timeout=2) as response:
@@ -74,31 +69,12 @@ def app_url() -> Iterator[str]:
         _need(f"{CHROMIUM} not installed (make system)")
     if importlib.util.find_spec("playwright") is None:
         _need("the playwright package is not installed")
-    port = _free_port()
+    port = free_port()
     log = (ROOT / "test-output").resolve()
     log.mkdir(parents=True, exist_ok=True)
     with open(log / "streamlit-browser-test.log", "wb") as out:
         process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "streamlit",
-                "run",
-                str(MAIN),
-                "--server.headless",
-                "true",
-                "--server.address",
-                "127.0.0.1",
-                "--server.port",
-                str(port),
-                "--browser.gatherUsageStats",
-                "false",
-                "--server.fileWatcherType",
-                "none",
-                "--",
-                "--source",
-                SOURCE,
-            ],
+            streamlit_command("127.0.0.1", port, SOURCE),  # exactly what `gpu-defrag app` runs
             cwd=ROOT,
             stdout=out,
             stderr=subprocess.STDOUT,
@@ -167,7 +143,7 @@ def test_page_renders_without_exception(
 def test_demo_starts_exporter_advisor_and_app_and_ctrl_c_stops_them(tmp_path: Path) -> None:
     """`gpu-defrag demo` (what `make demo` runs): every child answers, the URL is printed,
     and SIGINT (Ctrl-C) stops all of them."""
-    port = _free_port()
+    port = free_port()
     out = tmp_path / "demo.log"
     with open(out, "wb") as log:
         demo = subprocess.Popen(

@@ -2,20 +2,15 @@
 
 from __future__ import annotations
 
-import signal
-import socket
-import subprocess
-import sys
-import time
 from collections.abc import Callable
 from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-import requests
 
 from advisor.ingest.sources import SourceError, load_source
 from advisor.model import ClusterModel
+from tests.fakes.cli_process import cli_process
 
 ROOT = Path(__file__).resolve().parents[2]
 ISLANDS = ROOT / "examples" / "seed-nvlink-islands.json"  # an 8-GPU job cannot start: plans exist
@@ -55,53 +50,11 @@ def scripted() -> Callable[..., ScriptedSource]:
 # --------------------------------------------------------------------------- real process
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @contextmanager
 def advisor_process(*args: str, ready: str = "/-/healthy", timeout_s: float = 40.0):
     """`gpu-defrag advise` on 127.0.0.1:<free port>; waits until `ready` answers 200."""
-    port = free_port()
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "advisor.cli",
-            "advise",
-            "--web.listen-address",
-            f"127.0.0.1:{port}",
-            *args,
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            if process.poll() is not None:
-                pytest.fail(f"advisor exited early: {process.stderr.read()}")
-            try:
-                if requests.get(base + ready, timeout=2).status_code == 200:
-                    break
-            except requests.ConnectionError:
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail(f"advisor {ready} not 200 within {timeout_s:.0f} s")
-            time.sleep(0.1)
-        yield base, process
-    finally:
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+    with cli_process("advise", *args, ready=ready, timeout_s=timeout_s) as running:
+        yield running
 
 
 SERVICE_ARGS = (

@@ -13,9 +13,10 @@ import pytest
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
+from advisor.app.cli import free_port
 from advisor.fragmentation.measures import parse_shape
 from advisor.service.api import SNAPSHOT_SCHEMA
-from tests.service.conftest import ISLANDS, advisor_process, free_port
+from tests.service.conftest import ISLANDS, advisor_process
 
 
 def get_json(url: str) -> tuple[int, dict]:
