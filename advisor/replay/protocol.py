@@ -40,6 +40,8 @@ def arrival_order(pods: PodTable, capacity_milli: int, seed: int, ratio: float) 
             keep[j] = False
             current -= int(total[order[j]])
         return order[keep]
+    if not total.any():
+        return order  # no GPU demand to inflate (resampling would never reach the target)
     per_gpu = pods.gpu_milli * (pods.num_gpu > 0)
     extra: list[np.ndarray] = []
     while True:

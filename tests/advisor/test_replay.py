@@ -126,6 +126,9 @@ def test_arrival_order_shuffles_then_inflates() -> None:
     # a trace above the target is trimmed instead
     trimmed = arrival_order(pods, cap, seed=3, ratio=0.5)
     assert pods.total_gpu_milli[trimmed].sum() <= 2000
+    # CPU-only pods can never reach a GPU target: the order is the shuffle, not an endless draw
+    cpu_only = pod_table([(1000, 1, 0, 0, "")] * 3)
+    assert sorted(arrival_order(cpu_only, cap, seed=3, ratio=1.3).tolist()) == [0, 1, 2]
 
 
 def test_curve_bins_average_within_integer_percent() -> None:
@@ -265,14 +268,53 @@ def test_fidelity_table_compares_with_the_paper(tmp_path: Path) -> None:
     assert "| default | fgd | 2 | 4.80 ± 0.28 | 4.77 | +0.03 | yes |" in markdown(table)
 
 
-def test_sliver_floor_hand_computed() -> None:
-    from advisor.replay.floor import sliver_floor_pct
+def test_packing_floor_hand_computed() -> None:
+    from advisor.replay.floor import packing_floor_pct
 
-    # 10 GPUs; arrivals: 5 whole GPUs, 6 pods of 810, 1 pod of 100 (+ resampled extras beyond
-    # 100 %, which the floor ignores). In arrival order the first 10,000 milli are what counts.
+    # 10 GPUs; 5 whole-GPU pods, six of 810 milli, one of 100: 9,960 milli, all arrived before
+    # the 100 % bin ends (resampled extras beyond it are not counted). Best packing: 5 GPUs whole,
+    # 5 GPUs with one 810 each (no two fit), the 100 beside one of them: 1,000 - 4,150 / 5,000 idle.
     rows = [(1000, 1, 1, 1000, "")] * 5 + [(1000, 1, 1, 810, "")] * 6 + [(1000, 1, 1, 100, "")]
-    pods = pod_table(rows)
-    floor = sliver_floor_pct(pods, gpus=10, seed=0)
-    # whatever the order, the floor is computed on pods arrived by 10,000 milli; with all 12
-    # (9,960 milli) arrived: bins = 10 - 5 - ceil(100/1000) = 4 sliver bins -> 4 x 190 - 100
-    assert floor == pytest.approx(100 * (4 * 190 - 100) / 10000)
+    floor = packing_floor_pct(pod_table(rows), gpus=10, seed=0)
+    assert floor == pytest.approx(100 * (5000 - 4150) / 10000)
+
+
+def test_packing_bound_pairs_what_pairs_and_nothing_else() -> None:
+    from collections import Counter
+
+    from advisor.replay.floor import max_packed_milli
+
+    assert max_packed_milli(Counter({700: 4, 300: 4}), gpus=4) == pytest.approx(4000)
+    assert max_packed_milli(Counter({700: 4, 300: 4}), gpus=3) == pytest.approx(3000)
+    assert max_packed_milli(Counter({600: 3}), gpus=2) == pytest.approx(1200)  # never two a GPU
+    assert max_packed_milli(Counter({250: 7}), gpus=2) == pytest.approx(1750)
+    assert max_packed_milli(Counter(), gpus=2) == 0.0
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    nodes=node_rows,
+    pods=st.lists(pod_row(), min_size=1, max_size=25),
+    policy=st.sampled_from(ALL_POLICIES),
+    seed=st.integers(0, 1000),
+    budget=st.sampled_from([0.0, 0.5]),
+)
+def test_no_replay_goes_below_the_packing_floor(nodes, pods, policy, seed, budget) -> None:
+    from advisor.replay.floor import packing_floor_pct
+
+    table, ptable = node_table(nodes), pod_table(pods)
+    if table.total_gpus == 0:
+        return
+    workload = learn_workload(ptable.cpu_milli, ptable.num_gpu, ptable.gpu_milli, ptable.gpu_spec)
+    result = run_replay(
+        table,
+        ptable,
+        make_policy(policy, workload),
+        seed,
+        workload=workload,
+        migration_budget=budget,
+    )
+    floor = packing_floor_pct(ptable, table.total_gpus, seed)  # arrivals below 100.5 %
+    arrived = np.asarray(result.curve.arrived_pct)
+    unallocated = np.asarray(result.curve.unallocated_pct)
+    assert (unallocated[arrived < 100.5] >= floor - 1e-9).all()
