@@ -99,3 +99,56 @@ def test_openb_pod_list_becomes_allocated_gpus_per_minute(tmp_path):
     v = p.values["alibaba/gpus"].to_numpy()
     np.testing.assert_allclose(v[:10], [0.5, 0.5, 2.5, 2.5, 2.5, 0.5, 0.5, 0.5, 0.5, 0.5])
     assert io.load(str(path)).series == ["alibaba/gpus"]
+
+
+def _minute_panel(values: dict[str, list[float]], start="2024-01-01") -> io.Panel:
+    n = len(next(iter(values.values())))
+    idx = pd.date_range(start, periods=n, freq="min")
+    vals = pd.DataFrame(values, index=idx, dtype=float)
+    return io.Panel(vals, pd.DataFrame(100.0, index=idx, columns=vals.columns))
+
+
+def test_resample_carries_the_last_reading_min_max_and_slope_of_each_hour():
+    ramp = list(np.arange(180.0))  # one per minute: the mean of hour k is 60k + 29.5
+    ramp[119] = np.nan  # the last minute of hour 1 is missing: its last reading is minute 118
+    flat = [5.0] * 100 + [np.nan] * 80  # hour 2 holds no reading: masked
+    h = _minute_panel({"a": ramp, "b": flat}).resample("h")
+    assert set(h.within) == set(io.WITHIN)
+    for k in io.WITHIN:
+        pd.testing.assert_index_equal(h.within[k].index, h.values.index)
+    assert h.within["last"]["a"].tolist() == [59, 118, 179]
+    assert h.within["min"]["a"].tolist() == [0, 60, 120]
+    assert h.within["max"]["a"].tolist() == [59, 118, 179]
+    np.testing.assert_allclose(h.within["slope"]["a"], 60.0)  # +1 per minute = +60 per hour
+    assert h.within["last"]["b"].iloc[1] == 5 and h.within["slope"]["b"].iloc[1] == 0
+    # a masked hour stays masked in every sub-hour field
+    assert np.isnan(h.values["b"].iloc[2])
+    assert all(np.isnan(h.within[k]["b"].iloc[2]) for k in io.WITHIN)
+    # selecting series keeps the sub-hour fields
+    assert h.select(["b"]).within["last"].columns.tolist() == ["b"]
+
+
+def test_resample_never_takes_a_reading_from_after_the_hour():
+    base = _minute_panel({"a": list(np.arange(180.0))})
+    later = base.values.copy()
+    later.iloc[60:] = -1.0  # every minute after hour 0 changes
+    h1, h2 = base.resample("h"), io.Panel(later, base.capacity).resample("h")
+    for k in io.WITHIN:
+        assert h1.within[k]["a"].iloc[0] == h2.within[k]["a"].iloc[0]
+    assert h1.within["last"]["a"].iloc[1] != h2.within["last"]["a"].iloc[1]
+
+
+def test_on_an_hourly_input_the_sub_hour_fields_equal_the_hourly_value(tmp_path):
+    path = tmp_path / "d.csv"
+    path.write_text(
+        "time,series,value\n"
+        "2024-01-01T00:00:00Z,a,1\n"
+        "2024-01-01T01:00:00Z,a,\n"
+        "2024-01-01T02:00:00Z,a,4\n"
+    )
+    h = io.load(str(path)).resample("h")
+    for k in ("last", "min", "max"):
+        pd.testing.assert_series_equal(h.within[k]["a"], h.values["a"], check_names=False)
+    assert h.within["slope"]["a"].iloc[0] == 0 and np.isnan(h.within["slope"]["a"].iloc[1])
+    # a panel that was not resampled knows nothing inside its steps
+    assert io.load(str(path)).within == {}
