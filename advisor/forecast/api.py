@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from advisor.forecast import features as _feat
 from advisor.forecast import rolling as _bt
 from advisor.forecast.idle import idle_windows
 from advisor.forecast.io import Panel, from_long
@@ -39,6 +40,7 @@ def forecast(
     panel = _panel(series)
     y = panel.values.to_numpy(float)
     cap = panel.capacity.reindex_like(panel.values).to_numpy(float)
+    within = _feat.within_arrays(panel.within, panel.values)
     times = panel.index
     origin = len(y) - 1
     horizons = tuple(horizons)
@@ -66,9 +68,9 @@ def forecast(
     capf = pd.DataFrame(cap).ffill().to_numpy()
     values: dict[tuple[str, int], dict[str, np.ndarray]] = {}
     for name in sorted(set(source.values())):
-        m = make(name, quantiles).fit(y, cap, times, origin, horizons)
+        m = make(name, quantiles).fit(y, cap, times, origin, horizons, within)
         for h in horizons:
-            qs = m.predict_quantiles(y, cap, times, np.array([origin]), h, quantiles)
+            qs = m.predict_quantiles(y, cap, times, np.array([origin]), h, quantiles, within)
             values[(name, h)] = {f"q{q:g}": qs[q][0] for q in quantiles}
     val = picks.set_index(["series", "horizon"]) if model == "advisor" else None
     rows = []

@@ -55,17 +55,65 @@ def same_hour_mean(ffy: np.ndarray, horizon: int, days: int = 7, period: int = 2
         return np.nanmean(stack, axis=0)
 
 
+def within_arrays(within: dict, values: pd.DataFrame) -> dict[str, np.ndarray] | None:
+    """A Panel's `within` frames as (T, S) arrays aligned with `values` (None if it has none)."""
+    if not within:
+        return None
+    return {
+        k: v.reindex(index=values.index, columns=values.columns).to_numpy(float)
+        for k, v in within.items()
+    }
+
+
+def last_reading(y: np.ndarray, within: dict | None) -> np.ndarray:
+    """The latest reading known at each row: the last sub-step reading of the latest observed
+    step (`within["last"]`), or the step's value where no finer reading is known."""
+    ffy = ffill(y)
+    if not within or "last" not in within:
+        return ffy
+    lr = ffill(np.where(np.isfinite(y), within["last"], np.nan))
+    return np.where(np.isfinite(lr), lr, ffy)
+
+
+def _within_cols(y, within, last, s) -> dict[str, np.ndarray]:
+    """Sub-step features at the latest observed step, relative to its value and scaled."""
+    seen = np.isfinite(y)
+
+    def at_last(name: str) -> np.ndarray | None:
+        a = within.get(name)
+        return None if a is None else ffill(np.where(seen, a, np.nan))
+
+    cols = {"last_reading": (last_reading(y, within) - last) / s}
+    lo, hi, slope = at_last("min"), at_last("max"), at_last("slope")
+    if lo is not None and hi is not None:
+        cols["within_max"] = (hi - last) / s
+        cols["within_min"] = (lo - last) / s
+    if slope is not None:
+        cols["within_slope"] = slope / s
+    return cols
+
+
 def build(
-    y: np.ndarray, cap: np.ndarray, times: pd.DatetimeIndex, horizon: int, sph: int = 1
+    y: np.ndarray,
+    cap: np.ndarray,
+    times: pd.DatetimeIndex,
+    horizon: int,
+    sph: int = 1,
+    within: dict | None = None,
 ) -> tuple[np.ndarray, list[str], np.ndarray, np.ndarray]:
     """Return X (T, S, F), feature names, last value (T, S) and scale (T, S) for lead `horizon`.
 
     `horizon` is in grid steps; `sph` is steps per hour (1 hourly, 6 for 10-minute data).
+    `within` (a Panel's sub-step arrays, `within_arrays`) adds the last reading, min and max of
+    the latest observed step relative to its value, and its within-step slope; row t uses the
+    readings inside step t and earlier only.
     """
     ffy = ffill(y)
     s = scale_of(y, cap)
     last = ffy
     cols: dict[str, np.ndarray] = {"level": last / s}
+    if within:
+        cols.update(_within_cols(y, within, last, s))
     lags = sorted({1, 2, *(k * sph for k in LAGS)})
     for k in lags:
         cols[f"d{k}"] = (last - shift(ffy, k)) / s

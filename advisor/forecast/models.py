@@ -1,9 +1,11 @@
 """Forecasters behind one fit/predict interface, baselines and learned models alike.
 
-All work on arrays: `y` (T, S) with NaN for masked points, `cap` (T, S) capacity, `times` the grid.
-`fit(y, cap, times, until, horizons)` may use rows ≤ `until` only; `predict(..., origins, horizon)`
-returns (len(origins), S) point forecasts that use rows ≤ each origin only; `predict_quantiles` adds
-quantiles. Upper/lower quantiles of baselines come from their own trailing empirical errors
+All work on arrays: `y` (T, S) with NaN for masked points, `cap` (T, S) capacity, `times` the grid,
+and optionally `within`: the sub-step readings of each step (`features.within_arrays` of a Panel's
+`within`: last reading, min, max, slope; None when the input had no finer grid).
+`fit(y, cap, times, until, horizons, within)` may use rows ≤ `until` only; `predict(..., origins,
+horizon, within)` returns (len(origins), S) point forecasts that use rows ≤ each origin only (row t
+includes the readings inside step t); `predict_quantiles` adds quantiles. Upper/lower quantiles of baselines come from their own trailing empirical errors
 ("naive plus empirical quantile"), so every model has an interval and the backtest treats them alike.
 """
 
@@ -34,37 +36,38 @@ class Forecaster:
     def __init__(self) -> None:
         self._resid: dict[int, np.ndarray] = {}  # horizon -> residuals (n, S)
 
-    def fit(self, y, cap, times, until: int, horizons) -> Forecaster:
-        self._fit(y, cap, times, until, horizons)
+    def fit(self, y, cap, times, until: int, horizons, within=None) -> Forecaster:
+        self._fit(y, cap, times, until, horizons, within)
         at = max(0, until - max(horizons) - RESID_WINDOW)
-        scorer = self._residual_model(y, cap, times, at, horizons) if self.learned else self
+        scorer = self._residual_model(y, cap, times, at, horizons, within) if self.learned else self
         for h in horizons:
             lo = at if self.learned else max(0, until - h - RESID_WINDOW)
             origins = np.arange(lo, until - h + 1)
             if len(origins) == 0:
                 self._resid[h] = np.zeros((1, y.shape[1]))
                 continue
-            pred = scorer._point(y, cap, times, origins, h)
+            pred = scorer._point(y, cap, times, origins, h, within)
             self._resid[h] = y[origins + h] - pred
         return self
 
-    def _residual_model(self, y, cap, times, at: int, horizons) -> Forecaster:
+    def _residual_model(self, y, cap, times, at: int, horizons, within=None) -> Forecaster:
         """A copy fitted on rows ≤ `at` only, to measure out-of-sample errors after `at`."""
         return self
 
-    def _fit(self, y, cap, times, until, horizons) -> None:
+    def _fit(self, y, cap, times, until, horizons, within=None) -> None:
         """Learn parameters from rows ≤ until (baselines: nothing)."""
 
-    def _point(self, y, cap, times, origins, horizon) -> np.ndarray:
+    def _point(self, y, cap, times, origins, horizon, within=None) -> np.ndarray:
         raise NotImplementedError
 
-    def predict(self, y, cap, times, origins, horizon: int) -> np.ndarray:
-        return clip_to_capacity(self._point(y, cap, times, origins, horizon), cap, origins, horizon)
+    def predict(self, y, cap, times, origins, horizon: int, within=None) -> np.ndarray:
+        point = self._point(y, cap, times, origins, horizon, within)
+        return clip_to_capacity(point, cap, origins, horizon)
 
     def predict_quantiles(
-        self, y, cap, times, origins, horizon, quantiles
+        self, y, cap, times, origins, horizon, quantiles, within=None
     ) -> dict[float, np.ndarray]:
-        point = self._point(y, cap, times, origins, horizon)
+        point = self._point(y, cap, times, origins, horizon, within)
         resid = self._resid.get(horizon)
         out = {}
         for q in quantiles:
@@ -99,8 +102,18 @@ class Naive(Forecaster):
 
     name = "naive"
 
-    def _point(self, y, cap, times, origins, horizon):
+    def _point(self, y, cap, times, origins, horizon, within=None):
         return feat.ffill(y)[origins]
+
+
+class LastReading(Forecaster):
+    """The latest reading known at the origin: the last sub-step reading (e.g. the last minute) of
+    the latest observed step, for every horizon; the step's value where no finer grid is known."""
+
+    name = "last_reading"
+
+    def _point(self, y, cap, times, origins, horizon, within=None):
+        return feat.last_reading(y, within)[origins]
 
 
 class SeasonalNaive(Forecaster):
@@ -111,7 +124,7 @@ class SeasonalNaive(Forecaster):
         self.season = season
         self.name = f"seasonal_naive_{season}"
 
-    def _point(self, y, cap, times, origins, horizon):
+    def _point(self, y, cap, times, origins, horizon, within=None):
         back = self.season * int(np.ceil(horizon / self.season)) - horizon
         idx = np.asarray(origins) - back
         ffy = feat.ffill(y)
@@ -126,7 +139,7 @@ class SameHourMean(Forecaster):
 
     name = "same_hour_mean_7d"
 
-    def _point(self, y, cap, times, origins, horizon):
+    def _point(self, y, cap, times, origins, horizon, within=None):
         ffy = feat.ffill(y)
         m = feat.same_hour_mean(ffy, horizon)[origins]
         return np.where(np.isfinite(m), m, ffy[origins])
@@ -145,7 +158,7 @@ class HoltWinters(Forecaster):
         self._start = 0
         self._memo: tuple | None = None  # (y, start, end, states): y held so identity is safe
 
-    def _fit(self, y, cap, times, until, horizons):
+    def _fit(self, y, cap, times, until, horizons, within=None):
         self._memo = None
         self._start = max(0, until + 1 - self.window)
         seg = feat.ffill(y)[self._start : until + 1]
@@ -200,7 +213,7 @@ class HoltWinters(Forecaster):
                 levels[i], trends[i], seasons[i] = level, trend, season
         return levels, trends, seasons, sse
 
-    def _point(self, y, cap, times, origins, horizon):
+    def _point(self, y, cap, times, origins, horizon, within=None):
         origins = np.asarray(origins)
         ffy = feat.ffill(y)
         out = ffy[origins].astype(float)
@@ -242,23 +255,24 @@ class GradientBoosting(Forecaster):
         self._cache: dict[int, tuple] = {}
         self._oos: tuple | None = None  # (y, at, fitted copy)
 
-    def _residual_model(self, y, cap, times, at, horizons):
-        if self._oos is not None and self._oos[0] is y and self._oos[1] == at:
-            return self._oos[2]
+    def _residual_model(self, y, cap, times, at, horizons, within=None):
+        oos = self._oos
+        if oos is not None and oos[0] is y and oos[1] is within and oos[2] == at:
+            return oos[3]
         clone = copy.copy(self)
         clone._models, clone._resid, clone._oos = {}, {}, None
         clone.quantiles = ()  # only the median is needed to measure errors
-        clone._fit(y, cap, times, at, horizons)
-        self._oos = (y, at, clone)
+        clone._fit(y, cap, times, at, horizons, within)
+        self._oos = (y, within, at, clone)
         return clone
 
-    def _features(self, y, cap, times, horizon):
+    def _features(self, y, cap, times, horizon, within=None):
         key = horizon
         cached = self._cache.get(key)
-        if cached is not None and cached[0] is y:
-            return cached[1:]
-        X, _, last, s = feat.build(y, cap, times, horizon)
-        self._cache[key] = (y, X, last, s)
+        if cached is not None and cached[0] is y and cached[1] is within:
+            return cached[2:]
+        X, _, last, s = feat.build(y, cap, times, horizon, within=within)
+        self._cache[key] = (y, within, X, last, s)
         return X, last, s
 
     def _regressor(self, q: float):
@@ -275,9 +289,9 @@ class GradientBoosting(Forecaster):
             random_state=self.seed,
         )
 
-    def _fit(self, y, cap, times, until, horizons):
+    def _fit(self, y, cap, times, until, horizons, within=None):
         for h in horizons:
-            X, last, s = self._features(y, cap, times, h)
+            X, last, s = self._features(y, cap, times, h, within)
             rows = np.arange(0, until - h + 1)
             target = (y[rows + h] - last[rows]) / s[rows]
             Xr = X[rows].reshape(-1, X.shape[-1])
@@ -290,8 +304,8 @@ class GradientBoosting(Forecaster):
                 with bounded():
                     self._models[(h, q)] = self._regressor(q).fit(Xr[ok], tr[ok])
 
-    def _predict_q(self, y, cap, times, origins, horizon, q):
-        X, last, s = self._features(y, cap, times, horizon)
+    def _predict_q(self, y, cap, times, origins, horizon, q, within=None):
+        X, last, s = self._features(y, cap, times, horizon, within)
         origins = np.asarray(origins)
         model = self._models.get((horizon, q))
         if model is None:
@@ -301,22 +315,18 @@ class GradientBoosting(Forecaster):
             change = model.predict(Xo.reshape(-1, X.shape[-1])).reshape(Xo.shape[:2])
         return last[origins] + s[origins] * change
 
-    def _point(self, y, cap, times, origins, horizon):
-        return self._predict_q(y, cap, times, origins, horizon, 0.5)
+    def _point(self, y, cap, times, origins, horizon, within=None):
+        return self._predict_q(y, cap, times, origins, horizon, 0.5, within)
 
-    def predict_quantiles(self, y, cap, times, origins, horizon, quantiles):
+    def predict_quantiles(self, y, cap, times, origins, horizon, quantiles, within=None):
         learned = [q for q in quantiles if (horizon, q) in self._models]
+        rest = [q for q in quantiles if q not in learned]
         out = (
-            super().predict_quantiles(
-                y, cap, times, origins, horizon, [q for q in quantiles if q not in learned]
-            )
-            if len(learned) < len(quantiles)
-            else {}
+            super().predict_quantiles(y, cap, times, origins, horizon, rest, within) if rest else {}
         )
         for q in learned:
-            out[q] = clip_to_capacity(
-                self._predict_q(y, cap, times, origins, horizon, q), cap, origins, horizon
-            )
+            pred = self._predict_q(y, cap, times, origins, horizon, q, within)
+            out[q] = clip_to_capacity(pred, cap, origins, horizon)
         return sort_quantiles(out)
 
 
@@ -332,9 +342,9 @@ class Linear(GradientBoosting):
 
         return make_pipeline(StandardScaler(), Ridge(alpha=10.0))
 
-    def _fit(self, y, cap, times, until, horizons):
+    def _fit(self, y, cap, times, until, horizons, within=None):
         for h in horizons:
-            X, last, s = self._features(y, cap, times, h)
+            X, last, s = self._features(y, cap, times, h, within)
             rows = np.arange(0, until - h + 1)
             target = ((y[rows + h] - last[rows]) / s[rows]).reshape(-1)
             Xr = np.nan_to_num(X[rows].reshape(-1, X.shape[-1]))
@@ -343,8 +353,8 @@ class Linear(GradientBoosting):
                 with bounded():
                     self._models[(h, 0.5)] = self._regressor(0.5).fit(Xr[ok], target[ok])
 
-    def _predict_q(self, y, cap, times, origins, horizon, q):
-        X, last, s = self._features(y, cap, times, horizon)
+    def _predict_q(self, y, cap, times, origins, horizon, q, within=None):
+        X, last, s = self._features(y, cap, times, horizon, within)
         origins = np.asarray(origins)
         model = self._models.get((horizon, q))
         if model is None:
@@ -367,20 +377,21 @@ class Combination(Forecaster):
         self.members, self.name, self.shared = members, name, shared
         self.learned = any(m.learned for m in members)
 
-    def _residual_model(self, y, cap, times, at, horizons):
+    def _residual_model(self, y, cap, times, at, horizons, within=None):
         return Combination(
-            [m._residual_model(y, cap, times, at, horizons) for m in self.members],
+            [m._residual_model(y, cap, times, at, horizons, within) for m in self.members],
             self.name,
             shared=True,
         )
 
-    def _fit(self, y, cap, times, until, horizons):
+    def _fit(self, y, cap, times, until, horizons, within=None):
         if not self.shared:
             for m in self.members:
-                m._fit(y, cap, times, until, horizons)
+                m._fit(y, cap, times, until, horizons, within)
 
-    def _point(self, y, cap, times, origins, horizon):
-        return np.mean([m._point(y, cap, times, origins, horizon) for m in self.members], axis=0)
+    def _point(self, y, cap, times, origins, horizon, within=None):
+        points = [m._point(y, cap, times, origins, horizon, within) for m in self.members]
+        return np.mean(points, axis=0)
 
 
 BASELINES = (
@@ -389,6 +400,7 @@ BASELINES = (
     "seasonal_naive_168",
     "same_hour_mean_7d",
     "holt_winters",
+    "last_reading",
 )
 
 
@@ -401,6 +413,8 @@ def make(name: str, quantiles=(0.1, 0.9), fitted: dict | None = None) -> Forecas
         return Combination([fitted[m] for m in COMBO_MEMBERS], "combo", shared=True)
     if name == "naive":
         return Naive()
+    if name == "last_reading":
+        return LastReading()
     if name.startswith("seasonal_naive_"):
         return SeasonalNaive(int(name.rsplit("_", 1)[1]))
     if name == "same_hour_mean_7d":

@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from advisor.forecast import features as feat
 from advisor.forecast import metrics as M
 from advisor.forecast.io import Panel
 from advisor.forecast.models import BASELINES, make
@@ -38,6 +39,7 @@ def rolling_forecasts(
     y = panel.values.to_numpy(float)
     cap = panel.capacity.reindex_like(panel.values).to_numpy(float)
     capf = pd.DataFrame(cap).ffill().to_numpy()  # known capacity at the target (a covariate)
+    within = feat.within_arrays(panel.within, panel.values)  # readings inside each step
     times = panel.index
     quantiles = tuple(sorted(set(quantiles) | {0.5}))
     rows = []
@@ -48,7 +50,7 @@ def rolling_forecasts(
         until = int(block[0])
         fitted: dict = {}
         for name in order:
-            model = make(name, quantiles, fitted).fit(y, cap, times, until, horizons)
+            model = make(name, quantiles, fitted).fit(y, cap, times, until, horizons, within)
             fitted[name] = model
         for name in model_names:
             model = fitted[name]
@@ -59,8 +61,8 @@ def rolling_forecasts(
                 b = block[ok]
                 if not len(b):
                     continue
-                point = model.predict(y, cap, times, b, h)
-                qs = model.predict_quantiles(y, cap, times, b, h, quantiles)
+                point = model.predict(y, cap, times, b, h, within)
+                qs = model.predict_quantiles(y, cap, times, b, h, quantiles, within)
                 for j, s in enumerate(panel.series):
                     rec = {
                         "origin": times[b],

@@ -1,9 +1,11 @@
 """No look-ahead: anything built at origin t must not change when data after t is altered."""
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from advisor.forecast import features as feat
+from advisor.forecast import io, rolling
 from advisor.forecast.models import make
 from tests.advisor.forecast_synth import synthetic_panel
 
@@ -61,3 +63,91 @@ def test_models_fitted_at_t_ignore_data_after_t(name):
         out.append((point, qs[0.9]))
     np.testing.assert_allclose(out[0][0], out[1][0])
     np.testing.assert_allclose(out[0][1], out[1][1])
+
+
+def minute_panel(days: int = 14, seed: int = 1) -> io.Panel:
+    """Hourly synthetic demand interpolated to minutes, with minute noise (a fine-grid input)."""
+    hourly = synthetic_panel(days=days)
+    idx = pd.date_range(hourly.index[0], periods=len(hourly.index) * 60, freq="min")
+    rng = np.random.default_rng(seed)
+    vals = hourly.values.reindex(idx).interpolate(limit_direction="both")
+    vals = np.clip(np.round(vals + rng.normal(0, 1.5, vals.shape)), 0, None)
+    return io.Panel(vals, hourly.capacity.reindex(idx).ffill(), "minutes")
+
+
+def _altered_minutes(p: io.Panel, start: pd.Timestamp) -> io.Panel:
+    """Every minute reading from `start` on changed, one masked, one later hour masked outright."""
+    vals = p.values.copy()
+    after = vals.index >= start
+    vals.loc[after] = vals.loc[after].to_numpy() * 3 + 100
+    first = int(np.argmax(after))
+    vals.iloc[first + 7, 0] = np.nan
+    vals.iloc[first + 120 : first + 180, 1] = np.nan
+    return io.Panel(vals, p.capacity, p.name)
+
+
+def _hourly_arrays(p: io.Panel):
+    h = p.resample("h")
+    y, cap = h.values.to_numpy(float), h.capacity.to_numpy(float)
+    return y, cap, h.index, feat.within_arrays(h.within, h.values)
+
+
+@pytest.mark.parametrize("horizon", [1, 24])
+def test_sub_hour_features_use_no_minute_after_the_origin_hour(horizon):
+    p = minute_panel(days=15)
+    t = 250
+    after_hour = p.resample("h").index[t + 1]  # the first minute after origin hour t
+    built = []
+    for panel in (p, _altered_minutes(p, after_hour)):
+        y, cap, times, within = _hourly_arrays(panel)
+        built.append(feat.build(y, cap, times, horizon, within=within))
+    (X1, names, last1, s1), (X2, _, last2, s2) = built
+    assert {"last_reading", "within_min", "within_max", "within_slope"} <= set(names)
+    np.testing.assert_array_equal(X1[: t + 1], X2[: t + 1])
+    np.testing.assert_array_equal(last1[: t + 1], last2[: t + 1])
+    np.testing.assert_array_equal(s1[: t + 1], s2[: t + 1])
+    assert not np.allclose(X1[t + 2 :], X2[t + 2 :])  # the check itself can fail
+    # and row t does read the minutes inside its own hour: changing the last one changes it
+    vals = p.values.copy()
+    vals.iloc[vals.index.get_loc(after_hour) - 1] += 30
+    y, cap, times, within = _hourly_arrays(io.Panel(vals, p.capacity, p.name))
+    X3 = feat.build(y, cap, times, horizon, within=within)[0]
+    j = names.index("last_reading")
+    assert np.all(X3[t, :, j] != X1[t, :, j])
+    np.testing.assert_array_equal(X3[:t], X1[:t])
+
+
+@pytest.mark.parametrize("name", rolling.CANDIDATES)
+def test_models_at_minute_resolution_ignore_minutes_after_the_origin_hour(name):
+    p = minute_panel(days=14)
+    t = 24 * 11
+    origins = np.arange(t - 30, t + 1)
+    after_hour = p.resample("h").index[t + 1]
+    out = []
+    for panel in (p, _altered_minutes(p, after_hour)):
+        y, cap, times, within = _hourly_arrays(panel)
+        m = make(name, (0.1, 0.5, 0.9)).fit(y, cap, times, t, (1, 24), within)
+        for h in (1, 24):
+            point = m.predict(y, cap, times, origins, h, within)
+            qs = m.predict_quantiles(y, cap, times, origins, h, (0.1, 0.5, 0.9), within)
+            out.append((point, qs[0.1], qs[0.9]))
+    half = len(out) // 2
+    for a, b in zip(out[:half], out[half:], strict=True):
+        for x1, x2 in zip(a, b, strict=True):
+            np.testing.assert_array_equal(x1, x2)
+
+
+def test_rolling_forecasts_at_minute_resolution_ignore_minutes_after_the_origin_hour():
+    """End to end through `rolling_forecasts` (the backtest's engine), refits included."""
+    p = minute_panel(days=14)
+    t = 24 * 11
+    origins = np.arange(24 * 10, t + 1)
+    after_hour = p.resample("h").index[t + 1]
+    runs = []
+    for panel in (p, _altered_minutes(p, after_hour)):
+        fc = rolling.rolling_forecasts(
+            panel.resample("h"), rolling.CANDIDATES, (1, 24), (0.1, 0.9), origins, refit_every=12
+        )
+        runs.append(fc.drop(columns=["actual"]))  # the targets lie after t and do change
+    assert set(runs[0]["model"]) == set(rolling.CANDIDATES)
+    pd.testing.assert_frame_equal(runs[0], runs[1])

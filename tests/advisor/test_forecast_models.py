@@ -115,8 +115,8 @@ def test_learned_models_measure_interval_errors_out_of_sample():
     y, cap, t = p.values.to_numpy(float), p.capacity.to_numpy(float), p.index
     until = 24 * 22
     m = make("gbm", QS).fit(y, cap, t, until, (1, 24))
-    y_seen, at, clone = m._oos
-    assert y_seen is y and at == until - 24 - RESID_WINDOW
+    y_seen, within_seen, at, clone = m._oos
+    assert y_seen is y and within_seen is None and at == until - 24 - RESID_WINDOW
     assert clone is not m and m._resid[24].shape[0] == until - 24 - at + 1
 
 
@@ -129,3 +129,51 @@ def test_api_forecast_falls_back_to_naive_when_a_horizon_cannot_be_validated():
     assert np.isnan(
         out["backtest_mae"]
     )  # no measured error: the caller must not present it as validated
+
+
+def _minute_panel(days: int = 14, seed: int = 1) -> Panel:
+    """Hourly synthetic demand interpolated to minutes, with minute noise (a fine-grid input)."""
+    hourly = synthetic_panel(days=days)
+    idx = pd.date_range(hourly.index[0], periods=len(hourly.index) * 60, freq="min")
+    rng = np.random.default_rng(seed)
+    vals = hourly.values.reindex(idx).interpolate(limit_direction="both")
+    vals = np.clip(np.round(vals + rng.normal(0, 1.5, vals.shape)), 0, None)
+    return Panel(vals, hourly.capacity.reindex(idx).ffill(), "minutes")
+
+
+def test_last_reading_forecasts_the_origin_hours_last_reading_at_every_horizon():
+    from advisor.forecast import features as feat
+
+    p = _minute_panel(days=12).resample("h")
+    y, cap, t = p.values.to_numpy(float).copy(), p.capacity.to_numpy(float), p.index
+    y[200, 0] = np.nan  # a masked origin hour: the last reading of the hour before it
+    within = feat.within_arrays(p.within, p.values)  # hour 200's own readings are ignored
+    origins = np.arange(24 * 8, 24 * 11)
+    m = make("last_reading", QS).fit(y, cap, t, int(origins[0]), (1, 24), within)
+    expected = p.within["last"].to_numpy(float)[origins]
+    expected[origins == 200, 0] = p.within["last"].iloc[199, 0]
+    for h in (1, 24):
+        point = m.predict(y, cap, t, origins, h, within)
+        np.testing.assert_array_equal(point, np.clip(expected, 0, cap[0]))
+        qs = m.predict_quantiles(y, cap, t, origins, h, QS, within)
+        assert np.all(qs[0.1] <= qs[0.5]) and np.all(qs[0.5] <= qs[0.9])
+        assert np.all(qs[0.1] >= 0) and np.all(qs[0.9] <= cap[0])
+        assert np.any(qs[0.9] > qs[0.1])  # an interval from its own trailing errors
+    # the last reading is a different level from the hour's mean (naive)
+    naive = make("naive").fit(y, cap, t, int(origins[0]), (1,)).predict(y, cap, t, origins, 1)
+    assert not np.allclose(naive, m.predict(y, cap, t, origins, 1, within))
+    # without sub-hour information it is naive
+    np.testing.assert_array_equal(m.predict(y, cap, t, origins, 1), naive)
+
+
+def test_last_reading_is_a_candidate_of_the_backtest():
+    assert "last_reading" in rolling.CANDIDATES
+    p = _minute_panel(days=12).resample("h")
+    _m, fc, picks = rolling.run(
+        p, (1,), (0.5, 0.9), test_from=p.index[24 * 11], candidates=("naive", "last_reading")
+    )
+    lr = fc[fc["model"] == "last_reading"].set_index(["origin", "series"])["point"]
+    want = p.within["last"].stack()
+    want.index.names = ["origin", "series"]
+    np.testing.assert_allclose(lr, want.reindex(lr.index))
+    assert set(picks["pick"]) <= {"naive", "last_reading"}
