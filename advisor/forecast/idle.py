@@ -1,11 +1,17 @@
 """Idle windows: how many units (GPUs or nodes) will stay free for the whole next W hours.
 
 The truth for an hourly decision at origin t is m = min idle over (t, t+W], where idle in an hour is
-capacity − the hour's peak use. The advisor's release R comes from one of a few rules (a low
-quantile of m by gradient boosting on the change from the current idle count, or the past-W
-minimum lowered by an offset or a factor), picked per series with its safety parameter on the last
-two weeks of the training part so that violations (R > m) stay within the risk budget; how much of
-the budget to spend there is itself checked on those two weeks (`choose_margin`).
+capacity − the hour's peak use. The advisor's release R comes from a pooled quantile model of m
+(gradient boosting over all series of the panel at several quantile levels, on the change from the
+current idle count, with features of the origin hour's minutes: the idle at its last minute, its
+highest idle and how long the count has been unchanged). Each hour the release is the quantile
+level that maximises expected released units minus λ × that level's risk (`lagrange_release`), so
+the violation budget is spent where a full release is likely safe and saved where a drop is likely.
+λ is one parameter per data set, picked on out-of-sample forecasts of the whole training part so
+that the pooled violation share stays within the budget. The share of the budget to spend, and
+whether this model or the older per-series rules (past-W minimum lowered by an offset or a
+factor, picked per series on the last two training weeks) serve a data set, is decided on the last
+training week, calibrated on the weeks before it (`_quantile_advisor`).
 """
 
 from __future__ import annotations
@@ -176,6 +182,296 @@ def choose_margin(bases, scale, truth, risk, margins=MARGINS) -> float:
     return float(min(margins))
 
 
+LEVELS = (0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 0.9)  # quantile levels of m the model predicts
+LAMBDAS = np.geomspace(0.01, 100.0, 81)  # price of one unit of risk, in hours of mean idle
+MIN_HISTORY_H = 7 * 24  # history before the first model fit
+MIN_CALIBRATION_H = 3 * 24  # out-of-sample hours needed to pick λ; fewer: the per-series rules
+SHRINK_H = None  # None: one λ per data set (see `_lambda_for`)
+CHECK_H = 7 * 24  # the last training week decides the margin and the method
+QUANTILE_MARGINS = (1.0, 0.75, 0.5)
+
+
+def minute_state(panel: Panel, times: pd.DatetimeIndex) -> tuple[np.ndarray, ...]:
+    """Per hour t, from readings inside hour t and before it only: the idle count at the hour's
+    last reading, the hour's highest idle count, and the minutes that count had been unchanged at
+    that last reading. (On an hourly panel: the hour's value, the same, and hours × 60.)"""
+    im = panel.capacity.ffill() - panel.values
+    g = im.resample("h")
+    last = g.last().reindex(times).to_numpy(float)
+    high = g.max().reindex(times).to_numpy(float)
+    a = im.to_numpy(float)
+    changed = np.ones(a.shape, bool)
+    changed[1:] = ~(a[1:] == a[:-1])  # a masked reading counts as a change
+    minutes = np.asarray((panel.index - panel.index[0]) / pd.Timedelta(minutes=1), float)
+    since_change = minutes[:, None] - np.maximum.accumulate(
+        np.where(changed, minutes[:, None], -np.inf), axis=0
+    )
+    since = (
+        pd.DataFrame(np.where(np.isfinite(a), since_change, np.nan), index=panel.index)
+        .resample("h")
+        .last()
+        .reindex(times)
+        .to_numpy(float)
+    )
+    return last, high, since
+
+
+def idle_features(panel: Panel, idle, cap, times, w: int):
+    """X (T, S, F), current idle (T, S) and scale (T, S) for windows of w hours; row t uses the
+    minutes of hour t and earlier only (plus the calendar and capacity schedule at t + w)."""
+    X, _, cur, s = feat.build(idle, cap, times, w)
+    last, high, since = minute_state(panel, times)
+    ffi = feat.ffill(idle)
+    down = np.zeros_like(ffi)
+    down[1:] = ffi[1:] < ffi[:-1]
+    past = _past_min(ffi, w)
+    yesterday = feat.shift(past, 24 - w) if w <= 24 else past
+    extra = [
+        (feat.ffill(last) - cur) / s,  # idle at the origin hour's last minute
+        (feat.ffill(high) - cur) / s,  # the hour's highest idle
+        np.log1p(np.clip(np.nan_to_num(since), 0, 7 * 24 * 60)),  # minutes unchanged
+        pd.DataFrame(down).rolling(24, min_periods=1).mean().to_numpy(),  # hours with a drop
+        pd.DataFrame(down).rolling(168, min_periods=1).mean().to_numpy(),
+        cur,  # units: job sizes are absolute, not a share of the pool
+        feat.ffill(cap),
+        (past - cur) / s,
+        (yesterday - cur) / s,
+    ]
+    Xe = np.nan_to_num(np.stack(extra, axis=-1), nan=0.0, posinf=0.0, neginf=0.0)
+    return np.concatenate([X, Xe], axis=-1), cur, s
+
+
+def quantile_paths(X, cur, s, cap, target, w, rows, refit_points, levels=LEVELS, seed=0):
+    """Quantiles of m at `rows`, (len(levels), len(rows), S), each from pooled models fitted at
+    the latest refit point ≤ the row on the outcomes known there (rows t with t + w ≤ the refit
+    point). NaN where no refit point precedes a row or too few outcomes are known."""
+    from sklearn.ensemble import HistGradientBoostingRegressor
+
+    rows = np.asarray(rows)
+    refit_points = np.sort(np.asarray(refit_points))
+    n_series, n_feat = X.shape[1], X.shape[-1]
+    Q = np.full((len(levels), len(rows), n_series), np.nan)
+    at = np.searchsorted(refit_points, rows, side="right") - 1
+    capf = feat.ffill(cap)
+    for k in np.unique(at[at >= 0]):
+        until = int(refit_points[k])
+        known = max(until - w + 1, 0)  # outcomes known at `until`: rows t ≤ until − w
+        y = target[:known].reshape(-1)
+        Xr = X[:known].reshape(-1, n_feat)
+        ok = np.isfinite(y)
+        if ok.sum() < 50:
+            continue
+        sel = np.flatnonzero(at == k)
+        Xo = X[rows[sel]].reshape(-1, n_feat)
+        for i, q in enumerate(levels):
+            with bounded():
+                model = HistGradientBoostingRegressor(
+                    loss="quantile",
+                    quantile=q,
+                    max_iter=150,
+                    learning_rate=0.05,
+                    max_leaf_nodes=15,
+                    min_samples_leaf=40,
+                    random_state=seed,
+                ).fit(Xr[ok], y[ok])
+                change = model.predict(Xo).reshape(len(sel), n_series)
+            Q[i, sel] = cur[rows[sel]] + s[rows[sel]] * change
+    Q = np.sort(Q, axis=0)  # quantiles must not cross
+    upper = np.where(np.isfinite(capf[rows]), capf[rows], np.inf)
+    return np.clip(Q, 0, upper[None])
+
+
+FINE = np.concatenate([[0.0, 0.0025, 0.005, 0.01, 0.015], np.arange(0.02, 0.9001, 0.01)])
+
+
+def fine_quantiles(Q, levels=LEVELS) -> tuple[np.ndarray, np.ndarray]:
+    """The predicted quantile function on the grid `FINE` (linear between the model's levels,
+    down to q(0) = 0 below the lowest, which can only understate a release) and its integral
+    C(u) = ∫₀ᵘ q(v) dv per grid point: both (len(FINE), rows, S)."""
+    u = np.concatenate([[0.0], levels])
+    full = np.concatenate([np.zeros((1, *Q.shape[1:])), Q])
+    k = np.clip(np.searchsorted(u, FINE, side="right") - 1, 0, len(u) - 2)
+    frac = ((FINE - u[k]) / (u[k + 1] - u[k]))[:, None, None]
+    fine = full[k] + frac * (full[k + 1] - full[k])
+    steps = np.diff(FINE)[:, None, None] * (fine[1:] + fine[:-1]) / 2
+    integral = np.concatenate([np.zeros((1, *Q.shape[1:])), np.cumsum(steps, axis=0)])
+    return fine, integral
+
+
+def lagrange_release(Q, lam, norm, levels=LEVELS) -> np.ndarray:
+    """Per row and series, the release R = floor(q(u)) over the grid `FINE` of quantile levels u
+    (u = 0: release nothing) that maximises E[min(R, m)] / norm − lam × u, with E[min(R, m)] =
+    ∫₀ᵘ q + (1 − u) R from the predicted quantile function: a unit of risk is spent where it buys
+    many units and saved where a drop is likely. `Q` may also be `fine_quantiles(Q)`."""
+    fine, integral = Q if isinstance(Q, tuple) else fine_quantiles(Q, levels)
+    lam = np.broadcast_to(np.asarray(lam, float), fine.shape[2:])
+    R = np.floor(fine)
+    u = FINE[:, None, None]
+    value = (np.minimum(integral, u * R) + (1 - u) * R) / norm - lam * u
+    k = np.argmax(value, axis=0)
+    return np.take_along_axis(R, k[None], axis=0)[0]
+
+
+def _lambda_for(Q, norm, truth, budget, shrink=SHRINK_H) -> np.ndarray:
+    """Per series, the smallest λ (most release) such that at it and every larger λ the series'
+    violation share stays ≤ budget: with `shrink` None the share pooled over all series (one λ
+    per data set), else each series' share shrunk towards the pooled one by `shrink` pseudo-hours.
+    """
+    ok = np.isfinite(truth) & np.isfinite(Q).all(axis=0)
+    n = ok.sum(axis=0)
+    lam = np.full(truth.shape[1], LAMBDAS[-1])
+    alive = np.ones(truth.shape[1], bool)
+    fq = fine_quantiles(np.nan_to_num(Q))
+    for value in LAMBDAS[::-1]:
+        viol = np.where(ok, lagrange_release(fq, value, norm) > truth, False)
+        pooled = viol.sum() / max(ok.sum(), 1)
+        if shrink is None:
+            alive &= pooled <= budget
+        else:
+            alive &= (viol.sum(axis=0) + shrink * pooled) / (n + shrink) <= budget
+        if not alive.any():
+            break
+        lam[alive] = value
+    return lam
+
+
+def _check(rel, truth, risk) -> tuple[bool, float, float]:
+    """(within budget pooled and for the median series, median capture, median violations)."""
+    ok = np.isfinite(truth)
+    viol = np.where(ok, rel > truth, False)
+    per_series = viol.sum(axis=0) / np.maximum(ok.sum(axis=0), 1)
+    got = np.where(ok, np.minimum(rel, truth), 0).sum(axis=0)
+    capture = got / np.maximum(np.where(ok, truth, 0).sum(axis=0), 1e-9)
+    within = ok.any() and viol.sum() / ok.sum() <= risk and np.median(per_series) <= risk
+    return bool(within), float(np.median(capture)), float(np.median(per_series))
+
+
+def _norm(idle) -> np.ndarray:
+    """Per-row size of a series (trailing week's mean idle + 1), so one λ fits pools of any size."""
+    return pd.DataFrame(feat.ffill(idle)).rolling(168, min_periods=1).mean().to_numpy() + 1.0
+
+
+def _rule_advisor(
+    idle, cap, times, scale, truth, o, start, w, risk, refit_every, recalibrate_every
+):
+    """The per-series rules (fallback): rule and parameter picked per series on the last
+    `CALIBRATION_DAYS` of the training part, optionally re-picked every `recalibrate_every`
+    origins on the trailing days of known outcomes. Returns (releases, params per series)."""
+    val = np.arange(max(48, start - CALIBRATION_DAYS * 24 - w), start - w)
+    model = IdleModel(w, risk).fit(idle, cap, times, int(val[0]) - w)
+    bases = candidate_bases(idle, cap, times, val, w, model)
+    margin = choose_margin(bases, scale[val], truth[val], risk)
+    rule, param = calibrate_rules(bases, scale[val], truth[val], risk * margin)
+    # the release levels each rule gave at every origin, each from the model in force then:
+    # the training origins from the calibration model, the test origins from the refits
+    hist = np.arange(int(val[0]), start) if recalibrate_every else val
+    hist_bases = candidate_bases(idle, cap, times, hist, w, model)
+    test_bases = {k: np.empty((len(o), idle.shape[1])) for k in hist_bases}
+    for i in range(0, len(o), refit_every):
+        block = o[i : i + refit_every]
+        model.fit(idle, cap, times, int(block[0]))
+        b = candidate_bases(idle, cap, times, block, w, model)
+        for k in test_bases:
+            test_bases[k][i : i + len(block)] = b.get(k, b["past_min*factor"])
+    pos = np.concatenate([hist, o])
+    all_bases = {k: np.concatenate([hist_bases[k], test_bases[k]]) for k in test_bases}
+    adv = np.empty((len(o), idle.shape[1]))
+    params = []
+    step = recalibrate_every or len(o)
+    for i in range(0, len(o), step):
+        block = o[i : i + step]
+        if recalibrate_every and i > 0:
+            # re-pick on the trailing days whose outcome is known at the block's first origin
+            d0 = int(block[0])
+            win = (pos >= d0 - CALIBRATION_DAYS * 24 - w) & (pos <= d0 - w)
+            rule, param = calibrate_rules(
+                {k: v[win] for k, v in all_bases.items()},
+                scale[pos[win]],
+                truth[pos[win]],
+                risk * margin,
+            )
+        params.append((rule, param))
+        for j in range(idle.shape[1]):
+            adv[i : i + len(block), j] = apply_rule(
+                rule[j], test_bases[rule[j]][i : i + len(block), j], scale[block, j], param[j]
+            )
+    rule, param = params[-1]
+    extra = f",recalibrated={len(params)}x" if len(params) > 1 else ""
+    return adv, [f"{rule[j]}={param[j]:.3f},margin={margin:g}{extra}" for j in range(len(rule))]
+
+
+def _refit_points(anchor: int, every: int, first: int, end: int) -> np.ndarray:
+    """`first` (the earliest fit) and anchor + k × every for all integers k, within [first, end]."""
+    k0 = -((anchor - first) // every)
+    grid = [p for p in range(anchor + k0 * every, end + 1, every) if p > first]
+    return np.array([first, *grid] if first <= end else [], int)
+
+
+def _quantile_advisor(
+    panel, idle, cap, times, truth, o, start, w, risk, refit_every, recal, method="auto"
+):
+    """The pooled quantile model with one λ per data set, picked on out-of-sample forecasts of
+    every training hour whose outcome is known at `start`.
+
+    Which share of the budget to spend (`QUANTILE_MARGINS`), and whether this model or the
+    per-series rules serve the data set at all, is decided on the last training week
+    (`CHECK_H` hours before `start`) calibrated on the hours before it: the most median capture
+    among the candidates within the budget (pooled and for the median series), else the fewest
+    violations. Returns (releases at `o`, params per series), or None where the rules won or
+    there is too little history for the model. `method="quantile"` leaves the rules out of the
+    choice.
+    """
+    check0 = start - CHECK_H
+    refits = _refit_points(start, refit_every, MIN_HISTORY_H, int(o[-1]))
+    if not len(refits) or check0 - w + 1 - refits[0] < MIN_CALIBRATION_H:
+        return None
+    refits = np.union1d(refits, [check0])  # the last-week check sees the models of its time
+    X, cur, s = idle_features(panel, idle, cap, times, w)
+    norm = _norm(idle)
+    first = int(refits[0])
+    rows = np.arange(first, int(o[-1]) + 1)
+    Q = quantile_paths(X, cur, s, cap, (truth - cur) / s, w, rows, refits)
+
+    def q(t):
+        return Q[:, np.asarray(t) - first]
+
+    check = np.arange(check0, start - w + 1)
+    before = np.arange(first, check0 - w + 1)
+    best_key, margin = (False, -np.inf), None
+    if method != "quantile":
+        scale = feat.scale_of(idle, cap)
+        rules, _ = _rule_advisor(
+            idle, cap, times, scale, truth, check, check0, w, risk, refit_every, None
+        )
+        within, capture, viol = _check(rules, truth[check], risk)
+        best_key = (within, capture if within else -viol)
+    for m in QUANTILE_MARGINS:
+        lam = _lambda_for(q(before), norm[before], truth[before], risk * m)
+        within, capture, viol = _check(
+            lagrange_release(q(check), lam, norm[check]), truth[check], risk
+        )
+        key = (within, capture if within else -viol)
+        if key > best_key:
+            best_key, margin = key, m
+    if margin is None:
+        return None
+    cal = np.arange(first, start - w + 1)
+    lam = _lambda_for(q(cal), norm[cal], truth[cal], risk * margin)
+    adv = np.empty((len(o), idle.shape[1]))
+    step = recal or len(o)
+    n_picks = 0
+    for i in range(0, len(o), step):
+        block = o[i : i + step]
+        if recal and i > 0:
+            # re-pick λ on every hour whose outcome is known at the block's first origin
+            known = np.arange(first, int(block[0]) - w + 1)
+            lam = _lambda_for(q(known), norm[known], truth[known], risk * margin)
+        n_picks += 1
+        adv[i : i + len(block)] = lagrange_release(q(block), lam, norm[block])
+    extra = f",recalibrated={n_picks}x" if n_picks > 1 else ""
+    return adv, [f"quantile_lagrange:lam={x:.3g},margin={margin:g}{extra}" for x in lam]
+
+
 def backtest(
     panel: Panel,
     windows=(1, 4),
@@ -185,16 +481,19 @@ def backtest(
     refit_every: int = 168,
     recalibrate_every: int | None = None,
     releases: dict | None = None,
+    method: str = "auto",
 ) -> pd.DataFrame:
     """Hourly release decisions over the test window for the advisor and the baseline rules.
 
-    The advisor picks, per series, a release rule and its safety parameter on the last
-    `CALIBRATION_DAYS` of the training part (violation budget risk × a margin chosen on those days
-    by `choose_margin`). Every `recalibrate_every` origins (None, the default: never) the rule and
-    parameter are re-picked the same way on the trailing `CALIBRATION_DAYS` of origins whose
-    outcome (the window minimum) is known by then, with the margin kept; its model is refit every
-    `refit_every` origins. `releases`, if given, receives per window the advisor's decisions as
-    a frame (origins × series).
+    The advisor's pooled quantile model (`quantile_paths`) is refit every `refit_every` origins
+    on the outcomes known then; its λ is picked on its out-of-sample forecasts of the training
+    hours whose outcome is known at the test start (`_quantile_advisor`, which also decides on
+    the last training week whether it or the per-series rules serve the data set). Every `recalibrate_every`
+    origins (None, the default: never) λ is re-picked on all hours known by then, the margin
+    kept. With too little history the per-series rules are used instead (`_rule_advisor`).
+    `releases`, if given, receives per window the advisor's decisions as a frame (origins ×
+    series). `method`: "auto" (as above), "quantile" (the model wherever it has the history)
+    or "rules" (the per-series rules only).
     """
     from advisor.forecast.rolling import test_window
 
@@ -219,44 +518,11 @@ def backtest(
         ok = origins + w < len(idle)
         o = origins[ok]
         decisions = {rule: baseline_release(idle, w, rule)[o] for rule in BASELINE_RULES}
-        val = np.arange(max(48, start - CALIBRATION_DAYS * 24 - w), start - w)
-        model = IdleModel(w, risk).fit(idle, cap, times, int(val[0]) - w)
-        bases = candidate_bases(idle, cap, times, val, w, model)
-        margin = choose_margin(bases, scale[val], truth[val], risk)
-        rule, param = calibrate_rules(bases, scale[val], truth[val], risk * margin)
-        # the release levels each rule gave at every origin, each from the model in force then:
-        # the training origins from the calibration model, the test origins from the refits
-        hist = np.arange(int(val[0]), start) if recalibrate_every else val
-        hist_bases = candidate_bases(idle, cap, times, hist, w, model)
-        test_bases = {k: np.empty((len(o), idle.shape[1])) for k in hist_bases}
-        for i in range(0, len(o), refit_every):
-            block = o[i : i + refit_every]
-            model.fit(idle, cap, times, int(block[0]))
-            b = candidate_bases(idle, cap, times, block, w, model)
-            for k in test_bases:
-                test_bases[k][i : i + len(block)] = b.get(k, b["past_min*factor"])
-        pos = np.concatenate([hist, o])
-        all_bases = {k: np.concatenate([hist_bases[k], test_bases[k]]) for k in test_bases}
-        adv = np.empty((len(o), idle.shape[1]))
-        params = []
-        step = recalibrate_every or len(o)
-        for i in range(0, len(o), step):
-            block = o[i : i + step]
-            if recalibrate_every and i > 0:
-                # re-pick on the trailing days whose outcome is known at the block's first origin
-                d0 = int(block[0])
-                win = (pos >= d0 - CALIBRATION_DAYS * 24 - w) & (pos <= d0 - w)
-                rule, param = calibrate_rules(
-                    {k: v[win] for k, v in all_bases.items()},
-                    scale[pos[win]],
-                    truth[pos[win]],
-                    risk * margin,
-                )
-            params.append((rule, param))
-            for j in range(idle.shape[1]):
-                adv[i : i + len(block), j] = apply_rule(
-                    rule[j], test_bases[rule[j]][i : i + len(block), j], scale[block, j], param[j]
-                )
+        args = (idle, cap, times, truth, o, start, w, risk, refit_every, recalibrate_every)
+        picked = None if method == "rules" else _quantile_advisor(panel, *args, method=method)
+        if picked is None:
+            picked = _rule_advisor(idle, cap, times, scale, *args[3:])
+        adv, params = picked
         capf = feat.ffill(cap)[o]
         decisions["advisor"] = np.minimum(adv, np.where(np.isfinite(capf), capf, np.inf))
         if releases is not None:
@@ -272,17 +538,19 @@ def backtest(
                         "model": name,
                         **sc,
                         "mean_idle": float(np.nanmean(truth[o, j])),
-                        "params": f"{params[-1][0][j]}={params[-1][1][j]:.3f},margin={margin:g}"
-                        + (f",recalibrated={len(params)}x" if len(params) > 1 else "")
-                        if name == "advisor"
-                        else "",
+                        "params": params[j] if name == "advisor" else "",
                     }
                 )
     return pd.DataFrame(rows)
 
 
 def idle_windows(panel: Panel, windows=(1, 4, 8), risk: float = 0.05) -> pd.DataFrame:
-    """Live use: units safe to release now per series and window (rule calibrated on history)."""
+    """Live use: units safe to release now per series and window.
+
+    The same choice as `backtest` with the last hour as the origin: the pooled quantile model
+    (refit weekly backwards from now) with λ picked on its out-of-sample forecasts of the history,
+    where the last week says it beats the per-series rules; otherwise, and with too little
+    history for it, the per-series rules."""
     idle, cap, times = hourly_idle(panel)
     last = len(idle) - 1
     scale = feat.scale_of(idle, cap)
@@ -290,31 +558,46 @@ def idle_windows(panel: Panel, windows=(1, 4, 8), risk: float = 0.05) -> pd.Data
     out = []
     for w in windows:
         truth = window_min(idle, w)
-        val = np.arange(max(48, last - CALIBRATION_DAYS * 24 - w), last - w + 1)
-        model = None
-        if int(val[0]) - w > 7 * 24:
-            model = IdleModel(w, risk).fit(idle, cap, times, int(val[0]) - w)
-        if len(val) >= 24:
-            bases = candidate_bases(idle, cap, times, val, w, model)
-            margin = choose_margin(bases, scale[val], truth[val], risk)
-            rule, param = calibrate_rules(bases, scale[val], truth[val], risk * margin)
+        picked = _quantile_advisor(panel, idle, cap, times, truth, now, last, w, risk, 168, None)
+        if picked is not None:
+            rel, rules = picked[0][0], [r.split(",")[0] for r in picked[1]]
         else:
-            rule, param = ["past_min*factor"] * idle.shape[1], np.full(idle.shape[1], 0.5)
-        if model is not None:
-            model.fit(idle, cap, times, last)
-        b = candidate_bases(idle, cap, times, now, w, model)
+            rel, rules = _rule_release_now(idle, cap, times, scale, truth, last, w, risk)
         for j, s in enumerate(panel.series):
-            base = b.get(rule[j], b["past_min*factor"])
-            rel = apply_rule(rule[j], base[:, j], scale[now, j], param[j])[0]
             out.append(
                 {
                     "series": s,
                     "window_h": w,
                     "risk": risk,
-                    "release": float(min(rel, np.nan_to_num(feat.ffill(cap)[last, j], nan=np.inf))),
+                    "release": float(
+                        min(rel[j], np.nan_to_num(feat.ffill(cap)[last, j], nan=np.inf))
+                    ),
                     "current_idle": float(feat.ffill(idle)[last, j]),
-                    "rule": rule[j],
+                    "rule": rules[j],
                     "as_of": times[last],
                 }
             )
     return pd.DataFrame(out)
+
+
+def _rule_release_now(idle, cap, times, scale, truth, last, w, risk):
+    """The per-series rules' release at the last hour (short histories)."""
+    now = np.array([last])
+    val = np.arange(max(48, last - CALIBRATION_DAYS * 24 - w), last - w + 1)
+    model = None
+    if int(val[0]) - w > 7 * 24:
+        model = IdleModel(w, risk).fit(idle, cap, times, int(val[0]) - w)
+    if len(val) >= 24:
+        bases = candidate_bases(idle, cap, times, val, w, model)
+        margin = choose_margin(bases, scale[val], truth[val], risk)
+        rule, param = calibrate_rules(bases, scale[val], truth[val], risk * margin)
+    else:
+        rule, param = ["past_min*factor"] * idle.shape[1], np.full(idle.shape[1], 0.5)
+    if model is not None:
+        model.fit(idle, cap, times, last)
+    b = candidate_bases(idle, cap, times, now, w, model)
+    rel = [
+        apply_rule(rule[j], b.get(rule[j], b["past_min*factor"])[:, j], scale[now, j], param[j])[0]
+        for j in range(idle.shape[1])
+    ]
+    return np.array(rel), list(rule)

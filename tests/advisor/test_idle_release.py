@@ -1,0 +1,165 @@
+"""Idle-window release with the pooled quantile model: minute-level features, the λ rule, and
+no look-ahead (altering data after an origin's hour must not change the release at it)."""
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from advisor.forecast import idle
+from advisor.forecast.io import Panel
+
+
+def _minute_panel(days: int = 24, seed: int = 3) -> Panel:
+    """Two pools per minute: jobs of 1–8 GPUs start and end at random, more by day."""
+    rng = np.random.default_rng(seed)
+    idx = pd.date_range("2024-01-01", periods=days * 24 * 60, freq="min")
+    hour = np.asarray(idx.hour)
+    vals, caps = {}, {}
+    for j, cap in enumerate((16.0, 64.0)):
+        used = np.zeros(len(idx))
+        level = cap / 2
+        for i in range(len(idx)):
+            busy = 9 <= hour[i] <= 18
+            if rng.random() < (0.004 if busy else 0.001):
+                level = min(cap, level + rng.choice([1, 2, 4, 8]))
+            if rng.random() < 0.002:
+                level = max(0.0, level - rng.choice([1, 2, 4, 8]))
+            used[i] = level
+        vals[f"pool{j}"], caps[f"pool{j}"] = used, np.full(len(idx), cap)
+    return Panel(
+        pd.DataFrame(vals, index=idx),
+        pd.DataFrame(caps, index=idx),
+        "t",
+        pd.Timestamp("2024-01-19"),
+        pd.Timestamp("2024-01-22"),
+    )
+
+
+@pytest.fixture(scope="module")
+def minute_panel() -> Panel:
+    return _minute_panel()
+
+
+def _altered_after(panel: Panel, cut: pd.Timestamp) -> Panel:
+    later = panel.values.copy()
+    after = later.index > cut
+    later.loc[after] = panel.capacity.loc[after] - later.loc[after]  # a different future
+    return Panel(later, panel.capacity, panel.name, panel.test_from, panel.test_to)
+
+
+def test_minute_state_reads_the_hour_and_nothing_after_it():
+    idx = pd.date_range("2024-01-01", periods=180, freq="min")
+    used = np.full(180, 10.0)
+    used[30:] = 12.0  # idle 6 → 4 at minute 30 of hour 0
+    used[100:] = 8.0  # idle 8 from minute 40 of hour 1
+    used[170] = np.nan  # a masked reading in hour 2
+    p = Panel(pd.DataFrame({"a": used}, index=idx), pd.DataFrame({"a": 16.0}, index=idx))
+    times = pd.date_range("2024-01-01", periods=3, freq="h")
+    last, high, since = idle.minute_state(p, times)
+    np.testing.assert_array_equal(last[:, 0], [4, 8, 8])
+    np.testing.assert_array_equal(high[:, 0], [6, 8, 8])
+    # unchanged for 29 min at 00:59 (since 00:30), 19 min at 01:59; 8 min at 02:59 (the count
+    # restarts at the first reading after the masked one, 02:51)
+    np.testing.assert_array_equal(since[:, 0], [29, 19, 8])
+    q = used.copy()
+    q[120:] = 0.0  # everything after hour 1 changes
+    alt = Panel(pd.DataFrame({"a": q}, index=idx), pd.DataFrame({"a": 16.0}, index=idx))
+    for a, b in zip(idle.minute_state(p, times), idle.minute_state(alt, times), strict=True):
+        np.testing.assert_array_equal(a[:2], b[:2])
+
+
+def test_idle_features_use_nothing_after_the_origin_hour(minute_panel):
+    cut = pd.Timestamp("2024-01-10 13:59")  # the last minute of the origin hour 13:00
+    alt = _altered_after(minute_panel, cut)
+    out = []
+    for p in (minute_panel, alt):
+        i, c, t = idle.hourly_idle(p)
+        X, cur, s = idle.idle_features(p, i, c, t, 4)
+        out.append((X, cur, s, t))
+    t = out[0][3]
+    rows = t <= pd.Timestamp("2024-01-10 13:00")
+    for a, b in zip(out[0][:3], out[1][:3], strict=True):
+        np.testing.assert_array_equal(a[rows], b[rows])
+    assert not np.array_equal(out[0][0][~rows], out[1][0][~rows])
+
+
+@pytest.mark.parametrize("recalibrate_every", [None, 24])
+def test_quantile_release_uses_nothing_after_the_origin(minute_panel, recalibrate_every):
+    cut = pd.Timestamp("2024-01-20 05:59")
+    kw = {"windows": (1, 4), "method": "quantile", "recalibrate_every": recalibrate_every}
+    got = []
+    for p in (minute_panel, _altered_after(minute_panel, cut)):
+        out: dict = {}
+        d = idle.backtest(p, releases=out, **kw)
+        adv = d[d.model == "advisor"]
+        assert adv.params.str.startswith("quantile_lagrange").all()
+        got.append(out)
+    for w in (1, 4):
+        assert len(got[0][w]) == 3 * 24
+        keep = got[0][w].index <= pd.Timestamp("2024-01-20 05:00")
+        pd.testing.assert_frame_equal(got[0][w][keep], got[1][w][keep])
+
+
+def test_auto_choice_between_model_and_rules_uses_nothing_after_the_origin(minute_panel):
+    cut = pd.Timestamp("2024-01-19 02:59")
+    got = []
+    for p in (minute_panel, _altered_after(minute_panel, cut)):
+        out: dict = {}
+        idle.backtest(p, windows=(1,), releases=out)
+        got.append(out[1])
+    keep = got[0].index <= pd.Timestamp("2024-01-19 02:00")
+    pd.testing.assert_frame_equal(got[0][keep], got[1][keep])
+
+
+def test_lagrange_release_spends_risk_where_it_buys_units():
+    levels = np.array(idle.LEVELS)
+    # row 0: m is 10 for sure; row 1: 20 % chance that m drops to 2, else 10
+    Q = np.stack([np.full((2, 1), 10.0) for _ in levels])
+    Q[levels <= 0.2, 1, 0] = 2.0
+    norm = np.full((2, 1), 10.0)
+    # at λ = 5 the 8 more units of row 1 (worth 0.8 × 8 / 10 = 0.64) do not pay for the 30 %
+    # level they need (5 × 0.3 = 1.5), while row 0 gets all 10 units at the lowest level
+    rel = idle.lagrange_release(Q, 5.0, norm)
+    assert rel[0, 0] == 10 and rel[1, 0] == 2
+    assert idle.lagrange_release(Q, 1.0, norm)[1, 0] == 10  # at λ = 1 they do (0.64 > 0.3)
+    cheap = idle.lagrange_release(Q, 0.01, norm)  # risk costs almost nothing: release 10 both
+    np.testing.assert_array_equal(cheap[:, 0], [10, 10])
+    dear = idle.lagrange_release(Q, 1e4, norm)  # any risk is too dear: release nothing
+    np.testing.assert_array_equal(dear[:, 0], [0, 0])
+
+
+def test_lambda_keeps_the_pooled_violation_share_within_the_budget():
+    rng = np.random.default_rng(0)
+    n = 400
+    truth = rng.integers(5, 15, (n, 3)).astype(float)
+    levels = np.array(idle.LEVELS)
+    Q = np.stack([np.quantile(truth, u) + rng.normal(0, 1, (n, 3)) for u in levels])
+    Q = np.sort(Q, axis=0)
+    norm = np.full((n, 3), 10.0)
+    lam = idle._lambda_for(Q, norm, truth, 0.05)
+    assert np.all(lam == lam[0])  # one λ per data set
+    rel = idle.lagrange_release(Q, lam, norm)
+    assert np.mean(rel > truth) <= 0.05
+    looser = idle.lagrange_release(Q, lam[0] / 2, norm)
+    assert looser.sum() >= rel.sum()
+
+
+def test_idle_windows_live_api_with_long_and_short_history(minute_panel):
+    live = idle.idle_windows(minute_panel, windows=(1, 4), risk=0.05)
+    assert list(live.columns) == [
+        "series",
+        "window_h",
+        "risk",
+        "release",
+        "current_idle",
+        "rule",
+        "as_of",
+    ]
+    assert len(live) == 4
+    caps = {"pool0": 16, "pool1": 64}
+    assert all(0 <= r.release <= caps[r.series] for r in live.itertuples())
+    short = Panel(
+        minute_panel.values.iloc[: 5 * 24 * 60], minute_panel.capacity.iloc[: 5 * 24 * 60]
+    )
+    few = idle.idle_windows(short, windows=(1,))
+    assert len(few) == 2 and not few.rule.str.startswith("quantile").any()
