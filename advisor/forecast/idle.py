@@ -182,7 +182,7 @@ def choose_margin(bases, scale, truth, risk, margins=MARGINS) -> float:
     return float(min(margins))
 
 
-LEVELS = (0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 0.9)  # quantile levels of m the model predicts
+LEVELS = (0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.9)  # quantile levels of m the model predicts
 LAMBDAS = np.geomspace(0.01, 100.0, 81)  # price of one unit of risk, in hours of mean idle
 MIN_HISTORY_H = 7 * 24  # history before the first model fit
 MIN_CALIBRATION_H = 3 * 24  # out-of-sample hours needed to pick λ; fewer: the per-series rules
@@ -268,8 +268,8 @@ def quantile_paths(X, cur, s, cap, target, w, rows, refit_points, levels=LEVELS,
                 model = HistGradientBoostingRegressor(
                     loss="quantile",
                     quantile=q,
-                    max_iter=150,
-                    learning_rate=0.05,
+                    max_iter=100,
+                    learning_rate=0.075,
                     max_leaf_nodes=15,
                     min_samples_leaf=40,
                     random_state=seed,
