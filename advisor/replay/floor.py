@@ -8,7 +8,8 @@ k separate items (it may even be placed in part). What is left is one-dimensiona
 and its arc-flow linear relaxation (Valério de Carvalho, 1999: positions 0 … 1000 milli on one
 GPU, an arc per pod size that fits from each position, at most `gpus` paths, at most the
 arrived count of each size) bounds the packed amount from above. HiGHS solves it in
-milliseconds. The LP optimum is itself a valid bound; no integrality is needed.
+milliseconds (SciPy's copy: highspy's clashes with OR-Tools' in one process). The LP optimum is
+itself a valid bound; no integrality is needed.
 
 On the default trace the slivers dominate: about 1,100 pods of 810 milli arrive by 100 %, no two
 fit on one GPU, and only the ~100 pods of <= 190 milli fit beside one.
@@ -21,8 +22,9 @@ from __future__ import annotations
 import sys
 from collections import Counter
 
-import highspy
 import numpy as np
+from scipy.optimize import linprog
+from scipy.sparse import coo_matrix
 
 from advisor.ingest.openb import PodTable, read_nodes, read_pods
 from advisor.replay.protocol import arrival_order
@@ -62,36 +64,29 @@ def max_packed_milli(sizes: Counter[int], gpus: int) -> float:
         heads.append(a + 1)
         kind.append(-1)
     n_arcs = len(tails)
-    rows: list[list[tuple[int, float]]] = [[] for _ in range(top + 1 + len(kinds))]
-    for j in range(n_arcs):
-        rows[tails[j]].append((j, 1.0))
-        rows[heads[j]].append((j, -1.0))
-        if kind[j] >= 0:
-            rows[top + 1 + kind[j]].append((j, 1.0))
-    rows[0].append((n_arcs, -1.0))  # out of position 0 = z
-    rows[top].append((n_arcs, 1.0))  # into position top = z
-    lp = highspy.HighsLp()
-    lp.num_col_ = n_arcs + 1
-    lp.num_row_ = len(rows)
-    lp.col_cost_ = [float(kinds[k]) if k >= 0 else 0.0 for k in kind] + [0.0]
-    lp.col_lower_ = [0.0] * lp.num_col_
-    lp.col_upper_ = [highspy.kHighsInf] * n_arcs + [float(gpus)]
-    lp.row_lower_ = [0.0] * (top + 1) + [0.0] * len(kinds)
-    lp.row_upper_ = [0.0] * (top + 1) + [float(sizes[s]) for s in kinds]
-    lp.sense_ = highspy.ObjSense.kMaximize
-    lp.a_matrix_.format_ = highspy.MatrixFormat.kRowwise
-    lp.a_matrix_.num_col_ = lp.num_col_
-    lp.a_matrix_.num_row_ = lp.num_row_
-    lp.a_matrix_.start_ = [0, *np.cumsum([len(r) for r in rows]).tolist()]
-    lp.a_matrix_.index_ = [j for r in rows for j, _ in r]
-    lp.a_matrix_.value_ = [v for r in rows for _, v in r]
-    solver = highspy.Highs()
-    solver.setOptionValue("output_flag", False)
-    solver.passModel(lp)
-    solver.run()
-    if solver.getModelStatus() != highspy.HighsModelStatus.kOptimal:
-        raise RuntimeError(f"packing bound LP not solved: {solver.getModelStatus()}")
-    return float(solver.getInfo().objective_function_value)
+    n_rows = top + 1 + len(kinds)
+    # rows 0..top: flow conservation (out − in, with the paths z leaving 0 and entering top);
+    # rows top+1..: arcs of each size ≤ the arrived count of that size
+    arc = np.arange(n_arcs)
+    sized = np.flatnonzero(np.asarray(kind) >= 0)
+    row = np.concatenate([tails, heads, top + 1 + np.asarray(kind)[sized], [0, top]])
+    col = np.concatenate([arc, arc, sized, [n_arcs, n_arcs]])
+    val = np.concatenate([np.ones(n_arcs), -np.ones(n_arcs), np.ones(sized.size), [-1.0, 1.0]])
+    a = coo_matrix((val, (row, col)), shape=(n_rows, n_arcs + 1)).tocsr()
+    gain = np.array([kinds[k] if k >= 0 else 0 for k in kind] + [0], dtype=float)
+    bounds = [(0, None)] * n_arcs + [(0, gpus)]
+    res = linprog(
+        -gain,  # linprog minimises
+        A_eq=a[: top + 1],
+        b_eq=np.zeros(top + 1),
+        A_ub=a[top + 1 :],
+        b_ub=np.array([sizes[s] for s in kinds], dtype=float),
+        bounds=bounds,
+        method="highs",
+    )
+    if res.status != 0:
+        raise RuntimeError(f"packing bound LP not solved: {res.message}")
+    return float(-res.fun)
 
 
 def pod_items(pods: PodTable, index: np.ndarray) -> Counter[int]:
