@@ -2,8 +2,10 @@
 (a budget: at most X % of the pods placed so far, in total), in two situations:
 
 - **defragmentation**: once the cluster's fragment rate crosses `threshold`, every `interval`
-  arrivals the single move that lowers the fragment amount most (leave a high-fragment node,
-  land where FGD says the increase is least) is made if it gains at least `min_gain` milli-GPU;
+  arrivals one move: first a consolidation (a sharing pod alone on its GPU moves into another
+  GPU's hole it fills to within `tight` milli, so a whole GPU opens), else the single move that
+  lowers the fragment amount most (leave a high-fragment node, land where FGD says the increase
+  is least) if it gains at least `min_gain` milli-GPU;
 - **rescue**: a pod that would be dropped gets room by moving at most two pods.
 
 For a pod that fits nowhere we look for the node where the fewest moves make it fit: on a
@@ -36,6 +38,7 @@ class Migrator:
         interval: int = 1,
         min_gain: float = 1.0,
         top_nodes: int = 64,
+        tight: int = 100,
     ) -> None:
         if not 0 <= budget <= 1:
             raise ValueError(f"migration budget must be a fraction 0..1, got {budget}")
@@ -46,6 +49,8 @@ class Migrator:
         self.interval = interval
         self.min_gain = min_gain
         self.top_nodes = top_nodes
+        self.tight = tight
+        self.consolidations = 0
         self.moves = 0
         self.cost_gpu = 0.0
         self.rescued = 0
@@ -67,7 +72,7 @@ class Migrator:
         if idle <= 0 or tracker.amount / idle < self.threshold:
             return
         self._since = 0
-        moved = self.defrag_step(tracker)
+        moved = (self.tight > 0 and self.consolidate_step()) or self.defrag_step(tracker)
         self._wait = self.interval if moved else min(self._wait * 2, 32)
 
     def defrag_step(self, tracker) -> bool:
@@ -112,6 +117,45 @@ class Migrator:
         r.bind(pid, spec, target, g)
         self.moves += 1
         self.defrag_moves += 1
+        self.cost_gpu += spec.total_gpu_milli / MILLI
+        return True
+
+    def consolidate_step(self) -> bool:
+        """Move a sharing pod that sits alone on a GPU into another GPU's hole it fills to
+        within `tight` milli: two partly used GPUs become one nearly full and one whole.
+
+        Whole GPUs are what most arrivals need (whole-GPU pods are most of the trace), and a
+        hole that fits a pod this tightly is the best any later arrival could do with it.
+        """
+        r = self.replay
+        s = r.state
+        alone: dict[tuple, list[int]] = {}
+        for pid, (node, gpus, spec) in r.where.items():
+            if spec.num_gpu == 1 and spec.gpu_milli < MILLI and r.gpu_pods[node, gpus[0]] == 1:
+                key = (spec.cpu_milli, spec.memory_mib, spec.gpu_milli, spec.gpu_spec)
+                alone.setdefault(key, []).append(pid)
+        best: tuple[int, int, int, int] | None = None  # (leftover, pod id, node, gpu)
+        for (cpu, mem, milli, spec), pids in alone.items():
+            ok = (s.cpu_free >= cpu) & (s.mem_free >= mem) & s.access(spec)
+            hole = np.where(ok[:, None] & (s.gpu_free >= milli), s.gpu_free - milli, MILLI)
+            hole[s.gpu_free >= MILLI] = MILLI  # never break into a whole GPU
+            node, gpu = np.unravel_index(int(np.argmin(hole)), hole.shape)
+            left = int(hole[node, gpu])
+            if left > self.tight or (best is not None and left >= best[0]):
+                continue
+            # the source: the lone pod whose node has the most CPU left for a whole-GPU pod
+            sources = [p for p in pids if r.where[p][0] != node]
+            if sources:
+                pid = max(sources, key=lambda p: (int(s.cpu_free[r.where[p][0]]), -p))
+                best = (left, pid, int(node), int(gpu))
+        if best is None:
+            return False
+        _, pid, node, gpu = best
+        _, _, spec = r.unbind(pid)
+        s.allocate(node, [gpu], spec)
+        r.bind(pid, spec, node, [gpu])
+        self.moves += 1
+        self.consolidations += 1
         self.cost_gpu += spec.total_gpu_milli / MILLI
         return True
 

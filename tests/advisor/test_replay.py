@@ -163,6 +163,27 @@ def test_migration_rescues_a_pod_by_moving_one() -> None:
     assert not replay.step(3, PodSpec(2000, 1, 1, 1000, "", "whole2"))
 
 
+def test_consolidation_fills_a_tight_hole_and_frees_a_whole_gpu() -> None:
+    table = node_table([(8000, 64000, 2, "T4"), (8000, 64000, 2, "T4")])
+    pods = pod_table([(1000, 1, 1, 300, "")])
+    workload = learn_workload(pods.cpu_milli, pods.num_gpu, pods.gpu_milli, pods.gpu_spec)
+    replay = Replay(table, make_policy("bestfit"), workload, seed=0)
+    # node 0 GPU 0: a 300 alone; node 1 GPU 0: 400 + 250 (350 free); node 1 GPU 1: a 500 alone
+    for pid, (node, gpu, milli) in enumerate([(0, 0, 300), (1, 0, 400), (1, 0, 250), (1, 1, 500)]):
+        spec = PodSpec(1000, 1, 1, milli, "", f"p{pid}")
+        replay.state.allocate(node, [gpu], spec)
+        replay.bind(pid, spec, node, [gpu])
+        replay.placed += 1
+    migrator = Migrator(replay, budget=1.0)
+    assert migrator.consolidate_step()
+    assert replay.where[0][:2] == (1, [0])  # into the 350 hole, 50 left
+    assert replay.state.gpu_free[0, 0] == MILLI and replay.state.gpu_free[1, 0] == 50
+    assert migrator.moves == 1 and migrator.cost_gpu == pytest.approx(0.3)
+    check_state(replay)
+    # the 500 alone finds only whole GPUs (never broken into) and the 50 left: nothing to do
+    assert not migrator.consolidate_step()
+
+
 def test_run_replay_is_deterministic_per_seed() -> None:
     table = node_table([(32000, 64000, 4, "T4")] * 3 + [(64000, 64000, 8, "G2")])
     rows = [(2000, 100, 1, d, "") for d in (250, 500, 810, 1000)] * 6 + [(4000, 100, 0, 0, "")]
