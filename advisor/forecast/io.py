@@ -181,10 +181,14 @@ def read_long(path: str | Path, freq: str | None = None) -> Panel:
 
 
 def read_philly(path: str | Path) -> Panel:
-    """Philly `time, active, total` per minute: nodes with ≥ 1 job; masks gaps and the Oct-26 outage."""
+    """Philly `time, active, total` per minute: nodes with ≥ 1 job; masks gaps and logging faults.
+
+    Philly never runs on zero nodes, so every exact zero is masked: the Oct-26 outage (18 hours)
+    and the 10- and 40-minute dropouts on Dec 3 and Dec 6.
+    """
     raw = pd.read_csv(path, parse_dates=["time"]).set_index("time")
     raw = _regular(raw, "min")
-    active = mask_zero_runs(raw["active"].astype(float), min_points=30)
+    active = mask_zero_runs(raw["active"].astype(float), min_points=1)
     values = pd.DataFrame({"philly/nodes": active})
     cap = pd.DataFrame({"philly/nodes": raw["total"].astype(float).ffill()})
     return Panel(

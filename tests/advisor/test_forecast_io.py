@@ -50,6 +50,7 @@ def test_philly_reader_masks_outage_and_gap(tmp_path):
     times = pd.date_range("2017-10-25 22:00", periods=240, freq="min")
     active = np.full(240, 300)
     active[60:150] = 0  # a 90-minute logging outage
+    active[170:180] = 0  # a 10-minute dropout: also a logging fault, not idle demand
     frame = pd.DataFrame({"time": times, "active": active, "total": 420})
     frame = frame.drop(index=range(200, 220))  # a 20-minute gap
     path = tmp_path / "philly_node_sequence.csv"
@@ -58,11 +59,13 @@ def test_philly_reader_masks_outage_and_gap(tmp_path):
     v = p.values["philly/nodes"]
     assert v.iloc[60:150].isna().all()
     assert v.iloc[200:220].isna().all()
+    assert v.iloc[170:180].isna().all()
     assert (v.iloc[:60] == 300).all()
     hourly = p.resample("h")
     # the outage hours (23:00 fully, 00:00 mostly) are masked, not averaged in as zeros
     assert hourly.values["philly/nodes"].isna().sum() >= 1
     assert np.nanmin(hourly.values["philly/nodes"]) == 300
+    assert np.nanmin(hourly.within["last"]["philly/nodes"]) == 300  # no hour ends on a dropout
 
 
 def test_short_zero_runs_are_kept():
