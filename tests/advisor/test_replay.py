@@ -307,7 +307,7 @@ def test_packing_bound_pairs_what_pairs_and_nothing_else() -> None:
 
     assert max_packed_milli(Counter({700: 4, 300: 4}), gpus=4) == pytest.approx(4000)
     assert max_packed_milli(Counter({700: 4, 300: 4}), gpus=3) == pytest.approx(3000)
-    assert max_packed_milli(Counter({600: 3}), gpus=2) == pytest.approx(1200)  # never two a GPU
+    assert max_packed_milli(Counter({600: 3}), gpus=2) == pytest.approx(1200)  # never two on one GPU
     assert max_packed_milli(Counter({250: 7}), gpus=2) == pytest.approx(1750)
     assert max_packed_milli(Counter(), gpus=2) == 0.0
 
