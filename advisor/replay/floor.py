@@ -30,15 +30,15 @@ from advisor.ingest.openb import PodTable, read_nodes, read_pods
 from advisor.replay.protocol import arrival_order
 
 MILLI = 1000
-BIN_HALF_WIDTH = 0.5  # curves are means within integer arrived-% bins: 100 % means [99.5, 100.5)
+BIN_HALF_WIDTH = 0.5  # curves average within round(arrived %) bins; numpy rounds 100.5 to 100
 
 
 def arrived_by(pods: PodTable, gpus: int, seed: int, arrived_pct: float) -> np.ndarray:
-    """Indices of the pods (in arrival order) whose arrival keeps arrived GPU below `arrived_pct`."""
+    """Indices of the pods (in arrival order) whose arrival keeps arrived GPU at or below `arrived_pct`."""
     cap = gpus * MILLI
     order = arrival_order(pods, cap, seed, ratio=1.3)
     cum = np.cumsum(pods.total_gpu_milli[order])
-    return order[: int(np.searchsorted(cum, cap * arrived_pct / 100.0, side="left"))]
+    return order[: int(np.searchsorted(cum, cap * arrived_pct / 100.0, side="right"))]
 
 
 def max_packed_milli(sizes: Counter[int], gpus: int) -> float:
@@ -101,7 +101,7 @@ def pod_items(pods: PodTable, index: np.ndarray) -> Counter[int]:
 def packing_floor_pct(
     pods: PodTable, gpus: int, seed: int, arrived_pct: float = 100.0 + BIN_HALF_WIDTH
 ) -> float:
-    """Lower bound (% of capacity) on unallocated GPU while arrivals stay below `arrived_pct`.
+    """Lower bound (% of capacity) on unallocated GPU while arrivals stay at or below `arrived_pct`.
 
     The default covers the whole 100 % bin, so it bounds the replay's `unalloc_100`.
     """

@@ -307,7 +307,8 @@ def test_packing_bound_pairs_what_pairs_and_nothing_else() -> None:
 
     assert max_packed_milli(Counter({700: 4, 300: 4}), gpus=4) == pytest.approx(4000)
     assert max_packed_milli(Counter({700: 4, 300: 4}), gpus=3) == pytest.approx(3000)
-    assert max_packed_milli(Counter({600: 3}), gpus=2) == pytest.approx(1200)  # never two on one GPU
+    # never two 600s on one GPU
+    assert max_packed_milli(Counter({600: 3}), gpus=2) == pytest.approx(1200)
     assert max_packed_milli(Counter({250: 7}), gpus=2) == pytest.approx(1750)
     assert max_packed_milli(Counter(), gpus=2) == 0.0
 
@@ -335,7 +336,7 @@ def test_no_replay_goes_below_the_packing_floor(nodes, pods, policy, seed, budge
         workload=workload,
         migration_budget=budget,
     )
-    floor = packing_floor_pct(ptable, table.total_gpus, seed)  # arrivals below 100.5 %
+    floor = packing_floor_pct(ptable, table.total_gpus, seed)  # arrivals up to 100.5 %
     arrived = np.asarray(result.curve.arrived_pct)
     unallocated = np.asarray(result.curve.unallocated_pct)
-    assert (unallocated[arrived < 100.5] >= floor - 1e-9).all()
+    assert (unallocated[arrived <= 100.5] >= floor - 1e-9).all()
