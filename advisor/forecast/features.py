@@ -20,6 +20,11 @@ def ffill(y: np.ndarray) -> np.ndarray:
     return pd.DataFrame(y).ffill().to_numpy()
 
 
+def past_min(a: np.ndarray, w: int) -> np.ndarray:
+    """Minimum over rows t − w + 1 … t (fewer at the start): the past-W minimum, causal."""
+    return pd.DataFrame(a).rolling(w, min_periods=1).min().to_numpy()
+
+
 def shift(a: np.ndarray, k: int) -> np.ndarray:
     """a[t - k] at row t (NaN before the start); k must be ≥ 0 so nothing comes from the future."""
     if k < 0:

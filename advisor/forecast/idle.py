@@ -5,7 +5,7 @@ capacity − the hour's peak use. The advisor's release R comes from a pooled qu
 (gradient boosting over all series of the panel at several quantile levels, on the change from the
 current idle count, with features of the origin hour's minutes: the idle at its last minute, its
 highest idle and how long the count has been unchanged). Each hour the release is the quantile
-level that maximises expected released units minus λ × that level's risk (`lagrange_release`), so
+level that maximises expected released units minus λ × that level's risk (`idle_quantile.lagrange_release`), so
 the violation budget is spent where a full release is likely safe and saved where a drop is likely.
 λ is one parameter per data set, picked on out-of-sample forecasts of the whole training part so
 that the pooled violation share stays within the budget. The share of the budget to spend, and
@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from advisor.forecast import features as feat
+from advisor.forecast import idle_quantile as iq
 from advisor.forecast import metrics as M
 from advisor.forecast.io import Panel
 from advisor.forecast.threads import bounded
@@ -43,14 +44,10 @@ def window_min(idle: np.ndarray, w: int) -> np.ndarray:
     return ahead.rolling(w, min_periods=w).min()[::-1].to_numpy()
 
 
-def _past_min(idle: np.ndarray, w: int) -> np.ndarray:
-    return pd.DataFrame(idle).rolling(w, min_periods=1).min().to_numpy()
-
-
 def baseline_release(idle: np.ndarray, w: int, rule: str) -> np.ndarray:
     """The research note's naive release rules, all causal."""
     ffi = feat.ffill(idle)
-    past = _past_min(ffi, w)
+    past = feat.past_min(ffi, w)
     if rule == "current_idle":
         return ffi
     if rule == "min_past_w":
@@ -59,7 +56,7 @@ def baseline_release(idle: np.ndarray, w: int, rule: str) -> np.ndarray:
         return np.floor(past / 2)
     if rule == "min_past_w_and_yesterday":
         # Same window yesterday: rows t+1−24 … t+w−24, all ≤ t since w ≤ 24.
-        yesterday = feat.shift(_past_min(ffi, w), 24 - w) if w <= 24 else past
+        yesterday = feat.shift(feat.past_min(ffi, w), 24 - w) if w <= 24 else past
         return np.fmin(past, np.where(np.isfinite(yesterday), yesterday, past))
     raise ValueError(rule)
 
@@ -118,9 +115,9 @@ def candidate_bases(idle, cap, times, origins, w, model: IdleModel | None) -> di
     """Unadjusted release levels per rule (all causal); calibration then lowers them per series."""
     ffi = feat.ffill(idle)
     bases = {
-        "past_min+offset": _past_min(ffi, w)[origins],
+        "past_min+offset": feat.past_min(ffi, w)[origins],
         "past_min_yesterday+offset": baseline_release(idle, w, "min_past_w_and_yesterday")[origins],
-        "past_min*factor": _past_min(ffi, w)[origins],
+        "past_min*factor": feat.past_min(ffi, w)[origins],
     }
     if model is not None and model._model is not None:
         bases["gbm_quantile+offset"] = model.raw(idle, cap, times, origins)[0]
@@ -182,157 +179,8 @@ def choose_margin(bases, scale, truth, risk, margins=MARGINS) -> float:
     return float(min(margins))
 
 
-LEVELS = (0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.9)  # quantile levels of m the model predicts
-LAMBDAS = np.geomspace(0.01, 100.0, 81)  # price of one unit of risk, in hours of mean idle
-MIN_HISTORY_H = 7 * 24  # history before the first model fit
-MIN_CALIBRATION_H = 3 * 24  # out-of-sample hours needed to pick λ; fewer: the per-series rules
-SHRINK_H = None  # None: one λ per data set (see `_lambda_for`)
 CHECK_H = 7 * 24  # the last training week decides the margin and the method
 QUANTILE_MARGINS = (1.0, 0.75, 0.5)
-
-
-def minute_state(panel: Panel, times: pd.DatetimeIndex) -> tuple[np.ndarray, ...]:
-    """Per hour t, from readings inside hour t and before it only: the idle count at the hour's
-    last reading, the hour's highest idle count, and the minutes that count had been unchanged at
-    that last reading. (On an hourly panel: the hour's value, the same, and hours × 60.)"""
-    im = panel.capacity.ffill() - panel.values
-    g = im.resample("h")
-    last = g.last().reindex(times).to_numpy(float)
-    high = g.max().reindex(times).to_numpy(float)
-    a = im.to_numpy(float)
-    changed = np.ones(a.shape, bool)
-    changed[1:] = ~(a[1:] == a[:-1])  # a masked reading counts as a change
-    minutes = np.asarray((panel.index - panel.index[0]) / pd.Timedelta(minutes=1), float)
-    since_change = minutes[:, None] - np.maximum.accumulate(
-        np.where(changed, minutes[:, None], -np.inf), axis=0
-    )
-    since = (
-        pd.DataFrame(np.where(np.isfinite(a), since_change, np.nan), index=panel.index)
-        .resample("h")
-        .last()
-        .reindex(times)
-        .to_numpy(float)
-    )
-    return last, high, since
-
-
-def idle_features(panel: Panel, idle, cap, times, w: int):
-    """X (T, S, F), current idle (T, S) and scale (T, S) for windows of w hours; row t uses the
-    minutes of hour t and earlier only (plus the calendar and capacity schedule at t + w)."""
-    X, _, cur, s = feat.build(idle, cap, times, w)
-    last, high, since = minute_state(panel, times)
-    ffi = feat.ffill(idle)
-    down = np.zeros_like(ffi)
-    down[1:] = ffi[1:] < ffi[:-1]
-    past = _past_min(ffi, w)
-    yesterday = feat.shift(past, 24 - w) if w <= 24 else past
-    extra = [
-        (feat.ffill(last) - cur) / s,  # idle at the origin hour's last minute
-        (feat.ffill(high) - cur) / s,  # the hour's highest idle
-        np.log1p(np.clip(np.nan_to_num(since), 0, 7 * 24 * 60)),  # minutes unchanged
-        pd.DataFrame(down).rolling(24, min_periods=1).mean().to_numpy(),  # hours with a drop
-        pd.DataFrame(down).rolling(168, min_periods=1).mean().to_numpy(),
-        cur,  # units: job sizes are absolute, not a share of the pool
-        feat.ffill(cap),
-        (past - cur) / s,
-        (yesterday - cur) / s,
-    ]
-    Xe = np.nan_to_num(np.stack(extra, axis=-1), nan=0.0, posinf=0.0, neginf=0.0)
-    return np.concatenate([X, Xe], axis=-1), cur, s
-
-
-def quantile_paths(X, cur, s, cap, target, w, rows, refit_points, levels=LEVELS, seed=0):
-    """Quantiles of m at `rows`, (len(levels), len(rows), S), each from pooled models fitted at
-    the latest refit point ≤ the row on the outcomes known there (rows t with t + w ≤ the refit
-    point). NaN where no refit point precedes a row or too few outcomes are known."""
-    from sklearn.ensemble import HistGradientBoostingRegressor
-
-    rows = np.asarray(rows)
-    refit_points = np.sort(np.asarray(refit_points))
-    n_series, n_feat = X.shape[1], X.shape[-1]
-    Q = np.full((len(levels), len(rows), n_series), np.nan)
-    at = np.searchsorted(refit_points, rows, side="right") - 1
-    capf = feat.ffill(cap)
-    for k in np.unique(at[at >= 0]):
-        until = int(refit_points[k])
-        known = max(until - w + 1, 0)  # outcomes known at `until`: rows t ≤ until − w
-        y = target[:known].reshape(-1)
-        Xr = X[:known].reshape(-1, n_feat)
-        ok = np.isfinite(y)
-        if ok.sum() < 50:
-            continue
-        sel = np.flatnonzero(at == k)
-        Xo = X[rows[sel]].reshape(-1, n_feat)
-        for i, q in enumerate(levels):
-            with bounded():
-                model = HistGradientBoostingRegressor(
-                    loss="quantile",
-                    quantile=q,
-                    max_iter=100,
-                    learning_rate=0.075,
-                    max_leaf_nodes=15,
-                    min_samples_leaf=40,
-                    random_state=seed,
-                ).fit(Xr[ok], y[ok])
-                change = model.predict(Xo).reshape(len(sel), n_series)
-            Q[i, sel] = cur[rows[sel]] + s[rows[sel]] * change
-    Q = np.sort(Q, axis=0)  # quantiles must not cross
-    upper = np.where(np.isfinite(capf[rows]), capf[rows], np.inf)
-    return np.clip(Q, 0, upper[None])
-
-
-FINE = np.concatenate([[0.0, 0.0025, 0.005, 0.01, 0.015], np.arange(0.02, 0.9001, 0.01)])
-
-
-def fine_quantiles(Q, levels=LEVELS) -> tuple[np.ndarray, np.ndarray]:
-    """The predicted quantile function on the grid `FINE` (linear between the model's levels,
-    down to q(0) = 0 below the lowest, which can only understate a release) and its integral
-    C(u) = ∫₀ᵘ q(v) dv per grid point: both (len(FINE), rows, S)."""
-    u = np.concatenate([[0.0], levels])
-    full = np.concatenate([np.zeros((1, *Q.shape[1:])), Q])
-    k = np.clip(np.searchsorted(u, FINE, side="right") - 1, 0, len(u) - 2)
-    frac = ((FINE - u[k]) / (u[k + 1] - u[k]))[:, None, None]
-    fine = full[k] + frac * (full[k + 1] - full[k])
-    steps = np.diff(FINE)[:, None, None] * (fine[1:] + fine[:-1]) / 2
-    integral = np.concatenate([np.zeros((1, *Q.shape[1:])), np.cumsum(steps, axis=0)])
-    return fine, integral
-
-
-def lagrange_release(Q, lam, norm, levels=LEVELS) -> np.ndarray:
-    """Per row and series, the release R = floor(q(u)) over the grid `FINE` of quantile levels u
-    (u = 0: release nothing) that maximises E[min(R, m)] / norm − lam × u, with E[min(R, m)] =
-    ∫₀ᵘ q + (1 − u) R from the predicted quantile function: a unit of risk is spent where it buys
-    many units and saved where a drop is likely. `Q` may also be `fine_quantiles(Q)`."""
-    fine, integral = Q if isinstance(Q, tuple) else fine_quantiles(Q, levels)
-    lam = np.broadcast_to(np.asarray(lam, float), fine.shape[2:])
-    R = np.floor(fine)
-    u = FINE[:, None, None]
-    value = (np.minimum(integral, u * R) + (1 - u) * R) / norm - lam * u
-    k = np.argmax(value, axis=0)
-    return np.take_along_axis(R, k[None], axis=0)[0]
-
-
-def _lambda_for(Q, norm, truth, budget, shrink=SHRINK_H) -> np.ndarray:
-    """Per series, the smallest λ (most release) such that at it and every larger λ the series'
-    violation share stays ≤ budget: with `shrink` None the share pooled over all series (one λ
-    per data set), else each series' share shrunk towards the pooled one by `shrink` pseudo-hours.
-    """
-    ok = np.isfinite(truth) & np.isfinite(Q).all(axis=0)
-    n = ok.sum(axis=0)
-    lam = np.full(truth.shape[1], LAMBDAS[-1])
-    alive = np.ones(truth.shape[1], bool)
-    fq = fine_quantiles(np.nan_to_num(Q))
-    for value in LAMBDAS[::-1]:
-        viol = np.where(ok, lagrange_release(fq, value, norm) > truth, False)
-        pooled = viol.sum() / max(ok.sum(), 1)
-        if shrink is None:
-            alive &= pooled <= budget
-        else:
-            alive &= (viol.sum(axis=0) + shrink * pooled) / (n + shrink) <= budget
-        if not alive.any():
-            break
-        lam[alive] = value
-    return lam
 
 
 def _check(rel, truth, risk) -> tuple[bool, float, float]:
@@ -344,11 +192,6 @@ def _check(rel, truth, risk) -> tuple[bool, float, float]:
     capture = got / np.maximum(np.where(ok, truth, 0).sum(axis=0), 1e-9)
     within = ok.any() and viol.sum() / ok.sum() <= risk and np.median(per_series) <= risk
     return bool(within), float(np.median(capture)), float(np.median(per_series))
-
-
-def _norm(idle) -> np.ndarray:
-    """Per-row size of a series (trailing week's mean idle + 1), so one λ fits pools of any size."""
-    return pd.DataFrame(feat.ffill(idle)).rolling(168, min_periods=1).mean().to_numpy() + 1.0
 
 
 def _rule_advisor(
@@ -400,13 +243,6 @@ def _rule_advisor(
     return adv, [f"{rule[j]}={param[j]:.3f},margin={margin:g}{extra}" for j in range(len(rule))]
 
 
-def _refit_points(anchor: int, every: int, first: int, end: int) -> np.ndarray:
-    """`first` (the earliest fit) and anchor + k × every for all integers k, within [first, end]."""
-    k0 = -((anchor - first) // every)
-    grid = [p for p in range(anchor + k0 * every, end + 1, every) if p > first]
-    return np.array([first, *grid] if first <= end else [], int)
-
-
 def _quantile_advisor(
     panel, idle, cap, times, truth, o, start, w, risk, refit_every, recal, method="auto"
 ):
@@ -422,15 +258,15 @@ def _quantile_advisor(
     choice.
     """
     check0 = start - CHECK_H
-    refits = _refit_points(start, refit_every, MIN_HISTORY_H, int(o[-1]))
-    if not len(refits) or check0 - w + 1 - refits[0] < MIN_CALIBRATION_H:
+    refits = iq.refit_schedule(start, refit_every, iq.MIN_HISTORY_H, int(o[-1]))
+    if not len(refits) or check0 - w + 1 - refits[0] < iq.MIN_CALIBRATION_H:
         return None
     refits = np.union1d(refits, [check0])  # the last-week check sees the models of its time
-    X, cur, s = idle_features(panel, idle, cap, times, w)
-    norm = _norm(idle)
+    X, cur, s = iq.idle_features(panel, idle, cap, times, w)
+    norm = iq.release_norm(idle)
     first = int(refits[0])
     rows = np.arange(first, int(o[-1]) + 1)
-    Q = quantile_paths(X, cur, s, cap, (truth - cur) / s, w, rows, refits)
+    Q = iq.quantile_paths(X, cur, s, cap, (truth - cur) / s, w, rows, refits)
 
     def q(t):
         return Q[:, np.asarray(t) - first]
@@ -446,9 +282,9 @@ def _quantile_advisor(
         within, capture, viol = _check(rules, truth[check], risk)
         best_key = (within, capture if within else -viol)
     for m in QUANTILE_MARGINS:
-        lam = _lambda_for(q(before), norm[before], truth[before], risk * m)
+        lam = iq.lambda_for(q(before), norm[before], truth[before], risk * m)
         within, capture, viol = _check(
-            lagrange_release(q(check), lam, norm[check]), truth[check], risk
+            iq.lagrange_release(q(check), lam, norm[check]), truth[check], risk
         )
         key = (within, capture if within else -viol)
         if key > best_key:
@@ -456,7 +292,7 @@ def _quantile_advisor(
     if margin is None:
         return None
     cal = np.arange(first, start - w + 1)
-    lam = _lambda_for(q(cal), norm[cal], truth[cal], risk * margin)
+    lam = iq.lambda_for(q(cal), norm[cal], truth[cal], risk * margin)
     adv = np.empty((len(o), idle.shape[1]))
     step = recal or len(o)
     n_picks = 0
@@ -465,9 +301,9 @@ def _quantile_advisor(
         if recal and i > 0:
             # re-pick λ on every hour whose outcome is known at the block's first origin
             known = np.arange(first, int(block[0]) - w + 1)
-            lam = _lambda_for(q(known), norm[known], truth[known], risk * margin)
+            lam = iq.lambda_for(q(known), norm[known], truth[known], risk * margin)
         n_picks += 1
-        adv[i : i + len(block)] = lagrange_release(q(block), lam, norm[block])
+        adv[i : i + len(block)] = iq.lagrange_release(q(block), lam, norm[block])
     extra = f",recalibrated={n_picks}x" if n_picks > 1 else ""
     return adv, [f"quantile_lagrange:lam={x:.3g},margin={margin:g}{extra}" for x in lam]
 
@@ -485,7 +321,7 @@ def backtest(
 ) -> pd.DataFrame:
     """Hourly release decisions over the test window for the advisor and the baseline rules.
 
-    The advisor's pooled quantile model (`quantile_paths`) is refit every `refit_every` origins
+    The advisor's pooled quantile model (`idle_quantile.quantile_paths`) is refit every `refit_every` origins
     on the outcomes known then; its λ is picked on its out-of-sample forecasts of the training
     hours whose outcome is known at the test start (`_quantile_advisor`, which also decides on
     the last training week whether it or the per-series rules serve the data set). Every `recalibrate_every`

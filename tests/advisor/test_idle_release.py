@@ -5,7 +5,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from advisor.forecast import idle
+from advisor.forecast import idle, idle_quantile
 from advisor.forecast.io import Panel
 
 
@@ -55,7 +55,7 @@ def test_minute_state_reads_the_hour_and_nothing_after_it():
     used[170] = np.nan  # a masked reading in hour 2
     p = Panel(pd.DataFrame({"a": used}, index=idx), pd.DataFrame({"a": 16.0}, index=idx))
     times = pd.date_range("2024-01-01", periods=3, freq="h")
-    last, high, since = idle.minute_state(p, times)
+    last, high, since = idle_quantile.minute_state(p, times)
     np.testing.assert_array_equal(last[:, 0], [4, 8, 8])
     np.testing.assert_array_equal(high[:, 0], [6, 8, 8])
     # unchanged for 29 min at 00:59 (since 00:30), 19 min at 01:59; 8 min at 02:59 (the count
@@ -64,7 +64,9 @@ def test_minute_state_reads_the_hour_and_nothing_after_it():
     q = used.copy()
     q[120:] = 0.0  # everything after hour 1 changes
     alt = Panel(pd.DataFrame({"a": q}, index=idx), pd.DataFrame({"a": 16.0}, index=idx))
-    for a, b in zip(idle.minute_state(p, times), idle.minute_state(alt, times), strict=True):
+    for a, b in zip(
+        idle_quantile.minute_state(p, times), idle_quantile.minute_state(alt, times), strict=True
+    ):
         np.testing.assert_array_equal(a[:2], b[:2])
 
 
@@ -74,7 +76,7 @@ def test_idle_features_use_nothing_after_the_origin_hour(minute_panel):
     out = []
     for p in (minute_panel, alt):
         i, c, t = idle.hourly_idle(p)
-        X, cur, s = idle.idle_features(p, i, c, t, 4)
+        X, cur, s = idle_quantile.idle_features(p, i, c, t, 4)
         out.append((X, cur, s, t))
     t = out[0][3]
     rows = t <= pd.Timestamp("2024-01-10 13:00")
@@ -112,19 +114,21 @@ def test_auto_choice_between_model_and_rules_uses_nothing_after_the_origin(minut
 
 
 def test_lagrange_release_spends_risk_where_it_buys_units():
-    levels = np.array(idle.LEVELS)
+    levels = np.array(idle_quantile.LEVELS)
     # row 0: m is 10 for sure; row 1: 20 % chance that m drops to 2, else 10
     Q = np.stack([np.full((2, 1), 10.0) for _ in levels])
     Q[levels <= 0.2, 1, 0] = 2.0
     norm = np.full((2, 1), 10.0)
     # at λ = 5 the 8 more units of row 1 (worth 0.8 × 8 / 10 = 0.64) do not pay for the 30 %
     # level they need (5 × 0.3 = 1.5), while row 0 gets all 10 units at the lowest level
-    rel = idle.lagrange_release(Q, 5.0, norm)
+    rel = idle_quantile.lagrange_release(Q, 5.0, norm)
     assert rel[0, 0] == 10 and rel[1, 0] == 2
-    assert idle.lagrange_release(Q, 1.0, norm)[1, 0] == 10  # at λ = 1 they do (0.64 > 0.3)
-    cheap = idle.lagrange_release(Q, 0.01, norm)  # risk costs almost nothing: release 10 both
+    assert idle_quantile.lagrange_release(Q, 1.0, norm)[1, 0] == 10  # at λ = 1 they do (0.64 > 0.3)
+    cheap = idle_quantile.lagrange_release(
+        Q, 0.01, norm
+    )  # risk costs almost nothing: release 10 both
     np.testing.assert_array_equal(cheap[:, 0], [10, 10])
-    dear = idle.lagrange_release(Q, 1e4, norm)  # any risk is too dear: release nothing
+    dear = idle_quantile.lagrange_release(Q, 1e4, norm)  # any risk is too dear: release nothing
     np.testing.assert_array_equal(dear[:, 0], [0, 0])
 
 
@@ -132,15 +136,15 @@ def test_lambda_keeps_the_pooled_violation_share_within_the_budget():
     rng = np.random.default_rng(0)
     n = 400
     truth = rng.integers(5, 15, (n, 3)).astype(float)
-    levels = np.array(idle.LEVELS)
+    levels = np.array(idle_quantile.LEVELS)
     Q = np.stack([np.quantile(truth, u) + rng.normal(0, 1, (n, 3)) for u in levels])
     Q = np.sort(Q, axis=0)
     norm = np.full((n, 3), 10.0)
-    lam = idle._lambda_for(Q, norm, truth, 0.05)
+    lam = idle_quantile.lambda_for(Q, norm, truth, 0.05)
     assert np.all(lam == lam[0])  # one λ per data set
-    rel = idle.lagrange_release(Q, lam, norm)
+    rel = idle_quantile.lagrange_release(Q, lam, norm)
     assert np.mean(rel > truth) <= 0.05
-    looser = idle.lagrange_release(Q, lam[0] / 2, norm)
+    looser = idle_quantile.lagrange_release(Q, lam[0] / 2, norm)
     assert looser.sum() >= rel.sum()
 
 

@@ -1,0 +1,187 @@
+"""The pooled quantile model behind idle-window release, and its release rule.
+
+A gradient-boosting model of the window minimum m (as a change from the current idle count,
+over capacity) at several quantile levels, fitted on all series of a panel together, with the
+origin hour's minute state as features; and the rule that turns those quantiles into a release:
+per hour the level maximising expected released units minus λ × its risk, with one λ per data
+set. `advisor.forecast.idle` decides where this model serves and where the per-series rules do.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from advisor.forecast import features as feat
+from advisor.forecast.io import Panel
+from advisor.forecast.threads import bounded
+
+LEVELS = (0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.9)  # quantile levels of m the model predicts
+
+
+LAMBDAS = np.geomspace(0.01, 100.0, 81)  # price of one unit of risk, in hours of mean idle
+
+
+MIN_HISTORY_H = 7 * 24  # history before the first model fit
+
+
+MIN_CALIBRATION_H = 3 * 24  # out-of-sample hours needed to pick λ; fewer: the per-series rules
+
+
+SHRINK_H = None  # None: one λ per data set (see `lambda_for`)
+
+
+def minute_state(panel: Panel, times: pd.DatetimeIndex) -> tuple[np.ndarray, ...]:
+    """Per hour t, from readings inside hour t and before it only: the idle count at the hour's
+    last reading, the hour's highest idle count, and the minutes that count had been unchanged at
+    that last reading. (On an hourly panel: the hour's value, the same, and hours × 60.)"""
+    im = panel.capacity.ffill() - panel.values
+    g = im.resample("h")
+    last = g.last().reindex(times).to_numpy(float)
+    high = g.max().reindex(times).to_numpy(float)
+    a = im.to_numpy(float)
+    changed = np.ones(a.shape, bool)
+    changed[1:] = ~(a[1:] == a[:-1])  # a masked reading counts as a change
+    minutes = np.asarray((panel.index - panel.index[0]) / pd.Timedelta(minutes=1), float)
+    since_change = minutes[:, None] - np.maximum.accumulate(
+        np.where(changed, minutes[:, None], -np.inf), axis=0
+    )
+    since = (
+        pd.DataFrame(np.where(np.isfinite(a), since_change, np.nan), index=panel.index)
+        .resample("h")
+        .last()
+        .reindex(times)
+        .to_numpy(float)
+    )
+    return last, high, since
+
+
+def idle_features(panel: Panel, idle, cap, times, w: int):
+    """X (T, S, F), current idle (T, S) and scale (T, S) for windows of w hours; row t uses the
+    minutes of hour t and earlier only (plus the calendar and capacity schedule at t + w)."""
+    X, _, cur, s = feat.build(idle, cap, times, w)
+    last, high, since = minute_state(panel, times)
+    ffi = feat.ffill(idle)
+    down = np.zeros_like(ffi)
+    down[1:] = ffi[1:] < ffi[:-1]
+    past = feat.past_min(ffi, w)
+    yesterday = feat.shift(past, 24 - w) if w <= 24 else past
+    extra = [
+        (feat.ffill(last) - cur) / s,  # idle at the origin hour's last minute
+        (feat.ffill(high) - cur) / s,  # the hour's highest idle
+        np.log1p(np.clip(np.nan_to_num(since), 0, 7 * 24 * 60)),  # minutes unchanged
+        pd.DataFrame(down).rolling(24, min_periods=1).mean().to_numpy(),  # hours with a drop
+        pd.DataFrame(down).rolling(168, min_periods=1).mean().to_numpy(),
+        cur,  # units: job sizes are absolute, not a share of the pool
+        feat.ffill(cap),
+        (past - cur) / s,
+        (yesterday - cur) / s,
+    ]
+    Xe = np.nan_to_num(np.stack(extra, axis=-1), nan=0.0, posinf=0.0, neginf=0.0)
+    return np.concatenate([X, Xe], axis=-1), cur, s
+
+
+def quantile_paths(X, cur, s, cap, target, w, rows, refit_points, levels=LEVELS, seed=0):
+    """Quantiles of m at `rows`, (len(levels), len(rows), S), each from pooled models fitted at
+    the latest refit point ≤ the row on the outcomes known there (rows t with t + w ≤ the refit
+    point). NaN where no refit point precedes a row or too few outcomes are known."""
+    from sklearn.ensemble import HistGradientBoostingRegressor
+
+    rows = np.asarray(rows)
+    refit_points = np.sort(np.asarray(refit_points))
+    n_series, n_feat = X.shape[1], X.shape[-1]
+    Q = np.full((len(levels), len(rows), n_series), np.nan)
+    at = np.searchsorted(refit_points, rows, side="right") - 1
+    capf = feat.ffill(cap)
+    for k in np.unique(at[at >= 0]):
+        until = int(refit_points[k])
+        known = max(until - w + 1, 0)  # outcomes known at `until`: rows t ≤ until − w
+        y = target[:known].reshape(-1)
+        Xr = X[:known].reshape(-1, n_feat)
+        ok = np.isfinite(y)
+        if ok.sum() < 50:
+            continue
+        sel = np.flatnonzero(at == k)
+        Xo = X[rows[sel]].reshape(-1, n_feat)
+        for i, q in enumerate(levels):
+            with bounded():
+                model = HistGradientBoostingRegressor(
+                    loss="quantile",
+                    quantile=q,
+                    max_iter=100,
+                    learning_rate=0.075,
+                    max_leaf_nodes=15,
+                    min_samples_leaf=40,
+                    random_state=seed,
+                ).fit(Xr[ok], y[ok])
+                change = model.predict(Xo).reshape(len(sel), n_series)
+            Q[i, sel] = cur[rows[sel]] + s[rows[sel]] * change
+    Q = np.sort(Q, axis=0)  # quantiles must not cross
+    upper = np.where(np.isfinite(capf[rows]), capf[rows], np.inf)
+    return np.clip(Q, 0, upper[None])
+
+
+FINE = np.concatenate([[0.0, 0.0025, 0.005, 0.01, 0.015], np.arange(0.02, 0.9001, 0.01)])
+
+
+def fine_quantiles(Q, levels=LEVELS) -> tuple[np.ndarray, np.ndarray]:
+    """The predicted quantile function on the grid `FINE` (linear between the model's levels,
+    down to q(0) = 0 below the lowest, which can only understate a release) and its integral
+    C(u) = ∫₀ᵘ q(v) dv per grid point: both (len(FINE), rows, S)."""
+    u = np.concatenate([[0.0], levels])
+    full = np.concatenate([np.zeros((1, *Q.shape[1:])), Q])
+    k = np.clip(np.searchsorted(u, FINE, side="right") - 1, 0, len(u) - 2)
+    frac = ((FINE - u[k]) / (u[k + 1] - u[k]))[:, None, None]
+    fine = full[k] + frac * (full[k + 1] - full[k])
+    steps = np.diff(FINE)[:, None, None] * (fine[1:] + fine[:-1]) / 2
+    integral = np.concatenate([np.zeros((1, *Q.shape[1:])), np.cumsum(steps, axis=0)])
+    return fine, integral
+
+
+def lagrange_release(Q, lam, norm, levels=LEVELS) -> np.ndarray:
+    """Per row and series, the release R = floor(q(u)) over the grid `FINE` of quantile levels u
+    (u = 0: release nothing) that maximises E[min(R, m)] / norm − lam × u, with E[min(R, m)] =
+    ∫₀ᵘ q + (1 − u) R from the predicted quantile function: a unit of risk is spent where it buys
+    many units and saved where a drop is likely. `Q` may also be `fine_quantiles(Q)`."""
+    fine, integral = Q if isinstance(Q, tuple) else fine_quantiles(Q, levels)
+    lam = np.broadcast_to(np.asarray(lam, float), fine.shape[2:])
+    R = np.floor(fine)
+    u = FINE[:, None, None]
+    value = (np.minimum(integral, u * R) + (1 - u) * R) / norm - lam * u
+    k = np.argmax(value, axis=0)
+    return np.take_along_axis(R, k[None], axis=0)[0]
+
+
+def lambda_for(Q, norm, truth, budget, shrink=SHRINK_H) -> np.ndarray:
+    """Per series, the smallest λ (most release) such that at it and every larger λ the series'
+    violation share stays ≤ budget: with `shrink` None the share pooled over all series (one λ
+    per data set), else each series' share shrunk towards the pooled one by `shrink` pseudo-hours.
+    """
+    ok = np.isfinite(truth) & np.isfinite(Q).all(axis=0)
+    n = ok.sum(axis=0)
+    lam = np.full(truth.shape[1], LAMBDAS[-1])
+    alive = np.ones(truth.shape[1], bool)
+    fq = fine_quantiles(np.nan_to_num(Q))
+    for value in LAMBDAS[::-1]:
+        viol = np.where(ok, lagrange_release(fq, value, norm) > truth, False)
+        pooled = viol.sum() / max(ok.sum(), 1)
+        if shrink is None:
+            alive &= pooled <= budget
+        else:
+            alive &= (viol.sum(axis=0) + shrink * pooled) / (n + shrink) <= budget
+        if not alive.any():
+            break
+        lam[alive] = value
+    return lam
+
+
+def release_norm(idle) -> np.ndarray:
+    """Per-row size of a series (trailing week's mean idle + 1), so one λ fits pools of any size."""
+    return pd.DataFrame(feat.ffill(idle)).rolling(168, min_periods=1).mean().to_numpy() + 1.0
+
+
+def refit_schedule(anchor: int, every: int, first: int, end: int) -> np.ndarray:
+    """`first` (the earliest fit) and anchor + k × every for all integers k, within [first, end]."""
+    k0 = -((anchor - first) // every)
+    grid = [p for p in range(anchor + k0 * every, end + 1, every) if p > first]
+    return np.array([first, *grid] if first <= end else [], int)
