@@ -6,6 +6,8 @@ import argparse
 import sys
 from pathlib import Path
 
+import numpy as np
+
 from advisor.ingest.openb import OpenbFormatError, read_nodes, read_pods
 from advisor.placement import ALL_POLICIES
 
@@ -99,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
 
     try:  # validate both files up front: one clear line instead of a worker traceback
         nodes = read_nodes(args.nodes)
-        read_pods(args.pods)
+        pods = read_pods(args.pods)
     except OpenbFormatError as exc:
         print(f"gpu-defrag replay: {exc}", file=sys.stderr)
         return 2
@@ -113,16 +115,32 @@ def run(args: argparse.Namespace) -> int:
         for seed in args.seeds
     ]
     summaries, curves = run_tasks(tasks, processes=args.jobs)
+    bound = None
+    if args.ratio >= 1.0:  # the 100 % bin exists: what no placement or migration can beat there
+        from advisor.replay.floor import packing_floor_pct
+
+        bound = float(
+            np.mean(
+                [packing_floor_pct(pods, nodes.total_gpus, s, ratio=args.ratio) for s in args.seeds]
+            )
+        )
     write_csv(args.out / "curve.csv", CURVE_COLUMNS, curves)
     write_csv(args.out / "summary.csv", SUMMARY_COLUMNS, summaries)
     plot(curves, args.out / "replay.png", title=f"{args.pods.name} on {args.nodes.name}")
     if any(b > 0 for b in args.migration_budget):
-        plot_budget(summaries, args.out / "migration.png", title=f"{args.pods.name}: migrations")
+        plot_budget(
+            summaries,
+            args.out / "migration.png",
+            title=f"{args.pods.name}: migrations",
+            bound=bound,
+        )
     for row in summaries:
         print(
             f"{row['policy']:>16} seed {row['seed']}: unallocated {row['unalloc_100']:.2f}% "
             f"at 100%, {row['unalloc_130']:.2f}% at {100 * args.ratio:.0f}%"
             + (f", {row['migrated_pods']} pods moved" if row["migration_budget"] else "")
         )
+    if bound is not None:
+        print(f"packing bound at 100%: no placement, with any moves, below {bound:.2f}% (mean)")
     print(f"wrote {args.out / 'curve.csv'}, {args.out / 'summary.csv'}, {args.out / 'replay.png'}")
     return 0

@@ -27,16 +27,18 @@ from scipy.optimize import linprog
 from scipy.sparse import coo_matrix
 
 from advisor.ingest.openb import PodTable, read_nodes, read_pods
-from advisor.replay.protocol import arrival_order
+from advisor.replay.protocol import DEFAULT_RATIO, arrival_order
 
 MILLI = 1000
 BIN_HALF_WIDTH = 0.5  # curves average within round(arrived %) bins; numpy rounds 100.5 to 100
 
 
-def arrived_by(pods: PodTable, gpus: int, seed: int, arrived_pct: float) -> np.ndarray:
+def arrived_by(
+    pods: PodTable, gpus: int, seed: int, arrived_pct: float, ratio: float = DEFAULT_RATIO
+) -> np.ndarray:
     """Indices of the pods (in arrival order) whose arrival keeps arrived GPU at or below `arrived_pct`."""
     cap = gpus * MILLI
-    order = arrival_order(pods, cap, seed, ratio=1.3)
+    order = arrival_order(pods, cap, seed, ratio)
     cum = np.cumsum(pods.total_gpu_milli[order])
     return order[: int(np.searchsorted(cum, cap * arrived_pct / 100.0, side="right"))]
 
@@ -99,7 +101,11 @@ def pod_items(pods: PodTable, index: np.ndarray) -> Counter[int]:
 
 
 def packing_floor_pct(
-    pods: PodTable, gpus: int, seed: int, arrived_pct: float = 100.0 + BIN_HALF_WIDTH
+    pods: PodTable,
+    gpus: int,
+    seed: int,
+    arrived_pct: float = 100.0 + BIN_HALF_WIDTH,
+    ratio: float = DEFAULT_RATIO,
 ) -> float:
     """Lower bound (% of capacity) on unallocated GPU while arrivals stay at or below `arrived_pct`.
 
@@ -108,7 +114,7 @@ def packing_floor_pct(
     cap = gpus * MILLI
     if cap == 0:
         return 0.0
-    items = pod_items(pods, arrived_by(pods, gpus, seed, arrived_pct))
+    items = pod_items(pods, arrived_by(pods, gpus, seed, arrived_pct, ratio))
     return 100.0 * max(0.0, cap - max_packed_milli(items, gpus)) / cap
 
 

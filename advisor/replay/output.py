@@ -80,8 +80,11 @@ def plot(curve_rows: list[dict], path: Path, title: str = "") -> None:
     plt.close(fig)
 
 
-def plot_budget(summary_rows: list[dict], path: Path, title: str = "") -> None:
-    """Unallocated GPU % at 100 % arrival against migration budget, one line per base policy."""
+def plot_budget(
+    summary_rows: list[dict], path: Path, title: str = "", bound: float | None = None
+) -> None:
+    """Unallocated GPU % at 100 % arrival against migration budget, one line per base policy,
+    with `bound` (what no placement, however many moves, can go below) as a dashed line."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -96,6 +99,8 @@ def plot_budget(summary_rows: list[dict], path: Path, title: str = "") -> None:
         xs = sorted(by_budget)
         ys = [float(np.mean(by_budget[x])) for x in xs]
         ax.plot([100 * x for x in xs], ys, marker="o", label=policy)
+    if bound is not None:
+        ax.axhline(bound, color="grey", linestyle="--", label="packing bound (any placement)")
     ax.set_xlabel("migration budget (% of placed pods)")
     ax.set_ylabel("unallocated GPU at 100 % arrival (%)")
     ax.grid(alpha=0.3)

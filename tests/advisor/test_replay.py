@@ -234,7 +234,7 @@ def test_cli_writes_curve_summary_and_plot(tmp_path: Path) -> None:
     assert (out / "replay.png").stat().st_size > 1000
 
 
-def test_cli_migration_budget_labels_rows(tmp_path: Path) -> None:
+def test_cli_migration_budget_labels_rows(tmp_path: Path, capsys) -> None:
     nodes, pods = _write_trace(tmp_path)
     out = tmp_path / "out"
     rc = main(
@@ -247,6 +247,9 @@ def test_cli_migration_budget_labels_rows(tmp_path: Path) -> None:
     assert [r["policy"] for r in rows] == ["fgd", "fgd+mig0.05"]
     assert (out / "migration.png").stat().st_size > 1000
     assert int(rows[1]["migrated_pods"]) <= 0.05 * int(rows[1]["placed"]) + 1
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("packing bound"))
+    bound = float(line.split("below ")[1].split("%")[0])
+    assert all(float(r["unalloc_100"]) >= bound - 0.005 for r in rows)  # printed to 2 decimals
 
 
 def test_cli_reports_malformed_input_in_one_line(tmp_path: Path, capsys) -> None:
