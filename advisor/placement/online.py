@@ -6,7 +6,9 @@ cut: rare types are exactly the ones a few early pods cannot rank) and refreshed
 schedule, then every `refresh` arrivals. Nodes keep FGD's integer score (its saturation and
 coarseness matter: ranking by the exact increase was 1 pp worse on the default trace); among
 equal scores we prefer nodes with fewer GPUs, keeping big nodes whole for multi-GPU pods, before
-the seeded node order. On the default trace, seeds 42-51, that tie order is worth about 0.05 pp
+the seeded node order. A sharing pod that fills some partly used GPU's hole to within `tight_hole`
+milli goes to the tightest such hole before FGD is asked (the placement-time twin of the
+migrator's consolidation): 0.01-0.14 pp less unallocated GPU on every openb pod list. On the default trace, seeds 42-51, that tie order is worth about 0.05 pp
 over FGD's random one, and learning the workload online costs about as much (docs/replay.md).
 """
 
@@ -29,8 +31,10 @@ class OnlineFGDPolicy(Policy):
         quantize: bool = True,
         threshold_pct: float = 100.0,
         prefer_small_nodes: bool = True,
+        tight_hole: int = 100,
     ) -> None:
         self.refresh = refresh
+        self.tight_hole = tight_hole
         self.quantize = quantize
         self.threshold_pct = threshold_pct
         self.prefer_small_nodes = prefer_small_nodes
@@ -45,6 +49,7 @@ class OnlineFGDPolicy(Policy):
         self._next_refresh = 1
         self._cand = np.zeros(0, dtype=np.int64)
         self._gpu = np.zeros(0, dtype=np.int64)
+        self._hole_gpu = np.zeros(0, dtype=np.int64)
 
     def observe(self, pod: PodSpec) -> None:
         shape = pod_shapes([pod.cpu_milli], [pod.num_gpu], [pod.gpu_milli], [pod.gpu_spec])[0]
@@ -64,14 +69,24 @@ class OnlineFGDPolicy(Policy):
         assert self.tracker is not None
         delta, self._gpu = self.tracker.deltas(pod, cand, quantize=self.quantize)
         self._cand = cand
+        self._hole_gpu = np.full(len(cand), -1)
         if not self.quantize:
             return -delta
         scores = fgd_scores(delta).astype(np.float64)
         if self._small is not None:
             scores += self._small[cand]
+        if pod.is_share and self.tight_hole > 0 and cand.size:
+            # a hole this pod fills to within `tight_hole` milli beats any FGD score (which is at
+            # most 100), tightest first: the hole is used as well as any later pod could use it
+            left, gpu = self.state.tight_holes(cand, pod.gpu_milli)
+            tight = left <= self.tight_hole
+            scores = np.where(tight, 1000.0 + (self.tight_hole - left), scores)
+            self._hole_gpu = np.where(tight, gpu, -1)
         return scores
 
     def gpus(self, pod: PodSpec, node: int) -> list[int]:
         if pod.is_share:
-            return [int(self._gpu[np.searchsorted(self._cand, node)])]
+            i = np.searchsorted(self._cand, node)
+            hole = int(self._hole_gpu[i])
+            return [hole if hole >= 0 else int(self._gpu[i])]
         return self.state.default_gpus(node, pod)

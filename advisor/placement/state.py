@@ -119,6 +119,17 @@ class ClusterState:
             ok &= (self.gpu_free >= pod.gpu_milli).sum(axis=1) >= pod.num_gpu
         return np.flatnonzero(ok)
 
+    def tight_holes(self, nodes: np.ndarray, milli: int) -> tuple[np.ndarray, np.ndarray]:
+        """Per node, the partly used GPU that `milli` fills most tightly: (milli left over, GPU).
+
+        Whole GPUs do not count (nothing to fill); where no partly used GPU fits, the left-over
+        is MILLI + 1.
+        """
+        free = self.gpu_free[nodes]
+        left = np.where((free >= milli) & (free < MILLI), free - milli, MILLI + 1)
+        gpu = left.argmin(axis=1)
+        return left[np.arange(len(gpu)), gpu], gpu
+
     # GPU choice within a node (open-gpu-share's gpusel methods)
     def best_fit_gpu(self, node: int, gpu_milli: int) -> int:
         """The fitting GPU with the least milli left (first index on ties)."""

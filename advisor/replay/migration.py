@@ -136,18 +136,19 @@ class Migrator:
                 alone.setdefault(key, []).append(pid)
         best: tuple[int, int, int, int] | None = None  # (leftover, pod id, node, gpu)
         for (cpu, mem, milli, spec), pids in alone.items():
-            ok = (s.cpu_free >= cpu) & (s.mem_free >= mem) & s.access(spec)
-            hole = np.where(ok[:, None] & (s.gpu_free >= milli), s.gpu_free - milli, MILLI)
-            hole[s.gpu_free >= MILLI] = MILLI  # never break into a whole GPU
-            node, gpu = np.unravel_index(int(np.argmin(hole)), hole.shape)
-            left = int(hole[node, gpu])
+            nodes = np.flatnonzero((s.cpu_free >= cpu) & (s.mem_free >= mem) & s.access(spec))
+            if nodes.size == 0:
+                continue
+            lefts, gpus = s.tight_holes(nodes, milli)  # never a whole GPU
+            i = int(np.argmin(lefts))
+            node, gpu, left = int(nodes[i]), int(gpus[i]), int(lefts[i])
             if left > self.tight or (best is not None and left >= best[0]):
                 continue
             # the source: the lone pod whose node has the most CPU left for a whole-GPU pod
             sources = [p for p in pids if r.where[p][0] != node]
             if sources:
                 pid = max(sources, key=lambda p: (int(s.cpu_free[r.where[p][0]]), -p))
-                best = (left, pid, int(node), int(gpu))
+                best = (left, pid, node, gpu)
         if best is None:
             return False
         _, pid, node, gpu = best

@@ -201,3 +201,30 @@ def test_online_policy_breaks_score_ties_toward_smaller_nodes() -> None:
     assert np.floor(scores).tolist() == [50, 50, 50]
     assert select_node(np.array([0, 1, 2]), scores, np.array([0, 1, 2])) == 1
     assert scores[2] > scores[0]
+
+
+def test_tight_holes_per_node() -> None:
+    s = state_with([[300, 1000, 450], [1000, 1000], [100, 200]])
+    left, gpu = s.tight_holes(np.array([0, 1, 2]), 250)
+    # node 0: 300 - 250 = 50 on GPU 0 (450 leaves 200); node 1: only whole GPUs; node 2: none fit
+    assert left.tolist() == [50, 1001, 1001] and gpu[0] == 0
+
+
+def test_online_policy_fills_a_tight_hole_before_asking_fgd() -> None:
+    # node 0: GPU 0 has a 300 hole; node 1: two whole GPUs; node 2: a 380 hole (130 left)
+    s = state_with([[300, 1000], [1000, 1000], [380, 1000]])
+    pol = OnlineFGDPolicy()
+    pol.attach(s, np.random.default_rng(0))
+    pod = PodSpec(1000, 1, 1, 250)
+    pol.observe(pod)
+    cand = np.array([0, 1, 2])
+    scores = pol.score(pod, cand)
+    assert scores[0] == 1000 + (100 - 50)  # within 100 milli: ranked above any FGD score
+    assert scores[1] <= 101 and scores[2] <= 101  # no hole / 130 left: FGD's score
+    assert select_node(cand, scores, np.array([2, 1, 0])) == 0 and pol.gpus(pod, 0) == [0]
+    # a whole-GPU pod, or the rule switched off: FGD alone
+    assert pol.score(PodSpec(1000, 1, 1, 1000), cand).max() <= 101
+    off = OnlineFGDPolicy(tight_hole=0)
+    off.attach(s, np.random.default_rng(0))
+    off.observe(pod)
+    assert off.score(pod, cand).max() <= 101
