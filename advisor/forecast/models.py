@@ -294,7 +294,7 @@ class GradientBoosting(Forecaster):
             X, last, s = self._features(y, cap, times, h, within)
             rows = np.arange(0, until - h + 1)
             target = (y[rows + h] - last[rows]) / s[rows]
-            Xr = X[rows].reshape(-1, X.shape[-1])
+            Xr = self._inputs(X[rows].reshape(-1, X.shape[-1]))
             tr = target.reshape(-1)
             ok = np.isfinite(tr) & np.isfinite(last[rows]).reshape(-1)
             for q in (0.5, *self.quantiles):
@@ -310,10 +310,14 @@ class GradientBoosting(Forecaster):
         model = self._models.get((horizon, q))
         if model is None:
             return last[origins]
-        Xo = X[origins]
+        Xo = self._inputs(X[origins])
         with bounded():
             change = model.predict(Xo.reshape(-1, X.shape[-1])).reshape(Xo.shape[:2])
         return last[origins] + s[origins] * change
+
+    def _inputs(self, X: np.ndarray) -> np.ndarray:
+        """The regressor's view of the features: gradient boosting takes NaN as missing."""
+        return X
 
     def _point(self, y, cap, times, origins, horizon, within=None):
         return self._predict_q(y, cap, times, origins, horizon, 0.5, within)
@@ -335,6 +339,9 @@ class Linear(GradientBoosting):
 
     name = "linear"
 
+    def __init__(self, seed: int = 0) -> None:
+        super().__init__(quantiles=(), seed=seed)  # no quantile loss: the median only
+
     def _regressor(self, q: float):
         from sklearn.linear_model import Ridge
         from sklearn.pipeline import make_pipeline
@@ -342,27 +349,8 @@ class Linear(GradientBoosting):
 
         return make_pipeline(StandardScaler(), Ridge(alpha=10.0))
 
-    def _fit(self, y, cap, times, until, horizons, within=None):
-        for h in horizons:
-            X, last, s = self._features(y, cap, times, h, within)
-            rows = np.arange(0, until - h + 1)
-            target = ((y[rows + h] - last[rows]) / s[rows]).reshape(-1)
-            Xr = np.nan_to_num(X[rows].reshape(-1, X.shape[-1]))
-            ok = np.isfinite(target)
-            if ok.sum() >= 50:
-                with bounded():
-                    self._models[(h, 0.5)] = self._regressor(0.5).fit(Xr[ok], target[ok])
-
-    def _predict_q(self, y, cap, times, origins, horizon, q, within=None):
-        X, last, s = self._features(y, cap, times, horizon, within)
-        origins = np.asarray(origins)
-        model = self._models.get((horizon, q))
-        if model is None:
-            return last[origins]
-        Xo = np.nan_to_num(X[origins])
-        with bounded():
-            change = model.predict(Xo.reshape(-1, X.shape[-1])).reshape(Xo.shape[:2])
-        return last[origins] + s[origins] * change
+    def _inputs(self, X: np.ndarray) -> np.ndarray:
+        return np.nan_to_num(X)  # ridge takes no NaN
 
 
 class Combination(Forecaster):
@@ -424,9 +412,9 @@ def make(name: str, quantiles=(0.1, 0.9), fitted: dict | None = None) -> Forecas
     if name == "gbm":
         return GradientBoosting(quantiles=[q for q in quantiles if q != 0.5])
     if name == "linear":
-        return Linear(quantiles=())
+        return Linear()
     if name == "combo":
-        return Combination([Naive(), Linear(quantiles=()), GradientBoosting(quantiles=())], "combo")
+        return Combination([Naive(), Linear(), GradientBoosting(quantiles=())], "combo")
     raise ValueError(f"unknown model {name!r}")
 
 
