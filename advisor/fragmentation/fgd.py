@@ -24,7 +24,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-MILLI = 1000
 DEFAULT_POPULARITY_THRESHOLD = 95  # the paper's runs (scripts/generate_config_and_run.py)
 DEFAULT_INCREASE_STEP = 1
 

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
-MILLI = 1000
+from advisor.model import MILLI
+
 NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
 POD_REQUIRED = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli")
 POD_OPTIONAL = (

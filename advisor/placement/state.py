@@ -15,8 +15,8 @@ import numpy as np
 
 from advisor.fragmentation.fgd import spec_allows
 from advisor.ingest.openb import NodeTable
+from advisor.model import MILLI
 
-MILLI = 1000
 MAX_GPU_LABEL = 8  # GpuClustering labels: share, 1-gpu, ..., 8-gpu
 
 

@@ -27,9 +27,9 @@ from scipy.optimize import linprog
 from scipy.sparse import coo_matrix
 
 from advisor.ingest.openb import PodTable, read_nodes, read_pods
+from advisor.model import MILLI
 from advisor.replay.protocol import DEFAULT_RATIO, arrival_order
 
-MILLI = 1000
 BIN_HALF_WIDTH = 0.5  # curves average within round(arrived %) bins; numpy rounds 100.5 to 100
 
 
