@@ -232,24 +232,29 @@ class Migrator:
         """
         r = self.replay
         s = r.state
-        feasible: dict[tuple[int, int, int, str], np.ndarray] = {}
         immovable = np.zeros_like(r.gpu_pods)
         movable_cpu = np.zeros(len(s), dtype=np.int64)
+        groups: dict[tuple[int, int, int, str], list[tuple[int, list[int], int]]] = {}
         for node, gpus, spec in r.where.values():
             key = (spec.cpu_milli, spec.num_gpu, spec.gpu_milli, spec.gpu_spec)
-            f = feasible.get(key)
-            if f is None:
-                shape = PodSpec(spec.cpu_milli, 0, spec.num_gpu, spec.gpu_milli, spec.gpu_spec)
-                f = feasible[key] = s.feasible(shape)
+            groups.setdefault(key, []).append((node, gpus, spec.memory_mib))
+        for (cpu, num_gpu, gpu_milli, gpu_spec), members in groups.items():
+            f = s.feasible(PodSpec(cpu, 0, num_gpu, gpu_milli, gpu_spec))
+            nodes = np.array([m[0] for m in members])
             if f.size > 32:  # plenty of room: memory will not be the limit everywhere
-                movable = True
+                movable = np.ones(len(members), dtype=bool)
             else:
-                movable = bool(((f != node) & (s.mem_free[f] >= spec.memory_mib)).any())
-            if movable:
-                if spec.num_gpu == 0:
-                    movable_cpu[node] += spec.cpu_milli
-            elif gpus:
-                immovable[node, gpus] += 1
+                mem = np.array([m[2] for m in members])
+                elsewhere = (f[None, :] != nodes[:, None]) & (
+                    s.mem_free[f][None, :] >= mem[:, None]
+                )
+                movable = elsewhere.any(axis=1)
+            if num_gpu == 0:
+                np.add.at(movable_cpu, nodes[movable], cpu)
+            elif not movable.all():
+                stuck = np.flatnonzero(~movable)
+                gpus = np.array([members[i][1] for i in stuck])
+                np.add.at(immovable, (nodes[stuck][:, None], gpus), 1)
         return immovable, movable_cpu
 
     def _movable(self, pid: int, node: int) -> bool:
