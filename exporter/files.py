@@ -5,6 +5,10 @@ target only once complete, so a crash or a full disk never leaves half a file be
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 
@@ -18,3 +22,20 @@ def write_text_atomic(path: str | Path, text: str) -> None:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+@contextmanager
+def staged_directory(target: str | Path) -> Iterator[Path]:
+    """Write a set of result files together: they go to a hidden folder beside `target` and are
+    moved into it only when the whole block succeeds, so a failure part-way (a plot that cannot
+    be drawn, a full disk) leaves the previous results as they were, never a mix of old and new."""
+    target = Path(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    stage = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    try:
+        yield stage
+        target.mkdir(exist_ok=True)
+        for path in sorted(stage.iterdir()):
+            os.replace(path, target / path.name)
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)

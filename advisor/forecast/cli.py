@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from pathlib import Path
 
 METRIC_COLUMNS = [
     "series",
@@ -99,11 +98,22 @@ def summarise(metrics):
     )
 
 
+def _one_line(command: str, run) -> int:
+    """Run a subcommand; an unreadable INPUT or an unusable option is one line on stderr, exit 2."""
+    from advisor.forecast.io import InputError
+
+    try:
+        return run()
+    except InputError as error:
+        print(f"gpu-defrag {command}: {error}", file=sys.stderr)
+        return 2
+
+
 def run_backtest(args: argparse.Namespace) -> int:
     from advisor.forecast.threads import bounded
 
     with bounded():
-        return _run_backtest(args)
+        return _one_line("backtest", lambda: _run_backtest(args))
 
 
 def _run_backtest(args: argparse.Namespace) -> int:
@@ -155,28 +165,33 @@ def _run_backtest(args: argparse.Namespace) -> int:
     print(f"\ndemand backtest {t_demand:.1f} s, total {elapsed:.1f} s")
 
     if args.out:
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
-        metrics[METRIC_COLUMNS].to_csv(out / "metrics.csv", index=False)
-        metrics.to_csv(out / "metrics_full.csv", index=False)
-        summarise(metrics).to_csv(out / "summary.csv", index=False)
-        picks.to_csv(out / "picks.csv", index=False)
-        fc.to_csv(out / "forecasts.csv", index=False)
-        decisions_df.to_csv(out / "decisions.csv", index=False)
         from advisor.forecast.plot import plot_backtest
+        from exporter.files import staged_directory
 
-        plot_backtest(fc, out / "forecast.png")
-        print(f"wrote {out}/metrics.csv, decisions.csv, forecast.png")
+        with staged_directory(args.out) as stage:  # every file of the run, or none
+            metrics[METRIC_COLUMNS].to_csv(stage / "metrics.csv", index=False)
+            metrics.to_csv(stage / "metrics_full.csv", index=False)
+            summarise(metrics).to_csv(stage / "summary.csv", index=False)
+            picks.to_csv(stage / "picks.csv", index=False)
+            fc.to_csv(stage / "forecasts.csv", index=False)
+            decisions_df.to_csv(stage / "decisions.csv", index=False)
+            plot_backtest(fc, stage / "forecast.png")
+        print(f"wrote {args.out}/metrics.csv, decisions.csv, forecast.png")
     return 0
 
 
 def run_forecast(args: argparse.Namespace) -> int:
+    return _one_line("forecast", lambda: _run_forecast(args))
+
+
+def _run_forecast(args: argparse.Namespace) -> int:
     from advisor.forecast import api, io
+    from exporter.files import write_text_atomic
 
     panel = io.load(args.input).resample("h")
     frame = api.forecast(panel, args.horizons, args.quantiles, model=args.model)
     if args.out:
-        frame.to_csv(args.out, index=False)
+        write_text_atomic(args.out, frame.to_csv(index=False))
     else:
         frame.to_csv(sys.stdout, index=False)
     return 0

@@ -264,14 +264,37 @@ def read_openb_pods(path: str | Path, start_day: float = 116) -> Panel:
     alloc = np.cumsum(delta)[:-1]
     index = OPENB_EPOCH + pd.to_timedelta(np.arange(len(alloc)), unit="min")
     values = pd.DataFrame({"alibaba/gpus": np.round(alloc, 6)}, index=index)
-    values = values[values.index >= OPENB_EPOCH + pd.Timedelta(days=start_day)]
+    later = values[values.index >= OPENB_EPOCH + pd.Timedelta(days=start_day)]
+    values = later if len(later) else values  # a shorter pod list: keep all of it
     cap = pd.DataFrame(np.nan, index=values.index, columns=values.columns)
     return Panel(values, cap, "alibaba", meta={"unit": "GPUs"})
 
 
+class InputError(ValueError):
+    """A forecast INPUT that cannot be read, said in one line that names the source."""
+
+
 def load(source: str, freq: str | None = None) -> Panel:
     """Open any supported INPUT: a Philly CSV, a Helios dir/file, an openb pod list, long
-    CSV/Parquet, or prometheus+http(s)://."""
+    CSV/Parquet, or prometheus+http(s)://.
+
+    Every way a source can be unreadable (missing file, wrong columns, unparsable values, an
+    unreachable Prometheus, no data at all) becomes one `InputError` line naming the source,
+    so the CLI can say what is wrong instead of printing a traceback.
+    """
+    from advisor.ingest.exporter_scrape import SourceUnavailable
+
+    try:
+        panel = _open(source, freq)
+    except (OSError, ValueError, KeyError, SourceUnavailable) as error:
+        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise InputError(f"{source}: {first}") from error
+    if panel.values.empty or not np.isfinite(panel.values.to_numpy(float)).any():
+        raise InputError(f"{source}: no readings")
+    return panel
+
+
+def _open(source: str, freq: str | None) -> Panel:
     if source.startswith(("prometheus+http://", "prometheus+https://")):
         from advisor.forecast.promsource import read_prometheus
 

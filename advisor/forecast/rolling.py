@@ -10,7 +10,7 @@ import pandas as pd
 
 from advisor.forecast import features as feat
 from advisor.forecast import metrics as M
-from advisor.forecast.io import Panel
+from advisor.forecast.io import InputError, Panel
 from advisor.forecast.models import BASELINES, make
 
 CANDIDATES = (*BASELINES, "gbm", "linear", "combo")
@@ -140,7 +140,22 @@ def select_full(
     picks = pick_models(fc, candidates, quantiles, criterion)
     if not fc.empty and CALIBRATIONS[calibrate] is not None:
         picks = pick_calibrated(fc, picks, quantiles, _step(panel), CALIBRATIONS[calibrate])
-    return picks, fc
+    return _naive_where_unvalidated(picks, panel.series, horizons, quantiles), fc
+
+
+def _naive_where_unvalidated(picks: pd.DataFrame, series, horizons, quantiles) -> pd.DataFrame:
+    """Every series × horizon gets a pick: naive wherever the training part was too short to
+    validate anything (the selection rule's default), flagged `validated = False`."""
+    picks = picks.assign(validated=True)
+    have = set(zip(picks["series"], picks["horizon"], strict=True))
+    missing = [(s, h) for s in series for h in horizons if (s, h) not in have]
+    if not missing:
+        return picks
+    fill = pd.DataFrame(missing, columns=["series", "horizon"]).assign(pick="naive")
+    for q in sorted(set(quantiles) - {0.5}):
+        fill[f"pick_q{q:g}"] = "naive"
+    fill["validated"] = False
+    return pd.concat([picks, fill], ignore_index=True).sort_values(["series", "horizon"])
 
 
 def pick_models(
@@ -415,10 +430,16 @@ def score(fc: pd.DataFrame, panel: Panel, test_start: int, quantiles=(0.9,)) -> 
 
 
 def test_window(panel: Panel, test_from=None, test_to=None, default_days: int = 7):
-    """Origins of the test window: explicit, the data set's published split, or the last days."""
+    """Origins of the test window: explicit, the data set's published split, or the last days.
+
+    A published split that the data does not reach (a file of other dates in the same format)
+    falls back to the last days, so a reader's built-in split never empties a run.
+    """
     idx = panel.index
     start = pd.Timestamp(test_from) if test_from else panel.test_from
     end = pd.Timestamp(test_to) if test_to else panel.test_to
+    if not test_from and start is not None and not len(_origin_positions(idx, start, end)):
+        start, end = None, (pd.Timestamp(test_to) if test_to else None)
     if start is None:
         start = idx[-1].normalize() - pd.Timedelta(days=default_days - 1)
         if start + pd.Timedelta(days=default_days) > idx[-1] + pd.Timedelta(hours=1):
@@ -448,7 +469,10 @@ def run(
     """
     origins = test_window(panel, test_from, test_to)
     if not len(origins):
-        raise ValueError("empty test window")
+        raise InputError(
+            f"no hour of the data ({panel.index[0]} … {panel.index[-1]}) lies in the test part "
+            f"[{test_from or panel.test_from}, {test_to or panel.test_to})"
+        )
     test_start = int(origins[0])
     picks, val_fc = select_full(
         panel,

@@ -10,6 +10,7 @@ import numpy as np
 
 from advisor.ingest.openb import OpenbFormatError, read_nodes, read_pods
 from advisor.placement import ALL_POLICIES
+from exporter.files import staged_directory
 
 
 def parse_seeds(text: str) -> list[int]:
@@ -124,16 +125,17 @@ def run(args: argparse.Namespace) -> int:
                 [packing_floor_pct(pods, nodes.total_gpus, s, ratio=args.ratio) for s in args.seeds]
             )
         )
-    write_csv(args.out / "curve.csv", CURVE_COLUMNS, curves)
-    write_csv(args.out / "summary.csv", SUMMARY_COLUMNS, summaries)
-    plot(curves, args.out / "replay.png", title=f"{args.pods.name} on {args.nodes.name}")
-    if any(b > 0 for b in args.migration_budget):
-        plot_budget(
-            summaries,
-            args.out / "migration.png",
-            title=f"{args.pods.name}: migrations",
-            bound=bound,
-        )
+    with staged_directory(args.out) as stage:  # all four files or none
+        write_csv(stage / "curve.csv", CURVE_COLUMNS, curves)
+        write_csv(stage / "summary.csv", SUMMARY_COLUMNS, summaries)
+        plot(curves, stage / "replay.png", title=f"{args.pods.name} on {args.nodes.name}")
+        if any(b > 0 for b in args.migration_budget):
+            plot_budget(
+                summaries,
+                stage / "migration.png",
+                title=f"{args.pods.name}: migrations",
+                bound=bound,
+            )
     for row in summaries:
         print(
             f"{row['policy']:>16} seed {row['seed']}: unallocated {row['unalloc_100']:.2f}% "

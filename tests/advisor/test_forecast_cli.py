@@ -76,3 +76,89 @@ def test_forecast_cli_prints_ordered_quantiles(tmp_path, capsys):
     assert len(frame) == 4
     assert (frame["q0.1"] <= frame["q0.5"]).all() and (frame["q0.5"] <= frame["q0.9"]).all()
     assert (frame["q0.9"] <= frame["capacity"]).all()
+
+
+def test_unreadable_inputs_are_one_line_and_write_nothing(tmp_path, capsys):
+    """Missing file, wrong columns, unparsable values, an unreachable Prometheus: exit 2, one
+    line naming the input, and the output folder is not created."""
+    wrong = tmp_path / "wrong.csv"
+    wrong.write_text("a,b\n1,2\n")
+    philly = tmp_path / "philly_node_sequence.csv"
+    philly.write_text("time,active,total\n2017-10-03 00:00:00,abc,420\n")
+    out = tmp_path / "out"
+    for source, words in [
+        (str(tmp_path / "missing.csv"), "No such file"),
+        (str(wrong), "missing"),
+        (str(philly), "could not convert"),
+        ("prometheus+http://127.0.0.1:9/?query=up", "unreachable"),
+    ]:
+        rc = main(["backtest", source, "--out", str(out)])
+        err = capsys.readouterr().err.strip()
+        assert rc == 2
+        assert len(err.splitlines()) == 1, err
+        assert err.startswith(f"gpu-defrag backtest: {source}: ") and words in err
+        assert not out.exists()
+    assert main(["forecast", str(wrong)]) == 2
+    assert capsys.readouterr().err.startswith(f"gpu-defrag forecast: {wrong}: ")
+
+
+def test_a_short_history_gets_naive_as_the_unvalidated_advisor(tmp_path, capsys):
+    """Too little training to validate anything: the advisor is naive, flagged, and every file
+    is still written (a held-back series may be short)."""
+    p = synthetic_panel(days=9, n_series=1, seed=5)
+    frame = p.values.stack().rename("value").reset_index()
+    frame.columns = ["time", "series", "value"]
+    path = tmp_path / "short.csv"
+    frame.to_csv(path, index=False)
+    out = tmp_path / "out"
+    assert main(["backtest", str(path), "--replays", "", "--out", str(out)]) == 0
+    picks = pd.read_csv(out / "picks.csv")
+    assert set(picks["pick"]) == {"naive"} and not picks["validated"].any()
+    metrics = pd.read_csv(out / "metrics.csv").set_index(["horizon", "model"])
+    for h in (1, 24):
+        assert metrics.loc[(h, "advisor"), "mae"] == metrics.loc[(h, "naive"), "mae"]
+    assert (out / "forecast.png").exists()
+
+
+def test_a_failed_run_leaves_the_previous_results_whole(tmp_path, monkeypatch):
+    """The plot fails after the CSVs are rendered: the folder still holds the last good run."""
+    import advisor.forecast.plot as plot
+
+    path = _long_csv(tmp_path)
+    out = tmp_path / "out"
+    args = ["backtest", str(path), "--horizons", "1", "--replays", "", "--out", str(out)]
+    args += ["--test-from", "2024-01-20", "--test-to", "2024-01-21"]
+    assert main(args) == 0
+    before = {f.name: f.read_bytes() for f in out.iterdir()}
+
+    def broken(*_args, **_kw):
+        raise RuntimeError("no plot today")
+
+    monkeypatch.setattr(plot, "plot_backtest", broken)
+    try:
+        main([*args[:-4], "--test-from", "2024-01-19", "--test-to", "2024-01-20"])
+    except RuntimeError:
+        pass
+    else:
+        raise AssertionError("the broken plot should have failed the run")
+    assert {f.name: f.read_bytes() for f in out.iterdir()} == before
+    assert [f.name for f in tmp_path.iterdir() if f.name.startswith(".out.")] == []
+
+
+def test_a_published_split_the_data_does_not_reach_falls_back_to_the_last_week():
+    """A file in Philly's or Helios's format but of other dates: its reader's split is empty,
+    so the last 7 days are tested; an explicit --test-from outside the data is an error."""
+    from dataclasses import replace
+
+    import pytest
+
+    from advisor.forecast.io import InputError
+    from advisor.forecast.rolling import run, test_window
+
+    p = synthetic_panel(days=30, n_series=1, seed=2)
+    elsewhere = replace(p, test_from=pd.Timestamp("2017-12-01"), test_to=pd.Timestamp("2017-12-15"))
+    origins = test_window(elsewhere)
+    assert len(origins) == 7 * 24 and p.index[origins[-1]] == p.index[-1]
+    assert (test_window(elsewhere) == test_window(p)).all()
+    with pytest.raises(InputError, match="lies in the test part"):
+        run(p, horizons=(1,), test_from="2030-01-01")
