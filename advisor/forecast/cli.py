@@ -147,7 +147,11 @@ def _run_backtest(args: argparse.Namespace) -> int:
             kw["test_from"] = args.test_from
         if args.test_to:
             kw["test_to"] = args.test_to
-        decisions.append(powerdown.replay(raw, **kw))
+        power = powerdown.replay(raw, **kw)
+        if power.empty:
+            days = powerdown.FIT_DAYS + 14
+            print(f"power-down replay skipped: needs {days} days of history before the test part")
+        decisions.append(power)
     decisions_df = pd.concat(decisions, ignore_index=True) if decisions else pd.DataFrame()
     elapsed = time.perf_counter() - t0
 

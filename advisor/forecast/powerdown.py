@@ -151,22 +151,39 @@ TUNE_MARGIN = 0.5
 CES_GRID = {"buffer": (16, 18, 20, 22, 24, 26, 28, 30), "keep": (10, 20)}
 
 
+FIT_DAYS = 7  # history the forecast models need before the tuning days
+
+
 def replay(
     panel: Panel,
-    test_from="2017-12-01",
-    test_to="2017-12-15",
+    test_from=None,
+    test_to=None,
     tune_days: int = 14,
     max_shortfalls: float = 0.43,
 ) -> pd.DataFrame:
     """All forecasts through the CES skeleton (published settings), plus the skeleton with buffer and
-    keep tuned on the training part for the advisor's forecast."""
+    keep tuned on the training part for the advisor's forecast.
+
+    The test days are the demand backtest's (`rolling.test_window`: Philly's Dec 1–14 split, or the
+    last 7 days of a file that does not reach it). A history too short to fit and tune before them
+    gives an empty frame (the CLI says so) rather than a replay on made-up training.
+    """
+    from advisor.forecast.rolling import test_window
+
+    hourly = panel.resample("h")
+    hours = test_window(hourly, test_from, test_to)
+    if not len(hours):
+        return pd.DataFrame()
+    first, end = hourly.index[hours[0]], hourly.index[hours[-1]] + pd.Timedelta(hours=1)
     used_s, total_s = step_series(panel)
     used_f = used_s.to_numpy(float)
     times = used_s.index
     # Masked steps: carry the last value so the replay has a number (they lie outside the test days).
     used_i = np.rint(feat.ffill(used_f[:, None])[:, 0]).astype(int)
     total_i = np.rint(total_s.to_numpy(float)).astype(int)
-    test = np.flatnonzero((times >= pd.Timestamp(test_from)) & (times < pd.Timestamp(test_to)))
+    test = np.flatnonzero((times >= first) & (times < end))
+    if not len(test) or test[0] < (tune_days + FIT_DAYS) * 24 * SPH:
+        return pd.DataFrame()
     start = int(test[0])
     p = CES()
     u, tot = used_i[test], total_i[test]

@@ -5,6 +5,7 @@ import pandas as pd
 import pytest
 
 from advisor.forecast import idle, jobs, powerdown
+from advisor.forecast.io import Panel
 
 
 def test_baseline_release_rules_are_causal_and_as_defined():
@@ -142,3 +143,21 @@ def test_daily_recalibration_of_idle_release_uses_nothing_after_the_origin():
         assert not before[w][before[w].index > cut + pd.Timedelta(days=1)].equals(
             after[w][after[w].index > cut + pd.Timedelta(days=1)]
         )
+
+
+def _node_minutes(days: int, start: str = "2019-03-01") -> Panel:
+    idx = pd.date_range(start, periods=days * 1440, freq="min")
+    rng = np.random.default_rng(4)
+    used = np.clip(300 + np.cumsum(rng.normal(0, 0.3, len(idx))), 0, 420).round()
+    vals = pd.DataFrame({"x/nodes": used}, index=idx)
+    cap = pd.DataFrame({"x/nodes": 420.0}, index=idx)
+    return Panel(vals, cap, "x", pd.Timestamp("2017-12-01"), pd.Timestamp("2017-12-15"))
+
+
+def test_power_down_replay_on_other_dates_tests_the_last_week_or_says_it_is_too_short():
+    """A Philly-format file of other dates: the replay runs on the demand backtest's window
+    (the last 7 days), and with too little history before it returns nothing, not a crash."""
+    rows = powerdown.replay(_node_minutes(29))
+    assert set(rows["model"]) == {"naive", "seasonal_naive_24", "advisor", "oracle_lookahead"}
+    assert np.allclose(rows["node_hours_off"], rows["mean_nodes_off"] * 7 * 24)  # 7 days long
+    assert powerdown.replay(_node_minutes(20)).empty
