@@ -310,4 +310,9 @@ def _open(source: str, freq: str | None) -> Panel:
             return read_philly(path)
         if {"scheduled_time", "deletion_time", "num_gpu", "gpu_milli"} <= set(header):
             return read_openb_pods(path)
+        if {"num_gpu", "gpu_milli"} <= set(header):
+            raise ValueError(
+                "an openb pod list without scheduled_time and deletion_time has no times to "
+                "forecast (the replay's synthetic lists are such)"
+            )
     return read_long(path, freq=freq)

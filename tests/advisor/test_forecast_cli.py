@@ -85,9 +85,12 @@ def test_unreadable_inputs_are_one_line_and_write_nothing(tmp_path, capsys):
     wrong.write_text("a,b\n1,2\n")
     philly = tmp_path / "philly_node_sequence.csv"
     philly.write_text("time,active,total\n2017-10-03 00:00:00,abc,420\n")
+    timeless = tmp_path / "openb_pod_list_multigpu20.csv"
+    timeless.write_text("name,cpu_milli,memory_mib,num_gpu,gpu_milli\np-0,1000,1,1,1000\n")
     out = tmp_path / "out"
     for source, words in [
         (str(tmp_path / "missing.csv"), "No such file"),
+        (str(timeless), "no times to forecast"),
         (str(wrong), "missing"),
         (str(philly), "could not convert"),
         ("prometheus+http://127.0.0.1:9/?query=up", "unreachable"),
