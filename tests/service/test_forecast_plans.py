@@ -7,6 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from advisor.forecast.io import Panel
 from advisor.fragmentation.measures import Settings, parse_shape
 from advisor.planner.actions import Action, Cost, GpuSet, Plan
 from advisor.planner.constraints import Policy
@@ -63,6 +64,129 @@ def test_seasonal_demand_is_forecast_with_a_measured_error_against_seasonal_naiv
     expected = 40 + 30 * np.sin(2 * np.pi * target.hour / 24)
     assert h6["point_gpus"] == pytest.approx(expected, abs=2.0)
     assert h6["backtest"]["test_origins"] >= 6 and h6["backtest"]["selection_origins"] >= 6
+
+
+def runs_frame(
+    seconds: np.ndarray, allocated: np.ndarray, start: str = "2026-01-05"
+) -> pd.DataFrame:
+    """One pool observed at the given run times (seconds after `start`)."""
+    return pd.DataFrame(
+        {
+            "time": pd.Timestamp(start, tz="UTC") + pd.to_timedelta(seconds, unit="s"),
+            "pool": "a100",
+            "allocated_gpus": allocated,
+            "capacity_gpus": 512.0,
+            "pending_gpus": 0.0,
+        }
+    )
+
+
+def random_walk(hours: int, per_hour: int = 12, seed: int = 7) -> pd.DataFrame:
+    """Demand that wanders: the hour's last reading predicts the next hour better than its mean."""
+    rng = np.random.default_rng(seed)
+    n = hours * per_hour
+    seconds = np.arange(n) * (3600.0 / per_hour) + rng.uniform(0, 60, n)
+    return runs_frame(seconds, 256 + np.cumsum(rng.normal(0, 2.0, n)))
+
+
+def test_hourly_panel_carries_each_hours_last_reading():
+    frame = random_walk(5)
+    panel = hourly_panel(frame)
+    assert len(panel.index) == 4  # the fifth hour is the latest: still running
+    hour = frame["time"].dt.floor("h").dt.tz_localize(None)
+    for t in panel.index:
+        mine = frame.loc[hour == t, "allocated_gpus"]
+        assert panel.values.at[t, "a100"] == pytest.approx(mine.mean())
+        assert panel.within["last"].at[t, "a100"] == mine.iloc[-1]
+        assert panel.within["max"].at[t, "a100"] == mine.max()
+        assert mine.iloc[-1] != pytest.approx(mine.mean())
+
+
+def test_service_forecasts_from_the_last_reading_of_the_last_complete_hour():
+    frame = random_walk(24 * 4)
+    doc = forecast_pools(frame, [1])
+    assert "last_reading" in doc["candidates"]
+    ((h1,),) = [p["horizons"] for p in doc["pools"]]
+    assert h1["model"] == "last_reading"
+    complete = frame[frame["time"] < frame["time"].iloc[-1].floor("h")]
+    last_hour = complete[complete["time"] >= complete["time"].iloc[-1].floor("h")]
+    assert h1["point_gpus"] == last_hour["allocated_gpus"].iloc[-1]
+    naive = last_hour["allocated_gpus"].mean()  # what the hourly mean alone would forecast
+    assert abs(h1["point_gpus"] - naive) > 0.5
+    # its held-back error was measured on the same inputs, and it beat the seasonal baseline
+    wape = h1["backtest"]["wape_ratio"]
+    assert wape["last_reading"] < wape[BASELINE]
+    q = h1["quantiles"]
+    assert q["0.1"] < h1["point_gpus"] < q["0.9"]
+
+
+def test_nothing_from_the_running_hour_is_used():
+    frame = random_walk(24 * 3)
+    doc = forecast_pools(frame, [1, 6])
+    running = frame["time"] >= frame["time"].iloc[-1].floor("h")
+    assert running.sum() > 2
+    altered = frame.copy()
+    altered.loc[running, "allocated_gpus"] *= 1.7
+    assert forecast_pools(altered, [1, 6]) == doc
+    assert forecast_pools(frame.iloc[: -(running.sum() - 1)], [1, 6]) == doc  # hour just begun
+    # a complete hour does count: changing the last run of the last complete hour moves it
+    changed = frame.copy()
+    changed.loc[(~running).to_numpy().nonzero()[0][-1], "allocated_gpus"] += 40
+    assert forecast_pools(changed, [1, 6]) != doc
+
+
+def test_an_hours_mask_and_readings_do_not_depend_on_later_runs():
+    frame = random_walk(30)
+    early, full = hourly_panel(frame.iloc[: 12 * 20 + 5]), hourly_panel(frame)
+    rows = early.index
+    assert full.values.loc[rows].equals(early.values)
+    for name, within in early.within.items():
+        assert full.within[name].loc[rows].equals(within), name
+
+
+def test_irregular_runs_keep_normal_hours_and_mask_real_gaps():
+    """Hourly backfill, then runs every ~45 s with jitter, a slow stretch, a restart, a source
+    outage and a lone run inside a longer outage; then a run in the hour still running."""
+    rng = np.random.default_rng(3)
+    backfill = np.arange(0, 24 * 3600, 3600.0)  # one run an hour (a sim backfill)
+
+    def live(start: float, end: float, every: float) -> np.ndarray:
+        return np.arange(start, end, every) + rng.uniform(-5, 5, len(np.arange(start, end, every)))
+
+    hour = 3600.0
+    seconds = np.concatenate(
+        [
+            backfill,
+            live(24 * hour, 26 * hour, 45),  # hours 24, 25: normal
+            live(26 * hour, 28 * hour, 100),  # hours 26, 27: a slow stretch (long runs)
+            live(28 * hour, 28 * hour + 1700, 45),  # hour 28: restart after 28 minutes ...
+            live(28 * hour + 1940, 29 * hour, 45),  # ... back 4 minutes later: normal
+            live(29 * hour, 29 * hour + 1200, 45),  # hour 29: source down from minute 20 ...
+            live(30 * hour + 2100, 31 * hour, 45),  # hour 30: ... to minute 35 of the next
+            live(31 * hour, 31 * hour + 600, 45),  # hour 31: down from minute 10 ...
+            [32 * hour + 1800],  # hour 32: one lone good run in the outage
+            live(33 * hour + 2700, 35 * hour + 60, 45),  # hour 33 partial, 34 normal, 35 running
+        ]
+    )
+    frame = runs_frame(seconds, np.full(len(seconds), 100.0))
+    panel = hourly_panel(frame)
+    observed = panel.values["a100"].notna()
+    by_hour = dict(
+        zip((panel.index - panel.index[0]) // pd.Timedelta(hours=1), observed, strict=True)
+    )
+    assert all(by_hour[h] for h in range(24)), "backfilled hours (one run each) are kept"
+    assert all(by_hour[h] for h in (24, 25, 26, 27, 28, 34)), by_hour
+    assert not any(by_hour[h] for h in (29, 30, 31, 32, 33)), by_hour
+    assert len(panel.index) == 35  # hour 35 is still running
+    assert panel.within["last"]["a100"].notna().equals(observed)
+    assert panel.capacity["a100"].eq(512.0).all()  # carried over the masked hours
+    # Panel.resample's own rule (one spacing for the whole input) would mask the backfill
+    runs = frame[frame["time"] < frame["time"].iloc[-1].floor("h")]
+    native = Panel(
+        runs.set_index(runs["time"].dt.tz_localize(None))[["allocated_gpus"]],
+        runs.set_index(runs["time"].dt.tz_localize(None))[["capacity_gpus"]],
+    )
+    assert native.resample("h").values.iloc[:24].isna().all().all()
 
 
 def test_blocked_shapes_are_whole_gpu_jobs_that_do_not_fit_but_could(islands):
