@@ -68,14 +68,19 @@ def missing_reasons(doc: dict[str, Any]) -> list[str]:
 
 
 def hourly_demand(history: History) -> pd.DataFrame:
-    """Hourly mean allocated GPUs per pool (the series the forecasts learn from)."""
-    demand = history.pool_demand()
-    if demand.empty:
-        return demand
-    demand = demand.assign(hour=demand["time"].dt.floor("h"))
-    return demand.groupby(["pool", "hour"], as_index=False)[
-        ["allocated_gpus", "capacity_gpus"]
-    ].agg({"allocated_gpus": "mean", "capacity_gpus": "max"})
+    """Hourly mean allocated GPUs per pool: exactly the series the service's forecasts learn from
+    (`advisor.service.forecast.hourly_panel`: complete hours only, thinly covered hours masked,
+    which the chart shows as gaps)."""
+    from advisor.service.forecast import hourly_panel
+
+    panel = hourly_panel(history.pool_demand())
+    columns = ["pool", "hour", "allocated_gpus", "capacity_gpus"]
+    if panel is None:
+        return pd.DataFrame(columns=columns)
+    allocated = panel.values.rename_axis(index="hour", columns="pool").stack(future_stack=True)
+    capacity = panel.capacity.rename_axis(index="hour", columns="pool").stack(future_stack=True)
+    frame = pd.DataFrame({"allocated_gpus": allocated, "capacity_gpus": capacity}).reset_index()
+    return frame[columns].sort_values(["pool", "hour"], ignore_index=True)
 
 
 def node_free_times(model: ClusterModel) -> tuple[pd.DataFrame, str]:

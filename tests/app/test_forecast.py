@@ -60,3 +60,20 @@ def test_coarse_simulated_history_is_not_forecast() -> None:
     assert any("forecasts are backtested on hourly points only" in i.value for i in at.info)
     with pytest.raises(AssertionError):
         frame_with(at, "backtest WAPE")
+
+
+def test_the_chart_shows_the_hourly_series_the_forecasts_learn_from() -> None:
+    """The history line is the service's hourly panel: complete hours only, same values."""
+    import numpy as np
+
+    from advisor.service.forecast import hourly_panel
+
+    history = data.sim_trend("sim:a100-16x8?t=3d")
+    chart = forecasts.hourly_demand(history)
+    panel = hourly_panel(history.pool_demand())
+    assert set(chart["pool"]) == set(panel.series)
+    for pool, rows in chart.groupby("pool"):
+        np.testing.assert_array_equal(rows["hour"].to_numpy(), panel.index.to_numpy())
+        np.testing.assert_allclose(rows["allocated_gpus"], panel.values[pool], equal_nan=True)
+    running = history.pool_demand()["time"].max().floor("h").tz_localize(None)
+    assert chart["hour"].max() < running
