@@ -34,12 +34,15 @@ SHRINK_H = None  # None: one λ per data set (see `lambda_for`)
 def minute_state(panel: Panel, times: pd.DatetimeIndex) -> tuple[np.ndarray, ...]:
     """Per hour t, from readings inside hour t and before it only: the idle count at the hour's
     last reading, the hour's highest idle count, and the minutes that count had been unchanged at
-    that last reading. (On an hourly panel: the hour's value, the same, and hours × 60.)"""
-    im = panel.capacity.ffill() - panel.values
-    g = im.resample("h")
-    last = g.last().reindex(times).to_numpy(float)
-    high = g.max().reindex(times).to_numpy(float)
-    a = im.to_numpy(float)
+    that last reading. (On an hourly panel: the hour's value, the same, and hours × 60.)
+
+    The first two come from the hour's `Panel.within` (capacity − the last and the lowest
+    reading; NaN where the hour has too few readings, as the hourly values); the third, which
+    `within` does not hold, from the readings themselves."""
+    hourly = panel.resample("h")
+    last = (hourly.capacity - hourly.within["last"]).reindex(times).to_numpy(float)
+    high = (hourly.capacity - hourly.within["min"]).reindex(times).to_numpy(float)
+    a = (panel.capacity.ffill() - panel.values).to_numpy(float)
     changed = np.ones(a.shape, bool)
     changed[1:] = ~(a[1:] == a[:-1])  # a masked reading counts as a change
     minutes = np.asarray((panel.index - panel.index[0]) / pd.Timedelta(minutes=1), float)
