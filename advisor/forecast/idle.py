@@ -179,7 +179,8 @@ def choose_margin(bases, scale, truth, risk, margins=MARGINS) -> float:
     return float(min(margins))
 
 
-CHECK_H = 7 * 24  # the last training week decides the margin and the method
+CHECK_H = 7 * 24  # the last training weeks decide the margin and the method
+CHECK_WEEKS = 2  # how many of them (each a pseudo-test calibrated on the hours before it)
 QUANTILE_MARGINS = (1.0, 0.75, 0.5)
 
 
@@ -250,18 +251,27 @@ def _quantile_advisor(
     every training hour whose outcome is known at `start`.
 
     Which share of the budget to spend (`QUANTILE_MARGINS`), and whether this model or the
-    per-series rules serve the data set at all, is decided on the last training week
-    (`CHECK_H` hours before `start`) calibrated on the hours before it: the most median capture
-    among the candidates within the budget (pooled and for the median series), else the fewest
-    violations. Returns (releases at `o`, params per series), or None where the rules won or
+    per-series rules serve the data set at all, is decided on the last `CHECK_WEEKS` training
+    weeks (of `CHECK_H` hours; only those with `MIN_CALIBRATION_H` out-of-sample hours before
+    them, and at least the last), each a pseudo-test calibrated on the hours before it, their
+    releases and outcomes pooled: the most median capture among the candidates within the budget
+    (pooled and for the median series), else the fewest violations. Returns (releases at `o`, params per series), or None where the rules won or
     there is too little history for the model. `method="quantile"` leaves the rules out of the
     choice.
     """
-    check0 = start - CHECK_H
     refits = iq.refit_schedule(start, refit_every, iq.MIN_HISTORY_H, int(o[-1]))
-    if not len(refits) or check0 - w + 1 - refits[0] < iq.MIN_CALIBRATION_H:
+    if not len(refits):
         return None
-    refits = np.union1d(refits, [check0])  # the last-week check sees the models of its time
+    # pseudo-test weeks, oldest first: the last CHECK_WEEKS training weeks that leave the model
+    # at least MIN_CALIBRATION_H out-of-sample hours before them
+    weeks = [
+        start - k * CHECK_H
+        for k in range(CHECK_WEEKS, 0, -1)
+        if start - k * CHECK_H - w + 1 - refits[0] >= iq.MIN_CALIBRATION_H
+    ]
+    if start - CHECK_H not in weeks:
+        return None
+    refits = np.union1d(refits, weeks)  # each week's check sees the models of its time
     X, cur, s = iq.idle_features(panel, idle, cap, times, w)
     norm = iq.release_norm(idle)
     first = int(refits[0])
@@ -271,21 +281,30 @@ def _quantile_advisor(
     def q(t):
         return Q[:, np.asarray(t) - first]
 
-    check = np.arange(check0, start - w + 1)
-    before = np.arange(first, check0 - w + 1)
+    # each week's rows: its hours whose outcome is known at `start`; the weeks' releases and
+    # outcomes are pooled into one check
+    checks = [np.arange(c, min(c + CHECK_H, start - w + 1)) for c in weeks]
+    truth_check = np.concatenate([truth[c] for c in checks])
     best_key, margin = (False, -np.inf), None
     if method != "quantile":
         scale = feat.scale_of(idle, cap)
-        rules, _ = _rule_advisor(
-            idle, cap, times, scale, truth, check, check0, w, risk, refit_every, None
+        rules = np.concatenate(
+            [
+                _rule_advisor(
+                    idle, cap, times, scale, truth, c, int(c[0]), w, risk, refit_every, None
+                )[0]
+                for c in checks
+            ]
         )
-        within, capture, viol = _check(rules, truth[check], risk)
+        within, capture, viol = _check(rules, truth_check, risk)
         best_key = (within, capture if within else -viol)
     for m in QUANTILE_MARGINS:
-        lam = iq.lambda_for(q(before), norm[before], truth[before], risk * m)
-        within, capture, viol = _check(
-            iq.lagrange_release(q(check), lam, norm[check]), truth[check], risk
-        )
+        rel = []
+        for c in checks:
+            before = np.arange(first, int(c[0]) - w + 1)
+            lam = iq.lambda_for(q(before), norm[before], truth[before], risk * m)
+            rel.append(iq.lagrange_release(q(c), lam, norm[c]))
+        within, capture, viol = _check(np.concatenate(rel), truth_check, risk)
         key = (within, capture if within else -viol)
         if key > best_key:
             best_key, margin = key, m
@@ -348,8 +367,11 @@ def backtest(
     origins = test_window(hourly, test_from, test_to)
     start = int(origins[0])
     scale = feat.scale_of(idle, cap)
-    rows = []
-    for w in windows:
+    capf = feat.ffill(cap)
+    capf = np.where(np.isfinite(capf), capf, np.inf)
+    bound = np.full(idle.shape, np.inf)  # the advisor's release for the shorter windows so far
+    per_window = {}
+    for w in sorted(set(windows)):
         truth = window_min(idle, w)
         ok = origins + w < len(idle)
         o = origins[ok]
@@ -359,8 +381,14 @@ def backtest(
         if picked is None:
             picked = _rule_advisor(idle, cap, times, scale, *args[3:])
         adv, params = picked
-        capf = feat.ffill(cap)[o]
-        decisions["advisor"] = np.minimum(adv, np.where(np.isfinite(capf), capf, np.inf))
+        # never more than capacity, nor more than a shorter window's release at the same origin
+        # (the minimum over a longer window cannot exceed the minimum over a shorter one)
+        decisions["advisor"] = np.minimum(np.minimum(adv, capf[o]), bound[o])
+        bound[o] = np.fmin(bound[o], decisions["advisor"])  # a NaN release bounds nothing
+        per_window[w] = (o, truth, decisions, params)
+    rows = []
+    for w in windows:
+        o, truth, decisions, params = per_window[w]
         if releases is not None:
             releases[w] = pd.DataFrame(decisions["advisor"], index=times[o], columns=panel.series)
         for name, rel in decisions.items():
@@ -391,23 +419,30 @@ def idle_windows(panel: Panel, windows=(1, 4, 8), risk: float = 0.05) -> pd.Data
     last = len(idle) - 1
     scale = feat.scale_of(idle, cap)
     now = np.array([last])
-    out = []
-    for w in windows:
+    capf = np.nan_to_num(feat.ffill(cap)[last], nan=np.inf)
+    bound = np.full(idle.shape[1], np.inf)  # the release for the shorter windows so far
+    per_window = {}
+    for w in sorted(set(windows)):
         truth = window_min(idle, w)
         picked = _quantile_advisor(panel, idle, cap, times, truth, now, last, w, risk, 168, None)
         if picked is not None:
             rel, rules = picked[0][0], [r.split(",")[0] for r in picked[1]]
         else:
             rel, rules = _rule_release_now(idle, cap, times, scale, truth, last, w, risk)
+        # a longer window never releases more than a shorter one (its minimum cannot be higher)
+        rel = np.minimum(np.minimum(rel, capf), bound)
+        bound = np.fmin(bound, rel)
+        per_window[w] = (rel, rules)
+    out = []
+    for w in windows:
+        rel, rules = per_window[w]
         for j, s in enumerate(panel.series):
             out.append(
                 {
                     "series": s,
                     "window_h": w,
                     "risk": risk,
-                    "release": float(
-                        min(rel[j], np.nan_to_num(feat.ffill(cap)[last, j], nan=np.inf))
-                    ),
+                    "release": float(rel[j]),
                     "current_idle": float(feat.ffill(idle)[last, j]),
                     "rule": rules[j],
                     "as_of": times[last],

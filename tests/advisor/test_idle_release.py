@@ -4,12 +4,14 @@ no look-ahead (altering data after an origin's hour must not change the release 
 import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from advisor.forecast import idle, idle_quantile
 from advisor.forecast.io import Panel
 
 
-def _minute_panel(days: int = 24, seed: int = 3) -> Panel:
+def _minute_panel(days: int = 24, seed: int = 3, test=("2024-01-19", "2024-01-22")) -> Panel:
     """Two pools per minute: jobs of 1–8 GPUs start and end at random, more by day."""
     rng = np.random.default_rng(seed)
     idx = pd.date_range("2024-01-01", periods=days * 24 * 60, freq="min")
@@ -30,8 +32,8 @@ def _minute_panel(days: int = 24, seed: int = 3) -> Panel:
         pd.DataFrame(vals, index=idx),
         pd.DataFrame(caps, index=idx),
         "t",
-        pd.Timestamp("2024-01-19"),
-        pd.Timestamp("2024-01-22"),
+        pd.Timestamp(test[0]),
+        pd.Timestamp(test[1]),
     )
 
 
@@ -113,6 +115,33 @@ def test_auto_choice_between_model_and_rules_uses_nothing_after_the_origin(minut
     pd.testing.assert_frame_equal(got[0][keep], got[1][keep])
 
 
+def test_choice_over_several_pseudo_test_weeks_uses_nothing_after_the_origin(monkeypatch):
+    """With three check weeks asked for, the two that leave the model enough calibration hours
+    are pooled into one check; the releases up to a cut do not change when everything after
+    the cut (all of the test part but its first six hours) is altered."""
+    panel = _minute_panel(days=31, test=("2024-01-29", "2024-01-30"))
+    monkeypatch.setattr(idle, "CHECK_WEEKS", 3)
+    checked = []
+    real = idle._check
+
+    def spy(rel, truth, risk):
+        checked.append(len(truth))
+        return real(rel, truth, risk)
+
+    monkeypatch.setattr(idle, "_check", spy)
+    cut = pd.Timestamp("2024-01-29 05:59")
+    got = []
+    for p in (panel, _altered_after(panel, cut)):
+        out: dict = {}
+        idle.backtest(p, windows=(1,), releases=out)
+        got.append(out[1])
+    assert checked and set(checked) == {2 * 168}  # two weeks of hours, each known at the start
+    keep = got[0].index <= pd.Timestamp("2024-01-29 05:00")
+    assert keep.sum() == 6
+    pd.testing.assert_frame_equal(got[0][keep], got[1][keep])
+    assert not got[0][~keep].equals(got[1][~keep])
+
+
 def test_lagrange_release_spends_risk_where_it_buys_units():
     levels = np.array(idle_quantile.LEVELS)
     # row 0: m is 10 for sure; row 1: 20 % chance that m drops to 2, else 10
@@ -167,3 +196,45 @@ def test_idle_windows_live_api_with_long_and_short_history(minute_panel):
     )
     few = idle.idle_windows(short, windows=(1,))
     assert len(few) == 2 and not few.rule.str.startswith("quantile").any()
+
+
+def test_a_longer_window_never_releases_more_in_the_backtest(minute_panel):
+    """min idle over 4 h ≤ min idle over 1 h, so the release at 4 h is capped by the one at 1 h
+    at the same origin; windows given in any order, rows come back in that order."""
+    out: dict = {}
+    d = idle.backtest(minute_panel, windows=(4, 1), releases=out)
+    assert list(d.window_h.unique()) == [4, 1]
+    r1, r4 = out[1], out[4]
+    assert r4.index.isin(r1.index).all()
+    assert (r4.to_numpy() <= r1.loc[r4.index].to_numpy()).all()
+
+
+def _hourly_walk(seed: int, days: int = 6) -> Panel:
+    rng = np.random.default_rng(seed)
+    idx = pd.date_range("2024-01-01", periods=days * 24, freq="h")
+    caps = rng.choice([8.0, 16.0, 64.0], 3)
+    vals = {
+        f"s{j}": np.clip(np.cumsum(rng.integers(-3, 4, len(idx))) + c / 2, 0, c)
+        for j, c in enumerate(caps)
+    }
+    cap = pd.DataFrame({f"s{j}": np.full(len(idx), c) for j, c in enumerate(caps)}, index=idx)
+    return Panel(pd.DataFrame(vals, index=idx), cap)
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    seed=st.integers(0, 10_000),
+    windows=st.lists(st.integers(1, 12), min_size=2, max_size=4, unique=True),
+)
+def test_idle_windows_releases_are_monotone_in_the_window(seed, windows):
+    live = idle.idle_windows(_hourly_walk(seed), windows=tuple(windows))
+    assert list(live.window_h.unique()) == windows
+    by = live.pivot(index="series", columns="window_h", values="release")[sorted(windows)]
+    assert (by.diff(axis=1).iloc[:, 1:].fillna(0) <= 0).all().all()
+
+
+def test_idle_windows_monotone_with_the_quantile_model(minute_panel):
+    live = idle.idle_windows(minute_panel, windows=(8, 1, 4))
+    assert live.rule.str.startswith("quantile").any()
+    by = live.pivot(index="series", columns="window_h", values="release")
+    assert (by[4] <= by[1]).all() and (by[8] <= by[4]).all()
