@@ -76,8 +76,6 @@ class IdleModel:
         return self._cache[1:]
 
     def fit(self, idle, cap, times, until: int) -> IdleModel:
-        from sklearn.ensemble import HistGradientBoostingRegressor
-
         X, last, s = self._features(idle, cap, times)
         truth = window_min(idle, self.w)
         rows = np.arange(0, until - self.w + 1)
@@ -87,16 +85,16 @@ class IdleModel:
         if ok.sum() < 50:
             self._model = None  # too little history: the past-minimum rules still apply
             return self
-        with bounded():
-            self._model = HistGradientBoostingRegressor(
-                loss="quantile",
-                quantile=max(self.risk, 0.01),
-                max_iter=150,
-                learning_rate=0.05,
-                max_leaf_nodes=15,
-                min_samples_leaf=40,
-                random_state=self.seed,
-            ).fit(Xr[ok], target[ok])
+        params = {
+            "loss": "quantile",
+            "quantile": max(self.risk, 0.01),
+            "max_iter": 150,
+            "learning_rate": 0.05,
+            "max_leaf_nodes": 15,
+            "min_samples_leaf": 40,
+            "random_state": self.seed,
+        }
+        self._model = iq.fit_gbm(params, Xr[ok], target[ok])
         return self
 
     def raw(self, idle, cap, times, origins) -> np.ndarray:

@@ -9,6 +9,10 @@ set. `advisor.forecast.idle` decides where this model serves and where the per-s
 
 from __future__ import annotations
 
+import hashlib
+import threading
+from collections import OrderedDict
+
 import numpy as np
 import pandas as pd
 
@@ -29,6 +33,38 @@ MIN_CALIBRATION_H = 3 * 24  # out-of-sample hours needed to pick λ; fewer: the 
 
 
 SHRINK_H = None  # None: one λ per data set (see `lambda_for`)
+
+
+FITTED_MAX = 512  # fitted models kept for reuse (a few tens of kB each)
+_fitted: OrderedDict = OrderedDict()
+_fitted_lock = threading.Lock()
+
+
+def fit_gbm(params: dict, X: np.ndarray, y: np.ndarray):
+    """`HistGradientBoostingRegressor(**params).fit(X, y)`, reused when this process has already
+    fitted the same parameters on the same rows (byte for byte). The fits are deterministic (fixed
+    `random_state`), so reuse changes no result; it spares repeated `idle_windows` calls within an
+    hour the refits whose training rows have not changed. At most `FITTED_MAX` models are kept,
+    least recently used first out."""
+    from sklearn.ensemble import HistGradientBoostingRegressor
+
+    digest = hashlib.blake2b(repr(sorted(params.items())).encode(), digest_size=20)
+    for a in (X, y):
+        a = np.ascontiguousarray(a, dtype=float)
+        digest.update(repr(a.shape).encode())
+        digest.update(a.tobytes())
+    key = digest.digest()
+    with _fitted_lock:
+        if key in _fitted:
+            _fitted.move_to_end(key)
+            return _fitted[key]
+    with bounded():
+        model = HistGradientBoostingRegressor(**params).fit(X, y)
+    with _fitted_lock:
+        _fitted[key] = model
+        while len(_fitted) > FITTED_MAX:
+            _fitted.popitem(last=False)
+    return model
 
 
 def minute_state(panel: Panel, times: pd.DatetimeIndex) -> tuple[np.ndarray, ...]:
@@ -88,8 +124,6 @@ def quantile_paths(X, cur, s, cap, target, w, rows, refit_points, levels=LEVELS,
     """Quantiles of m at `rows`, (len(levels), len(rows), S), each from pooled models fitted at
     the latest refit point ≤ the row on the outcomes known there (rows t with t + w ≤ the refit
     point). NaN where no refit point precedes a row or too few outcomes are known."""
-    from sklearn.ensemble import HistGradientBoostingRegressor
-
     rows = np.asarray(rows)
     refit_points = np.sort(np.asarray(refit_points))
     n_series, n_feat = X.shape[1], X.shape[-1]
@@ -107,16 +141,17 @@ def quantile_paths(X, cur, s, cap, target, w, rows, refit_points, levels=LEVELS,
         sel = np.flatnonzero(at == k)
         Xo = X[rows[sel]].reshape(-1, n_feat)
         for i, q in enumerate(levels):
+            params = {
+                "loss": "quantile",
+                "quantile": q,
+                "max_iter": 100,
+                "learning_rate": 0.075,
+                "max_leaf_nodes": 15,
+                "min_samples_leaf": 40,
+                "random_state": seed,
+            }
+            model = fit_gbm(params, Xr[ok], y[ok])
             with bounded():
-                model = HistGradientBoostingRegressor(
-                    loss="quantile",
-                    quantile=q,
-                    max_iter=100,
-                    learning_rate=0.075,
-                    max_leaf_nodes=15,
-                    min_samples_leaf=40,
-                    random_state=seed,
-                ).fit(Xr[ok], y[ok])
                 change = model.predict(Xo).reshape(len(sel), n_series)
             Q[i, sel] = cur[rows[sel]] + s[rows[sel]] * change
     Q = np.sort(Q, axis=0)  # quantiles must not cross

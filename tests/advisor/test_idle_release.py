@@ -238,3 +238,19 @@ def test_idle_windows_monotone_with_the_quantile_model(minute_panel):
     assert live.rule.str.startswith("quantile").any()
     by = live.pivot(index="series", columns="window_h", values="release")
     assert (by[4] <= by[1]).all() and (by[8] <= by[4]).all()
+
+
+def test_fitted_models_are_reused_only_for_the_same_parameters_and_rows():
+    rng = np.random.default_rng(1)
+    X, y = rng.normal(size=(300, 3)), rng.normal(size=300)
+    params = {"loss": "quantile", "quantile": 0.1, "max_iter": 5, "random_state": 0}
+    first = idle_quantile.fit_gbm(params, X, y)
+    assert idle_quantile.fit_gbm(params, X.copy(), y.copy()) is first
+    nudged = y.copy()
+    nudged[-1] += 1e-9
+    assert idle_quantile.fit_gbm(params, X, nudged) is not first
+    assert idle_quantile.fit_gbm({**params, "quantile": 0.2}, X, y) is not first
+    fresh = idle_quantile.fit_gbm({**params, "max_iter": 6}, X, y)
+    np.testing.assert_array_equal(
+        fresh.predict(X), idle_quantile.fit_gbm({**params, "max_iter": 6}, X, y).predict(X)
+    )
