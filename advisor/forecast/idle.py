@@ -193,6 +193,22 @@ def _check(rel, truth, risk) -> tuple[bool, float, float]:
     return bool(within), float(np.median(capture)), float(np.median(per_series))
 
 
+def _calibrated_rules(idle, cap, times, scale, truth, val, w, risk):
+    """Each series' rule and parameter calibrated on the origins `val` (the model-based rule only
+    with a week of history before them). Under a day of calibration hours there is nothing to
+    calibrate on: half the past-W minimum, the note's safe rule. Returns (model or None, rules,
+    params, margin)."""
+    model = None
+    if len(val) and int(val[0]) - w > 7 * 24:
+        model = IdleModel(w, risk).fit(idle, cap, times, int(val[0]) - w)
+    if len(val) < 24:
+        return model, ["past_min*factor"] * idle.shape[1], np.full(idle.shape[1], 0.5), 1.0
+    bases = candidate_bases(idle, cap, times, val, w, model)
+    margin = choose_margin(bases, scale[val], truth[val], risk)
+    rule, param = calibrate_rules(bases, scale[val], truth[val], risk * margin)
+    return model, rule, param, margin
+
+
 def _rule_advisor(
     idle, cap, times, scale, truth, o, start, w, risk, refit_every, recalibrate_every
 ):
@@ -200,10 +216,7 @@ def _rule_advisor(
     `CALIBRATION_DAYS` of the training part, optionally re-picked every `recalibrate_every`
     origins on the trailing days of known outcomes. Returns (releases, params per series)."""
     val = np.arange(max(48, start - CALIBRATION_DAYS * 24 - w), start - w)
-    model = IdleModel(w, risk).fit(idle, cap, times, int(val[0]) - w)
-    bases = candidate_bases(idle, cap, times, val, w, model)
-    margin = choose_margin(bases, scale[val], truth[val], risk)
-    rule, param = calibrate_rules(bases, scale[val], truth[val], risk * margin)
+    model, rule, param, margin = _calibrated_rules(idle, cap, times, scale, truth, val, w, risk)
     # the release levels each rule gave at every origin, each from the model in force then:
     # the training origins from the calibration model, the test origins from the refits
     hist = np.arange(int(val[0]), start) if recalibrate_every else val
@@ -211,7 +224,8 @@ def _rule_advisor(
     test_bases = {k: np.empty((len(o), idle.shape[1])) for k in hist_bases}
     for i in range(0, len(o), refit_every):
         block = o[i : i + refit_every]
-        model.fit(idle, cap, times, int(block[0]))
+        if model is not None:
+            model.fit(idle, cap, times, int(block[0]))
         b = candidate_bases(idle, cap, times, block, w, model)
         for k in test_bases:
             test_bases[k][i : i + len(block)] = b.get(k, b["past_min*factor"])
@@ -453,15 +467,7 @@ def _rule_release_now(idle, cap, times, scale, truth, last, w, risk):
     """The per-series rules' release at the last hour (short histories)."""
     now = np.array([last])
     val = np.arange(max(48, last - CALIBRATION_DAYS * 24 - w), last - w + 1)
-    model = None
-    if int(val[0]) - w > 7 * 24:
-        model = IdleModel(w, risk).fit(idle, cap, times, int(val[0]) - w)
-    if len(val) >= 24:
-        bases = candidate_bases(idle, cap, times, val, w, model)
-        margin = choose_margin(bases, scale[val], truth[val], risk)
-        rule, param = calibrate_rules(bases, scale[val], truth[val], risk * margin)
-    else:
-        rule, param = ["past_min*factor"] * idle.shape[1], np.full(idle.shape[1], 0.5)
+    model, rule, param, _ = _calibrated_rules(idle, cap, times, scale, truth, val, w, risk)
     if model is not None:
         model.fit(idle, cap, times, last)
     b = candidate_bases(idle, cap, times, now, w, model)

@@ -254,3 +254,16 @@ def test_fitted_models_are_reused_only_for_the_same_parameters_and_rows():
     np.testing.assert_array_equal(
         fresh.predict(X), idle_quantile.fit_gbm({**params, "max_iter": 6}, X, y).predict(X)
     )
+
+
+@pytest.mark.parametrize("test_from", ["2024-01-02", "2024-01-03 06:00"])  # 0 and 5 hours
+def test_too_little_history_to_calibrate_releases_half_the_past_minimum(test_from):
+    """Under a day of calibration hours before the test part (a short held-back series), the
+    advisor falls back to the note's safe rule instead of failing."""
+    panel = _minute_panel(days=5, test=(test_from, "2024-01-04"))
+    rows = idle.backtest(panel, windows=(1, 4))
+    adv = rows[rows["model"] == "advisor"].set_index(["series", "window_h"])
+    half = rows[rows["model"] == "half_min_past_w"].set_index(["series", "window_h"])
+    assert (adv["params"] == "past_min*factor=0.500,margin=1").all()
+    np.testing.assert_allclose(adv["capture"], half["capture"])
+    np.testing.assert_allclose(adv["violation_rate"], half["violation_rate"])
