@@ -364,7 +364,7 @@ def backtest(
     """
     from advisor.forecast.rolling import test_window
 
-    known = [s for s in panel.series if panel.capacity[s].notna().any()]
+    known = with_capacity(panel)
     if not known:  # idle = capacity − use: nothing to say without a capacity
         return pd.DataFrame()
     panel = panel.select(known)
@@ -420,13 +420,43 @@ def backtest(
     return pd.DataFrame(rows)
 
 
+def with_capacity(panel: Panel) -> list[str]:
+    """The series that ever had capacity. A pool with none has nothing to release and cannot be
+    wrong, so it stays out of the pooled model and its λ: its hours would only dilute the pooled
+    violation share and let the other pools take more risk."""
+    return [s for s in panel.series if (panel.capacity[s] > 0).any()]
+
+
 def idle_windows(panel: Panel, windows=(1, 4, 8), risk: float = 0.05) -> pd.DataFrame:
     """Live use: units safe to release now per series and window.
 
     The same choice as `backtest` with the last hour as the origin: the pooled quantile model
     (refit weekly backwards from now) with λ picked on its out-of-sample forecasts of the history,
     where the last week says it beats the per-series rules; otherwise, and with too little
-    history for it, the per-series rules."""
+    history for it, the per-series rules. A series without capacity releases 0 (rule "no_capacity")."""
+    known = with_capacity(panel)
+    if len(known) < len(panel.series):
+        empty = [s for s in panel.series if s not in known]
+        as_of = panel.resample("h").index[-1]
+        rows = [
+            {
+                "series": s,
+                "window_h": w,
+                "risk": risk,
+                "release": 0.0,
+                "current_idle": 0.0,
+                "rule": "no_capacity",
+                "as_of": as_of,
+            }
+            for w in windows
+            for s in empty
+        ]
+        found = idle_windows(panel.select(known), windows, risk) if known else pd.DataFrame()
+        out = pd.concat([found, pd.DataFrame(rows)], ignore_index=True)
+        rank = {"window_h": {w: i for i, w in enumerate(windows)}}
+        rank["series"] = {s: i for i, s in enumerate(panel.series)}
+        out = out.sort_values(["window_h", "series"], key=lambda c: c.map(rank[c.name]))
+        return out.reset_index(drop=True)
     idle, cap, times = hourly_idle(panel)
     last = len(idle) - 1
     scale = feat.scale_of(idle, cap)

@@ -267,3 +267,28 @@ def test_too_little_history_to_calibrate_releases_half_the_past_minimum(test_fro
     assert (adv["params"] == "past_min*factor=0.500,margin=1").all()
     np.testing.assert_allclose(adv["capture"], half["capture"])
     np.testing.assert_allclose(adv["violation_rate"], half["violation_rate"])
+
+
+def _with_empty_pool(panel: Panel) -> Panel:
+    """`panel` plus a pool that has no GPUs at all (a VC that exists but holds nothing)."""
+    values = panel.values.assign(empty=0.0)
+    capacity = panel.capacity.assign(empty=0.0)
+    return Panel(values, capacity, panel.name, panel.test_from, panel.test_to)
+
+
+def test_a_pool_without_capacity_changes_nothing_for_the_others(minute_panel):
+    """Its hours cannot be wrong, so counted in the pooled budget they would let the other pools
+    take more risk: it stays out of the model and its λ (backtest and live)."""
+    alone = idle.backtest(minute_panel, windows=(1,))
+    beside = idle.backtest(_with_empty_pool(minute_panel), windows=(1,))
+    assert "empty" not in set(beside["series"])
+    pd.testing.assert_frame_equal(alone, beside)
+    live_alone = idle.idle_windows(minute_panel, windows=(1, 4))
+    live = idle.idle_windows(_with_empty_pool(minute_panel), windows=(1, 4))
+    assert list(live["series"]) == ["pool0", "pool1", "empty"] * 2
+    assert list(live["window_h"]) == [1, 1, 1, 4, 4, 4]
+    empty = live[live["series"] == "empty"]
+    assert (empty["release"] == 0).all() and (empty["rule"] == "no_capacity").all()
+    pd.testing.assert_frame_equal(
+        live[live["series"] != "empty"].reset_index(drop=True), live_alone, check_dtype=False
+    )
