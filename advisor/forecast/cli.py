@@ -20,6 +20,18 @@ METRIC_COLUMNS = [
 ]
 
 
+PAIRED_COLUMNS = [
+    "series",
+    "horizon",
+    "baseline",
+    "best_baseline",
+    "diff_pct",
+    "p_value",
+    "boot_lo_pct",
+    "boot_hi_pct",
+]
+
+
 def _floats(text: str) -> tuple[float, ...]:
     return tuple(float(x) for x in text.split(",") if x.strip())
 
@@ -69,7 +81,7 @@ def register(subparsers) -> None:
     bt.add_argument(
         "--out",
         default=None,
-        help="write metrics.csv, decisions.csv, picks.csv, forecasts.csv, forecast.png here",
+        help="write metrics.csv, decisions.csv, picks.csv, forecasts.csv, significance.csv, forecast.png here",
     )
     bt.set_defaults(func=run_backtest)
 
@@ -119,7 +131,7 @@ def run_backtest(args: argparse.Namespace) -> int:
 def _run_backtest(args: argparse.Namespace) -> int:
     import pandas as pd
 
-    from advisor.forecast import idle, io, powerdown, rolling
+    from advisor.forecast import idle, io, powerdown, rolling, significance
 
     t0 = time.perf_counter()
     raw = io.load(args.input)
@@ -133,6 +145,7 @@ def _run_backtest(args: argparse.Namespace) -> int:
         criterion=args.select_by,
         calibrate=args.calibrate,
     )
+    paired = significance.paired_table(fc)
     t_demand = time.perf_counter() - t0
     replays = {r.strip() for r in args.replays.split(",") if r.strip()}
     decisions = []
@@ -163,6 +176,13 @@ def _run_backtest(args: argparse.Namespace) -> int:
         print(summarise(metrics).to_string(index=False))
         print("\npicks (chosen on the training part):")
         print(picks.pivot(index="series", columns="horizon", values="pick").to_string())
+        if len(paired):
+            shown = paired[(paired["baseline"] == "naive") | paired["best_baseline"]]
+            print(
+                "\npaired tests of the advisor's MAE (Diebold-Mariano p-value; 95 % day-bootstrap"
+                " interval of the difference; best = lowest baseline MAE on the test part):"
+            )
+            print(shown[PAIRED_COLUMNS].round(3).to_string(index=False))
         if len(decisions_df):
             print("\ndecision replays:")
             print(decisions_df.round(2).to_string(index=False))
@@ -179,6 +199,7 @@ def _run_backtest(args: argparse.Namespace) -> int:
             picks.to_csv(stage / "picks.csv", index=False)
             fc.to_csv(stage / "forecasts.csv", index=False)
             decisions_df.to_csv(stage / "decisions.csv", index=False)
+            paired.to_csv(stage / "significance.csv", index=False)
             plot_backtest(fc, stage / "forecast.png")
         print(f"wrote {args.out}/metrics.csv, decisions.csv, forecast.png")
     return 0

@@ -64,7 +64,11 @@ def test_backtest_cli_writes_metrics_decisions_and_plot(tmp_path, capsys):
     )
     assert set(decisions["model"]) >= {"advisor", "half_min_past_w"}
     assert (out / "forecast.png").stat().st_size > 1000
-    assert "advisor" in capsys.readouterr().out
+    paired = pd.read_csv(out / "significance.csv")
+    assert set(paired["horizon"]) == {1, 24} and "naive" in set(paired["baseline"])
+    assert paired.groupby(["series", "horizon"])["best_baseline"].sum().eq(1).all()
+    printed = capsys.readouterr().out
+    assert "advisor" in printed and "paired tests of the advisor's MAE" in printed
 
 
 def test_forecast_cli_prints_ordered_quantiles(tmp_path, capsys):

@@ -1,0 +1,68 @@
+"""Paired tests of MAE differences: DM-HLN equals the paired t test at h = 1, overlapping
+forecasts widen it, the day bootstrap brackets the observed difference."""
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+from advisor.forecast.significance import day_bootstrap, diebold_mariano, paired_table
+
+
+def test_at_one_step_dm_with_the_hln_correction_is_the_paired_t_test():
+    rng = np.random.default_rng(1)
+    a, b = rng.gamma(2.0, 1.0, 300), rng.gamma(2.0, 1.1, 300)
+    statistic, p_value = diebold_mariano(a, b, h=1)
+    expected = stats.ttest_rel(a, b)
+    assert np.isclose(statistic, expected.statistic) and np.isclose(p_value, expected.pvalue)
+
+
+def test_overlapping_forecasts_make_the_same_gain_less_certain():
+    """A differential that persists for a day (as 24-h-ahead errors do) is fewer independent
+    points than it looks: at h = 24 the statistic shrinks."""
+    rng = np.random.default_rng(2)
+    d = np.repeat(rng.normal(-0.3, 1.0, 14), 24)  # 14 independent days, each repeated hourly
+    base = np.full(len(d), 5.0)
+    one, p_one = diebold_mariano(base + d, base, h=1)
+    day, p_day = diebold_mariano(base + d, base, h=24)
+    assert one < 0 and day < 0 and abs(day) < abs(one) and p_day > p_one
+
+
+def test_identical_forecasts_have_no_test():
+    assert np.isnan(diebold_mariano([1.0, 2.0, 3.0], [1.0, 2.0, 3.0], h=1)[0])
+
+
+def test_day_bootstrap_brackets_the_observed_difference_and_is_repeatable():
+    rng = np.random.default_rng(3)
+    days = np.repeat(pd.date_range("2024-01-01", periods=14), 24)
+    base = rng.normal(0, 2.0, len(days))
+    model = 0.8 * base + rng.normal(0, 0.3, len(days))
+    observed = 100 * (np.abs(model).mean() / np.abs(base).mean() - 1)
+    lo, hi = day_bootstrap(model, base, days)
+    assert lo < observed < hi < 0
+    assert (lo, hi) == day_bootstrap(model, base, days)
+
+
+def test_paired_table_flags_the_best_baseline_and_signs_the_difference():
+    origins = pd.date_range("2024-01-01", periods=7 * 24, freq="h")
+    rng = np.random.default_rng(4)
+    actual = 50 + rng.normal(0, 3, len(origins))
+    rows = []
+    for name, noise in [("advisor", 1.0), ("naive", 2.0), ("seasonal_naive_24", 4.0)]:
+        point = actual + rng.normal(0, noise, len(origins))
+        rows.append(
+            pd.DataFrame(
+                {
+                    "origin": origins,
+                    "series": "s",
+                    "horizon": 1,
+                    "model": name,
+                    "point": point,
+                    "actual": actual,
+                }
+            )
+        )
+    table = paired_table(pd.concat(rows), baselines=("naive", "seasonal_naive_24"))
+    naive = table.set_index("baseline").loc["naive"]
+    assert naive["best_baseline"] and naive["diff_pct"] < 0 and naive["p_value"] < 0.01
+    assert naive["boot_lo_pct"] < naive["diff_pct"] < naive["boot_hi_pct"]
+    assert not table.set_index("baseline").loc["seasonal_naive_24", "best_baseline"]
