@@ -96,6 +96,24 @@ ADVISOR_METRICS: tuple[MetricSpec, ...] = (
         "Backtest WAPE of the chosen model and of the seasonal-naive baseline.",
         ("pool", "horizon", "model"),
     ),
+    _g(
+        "gpu_advisor_forecast_idle_gpus",
+        "GPUs forecast to stay free for the whole next window, released at the service's risk "
+        "(risk in /api/forecast); shown only with its backtest.",
+        ("pool", "window"),
+    ),
+    _g(
+        "gpu_advisor_forecast_idle_backtest_violation_ratio",
+        "Held-back share of hours in which the idle-window release exceeded the GPUs that "
+        "stayed free, for the advisor and the past-window-minimum baseline.",
+        ("pool", "window", "model"),
+    ),
+    _g(
+        "gpu_advisor_forecast_idle_backtest_capture_ratio",
+        "Held-back share of the GPUs that stayed free that the idle-window release captured, "
+        "for the advisor and the past-window-minimum baseline.",
+        ("pool", "window", "model"),
+    ),
     # --- recommendations ---
     _g("gpu_advisor_recommended_actions", "Recommended actions by kind.", ("kind",)),
     _i(

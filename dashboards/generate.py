@@ -859,8 +859,8 @@ def fragmentation_advisor(config: dict) -> dict:
                 bargauge(
                     "Backtest error (WAPE)",
                     "Weighted absolute percentage error of the chosen model and of the "
-                    "seasonal-naive baseline on held-back data; a forecast is only shown when it "
-                    "beats the baseline.",
+                    "seasonal-naive baseline on held-back data; a forecast is only shown with "
+                    "this measurement.",
                     [
                         target(
                             "gpu_advisor_forecast_backtest_wape_ratio{"
@@ -873,6 +873,46 @@ def fragmentation_advisor(config: dict) -> dict:
                     "percentunit",
                     thresholds=steps((0.2, YELLOW), (0.4, RED)),
                     min=0,
+                    w=8,
+                    h=9,
+                ),
+                timeseries(
+                    "Idle GPUs forecast to stay free",
+                    "Per pool and window W: GPUs the advisor releases as free for the whole next "
+                    "W hours at its risk (5 % by default: the share of hours a release may exceed "
+                    "what stayed free), next to the free GPUs now. Updated once an hour; only "
+                    "shown with its held-back backtest.",
+                    targets(
+                        (
+                            f"gpu_advisor_forecast_idle_gpus{{{ADV_POOL}}}",
+                            "{{pool}} free for {{window}}",
+                        ),
+                        (f"gpu_advisor_free_gpus{{{ADV_POOL}}}", "{{pool}} free now"),
+                    ),
+                    "none",
+                    w=16,
+                    h=9,
+                ),
+                bargauge(
+                    "Idle-window backtest",
+                    "On the advisor's own held-back hours: the share of hours the release "
+                    "exceeded the GPUs that stayed free (violations; the budget is the risk) and "
+                    "the share of those GPUs it released (capture), for the advisor and for "
+                    "releasing the past-W-hour minimum (min_past_w).",
+                    targets(
+                        (
+                            f"gpu_advisor_forecast_idle_backtest_violation_ratio{{{ADV_POOL}}}",
+                            "{{pool}} {{window}} {{model}} violations",
+                        ),
+                        (
+                            f"gpu_advisor_forecast_idle_backtest_capture_ratio{{{ADV_POOL}}}",
+                            "{{pool}} {{window}} {{model}} capture",
+                        ),
+                        instant=True,
+                    ),
+                    "percentunit",
+                    min=0,
+                    max=1,
                     w=8,
                     h=9,
                 ),

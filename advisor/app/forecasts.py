@@ -67,6 +67,49 @@ def missing_reasons(doc: dict[str, Any]) -> list[str]:
     return [f"{why} (pools: {', '.join(pools)})" for why, pools in reasons.items()]
 
 
+def idle_frame(doc: dict[str, Any]) -> pd.DataFrame:
+    """One row per pool and idle window with a release: GPUs that stay free for the whole window
+    at the service's risk, next to how that release did on held-back hours (violations, capture)
+    and how releasing the past-window minimum did."""
+    idle = doc.get("idle") or {}
+    baseline = idle.get("baseline", "")
+    rows = []
+    for pool in idle.get("pools", []):
+        for w in pool["windows"]:
+            if not w.get("available"):
+                continue
+            bt = w["backtest"]
+            rows.append(
+                {
+                    "pool": pool["pool"],
+                    "window": w["window"],
+                    "until (UTC)": w["until"].replace("T", " ")[:16],
+                    "free GPUs for the whole window": w["release_gpus"],
+                    "idle now (last hour's low)": pool["current_idle_gpus"],
+                    "capacity GPUs": pool["capacity_gpus"],
+                    "backtest violations": bt["violation_ratio"].get("advisor"),
+                    "backtest capture": bt["capture_ratio"].get("advisor"),
+                    f"{baseline} violations": bt["violation_ratio"].get(baseline),
+                    f"{baseline} capture": bt["capture_ratio"].get(baseline),
+                    "held-back hours": bt["test_origins"],
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+def idle_missing_reasons(doc: dict[str, Any]) -> list[str]:
+    """'window: why (pools)' for every idle window without a release (deduplicated)."""
+    idle = doc.get("idle") or {}
+    reasons: dict[str, list[str]] = {}
+    for pool in idle.get("pools", []):
+        for w in pool["windows"]:
+            if not w.get("available"):
+                reasons.setdefault(f"{w['window']}: {w['reason']}", []).append(pool["pool"])
+    if idle.get("error"):
+        reasons.setdefault(f"all windows: failed ({idle['error']})", [])
+    return [f"{why} (pools: {', '.join(pools) or 'all'})" for why, pools in reasons.items()]
+
+
 def hourly_demand(history: History) -> pd.DataFrame:
     """Hourly mean allocated GPUs per pool: exactly the series the service's forecasts learn from
     (`advisor.service.forecast.hourly_panel`: complete hours only, thinly covered hours masked,

@@ -23,12 +23,16 @@ no forecast is shown without a measured error against seasonal naive on held-bac
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from advisor.forecast import idle as I
+from advisor.forecast import idle_windows
 from advisor.forecast import metrics as M
 from advisor.forecast.features import within_arrays
 from advisor.forecast.io import Panel
@@ -49,19 +53,54 @@ MAX_ORIGINS = 14 * 24  # bound the backtest's cost on a long history
 MIN_COVERAGE = 0.5  # an hour with fewer of its expected runs is masked (as Panel.resample)
 SPACING_RUNS = 11  # trailing runs whose median gap sets the spacing (`_covered`)
 
+# Idle windows (`idle_section`)
+IDLE_WINDOWS_H: tuple[int, ...] = (1, 4, 8)
+IDLE_RISK = 0.05  # the violation budget: share of hours a release may exceed what stays free
+IDLE_BASELINE = "min_past_w"  # release what stayed free over the past W hours
+IDLE_FIRST_H = 48  # idle's per-series rules calibrate from hour 48 on (yesterday's window)
+IDLE_MIN_CALIBRATION_H = 24  # calibration origins before the held-back hours
+IDLE_MIN_TEST = 24  # held-back origins with an observed outcome needed to show a release
+IDLE_TEST_H = 7 * 24  # at most this many origins are held back
+IDLE_MAX_H = 16 * 24  # the history idle windows see (cost, and the method the backtest measures)
 
-def hourly_panel(pool_demand: pd.DataFrame) -> Panel | None:
-    """Hourly mean allocated GPUs, the readings inside each hour (`within`) and max capacity per
-    pool, by `Panel.resample("h")` of the runs at their own times; the hour still running is
-    left out. None when there is no complete hour yet.
+log = logging.getLogger("advisor.service")
 
-    The runs are irregular (an interval plus run time, jitter, a backfill one hour apart before
-    the live runs, gaps while the source is down), so `resample`'s own rule, which takes one
-    spacing for the whole input, would mask every backfilled hour once the live runs dominate.
-    Here an hour is masked when it holds fewer than half the runs expected from the spacing of
-    the runs up to it (`_covered`); hours without a run stay masked; capacity (the hour's max)
-    is carried over them.
-    """
+
+@dataclass(frozen=True)
+class RunsPanel(Panel):
+    """The service's runs at their own times (one row per run, one column per pool); complete
+    hours only. Its `resample` masks a bucket by the service's coverage rule (`_covered`: the
+    runs expected from the spacing of the runs up to it) instead of `Panel.resample`'s one
+    spacing for the whole input, which would mask the hourly backfill once the live runs
+    dominate. Consumers that aggregate the panel they are given by `resample` (the demand
+    forecast's `hourly_panel`, `idle_windows` and `idle.backtest` through `hourly_idle` and
+    `minute_state`) therefore all see the same observed and masked hours."""
+
+    def resample(self, freq: str, how: str = "mean", min_coverage: float = MIN_COVERAGE) -> Panel:
+        every = Panel.resample(self, freq, how, min_coverage=0.0)  # every bucket with a run
+        keep = _covered(self.values, every.index, freq, min_coverage)
+        return Panel(
+            every.values.where(keep),
+            every.capacity,
+            every.name,
+            every.test_from,
+            every.test_to,
+            dict(every.meta),
+            {k: v.where(keep) for k, v in every.within.items()},
+        )
+
+    def select(self, series: list[str]) -> RunsPanel:
+        return RunsPanel(self.values[series], self.capacity[series], self.name)
+
+    def since(self, start: pd.Timestamp) -> RunsPanel:
+        """The runs from `start` on (bounds the history an expensive consumer sees)."""
+        keep = self.index >= start
+        return RunsPanel(self.values[keep], self.capacity[keep], self.name)
+
+
+def runs_panel(pool_demand: pd.DataFrame) -> RunsPanel | None:
+    """Allocated GPUs (mean of a run's rows) and capacity (max) per pool at each run's own time,
+    the hour still running left out. None when there is no complete hour yet."""
     if pool_demand.empty:
         return None
     time = pd.to_datetime(pool_demand["time"], utc=True).dt.tz_localize(None)
@@ -76,19 +115,47 @@ def hourly_panel(pool_demand: pd.DataFrame) -> Panel | None:
     )
     values, capacity = runs_by_pool["allocated"], runs_by_pool["capacity"]
     values.columns.name = capacity.columns.name = values.index.name = capacity.index.name = None
-    runs = Panel(values.astype(float), capacity.astype(float), "advisor")
-    hourly = runs.resample("h", min_coverage=0.0)  # every hour with a reading; masked below
-    keep = _covered(runs.values, hourly.index)
+    return RunsPanel(values.astype(float), capacity.astype(float), "advisor")
+
+
+def hourly_panel(pool_demand: pd.DataFrame) -> Panel | None:
+    """Hourly mean allocated GPUs, the readings inside each hour (`within`) and max capacity per
+    pool, by `Panel.resample("h")` of the runs at their own times; the hour still running is
+    left out. None when there is no complete hour yet.
+
+    The runs are irregular (an interval plus run time, jitter, a backfill one hour apart before
+    the live runs, gaps while the source is down), so `resample`'s own rule, which takes one
+    spacing for the whole input, would mask every backfilled hour once the live runs dominate.
+    Here an hour is masked when it holds fewer than half the runs expected from the spacing of
+    the runs up to it (`RunsPanel`, `_covered`); hours without a run stay masked; capacity (the
+    hour's max) is carried over them.
+    """
+    return hourly_of(runs_panel(pool_demand))
+
+
+def hourly_of(runs: RunsPanel | None) -> Panel | None:
+    """`hourly_panel` from an already built runs panel; the hourly panel keeps that runs panel
+    in `meta["runs"]`, which `forecast_panel` uses for the idle windows when given no other."""
+    if runs is None:
+        return None
+    hourly = runs.resample("h")
     return Panel(
-        hourly.values.where(keep),
+        hourly.values,
         hourly.capacity.ffill(),
         "advisor",
-        within={k: v.where(keep) for k, v in hourly.within.items()},
+        meta={"runs": runs},
+        within=hourly.within,
     )
 
 
-def _covered(values: pd.DataFrame, hours: pd.DatetimeIndex) -> pd.DataFrame:
-    """Per hour and pool: True when the hour holds at least `MIN_COVERAGE` of the runs expected.
+def _covered(
+    values: pd.DataFrame,
+    hours: pd.DatetimeIndex,
+    freq: str = "h",
+    min_coverage: float = MIN_COVERAGE,
+) -> pd.DataFrame:
+    """Per bucket (hour) and pool: True when it holds at least `min_coverage` of the runs
+    expected.
 
     A run's spacing is the median gap between the last `SPACING_RUNS` runs up to it (earlier
     runs only, so an hour's mask never depends on a later hour); an hour expects one hour ÷ the
@@ -99,10 +166,11 @@ def _covered(values: pd.DataFrame, hours: pd.DatetimeIndex) -> pd.DataFrame:
     seconds = ((values.index - values.index[0]) / pd.Timedelta(seconds=1)).to_numpy(float)
     gaps = pd.Series(np.diff(seconds, prepend=np.nan), index=values.index)
     spacing = gaps.rolling(SPACING_RUNS, min_periods=1).median()
-    step = spacing.groupby(values.index.floor("h")).median().reindex(hours)
-    expected = (3600.0 / step).fillna(1.0)
-    counts = values.notna().resample("h").sum().reindex(hours, fill_value=0)
-    need = np.maximum(1.0, MIN_COVERAGE * expected.to_numpy())
+    bucket_s = pd.Timedelta(pd.tseries.frequencies.to_offset(freq)) / pd.Timedelta(seconds=1)
+    step = spacing.groupby(values.index.floor(freq)).median().reindex(hours)
+    expected = (bucket_s / step).fillna(1.0)
+    counts = values.notna().resample(freq).sum().reindex(hours, fill_value=0)
+    need = np.maximum(1.0, min_coverage * expected.to_numpy())
     return counts.ge(need, axis=0)
 
 
@@ -120,9 +188,15 @@ def _horizon_label(hours: int) -> str:
     return f"{hours}h"
 
 
-def forecast_pools(pool_demand: pd.DataFrame, horizons_h: Sequence[int]) -> dict[str, Any]:
+def forecast_pools(
+    pool_demand: pd.DataFrame,
+    horizons_h: Sequence[int],
+    windows_h: Sequence[int] = IDLE_WINDOWS_H,
+    risk: float = IDLE_RISK,
+) -> dict[str, Any]:
     """The forecast document served at /api/forecast (see the module docstring)."""
-    return forecast_panel(hourly_panel(pool_demand), horizons_h)
+    runs = runs_panel(pool_demand)
+    return forecast_panel(hourly_of(runs), horizons_h, runs, windows_h, risk)
 
 
 def same_panel(a: Panel | None, b: Panel | None) -> bool:
@@ -137,8 +211,17 @@ def same_panel(a: Panel | None, b: Panel | None) -> bool:
     )
 
 
-def forecast_panel(panel: Panel | None, horizons_h: Sequence[int]) -> dict[str, Any]:
-    """`forecast_pools` on an already built hourly panel."""
+def forecast_panel(
+    panel: Panel | None,
+    horizons_h: Sequence[int],
+    runs: RunsPanel | None = None,
+    windows_h: Sequence[int] = IDLE_WINDOWS_H,
+    risk: float = IDLE_RISK,
+) -> dict[str, Any]:
+    """`forecast_pools` on an already built hourly panel (demand) and runs panel (idle windows;
+    None: the one the hourly panel was built from, if any, else no idle history)."""
+    if runs is None and panel is not None:
+        runs = panel.meta.get("runs")
     hours = 0 if panel is None else len(panel.index)
     doc: dict[str, Any] = {
         "history_hours": hours,
@@ -146,6 +229,7 @@ def forecast_panel(panel: Panel | None, horizons_h: Sequence[int]) -> dict[str, 
         "baseline": BASELINE,
         "candidates": list(CANDIDATES),
         "pools": [],
+        "idle": _idle_or_error(runs, windows_h, risk),
     }
     if panel is None:
         doc["origin"] = None
@@ -220,3 +304,151 @@ def _last_finite(column: np.ndarray) -> float | None:
 def _ratio(percent: float) -> float | None:
     """metrics.wape is in percent; the contract's unit is a ratio. NaN (no actuals) -> None."""
     return float(percent) / 100.0 if np.isfinite(percent) else None
+
+
+# --------------------------------------------------------------------------- idle windows
+
+
+def _label(ts: pd.Timestamp) -> str:
+    return ts.isoformat() + "Z"
+
+
+def idle_needs(window_h: int) -> int:
+    """Complete hours of history a window needs: the rules' first `IDLE_FIRST_H` hours, a day of
+    calibration origins, `IDLE_MIN_TEST` held-back origins, and W hours after each of both for
+    their outcome."""
+    return IDLE_FIRST_H + IDLE_MIN_CALIBRATION_H + IDLE_MIN_TEST + 2 * window_h
+
+
+def _idle_or_error(runs: RunsPanel | None, windows_h: Sequence[int], risk: float) -> dict:
+    """`idle_section`; a failure there is logged and reported in the section, so it does not
+    take the demand forecast down with it."""
+    try:
+        return idle_section(runs, windows_h, risk)
+    except Exception as error:
+        log.exception("idle-window forecast failed")
+        message = str(error).splitlines()[0] if str(error) else type(error).__name__
+        return {**_idle_head(windows_h, risk), "error": message}
+
+
+def _idle_head(windows_h: Sequence[int], risk: float) -> dict[str, Any]:
+    return {
+        "risk": float(risk),
+        "windows": [_horizon_label(w) for w in sorted(set(windows_h))],
+        "baseline": IDLE_BASELINE,
+        "max_history_hours": IDLE_MAX_H,
+        "history_hours": 0,
+        "origin": None,
+        "valid_from": None,
+        "error": None,
+        "pools": [],
+    }
+
+
+def idle_section(runs: RunsPanel | None, windows_h: Sequence[int], risk: float) -> dict[str, Any]:
+    """Per pool and window W: the GPUs `advisor.forecast.idle_windows` releases as free for the
+    whole next W hours at `risk` (idle in an hour = capacity − the hour's peak allocation), and
+    how that release did on the history's own held-back hours (`advisor.forecast.idle.backtest`,
+    the same method calibrated on the hours before them: its violation and capture ratios and
+    those of `IDLE_BASELINE`).
+
+    Both see the runs panel of the last `IDLE_MAX_H` complete hours, aggregated by its own
+    coverage rule (`RunsPanel`). The release is decided at the end of the last complete hour
+    (`origin`) and covers the W hours from `valid_from`. A window without `idle_needs(W)` hours,
+    a pool whose last complete hour is masked (no release from older hours) and a pool with
+    fewer than `IDLE_MIN_TEST` scored held-back hours get no release, with the reason.
+    """
+    doc = _idle_head(windows_h, risk)
+    windows = sorted(set(int(w) for w in windows_h))
+    if runs is None:
+        return doc
+    last_hour = runs.index[-1].floor("h")
+    runs = runs.since(last_hour - pd.Timedelta(hours=IDLE_MAX_H - 1))
+    idle, cap, times = I.hourly_idle(runs)
+    hours, last = len(times), len(times) - 1
+    doc.update(
+        history_hours=hours,
+        origin=_label(times[last]),
+        valid_from=_label(times[last] + pd.Timedelta(hours=1)),
+    )
+    ready = [w for w in windows if hours >= idle_needs(w)]
+    released: dict[tuple[str, int], dict[str, Any]] = {}
+    scores: dict[tuple[str, int, str], dict[str, float]] = {}
+    counts: dict[tuple[str, int], int] = {}
+    test_from = None
+    if ready:
+        for row in idle_windows(runs, ready, risk).to_dict("records"):
+            released[(row["series"], int(row["window_h"]))] = row
+        widest = max(ready)
+        start = max(IDLE_FIRST_H + IDLE_MIN_CALIBRATION_H + widest, hours - widest - IDLE_TEST_H)
+        test_from = times[start]
+        decisions: dict[int, pd.DataFrame] = {}
+        table = I.backtest(
+            runs,
+            ready,
+            risk,
+            test_from=test_from,
+            test_to=times[last] + pd.Timedelta(hours=1),
+            releases=decisions,
+        )
+        for row in table.to_dict("records"):
+            if row["model"] in ("advisor", IDLE_BASELINE):
+                scores[(row["series"], int(row["window_h"]), row["model"])] = row
+        for w, frame in decisions.items():
+            truth = I.window_min(idle, w)[times.get_indexer(frame.index)]
+            scored = np.isfinite(truth) & np.isfinite(frame.to_numpy(float))
+            for j, series in enumerate(frame.columns):
+                counts[(str(series), int(w))] = int(scored[:, j].sum())
+    for j, pool in enumerate(runs.series):
+        entry: dict[str, Any] = {
+            "pool": pool,
+            "capacity_gpus": _last_finite(cap[:, j]),
+            "current_idle_gpus": float(idle[last, j]) if np.isfinite(idle[last, j]) else None,
+            "windows": [],
+        }
+        for w in windows:
+            entry["windows"].append(
+                {
+                    "window": _horizon_label(w),
+                    **_idle_window(
+                        pool, w, hours, idle[last, j], released, scores, counts, test_from
+                    ),
+                }
+            )
+        doc["pools"].append(entry)
+    return doc
+
+
+def _idle_window(pool, w, hours, idle_now, released, scores, counts, test_from) -> dict[str, Any]:
+    def absent(reason: str) -> dict[str, Any]:
+        return {"available": False, "reason": reason}
+
+    if hours < idle_needs(w):
+        return absent(f"needs {idle_needs(w)} complete hours of history, has {hours}")
+    if not np.isfinite(idle_now):
+        return absent(
+            "the last complete hour has too few runs for this pool (source gap or new "
+            "pool): no release from older hours"
+        )
+    n = counts.get((pool, w), 0)
+    if n < IDLE_MIN_TEST:
+        return absent(f"{n} held-back hours with an observed outcome, needs {IDLE_MIN_TEST}")
+    row = released.get((pool, w))
+    if row is None or not np.isfinite(row["release"]):
+        return absent("no release: the pool's capacity or allocation is unknown")
+    mine = {m: scores.get((pool, w, m), {}) for m in ("advisor", IDLE_BASELINE)}
+    return {
+        "available": True,
+        "until": _label(pd.Timestamp(row["as_of"]) + pd.Timedelta(hours=1 + w)),
+        "release_gpus": float(row["release"]),
+        "rule": str(row["rule"]),
+        "backtest": {
+            "test_from": _label(test_from),
+            "test_origins": n,
+            "method": str(mine["advisor"].get("params", "")),
+            "violation_ratio": {
+                m: _ratio(r.get("violation_rate", np.nan)) for m, r in mine.items()
+            },
+            "capture_ratio": {m: _ratio(r.get("capture", np.nan)) for m, r in mine.items()},
+        },
+    }

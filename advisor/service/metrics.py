@@ -3,8 +3,8 @@
 Pure: `families(state, top_actions)` builds the samples and `render_page` the text with the
 exporter's renderer, so the page is byte-identical to what prometheus_client would write.
 Series that cannot be known are left out, never written as zero: without a good run there
-are no fragmentation series, a pool/horizon without a backtested forecast has no forecast
-series, and idle power is absent for a pool whose idle GPUs have no power reading.
+are no fragmentation series, a pool/horizon (or idle window) without a backtested forecast has no
+forecast series, and idle power is absent for a pool whose idle GPUs have no power reading.
 """
 
 from __future__ import annotations
@@ -116,6 +116,26 @@ def _forecast(families: Families, state: RunState) -> None:
                     (pool["pool"], h["horizon"], model_name),
                     wape,
                 )
+    _idle(families, results.forecast.get("idle") or {})
+
+
+def _idle(families: Families, idle: dict) -> None:
+    """Idle-window releases and their held-back scores; only windows with a backtest."""
+    shown = [
+        (pool["pool"], w)
+        for pool in idle.get("pools", [])
+        for w in pool["windows"]
+        if w.get("available")
+    ]
+    for pool, w in shown:
+        _add(families, "gpu_advisor_forecast_idle_gpus", (pool, w["window"]), w["release_gpus"])
+    for name, key in (
+        ("gpu_advisor_forecast_idle_backtest_violation_ratio", "violation_ratio"),
+        ("gpu_advisor_forecast_idle_backtest_capture_ratio", "capture_ratio"),
+    ):
+        for pool, w in shown:
+            for model_name, value in w["backtest"][key].items():
+                _add(families, name, (pool, w["window"], model_name), value)
 
 
 def _recommendations(families: Families, state: RunState, top_actions: int) -> None:

@@ -94,6 +94,15 @@ SAMPLES: dict[str, list[tuple[tuple[str, ...], float]]] = {
         ((POOL, "24h", "gbm"), 0.11),
         ((POOL, "24h", "seasonal_naive"), 0.19),
     ],
+    "gpu_advisor_forecast_idle_gpus": [((POOL, "1h"), 30.0), ((POOL, "8h"), 12.0)],
+    "gpu_advisor_forecast_idle_backtest_violation_ratio": [
+        ((POOL, "1h", "advisor"), 0.04),
+        ((POOL, "1h", "min_past_w"), 0.35),
+    ],
+    "gpu_advisor_forecast_idle_backtest_capture_ratio": [
+        ((POOL, "1h", "advisor"), 0.62),
+        ((POOL, "1h", "min_past_w"), 0.91),
+    ],
     "gpu_advisor_recommended_actions": [
         (("migrate",), 3.0),
         (("reclaim_idle",), 2.0),

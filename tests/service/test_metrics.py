@@ -32,7 +32,8 @@ def islands_state(islands):
 def sim_loop():
     source = LiveSim("sim:a100-16x8?nodes=4", clock=lambda: 0.0)
     loop = AdvisorLoop("sim:a100-16x8?nodes=4", source, Config(horizons_h=(1, 6)))
-    loop.seed_history(source.backfill(48 * 3600.0))
+    # five days: enough for every idle window's held-back backtest (`idle_needs(8)` = 112 h)
+    loop.seed_history(source.backfill(120 * 3600.0))
     loop.run_once()
     return loop
 

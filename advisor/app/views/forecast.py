@@ -1,5 +1,6 @@
 """Forecast: demand per pool with its interval, next to its backtest error against the
-seasonal-naive baseline; predicted free GPUs per node."""
+seasonal-naive baseline; idle GPUs that stay free for the next W hours, with their held-back
+violations and capture; predicted free GPUs per node."""
 
 from __future__ import annotations
 
@@ -64,6 +65,41 @@ else:
     )
 for reason in forecasts.missing_reasons(doc):
     st.caption(f"No forecast for {reason}.")
+
+st.subheader("Idle GPUs that stay free")
+idle = doc.get("idle") or {}
+idle_table = forecasts.idle_frame(doc)
+if idle_table.empty:
+    st.info(
+        f"No idle-window forecast yet: {idle.get('history_hours', 0)} complete hour(s) of "
+        "history; each window needs enough hours to hold some back for its backtest."
+    )
+else:
+    baseline = idle["baseline"]
+    st.dataframe(
+        idle_table,
+        hide_index=True,
+        key="idle_table",
+        column_config={
+            name: st.column_config.NumberColumn(format="percent")
+            for name in (
+                "backtest violations",
+                "backtest capture",
+                f"{baseline} violations",
+                f"{baseline} capture",
+            )
+        },
+    )
+    st.caption(
+        f"GPUs of each pool that stay free for the whole window starting {idle['valid_from']}, "
+        f"released at a {idle['risk']:.0%} risk of being wrong (idle in an hour = capacity − "
+        "the hour's peak allocation). Violations = share of held-back hours in which the "
+        "release exceeded what stayed free; capture = share of the GPUs that stayed free that "
+        f"it released; `{baseline}` releases what was free over the past window. For "
+        "reservations and for choosing when to defragment."
+    )
+for reason in forecasts.idle_missing_reasons(doc):
+    st.caption(f"No idle-window release for {reason}.")
 
 st.subheader("Predicted free GPUs per node")
 free, source = state.cached("node_free", lambda: forecasts.node_free_times(state.model))

@@ -1,0 +1,34 @@
+"""Forecast page, idle windows: the releases shown are the service's for the same history, each
+next to its held-back violations and capture; a short history shows reasons, not numbers."""
+
+from __future__ import annotations
+
+from advisor.app import data, forecasts
+from tests.app.conftest import frame_with, open_app
+
+PAGE = "views/forecast.py"
+
+
+def test_idle_releases_match_the_service_document_with_their_backtest() -> None:
+    source = "sim:a100-16x8?t=6d"
+    at = open_app(source, PAGE)
+    doc = forecasts.forecast_doc(data.sim_trend(source))
+    shown = frame_with(at, "free GPUs for the whole window")
+    expected = forecasts.idle_frame(doc)
+    assert len(shown) == len(expected) == 3  # one pool, windows 1 h, 4 h, 8 h
+    assert shown["window"].tolist() == ["1h", "4h", "8h"]
+    assert (
+        shown["free GPUs for the whole window"].tolist()
+        == expected["free GPUs for the whole window"].tolist()
+    )
+    assert shown["backtest violations"].notna().all() and shown["backtest capture"].notna().all()
+    assert (shown["held-back hours"] >= 24).all()
+    assert (shown["free GPUs for the whole window"] <= shown["capacity GPUs"]).all()
+
+
+def test_short_history_names_the_hours_each_window_needs() -> None:
+    source = "sim:a100-16x8?t=3d"
+    at = open_app(source, PAGE)
+    assert any("No idle-window forecast yet" in info.value for info in at.info)
+    captions = [c.value for c in at.caption]
+    assert any("1h: needs 98 complete hours" in c for c in captions), captions
