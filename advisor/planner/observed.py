@@ -6,10 +6,10 @@ recommendation kind shares (reclaim, share, rebalance, reserve, borrow).
   utilization and peak memory of the GPUs it holds, and how long all of them have been under
   `idle_threshold`. Utilization of a shared GPU is the GPU's, not the holder's.
 - `expected_end(model, prior, job_end) -> float64 (A,)` — predicted end time per allocation.
-  No job-end forecaster exists yet in `advisor.forecast` (it forecasts pool demand), so the
-  order is: an explicit prediction (`job_end` by allocation id, then by job), a known
-  `deletion_time` (traces), else a duration prior: Pareto with tail index 2 and median
-  `median_s`. For a job that has run `a` seconds, its expected remaining time is
+  The order is: an explicit prediction (`job_end` by allocation id, then by job: the service
+  passes the ends `advisor.service.job_ends` derives with `advisor.forecast.predict_job_end`
+  from the jobs it saw finish), a known `deletion_time` (traces), else a duration prior:
+  Pareto with tail index 2 and median `median_s`. For a job that has run `a` seconds, its expected remaining time is
   `sqrt(2)*median - a` while `a < median/sqrt(2)` and `a` after (heavy tail: the longer it has
   run, the longer it is expected to run); unknown start: the prior mean `sqrt(2)*median`.
 - `now_of(model)` — the model's time (timestamp, else the last usage sample, else 0).
@@ -188,7 +188,9 @@ def end_source(
     prior: DurationPrior = DurationPrior(),
     job_end: Mapping[str, float] | None = None,
 ) -> str:
-    """One line saying where job ends come from, for the actions' reasons."""
+    """One line saying where job ends come from, for the actions' reasons. With `job_end`,
+    "forecast job ends" even where it covers only some allocations (the rest keep the order
+    above; the service's recommendations document counts how many were covered)."""
     if job_end:
         return "forecast job ends"
     if np.isfinite(model.allocations.deletion_time).any():

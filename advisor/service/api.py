@@ -104,6 +104,7 @@ def recommendations_doc(state: RunState, limit: int | None = None) -> dict[str, 
         "total_actions": len(actions),
         "actions": actions if limit is None else actions[:limit],
         "plans": recs.get("plans", []),
+        "job_ends": recs.get("job_ends"),
     }
 
 
@@ -358,7 +359,28 @@ def _schemas() -> dict[str, Any]:
                 "type": "array",
                 "items": {"type": "object", "required": ["goal", "feasible", "actions"]},
             },
+            "job_ends": {"oneOf": [_ref("JobEnds"), {"type": "null"}]},
         }
+    )
+    job_ends = _obj(
+        {
+            "source": {"type": "string"},
+            "finished_jobs": count,
+            "min_finished": count,
+            "quantile": {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1},
+            "by": {"type": "array", "items": {"type": "string"}},
+            "running_jobs": count,
+            "unknown_start_jobs": count,
+            "predicted_jobs": count,
+            "by_group": count,
+            "predicted_allocations": count,
+            "median_duration_h": _NUM_OR_NULL,
+            "median_censor_s": _NUM_OR_NULL,
+            "reason": {"type": "string"},
+        },
+        description="Where the plans' job ends came from: `source` as the reservations' "
+        "reasons name it, the finished jobs learned from, and the running jobs given a "
+        "learned end (docs/recommendations.md).",
     )
     horizon = {
         "oneOf": [
@@ -388,6 +410,61 @@ def _schemas() -> dict[str, Any]:
             ),
         ]
     }
+    ratio = {"type": ["number", "null"], "minimum": 0, "maximum": 1}
+    idle_window = {
+        "oneOf": [
+            _obj(
+                {
+                    "window": {"type": "string"},
+                    "available": {"const": True},
+                    "until": {"type": "string"},
+                    "release_gpus": gpus,
+                    "rule": {"type": "string"},
+                    "backtest": _obj(
+                        {
+                            "test_from": {"type": "string"},
+                            "test_origins": count,
+                            "method": {"type": "string"},
+                            "violation_ratio": {"type": "object", "additionalProperties": ratio},
+                            "capture_ratio": {"type": "object", "additionalProperties": ratio},
+                        }
+                    ),
+                }
+            ),
+            _obj(
+                {
+                    "window": {"type": "string"},
+                    "available": {"const": False},
+                    "reason": {"type": "string"},
+                }
+            ),
+        ]
+    }
+    idle = _obj(
+        {
+            "risk": {"type": "number", "minimum": 0, "maximum": 1},
+            "windows": {"type": "array", "items": {"type": "string"}},
+            "baseline": {"type": "string"},
+            "max_history_hours": count,
+            "history_hours": count,
+            "origin": _STR_OR_NULL,
+            "valid_from": _STR_OR_NULL,
+            "error": _STR_OR_NULL,
+            "pools": {
+                "type": "array",
+                "items": _obj(
+                    {
+                        "pool": {"type": "string"},
+                        "capacity_gpus": _NUM_OR_NULL,
+                        "current_idle_gpus": _NUM_OR_NULL,
+                        "windows": {"type": "array", "items": idle_window},
+                    }
+                ),
+            },
+        },
+        description="Per pool and window W: GPUs forecast to stay free for the whole next W "
+        "hours (from valid_from) at the risk, with their held-back backtest (docs/service.md).",
+    )
     forecast = _obj(
         {
             "meta": _ref("Meta"),
@@ -409,6 +486,7 @@ def _schemas() -> dict[str, Any]:
                     }
                 ),
             },
+            "idle": _ref("IdleWindows"),
         },
         required=["meta", "stale", "error"],
     )
@@ -422,7 +500,9 @@ def _schemas() -> dict[str, Any]:
         "Fragmentation": fragmentation,
         "Action": action,
         "Recommendations": recommendations,
+        "JobEnds": job_ends,
         "Forecast": forecast,
+        "IdleWindows": idle,
         "SnapshotResponse": _obj({"meta": _ref("Meta"), "snapshot": _ref("Snapshot")}),
         "Error": error,
         **_snapshot_schemas(),
@@ -483,7 +563,8 @@ def openapi_document() -> dict[str, Any]:
                 ],
             ),
             "/api/forecast": _operation(
-                "Per-pool demand forecasts with intervals and their backtest", "Forecast"
+                "Per-pool demand forecasts with intervals, idle windows, and their backtests",
+                "Forecast",
             ),
             "/api/openapi.json": {
                 "get": {

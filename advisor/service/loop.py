@@ -5,6 +5,9 @@ last good results and marks them stale, with the source's one-line error, so das
 their last picture and say how old it is; a failed forecast or plan keeps the previous run's
 section, marked stale, beside fresh fragmentation numbers. The /metrics page is rendered once
 per run (HTTP handlers only copy bytes), and page, results and health are published together.
+
+The history also learns which jobs finished between runs and how long they ran; the plan stage
+predicts the running jobs' ends from them (`advisor.service.job_ends`) for the reservations.
 """
 
 from __future__ import annotations
@@ -26,7 +29,8 @@ from advisor.ingest.sources import SourceError, load_source, seconds, sim_fleet,
 from advisor.model import ClusterModel
 from advisor.planner.constraints import Policy
 from advisor.service import results as R
-from advisor.service.forecast import forecast_panel, hourly_panel, same_panel
+from advisor.service.forecast import forecast_panel, hourly_of, runs_panel
+from advisor.service.job_ends import JobEndSettings
 from advisor.service.plans import recommend_service
 from exporter.collector import Health
 from exporter.render import Page
@@ -112,6 +116,7 @@ class Config:
     top_actions: int = 10
     horizons_h: tuple[int, ...] = (1, 6, 24)
     stale_intervals: float = 3.0
+    job_ends: JobEndSettings = field(default_factory=JobEndSettings)
 
 
 def analyze_model(
@@ -190,7 +195,8 @@ class AdvisorLoop:
 
     # --- running ---
     def seed_history(self, models: Sequence[ClusterModel]) -> None:
-        """Past observations (e.g. a simulated backfill) go into the history, not the results."""
+        """Past observations (e.g. a simulated backfill) go into the history, not the results;
+        jobs seen to finish among them already count for the planner's job ends."""
         for model in models:
             if not math.isnan(model.timestamp):
                 self.history.append(model)
@@ -250,7 +256,13 @@ class AdvisorLoop:
             t0 = time.perf_counter()
             try:
                 recs = recommend_service(
-                    results.model, self.config.settings.shapes, results.shapes, self.config.policy
+                    results.model,
+                    self.config.settings.shapes,
+                    results.shapes,
+                    self.config.policy,
+                    self.history.finished_jobs(),
+                    self.config.job_ends,
+                    self.history.jobs.running(results.model.timestamp),
                 )
                 recs = {**recs, "stale": False, "error": ""}
             except Exception as error:
@@ -286,11 +298,16 @@ class AdvisorLoop:
         return state
 
     def _forecast(self) -> dict[str, Any]:
-        """The forecast, recomputed only when a new complete hour changed the hourly panel."""
-        panel = hourly_panel(self.history.pool_demand())
-        if self._forecast_cache is None or not same_panel(self._forecast_cache[0], panel):
-            doc = forecast_panel(panel, self.config.horizons_h)
-            self._forecast_cache = (panel, {**doc, "stale": False, "error": ""})
+        """The forecast (demand and idle windows), recomputed only when the latest run is in a
+        later hour than at the last computation, i.e. when another hour has completed. Between
+        those, nothing is built: runs added or dropped from the history's start within the
+        hour do not change what is served (the hour still running is never used)."""
+        points = self.history.points()
+        hour = math.floor(points[-1].timestamp / 3600.0) if points else None
+        if self._forecast_cache is None or self._forecast_cache[0] != hour:
+            runs = runs_panel(self.history.pool_demand())
+            doc = forecast_panel(hourly_of(runs), self.config.horizons_h, runs)
+            self._forecast_cache = (hour, {**doc, "stale": False, "error": ""})
         return self._forecast_cache[1]
 
     def _make_page(self, state: RunState) -> Page:

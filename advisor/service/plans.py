@@ -11,6 +11,9 @@ Each action's benefit is the number of GPUs it makes usable: in a plan that rese
 job, a migration counts the GPUs it frees that the plan then reserves, a reservation the GPUs it
 holds that were free already (so a consolidation plan's actions sum to the job's GPUs); a
 reclaim, share or rebalance counts the GPU share it gives back; a quota loan counts none.
+
+Reservations plan on the running jobs' ends that `advisor.service.job_ends` learns from the
+jobs the service saw finish; `job_ends` in the document says which source the plans used.
 """
 
 from __future__ import annotations
@@ -19,12 +22,16 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
+import pandas as pd
+
 from advisor.fragmentation.measures import Shape
+from advisor.history import RunningJob
 from advisor.model import MILLI, ClusterModel
 from advisor.planner.actions import KINDS, Action, Plan
 from advisor.planner.consolidate import parse_goal, plan_heuristic
 from advisor.planner.constraints import Policy
 from advisor.planner.recommend import recommend
+from advisor.service.job_ends import JobEndSettings, outlook, predict
 from advisor.service.results import shape_label
 
 SUMMARY_MAX = 160  # characters of an action summary in the info series label
@@ -109,19 +116,27 @@ def recommend_service(
     shapes: Sequence[Shape],
     shape_rows: Sequence[dict[str, Any]],
     policy: Policy,
+    finished: pd.DataFrame | None = None,
+    job_end_settings: JobEndSettings | None = None,
+    running: Sequence[RunningJob] | None = None,
 ) -> dict[str, Any]:
-    """The recommendations document: goals tried, their plans, ranked actions, count by kind.
+    """The recommendations document: goals tried, their plans, ranked actions, count by kind,
+        and `job_ends`, where the plans' job ends came from.
 
-    Consolidation plans for the blocked shapes, then `advisor.planner.recommend.recommend`'s
-    plans (reservations and loans for waiting jobs, reclaim of idle allocations, sharing,
-    type rebalancing). Its `forecast` stays None: the per-pool GPU forecast says how many GPUs,
-    not which job shapes will arrive, which is what its expected-job reservations need.
+        Consolidation plans for the blocked shapes, then `advisor.planner.recommend.recommend`'s
+        plans (reservations and loans for waiting jobs, reclaim of idle allocations, sharing,
+        type rebalancing). Its forecast carries the running jobs' ends learned from `finished`
+        (the history's finished jobs, `advisor.service.job_ends.predict`; `running` the jobs with the
+    starts the history used) and no expected demand:
+        the per-pool GPU forecast says how many GPUs, not which job shapes will arrive, which is
+        what its expected-job reservations need.
     """
+    ends, ends_doc = predict(model, finished, job_end_settings or JobEndSettings(), running=running)
     plans = [
         plan_heuristic(model, parse_goal(f"job={shape_label(shape)}"), policy)
         for shape in blocked_shapes(model, shapes, shape_rows)
     ]
-    plans += recommend(model, policy, None)
+    plans += recommend(model, policy, outlook(ends))
     actions = ranked_actions(plans)
     counts = Counter(row["kind"] for row in actions)
     return {
@@ -130,4 +145,5 @@ def recommend_service(
         "plans": [plan.to_dict() for plan in plans],
         "actions": actions,
         "by_kind": {kind: counts.get(kind, 0) for kind in KINDS},
+        "job_ends": ends_doc,
     }
