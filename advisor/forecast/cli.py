@@ -62,8 +62,9 @@ def register(subparsers) -> None:
     )
     bt.add_argument(
         "--replays",
-        default="idle,power",
-        help="comma list from idle,power (power: single node-count series only); '' for none",
+        default="idle,power,reservation",
+        help="comma list from idle,power,reservation (power: single node-count series only; "
+        "reservation: the highest quantile above 0.5); '' for none",
     )
     bt.add_argument(
         "--select-by",
@@ -104,10 +105,46 @@ def summarise(metrics):
             smape_median=("smape", "median"),
             pinball_q90_median=("pinball_q90", "median"),
             coverage_q90_median=("coverage_q90", "median"),
+            headroom_q90_median=("headroom_q90", "median"),
         )
         .reset_index()
         .round(4)
     )
+
+
+def print_decisions(decisions) -> None:
+    """The replays in short: idle windows and power-down policies row by row (the power-down
+    buffer sweep is only in decisions.csv and powerdown.png), reservations for naive and the
+    advisor."""
+    if not len(decisions):
+        return
+    policy = decisions.get("policy")
+    shown = decisions[decisions["replay"] != "reservation"]
+    if policy is not None:
+        shown = shown[shown["policy"].fillna("") != "sweep"]
+    for replay, g in shown.groupby("replay", sort=False):
+        print(f"\ndecision replay {replay}:")
+        print(g.dropna(axis=1, how="all").drop(columns="replay").round(2).to_string(index=False))
+    res = decisions[decisions["replay"] == "reservation"]
+    res = res[res["model"].isin(["naive", "advisor"])]
+    if not len(res):
+        return
+    res = res.astype({"horizon": int, "hours": int})
+    cols = ["reserved_idle_unit_hours", "short_hours", "short_unit_hours"]
+    q = res["quantile"].iloc[0]
+    n = res["series"].nunique()
+    print(
+        f"\nreservation cost at q = {q:g} (units held above use; hours and units short"
+        + ("" if n <= 4 else f"; summed over the {n} series")
+        + "; every model and series in decisions.csv):"
+    )
+    if n <= 4:
+        table = res.sort_values(["series", "horizon", "model"])[
+            ["series", "horizon", "model", "hours", *cols]
+        ]
+    else:
+        table = res.groupby(["horizon", "model"])[["hours", *cols]].sum().reset_index()
+    print(table.round(1).to_string(index=False))
 
 
 def _one_line(command: str, run) -> int:
@@ -131,7 +168,7 @@ def run_backtest(args: argparse.Namespace) -> int:
 def _run_backtest(args: argparse.Namespace) -> int:
     import pandas as pd
 
-    from advisor.forecast import idle, io, powerdown, rolling, significance
+    from advisor.forecast import idle, io, powerdown, reservation, rolling, significance
 
     t0 = time.perf_counter()
     raw = io.load(args.input)
@@ -165,6 +202,13 @@ def _run_backtest(args: argparse.Namespace) -> int:
             days = powerdown.FIT_DAYS + 14
             print(f"power-down replay skipped: needs {days} days of history before the test part")
         decisions.append(power)
+    if "reservation" in replays:
+        upper = [q for q in args.quantiles if q > 0.5]
+        if upper:
+            decisions.append(reservation.replay(fc, max(upper)))
+        else:
+            print("reservation replay skipped: no quantile above 0.5 was asked for")
+    decisions = [d for d in decisions if len(d)]
     decisions_df = pd.concat(decisions, ignore_index=True) if decisions else pd.DataFrame()
     elapsed = time.perf_counter() - t0
 
@@ -183,13 +227,11 @@ def _run_backtest(args: argparse.Namespace) -> int:
                 " interval of the difference; best = lowest baseline MAE on the test part):"
             )
             print(shown[PAIRED_COLUMNS].round(3).to_string(index=False))
-        if len(decisions_df):
-            print("\ndecision replays:")
-            print(decisions_df.round(2).to_string(index=False))
+        print_decisions(decisions_df)
     print(f"\ndemand backtest {t_demand:.1f} s, total {elapsed:.1f} s")
 
     if args.out:
-        from advisor.forecast.plot import plot_backtest
+        from advisor.forecast.plot import plot_backtest, plot_power_pareto
         from exporter.files import staged_directory
 
         with staged_directory(args.out) as stage:  # every file of the run, or none
@@ -201,6 +243,8 @@ def _run_backtest(args: argparse.Namespace) -> int:
             decisions_df.to_csv(stage / "decisions.csv", index=False)
             paired.to_csv(stage / "significance.csv", index=False)
             plot_backtest(fc, stage / "forecast.png")
+            if len(decisions_df) and (decisions_df["replay"] == "power_down").any():
+                plot_power_pareto(decisions_df, stage / "powerdown.png")
         print(f"wrote {args.out}/metrics.csv, decisions.csv, forecast.png")
     return 0
 

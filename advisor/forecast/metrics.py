@@ -62,6 +62,13 @@ def pinball(y, fq, q: float) -> float:
     return float(np.mean(np.maximum(q * d, (q - 1) * d)))
 
 
+def headroom(y, fq) -> float:
+    """Mean over-reservation max(fq − y, 0) of an upper quantile: what holding capacity at the
+    quantile costs in idle units per step (the price of its coverage)."""
+    y, fq = _valid(y, fq)
+    return float(np.mean(np.maximum(fq - y, 0))) if len(y) else np.nan
+
+
 def coverage(y, fq) -> float:
     """Share of actuals at or below the forecast quantile."""
     y, fq = _valid(y, fq)

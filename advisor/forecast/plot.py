@@ -45,3 +45,45 @@ def plot_backtest(
     fig.savefig(path, dpi=90)
     plt.close(fig)
     return path
+
+
+def plot_power_pareto(
+    decisions: pd.DataFrame, path: str | Path, budget: float = 0.43, max_x: float = 3.0
+) -> Path:
+    """Power-down replay: % node-hours off against shortfall events per day, one curve per forecast
+    over the CES buffer (the "sweep" rows), the published-setting and tuned points marked, the
+    shortfall budget as a line; x cut at `max_x` events/day (the region a policy would run in)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    power = decisions[decisions["replay"] == "power_down"]
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for model, g in power[power["policy"] == "sweep"].groupby("model", sort=False):
+        # in buffer order (as written), so each curve is one forecast's policy family
+        ax.plot(g["shortfalls_per_day"], g["pct_node_hours_off"], marker=".", lw=1, label=model)
+    for marker, policy in (("s", "ces_skeleton"), ("*", "ces_tuned")):
+        pts = power[power["policy"] == policy]
+        if len(pts):
+            ax.scatter(
+                pts["shortfalls_per_day"],
+                pts["pct_node_hours_off"],
+                marker=marker,
+                s=60,
+                color="black",
+                zorder=3,
+                label=policy,
+            )
+    ax.axvline(budget, color="grey", ls="--", lw=1, label=f"{budget:g}/day budget")
+    ax.set_xlim(0, max_x)
+    ax.set_xlabel("shortfall events per day")
+    ax.set_ylabel("% node-hours powered off")
+    ax.set_title("Power-down replay: savings vs shortfalls (CES buffer swept)", fontsize=10)
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path

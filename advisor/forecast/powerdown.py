@@ -151,6 +151,20 @@ TUNE_MARGIN = 0.5
 CES_GRID = {"buffer": (16, 18, 20, 22, 24, 26, 28, 30), "keep": (10, 20)}
 
 
+SWEEP_BUFFERS = (
+    0,
+    5,
+    10,
+    15,
+    20,
+    25,
+    30,
+    40,
+    50,
+    60,
+    80,
+)  # the Pareto curves' points (keep as published)
+
 FIT_DAYS = 7  # history the forecast models need before the tuning days
 
 
@@ -162,7 +176,8 @@ def replay(
     max_shortfalls: float = 0.43,
 ) -> pd.DataFrame:
     """All forecasts through the CES skeleton (published settings), plus the skeleton with buffer and
-    keep tuned on the training part for the advisor's forecast.
+    keep tuned on the training part for the advisor's forecast, plus each forecast over
+    `SWEEP_BUFFERS` (policy "sweep": the savings-vs-shortfalls curve the report plots; not a choice).
 
     The test days are the demand backtest's (`rolling.test_window`: Philly's Dec 1–14 split, or the
     last 7 days of a file that does not reach it). A history too short to fit and tune before them
@@ -217,6 +232,14 @@ def replay(
             "ces_skeleton",
             ces_replay(u, tot, np.nan_to_num(f1, nan=u), np.nan_to_num(f2, nan=u), p),
         )
+
+    # Savings vs shortfalls per forecast over the buffer: a Pareto curve for the report, on the test
+    # days. Nothing is chosen from it (the tuned policy below sees training days only).
+    for name, (f1, f2) in forecasts.items():
+        for buffer in SWEEP_BUFFERS:
+            cand = CES(buffer=buffer)
+            res = ces_replay(u, tot, np.nan_to_num(f1, nan=u), np.nan_to_num(f2, nan=u), cand)
+            add(name, "sweep", res, params=f"buffer={buffer},keep={cand.keep}")
 
     # The advisor's own policy, tuned on the last `tune_days` of training only, with a margin:
     # the shortfall budget on training is `TUNE_MARGIN` × the target, since out of sample it rises.

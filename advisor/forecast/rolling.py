@@ -424,6 +424,8 @@ def score(fc: pd.DataFrame, panel: Panel, test_start: int, quantiles=(0.9,)) -> 
             tag = f"q{round(q * 100):d}"
             rec[f"pinball_{tag}"] = M.pinball(y, g[col], q) if col in g else np.nan
             rec[f"coverage_{tag}"] = M.coverage(y, g[col]) if col in g else np.nan
+            if q > 0.5:  # an upper quantile is what a reservation holds
+                rec[f"headroom_{tag}"] = M.headroom(y, g[col]) if col in g else np.nan
         rec["n"] = int(np.isfinite(y).sum())
         out.append(rec)
     return pd.DataFrame(out)

@@ -2,6 +2,7 @@
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from advisor.cli import main
 from tests.advisor.forecast_synth import synthetic_panel
@@ -63,12 +64,42 @@ def test_backtest_cli_writes_metrics_decisions_and_plot(tmp_path, capsys):
         decisions.columns
     )
     assert set(decisions["model"]) >= {"advisor", "half_min_past_w"}
+    assert set(decisions["replay"]) == {"idle_window"}  # only the replays asked for
     assert (out / "forecast.png").stat().st_size > 1000
+    full = pd.read_csv(out / "metrics_full.csv")
+    assert (full["headroom_q90"] >= 0).all() and "headroom_q50" not in full
     paired = pd.read_csv(out / "significance.csv")
     assert set(paired["horizon"]) == {1, 24} and "naive" in set(paired["baseline"])
     assert paired.groupby(["series", "horizon"])["best_baseline"].sum().eq(1).all()
     printed = capsys.readouterr().out
     assert "advisor" in printed and "paired tests of the advisor's MAE" in printed
+
+
+def test_the_reservation_replay_costs_the_upper_quantile(tmp_path, capsys):
+    """Reserving at the P90: units held above use and hours short, per series, horizon and model,
+    consistent with the forecasts the run wrote; skipped with a line when no upper quantile."""
+    path = _long_csv(tmp_path)
+    out = tmp_path / "out"
+    args = ["backtest", str(path), "--horizons", "1", "--test-from", "2024-01-20"]
+    args += ["--replays", "reservation", "--quantiles", "0.5,0.8", "--out", str(out)]
+    assert main(args) == 0
+    decisions = pd.read_csv(out / "decisions.csv")
+    fc = pd.read_csv(out / "forecasts.csv")
+    assert set(decisions["replay"]) == {"reservation"} and set(decisions["quantile"]) == {0.8}
+    assert len(decisions) == fc.groupby(["series", "horizon", "model"]).ngroups
+    row = decisions[(decisions["model"] == "advisor")].iloc[0]
+    g = fc[(fc["model"] == "advisor") & (fc["series"] == row["series"])].dropna(subset=["actual"])
+    assert row["hours"] == len(g)
+    held = (g["q0.8"] - g["actual"]).clip(0).sum()
+    assert row["reserved_idle_unit_hours"] == pytest.approx(held, rel=1e-9)
+    assert row["short_hours"] == (g["actual"] > g["q0.8"]).sum()
+    assert "reservation cost at q = 0.8" in capsys.readouterr().out
+    metrics = pd.read_csv(out / "metrics_full.csv")
+    advisor = metrics[(metrics["model"] == "advisor") & (metrics["series"] == row["series"])]
+    assert advisor["headroom_q80"].iloc[0] * len(g) == pytest.approx(held, rel=1e-9)
+    args[-3:] = ["0.5", "--out", str(tmp_path / "none")]
+    assert main(args) == 0
+    assert "reservation replay skipped" in capsys.readouterr().out
 
 
 def test_forecast_cli_prints_ordered_quantiles(tmp_path, capsys):
@@ -156,8 +187,6 @@ def test_a_published_split_the_data_does_not_reach_falls_back_to_the_last_week()
     """A file in Philly's or Helios's format but of other dates: its reader's split is empty,
     so the last 7 days are tested; an explicit --test-from outside the data is an error."""
     from dataclasses import replace
-
-    import pytest
 
     from advisor.forecast.io import InputError
     from advisor.forecast.rolling import run, test_window

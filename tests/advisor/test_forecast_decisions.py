@@ -161,3 +161,22 @@ def test_power_down_replay_on_other_dates_tests_the_last_week_or_says_it_is_too_
     assert set(rows["model"]) == {"naive", "seasonal_naive_24", "advisor", "oracle_lookahead"}
     assert np.allclose(rows["node_hours_off"], rows["mean_nodes_off"] * 7 * 24)  # 7 days long
     assert powerdown.replay(_node_minutes(20)).empty
+
+
+def test_the_buffer_sweep_traces_savings_against_shortfalls_and_leaves_the_policies_alone():
+    """Each forecast's sweep point at the published buffer is its ces_skeleton row; a larger
+    buffer never powers off more, and the tuned policy is the one chosen on training days."""
+    rows = powerdown.replay(_node_minutes(29))
+    sweep = rows[rows["policy"] == "sweep"]
+    assert len(sweep) == 4 * len(powerdown.SWEEP_BUFFERS)
+    published = f"buffer={powerdown.CES().buffer},keep={powerdown.CES().keep}"
+    for model, g in sweep.groupby("model"):
+        skeleton = rows[(rows["model"] == model) & (rows["policy"] == "ces_skeleton")]
+        at_published = g[g["params"] == published]
+        pd.testing.assert_frame_equal(
+            at_published.drop(columns=["policy", "params"]).reset_index(drop=True),
+            skeleton.drop(columns=["policy", "params"]).reset_index(drop=True),
+        )
+        off = g.sort_values("params", key=lambda p: p.str.extract(r"buffer=(\d+)")[0].astype(int))
+        assert (np.diff(off["pct_node_hours_off"].to_numpy()) <= 1e-9).all()
+    assert (rows["policy"] == "ces_tuned").sum() == 1
