@@ -97,6 +97,12 @@ ADVISOR_METRICS: tuple[MetricSpec, ...] = (
         ("pool", "horizon", "model"),
     ),
     _g(
+        "gpu_advisor_forecast_backtest_coverage_ratio",
+        "Share of held-back hours at or below the forecast quantile (nominal: the quantile), "
+        "for the chosen model and the seasonal-naive baseline.",
+        ("pool", "horizon", "model", "forecast_quantile"),
+    ),
+    _g(
         "gpu_advisor_forecast_idle_gpus",
         "GPUs forecast to stay free for the whole next window, released at the service's risk "
         "(risk in /api/forecast); shown only with its backtest.",

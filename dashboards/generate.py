@@ -853,7 +853,7 @@ def fragmentation_advisor(config: dict) -> dict:
                         ),
                     ),
                     "none",
-                    w=16,
+                    w=12,
                     h=9,
                 ),
                 bargauge(
@@ -873,7 +873,28 @@ def fragmentation_advisor(config: dict) -> dict:
                     "percentunit",
                     thresholds=steps((0.2, YELLOW), (0.4, RED)),
                     min=0,
-                    w=8,
+                    w=6,
+                    h=9,
+                ),
+                bargauge(
+                    "Interval coverage (held back)",
+                    "Share of held-back hours at or below each forecast quantile, for the chosen "
+                    "model and the seasonal-naive baseline: q0.9 should cover about 0.9 and q0.1 "
+                    "about 0.1. Far off, the interval on the left is too narrow or too wide; "
+                    "reserving at q0.9 then runs short (or idle) more often than it says.",
+                    [
+                        target(
+                            "gpu_advisor_forecast_backtest_coverage_ratio{"
+                            + ADV_POOL
+                            + ', horizon=~"$horizon"}',
+                            "{{pool}} {{horizon}} {{model}} q{{forecast_quantile}}",
+                            instant=True,
+                        )
+                    ],
+                    "percentunit",
+                    min=0,
+                    max=1,
+                    w=6,
                     h=9,
                 ),
                 timeseries(

@@ -29,7 +29,8 @@ def forecast_doc(history: History, horizons_h: Sequence[int] = HORIZONS_H) -> di
 
 
 def horizons_frame(doc: dict[str, Any]) -> pd.DataFrame:
-    """One row per pool and available horizon: forecast, interval, and both backtest errors."""
+    """One row per pool and available horizon: forecast, interval, both backtest errors, and how
+    often the held-back hours fell at or below the q0.9 (nominal 0.9)."""
     baseline = doc.get("baseline", "")
     rows = []
     for pool in doc.get("pools", []):
@@ -39,6 +40,7 @@ def horizons_frame(doc: dict[str, Any]) -> pd.DataFrame:
             wape = h["backtest"]["wape_ratio"]
             model_wape = wape.get(h["model"])
             base_wape = wape.get(baseline)
+            coverage = h["backtest"].get("coverage_ratio", {})
             rows.append(
                 {
                     "pool": pool["pool"],
@@ -51,6 +53,8 @@ def horizons_frame(doc: dict[str, Any]) -> pd.DataFrame:
                     "capacity GPUs": pool["capacity_gpus"],
                     "backtest WAPE": model_wape,
                     f"{baseline} WAPE": base_wape,
+                    "q0.9 coverage": coverage.get(h["model"], {}).get("0.9"),
+                    f"{baseline} q0.9 coverage": coverage.get(baseline, {}).get("0.9"),
                     "held-back hours": h["backtest"]["test_origins"],
                 }
             )

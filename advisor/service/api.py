@@ -397,6 +397,19 @@ def _schemas() -> dict[str, Any]:
                             "selection_origins": count,
                             "test_origins": count,
                             "wape_ratio": {"type": "object", "additionalProperties": _NUM_OR_NULL},
+                            "coverage_ratio": {
+                                "type": "object",
+                                "description": "per model, per interval quantile: the share "
+                                "of held-back hours at or below it (nominal: the quantile)",
+                                "additionalProperties": {
+                                    "type": "object",
+                                    "additionalProperties": {
+                                        "type": ["number", "null"],
+                                        "minimum": 0,
+                                        "maximum": 1,
+                                    },
+                                },
+                            },
                         }
                     ),
                 }

@@ -268,11 +268,12 @@ def forecast_panel(
             mine = fc[fc["series"] == series]
             early, late = mine[mine["origin"] < select_until], mine[mine["origin"] >= select_until]
             pick = _pick(early.groupby("model")["err"].mean().to_dict())
+            shown = [(name, g) for name, g in late.groupby("model") if name in (pick, BASELINE)]
             wape = {
                 name: _ratio(M.wape(g["actual"].to_numpy(), g["point"].to_numpy()))
-                for name, g in late.groupby("model")
-                if name in (pick, BASELINE)
+                for name, g in shown
             }
+            coverage = {name: _coverage(g) for name, g in shown}
             model = make(pick, QUANTILES).fit(y, cap, times, last, [h], within)
             at = np.array([last])
             point = model.predict(y, cap, times, at, h, within)[0, j]
@@ -289,11 +290,25 @@ def forecast_panel(
                         "selection_origins": int(half),
                         "test_origins": int(len(origins) - half),
                         "wape_ratio": wape,
+                        "coverage_ratio": coverage,
                     },
                 }
             )
     doc["pools"] = list(by_pool.values())
     return doc
+
+
+def _coverage(held_back: pd.DataFrame) -> dict[str, float | None]:
+    """Per interval quantile (not the median): the share of held-back hours at or below it,
+    the interval's measured calibration (nominal: the quantile itself)."""
+    y = held_back["actual"].to_numpy()
+    out: dict[str, float | None] = {}
+    for q in QUANTILES:
+        if q == 0.5:
+            continue
+        share = M.coverage(y, held_back[f"q{q:g}"].to_numpy())
+        out[f"{q:g}"] = None if np.isnan(share) else share
+    return out
 
 
 def _last_finite(column: np.ndarray) -> float | None:

@@ -116,6 +116,18 @@ def _forecast(families: Families, state: RunState) -> None:
                     (pool["pool"], h["horizon"], model_name),
                     wape,
                 )
+    for pool in pools:
+        for h in pool["horizons"]:
+            if not h.get("available"):
+                continue
+            for model_name, shares in h["backtest"].get("coverage_ratio", {}).items():
+                for quantile, share in shares.items():
+                    _add(
+                        families,
+                        "gpu_advisor_forecast_backtest_coverage_ratio",
+                        (pool["pool"], h["horizon"], model_name, quantile),
+                        share,
+                    )
     _idle(families, results.forecast.get("idle") or {})
 
 

@@ -26,8 +26,16 @@ def test_forecasts_match_the_backtest_of_the_simulated_history() -> None:
     assert shown["backtest WAPE"].notna().all()
     assert shown[f"{doc['baseline']} WAPE"].notna().all()
     assert (shown["held-back hours"] > 0).all()
+    # and how often its held-back hours fell at or below its q0.9, as the service measured it
+    measured = [h["backtest"]["coverage_ratio"][h["model"]]["0.9"] for h in _available(doc)]
+    assert shown["q0.9 coverage"].tolist() == pytest.approx(measured)
+    assert shown[f"{doc['baseline']} q0.9 coverage"].between(0, 1).all()
     assert (shown["low (q0.1)"] <= shown["forecast GPUs"] + 1e-9).all()
     assert (shown["forecast GPUs"] <= shown["high (q0.9)"] + 1e-9).all()
+
+
+def _available(doc: dict) -> list[dict]:
+    return [h for pool in doc["pools"] for h in pool["horizons"] if h.get("available")]
 
 
 def test_no_history_no_forecast() -> None:

@@ -94,6 +94,11 @@ SAMPLES: dict[str, list[tuple[tuple[str, ...], float]]] = {
         ((POOL, "24h", "gbm"), 0.11),
         ((POOL, "24h", "seasonal_naive"), 0.19),
     ],
+    "gpu_advisor_forecast_backtest_coverage_ratio": [
+        ((POOL, "24h", "gbm", "0.1"), 0.12),
+        ((POOL, "24h", "gbm", "0.9"), 0.87),
+        ((POOL, "24h", "seasonal_naive", "0.9"), 0.93),
+    ],
     "gpu_advisor_forecast_idle_gpus": [((POOL, "1h"), 30.0), ((POOL, "8h"), 12.0)],
     "gpu_advisor_forecast_idle_backtest_violation_ratio": [
         ((POOL, "1h", "advisor"), 0.04),

@@ -66,6 +66,30 @@ def test_seasonal_demand_is_forecast_with_a_measured_error_against_seasonal_naiv
     assert h6["backtest"]["test_origins"] >= 6 and h6["backtest"]["selection_origins"] >= 6
 
 
+def test_the_interval_comes_with_its_held_back_coverage():
+    """Each interval quantile's coverage is the share of held-back hours at or below it: a
+    daily cycle with hour-level noise, whose steps the seasonal baseline's empirical quantiles
+    learn, lands near nominal; the q0.1 never covers more than the q0.9. A level jump to
+    beyond every trained change makes the q0.9 of the baseline miss each hour after it."""
+    frame = demand_frame(24 * 6, per_hour=1)
+    rng = np.random.default_rng(7)
+    frame["allocated_gpus"] += rng.normal(0, 3, len(frame))
+    (pool,) = forecast_pools(frame, [1])["pools"]
+    (h1,) = pool["horizons"]
+    coverage = h1["backtest"]["coverage_ratio"]
+    assert set(coverage) == set(h1["backtest"]["wape_ratio"])
+    for shares in coverage.values():
+        assert set(shares) == {"0.1", "0.9"}
+        assert 0 <= shares["0.1"] <= shares["0.9"] <= 1
+    assert coverage[BASELINE]["0.9"] >= 0.7 and coverage[BASELINE]["0.1"] <= 0.3
+    jump = frame.copy()
+    late = jump["time"] >= jump["time"].iloc[-1] - pd.Timedelta(hours=30)
+    jump.loc[late, "allocated_gpus"] += 40.0
+    (pool,) = forecast_pools(jump, [1])["pools"]
+    shares = pool["horizons"][0]["backtest"]["coverage_ratio"][BASELINE]
+    assert shares["0.9"] < coverage[BASELINE]["0.9"]
+
+
 def runs_frame(
     seconds: np.ndarray, allocated: np.ndarray, start: str = "2026-01-05"
 ) -> pd.DataFrame:

@@ -178,6 +178,10 @@ def test_forecast_series_only_for_backtested_horizons(sim_loop):
     wape = [s for s in samples(page) if s.name == "gpu_advisor_forecast_backtest_wape_ratio"]
     assert "seasonal_naive_24" in {s.labels["model"] for s in wape}
     assert all(0 <= s.value < 5 for s in wape)
+    covered = [s for s in samples(page) if s.name == "gpu_advisor_forecast_backtest_coverage_ratio"]
+    assert {s.labels["forecast_quantile"] for s in covered} == {"0.1", "0.9"}
+    assert {s.labels["model"] for s in wape} == {s.labels["model"] for s in covered}
+    assert all(0 <= s.value <= 1 for s in covered)
 
 
 def test_nodes_without_a_pool_are_labelled_none_everywhere():

@@ -56,12 +56,16 @@ else:
         column_config={
             "backtest WAPE": st.column_config.NumberColumn(format="percent"),
             f"{doc['baseline']} WAPE": st.column_config.NumberColumn(format="percent"),
+            "q0.9 coverage": st.column_config.NumberColumn(format="percent"),
+            f"{doc['baseline']} q0.9 coverage": st.column_config.NumberColumn(format="percent"),
         },
     )
     st.caption(
         f"From the last complete hour ({doc['origin']}), {doc['history_hours']} hours of "
         "history. WAPE = sum of absolute errors / sum of actuals over the held-back origins; "
-        "the model was chosen on the earlier origins only. Interval: 10th to 90th percentile."
+        "the model was chosen on the earlier origins only. Interval: 10th to 90th percentile; "
+        "q0.9 coverage = share of held-back hours at or below the 90th percentile (a calibrated "
+        "interval covers about 90 %)."
     )
 for reason in forecasts.missing_reasons(doc):
     st.caption(f"No forecast for {reason}.")
