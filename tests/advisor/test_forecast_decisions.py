@@ -180,3 +180,39 @@ def test_the_buffer_sweep_traces_savings_against_shortfalls_and_leaves_the_polic
         off = g.sort_values("params", key=lambda p: p.str.extract(r"buffer=(\d+)")[0].astype(int))
         assert (np.diff(off["pct_node_hours_off"].to_numpy()) <= 1e-9).all()
     assert (rows["policy"] == "ces_tuned").sum() == 1
+
+
+def test_job_end_quantiles_are_numpys_quantiles_of_the_jobs_that_outlived_it():
+    """The sorted-tail reading gives what np.quantile gives on the finished jobs longer than the
+    elapsed time, group by group, including ties, exact indices and jobs older than all."""
+    rng = np.random.default_rng(11)
+    history = pd.DataFrame(
+        {
+            "duration_h": np.round(rng.pareto(1.5, 600) * 3, 1),  # ties from the rounding
+            "tenant": rng.choice(["a", "b", "c"], 600),
+            "gpus": rng.choice([1.0, 8.0], 600),
+        }
+    )
+    running = pd.DataFrame(
+        {
+            "job": [f"j{i}" for i in range(300)],
+            "elapsed_h": np.concatenate([rng.uniform(0, 12, 290), [0.0, 1e6], np.full(8, 3.0)]),
+            "tenant": rng.choice(["a", "b", "d"], 300),
+            "gpus": rng.choice([1.0, 8.0], 300),
+        }
+    )
+    qs = (0.1, 0.5, 0.9)
+    out = jobs.predict_job_end(running, history, quantiles=qs, min_jobs=20)
+    groups = {k: g["duration_h"].to_numpy() for k, g in history.groupby(["tenant", "gpus"])}
+    for job, row in zip(running.itertuples(), out.itertuples(), strict=True):
+        e = job.elapsed_h
+        own = groups.get((job.tenant, job.gpus))
+        if own is not None and (own > e).sum() >= 20:
+            basis, durations = str((job.tenant, job.gpus)), own
+        else:
+            basis, durations = "all", history["duration_h"].to_numpy()
+        longer = durations[durations > e]
+        assert (row.basis, row.n) == (basis, len(longer))
+        for q, got in zip(qs, row[5:], strict=True):
+            want = np.quantile(longer, q) - e if len(longer) else np.nan
+            np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12, equal_nan=True)
