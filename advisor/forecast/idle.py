@@ -427,13 +427,18 @@ def with_capacity(panel: Panel) -> list[str]:
     return [s for s in panel.series if (panel.capacity[s] > 0).any()]
 
 
-def idle_windows(panel: Panel, windows=(1, 4, 8), risk: float = 0.05) -> pd.DataFrame:
+def idle_windows(
+    panel: Panel, windows=(1, 4, 8), risk: float = 0.05, method: str = "auto"
+) -> pd.DataFrame:
     """Live use: units safe to release now per series and window.
 
     The same choice as `backtest` with the last hour as the origin: the pooled quantile model
     (refit weekly backwards from now) with λ picked on its out-of-sample forecasts of the history,
     where the last week says it beats the per-series rules; otherwise, and with too little
-    history for it, the per-series rules. A series without capacity releases 0 (rule "no_capacity")."""
+    history for it, the per-series rules. A series without capacity releases 0 (rule "no_capacity").
+    `method`: "auto" (as above) or "rules" (the per-series rules only, as `backtest`'s)."""
+    if method not in ("auto", "rules"):
+        raise ValueError(f"idle_windows method must be 'auto' or 'rules', not {method!r}")
     known = with_capacity(panel)
     if len(known) < len(panel.series):
         empty = [s for s in panel.series if s not in known]
@@ -451,7 +456,9 @@ def idle_windows(panel: Panel, windows=(1, 4, 8), risk: float = 0.05) -> pd.Data
             for w in windows
             for s in empty
         ]
-        found = idle_windows(panel.select(known), windows, risk) if known else pd.DataFrame()
+        found = (
+            idle_windows(panel.select(known), windows, risk, method) if known else pd.DataFrame()
+        )
         out = pd.concat([found, pd.DataFrame(rows)], ignore_index=True)
         rank = {"window_h": {w: i for i, w in enumerate(windows)}}
         rank["series"] = {s: i for i, s in enumerate(panel.series)}
@@ -466,7 +473,11 @@ def idle_windows(panel: Panel, windows=(1, 4, 8), risk: float = 0.05) -> pd.Data
     per_window = {}
     for w in sorted(set(windows)):
         truth = window_min(idle, w)
-        picked = _quantile_advisor(panel, idle, cap, times, truth, now, last, w, risk, 168, None)
+        picked = None
+        if method != "rules":
+            picked = _quantile_advisor(
+                panel, idle, cap, times, truth, now, last, w, risk, 168, None
+            )
         if picked is not None:
             rel, rules = picked[0][0], [r.split(",")[0] for r in picked[1]]
         else:
@@ -475,6 +486,7 @@ def idle_windows(panel: Panel, windows=(1, 4, 8), risk: float = 0.05) -> pd.Data
         rel = np.minimum(np.minimum(rel, capf), bound)
         bound = np.fmin(bound, rel)
         per_window[w] = (rel, rules)
+    current = feat.ffill(idle)[last]  # once, not per series and window
     out = []
     for w in windows:
         rel, rules = per_window[w]
@@ -485,7 +497,7 @@ def idle_windows(panel: Panel, windows=(1, 4, 8), risk: float = 0.05) -> pd.Data
                     "window_h": w,
                     "risk": risk,
                     "release": float(rel[j]),
-                    "current_idle": float(feat.ffill(idle)[last, j]),
+                    "current_idle": float(current[j]),
                     "rule": rules[j],
                     "as_of": times[last],
                 }
