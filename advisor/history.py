@@ -11,6 +11,11 @@ read.
 It also learns how long jobs run (`JobLifetimes`, `History.finished_jobs()`): a job seen in one
 observation and gone from the next has finished, and its duration goes into a bounded record
 that `advisor.service.job_ends` turns into predicted ends for the running jobs.
+
+Per node it keeps hours, not runs (`NodeHours`, `History.node_hours()`): for each of the last
+`NODE_HOURS` hours the node's peak allocated GPUs, its largest usable capacity, and in how many
+of the hour's runs it was seen, beside the times of the hour's runs; the per-node idle windows
+(`advisor.service.forecast.node_panel`) are built from that.
 """
 
 from __future__ import annotations
@@ -109,6 +114,170 @@ def pool_rows(model: ClusterModel) -> list[dict[str, Any]]:
             }
         )
     return rows
+
+
+def node_rows(model: ClusterModel) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Per node, counted as `pool_rows` counts its pools: (names, pools, GPUs allocated (GPU
+    share: milli-GPU handed out ÷ MILLI, every GPU), usable GPUs (healthy, not lost, node
+    schedulable))."""
+    n = len(model.nodes.name)
+    node = model.gpus.node
+    allocated = np.bincount(node, weights=model.gpu_milli_allocated / MILLI, minlength=n)
+    capacity = np.bincount(node, weights=model.gpu_usable.astype(float), minlength=n)
+    pools = np.array([p or "(none)" for p in model.nodes.pool.tolist()], dtype=object)
+    return model.nodes.name, pools, allocated, capacity
+
+
+NODE_HOURS = 16 * 24  # hours kept per node: advisor.service.forecast.IDLE_MAX_H (a test checks)
+
+
+@dataclass(frozen=True)
+class NodeHours:
+    """`NodeRecord.snapshot()`: H hours (oldest first; the last one may still be running) × N
+    nodes. `peak` and `capacity` are NaN where the node was not seen in the hour."""
+
+    hours: np.ndarray  # int64 (H): hour start, in hours since the epoch
+    run_times: np.ndarray  # float64: every run of those hours, epoch seconds, ascending
+    runs: np.ndarray  # int64 (H): runs in each hour
+    names: tuple[str, ...]
+    pools: tuple[str, ...]  # each node's pool at its latest sighting
+    peak: np.ndarray  # float (H, N): the hour's largest allocated GPU share on the node
+    capacity: np.ndarray  # float (H, N): the hour's largest usable GPU count of the node
+    seen: np.ndarray  # int (H, N): runs of the hour that saw the node
+
+
+@dataclass
+class _NodeHour:
+    hour: int
+    times: list[float]
+    peak: np.ndarray  # float32, NaN unseen
+    capacity: np.ndarray
+    seen: np.ndarray  # int32
+
+
+class NodeRecord:
+    """Per node and hour, for the last `max_hours` hours (plus the running one): peak allocated
+    GPUs, largest capacity and runs that saw it; the hour's run times. Nothing per run is kept
+    but the times, so 1,000 nodes × 16 days hold about 5 MB (12 bytes per node and hour).
+
+    A node keeps its hours after it disappears (unseen hours are NaN); once none of the kept
+    hours saw it, it leaves the record. Not thread-safe on its own: `History` holds its lock
+    around every call."""
+
+    def __init__(self, max_hours: int = NODE_HOURS) -> None:
+        if max_hours < 1:
+            raise ValueError("max_hours must be >= 1")
+        self.max_hours = max_hours
+        self._names: list[str] = []
+        self._pools: list[str] = []
+        self._column: dict[str, int] = {}
+        self._hours: deque[_NodeHour] = deque()
+        self._last_names: np.ndarray | None = None  # the last observation's names, and columns
+        self._last_columns: np.ndarray = np.zeros(0, dtype=np.int64)
+
+    def __len__(self) -> int:
+        return len(self._hours)
+
+    def observe(
+        self,
+        timestamp: float,
+        names: np.ndarray,
+        pools: np.ndarray,
+        allocated: np.ndarray,
+        capacity: np.ndarray,
+    ) -> None:
+        """One run at `timestamp` (runs in time order); per node of it (names unique) its pool,
+        allocated and usable GPUs."""
+        hour = math.floor(timestamp / 3600.0)
+        if not self._hours or self._hours[-1].hour != hour:
+            self._open(hour)
+        columns = self._columns(names, pools)
+        current = self._hours[-1]
+        width = len(self._names)
+        if len(current.peak) < width:  # nodes new in this hour
+            grow = width - len(current.peak)
+            current.peak = np.concatenate([current.peak, np.full(grow, np.nan, np.float32)])
+            current.capacity = np.concatenate([current.capacity, np.full(grow, np.nan, np.float32)])
+            current.seen = np.concatenate([current.seen, np.zeros(grow, np.int32)])
+        current.peak[columns] = np.fmax(current.peak[columns], allocated)
+        current.capacity[columns] = np.fmax(current.capacity[columns], capacity)
+        current.seen[columns] += 1
+        current.times.append(float(timestamp))
+
+    def _columns(self, names: np.ndarray, pools: np.ndarray) -> np.ndarray:
+        last = self._last_names
+        if last is None or not (last is names or np.array_equal(last, names)):
+            columns = np.empty(len(names), dtype=np.int64)
+            for i, name in enumerate(names.tolist()):
+                column = self._column.get(name)
+                if column is None:
+                    column = self._column[name] = len(self._names)
+                    self._names.append(name)
+                    self._pools.append("")
+                columns[i] = column
+            self._last_names, self._last_columns = names, columns
+        for column, pool in zip(self._last_columns.tolist(), pools.tolist(), strict=True):
+            self._pools[column] = pool
+        return self._last_columns
+
+    def _open(self, hour: int) -> None:
+        """Start `hour`; drop the hours before the last `max_hours` complete ones, and the
+        nodes none of the kept hours saw."""
+        width = len(self._names)
+        self._hours.append(
+            _NodeHour(
+                hour,
+                [],
+                np.full(width, np.nan, np.float32),
+                np.full(width, np.nan, np.float32),
+                np.zeros(width, np.int32),
+            )
+        )
+        dropped = False
+        while self._hours[0].hour < hour - self.max_hours:
+            self._hours.popleft()
+            dropped = True
+        if dropped:
+            self._forget_unseen()
+
+    def _forget_unseen(self) -> None:
+        seen = np.zeros(len(self._names), dtype=bool)
+        for h in self._hours:
+            seen[: len(h.seen)] |= h.seen > 0
+        if seen.all():
+            return
+        keep = np.flatnonzero(seen)
+        self._names = [self._names[i] for i in keep.tolist()]
+        self._pools = [self._pools[i] for i in keep.tolist()]
+        self._column = {name: i for i, name in enumerate(self._names)}
+        for h in self._hours:
+            mine = keep[keep < len(h.seen)]
+            h.peak, h.capacity, h.seen = h.peak[mine], h.capacity[mine], h.seen[mine]
+        self._last_names = None
+
+    def snapshot(self) -> NodeHours | None:
+        """The record as dense arrays (a copy); None before the first run."""
+        if not self._hours:
+            return None
+        width = len(self._names)
+
+        def dense(attr: str, fill: float, dtype) -> np.ndarray:
+            out = np.full((len(self._hours), width), fill, dtype=dtype)
+            for i, h in enumerate(self._hours):
+                row = getattr(h, attr)
+                out[i, : len(row)] = row
+            return out
+
+        return NodeHours(
+            hours=np.array([h.hour for h in self._hours], dtype=np.int64),
+            run_times=np.array([t for h in self._hours for t in h.times], dtype=np.float64),
+            runs=np.array([len(h.times) for h in self._hours], dtype=np.int64),
+            names=tuple(self._names),
+            pools=tuple(self._pools),
+            peak=dense("peak", np.nan, np.float32),
+            capacity=dense("capacity", np.nan, np.float32),
+            seen=dense("seen", 0, np.int32),
+        )
 
 
 @dataclass(frozen=True)
@@ -405,13 +574,18 @@ class History:
     """Bounded, thread-safe record of observations of one source."""
 
     def __init__(
-        self, max_points: int = 1440, usage_window_s: float = 3600.0, max_finished: int = 5000
+        self,
+        max_points: int = 1440,
+        usage_window_s: float = 3600.0,
+        max_finished: int = 5000,
+        node_hours: int = NODE_HOURS,
     ) -> None:
         if max_points < 1:
             raise ValueError("max_points must be >= 1")
         self.max_points = max_points
         self.usage_window_s = usage_window_s
         self.jobs = JobLifetimes(max_finished)
+        self.nodes = NodeRecord(node_hours)
         self._points: deque[Point] = deque(maxlen=max_points)
         # (timestamp, keys, util, memory) per observation inside the usage window
         self._usage: deque[tuple[float, np.ndarray, np.ndarray, np.ndarray]] = deque()
@@ -422,20 +596,29 @@ class History:
             return len(self._points)
 
     def append(self, model: ClusterModel, result: dict[str, Any] | None = None) -> Point:
-        """Record one observation; `result` is its `measures.analyze` output if already known."""
+        """Record one observation; `result` is its `measures.analyze` output if already known.
+
+        An observation no later than the last one is skipped (the series stays monotonic), and
+        checked for that before anything is computed from it; the work per GPU, node and job is
+        done outside the lock, then the check is repeated under it before recording."""
         timestamp = model.timestamp
         if math.isnan(timestamp):
             raise ValueError("a model without a timestamp cannot go into a history")
+        with self._lock:
+            if self._points and timestamp <= self._points[-1].timestamp:
+                return self._points[-1]  # same or older observation: nothing to compute
         result = measures.analyze(model) if result is None else result
         point = Point(timestamp, headline(result), tuple(pool_rows(model)))
         keys = gpu_keys(model)
         util = model.gpus.utilization_ratio.astype(np.float32)
         memory = model.gpus.memory_used_bytes.astype(np.float32)
         jobs = running_jobs(model)
+        nodes = node_rows(model)
         with self._lock:
             if self._points and timestamp <= self._points[-1].timestamp:
-                return self._points[-1]  # same or older observation: keep the series monotonic
+                return self._points[-1]  # another thread recorded a later one meanwhile
             self.jobs.observe(model, jobs)  # in the same order as the points
+            self.nodes.observe(timestamp, *nodes)
             self._points.append(point)
             self._usage.append((timestamp, keys, util, memory))
             while self._usage and self._usage[0][0] < timestamp - self.usage_window_s:
@@ -449,6 +632,11 @@ class History:
     def points(self) -> list[Point]:
         with self._lock:
             return list(self._points)
+
+    def node_hours(self) -> NodeHours | None:
+        """Per node and hour: peak allocated GPUs, capacity, runs that saw it (`NodeRecord`)."""
+        with self._lock:
+            return self.nodes.snapshot()
 
     def finished_jobs(self) -> pd.DataFrame:
         """Jobs seen to finish between observations (`JobLifetimes.frame`)."""
