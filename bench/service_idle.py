@@ -2,7 +2,13 @@
 the demand forecast on a synthetic history of D days × P pools × a run every S seconds, and what
 `idle_windows` alone costs on the uncapped history (the pooled quantile model beyond ~17 days).
 
+`--nodes N` times the per-node part instead: N nodes of 8 GPUs × `--node-days` (16) days of
+hourly runs through the history's per-node record (`NodeRecord.observe`, and its cost per run
+at N nodes), `node_panel`, and the per-node idle windows (release + backtest, per-series rules)
+for every node and for the service's default limit (`IDLE_MAX_NODES`).
+
 Usage: python bench/service_idle.py [--days 14] [--pools 20] [--every 30] [--uncapped-days 21]
+       python bench/service_idle.py --nodes 1000 [--node-days 16]
 """
 
 from __future__ import annotations
@@ -10,12 +16,17 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo's exporter, not bench/'s
+
 from advisor.forecast import idle_windows
+from advisor.history import NodeRecord
 from advisor.service import forecast as F
 
 
@@ -49,10 +60,82 @@ def history(days: int, pools: int, every: float, seed: int = 0) -> pd.DataFrame:
     return frame
 
 
-def timed(fn, *args):
+def timed(fn, *args, **kwargs):
     t0 = time.perf_counter()
-    out = fn(*args)
+    out = fn(*args, **kwargs)
     return time.perf_counter() - t0, out
+
+
+def node_levels(days: int, nodes: int, seed: int = 0) -> np.ndarray:
+    """(hours, nodes) allocated GPUs of 8-GPU nodes at each hourly run: per node a job process
+    with a daily cycle (sizes 1, 2, 4, 8 GPUs, ~3 h mean duration, ~0.4 arrivals an hour)."""
+    rng = np.random.default_rng(seed)
+    total = days * 86400.0
+    t = np.arange(days * 24) * 3600.0 + 60.0
+    out = np.empty((len(t), nodes))
+    for j in range(nodes):
+        arr = np.sort(rng.uniform(0, total, days * 24 // 2))
+        arr = arr[
+            rng.uniform(size=len(arr)) < 0.5 + 0.4 * np.sin(2 * np.pi * (arr / 3600 % 24) / 24)
+        ]
+        size = rng.choice([1, 2, 4, 8], size=len(arr)).astype(float)
+        when = np.concatenate([arr, arr + rng.exponential(3 * 3600, len(arr))])
+        order = np.argsort(when)
+        level = np.cumsum(np.concatenate([size, -size])[order])
+        at = np.searchsorted(when[order], t, side="right") - 1
+        out[:, j] = np.minimum(np.where(at >= 0, level[np.maximum(at, 0)], 0.0), 8.0)
+    return out
+
+
+def bench_nodes(days: int, nodes: int) -> None:
+    levels = node_levels(days, nodes)
+    names = np.array([f"node{j:04d}" for j in range(nodes)], dtype=object)
+    pools = np.array([f"pool{j % 20:02d}" for j in range(nodes)], dtype=object)
+    capacity = np.full(nodes, 8.0)
+    start = pd.Timestamp("2026-01-05", tz="UTC").timestamp()
+    record = NodeRecord(F.IDLE_MAX_H)
+    t0 = time.perf_counter()
+    for h, row in enumerate(levels):  # a new model's arrays each run, as from a source
+        record.observe(start + h * 3600.0 + 60.0, names.copy(), pools.copy(), row, capacity)
+    record.observe(start + len(levels) * 3600.0 + 60.0, names, pools, levels[-1], capacity)
+    t_record = time.perf_counter() - t0
+    snap = record.snapshot()
+    size = sum(a.nbytes for a in (snap.peak, snap.capacity, snap.seen))
+    print(
+        f"nodes: {nodes} x {days} days of hourly runs: NodeRecord.observe "
+        f"{1e3 * t_record / (len(levels) + 1):.2f} ms per run, record {size / 2**20:.1f} MiB"
+    )
+    t_panel, panel = timed(F.node_panel, snap)
+    print(f"  node_panel {t_panel:.2f} s ({len(panel.index)} h x {len(panel.series)} nodes)")
+    for limit in sorted({nodes, F.IDLE_MAX_NODES}, reverse=True):
+        t_idle, doc = timed(F.idle_section, None, F.IDLE_WINDOWS_H, F.IDLE_RISK, panel, limit)
+        computed = [n for n in doc["nodes"] if any(w["available"] for w in n["windows"])]
+        print(
+            f"  per-node idle windows, {min(limit, nodes)} of {nodes} nodes computed "
+            f"(release + backtest, windows {F.IDLE_WINDOWS_H}, {doc['node_history_hours']} h): "
+            f"{t_idle:.2f} s"
+        )
+        for window in doc["windows"]:
+            mine = [
+                w
+                for n in computed
+                for w in n["windows"]
+                if w["window"] == window and w["available"]
+            ]
+            if mine:
+                v = np.mean([w["backtest"]["violation_ratio"]["advisor"] for w in mine])
+                vmax = np.max([w["backtest"]["violation_ratio"]["advisor"] for w in mine])
+                vb = np.mean([w["backtest"]["violation_ratio"][F.IDLE_BASELINE] for w in mine])
+                c = np.nanmean(
+                    [
+                        np.nan if (x := w["backtest"]["capture_ratio"]["advisor"]) is None else x
+                        for w in mine
+                    ]
+                )
+                print(
+                    f"    {window}: node-mean held-back violations {v:.3f} (max {vmax:.3f}; "
+                    f"baseline {vb:.3f}), capture {c:.3f}"
+                )
 
 
 def main() -> None:
@@ -61,12 +144,17 @@ def main() -> None:
     ap.add_argument("--pools", type=int, default=20)
     ap.add_argument("--every", type=float, default=30.0)
     ap.add_argument("--uncapped-days", type=int, default=21)
+    ap.add_argument("--nodes", type=int, default=0, help="time the per-node part on N nodes")
+    ap.add_argument("--node-days", type=int, default=F.IDLE_MAX_H // 24)
     args = ap.parse_args()
     print(
         f"machine: {platform.platform()}, python {platform.python_version()}, "
         f"{os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}, "
         f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}"
     )
+    if args.nodes:
+        bench_nodes(args.node_days, args.nodes)
+        return
     frame = history(args.days, args.pools, args.every)
     print(
         f"history: {args.days} days x {args.pools} pools x a run every {args.every:g} s "

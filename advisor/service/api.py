@@ -474,9 +474,28 @@ def _schemas() -> dict[str, Any]:
                     }
                 ),
             },
+            "node_history_hours": count,
+            "nodes_total": count,
+            "max_nodes": count,
+            "node_error": _STR_OR_NULL,
+            "nodes": {
+                "type": "array",
+                "description": "the same per node (per-series rules only), the most GPUs idle "
+                "in the last complete hour first; nodes beyond max_nodes carry a reason",
+                "items": _obj(
+                    {
+                        "node": {"type": "string"},
+                        "pool": {"type": "string"},
+                        "capacity_gpus": _NUM_OR_NULL,
+                        "current_idle_gpus": _NUM_OR_NULL,
+                        "windows": {"type": "array", "items": idle_window},
+                    }
+                ),
+            },
         },
-        description="Per pool and window W: GPUs forecast to stay free for the whole next W "
-        "hours (from valid_from) at the risk, with their held-back backtest (docs/service.md).",
+        description="Per pool and per node and window W: GPUs forecast to stay free for the "
+        "whole next W hours (from valid_from) at the risk, with their held-back backtest "
+        "(docs/service.md).",
     )
     forecast = _obj(
         {

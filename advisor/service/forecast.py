@@ -19,6 +19,9 @@ pick, its interval and its held-back error come from the same inputs.
 
 A pool/horizon without enough history for both halves gets no forecast at all (design rule:
 no forecast is shown without a measured error against seasonal naive on held-back data).
+
+Idle windows (GPUs that stay free for the whole next W hours), per pool from the runs panel and
+per node from the history's per-node hours, each with its held-back backtest: `idle_section`.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -38,6 +41,9 @@ from advisor.forecast.features import within_arrays
 from advisor.forecast.io import Panel
 from advisor.forecast.models import as_arrays, make
 from advisor.forecast.rolling import rolling_forecasts
+
+if TYPE_CHECKING:
+    from advisor.history import NodeHours
 
 CANDIDATES: tuple[str, ...] = (
     "naive",
@@ -62,6 +68,8 @@ IDLE_MIN_CALIBRATION_H = 24  # calibration origins before the held-back hours
 IDLE_MIN_TEST = 24  # held-back origins with an observed outcome needed to show a release
 IDLE_TEST_H = 7 * 24  # at most this many origins are held back
 IDLE_MAX_H = 16 * 24  # the history idle windows see (cost, and the method the backtest measures)
+IDLE_MAX_NODES = 250  # nodes whose idle windows are computed each hour (~3 s on 2 cores)
+IDLE_NODE_METHOD = "rules"  # per node: the per-series rules only (no pooled model, no pooled λ)
 
 log = logging.getLogger("advisor.service")
 
@@ -193,10 +201,15 @@ def forecast_pools(
     horizons_h: Sequence[int],
     windows_h: Sequence[int] = IDLE_WINDOWS_H,
     risk: float = IDLE_RISK,
+    nodes: NodeHours | None = None,
+    max_nodes: int = IDLE_MAX_NODES,
 ) -> dict[str, Any]:
-    """The forecast document served at /api/forecast (see the module docstring)."""
+    """The forecast document served at /api/forecast (see the module docstring); `nodes`
+    (`History.node_hours()`) adds the per-node idle windows."""
     runs = runs_panel(pool_demand)
-    return forecast_panel(hourly_of(runs), horizons_h, runs, windows_h, risk)
+    return forecast_panel(
+        hourly_of(runs), horizons_h, runs, windows_h, risk, node_panel(nodes), max_nodes
+    )
 
 
 def same_panel(a: Panel | None, b: Panel | None) -> bool:
@@ -217,9 +230,12 @@ def forecast_panel(
     runs: RunsPanel | None = None,
     windows_h: Sequence[int] = IDLE_WINDOWS_H,
     risk: float = IDLE_RISK,
+    nodes: Panel | None = None,
+    max_nodes: int = IDLE_MAX_NODES,
 ) -> dict[str, Any]:
     """`forecast_pools` on an already built hourly panel (demand) and runs panel (idle windows;
-    None: the one the hourly panel was built from, if any, else no idle history)."""
+    None: the one the hourly panel was built from, if any, else no idle history), and the
+    hourly node panel (`node_panel`; None: no per-node idle windows)."""
     if runs is None and panel is not None:
         runs = panel.meta.get("runs")
     hours = 0 if panel is None else len(panel.index)
@@ -229,7 +245,7 @@ def forecast_panel(
         "baseline": BASELINE,
         "candidates": list(CANDIDATES),
         "pools": [],
-        "idle": _idle_or_error(runs, windows_h, risk),
+        "idle": _idle_or_error(runs, windows_h, risk, nodes, max_nodes),
     }
     if panel is None:
         doc["origin"] = None
@@ -335,18 +351,29 @@ def idle_needs(window_h: int) -> int:
     return IDLE_FIRST_H + IDLE_MIN_CALIBRATION_H + IDLE_MIN_TEST + 2 * window_h
 
 
-def _idle_or_error(runs: RunsPanel | None, windows_h: Sequence[int], risk: float) -> dict:
+def _idle_or_error(
+    runs: RunsPanel | None,
+    windows_h: Sequence[int],
+    risk: float,
+    nodes: Panel | None = None,
+    max_nodes: int = IDLE_MAX_NODES,
+) -> dict:
     """`idle_section`; a failure there is logged and reported in the section, so it does not
     take the demand forecast down with it."""
     try:
-        return idle_section(runs, windows_h, risk)
+        return idle_section(runs, windows_h, risk, nodes, max_nodes)
     except Exception as error:
         log.exception("idle-window forecast failed")
-        message = str(error).splitlines()[0] if str(error) else type(error).__name__
-        return {**_idle_head(windows_h, risk), "error": message}
+        return {**_idle_head(windows_h, risk, max_nodes), "error": _message(error)}
 
 
-def _idle_head(windows_h: Sequence[int], risk: float) -> dict[str, Any]:
+def _message(error: BaseException) -> str:
+    return str(error).splitlines()[0] if str(error) else type(error).__name__
+
+
+def _idle_head(
+    windows_h: Sequence[int], risk: float, max_nodes: int = IDLE_MAX_NODES
+) -> dict[str, Any]:
     return {
         "risk": float(risk),
         "windows": [_horizon_label(w) for w in sorted(set(windows_h))],
@@ -357,10 +384,63 @@ def _idle_head(windows_h: Sequence[int], risk: float) -> dict[str, Any]:
         "valid_from": None,
         "error": None,
         "pools": [],
+        "node_history_hours": 0,
+        "nodes_total": 0,
+        "max_nodes": int(max_nodes),
+        "node_error": None,
+        "nodes": [],
     }
 
 
-def idle_section(runs: RunsPanel | None, windows_h: Sequence[int], risk: float) -> dict[str, Any]:
+def node_panel(record: NodeHours | None) -> Panel | None:
+    """Hourly panel of the history's per-node record (`History.node_hours()`): one column per
+    node, values = the hour's peak allocated GPUs, capacity = its largest usable GPUs; complete
+    hours only (the latest run's hour is left out), on a full hourly grid (hours without a run
+    are NaN). A node's hour is masked (NaN value) when the hour is thin for the whole fleet, by
+    the service's coverage rule on the hour's run times (`_covered`, as the pools' `RunsPanel`:
+    a backfilled hour of one run is observed), or when fewer than `MIN_COVERAGE` of the hour's
+    runs saw the node; its capacity stays wherever a run saw it (as for pools). Nodes no
+    complete hour saw are left out. `meta["pools"]`: each node's pool. None: no complete
+    hour."""
+    if record is None or len(record.hours) < 2:
+        return None
+    done = len(record.hours) - 1  # the last hour is the latest run's: still running
+    seen_any = record.seen[:done].sum(axis=0) > 0
+    if not seen_any.any():
+        return None
+    hours = record.hours[:done]
+    grid = np.arange(hours[0], hours[-1] + 1)
+    index = pd.DatetimeIndex(pd.to_datetime(grid * 3600, unit="s"))
+    run_times = record.run_times[: int(record.runs[:done].sum())]
+    runs_at = pd.DatetimeIndex(pd.to_datetime(run_times, unit="s"))
+    fleet = _covered(pd.DataFrame({"runs": 1.0}, index=runs_at), index)["runs"].to_numpy()
+    rows = (hours - grid[0]).astype(int)
+    columns = np.flatnonzero(seen_any)
+    seen = np.zeros((len(grid), len(columns)), dtype=np.int64)
+    peak = np.full(seen.shape, np.nan)
+    capacity = np.full(seen.shape, np.nan)
+    seen[rows] = record.seen[:done][:, columns]
+    peak[rows] = np.round(record.peak[:done][:, columns].astype(float), 3)
+    capacity[rows] = record.capacity[:done][:, columns]
+    runs = np.zeros(len(grid), dtype=np.int64)
+    runs[rows] = record.runs[:done]
+    kept = fleet[:, None] & (seen > 0) & (seen >= MIN_COVERAGE * runs[:, None])
+    names = [record.names[j] for j in columns.tolist()]
+    return Panel(
+        pd.DataFrame(np.where(kept, peak, np.nan), index=index, columns=names),
+        pd.DataFrame(np.where(seen > 0, capacity, np.nan), index=index, columns=names),
+        "advisor-nodes",
+        meta={"pools": {record.names[j]: record.pools[j] for j in columns.tolist()}},
+    )
+
+
+def idle_section(
+    runs: RunsPanel | None,
+    windows_h: Sequence[int],
+    risk: float,
+    nodes: Panel | None = None,
+    max_nodes: int = IDLE_MAX_NODES,
+) -> dict[str, Any]:
     """Per pool and window W: the GPUs `advisor.forecast.idle_windows` releases as free for the
     whole next W hours at `risk` (idle in an hour = capacity − the hour's peak allocation), and
     how that release did on the history's own held-back hours (`advisor.forecast.idle.backtest`,
@@ -372,51 +452,132 @@ def idle_section(runs: RunsPanel | None, windows_h: Sequence[int], risk: float) 
     (`origin`) and covers the W hours from `valid_from`. A window without `idle_needs(W)` hours,
     a pool whose last complete hour is masked (no release from older hours) and a pool with
     fewer than `IDLE_MIN_TEST` scored held-back hours get no release, with the reason.
+
+    The same per node (`nodes`, `node_panel`; `_idle_series` serves both), with the per-series
+    rules only (`IDLE_NODE_METHOD`) and for at most `max_nodes` nodes: those with the most GPUs
+    idle in the last complete hour; the others are listed with the reason. A failure of the
+    node part is reported in `node_error` and leaves the pools as they are.
     """
-    doc = _idle_head(windows_h, risk)
+    doc = _idle_head(windows_h, risk, max_nodes)
     windows = sorted(set(int(w) for w in windows_h))
-    if runs is None:
-        return doc
-    last_hour = runs.index[-1].floor("h")
-    runs = runs.since(last_hour - pd.Timedelta(hours=IDLE_MAX_H - 1))
-    idle, cap, times = I.hourly_idle(runs)
-    hours, last = len(times), len(times) - 1
-    doc.update(
-        history_hours=hours,
-        origin=_label(times[last]),
-        valid_from=_label(times[last] + pd.Timedelta(hours=1)),
+    if runs is not None:
+        last_hour = runs.index[-1].floor("h")
+        hours, times, doc["pools"] = _idle_series(
+            runs.since(last_hour - pd.Timedelta(hours=IDLE_MAX_H - 1)), windows, risk, "pool"
+        )
+        doc.update(
+            history_hours=hours,
+            origin=_label(times[-1]),
+            valid_from=_label(times[-1] + pd.Timedelta(hours=1)),
+        )
+    if nodes is not None:
+        try:
+            _node_idle(doc, nodes, windows, risk, max_nodes)
+        except Exception as error:
+            log.exception("per-node idle-window forecast failed")
+            doc["nodes"], doc["node_error"] = [], _message(error)
+    return doc
+
+
+def _node_idle(
+    doc: dict[str, Any], nodes: Panel, windows: list[int], risk: float, max_nodes: int
+) -> None:
+    """`idle_section`'s per-node part, into `doc`."""
+    start = nodes.index[-1] - pd.Timedelta(hours=IDLE_MAX_H - 1)
+    keep = nodes.index >= start
+    nodes = Panel(nodes.values[keep], nodes.capacity[keep], nodes.name, meta=dict(nodes.meta))
+    pools = nodes.meta.get("pools", {})
+    times = nodes.index  # a full hourly grid already: its last row is the last complete hour
+    now = np.maximum(nodes.capacity.to_numpy(float)[-1] - nodes.values.to_numpy(float)[-1], 0.0)
+    # the most GPUs idle now first (masked last), then by name: deterministic
+    order = sorted(
+        range(len(nodes.series)),
+        key=lambda j: (not np.isfinite(now[j]), -np.nan_to_num(now[j]), nodes.series[j]),
     )
+    chosen = sorted(order[: max(0, int(max_nodes))])
+    entries: list[dict[str, Any]] = []
+    if chosen:
+        hours, _, entries = _idle_series(
+            nodes.select([nodes.series[j] for j in chosen]),
+            windows,
+            risk,
+            "node",
+            IDLE_NODE_METHOD,
+        )
+    else:
+        hours = len(times)
+    left = sorted(set(range(len(nodes.series))) - set(chosen))
+    reason = (
+        f"not among the {int(max_nodes)} nodes with the most GPUs idle in the last complete "
+        "hour (the per-node limit)"
+    )
+    cap = nodes.capacity.to_numpy(float)
+    for j in left:
+        entries.append(
+            {
+                "node": nodes.series[j],
+                "capacity_gpus": _last_finite(cap[:, j]),
+                "current_idle_gpus": float(now[j]) if np.isfinite(now[j]) else None,
+                "windows": [
+                    {"window": _horizon_label(w), "available": False, "reason": reason}
+                    for w in windows
+                ],
+            }
+        )
+    rank = {name: i for i, name in enumerate(nodes.series[j] for j in order)}
+    doc["nodes"] = [
+        {"node": e["node"], "pool": str(pools.get(e["node"], "")), **e}
+        for e in sorted(entries, key=lambda e: rank[e["node"]])
+    ]
+    doc.update(node_history_hours=hours, nodes_total=len(nodes.series))
+    if doc["origin"] is None:
+        doc.update(origin=_label(times[-1]), valid_from=_label(times[-1] + pd.Timedelta(hours=1)))
+
+
+def _idle_series(
+    panel: Panel, windows: list[int], risk: float, kind: str, method: str = "auto"
+) -> tuple[int, pd.DatetimeIndex, list[dict[str, Any]]]:
+    """Per series (a pool or a node: `kind`) of an idle panel and window: the release and its
+    held-back backtest, as `idle_section` serves them. `method`: `idle_windows`' and
+    `backtest`'s ("auto": theirs; "rules": the per-series rules only). Returns (complete hours
+    seen, their times, one entry per series)."""
+    idle, cap, times = I.hourly_idle(panel)
+    hours, last = len(times), len(times) - 1
     ready = [w for w in windows if hours >= idle_needs(w)]
     released: dict[tuple[str, int], dict[str, Any]] = {}
     scores: dict[tuple[str, int, str], dict[str, float]] = {}
     counts: dict[tuple[str, int], int] = {}
     test_from = None
     if ready:
-        for row in idle_windows(runs, ready, risk).to_dict("records"):
+        for row in idle_windows(panel, ready, risk, method).to_dict("records"):
             released[(row["series"], int(row["window_h"]))] = row
         widest = max(ready)
         start = max(IDLE_FIRST_H + IDLE_MIN_CALIBRATION_H + widest, hours - widest - IDLE_TEST_H)
         test_from = times[start]
         decisions: dict[int, pd.DataFrame] = {}
         table = I.backtest(
-            runs,
+            panel,
             ready,
             risk,
             test_from=test_from,
             test_to=times[last] + pd.Timedelta(hours=1),
             releases=decisions,
+            method=method,
         )
         for row in table.to_dict("records"):
             if row["model"] in ("advisor", IDLE_BASELINE):
                 scores[(row["series"], int(row["window_h"]), row["model"])] = row
         for w, frame in decisions.items():
+            # a series without capacity is left out of the backtest: it releases 0
+            frame = frame.reindex(columns=panel.series, fill_value=0.0)
             truth = I.window_min(idle, w)[times.get_indexer(frame.index)]
             scored = np.isfinite(truth) & np.isfinite(frame.to_numpy(float))
             for j, series in enumerate(frame.columns):
                 counts[(str(series), int(w))] = int(scored[:, j].sum())
-    for j, pool in enumerate(runs.series):
+    entries = []
+    for j, series in enumerate(panel.series):
         entry: dict[str, Any] = {
-            "pool": pool,
+            kind: series,
             "capacity_gpus": _last_finite(cap[:, j]),
             "current_idle_gpus": float(idle[last, j]) if np.isfinite(idle[last, j]) else None,
             "windows": [],
@@ -426,15 +587,25 @@ def idle_section(runs: RunsPanel | None, windows_h: Sequence[int], risk: float) 
                 {
                     "window": _horizon_label(w),
                     **_idle_window(
-                        pool, w, hours, idle[last, j], released, scores, counts, test_from
+                        series,
+                        w,
+                        hours,
+                        idle[last, j],
+                        released,
+                        scores,
+                        counts,
+                        test_from,
+                        kind,
                     ),
                 }
             )
-        doc["pools"].append(entry)
-    return doc
+        entries.append(entry)
+    return hours, times, entries
 
 
-def _idle_window(pool, w, hours, idle_now, released, scores, counts, test_from) -> dict[str, Any]:
+def _idle_window(
+    series, w, hours, idle_now, released, scores, counts, test_from, kind="pool"
+) -> dict[str, Any]:
     def absent(reason: str) -> dict[str, Any]:
         return {"available": False, "reason": reason}
 
@@ -442,16 +613,30 @@ def _idle_window(pool, w, hours, idle_now, released, scores, counts, test_from) 
         return absent(f"needs {idle_needs(w)} complete hours of history, has {hours}")
     if not np.isfinite(idle_now):
         return absent(
-            "the last complete hour has too few runs for this pool (source gap or new "
-            "pool): no release from older hours"
+            f"the last complete hour has too few runs for this {kind} (source gap or new "
+            f"{kind}): no release from older hours"
         )
-    n = counts.get((pool, w), 0)
+    n = counts.get((series, w), 0)
     if n < IDLE_MIN_TEST:
         return absent(f"{n} held-back hours with an observed outcome, needs {IDLE_MIN_TEST}")
-    row = released.get((pool, w))
+    row = released.get((series, w))
     if row is None or not np.isfinite(row["release"]):
-        return absent("no release: the pool's capacity or allocation is unknown")
-    mine = {m: scores.get((pool, w, m), {}) for m in ("advisor", IDLE_BASELINE)}
+        return absent(f"no release: the {kind}'s capacity or allocation is unknown")
+    if row["rule"] == "no_capacity":  # no usable GPU in the history: releases 0, never wrong
+        return {
+            "available": True,
+            "until": _label(pd.Timestamp(row["as_of"]) + pd.Timedelta(hours=1 + w)),
+            "release_gpus": 0.0,
+            "rule": "no_capacity",
+            "backtest": {
+                "test_from": _label(test_from),
+                "test_origins": n,
+                "method": "no_capacity",
+                "violation_ratio": {m: 0.0 for m in ("advisor", IDLE_BASELINE)},
+                "capture_ratio": {m: None for m in ("advisor", IDLE_BASELINE)},
+            },
+        }
+    mine = {m: scores.get((series, w, m), {}) for m in ("advisor", IDLE_BASELINE)}
     return {
         "available": True,
         "until": _label(pd.Timestamp(row["as_of"]) + pd.Timedelta(hours=1 + w)),

@@ -29,7 +29,13 @@ from advisor.ingest.sources import SourceError, load_source, seconds, sim_fleet,
 from advisor.model import ClusterModel
 from advisor.planner.constraints import Policy
 from advisor.service import results as R
-from advisor.service.forecast import forecast_panel, hourly_of, runs_panel
+from advisor.service.forecast import (
+    IDLE_MAX_NODES,
+    forecast_panel,
+    hourly_of,
+    node_panel,
+    runs_panel,
+)
 from advisor.service.job_ends import JobEndSettings
 from advisor.service.plans import recommend_service
 from exporter.collector import Health
@@ -117,6 +123,7 @@ class Config:
     horizons_h: tuple[int, ...] = (1, 6, 24)
     stale_intervals: float = 3.0
     job_ends: JobEndSettings = field(default_factory=JobEndSettings)
+    idle_max_nodes: int = IDLE_MAX_NODES  # nodes whose idle windows are computed each hour
 
 
 def analyze_model(
@@ -298,15 +305,23 @@ class AdvisorLoop:
         return state
 
     def _forecast(self) -> dict[str, Any]:
-        """The forecast (demand and idle windows), recomputed only when the latest run is in a
-        later hour than at the last computation, i.e. when another hour has completed. Between
-        those, nothing is built: runs added or dropped from the history's start within the
-        hour do not change what is served (the hour still running is never used)."""
+        """The forecast (demand and idle windows per pool and per node), recomputed only when
+        the latest run is in a later hour than at the last computation, i.e. when another hour
+        has completed. Between those, nothing is built: runs added or dropped from the history's
+        start within the hour do not change what is served (the hour still running is never
+        used). The per-node idle windows come from the history's per-node hours
+        (`History.node_hours()`), at most `Config.idle_max_nodes` nodes."""
         points = self.history.points()
         hour = math.floor(points[-1].timestamp / 3600.0) if points else None
         if self._forecast_cache is None or self._forecast_cache[0] != hour:
             runs = runs_panel(self.history.pool_demand())
-            doc = forecast_panel(hourly_of(runs), self.config.horizons_h, runs)
+            doc = forecast_panel(
+                hourly_of(runs),
+                self.config.horizons_h,
+                runs,
+                nodes=node_panel(self.history.node_hours()),
+                max_nodes=self.config.idle_max_nodes,
+            )
             self._forecast_cache = (hour, {**doc, "stale": False, "error": ""})
         return self._forecast_cache[1]
 
