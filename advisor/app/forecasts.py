@@ -1,5 +1,6 @@
 """Forecast data for the app: per-pool demand forecasts with their backtest (the same code the
-advisor service serves at /api/forecast), and per-node predicted free GPUs.
+advisor service serves at /api/forecast), idle windows per pool and per node, and per-node
+predicted free GPUs.
 
 Demand forecasts come only with their measured error: `advisor.service.forecast.forecast_pools`
 picks a model on the earlier half of a rolling-origin backtest and scores it and the
@@ -25,7 +26,7 @@ FREE_IN_H: tuple[int, ...] = (1, 6, 24)
 def forecast_doc(history: History, horizons_h: Sequence[int] = HORIZONS_H) -> dict[str, Any]:
     from advisor.service.forecast import forecast_pools  # pulls in the forecast models
 
-    return forecast_pools(history.pool_demand(), horizons_h)
+    return forecast_pools(history.pool_demand(), horizons_h, nodes=history.node_hours())
 
 
 def horizons_frame(doc: dict[str, Any]) -> pd.DataFrame:
@@ -112,6 +113,57 @@ def idle_missing_reasons(doc: dict[str, Any]) -> list[str]:
     if idle.get("error"):
         reasons.setdefault(f"all windows: failed ({idle['error']})", [])
     return [f"{why} (pools: {', '.join(pools) or 'all'})" for why, pools in reasons.items()]
+
+
+def idle_nodes_frame(doc: dict[str, Any]) -> pd.DataFrame:
+    """One row per node of the idle section: its pool, GPUs, GPUs idle in the last complete
+    hour, the GPUs released as free for each whole window (None: no release, see
+    `idle_missing_reasons`), and the shortest window's held-back violations and capture; the
+    most releasable nodes first (by the shortest window's release, then the longer ones')."""
+    idle = doc.get("idle") or {}
+    windows = list(idle.get("windows", []))
+    first = windows[0] if windows else ""
+    rows = []
+    for node in idle.get("nodes", []):
+        by = {w["window"]: w for w in node["windows"]}
+        row: dict[str, Any] = {
+            "node": node["node"],
+            "pool": node["pool"],
+            "GPUs": node["capacity_gpus"],
+            "free now (last hour's low)": node["current_idle_gpus"],
+        }
+        for window in windows:
+            w = by.get(window, {})
+            row[f"free for {window}"] = w.get("release_gpus") if w.get("available") else None
+        shortest = by.get(first, {})
+        bt = shortest.get("backtest", {}) if shortest.get("available") else {}
+        row[f"{first} backtest violations"] = bt.get("violation_ratio", {}).get("advisor")
+        row[f"{first} backtest capture"] = bt.get("capture_ratio", {}).get("advisor")
+        rows.append(row)
+    frame = pd.DataFrame(rows)
+    if frame.empty:
+        return frame
+    keys = [f"free for {w}" for w in windows] + ["free now (last hour's low)"]
+    order = frame[keys].astype(float).fillna(-1.0)
+    order["node"] = frame["node"]
+    ranked = order.sort_values([*keys, "node"], ascending=[False] * len(keys) + [True])
+    return frame.loc[ranked.index].reset_index(drop=True)
+
+
+def idle_node_reasons(doc: dict[str, Any]) -> list[str]:
+    """'window: why (N nodes)' for every per-node window without a release (deduplicated),
+    and the node part's failure if any."""
+    idle = doc.get("idle") or {}
+    reasons: dict[str, int] = {}
+    for node in idle.get("nodes", []):
+        for w in node["windows"]:
+            if not w.get("available"):
+                key = f"{w['window']}: {w['reason']}"
+                reasons[key] = reasons.get(key, 0) + 1
+    out = [f"{why} ({n} node{'s' if n != 1 else ''})" for why, n in reasons.items()]
+    if idle.get("node_error"):
+        out.append(f"all nodes: failed ({idle['node_error']})")
+    return out
 
 
 def hourly_demand(history: History) -> pd.DataFrame:

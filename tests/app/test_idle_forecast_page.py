@@ -32,3 +32,24 @@ def test_short_history_names_the_hours_each_window_needs() -> None:
     assert any("No idle-window forecast yet" in info.value for info in at.info)
     captions = [c.value for c in at.caption]
     assert any("1h: needs 98 complete hours" in c for c in captions), captions
+
+
+def test_per_node_table_is_the_service_document_most_releasable_first() -> None:
+    source = "sim:a100-16x8?t=6d"
+    at = open_app(source, PAGE)
+    doc = forecasts.forecast_doc(data.sim_trend(source))
+    shown = frame_with(at, "free for 1h")
+    expected = forecasts.idle_nodes_frame(doc)
+    assert len(shown) == len(expected) == doc["idle"]["nodes_total"] == 16
+    assert shown["node"].tolist() == expected["node"].tolist()
+    assert shown["free for 1h"].tolist() == expected["free for 1h"].tolist()
+    by_node = {n["node"]: n for n in doc["idle"]["nodes"]}
+    for row in shown.to_dict("records"):
+        windows = {w["window"]: w for w in by_node[row["node"]]["windows"]}
+        assert row["free for 8h"] == windows["8h"]["release_gpus"]
+        assert 0 <= row["free for 8h"] <= row["free for 4h"] <= row["free for 1h"] <= row["GPUs"]
+        assert 0 <= row["1h backtest violations"] <= 1
+    releases = shown["free for 1h"].tolist()
+    assert releases == sorted(releases, reverse=True)  # most releasable first
+    captions = [c.value for c in at.caption]
+    assert any("The same per node" in c and "of 16 nodes have a release" in c for c in captions)

@@ -1,6 +1,6 @@
 """Forecast: demand per pool with its interval, next to its backtest error against the
-seasonal-naive baseline; idle GPUs that stay free for the next W hours, with their held-back
-violations and capture; predicted free GPUs per node."""
+seasonal-naive baseline; idle GPUs that stay free for the next W hours, per pool and per node,
+with their held-back violations and capture; predicted free GPUs per node."""
 
 from __future__ import annotations
 
@@ -104,6 +104,33 @@ else:
     )
 for reason in forecasts.idle_missing_reasons(doc):
     st.caption(f"No idle-window release for {reason}.")
+
+nodes_table = forecasts.idle_nodes_frame(doc)
+if not nodes_table.empty:
+    first = idle["windows"][0]
+    st.markdown("**Per node**")
+    st.dataframe(
+        nodes_table,
+        hide_index=True,
+        key="idle_nodes_table",
+        column_config={
+            name: st.column_config.NumberColumn(format="percent")
+            for name in (f"{first} backtest violations", f"{first} backtest capture")
+        },
+    )
+    shown = sum(1 for n in idle["nodes"] if any(w["available"] for w in n["windows"]))
+    st.caption(
+        f"The same per node: GPUs of each node that stay free for the whole window starting "
+        f"{idle['valid_from']} at a {idle['risk']:.0%} risk, from {idle['node_history_hours']} "
+        "complete hours of the node's own peak allocation, each node's rule calibrated on its "
+        "own hours (no pooled model), with the held-back violations and capture of the "
+        f"{first} window. Most releasable nodes first; {shown} of {idle['nodes_total']} nodes "
+        f"have a release (at most {idle['max_nodes']} nodes, those with the most GPUs idle in "
+        "the last complete hour, are computed). Where to place a job that must not be "
+        "disturbed, or which nodes to drain."
+    )
+for reason in forecasts.idle_node_reasons(doc):
+    st.caption(f"No per-node release for {reason}.")
 
 st.subheader("Predicted free GPUs per node")
 free, source = state.cached("node_free", lambda: forecasts.node_free_times(state.model))
