@@ -60,6 +60,8 @@ def advisor_process(*args: str, ready: str = "/-/healthy", timeout_s: float = 40
 SERVICE_ARGS = (
     "--source",
     "sim:a100-16x8",
+    "--forecast.idle-max-nodes",
+    "4",
     "--advise.interval",
     "2s",
     "--sim.backfill",

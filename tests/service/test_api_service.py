@@ -172,6 +172,7 @@ def test_source_failing_later_serves_last_results_marked_stale(tmp_path):
         (["--source", "sim:a100-16x8", "--web.listen-address", "nonsense"], "expected [host]:port"),
         (["--source", "sim:a100-16x8", "--advise.interval", "0"], "not a positive duration"),
         (["--source", "sim:a100-16x8", "--source.timeout", "0s"], "not a positive duration"),
+        (["--source", "sim:a100-16x8", "--forecast.idle-max-nodes", "-1"], "whole number"),
     ],
 )
 def test_bad_configuration_is_one_line_and_exit_2(args, message):
@@ -185,6 +186,18 @@ def test_bad_configuration_is_one_line_and_exit_2(args, message):
     # flag errors come from argparse (usage, then one error line); the rest is one line
     assert message in result.stderr.strip().splitlines()[-1]
     assert "Traceback" not in result.stderr
+
+
+def test_the_per_node_idle_limit_comes_from_the_command_line(service):
+    _, doc = get_json(f"{service}/api/forecast")
+    idle = doc["idle"]
+    assert idle["max_nodes"] == 4 and idle["nodes_total"] == len(idle["nodes"]) == 16
+    limited = [
+        n
+        for n in idle["nodes"]
+        if any("per-node limit" in w.get("reason", "") for w in n["windows"])
+    ]
+    assert len(limited) == 12  # all but the 4 with the most GPUs idle
 
 
 def test_served_openapi_document_is_the_one_the_fuzz_test_uses(service):
