@@ -7,6 +7,16 @@ from pathlib import Path
 import pandas as pd
 
 
+def _save(fig, path: str | Path) -> Path:
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path
+
+
 def plot_backtest(
     fc: pd.DataFrame, path: str | Path, model: str = "advisor", max_series: int = 4
 ) -> Path:
@@ -40,11 +50,7 @@ def plot_backtest(
             ax.tick_params(labelsize=7)
             if i == 0 and j == 0:
                 ax.legend(fontsize=7)
-    fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
-    return path
+    return _save(fig, path)
 
 
 def plot_power_pareto(
@@ -82,8 +88,4 @@ def plot_power_pareto(
     ax.set_title("Power-down replay: savings vs shortfalls (CES buffer swept)", fontsize=10)
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
-    fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
-    return path
+    return _save(fig, path)

@@ -382,6 +382,7 @@ def _schemas() -> dict[str, Any]:
         "reasons name it, the finished jobs learned from, and the running jobs given a "
         "learned end (docs/recommendations.md).",
     )
+    ratio = {"type": ["number", "null"], "minimum": 0, "maximum": 1}
     horizon = {
         "oneOf": [
             _obj(
@@ -403,11 +404,7 @@ def _schemas() -> dict[str, Any]:
                                 "of held-back hours at or below it (nominal: the quantile)",
                                 "additionalProperties": {
                                     "type": "object",
-                                    "additionalProperties": {
-                                        "type": ["number", "null"],
-                                        "minimum": 0,
-                                        "maximum": 1,
-                                    },
+                                    "additionalProperties": ratio,
                                 },
                             },
                         }
@@ -423,7 +420,6 @@ def _schemas() -> dict[str, Any]:
             ),
         ]
     }
-    ratio = {"type": ["number", "null"], "minimum": 0, "maximum": 1}
     idle_window = {
         "oneOf": [
             _obj(
