@@ -133,6 +133,17 @@ ADVISOR_METRICS: tuple[MetricSpec, ...] = (
         "GPUs an action makes usable for the target shape.",
         ("rank",),
     ),
+    _g(
+        "gpu_advisor_job_end_finished_jobs",
+        "Finished jobs the advisor has seen and learned durations from (bounded record).",
+        (),
+    ),
+    _g(
+        "gpu_advisor_job_end_running_jobs",
+        "Running jobs by where the planner's expected end comes from: learned (from finished "
+        "jobs like it) or fallback (known end times or the duration prior).",
+        ("basis",),
+    ),
     # --- advisor self-metrics ---
     _i("gpu_advisor_build_info", "Advisor build; value is always 1.", ("version",)),
     _g("gpu_advisor_source_up", "1 if the last ingest from the source worked.", ("source",)),

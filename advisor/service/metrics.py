@@ -179,6 +179,17 @@ def _recommendations(families: Families, state: RunState, top_actions: int) -> N
         )
     for row in top:
         _add(families, "gpu_advisor_action_benefit_gpus", (str(row["rank"]),), row["benefit_gpus"])
+    ends = recs.get("job_ends")
+    if ends:
+        _add(families, "gpu_advisor_job_end_finished_jobs", (), ends["finished_jobs"])
+        learned = ends["predicted_jobs"]
+        _add(families, "gpu_advisor_job_end_running_jobs", ("learned",), learned)
+        _add(
+            families,
+            "gpu_advisor_job_end_running_jobs",
+            ("fallback",),
+            ends["running_jobs"] - learned,
+        )
 
 
 def _self(families: Families, state: RunState) -> None:

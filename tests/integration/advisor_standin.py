@@ -116,6 +116,8 @@ SAMPLES: dict[str, list[tuple[tuple[str, ...], float]]] = {
     "gpu_advisor_action_info": [(row, 1.0) for row in ACTIONS],
     "gpu_advisor_action_cost_gpu_hours": [(("1",), 0.5), (("2",), 0.0), (("3",), 8.0)],
     "gpu_advisor_action_benefit_gpus": [(("1",), 8.0), (("2",), 2.0), (("3",), 8.0)],
+    "gpu_advisor_job_end_finished_jobs": [((), 412.0)],
+    "gpu_advisor_job_end_running_jobs": [(("learned",), 37.0), (("fallback",), 5.0)],
     "gpu_advisor_build_info": [(("0.1.0-standin",), 1.0)],
     "gpu_advisor_source_up": [(("exporter",), 1.0)],
     "gpu_advisor_last_success_timestamp_seconds": [((), 0.0)],  # set at render time

@@ -15,6 +15,7 @@ from advisor.planner.constraints import Policy
 from advisor.service.job_ends import JobEndSettings, predict
 from advisor.service.loop import AdvisorLoop, Config, LiveSim
 from advisor.service.plans import recommend_service
+from tests.service.test_metrics import samples
 
 T0 = 1_000_000.0
 H = 3600.0
@@ -229,6 +230,17 @@ def test_the_loop_passes_learned_ends_to_the_planner(scripted) -> None:
     # the waiting job's reservation (consolidation plans for the 2x8 shape reserve too)
     reserve = [a for a in recs["actions"] if a["goal"] == "reserve 2x8 GPUs for big"]
     assert reserve and all("forecast job ends" in a["summary"] for a in reserve)
+    # and /metrics says how many jobs were learned from and how many running ends are learned
+    page = loop.current_page().body.decode()
+    [finished] = [s for s in samples(page) if s.name == "gpu_advisor_job_end_finished_jobs"]
+    assert finished.value == recs["job_ends"]["finished_jobs"]
+    running = {
+        s.labels["basis"]: s.value
+        for s in samples(page)
+        if s.name == "gpu_advisor_job_end_running_jobs"
+    }
+    assert running["learned"] == recs["job_ends"]["predicted_jobs"] > 0
+    assert running["learned"] + running["fallback"] == recs["job_ends"]["running_jobs"]
 
 
 def test_the_simulated_backfill_teaches_job_ends() -> None:
