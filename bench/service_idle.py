@@ -5,7 +5,8 @@ the demand forecast on a synthetic history of D days × P pools × a run every S
 `--nodes N` times the per-node part instead: N nodes of 8 GPUs × `--node-days` (16) days of
 hourly runs through the history's per-node record (`NodeRecord.observe`, and its cost per run
 at N nodes), `node_panel`, and the per-node idle windows (release + backtest, per-series rules)
-for every node and for the service's default limit (`IDLE_MAX_NODES`).
+for every node, for the service's default limit (`IDLE_MAX_NODES`) and for none (0: what listing
+the nodes with their reasons costs alone).
 
 Usage: python bench/service_idle.py [--days 14] [--pools 20] [--every 30] [--uncapped-days 21]
        python bench/service_idle.py --nodes 1000 [--node-days 16]
@@ -107,7 +108,7 @@ def bench_nodes(days: int, nodes: int) -> None:
     )
     t_panel, panel = timed(F.node_panel, snap)
     print(f"  node_panel {t_panel:.2f} s ({len(panel.index)} h x {len(panel.series)} nodes)")
-    for limit in sorted({nodes, F.IDLE_MAX_NODES}, reverse=True):
+    for limit in sorted({nodes, F.IDLE_MAX_NODES, 0}, reverse=True):  # 0: the listing alone
         t_idle, doc = timed(F.idle_section, None, F.IDLE_WINDOWS_H, F.IDLE_RISK, panel, limit)
         computed = [n for n in doc["nodes"] if any(w["available"] for w in n["windows"])]
         print(

@@ -21,8 +21,33 @@ def ffill(y: np.ndarray) -> np.ndarray:
 
 
 def past_min(a: np.ndarray, w: int) -> np.ndarray:
-    """Minimum over rows t − w + 1 … t (fewer at the start): the past-W minimum, causal."""
-    return pd.DataFrame(a).rolling(w, min_periods=1).min().to_numpy()
+    """Minimum over rows t − w + 1 … t (fewer at the start): the past-W minimum, causal.
+
+    NaN (and, as in pandas' rolling windows, ±inf) is skipped; NaN where the window has nothing
+    else. What `pd.DataFrame(a).rolling(w, min_periods=1).min()` gives, in the same memory
+    layout, without its per-column loop: a minimum is exact, so the order of comparisons does
+    not matter."""
+    x = np.asarray(a)
+    if x.ndim == 1:
+        x = x[:, None]
+    if x.ndim != 2 or w < 1 or x.dtype.kind not in "biuf":
+        return pd.DataFrame(a).rolling(w, min_periods=1).min().to_numpy()
+    x = np.array(x, dtype=np.float64, order="F")
+    x[np.isinf(x)] = np.nan
+    return trailing(x, w, np.fmin)
+
+
+def trailing(x: np.ndarray, w: int, op) -> np.ndarray:
+    """op-reduction of rows t − w + 1 … t along axis 0, in place of `x` (which it returns): by
+    doubling spans, so log2(w) passes. Rows t < w − 1 reduce the rows they have. For an
+    idempotent `op` (min, fmin, …) only: spans overlap."""
+    span = 1
+    while 2 * span <= w:
+        x[span:] = op(x[span:], x[:-span])
+        span *= 2
+    if span < w:
+        x[w - span :] = op(x[w - span :], x[: max(len(x) - (w - span), 0)])
+    return x
 
 
 def shift(a: np.ndarray, k: int) -> np.ndarray:

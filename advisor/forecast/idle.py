@@ -38,27 +38,46 @@ def hourly_idle(panel: Panel) -> tuple[np.ndarray, np.ndarray, pd.DatetimeIndex]
 
 
 def window_min(idle: np.ndarray, w: int) -> np.ndarray:
-    """m[t] = min idle over rows t+1 … t+w per series (NaN if any is masked or beyond the data)."""
-    ahead = pd.DataFrame(idle).shift(-1)[::-1]
-    # rolling min with min_periods=w is NaN when any point in the window is NaN or missing
-    return ahead.rolling(w, min_periods=w).min()[::-1].to_numpy()
+    """m[t] = min idle over rows t+1 … t+w per series (NaN if any is masked or beyond the data).
+
+    What a rolling minimum with min_periods=w over the rows ahead gives (±inf counting as
+    masked, as in pandas' rolling windows), in its memory layout, by NaN-propagating minima of
+    doubling spans instead of pandas' loop over columns."""
+    x = np.asarray(idle)
+    if x.ndim != 2 or w < 1 or x.dtype.kind not in "biuf":
+        ahead = pd.DataFrame(idle).shift(-1)[::-1]
+        # rolling min with min_periods=w is NaN when any point in the window is NaN or missing
+        return ahead.rolling(w, min_periods=w).min()[::-1].to_numpy()
+    # rows t+1 … t+w, reversed in time so that the window trails: back[u] = idle[T − u]
+    back = np.full(x.shape, np.nan, order="F")
+    back[1:] = x[:0:-1]
+    back[np.isinf(back)] = np.nan
+    out = feat.trailing(back, w, np.minimum)
+    out[: w - 1] = np.nan  # fewer than w rows left
+    return out[::-1]
 
 
-def baseline_release(idle: np.ndarray, w: int, rule: str) -> np.ndarray:
-    """The research note's naive release rules, all causal."""
-    ffi = feat.ffill(idle)
-    past = feat.past_min(ffi, w)
+def baseline_release(idle: np.ndarray, w: int, rule: str, ffi=None) -> np.ndarray:
+    """The research note's naive release rules, all causal. `ffi`: `feat.ffill(idle)` where the
+    caller has it already."""
+    ffi = feat.ffill(idle) if ffi is None else ffi
     if rule == "current_idle":
         return ffi
+    past = feat.past_min(ffi, w)
     if rule == "min_past_w":
         return past
     if rule == "half_min_past_w":
         return np.floor(past / 2)
     if rule == "min_past_w_and_yesterday":
-        # Same window yesterday: rows t+1−24 … t+w−24, all ≤ t since w ≤ 24.
-        yesterday = feat.shift(feat.past_min(ffi, w), 24 - w) if w <= 24 else past
-        return np.fmin(past, np.where(np.isfinite(yesterday), yesterday, past))
+        return _and_yesterday(past, w)
     raise ValueError(rule)
+
+
+def _and_yesterday(past: np.ndarray, w: int) -> np.ndarray:
+    """The past-W minimum (`past`), no more than the same window yesterday: rows t+1−24 …
+    t+w−24, all ≤ t since w ≤ 24."""
+    yesterday = feat.shift(past, 24 - w) if w <= 24 else past
+    return np.fmin(past, np.where(np.isfinite(yesterday), yesterday, past))
 
 
 class IdleModel:
@@ -109,14 +128,24 @@ OFFSETS = np.linspace(-0.6, 0.2, 161)  # additive, in units of scale (capacity)
 FACTORS = np.linspace(0.0, 1.0, 101)  # multiplicative, on the past-W minimum
 
 
-def candidate_bases(idle, cap, times, origins, w, model: IdleModel | None) -> dict[str, np.ndarray]:
-    """Unadjusted release levels per rule (all causal); calibration then lowers them per series."""
-    ffi = feat.ffill(idle)
-    bases = {
-        "past_min+offset": feat.past_min(ffi, w)[origins],
-        "past_min_yesterday+offset": baseline_release(idle, w, "min_past_w_and_yesterday")[origins],
-        "past_min*factor": feat.past_min(ffi, w)[origins],
+def rule_levels(idle, w) -> dict[str, np.ndarray]:
+    """The past-minimum rules' unadjusted release levels at every row (`candidate_bases` takes
+    its origins' rows), for callers that take several sets of origins."""
+    past = feat.past_min(feat.ffill(idle), w)
+    return {
+        "past_min+offset": past,
+        "past_min_yesterday+offset": _and_yesterday(past, w),
+        "past_min*factor": past,
     }
+
+
+def candidate_bases(
+    idle, cap, times, origins, w, model: IdleModel | None, levels=None
+) -> dict[str, np.ndarray]:
+    """Unadjusted release levels per rule (all causal); calibration then lowers them per series.
+    `levels`: `rule_levels(idle, w)` where the caller has it already."""
+    levels = rule_levels(idle, w) if levels is None else levels
+    bases = {rule: level[origins] for rule, level in levels.items()}
     if model is not None and model._model is not None:
         bases["gbm_quantile+offset"] = model.raw(idle, cap, times, origins)[0]
     return bases
@@ -128,26 +157,160 @@ def apply_rule(rule: str, base: np.ndarray, scale: np.ndarray, param) -> np.ndar
     return np.maximum(np.floor(base + param * scale), 0)
 
 
-def calibrate_rules(bases, scale, truth, risk):
+def calibrate_rules(bases, scale, truth, risk, violations: dict | None = None):
     """Per series: for each rule the parameter with the most capture at violations ≤ risk, then
-    the rule with the most capture. Returns (rule per series, parameter per series)."""
+    the rule with the most capture. Returns (rule per series, parameter per series).
+
+    The grids are walked in order and a parameter wins only with 1e-9 more capture than the
+    best so far. All series at once; where the outcomes are whole units (GPUs, nodes) the walk
+    is short-cut exactly (`_calibrate_whole`), otherwise every parameter is tried.
+    `violations`: a dict that keeps each rule's violation shares between calls on the same
+    bases, scale and truth at other risks (`choose_margin`)."""
     ok = np.isfinite(truth)
     n_series = truth.shape[1]
-    best_rule = ["past_min*factor"] * n_series
+    rule_at = np.zeros(n_series, dtype=int)  # index into `names`; 0: the default
+    names = ["past_min*factor"]
     best_param = np.zeros(n_series)
     best_capture = np.full(n_series, -1.0)
+    n_ok = np.maximum(ok.sum(axis=0), 1)
+    total = np.maximum(np.where(ok, truth, 0).sum(axis=0), 1e-9)
+    whole = _whole_units(truth, ok)
     for rule, base in bases.items():
         grid = FACTORS if rule.endswith("*factor") else OFFSETS
+        names.append(rule)
+        if whole and _monotone(rule, base, scale, ok, grid):
+            memo = {} if violations is None else violations
+            if rule not in memo:
+                memo[rule] = _violations(rule, base, scale, truth, ok, grid, n_ok)
+            better, param, capture = _calibrate_whole(
+                rule, base, scale, truth, ok, grid, risk, total, best_capture, memo[rule]
+            )
+            best_param[better] = param[better]
+            best_capture[better] = capture[better]
+            rule_at[better] = len(names) - 1
+            continue
         for param in grid:
             r = apply_rule(rule, base, scale, param)
-            viol = np.where(ok, r > truth, False).sum(axis=0) / np.maximum(ok.sum(axis=0), 1)
-            cap_ = np.where(ok, np.minimum(r, truth), 0).sum(axis=0) / np.maximum(
-                np.where(ok, truth, 0).sum(axis=0), 1e-9
-            )
+            viol = np.where(ok, r > truth, False).sum(axis=0) / n_ok
+            cap_ = np.where(ok, np.minimum(r, truth), 0).sum(axis=0) / total
             better = (viol <= risk) & (cap_ > best_capture + 1e-9)
-            for j in np.flatnonzero(better):
-                best_rule[j], best_param[j], best_capture[j] = rule, param, cap_[j]
-    return best_rule, best_param
+            best_param[better] = param
+            best_capture[better] = cap_[better]
+            rule_at[better] = len(names) - 1
+    return [names[k] for k in rule_at], best_param
+
+
+WHOLE_MAX = 1e8  # Σ outcome per series up to which captures of whole units are told apart by 1e-9
+
+
+def _whole_units(truth, ok) -> bool:
+    """Outcomes in whole units ≥ 0 with per-series sums ≤ WHOLE_MAX: then every capture sum is
+    an exact integer (any summation order gives the same figure) and two different sums give
+    captures more than 1e-9 apart."""
+    t = truth[ok]
+    if not len(t):
+        return True
+    if (t < 0).any() or (t != np.floor(t)).any():
+        return False
+    return bool((np.where(ok, truth, 0).sum(axis=0) <= WHOLE_MAX).all())
+
+
+def _monotone(rule, base, scale, ok, grid) -> bool:
+    """Whether each hour's release never falls along the (rising) grid, NaN at no or every
+    parameter: offsets need a finite scale ≥ 0, factors a finite base ≥ 0 (where known)."""
+    if not (np.diff(grid) > 0).all():
+        return False
+    if rule.endswith("*factor"):
+        b = np.broadcast_to(base, ok.shape)[ok]
+        return not ((b < 0) | np.isinf(b)).any()
+    sc = np.broadcast_to(scale, ok.shape)[ok]
+    return bool((np.isfinite(sc) & (sc >= 0)).all())
+
+
+def _rule_at(rule, base, scale, grid, k) -> np.ndarray:
+    """The rule's release with grid[k] per element (k broadcast against the base)."""
+    return apply_rule(rule, base, scale, grid[k])
+
+
+def _first_reaching(rule, base, scale, grid, level, active) -> np.ndarray:
+    """Per element: the first grid index whose release is ≥ `level` (a whole number), len(grid)
+    if none; 0 where not `active`. A guess from the rule's formula, confirmed by the release
+    itself at that index and the one before (the release never falls along the grid), and a
+    bisection where the guess was off."""
+    n_grid = len(grid)
+    with np.errstate(all="ignore"):
+        p = level / base if rule.endswith("*factor") else (level - base) / scale
+    k = np.where(active & (level > 0), np.searchsorted(grid, p), 0)  # NaN p: n_grid
+
+    def reaches(b, s, lv, kk):
+        return _rule_at(rule, b, s, grid, np.clip(kk, 0, n_grid - 1)) >= lv
+
+    fine = ((k == n_grid) | reaches(base, scale, level, k)) & (
+        (k == 0) | ~reaches(base, scale, level, k - 1)
+    )
+    off = np.flatnonzero(active & ~fine)
+    if len(off):
+        b = np.broadcast_to(base, k.shape).ravel()[off]
+        s = np.broadcast_to(scale, k.shape).ravel()[off]
+        lv = np.broadcast_to(level, k.shape).ravel()[off]
+        lo, hi = np.zeros(len(off), dtype=np.intp), np.full(len(off), n_grid, dtype=np.intp)
+        while (lo < hi).any():
+            mid = (lo + hi) // 2
+            up = reaches(b, s, lv, mid) & (lo < hi)
+            hi = np.where(up, mid, hi)
+            lo = np.where(up | (lo >= hi), lo, mid + 1)
+        k.flat[off] = lo
+    return k
+
+
+def _violations(rule, base, scale, truth, ok, grid, n_ok) -> np.ndarray:
+    """(grid, series) violation shares of a rule whose release never falls along the grid, on
+    whole-unit outcomes: each hour's first violating parameter, counted."""
+    n_grid, n_series = len(grid), truth.shape[1]
+    # each hour's first violating grid index (n_grid: none); release > whole outcome t ⇔ ≥ t + 1
+    first = np.where(ok, _first_reaching(rule, base, scale, grid, truth + 1, ok), n_grid)
+    # violations at each grid index per series: hours whose first violation is at or before it
+    cols = np.broadcast_to(np.arange(n_series), first.shape)
+    counts = np.bincount((first * n_series + cols).ravel(), minlength=(n_grid + 1) * n_series)
+    return np.cumsum(counts.reshape(n_grid + 1, n_series), axis=0)[:n_grid] / n_ok
+
+
+def _calibrate_whole(rule, base, scale, truth, ok, grid, risk, total, best_capture, viol):
+    """One rule of `calibrate_rules` on whole-unit outcomes with a release that never falls
+    along the grid: the same pick as walking the grid, from a few passes instead of one per
+    parameter.
+
+    Violations never fall along the grid, so the parameters within the budget are a prefix of
+    it; capture never falls either, and as an integer sum over a common total it either stays
+    the same figure or rises by more than 1e-9. Walking the prefix therefore ends on the first
+    parameter with the prefix's last capture, if that capture beats the best so far by 1e-9:
+    the first where every hour's min(release, outcome) has reached its value at the prefix's
+    end. Returns (series whose pick this rule takes, its parameter, its capture)."""
+    n_grid, n_series = len(grid), truth.shape[1]
+    within = viol <= risk  # `_violations`
+    n_within = np.where(within.all(axis=0), n_grid, within.argmin(axis=0))
+    last = np.maximum(n_within - 1, 0)
+    got = np.minimum(_rule_at(rule, base, scale, grid, last), truth)
+    capture = np.where(ok, got, 0).sum(axis=0) / total
+    better = (n_within > 0) & (capture > best_capture + 1e-9)  # NaN capture: never
+    param = np.full(n_series, grid[0])
+    j = np.flatnonzero(better)  # only these series need the first parameter
+    if len(j):
+        b, sc = np.broadcast_to(base, truth.shape), np.broadcast_to(scale, truth.shape)
+        reach = _first_reaching(rule, b[:, j], sc[:, j], grid, got[:, j], ok[:, j])
+        param[j] = grid[reach.max(axis=0, initial=0)]
+    return better, param, capture
+
+
+def _apply_per_series(rule, base_of, scale, param) -> np.ndarray:
+    """Column j: `apply_rule(rule[j], base_of(rule[j])[:, j], scale[:, j], param[j])`, a rule at
+    a time for all its series."""
+    out = np.empty(np.shape(scale))
+    names = np.asarray(rule, dtype=object)
+    for name in dict.fromkeys(rule):
+        j = np.flatnonzero(names == name)
+        out[:, j] = apply_rule(name, base_of(name)[:, j], scale[:, j], param[j])
+    return out
 
 
 def choose_margin(bases, scale, truth, risk, margins=MARGINS) -> float:
@@ -162,16 +325,12 @@ def choose_margin(bases, scale, truth, risk, margins=MARGINS) -> float:
     half = n // 2
     first = {k: v[:half] for k, v in bases.items()}
     second = {k: v[half:] for k, v in bases.items()}
+    violations: dict = {}  # the same half at every margin
     for margin in sorted(margins, reverse=True):
-        rule, param = calibrate_rules(first, scale[:half], truth[:half], risk * margin)
+        rule, param = calibrate_rules(first, scale[:half], truth[:half], risk * margin, violations)
         t2 = truth[half:]
         ok = np.isfinite(t2)
-        rel = np.column_stack(
-            [
-                apply_rule(rule[j], second[rule[j]][:, j], scale[half:, j], param[j])
-                for j in range(t2.shape[1])
-            ]
-        )
+        rel = _apply_per_series(rule, second.__getitem__, scale[half:], param)
         if ok.any() and np.mean(rel[ok] > t2[ok]) <= risk:
             return float(margin)
     return float(min(margins))
@@ -193,7 +352,7 @@ def _check(rel, truth, risk) -> tuple[bool, float, float]:
     return bool(within), float(np.median(capture)), float(np.median(per_series))
 
 
-def _calibrated_rules(idle, cap, times, scale, truth, val, w, risk):
+def _calibrated_rules(idle, cap, times, scale, truth, val, w, risk, levels=None):
     """Each series' rule and parameter calibrated on the origins `val` (the model-based rule only
     with a week of history before them). Under a day of calibration hours there is nothing to
     calibrate on: half the past-W minimum, the note's safe rule. Returns (model or None, rules,
@@ -203,7 +362,7 @@ def _calibrated_rules(idle, cap, times, scale, truth, val, w, risk):
         model = IdleModel(w, risk).fit(idle, cap, times, int(val[0]) - w)
     if len(val) < 24:
         return model, ["past_min*factor"] * idle.shape[1], np.full(idle.shape[1], 0.5), 1.0
-    bases = candidate_bases(idle, cap, times, val, w, model)
+    bases = candidate_bases(idle, cap, times, val, w, model, levels)
     margin = choose_margin(bases, scale[val], truth[val], risk)
     rule, param = calibrate_rules(bases, scale[val], truth[val], risk * margin)
     return model, rule, param, margin
@@ -216,17 +375,20 @@ def _rule_advisor(
     `CALIBRATION_DAYS` of the training part, optionally re-picked every `recalibrate_every`
     origins on the trailing days of known outcomes. Returns (releases, params per series)."""
     val = np.arange(max(48, start - CALIBRATION_DAYS * 24 - w), start - w)
-    model, rule, param, margin = _calibrated_rules(idle, cap, times, scale, truth, val, w, risk)
+    levels = rule_levels(idle, w)
+    model, rule, param, margin = _calibrated_rules(
+        idle, cap, times, scale, truth, val, w, risk, levels
+    )
     # the release levels each rule gave at every origin, each from the model in force then:
     # the training origins from the calibration model, the test origins from the refits
     hist = np.arange(int(val[0]), start) if recalibrate_every else val
-    hist_bases = candidate_bases(idle, cap, times, hist, w, model)
+    hist_bases = candidate_bases(idle, cap, times, hist, w, model, levels)
     test_bases = {k: np.empty((len(o), idle.shape[1])) for k in hist_bases}
     for i in range(0, len(o), refit_every):
         block = o[i : i + refit_every]
         if model is not None:
             model.fit(idle, cap, times, int(block[0]))
-        b = candidate_bases(idle, cap, times, block, w, model)
+        b = candidate_bases(idle, cap, times, block, w, model, levels)
         for k in test_bases:
             test_bases[k][i : i + len(block)] = b.get(k, b["past_min*factor"])
     pos = np.concatenate([hist, o])
@@ -247,10 +409,10 @@ def _rule_advisor(
                 risk * margin,
             )
         params.append((rule, param))
-        for j in range(idle.shape[1]):
-            adv[i : i + len(block), j] = apply_rule(
-                rule[j], test_bases[rule[j]][i : i + len(block), j], scale[block, j], param[j]
-            )
+        rows = slice(i, i + len(block))
+        adv[rows] = _apply_per_series(
+            rule, lambda k, rows=rows: test_bases[k][rows], scale[block], param
+        )
     rule, param = params[-1]
     extra = f",recalibrated={len(params)}x" if len(params) > 1 else ""
     return adv, [f"{rule[j]}={param[j]:.3f},margin={margin:g}{extra}" for j in range(len(rule))]
@@ -381,13 +543,14 @@ def backtest(
     scale = feat.scale_of(idle, cap)
     capf = feat.ffill(cap)
     capf = np.where(np.isfinite(capf), capf, np.inf)
+    ffi = feat.ffill(idle)  # once for every window's baseline rules
     bound = np.full(idle.shape, np.inf)  # the advisor's release for the shorter windows so far
     per_window = {}
     for w in sorted(set(windows)):
         truth = window_min(idle, w)
         ok = origins + w < len(idle)
         o = origins[ok]
-        decisions = {rule: baseline_release(idle, w, rule)[o] for rule in BASELINE_RULES}
+        decisions = {rule: baseline_release(idle, w, rule, ffi)[o] for rule in BASELINE_RULES}
         args = (idle, cap, times, truth, o, start, w, risk, refit_every, recalibrate_every)
         picked = None if method == "rules" else _quantile_advisor(panel, *args, method=method)
         if picked is None:
@@ -399,32 +562,77 @@ def backtest(
         bound[o] = np.fmin(bound[o], decisions["advisor"])  # a NaN release bounds nothing
         per_window[w] = (o, truth, decisions, params)
     rows = []
+    series = panel.series
     for w in windows:
         o, truth, decisions, params = per_window[w]
         if releases is not None:
-            releases[w] = pd.DataFrame(decisions["advisor"], index=times[o], columns=panel.series)
+            releases[w] = pd.DataFrame(decisions["advisor"], index=times[o], columns=series)
+        mean_idle = None
         for name, rel in decisions.items():
-            for j, s in enumerate(panel.series):
-                sc = M.release_scores(rel[:, j], truth[o, j])
+            scores, mean_idle = release_scores_per_series(rel, truth[o], mean_idle)
+            for j, s in enumerate(series):
                 rows.append(
                     {
                         "replay": "idle_window",
                         "series": s,
                         "window_h": w,
                         "model": name,
-                        **sc,
-                        "mean_idle": float(np.nanmean(truth[o, j])),
+                        **scores[j],
+                        "mean_idle": mean_idle[j],
                         "params": params[j] if name == "advisor" else "",
                     }
                 )
     return pd.DataFrame(rows)
 
 
+def release_scores_per_series(rel, truth, mean_idle=None):
+    """(`metrics.release_scores(rel[:, j], truth[:, j])` and `float(np.nanmean(truth[:, j]))`
+    for every column j; `mean_idle`: the latter where the caller has it already).
+
+    All columns at once where every figure is a whole number (GPUs, nodes) small enough that
+    each sum is exact in any order, so the figures are those of the per-column functions;
+    otherwise column by column through them."""
+    rel, truth = np.asarray(rel, float), np.asarray(truth, float)
+    valid = np.isfinite(rel) & np.isfinite(truth)
+    r, m = np.where(valid, rel, 0.0), np.where(valid, truth, 0.0)
+    seen = ~np.isnan(truth)
+    t = np.where(seen, truth, 0.0)
+    bound = 2.0**52 / max(len(truth), 1)
+    if not all((x == np.floor(x)).all() and np.abs(x).max(initial=0) <= bound for x in (r, m, t)):
+        scores = [M.release_scores(rel[:, j], truth[:, j]) for j in range(rel.shape[1])]
+        if mean_idle is None:
+            mean_idle = [float(np.nanmean(truth[:, j])) for j in range(truth.shape[1])]
+        return scores, mean_idle
+    n = valid.sum(axis=0)
+    total = m.sum(axis=0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        capture = 100 * np.minimum(r, m).sum(axis=0) / total
+        violation = 100 * ((r > m).sum(axis=0).astype(float) / n)
+        shortfall = np.maximum(r - m, 0).sum(axis=0) / n
+        if mean_idle is None:
+            mean_idle = [float(x) for x in t.sum(axis=0) / seen.sum(axis=0)]
+    scores = [
+        {
+            "capture": float(capture[j]) if total[j] > 0 else np.nan,
+            "violation_rate": float(violation[j]),
+            "mean_shortfall": float(shortfall[j]),
+        }
+        if n[j]
+        else {"capture": np.nan, "violation_rate": np.nan, "mean_shortfall": np.nan}
+        for j in range(len(n))
+    ]
+    return scores, mean_idle
+
+
 def with_capacity(panel: Panel) -> list[str]:
     """The series that ever had capacity. A pool with none has nothing to release and cannot be
     wrong, so it stays out of the pooled model and its λ: its hours would only dilute the pooled
     violation share and let the other pools take more risk."""
-    return [s for s in panel.series if (panel.capacity[s] > 0).any()]
+    series = panel.series
+    if len(set(series)) < len(series):  # a name twice: per column, as it always was
+        return [s for s in series if (panel.capacity[s] > 0).any()]
+    has = (panel.capacity[series] > 0).any(axis=0).to_numpy()
+    return [s for s, h in zip(series, has, strict=True) if h]
 
 
 def idle_windows(
@@ -509,12 +717,10 @@ def _rule_release_now(idle, cap, times, scale, truth, last, w, risk):
     """The per-series rules' release at the last hour (short histories)."""
     now = np.array([last])
     val = np.arange(max(48, last - CALIBRATION_DAYS * 24 - w), last - w + 1)
-    model, rule, param, _ = _calibrated_rules(idle, cap, times, scale, truth, val, w, risk)
+    levels = rule_levels(idle, w)
+    model, rule, param, _ = _calibrated_rules(idle, cap, times, scale, truth, val, w, risk, levels)
     if model is not None:
         model.fit(idle, cap, times, last)
-    b = candidate_bases(idle, cap, times, now, w, model)
-    rel = [
-        apply_rule(rule[j], b.get(rule[j], b["past_min*factor"])[:, j], scale[now, j], param[j])[0]
-        for j in range(idle.shape[1])
-    ]
-    return np.array(rel), list(rule)
+    b = candidate_bases(idle, cap, times, now, w, model, levels)
+    rel = _apply_per_series(rule, lambda k: b.get(k, b["past_min*factor"]), scale[now], param)
+    return rel[0], list(rule)

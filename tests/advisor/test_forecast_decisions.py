@@ -1,10 +1,14 @@
 """Idle-window rules, job-end prediction and the power-down replay on small hand-made inputs."""
 
+import warnings
+
 import numpy as np
 import pandas as pd
 import pytest
 
+from advisor.forecast import features as feat
 from advisor.forecast import idle, jobs, powerdown
+from advisor.forecast import metrics as M
 from advisor.forecast.io import Panel
 
 
@@ -216,3 +220,111 @@ def test_job_end_quantiles_are_numpys_quantiles_of_the_jobs_that_outlived_it():
         for q, got in zip(qs, row[5:], strict=True):
             want = np.quantile(longer, q) - e if len(longer) else np.nan
             np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12, equal_nan=True)
+
+
+def _walk_calibrate(bases, scale, truth, risk):
+    """`idle.calibrate_rules` as first written: every parameter of every grid, series by series."""
+    ok = np.isfinite(truth)
+    best_rule = ["past_min*factor"] * truth.shape[1]
+    best_param = np.zeros(truth.shape[1])
+    best_capture = np.full(truth.shape[1], -1.0)
+    for rule, base in bases.items():
+        grid = idle.FACTORS if rule.endswith("*factor") else idle.OFFSETS
+        for param in grid:
+            r = idle.apply_rule(rule, base, scale, param)
+            viol = np.where(ok, r > truth, False).sum(axis=0) / np.maximum(ok.sum(axis=0), 1)
+            cap_ = np.where(ok, np.minimum(r, truth), 0).sum(axis=0) / np.maximum(
+                np.where(ok, truth, 0).sum(axis=0), 1e-9
+            )
+            better = (viol <= risk) & (cap_ > best_capture + 1e-9)
+            for j in np.flatnonzero(better):
+                best_rule[j], best_param[j], best_capture[j] = rule, param, cap_[j]
+    return best_rule, best_param
+
+
+def _random_rule_inputs(rng, n, whole):
+    """Calibration inputs of 8-GPU-ish series: bases near the outcome, masked hours, a series
+    with no outcome, an hour with an unknown base, zero scales and a base of −1."""
+    cap = np.array([8.0, 8.0, 4.0, 64.0, 1.0, 8.0])
+    idle_ = np.floor(rng.uniform(0, 1, (n, len(cap))) * (cap + 1))
+    if not whole:
+        idle_ = idle_ * rng.uniform(0.5, 1.0, idle_.shape)
+    truth = np.where(rng.uniform(size=idle_.shape) < 0.15, np.nan, idle_)
+    truth[:, 5] = np.nan
+    scale = np.broadcast_to(cap, idle_.shape).copy()
+    scale[rng.uniform(size=scale.shape) < 0.05] = 0.0
+    past = np.clip(idle_ + rng.integers(-3, 4, idle_.shape), 0, None)
+    past[3, 1] = np.nan
+    yesterday = np.clip(idle_ + rng.integers(-2, 3, idle_.shape), 0, None)
+    model = idle_ + rng.normal(0, 1.5, idle_.shape)
+    bases = {
+        "past_min+offset": past,
+        "past_min_yesterday+offset": yesterday,
+        "past_min*factor": past,
+        "gbm_quantile+offset": model,
+    }
+    return bases, scale, truth
+
+
+@pytest.mark.parametrize("whole", [True, False])
+def test_calibrating_all_series_at_once_picks_what_walking_every_parameter_per_series_does(whole):
+    """The vectorised calibration (its exact short-cut on whole GPUs, every parameter
+    otherwise) against the walk over every parameter: series by series on whole units (where
+    every sum is exact), on the same arrays otherwise (where the order of a sum may matter)."""
+    rng = np.random.default_rng(7 if whole else 8)
+    for trial in range(6):
+        bases, scale, truth = _random_rule_inputs(rng, 60 + 40 * trial, whole)
+        if trial == 5:
+            bases["past_min*factor"] = bases["past_min*factor"] - 1  # no longer rising: a walk
+        for risk in (0.0, 0.05, 0.2):
+            rule, param = idle.calibrate_rules(bases, scale, truth, risk)
+            if whole:
+                for j in range(truth.shape[1]):
+                    one = {k: v[:, j : j + 1] for k, v in bases.items()}
+                    want = _walk_calibrate(one, scale[:, j : j + 1], truth[:, j : j + 1], risk)
+                    assert (rule[j], param[j]) == (want[0][0], want[1][0]), (trial, risk, j)
+            else:
+                want_rule, want_param = _walk_calibrate(bases, scale, truth, risk)
+                assert rule == want_rule
+                np.testing.assert_array_equal(param, want_param)
+            margins = {}
+            again = idle.calibrate_rules(bases, scale, truth, risk, margins)
+            assert again[0] == rule and np.array_equal(again[1], param)
+
+
+@pytest.mark.parametrize("whole", [True, False])
+def test_release_scores_of_all_series_at_once_are_the_per_series_figures(whole):
+    rng = np.random.default_rng(9)
+    truth = np.floor(rng.uniform(0, 9, (50, 5)))
+    rel = np.floor(rng.uniform(0, 9, (50, 5)))
+    if not whole:
+        truth = truth * 0.37
+    truth[rng.uniform(size=truth.shape) < 0.2] = np.nan
+    rel[rng.uniform(size=rel.shape) < 0.1] = np.inf  # no capacity: left out as unscored
+    truth[:, 3] = np.nan  # nothing scored
+    truth[:, 4] = np.where(np.isnan(truth[:, 4]), np.nan, 0.0)  # nothing idle
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # column 3: the mean of nothing
+        scores, mean_idle = idle.release_scores_per_series(rel, truth)
+        want_mean = [float(np.nanmean(truth[:, j])) for j in range(5)]
+    for j in range(5):
+        assert scores[j].keys() == M.release_scores(rel[:, j], truth[:, j]).keys()
+        for k, v in M.release_scores(rel[:, j], truth[:, j]).items():
+            assert (np.isnan(v) and np.isnan(scores[j][k])) or v == scores[j][k], (j, k)
+        assert (np.isnan(want_mean[j]) and np.isnan(mean_idle[j])) or want_mean[j] == mean_idle[j]
+
+
+def test_rolling_minima_are_pandas_rolling_minima_in_their_layout():
+    rng = np.random.default_rng(10)
+    for w in (1, 2, 3, 4, 8, 24, 70):
+        x = np.floor(rng.uniform(0, 9, (60, 4))) + (w % 2) * rng.uniform(0, 1, (60, 4))
+        x[rng.uniform(size=x.shape) < 0.2] = np.nan
+        x[5, 2] = np.inf
+        past = pd.DataFrame(x).rolling(w, min_periods=1).min().to_numpy()
+        got = feat.past_min(x, w)
+        np.testing.assert_array_equal(got, past)
+        assert got.strides == past.strides
+        ahead = pd.DataFrame(x).shift(-1)[::-1].rolling(w, min_periods=w).min()[::-1].to_numpy()
+        got = idle.window_min(x, w)
+        np.testing.assert_array_equal(got, ahead)
+        assert got.strides == ahead.strides
