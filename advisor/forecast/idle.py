@@ -227,11 +227,6 @@ def _monotone(rule, base, scale, ok, grid) -> bool:
     return bool((np.isfinite(sc) & (sc >= 0)).all())
 
 
-def _rule_at(rule, base, scale, grid, k) -> np.ndarray:
-    """The rule's release with grid[k] per element (k broadcast against the base)."""
-    return apply_rule(rule, base, scale, grid[k])
-
-
 def _first_reaching(rule, base, scale, grid, level, active) -> np.ndarray:
     """Per element: the first grid index whose release is ≥ `level` (a whole number), len(grid)
     if none; 0 where not `active`. A guess from the rule's formula, confirmed by the release
@@ -243,7 +238,7 @@ def _first_reaching(rule, base, scale, grid, level, active) -> np.ndarray:
     k = np.where(active & (level > 0), np.searchsorted(grid, p), 0)  # NaN p: n_grid
 
     def reaches(b, s, lv, kk):
-        return _rule_at(rule, b, s, grid, np.clip(kk, 0, n_grid - 1)) >= lv
+        return apply_rule(rule, b, s, grid[np.clip(kk, 0, n_grid - 1)]) >= lv
 
     fine = ((k == n_grid) | reaches(base, scale, level, k)) & (
         (k == 0) | ~reaches(base, scale, level, k - 1)
@@ -290,7 +285,7 @@ def _calibrate_whole(rule, base, scale, truth, ok, grid, risk, total, best_captu
     within = viol <= risk  # `_violations`
     n_within = np.where(within.all(axis=0), n_grid, within.argmin(axis=0))
     last = np.maximum(n_within - 1, 0)
-    got = np.minimum(_rule_at(rule, base, scale, grid, last), truth)
+    got = np.minimum(apply_rule(rule, base, scale, grid[last]), truth)
     capture = np.where(ok, got, 0).sum(axis=0) / total
     better = (n_within > 0) & (capture > best_capture + 1e-9)  # NaN capture: never
     param = np.full(n_series, grid[0])

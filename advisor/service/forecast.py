@@ -212,18 +212,6 @@ def forecast_pools(
     )
 
 
-def same_panel(a: Panel | None, b: Panel | None) -> bool:
-    """True when two hourly panels hold the same numbers (the forecast would not change)."""
-    if a is None or b is None:
-        return a is b
-    return (
-        a.values.equals(b.values)
-        and a.capacity.equals(b.capacity)
-        and a.within.keys() == b.within.keys()
-        and all(a.within[k].equals(b.within[k]) for k in a.within)
-    )
-
-
 def forecast_panel(
     panel: Panel | None,
     horizons_h: Sequence[int],
@@ -623,21 +611,16 @@ def _idle_window(
     row = released.get((series, w))
     if row is None or not np.isfinite(row["release"]):
         return absent(f"no release: the {kind}'s capacity or allocation is unknown")
+    models = ("advisor", IDLE_BASELINE)
     if row["rule"] == "no_capacity":  # no usable GPU in the history: releases 0, never wrong
-        return {
-            "available": True,
-            "until": _label(pd.Timestamp(row["as_of"]) + pd.Timedelta(hours=1 + w)),
-            "release_gpus": 0.0,
-            "rule": "no_capacity",
-            "backtest": {
-                "test_from": _label(test_from),
-                "test_origins": n,
-                "method": "no_capacity",
-                "violation_ratio": {m: 0.0 for m in ("advisor", IDLE_BASELINE)},
-                "capture_ratio": {m: None for m in ("advisor", IDLE_BASELINE)},
-            },
-        }
-    mine = {m: scores.get((series, w, m), {}) for m in ("advisor", IDLE_BASELINE)}
+        method = "no_capacity"
+        violation: dict[str, float | None] = dict.fromkeys(models, 0.0)
+        capture: dict[str, float | None] = dict.fromkeys(models)
+    else:
+        mine = {m: scores.get((series, w, m), {}) for m in models}
+        method = str(mine["advisor"].get("params", ""))
+        violation = {m: _ratio(r.get("violation_rate", np.nan)) for m, r in mine.items()}
+        capture = {m: _ratio(r.get("capture", np.nan)) for m, r in mine.items()}
     return {
         "available": True,
         "until": _label(pd.Timestamp(row["as_of"]) + pd.Timedelta(hours=1 + w)),
@@ -646,10 +629,8 @@ def _idle_window(
         "backtest": {
             "test_from": _label(test_from),
             "test_origins": n,
-            "method": str(mine["advisor"].get("params", "")),
-            "violation_ratio": {
-                m: _ratio(r.get("violation_rate", np.nan)) for m, r in mine.items()
-            },
-            "capture_ratio": {m: _ratio(r.get("capture", np.nan)) for m, r in mine.items()},
+            "method": method,
+            "violation_ratio": violation,
+            "capture_ratio": capture,
         },
     }

@@ -29,13 +29,7 @@ from advisor.ingest.sources import SourceError, load_source, seconds, sim_fleet,
 from advisor.model import ClusterModel
 from advisor.planner.constraints import Policy
 from advisor.service import results as R
-from advisor.service.forecast import (
-    IDLE_MAX_NODES,
-    forecast_panel,
-    hourly_of,
-    node_panel,
-    runs_panel,
-)
+from advisor.service.forecast import IDLE_MAX_NODES, forecast_pools
 from advisor.service.job_ends import JobEndSettings
 from advisor.service.plans import recommend_service
 from exporter.collector import Health
@@ -314,12 +308,10 @@ class AdvisorLoop:
         points = self.history.points()
         hour = math.floor(points[-1].timestamp / 3600.0) if points else None
         if self._forecast_cache is None or self._forecast_cache[0] != hour:
-            runs = runs_panel(self.history.pool_demand())
-            doc = forecast_panel(
-                hourly_of(runs),
+            doc = forecast_pools(
+                self.history.pool_demand(),
                 self.config.horizons_h,
-                runs,
-                nodes=node_panel(self.history.node_hours()),
+                nodes=self.history.node_hours(),
                 max_nodes=self.config.idle_max_nodes,
             )
             self._forecast_cache = (hour, {**doc, "stale": False, "error": ""})

@@ -210,13 +210,13 @@ def test_a_steady_pool_is_released_safely():
 
 def test_the_loop_computes_the_forecast_once_per_completed_hour(monkeypatch):
     calls = []
-    real = loop_module.forecast_panel
+    real = loop_module.forecast_pools
 
     def counting(*args, **kwargs):
-        calls.append(args[0].index[-1])
+        calls.append(args[0]["time"].iloc[-1])  # the pool demand's latest run
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(loop_module, "forecast_panel", counting)
+    monkeypatch.setattr(loop_module, "forecast_pools", counting)
     clock = [0.0]
     source = LiveSim("sim:a100-16x8?nodes=2", clock=lambda: clock[0])
     loop = AdvisorLoop("sim", source, Config(horizons_h=(1,)))
