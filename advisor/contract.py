@@ -91,6 +91,18 @@ ADVISOR_METRICS: tuple[MetricSpec, ...] = (
         ("pool", "horizon", "forecast_quantile"),
     ),
     _g("gpu_advisor_forecast_capacity_gpus", "Known GPU capacity of the pool.", ("pool",)),
+    _i(
+        "gpu_advisor_forecast_model_info",
+        "The model serving the pool's forecast at the horizon (picked on the earlier half of "
+        "the backtest); value is always 1.",
+        ("pool", "horizon", "model"),
+    ),
+    _g(
+        "gpu_advisor_forecast_backtest_origins",
+        "Held-back hourly origins behind the backtest ratios of the pool and horizon (their "
+        "sample size).",
+        ("pool", "horizon"),
+    ),
     _g(
         "gpu_advisor_forecast_backtest_wape_ratio",
         "Backtest WAPE of the chosen model and of the seasonal-naive baseline.",

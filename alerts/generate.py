@@ -367,6 +367,30 @@ def alert_definitions(config: dict) -> list[Alert]:
             )
         ),
         Alert(
+            "GpuForecastIntervalMiscalibrated",
+            "gpu-defrag-capacity",
+            "info",
+            "forecast_miscalibrated",
+            'gpu_advisor_forecast_backtest_coverage_ratio{%(A)s, forecast_quantile="'
+            '%(forecast_warning_quantile)s"}\n'
+            "* on (job, instance, pool, horizon, model) group_left ()\n"
+            "gpu_advisor_forecast_model_info{%(A)s}",
+            "",
+            "Forecast interval under-covers its held-back hours.",
+            "Only {{ $value | humanizePercentage }} of the held-back hours of pool "
+            "{{ $labels.pool }} fell at or below the served model's %(forecast_warning_quantile)s "
+            "quantile at horizon {{ $labels.horizon }} (nominal %(forecast_warning_quantile)s): "
+            "GpuForecastDemandExceedsCapacity's warning for this pool may come late.",
+            "advisor",
+            expr='gpu_advisor_forecast_backtest_coverage_ratio{%(A)s, forecast_quantile="'
+            '%(forecast_warning_quantile)s"}\n'
+            "* on (job, instance, pool, horizon, model) group_left ()\n"
+            "gpu_advisor_forecast_model_info{%(A)s}\n"
+            "< %(forecast_coverage_min_ratio)s\n"
+            "and on (job, instance, pool, horizon)\n"
+            "gpu_advisor_forecast_backtest_origins{%(A)s} >= %(forecast_coverage_min_origins)s",
+        ),
+        Alert(
             "GpuAdvisorDown",
             "gpu-defrag-capacity",
             "warning",

@@ -881,7 +881,8 @@ def fragmentation_advisor(config: dict) -> dict:
                     "Share of held-back hours at or below each forecast quantile, for the chosen "
                     "model and the seasonal-naive baseline: q0.9 should cover about 0.9 and q0.1 "
                     "about 0.1. Far off, the interval on the left is too narrow or too wide; "
-                    "reserving at q0.9 then runs short (or idle) more often than it says.",
+                    "reserving at q0.9 then runs short (or idle) more often than it says "
+                    "(alert GpuForecastIntervalMiscalibrated).",
                     [
                         target(
                             "gpu_advisor_forecast_backtest_coverage_ratio{"

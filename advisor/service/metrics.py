@@ -92,42 +92,42 @@ def _forecast(families: Families, state: RunState) -> None:
     if results is None:
         return
     pools = results.forecast.get("pools", [])
-    for pool in pools:
-        for h in pool["horizons"]:
-            if not h.get("available"):
-                continue
-            for quantile, value in h["quantiles"].items():
+    shown = [(pool["pool"], h) for pool in pools for h in pool["horizons"] if h.get("available")]
+    for pool, h in shown:
+        for quantile, value in h["quantiles"].items():
+            _add(
+                families, "gpu_advisor_forecast_demand_gpus", (pool, h["horizon"], quantile), value
+            )
+    for entry in pools:
+        _add(
+            families, "gpu_advisor_forecast_capacity_gpus", (entry["pool"],), entry["capacity_gpus"]
+        )
+    for pool, h in shown:
+        _add(families, "gpu_advisor_forecast_model_info", (pool, h["horizon"], h["model"]), 1.0)
+    for pool, h in shown:
+        _add(
+            families,
+            "gpu_advisor_forecast_backtest_origins",
+            (pool, h["horizon"]),
+            h["backtest"]["test_origins"],
+        )
+    for pool, h in shown:
+        for model_name, wape in h["backtest"]["wape_ratio"].items():
+            _add(
+                families,
+                "gpu_advisor_forecast_backtest_wape_ratio",
+                (pool, h["horizon"], model_name),
+                wape,
+            )
+    for pool, h in shown:
+        for model_name, shares in h["backtest"].get("coverage_ratio", {}).items():
+            for quantile, share in shares.items():
                 _add(
                     families,
-                    "gpu_advisor_forecast_demand_gpus",
-                    (pool["pool"], h["horizon"], quantile),
-                    value,
+                    "gpu_advisor_forecast_backtest_coverage_ratio",
+                    (pool, h["horizon"], model_name, quantile),
+                    share,
                 )
-    for pool in pools:
-        _add(families, "gpu_advisor_forecast_capacity_gpus", (pool["pool"],), pool["capacity_gpus"])
-    for pool in pools:
-        for h in pool["horizons"]:
-            if not h.get("available"):
-                continue
-            for model_name, wape in h["backtest"]["wape_ratio"].items():
-                _add(
-                    families,
-                    "gpu_advisor_forecast_backtest_wape_ratio",
-                    (pool["pool"], h["horizon"], model_name),
-                    wape,
-                )
-    for pool in pools:
-        for h in pool["horizons"]:
-            if not h.get("available"):
-                continue
-            for model_name, shares in h["backtest"].get("coverage_ratio", {}).items():
-                for quantile, share in shares.items():
-                    _add(
-                        families,
-                        "gpu_advisor_forecast_backtest_coverage_ratio",
-                        (pool["pool"], h["horizon"], model_name, quantile),
-                        share,
-                    )
     _idle(families, results.forecast.get("idle") or {})
 
 

@@ -1,11 +1,11 @@
 """ADVISOR STAND-IN: a static /metrics page rendered from advisor/contract.py.
 
-`gpu-defrag advise` (the advisor service) does not exist yet. Until it does, the integration
-tests scrape this stand-in so the advisor-based PromQL of the dashboards and alert rules still
-runs end to end against a real Prometheus. Names, types, help and label names come from the
-contract; the label values and numbers below are plausible for the sim preset a100-16x8 (16
-nodes × 8 A100, 60 free GPUs, only 4 whole free nodes). Replace with the real service when it
-lands (the advisor service issue).
+Scraped beside the real advisor service (job gpu-advisor-standin) so that every contract metric
+has a series, including those the real advisor emits only in some states (recommended actions
+with cost and benefit, idle power): the dashboards' $advisor variable sees both jobs, the alert
+rules select job="gpu-advisor" only. Names, types, help and label names come from the contract;
+the label values and numbers below are plausible for the sim preset a100-16x8 (16 nodes × 8
+A100, 60 free GPUs, only 4 whole free nodes). Its build_info version ends in "standin".
 """
 
 from __future__ import annotations
@@ -90,6 +90,8 @@ SAMPLES: dict[str, list[tuple[tuple[str, ...], float]]] = {
         ((POOL, "24h", "0.9"), 131.0),
     ],
     "gpu_advisor_forecast_capacity_gpus": [((POOL,), 128.0)],
+    "gpu_advisor_forecast_model_info": [((POOL, "24h", "gbm"), 1.0)],
+    "gpu_advisor_forecast_backtest_origins": [((POOL, "24h"), 156.0)],
     "gpu_advisor_forecast_backtest_wape_ratio": [
         ((POOL, "24h", "gbm"), 0.11),
         ((POOL, "24h", "seasonal_naive"), 0.19),

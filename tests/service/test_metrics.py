@@ -182,6 +182,18 @@ def test_forecast_series_only_for_backtested_horizons(sim_loop):
     assert {s.labels["forecast_quantile"] for s in covered} == {"0.1", "0.9"}
     assert {s.labels["model"] for s in wape} == {s.labels["model"] for s in covered}
     assert all(0 <= s.value <= 1 for s in covered)
+    doc = sim_loop.state().results.forecast
+    served = {(e["pool"], h["horizon"]): h for e in doc["pools"] for h in e["horizons"]}
+    info = [s for s in samples(page) if s.name == "gpu_advisor_forecast_model_info"]
+    assert {(s.labels["pool"], s.labels["horizon"], s.labels["model"]) for s in info} == {
+        (pool, horizon, h["model"]) for (pool, horizon), h in served.items() if h["available"]
+    }
+    assert all(s.value == 1.0 for s in info)
+    origins = [s for s in samples(page) if s.name == "gpu_advisor_forecast_backtest_origins"]
+    assert {(s.labels["pool"], s.labels["horizon"]): s.value for s in origins} == {
+        key: h["backtest"]["test_origins"] for key, h in served.items() if h["available"]
+    }
+    assert all(s.value >= 6 for s in origins)  # MIN_HALF held-back origins at least
 
 
 def test_nodes_without_a_pool_are_labelled_none_everywhere():
