@@ -36,6 +36,11 @@ DCGM_FB_USED = "DCGM_FI_DEV_FB_USED"
 STATE_QUERY = f'{{__name__=~"{"|".join(OUR_NAMES)}|DCGM_.+"}}'
 
 
+class NoSeries(SourceUnavailable):
+    """Prometheus answered, but holds no GPU series at that time (before its retention, before
+    the fleet was scraped, or a scrape gap): nothing to read, rather than a broken source."""
+
+
 class PrometheusClient:
     """Instant and range queries with a timeout; every failure is one SourceUnavailable line."""
 
@@ -141,7 +146,7 @@ def load(
             if dx.canonical_name(name).startswith("DCGM_"):
                 by_host[_host(labels)].append((name, labels, value))
         if not by_host:
-            raise SourceUnavailable(
+            raise NoSeries(
                 f"Prometheus at {base_url}: no gpu_* (gpu-defrag exporter) or DCGM_* "
                 "(dcgm-exporter) series found"
             )

@@ -93,22 +93,42 @@ def load_source(spec: str, *, timeout: float = DEFAULT_TIMEOUT) -> ClusterModel:
     )
 
 
-def _prometheus(spec: str, timeout: float) -> ClusterModel:
-    url = spec.removeprefix("prometheus+")
+@dataclasses.dataclass(frozen=True)
+class PrometheusSpec:
+    """`prometheus+http(s)://HOST:PORT[?at=&history=&step=]` taken apart."""
+
+    base: str  # the server's URL, without the options
+    at: float | None  # Unix time of the state (None: now)
+    history_s: float  # usage history read before `at`
+    step_s: float
+
+
+def prometheus_spec(spec: str) -> PrometheusSpec:
+    """SourceError for an unknown option or a malformed value."""
+    url = spec.strip().removeprefix("prometheus+")
     parts = urlsplit(url)
     params = _query(parts.query)
     _only(params, {"at", "history", "step"}, spec)
-    base = parts._replace(query="", fragment="").geturl()
     try:
         at = float(params["at"]) if params.get("at") else None
     except ValueError:
         raise SourceError(f"{spec}: at={params['at']!r}: expected a Unix time in seconds") from None
-    return prometheus.load(
-        base,
-        timeout=timeout,
+    return PrometheusSpec(
+        base=parts._replace(query="", fragment="").geturl(),
         at=at,
         history_s=seconds(params.get("history", "1h"), "history"),
         step_s=max(seconds(params.get("step", "60s"), "step"), 1.0),
+    )
+
+
+def _prometheus(spec: str, timeout: float) -> ClusterModel:
+    target = prometheus_spec(spec)
+    return prometheus.load(
+        target.base,
+        timeout=timeout,
+        at=target.at,
+        history_s=target.history_s,
+        step_s=target.step_s,
         source=spec,
     )
 

@@ -115,11 +115,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="runs kept for trends and forecasts (default 20000: two weeks at 1m)",
     )
     parser.add_argument(
-        "--sim.backfill",
-        dest="sim_backfill",
+        "--history.backfill",
+        dest="history_backfill",
         type=duration,
-        default=duration("72h"),
-        help="sim sources only: simulated past stepped through hourly at start (default 72h)",
+        default=None,
+        help="past read into the history at start, one instant an hour, so a restarted advisor "
+        "forecasts at once: from a prometheus+ source (default 7d) or by stepping a sim: source "
+        "(default 72h); 0 turns it off; exporter URLs have no past",
+    )
+    parser.add_argument(  # the flag's earlier name, before Prometheus sources had a backfill
+        "--sim.backfill", dest="history_backfill", type=duration, help=argparse.SUPPRESS
     )
     parser.set_defaults(func=run)
 
@@ -130,7 +135,8 @@ def run(args: argparse.Namespace) -> int:
     from advisor.ingest.sources import SourceError
     from advisor.planner.constraints import Policy, PolicyError, load_policy
     from advisor.service.api import Api
-    from advisor.service.loop import AdvisorLoop, Config, LiveSim, make_ingest
+    from advisor.service.backfill import backfill, default_span_s
+    from advisor.service.loop import AdvisorLoop, Config, make_ingest
     from exporter.server import ExporterServer
     from exporter.webconfig import WebConfigError, load_web_config
 
@@ -168,10 +174,19 @@ def run(args: argparse.Namespace) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     server.start()
-    if isinstance(ingest, LiveSim) and args.sim_backfill > 0:
-        models = ingest.backfill(args.sim_backfill)
-        loop.seed_history(models)
-        log.info("simulated %d past hours into the history", len(models))
+    span = args.history_backfill
+    past = backfill(
+        args.source,
+        ingest,
+        default_span_s(args.source) if span is None else span,
+        timeout=args.source_timeout,
+        cancelled=stop.is_set,
+    )
+    if past is not None:
+        loop.seed_history(past.models)
+        log.info("%s", past.summary())
+    elif span:
+        log.info("--history.backfill: %s has no past to read; the history starts now", args.source)
     loop.start()
     scheme = "https" if web.tls else "http"
     log.info(

@@ -16,7 +16,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -130,7 +130,11 @@ def start_exporter(procs: Processes, *extra: str) -> str:
 
 
 def start_advisor(
-    procs: Processes, source: str, interval: str = "5s", shapes: str | None = None
+    procs: Processes,
+    source: str,
+    interval: str = "5s",
+    shapes: str | None = None,
+    extra: Sequence[str] = (),
 ) -> str:
     """The real advisor service (`gpu-defrag advise`); returns its host:port."""
     port = free_port()
@@ -148,6 +152,7 @@ def start_advisor(
             "--advise.interval",
             interval,
             *(["--shapes", shapes] if shapes else []),
+            *extra,
         ],
     )
     address = f"127.0.0.1:{port}"
@@ -166,8 +171,10 @@ def start_prometheus(
     *,
     alertmanager: str | None = None,
     cluster: str = "integration",
+    extra: Sequence[str] = (),
 ) -> str:
-    """Debian's Prometheus scraping `scrape` (job -> host:port) every second; returns its URL."""
+    """Debian's Prometheus scraping `scrape` (job -> host:port) every second; returns its URL.
+    Its data lives in `procs.workdir / "tsdb"` (blocks put there first are served too)."""
     port = free_port()
     config: dict[str, Any] = {
         "global": {
@@ -200,6 +207,7 @@ def start_prometheus(
             f"--config.file={path}",
             f"--storage.tsdb.path={procs.workdir / 'tsdb'}",
             f"--web.listen-address=127.0.0.1:{port}",
+            *extra,
         ],
     )
     url = f"http://127.0.0.1:{port}"

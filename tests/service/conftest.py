@@ -64,7 +64,7 @@ SERVICE_ARGS = (
     "4",
     "--advise.interval",
     "2s",
-    "--sim.backfill",
+    "--history.backfill",
     "48h",
     "--forecast.horizons",
     "1h,6h",
