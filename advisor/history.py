@@ -579,21 +579,47 @@ class History:
         usage_window_s: float = 3600.0,
         max_finished: int = 5000,
         node_hours: int = NODE_HOURS,
+        hourly_after_s: float | None = None,
     ) -> None:
+        """`hourly_after_s`: observations further than this behind the latest are thinned to
+        the last one of each UTC hour, so `max_points` spans days of hours whatever the refresh
+        rate (the forecasts read hours: an hour with one observation counts as observed, like a
+        backfilled one); None keeps every observation until `max_points` drops the oldest."""
         if max_points < 1:
             raise ValueError("max_points must be >= 1")
         self.max_points = max_points
         self.usage_window_s = usage_window_s
+        self.hourly_after_s = hourly_after_s
         self.jobs = JobLifetimes(max_finished)
         self.nodes = NodeRecord(node_hours)
-        self._points: deque[Point] = deque(maxlen=max_points)
+        self._hourly: deque[Point] = deque()  # thinned: the last observation of each older hour
+        self._points: deque[Point] = deque()  # every observation since
         # (timestamp, keys, util, memory) per observation inside the usage window
         self._usage: deque[tuple[float, np.ndarray, np.ndarray, np.ndarray]] = deque()
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
         with self._lock:
-            return len(self._points)
+            return len(self._hourly) + len(self._points)
+
+    def _latest(self) -> Point | None:
+        """Under the lock."""
+        return self._points[-1] if self._points else self._hourly[-1] if self._hourly else None
+
+    def _keep(self, point: Point) -> None:
+        """Under the lock: record `point`, thin what fell behind `hourly_after_s`, bound."""
+        self._points.append(point)
+        if self.hourly_after_s is not None:
+            cutoff = point.timestamp - self.hourly_after_s
+            while self._points and self._points[0].timestamp < cutoff:
+                old = self._points.popleft()
+                hour = old.timestamp // 3600
+                if self._hourly and self._hourly[-1].timestamp // 3600 == hour:
+                    self._hourly[-1] = old  # a later observation of the same hour
+                else:
+                    self._hourly.append(old)
+        while len(self._hourly) + len(self._points) > self.max_points:
+            (self._hourly or self._points).popleft()
 
     def append(self, model: ClusterModel, result: dict[str, Any] | None = None) -> Point:
         """Record one observation; `result` is its `measures.analyze` output if already known.
@@ -605,8 +631,9 @@ class History:
         if math.isnan(timestamp):
             raise ValueError("a model without a timestamp cannot go into a history")
         with self._lock:
-            if self._points and timestamp <= self._points[-1].timestamp:
-                return self._points[-1]  # same or older observation: nothing to compute
+            latest = self._latest()
+            if latest is not None and timestamp <= latest.timestamp:
+                return latest  # same or older observation: nothing to compute
         result = measures.analyze(model) if result is None else result
         point = Point(timestamp, headline(result), tuple(pool_rows(model)))
         keys = gpu_keys(model)
@@ -615,11 +642,12 @@ class History:
         jobs = running_jobs(model)
         nodes = node_rows(model)
         with self._lock:
-            if self._points and timestamp <= self._points[-1].timestamp:
-                return self._points[-1]  # another thread recorded a later one meanwhile
+            latest = self._latest()
+            if latest is not None and timestamp <= latest.timestamp:
+                return latest  # another thread recorded a later one meanwhile
             self.jobs.observe(model, jobs)  # in the same order as the points
             self.nodes.observe(timestamp, *nodes)
-            self._points.append(point)
+            self._keep(point)
             self._usage.append((timestamp, keys, util, memory))
             while self._usage and self._usage[0][0] < timestamp - self.usage_window_s:
                 self._usage.popleft()
@@ -631,7 +659,7 @@ class History:
 
     def points(self) -> list[Point]:
         with self._lock:
-            return list(self._points)
+            return [*self._hourly, *self._points]
 
     def node_hours(self) -> NodeHours | None:
         """Per node and hour: peak allocated GPUs, capacity, runs that saw it (`NodeRecord`)."""

@@ -37,6 +37,8 @@ log = logging.getLogger(__name__)
 
 DEFAULT_REFRESH_S = 15.0
 LOAD_TIMEOUT_S = 10.0
+RECENT_S = 6 * 3600.0  # a live history's full-resolution part; hourly before it
+HISTORY_HOURS = 16 * 24  # hours a live history keeps: the idle windows read 16 days
 GIB = 2**30
 
 STATE_NAMES: dict[int, str] = {code: name for name, code in GPU_STATE_CODES.items()}
@@ -110,6 +112,26 @@ def load_model(spec: str) -> ClusterModel:
     return load_source(spec, timeout=LOAD_TIMEOUT_S)
 
 
+def live_history(refresh_s: float) -> History:
+    """A live source's history: every read of the last `RECENT_S` (the trend), one an hour for
+    `HISTORY_HOURS` before (the forecasts), whatever the refresh rate."""
+    recent = math.ceil(RECENT_S / refresh_s)
+    return History(max_points=recent + HISTORY_HOURS + 1, hourly_after_s=RECENT_S)
+
+
+def read_past(spec: str, history: History) -> str:
+    """A Prometheus source's last week into `history` (the advisor service's start-up
+    backfill), so the forecast page has hours at once; '' for sources without a past."""
+    from advisor.service.backfill import default_span_s, from_prometheus
+
+    if not spec.strip().startswith("prometheus+"):
+        return ""
+    past = from_prometheus(spec, default_span_s(spec), timeout=LOAD_TIMEOUT_S)
+    history.extend(past.models)
+    log.info("%s", past.summary())
+    return past.summary()
+
+
 def describe_error(spec: str, error: BaseException) -> str:
     """One line for the page: source errors as they are, anything else with its type."""
     if isinstance(error, SourceError):
@@ -161,7 +183,8 @@ class Poller:
     def __init__(self, spec: str, refresh_s: float, history: History | None = None) -> None:
         self.spec = spec
         self.refresh_s = refresh_s
-        self.history = history or History()
+        self.history = history or live_history(refresh_s)
+        self.past = read_past(spec, self.history) if history is None else ""
         self._state = analyze_state(spec, load_model(spec), self.history, live=True)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"poll {spec}", daemon=True)
@@ -197,7 +220,11 @@ def _stop_poller(poller: Poller) -> None:
 
 
 # A poller evicted from the cache (or cleared) stops polling.
-@st.cache_resource(max_entries=4, show_spinner="Reading the source…", on_release=_stop_poller)
+@st.cache_resource(
+    max_entries=4,
+    show_spinner="Reading the source (from Prometheus, its last week too)…",
+    on_release=_stop_poller,
+)
 def _poller(spec: str, refresh_s: float) -> Poller:
     return Poller(spec, refresh_s)
 

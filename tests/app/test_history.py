@@ -36,6 +36,30 @@ def test_bounded_and_monotonic() -> None:
         history.append(_model(math.nan, 0.5))
 
 
+def test_older_observations_thin_to_the_last_of_each_hour() -> None:
+    """At a 15-minute refresh, 2 h at full resolution and hourly before that: 50 points span
+    the 40 hours a 24-h forecast needs, and each older hour keeps its last observation."""
+    history = History(max_points=50, hourly_after_s=2 * 3600.0)
+    times = [900.0 * k for k in range(4 * 48)]  # 48 h at 15 min
+    for t in times:
+        history.append(_model(t, 0.5))
+    kept = [p.timestamp for p in history.points()]
+    latest = times[-1]
+    recent = [t for t in times if t >= latest - 2 * 3600.0]
+    thinned = [t for t in times if t < latest - 2 * 3600.0]
+    older = [t for t in thinned if t == max(u for u in thinned if u // 3600 == t // 3600)]
+    assert kept == (older + recent)[-50:]
+    assert len(kept) == 50 and kept[0] < latest - 40 * 3600.0
+    demand = history.pool_demand()
+    assert demand["time"].is_monotonic_increasing
+    history.append(_model(kept[-1] - 1.0, 0.5))  # older than the last: still ignored
+    assert [p.timestamp for p in history.points()] == kept
+    plain = History(max_points=50)
+    for t in times:
+        plain.append(_model(t, 0.5))
+    assert [p.timestamp for p in plain.points()] == times[-50:]  # 12.5 h: no thinning
+
+
 def test_idle_needs_the_whole_window() -> None:
     history = History(usage_window_s=3600)
     history.append(_model(0.0, 0.9))  # busy an hour ago...

@@ -108,6 +108,44 @@ def test_poller_keeps_history_and_the_last_good_model(monkeypatch: pytest.Monkey
         poller.stop()
 
 
+def test_a_prometheus_source_starts_with_its_last_week(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The app's poller reads a Prometheus source's past first (the service's backfill), so its
+    forecast page has 24-h forecasts at once; an exporter URL has no past to read."""
+    from advisor.app import forecasts
+    from advisor.service import backfill
+    from advisor.service.loop import LiveSim
+
+    sim = LiveSim("sim:a100-16x8?nodes=4&t=72h", clock=lambda: 0.0)
+    asked = []
+
+    def past(spec, span_s, **kw):
+        asked.append((spec, span_s))
+        return backfill.Backfill(spec, span_s, sim.backfill(72 * 3600.0))
+
+    monkeypatch.setattr(backfill, "from_prometheus", past)
+    monkeypatch.setattr(data, "load_model", lambda spec: sim())
+    poller = data.Poller("prometheus+http://prom:9090", refresh_s=15)
+    try:
+        assert asked == [("prometheus+http://prom:9090", 7 * 86400.0)]
+        assert len(poller.history) == 73 and poller.past.startswith("backfilled 72 past hour(s)")
+        doc = forecasts.forecast_doc(poller.history)
+        horizons = {h["horizon"]: h for pool in doc["pools"] for h in pool["horizons"]}
+        assert horizons["24h"]["available"]
+    finally:
+        poller.stop()
+    exporter = data.Poller("http://fake/metrics", refresh_s=15)
+    exporter.stop()
+    assert len(asked) == 1 and exporter.past == "" and len(exporter.history) == 1
+
+
+def test_a_live_history_spans_the_forecast_hours_at_any_refresh() -> None:
+    for refresh_s in (5.0, 15.0, 60.0):
+        history = data.live_history(refresh_s)
+        assert history.hourly_after_s == data.RECENT_S
+        kept_hours = history.max_points - data.RECENT_S / refresh_s
+        assert kept_hours >= data.HISTORY_HOURS
+
+
 @pytest.fixture
 def exporter_page() -> Iterator[str]:
     """A local server whose /metrics is our exporter's page for the a100-16x8 sim at t=0."""
@@ -131,6 +169,9 @@ def test_live_exporter_source(exporter_page: str) -> None:
     at.switch_page("views/fragmentation.py").run()
     assert not at.exception
     assert any("Collecting history" in info.value for info in at.info)
+    at.switch_page("views/forecast.py").run()
+    assert not at.exception
+    assert any("An exporter keeps no past" in info.value for info in at.info)
 
 
 def test_snapshot_file_source(tmp_path: Path) -> None:

@@ -32,9 +32,16 @@ table = forecasts.horizons_frame(doc)
 st.subheader("Demand per pool")
 if table.empty:
     if state.live:
+        where = (
+            "Prometheus held no more of this source's past."
+            if state.spec.startswith("prometheus+")
+            else "An exporter keeps no past: a `prometheus+http://…` source gives the app its "
+            "last week at start, and a simulated week (e.g. `sim:a100-16x8?t=7d`) shows the "
+            "forecasts now."
+        )
         st.info(
             f"Collecting history: {doc['history_hours']} complete hour(s) so far, one point per "
-            "refresh. Forecasts appear once each horizon has enough hours for a backtest."
+            "refresh. Forecasts appear once each horizon has enough hours for a backtest. " + where
         )
     elif not len(history):
         st.info(
