@@ -661,6 +661,12 @@ class History:
         with self._lock:
             return [*self._hourly, *self._points]
 
+    def latest_timestamp(self) -> float | None:
+        """The last observation's time (None when empty), without copying the points."""
+        with self._lock:
+            latest = self._latest()
+            return None if latest is None else latest.timestamp
+
     def node_hours(self) -> NodeHours | None:
         """Per node and hour: peak allocated GPUs, capacity, runs that saw it (`NodeRecord`)."""
         with self._lock:

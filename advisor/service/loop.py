@@ -305,8 +305,8 @@ class AdvisorLoop:
         start within the hour do not change what is served (the hour still running is never
         used). The per-node idle windows come from the history's per-node hours
         (`History.node_hours()`), at most `Config.idle_max_nodes` nodes."""
-        points = self.history.points()
-        hour = math.floor(points[-1].timestamp / 3600.0) if points else None
+        latest = self.history.latest_timestamp()
+        hour = None if latest is None else math.floor(latest / 3600.0)
         if self._forecast_cache is None or self._forecast_cache[0] != hour:
             doc = forecast_pools(
                 self.history.pool_demand(),

@@ -29,6 +29,7 @@ def test_bounded_and_monotonic() -> None:
     for t in (10.0, 20.0, 30.0, 40.0):
         history.append(_model(t, 0.5))
     history.append(_model(25.0, 0.5))  # older than the last: ignored
+    assert history.latest_timestamp() == 40.0 and History().latest_timestamp() is None
     trend = history.trend()
     assert len(trend) == 3
     assert [ts.timestamp() for ts in trend["time"]] == [20.0, 30.0, 40.0]
