@@ -74,7 +74,8 @@ def from_prometheus(
     client: prometheus.PrometheusClient | None = None,
     cancelled: Callable[[], bool] = lambda: False,
 ) -> Backfill:
-    """The model at one instant an hour over the `span_s` before `now`, oldest first.
+    """The model at one instant an hour over the `span_s` before `now` (default: the spec's
+    `at`, else the current time), oldest first.
 
     An instant without GPU series is skipped (the history masks that hour); one whose series do
     not make a model is skipped and counted; an unreachable or failing Prometheus stops the
@@ -83,7 +84,7 @@ def from_prometheus(
     started = time.perf_counter()
     target = prometheus_spec(spec)
     client = client or prometheus.PrometheusClient(target.base, timeout)
-    end = time.time() if now is None else now
+    end = now if now is not None else target.at if target.at is not None else time.time()
     result = Backfill(spec, span_s)
     for k in range(math.ceil(span_s / STEP_S), 0, -1):
         if cancelled():

@@ -69,6 +69,12 @@ def test_one_instant_an_hour_oldest_first_each_the_state_prometheus_held_then():
     assert past.summary().startswith(f"backfilled 48 past hour(s) of 48 h from {SPEC} in ")
 
 
+def test_a_source_pinned_at_an_instant_backfills_the_hours_before_it():
+    client = SimPrometheus()
+    past = B.from_prometheus(f"{SPEC}?at={NOW:.0f}&history=5m", 3 * 3600.0, client=client)
+    assert [m.timestamp for m in past.models] == [round(NOW) - 3600.0 * k for k in (3, 2, 1)]
+
+
 def test_hours_before_retention_are_skipped_and_counted():
     client = SimPrometheus(retention_from=NOW - 30 * 3600.0)
     past = B.from_prometheus(SPEC, 7 * 86400.0, now=NOW, client=client)
