@@ -476,7 +476,7 @@ class SimFleet:
         slot_util[gpus, slots] = running
         util = np.bincount(
             gpus, weights=running * self.slot_frac[gpus, slots], minlength=self.gpu_count
-        )
+        ).astype(np.float64, copy=False)  # with no process at all, numpy returns integers
         np.minimum(util, 1.0, out=util)
         busy = np.zeros(self.gpu_count, dtype=bool)
         busy[gpus] = True

@@ -248,3 +248,14 @@ def test_thousand_node_fleet_collects_every_gpu():
     backend.fleet.advance(900.0)
     nodes = backend.collect().nodes
     assert len(nodes) == 1000 and sum(len(n.gpus) for n in nodes) == 8000
+
+
+def test_a_moment_without_any_process_reads_as_idle_gpus():
+    """A small fleet can have no process running at all (16 days of 2 nodes found one); numpy's
+    bincount then returns integers, which must not break the utilization sum."""
+    fleet = SimFleet("a100-16x8", 42, 2)
+    fleet.slot_proc[:] = False
+    slot_util, util, power = fleet.activity_at(3600.0)
+    assert util.dtype == float and (util == 0).all() and (slot_util == 0).all()
+    assert (power >= fleet.idle_power).all()
+    assert len(fleet.readings()) == 2
