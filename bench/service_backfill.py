@@ -2,7 +2,7 @@
 
 A simulated fleet's exporter series, one sample an hour over `--hours`, are imported into
 Debian's Prometheus with `promtool tsdb create-blocks-from openmetrics` (served with a 59-minute
-lookback, as in tests/integration/test_backfill_prometheus.py). Then, on the same Prometheus:
+lookback, `tests/integration/history_blocks.py`). Then, on the same Prometheus:
 - baseline: one live read of the source (`load_source("prometheus+…")`, state plus an hour of
   usage history), the advisor's work at every run;
 - the backfill (`advisor.service.backfill.from_prometheus`) over all the hours.
@@ -16,7 +16,6 @@ import argparse
 import math
 import os
 import platform
-import subprocess
 import sys
 import tempfile
 import time
@@ -27,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo's expor
 from advisor.ingest.sources import load_source
 from advisor.service.backfill import from_prometheus
 from tests.integration import stack
-from tests.integration.test_backfill_prometheus import openmetrics_history
+from tests.integration.history_blocks import LOOKBACK, import_blocks, openmetrics_history
 
 
 def main() -> None:
@@ -44,15 +43,13 @@ def main() -> None:
         end = math.floor(time.time() / 60) * 60 - 60
         started = time.perf_counter()
         text, _ = openmetrics_history(end, args.hours, args.nodes)
-        (work / "history.om").write_text(text)
-        blocks = ["tsdb", "create-blocks-from", "openmetrics", "-q", str(work / "history.om")]
-        subprocess.run([stack.binary("promtool"), *blocks, str(work / "tsdb")], check=True)
+        import_blocks(text, work)
         print(
             f"setup (history {len(text) / 1e6:.0f} MB, blocks): {time.perf_counter() - started:.1f} s"
         )
         procs = stack.Processes(work)
         try:
-            url = stack.start_prometheus(procs, {}, [], extra=["--query.lookback-delta=59m"])
+            url = stack.start_prometheus(procs, {}, [], extra=[LOOKBACK])
             spec = f"prometheus+{url}"
             load_source(spec)  # warm Prometheus' caches for both measurements alike
             reads = []

@@ -55,6 +55,9 @@ def read_prometheus(source: str, client=None, now: float | None = None) -> Panel
         client = PrometheusClient(f"{parts.scheme}://{parts.netloc}{parts.path.rstrip('/')}")
     by = params.get("by")
     frame = _frame(client.range(params["query"], start, end, step), by, "value")
+    if frame.empty:
+        days = params.get("days", 30)
+        raise ValueError(f"the query returned no series over the last {days} days")
     if "capacity" in params:
         cap = _frame(client.range(params["capacity"], start, end, step), by, "capacity")
         frame = frame.merge(cap, on=["time", "series"], how="left")

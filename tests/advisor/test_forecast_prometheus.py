@@ -1,6 +1,7 @@
 """The prometheus+http INPUT form goes through the shared client's range query and masks gaps."""
 
 import numpy as np
+import pytest
 
 from advisor.forecast.promsource import read_prometheus
 
@@ -28,3 +29,12 @@ def test_prometheus_input_builds_a_panel_with_capacity_and_gaps():
     assert p.series == ["a"]
     assert len(p.index) == 4 and np.isnan(p.values["a"].iloc[2])
     assert p.capacity["a"].iloc[0] == 8.0
+
+
+def test_a_query_without_series_is_one_line_not_a_pandas_error():
+    class Empty(FakeClient):
+        def range(self, query, start, end, step):
+            return []
+
+    with pytest.raises(ValueError, match=r"^the query returned no series over the last 2 days$"):
+        read_prometheus("prometheus+http://prom:9090/?query=nothing&days=2", client=Empty())
