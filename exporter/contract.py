@@ -203,6 +203,20 @@ METRICS: tuple[MetricSpec, ...] = (
         "Free memory on partly used GPUs that a typical request cannot use.",
         ("node",),
     ),
+    # --- simulated fleet (sim backend only) ---
+    _i(
+        "gpu_sim_info",
+        "The simulated fleet this exporter serves (nodes: the node-count override, empty for "
+        "the preset's own); value is always 1.",
+        ("preset", "seed", "nodes"),
+    ),
+    _g("gpu_sim_time_seconds", "Simulated seconds since the fleet's t = 0 at the collection.", ()),
+    _g(
+        "gpu_sim_epoch_timestamp_seconds",
+        "Unix time stamped on simulated t = 0: a reading at simulated time t is stamped epoch + t "
+        "(at --sim.speed 1 the wall clock; faster, the simulated clock runs ahead of it).",
+        (),
+    ),
     # --- exporter self-metrics ---
     _i("gpu_exporter_build_info", "Exporter build; value is always 1.", ("version", "backend")),
     _g("gpu_exporter_backend_up", "1 if the last collection reached the backend.", ("backend",)),

@@ -170,6 +170,18 @@ class NodeReading:
     rack: str = ""
 
 
+@dataclass(frozen=True, slots=True)
+class SimClock:
+    """Where a simulated fleet stands (sim backend only): enough for a reader to re-simulate the
+    same fleet's past, since a `SimFleet` depends only on preset, seed, node count and time."""
+
+    preset: str
+    seed: int
+    nodes: int | None  # the node-count override, None for the preset's own
+    time_s: float  # simulated seconds since the fleet's t = 0
+    epoch: float  # Unix time stamped on simulated t = 0; a simulated second is stamped as one
+
+
 @dataclass(slots=True)
 class Collection:
     """The result of one backend cycle. `errors` counts failed calls by name for self-metrics."""
@@ -177,3 +189,4 @@ class Collection:
     nodes: list[NodeReading]
     timestamp: float
     errors: Counter[str] = field(default_factory=Counter)
+    sim: SimClock | None = None

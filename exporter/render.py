@@ -24,7 +24,7 @@ from prometheus_client.utils import floatToGoString
 
 from exporter.contract import BY_NAME, DCGM_COMPAT, MetricSpec
 from exporter.node_gauges import NodeGauges
-from exporter.readings import Collection, GpuReading, NodeReading
+from exporter.readings import Collection, GpuReading, NodeReading, SimClock
 
 Sample = tuple[tuple[str, ...], float]
 TextCache = dict[str, tuple[list[Sample], str]]  # family -> (last samples, their text)
@@ -278,6 +278,13 @@ def add_self(families: Families, state: SelfState) -> None:
         families.add("gpu_exporter_collection_errors_total", (state.backend, call), count)
 
 
+def add_sim(families: Families, clock: SimClock) -> None:
+    nodes = "" if clock.nodes is None else str(clock.nodes)
+    families.add("gpu_sim_info", (clock.preset, str(clock.seed), nodes), 1)
+    families.add("gpu_sim_time_seconds", (), clock.time_s)
+    families.add("gpu_sim_epoch_timestamp_seconds", (), clock.epoch)
+
+
 DCGM_LABELS = (
     "gpu",
     "UUID",
@@ -328,6 +335,8 @@ def collect_families(
     for gauge in gauges:
         add_node_gauges(families, gauge)
     add_self(families, state)
+    if collection is not None and collection.sim is not None:
+        add_sim(families, collection.sim)
     if dcgm_names:
         add_dcgm_compat(families, nodes)
     return families

@@ -27,6 +27,9 @@ SOURCE_ENV = "GPU_DEFRAG_SOURCE"  # the app's starting source (also `-- --source
 REFRESH_ENV = "GPU_DEFRAG_REFRESH"  # seconds between reads of a live source
 MAIN = Path(__file__).with_name("main.py")
 DEMO_PRESET = "a100-16x8"
+DEMO_SIM_START = (
+    "7d"  # the demo fleet has a simulated week behind it, which advisor and app read back
+)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -221,6 +224,8 @@ def exporter_command(preset: str, port: int, speed: float) -> list[str]:
         preset,
         "--sim.speed",
         f"{speed:g}",
+        "--sim.start",
+        DEMO_SIM_START,
         "--collect.interval",
         "5",
         "--web.listen-address",

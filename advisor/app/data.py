@@ -120,16 +120,17 @@ def live_history(refresh_s: float) -> History:
 
 
 def read_past(spec: str, history: History) -> str:
-    """A Prometheus source's last week into `history` (the advisor service's start-up
-    backfill), so the forecast page has hours at once; '' for sources without a past."""
-    from advisor.service.backfill import default_span_s, from_prometheus
+    """A Prometheus source's or a sim exporter's last week into `history` (the advisor
+    service's start-up backfill), so the forecast page has hours at once; '' for sources
+    without a past."""
+    from advisor.service import backfill
 
-    if not spec.strip().startswith("prometheus+"):
+    got = backfill.past(spec, backfill.default_span_s(spec), timeout=LOAD_TIMEOUT_S)
+    if got is None:
         return ""
-    past = from_prometheus(spec, default_span_s(spec), timeout=LOAD_TIMEOUT_S)
-    history.extend(past.models)
-    log.info("%s", past.summary())
-    return past.summary()
+    history.extend(got.models)
+    log.info("%s", got.summary())
+    return got.summary()
 
 
 def describe_error(spec: str, error: BaseException) -> str:

@@ -27,11 +27,13 @@ from exporter.readings import (
     GpuReading,
     MigInstance,
     NodeReading,
+    SimClock,
     TopologyLink,
 )
 
 Sample = tuple[str, dict[str, str], float]
 MAX_PARALLEL = 32  # concurrent scrapes
+SIM_CLOCK = ("gpu_sim_time_seconds", "gpu_sim_epoch_timestamp_seconds")
 
 
 class SourceUnavailable(Exception):
@@ -221,9 +223,35 @@ def parse(text: str, url: str) -> list[Sample]:
         raise SourceUnavailable(str(error)) from None
 
 
+def sim_clock(samples: Sequence[Sample]) -> SimClock | None:
+    """The clock a sim exporter's page carries (`gpu_sim_*`); None for any other page."""
+    info = [labels for name, labels, _ in samples if name == "gpu_sim_info"]
+    values = {name: value for name, _, value in samples if name in SIM_CLOCK}
+    if not info or len(values) < len(SIM_CLOCK):
+        return None
+    labels = info[0]
+    nodes = labels.get("nodes", "")
+    try:
+        seed = int(labels.get("seed", ""))
+        count = int(nodes) if nodes else None
+    except ValueError:
+        return None  # not a page of ours
+    return SimClock(
+        labels.get("preset", ""),
+        seed,
+        count,
+        values["gpu_sim_time_seconds"],
+        values["gpu_sim_epoch_timestamp_seconds"],
+    )
+
+
 def scrape(urls: Sequence[str], *, timeout: float = 5.0, source: str = "") -> ClusterModel:
     """One model from every page; each page may be ours or dcgm-exporter's. Any unreachable
-    URL fails the whole read: an analysis of a partial fleet would mislead."""
+    URL fails the whole read: an analysis of a partial fleet would mislead.
+
+    The model is stamped with the time of reading, except when every page is a sim exporter's:
+    then with the simulated clock (`SimClock.epoch + time_s`), so a fleet simulated faster than
+    real time builds a history in simulated hours, continuous with its re-simulated past."""
     ours: list[Sample] = []
     dcgm: dict[str, list[Sample]] = defaultdict(list)
     # Pages are fetched in parallel (one exporter per node: a fleet is many URLs), then read
@@ -236,4 +264,10 @@ def scrape(urls: Sequence[str], *, timeout: float = 5.0, source: str = "") -> Cl
         else:
             ours.extend(samples)
     readings = our_readings(ours) + (dcgm_readings(dcgm) if dcgm else [])
-    return from_readings(readings, timestamp=time.time(), source=source or ",".join(urls))
+    clocks = [sim_clock(samples) for samples in pages]
+    stamp = (
+        max(c.epoch + c.time_s for c in clocks if c is not None)
+        if all(c is not None for c in clocks)
+        else time.time()
+    )
+    return from_readings(readings, timestamp=stamp, source=source or ",".join(urls))

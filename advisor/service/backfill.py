@@ -6,7 +6,10 @@ restart (a rollout, a drained node) would blank the forecasts for days. A `prome
 holds that past: the advisor reads the state at one instant an hour over the span, through the
 same instant query and model builder as a live run, so a backfilled hour is the hour a live run
 would have seen. A `sim:` source steps its simulated fleet through the span instead
-(`LiveSim.backfill`). Exporter URLs have no past; the history then starts with the first run.
+(`LiveSim.backfill`), and so does a sim exporter's URL: its page names the fleet and its clock
+(`gpu_sim_*`), and a fleet depends only on those, so the same fleet re-simulated hour by hour is
+the past the exporter went through. Other exporter URLs have no past; the history then starts
+with the first run.
 """
 
 from __future__ import annotations
@@ -17,10 +20,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from advisor.ingest import exporter_scrape as scrape
 from advisor.ingest import prometheus
 from advisor.ingest.exporter_scrape import SourceUnavailable
 from advisor.ingest.sources import prometheus_spec
-from advisor.model import ClusterModel, ModelError
+from advisor.model import ClusterModel, ModelError, from_readings
 
 log = logging.getLogger("advisor.service")
 
@@ -56,11 +60,13 @@ class Backfill:
 
 
 def default_span_s(spec: str) -> float:
-    """The span read when `--history.backfill` is not given: 72 h for a sim (stepping it costs
-    time), 7 days from Prometheus (a week of hours for the backtests, one query an hour)."""
-    if spec.strip().startswith("sim:"):
+    """The span read when `--history.backfill` is not given: 72 h for a `sim:` source (stepping
+    it costs time), 7 days from Prometheus or a sim exporter (a week of hours for the
+    backtests and the idle windows)."""
+    spec = spec.strip()
+    if spec.startswith("sim:"):
         return DEFAULT_SPAN_S["sim"]
-    if spec.strip().startswith("prometheus+"):
+    if spec.startswith(("prometheus+", "http://", "https://")):
         return DEFAULT_SPAN_S["prometheus"]
     return 0.0
 
@@ -109,6 +115,52 @@ def from_prometheus(
     return result
 
 
+def from_sim_exporter(spec: str, span_s: float, *, timeout: float = 10.0) -> Backfill | None:
+    """The past of the simulated fleet a sim exporter serves, re-simulated one instant an hour
+    over `span_s` before its clock (never before the fleet's t = 0), stamped on its clock;
+    None when `spec` is not a single exporter URL whose page (read now) carries a sim clock."""
+    from exporter.sim import SimFleet
+
+    urls = [url.strip() for url in spec.split(",") if url.strip()]
+    if len(urls) != 1 or not urls[0].startswith(("http://", "https://")):
+        return None
+    started = time.perf_counter()
+    try:
+        clock = scrape.sim_clock(scrape.parse(scrape.fetch(urls[0], timeout), urls[0]))
+    except SourceUnavailable:
+        return None  # the live read says what is wrong with the source
+    if clock is None:
+        return None
+    result = Backfill(spec, span_s)
+    fleet = SimFleet(clock.preset, clock.seed, clock.nodes)
+    for k in range(math.ceil(span_s / STEP_S), 0, -1):
+        at = clock.time_s - k * STEP_S
+        if at < 0:
+            result.empty += 1  # before the fleet's first instant
+            continue
+        fleet.advance(at - fleet.now)
+        readings = fleet.readings(lambda t: clock.epoch + t)
+        result.models.append(from_readings(readings, timestamp=clock.epoch + at, source=spec))
+    result.seconds = time.perf_counter() - started
+    return result
+
+
+def past(
+    spec: str,
+    span_s: float,
+    *,
+    timeout: float = 10.0,
+    cancelled: Callable[[], bool] = lambda: False,
+) -> Backfill | None:
+    """What a `prometheus+` source or a sim exporter's URL knows of the `span_s` before now;
+    None for a source without a past."""
+    if span_s <= 0:
+        return None
+    if spec.strip().startswith("prometheus+"):
+        return from_prometheus(spec, span_s, timeout=timeout, cancelled=cancelled)
+    return from_sim_exporter(spec, span_s, timeout=timeout)
+
+
 def backfill(
     spec: str,
     ingest: Callable[[], ClusterModel],
@@ -126,6 +178,4 @@ def backfill(
         started = time.perf_counter()
         models = ingest.backfill(span_s, STEP_S)
         return Backfill(spec, span_s, models, seconds=time.perf_counter() - started)
-    if spec.strip().startswith("prometheus+"):
-        return from_prometheus(spec, span_s, timeout=timeout, cancelled=cancelled)
-    return None
+    return past(spec, span_s, timeout=timeout, cancelled=cancelled)

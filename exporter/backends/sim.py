@@ -1,8 +1,12 @@
 """The `sim` backend: one exporter serving a whole simulated cluster (one NodeReading per node).
 
 Simulated time runs `--sim.speed` simulated seconds per real second from the first collection,
-so `--sim.speed 60` shows a simulated day in 24 real minutes. Event timestamps (XIDs) are
-mapped back onto the real clock at that speed, so they never lie in the future.
+starting at `--sim.start` (default 0: the fleet's first instant), so `--sim.speed 60` shows a
+simulated day in 24 real minutes. Event timestamps (XIDs) are mapped back onto the real clock at
+that speed, so they never lie in the future. Each page also says which fleet it is and where its
+clock stands (`gpu_sim_info`, `gpu_sim_time_seconds`, `gpu_sim_epoch_timestamp_seconds`): a
+reading at simulated time t is stamped epoch + t, so a reader (the advisor, the app) keeps its
+history on the simulated clock and can re-simulate the fleet's past up to the start.
 """
 
 from __future__ import annotations
@@ -12,8 +16,9 @@ import time
 from collections.abc import Callable
 
 from exporter.backends.base import Backend
-from exporter.readings import Collection
+from exporter.readings import Collection, SimClock
 from exporter.sim import PRESETS, SimFleet
+from exporter.units import duration
 
 
 class SimBackend(Backend):
@@ -28,11 +33,16 @@ class SimBackend(Backend):
         speed: float = 1.0,
         nodes: int | None = None,
         clock: Callable[[], float] = time.time,
+        start_s: float = 0.0,
     ):
         if speed <= 0:
             raise ValueError(f"--sim.speed must be positive, got {speed}")
+        if start_s < 0:
+            raise ValueError(f"--sim.start must not be negative, got {start_s}")
         self.fleet = SimFleet(preset, seed, nodes)
+        self.preset, self.seed, self.nodes = preset, seed, nodes
         self.speed = speed
+        self.start_s = start_s
         self._clock = clock
         self._started: float | None = None
 
@@ -63,6 +73,14 @@ class SimBackend(Backend):
             default=None,
             help="override the preset's node count, keeping its shape (e.g. 1000 for the bench)",
         )
+        group.add_argument(
+            "--sim.start",
+            dest="sim_start",
+            type=duration,
+            default=0.0,
+            help="simulated time the fleet starts at, e.g. 7d: it has that much past, which "
+            "the advisor and the app re-simulate into their history (default: 0)",
+        )
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> SimBackend:
@@ -71,6 +89,7 @@ class SimBackend(Backend):
             seed=getattr(args, "sim_seed", 42),
             speed=getattr(args, "sim_speed", 1.0),
             nodes=getattr(args, "sim_nodes", None),
+            start_s=getattr(args, "sim_start", 0.0),
         )
 
     def start(self) -> None:
@@ -81,9 +100,10 @@ class SimBackend(Backend):
         now = self._clock()
         if self._started is None:
             self._started = now
-        target = (now - self._started) * self.speed
+        target = self.start_s + (now - self._started) * self.speed
         if target > self.fleet.now:
             self.fleet.advance(target - self.fleet.now)
-        started = self._started
-        nodes = self.fleet.readings(lambda sim_t: started + sim_t / self.speed)
-        return Collection(nodes=nodes, timestamp=now)
+        started, start_s = self._started, self.start_s
+        nodes = self.fleet.readings(lambda sim_t: started + (sim_t - start_s) / self.speed)
+        clock = SimClock(self.preset, self.seed, self.nodes, self.fleet.now, started - start_s)
+        return Collection(nodes=nodes, timestamp=now, sim=clock)

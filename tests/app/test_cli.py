@@ -29,7 +29,7 @@ def test_app_defaults_and_demo_children() -> None:
     demo = build_parser().parse_args(["demo"])
     assert demo.func is cli.run_demo and demo.preset == "a100-16x8" and demo.sim_speed == 60
     exporter = " ".join(cli.exporter_command("a100-16x8", 1234, 60))
-    assert "exporter --backend sim --sim.preset a100-16x8 --sim.speed 60" in exporter
+    assert "exporter --backend sim --sim.preset a100-16x8 --sim.speed 60 --sim.start 7d" in exporter
     assert "--web.listen-address 127.0.0.1:1234" in exporter
     advisor = " ".join(cli.advisor_command("http://127.0.0.1:1234/metrics", 4321, 5))
     assert "advise --source http://127.0.0.1:1234/metrics --advise.interval 5s" in advisor

@@ -174,6 +174,24 @@ def test_live_exporter_source(exporter_page: str) -> None:
     assert any("An exporter keeps no past" in info.value for info in at.info)
 
 
+def test_a_sim_exporter_with_a_past_has_forecasts_at_the_first_load() -> None:
+    """The demo's case: the app reads a sim exporter started a week into its fleet's life, reads
+    that week back (the service's backfill) and shows the forecast with its backtest at once."""
+    from exporter.backends.sim import SimBackend
+    from tests.app.conftest import frame_with
+
+    backend = SimBackend(nodes=4, speed=60.0, start_s=7 * 86400.0)
+    backend.start()
+    body = render_page(backend.collect(), [], SelfState("0", "sim", True, 0, 0, 1, {}))
+    routes = Routes()
+    routes.text("/metrics", body.body.decode())
+    with serve(routes) as base:
+        at = open_app(f"{base}/metrics", "views/forecast.py")
+    shown = frame_with(at, "backtest WAPE")
+    assert set(shown["horizon"]) == {"1h", "6h", "24h"}
+    assert not any("Collecting history" in info.value for info in at.info)
+
+
 def test_snapshot_file_source(tmp_path: Path) -> None:
     from advisor import snapshot
 

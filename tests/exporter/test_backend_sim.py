@@ -241,6 +241,32 @@ def test_backend_flags_and_collect_advance_with_speed():
         parser.parse_args(["--sim.preset", "nope"])
 
 
+def test_a_fleet_started_later_has_a_past_and_says_where_its_clock_stands():
+    parser = argparse.ArgumentParser()
+    SimBackend.add_arguments(parser)
+    args = parser.parse_args(["--sim.speed", "60", "--sim.nodes", "2", "--sim.start", "7d"])
+    backend = SimBackend.from_args(args)
+    now = [1000.0]
+    backend._clock = lambda: now[0]
+    backend.start()
+    first = backend.collect()
+    assert backend.fleet.now == 7 * 86400.0
+    assert first.sim.time_s == 7 * 86400.0 and first.sim.epoch == 1000.0 - 7 * 86400.0
+    assert (first.sim.preset, first.sim.seed, first.sim.nodes) == ("a100-16x8", 42, 2)
+    now[0] += 10.0
+    second = backend.collect()
+    assert second.sim.time_s == pytest.approx(7 * 86400.0 + 600.0)  # 60x the 10 s
+    assert second.sim.epoch == first.sim.epoch and second.timestamp == 1010.0
+    # the same fleet re-simulated to that time is what the page showed: the past is readable
+    again = SimFleet("a100-16x8", 42, 2)
+    again.advance(second.sim.time_s)
+    shown = [(n.node, n.allocations) for n in second.nodes]
+    assert shown == [(n.node, n.allocations) for n in again.readings()]
+    assert any(n.allocations for n in second.nodes)
+    with pytest.raises(ValueError, match=r"--sim\.start must not be negative"):
+        SimBackend(start_s=-1.0)
+
+
 def test_thousand_node_fleet_collects_every_gpu():
     """Scale only; its collect time is measured in bench/exporter.py (sim-1000)."""
     backend = SimBackend(nodes=1000)

@@ -7,6 +7,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.contract import BY_NAME, METRICS
 from exporter.node_gauges import IdlePolicy, IdleTracker, node_gauges
+from exporter.readings import SimClock
 from exporter.render import SelfState, render_page
 from tests.exporter import readings_factory
 
@@ -23,6 +24,7 @@ STATE = SelfState(
 
 def rendered(dcgm_names: bool = False) -> str:
     collection = readings_factory.collection()
+    collection.sim = SimClock("a100-16x8", 42, None, 7200.0, 1_699_992_800.0)
     tracker = IdleTracker(IdlePolicy())
     gauges = [node_gauges(n, tracker, collection.timestamp) for n in collection.nodes]
     page = render_page(collection, gauges, STATE, dcgm_names=dcgm_names)
@@ -66,6 +68,16 @@ def test_values_are_in_base_units():
     # 8 GPUs, allocations on 0, 1 and a MIG slice of 7: five free, all NVLink-connected
     assert value("gpu_node_free_gpus", node="node-0") == 5
     assert value("gpu_node_largest_free_nvlink_group_gpus", node="node-0") == 5
+
+
+def test_a_sim_page_says_which_fleet_and_where_its_clock_stands():
+    by_name = samples(rendered())
+    (info,) = by_name["gpu_sim_info"]
+    assert info.labels == {"preset": "a100-16x8", "seed": "42", "nodes": ""}
+    assert by_name["gpu_sim_time_seconds"][0].value == 7200.0
+    assert by_name["gpu_sim_epoch_timestamp_seconds"][0].value == 1_699_992_800.0
+    plain = render_page(readings_factory.collection(), [], STATE).body.decode()
+    assert "gpu_sim_" not in plain  # real backends carry no sim clock
 
 
 def test_absent_values_are_left_out_not_zeroed():

@@ -10,11 +10,13 @@ browser is a failure rather than a silently skipped test.
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import signal
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -167,6 +169,20 @@ def test_demo_starts_exporter_advisor_and_app_and_ctrl_c_stops_them(tmp_path: Pa
             assert b"gpu_" in page.read()
         with urllib.request.urlopen(advisor, timeout=5) as page:
             assert page.status == 200
+        # the advisor read the sim fleet's simulated week back: forecasts and idle windows at once
+        api = advisor.removesuffix("metrics") + "api/forecast"
+        doc: dict = {"pools": []}
+        while not doc["pools"] and time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(api, timeout=5) as page:
+                    doc = json.load(page)
+            except urllib.error.HTTPError as error:  # 503 until the first run
+                assert error.code == 503, error
+                time.sleep(0.5)
+        horizons = [h for pool in doc["pools"] for h in pool["horizons"]]
+        assert horizons and all(h["available"] for h in horizons), doc
+        windows = [w for pool in doc["idle"]["pools"] for w in pool["windows"]]
+        assert windows and all(w["available"] for w in windows), doc["idle"]
         children = [
             int(pid)
             for pid in subprocess.run(

@@ -9,6 +9,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from advisor.history import History
 from advisor.ingest import prometheus
 from advisor.ingest.exporter_scrape import SourceUnavailable
+from advisor.ingest.sources import load_source
 from advisor.model import ModelError, from_readings
 from advisor.service import backfill as B
 from advisor.service.loop import LiveSim
@@ -130,8 +131,9 @@ def test_backfilled_hours_give_the_forecast_its_history():
 def test_which_sources_have_a_past_and_their_default_spans():
     assert B.default_span_s("sim:a100-16x8") == 72 * 3600.0
     assert B.default_span_s(SPEC) == 7 * 86400.0
-    assert B.default_span_s("http://node1:9835/metrics") == 0.0
-    assert B.backfill("http://node1:9835/metrics", lambda: None, 3600.0) is None
+    assert B.default_span_s("http://node1:9835/metrics") == 7 * 86400.0  # if a sim's
+    assert B.default_span_s("snapshot.json") == 0.0
+    assert B.backfill("http://127.0.0.1:1/metrics", lambda: None, 3600.0) is None  # unreachable
     assert B.backfill(SPEC, lambda: None, 0.0) is None
     sim = LiveSim("sim:a100-16x8?nodes=2&t=5h", clock=lambda: 0.0)
     past = B.backfill("sim:a100-16x8?nodes=2&t=5h", sim, 3 * 3600.0)
@@ -159,3 +161,35 @@ def test_the_flag_its_earlier_name_and_the_per_source_default(capsys):
         build_parser().parse_args(["advise", "--help"])
     shown = capsys.readouterr().out
     assert "--history.backfill" in shown and "--sim.backfill" not in shown
+
+
+def _served(collection) -> str:
+    return render_page(collection, [], STATE).body.decode()
+
+
+def test_a_sim_exporter_url_has_its_fleet_re_simulated_on_its_clock():
+    """The exporter's page names its fleet and clock; the same fleet re-simulated hour by hour
+    is the model a live read of the exporter would have given then, stamped on its clock."""
+    from exporter.backends.sim import SimBackend
+    from tests.advisor.test_ingest import same_state
+    from tests.fakes.page_server import Routes, serve
+
+    backend = SimBackend(nodes=2, speed=60.0, start_s=86400.0, clock=lambda: T0)
+    backend.start()
+    routes = Routes()
+    routes.text("/metrics", _served(backend.collect()))
+    then = SimFleet("a100-16x8", 42, 2)
+    then.advance(86400.0 - 3600.0)
+    routes.text("/then", _served(Collection(then.readings(), 0.0)))
+    routes.text("/real", _served(Collection(SimFleet("a100-16x8", 42, 1).readings(), 0.0)))
+    with serve(routes) as base:
+        live = load_source(f"{base}/metrics")
+        past = B.from_sim_exporter(f"{base}/metrics", 30 * 3600.0)
+        shown_then = load_source(f"{base}/then")
+        assert B.from_sim_exporter(f"{base}/real", 3600.0) is None  # no sim clock on the page
+        assert B.past(f"{base}/metrics,{base}/then", 3600.0) is None  # several pages: no
+    assert live.timestamp == T0  # the simulated clock at --sim.start, stamped at the start
+    assert [m.timestamp for m in past.models] == [T0 - 3600.0 * k for k in range(24, 0, -1)]
+    assert past.empty == 6  # the 6 hours before the fleet's t = 0
+    assert same_state(past.models[-1], shown_then)
+    assert not same_state(past.models[0], shown_then)  # the hours differ
