@@ -29,7 +29,8 @@ from advisor.model import ClusterModel, ModelError, from_readings
 log = logging.getLogger("advisor.service")
 
 STEP_S = 3600.0  # one instant an hour: the forecast's grid
-DEFAULT_SPAN_S = {"sim": 72 * 3600.0, "prometheus": 7 * 86400.0}
+SIM_SPAN_S = 72 * 3600.0  # a `sim:` source: stepping its fleet costs time
+RECORDED_SPAN_S = 7 * 86400.0  # Prometheus or a sim exporter: a week of hours
 
 
 @dataclass
@@ -40,6 +41,7 @@ class Backfill:
     span_s: float
     models: list[ClusterModel] = field(default_factory=list)
     empty: int = 0  # instants at which the source held no GPU series
+    empty_why: str = "before retention or a gap"
     failed: int = 0  # instants whose series did not make a model
     reason: str = ""  # the first failure, or why the backfill stopped early
     seconds: float = 0.0
@@ -51,7 +53,7 @@ class Backfill:
             f"from {self.source} in {self.seconds:.1f} s"
         )
         if self.empty:
-            line += f"; {self.empty} hour(s) without GPU series (before retention or a gap)"
+            line += f"; {self.empty} hour(s) without GPU series ({self.empty_why})"
         if self.failed:
             line += f"; {self.failed} hour(s) unreadable"
         if self.reason:
@@ -65,9 +67,9 @@ def default_span_s(spec: str) -> float:
     backtests and the idle windows)."""
     spec = spec.strip()
     if spec.startswith("sim:"):
-        return DEFAULT_SPAN_S["sim"]
+        return SIM_SPAN_S
     if spec.startswith(("prometheus+", "http://", "https://")):
-        return DEFAULT_SPAN_S["prometheus"]
+        return RECORDED_SPAN_S
     return 0.0
 
 
@@ -131,12 +133,12 @@ def from_sim_exporter(spec: str, span_s: float, *, timeout: float = 10.0) -> Bac
         return None  # the live read says what is wrong with the source
     if clock is None:
         return None
-    result = Backfill(spec, span_s)
+    result = Backfill(spec, span_s, empty_why="before the simulated fleet's start")
     fleet = SimFleet(clock.preset, clock.seed, clock.nodes)
     for k in range(math.ceil(span_s / STEP_S), 0, -1):
         at = clock.time_s - k * STEP_S
         if at < 0:
-            result.empty += 1  # before the fleet's first instant
+            result.empty += 1
             continue
         fleet.advance(at - fleet.now)
         readings = fleet.readings(lambda t: clock.epoch + t)

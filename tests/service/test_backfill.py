@@ -191,5 +191,6 @@ def test_a_sim_exporter_url_has_its_fleet_re_simulated_on_its_clock():
     assert live.timestamp == T0  # the simulated clock at --sim.start, stamped at the start
     assert [m.timestamp for m in past.models] == [T0 - 3600.0 * k for k in range(24, 0, -1)]
     assert past.empty == 6  # the 6 hours before the fleet's t = 0
+    assert "6 hour(s) without GPU series (before the simulated fleet's start)" in past.summary()
     assert same_state(past.models[-1], shown_then)
     assert not same_state(past.models[0], shown_then)  # the hours differ
