@@ -584,7 +584,8 @@ class History:
         """`hourly_after_s`: observations further than this behind the latest are thinned to
         the last one of each UTC hour, so `max_points` spans days of hours whatever the refresh
         rate (the forecasts read hours: an hour with one observation counts as observed, like a
-        backfilled one); None keeps every observation until `max_points` drops the oldest."""
+        backfilled one); None keeps every observation until `max_points` is reached, and then
+        thins the oldest hours first (`_keep`)."""
         if max_points < 1:
             raise ValueError("max_points must be >= 1")
         self.max_points = max_points
@@ -607,19 +608,43 @@ class History:
         return self._points[-1] if self._points else self._hourly[-1] if self._hourly else None
 
     def _keep(self, point: Point) -> None:
-        """Under the lock: record `point`, thin what fell behind `hourly_after_s`, bound."""
+        """Under the lock: record `point`, thin what fell behind `hourly_after_s`, bound.
+
+        Without `hourly_after_s`, the bound thins the oldest full-resolution hour to its last
+        observation before it drops anything, so the points span as many hours as they can
+        whatever the interval (at 15 s, 20,000 points would otherwise hold 3.5 days, fewer than
+        the idle windows need). With it, the bound drops the oldest hour."""
         self._points.append(point)
         if self.hourly_after_s is not None:
             cutoff = point.timestamp - self.hourly_after_s
             while self._points and self._points[0].timestamp < cutoff:
-                old = self._points.popleft()
-                hour = old.timestamp // 3600
-                if self._hourly and self._hourly[-1].timestamp // 3600 == hour:
-                    self._hourly[-1] = old  # a later observation of the same hour
-                else:
-                    self._hourly.append(old)
-        while len(self._hourly) + len(self._points) > self.max_points:
-            (self._hourly or self._points).popleft()
+                self._to_hourly(self._points.popleft())
+        while self._size() > self.max_points:
+            if self.hourly_after_s is not None or not self._thin_oldest_hour():
+                (self._hourly or self._points).popleft()
+
+    def _size(self) -> int:
+        return len(self._hourly) + len(self._points)
+
+    def _to_hourly(self, old: Point) -> None:
+        """Under the lock: `old` becomes its hour's thinned observation (the hour's latest)."""
+        if self._hourly and self._hourly[-1].timestamp // 3600 == old.timestamp // 3600:
+            self._hourly[-1] = old
+        else:
+            self._hourly.append(old)
+
+    def _thin_oldest_hour(self) -> bool:
+        """Under the lock: the oldest full-resolution hours before the latest's, down to their
+        last observation each, until that freed a point (True) or none is left (False)."""
+        before = self._size()
+        latest_hour = self._points[-1].timestamp // 3600 if self._points else None
+        while self._points and self._points[0].timestamp // 3600 != latest_hour:
+            hour = self._points[0].timestamp // 3600
+            while self._points and self._points[0].timestamp // 3600 == hour:
+                self._to_hourly(self._points.popleft())
+            if self._size() < before:
+                return True
+        return False
 
     def append(self, model: ClusterModel, result: dict[str, Any] | None = None) -> Point:
         """Record one observation; `result` is its `measures.analyze` output if already known.

@@ -112,7 +112,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         dest="history_points",
         type=positive_int,
         default=20_000,
-        help="runs kept for trends and forecasts (default 20000: two weeks at 1m)",
+        help="runs kept for trends and forecasts (default 20000: two weeks at 1m); at the "
+        "bound the oldest hours are thinned to their last run before any hour is dropped",
     )
     parser.add_argument(
         "--history.backfill",

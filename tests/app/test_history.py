@@ -56,9 +56,19 @@ def test_older_observations_thin_to_the_last_of_each_hour() -> None:
     history.append(_model(kept[-1] - 1.0, 0.5))  # older than the last: still ignored
     assert [p.timestamp for p in history.points()] == kept
     plain = History(max_points=50)
-    for t in times:
+    for t in times[:50]:
         plain.append(_model(t, 0.5))
-    assert [p.timestamp for p in plain.points()] == times[-50:]  # 12.5 h: no thinning
+    assert [p.timestamp for p in plain.points()] == times[:50]  # under the bound: every one
+    for t in times[50:]:
+        plain.append(_model(t, 0.5))
+    kept = [p.timestamp for p in plain.points()]
+    assert len(kept) == 50 and kept[-1] == latest
+    # at the bound the oldest hours were thinned before any was dropped: 47 of the 48 hours
+    # are still there (a plain bound would keep the last 12.5), each older one once
+    hours = [t // 3600 for t in kept]
+    assert sorted(set(hours)) == list(range(1, 48))
+    hourly = [t for t in kept if t // 3600 < kept[-1] // 3600 - 1]
+    assert all(t % 3600 == 2700.0 for t in hourly)  # each thinned hour kept its last reading
 
 
 def test_idle_needs_the_whole_window() -> None:
