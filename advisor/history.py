@@ -87,10 +87,9 @@ def pool_rows(model: ClusterModel) -> list[dict[str, Any]]:
     Pending work is counted against the pool whose GPU model it asks for (split evenly when a
     spec allows several pools), so queued demand shows up in the demand forecast too.
     """
-    pools = model.nodes.pool[model.gpus.node]
-    allocated = model.gpu_milli_allocated / MILLI
+    names = sorted(set(model.nodes.pool[model.gpus.node].tolist()))  # pools with GPUs
+    _, _, allocated, capacity = node_rows(model)  # one way to count a node's GPUs
     rows = []
-    names = sorted(set(pools.tolist()))
     models_of_pool = {
         pool: set(model.nodes.gpu_model[model.nodes.pool == pool].tolist()) for pool in names
     }
@@ -104,12 +103,12 @@ def pool_rows(model: ClusterModel) -> list[dict[str, Any]]:
         for pool in targets:
             pending_by_pool[pool] += need / len(targets)
     for pool in names:
-        on = pools == pool
+        on = model.nodes.pool == pool
         rows.append(
             {
                 "pool": pool or "(none)",
                 "allocated_gpus": float(allocated[on].sum()),
-                "capacity_gpus": float((on & model.gpu_usable).sum()),
+                "capacity_gpus": float(capacity[on].sum()),
                 "pending_gpus": pending_by_pool[pool],
             }
         )
@@ -117,9 +116,8 @@ def pool_rows(model: ClusterModel) -> list[dict[str, Any]]:
 
 
 def node_rows(model: ClusterModel) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Per node, counted as `pool_rows` counts its pools: (names, pools, GPUs allocated (GPU
-    share: milli-GPU handed out ÷ MILLI, every GPU), usable GPUs (healthy, not lost, node
-    schedulable))."""
+    """Per node: (names, pools, GPUs allocated (GPU share: milli-GPU handed out ÷ MILLI, every
+    GPU), usable GPUs (healthy, not lost, node schedulable)); `pool_rows` sums these per pool."""
     n = len(model.nodes.name)
     node = model.gpus.node
     allocated = np.bincount(node, weights=model.gpu_milli_allocated / MILLI, minlength=n)
