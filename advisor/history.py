@@ -411,6 +411,8 @@ class JobLifetimes:
         self._dropped = 0
         self._unknown_start = 0
         self._previous: tuple[float, frozenset[str]] | None = None  # time, nodes of last look
+        self._changes = 0  # edits of `_finished`, so `frame()` is rebuilt only after one
+        self._frame: tuple[int, pd.DataFrame] | None = None
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
@@ -481,6 +483,7 @@ class JobLifetimes:
         del self._finished[full]
         del self._latest[key]
         self._withdrawn += 1
+        self._changes += 1
         return _Seen(
             record.tenant,
             record.job,
@@ -516,6 +519,7 @@ class JobLifetimes:
             return
         key = (seen.tenant, seen.job)
         full = (seen.tenant, seen.job, seen.start)
+        self._changes += 1
         self._finished.pop(full, None)
         self._finished[full] = record
         self._latest[key] = full
@@ -544,21 +548,28 @@ class JobLifetimes:
     def frame(self) -> pd.DataFrame:
         """One row per finished job: `FINISHED_COLUMNS` (times in epoch seconds, duration in
         hours, `censor_s` the gap its end lies in, `start_gap_s` the one its start lies in when
-        it was observed rather than given)."""
-        rows = [
-            (
-                r.tenant,
-                r.job,
-                r.gpus,
-                r.start,
-                r.end,
-                r.duration_s / 3600.0,
-                r.censor_s,
-                r.start_gap,
-            )
-            for r in self.finished()
-        ]
-        return pd.DataFrame(rows, columns=list(FINISHED_COLUMNS))
+        it was observed rather than given). Built again only after the record changed (every
+        run asks for it); each caller gets its own copy."""
+        with self._lock:
+            cached, changes = self._frame, self._changes
+            fresh = cached is not None and cached[0] == changes
+            finished = [] if fresh else list(self._finished.values())
+        if cached is None or not fresh:
+            rows = [
+                (
+                    r.tenant,
+                    r.job,
+                    r.gpus,
+                    r.start,
+                    r.end,
+                    r.duration_s / 3600.0,
+                    r.censor_s,
+                    r.start_gap,
+                )
+                for r in finished
+            ]
+            cached = self._frame = (changes, pd.DataFrame(rows, columns=list(FINISHED_COLUMNS)))
+        return cached[1].copy()
 
 
 @dataclass(frozen=True)

@@ -159,8 +159,12 @@ def test_a_job_that_vanishes_and_comes_back_is_not_finished() -> None:
     jobs.observe(world(T0 + 100.0))
     jobs.observe(world(T0 + 400.0, hidden=("job0",)))  # the source missed it once
     assert [r.job for r in jobs.finished()] == ["job0"]
+    seen = jobs.frame()
+    seen.loc[0, "job"] = "edited"  # each caller gets its own copy of the cached frame
+    assert jobs.frame()["job"].tolist() == ["job0"]
     jobs.observe(world(T0 + 700.0))  # back, with the same start: it never finished
     assert jobs.finished() == [] and jobs.counts()["withdrawn"] == 1
+    assert jobs.frame().empty  # the withdrawal rebuilt it
     t = T0 + 700.0
     while t < T0 + duration_of(0) + STEP:
         t += STEP
