@@ -226,6 +226,16 @@ def forecast_panel(
     hourly node panel (`node_panel`; None: no per-node idle windows)."""
     if runs is None and panel is not None:
         runs = panel.meta.get("runs")
+    return {
+        **demand_section(panel, horizons_h),
+        "idle": _idle_or_error(runs, windows_h, risk, nodes, max_nodes),
+    }
+
+
+def demand_section(panel: Panel | None, horizons_h: Sequence[int]) -> dict[str, Any]:
+    """The demand part of the document: per series of the hourly panel and horizon, the
+    forecast with its interval and held-back backtest (`history_hours`, `quantiles`,
+    `baseline`, `candidates`, `origin`, `pools`)."""
     hours = 0 if panel is None else len(panel.index)
     doc: dict[str, Any] = {
         "history_hours": hours,
@@ -233,7 +243,6 @@ def forecast_panel(
         "baseline": BASELINE,
         "candidates": list(CANDIDATES),
         "pools": [],
-        "idle": _idle_or_error(runs, windows_h, risk, nodes, max_nodes),
     }
     if panel is None:
         doc["origin"] = None
