@@ -115,6 +115,17 @@ ADVISOR_METRICS: tuple[MetricSpec, ...] = (
         ("pool", "horizon", "model", "forecast_quantile"),
     ),
     _g(
+        "gpu_advisor_forecast_tenant_demand_gpus",
+        "Forecast GPUs held by the tenant's running allocations at the horizon, per quantile "
+        "(the tenants holding the most GPUs, --forecast.max-tenants).",
+        ("tenant", "horizon", "forecast_quantile"),
+    ),
+    _g(
+        "gpu_advisor_forecast_tenant_backtest_wape_ratio",
+        "Backtest WAPE of the tenant's chosen model and of the seasonal-naive baseline.",
+        ("tenant", "horizon", "model"),
+    ),
+    _g(
         "gpu_advisor_forecast_idle_gpus",
         "GPUs forecast to stay free for the whole next window, released at the service's risk "
         "(risk in /api/forecast); shown only with its backtest.",

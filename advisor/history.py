@@ -25,7 +25,7 @@ import math
 import threading
 from collections import OrderedDict, deque
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -572,11 +572,28 @@ class JobLifetimes:
         return cached[1].copy()
 
 
+def tenant_rows(model: ClusterModel) -> dict[str, tuple[float, float]]:
+    """Per tenant: (GPUs its running allocations hold, GPUs its waiting ones ask for), as GPU
+    shares (num_gpu × milli-GPU ÷ MILLI); tenants without any allocation are left out."""
+    allocs = model.allocations
+    if not len(allocs.id):
+        return {}
+    share = allocs.num_gpu.astype(float) * allocs.gpu_milli / MILLI
+    running = allocs.node >= 0
+    tenants = np.array([t or "(none)" for t in allocs.tenant.tolist()], dtype=object)
+    return {
+        name: (float(share[running & mine].sum()), float(share[~running & mine].sum()))
+        for name in sorted(set(tenants.tolist()))
+        for mine in [tenants == name]
+    }
+
+
 @dataclass(frozen=True)
 class Point:
     timestamp: float
     measures: dict[str, float]
     pools: tuple[dict[str, Any], ...]
+    tenants: dict[str, tuple[float, float]] = field(default_factory=dict)  # `tenant_rows`
 
 
 class History:
@@ -669,7 +686,7 @@ class History:
             if latest is not None and timestamp <= latest.timestamp:
                 return latest  # same or older observation: nothing to compute
         result = measures.analyze(model) if result is None else result
-        point = Point(timestamp, headline(result), tuple(pool_rows(model)))
+        point = Point(timestamp, headline(result), tuple(pool_rows(model)), tenant_rows(model))
         keys = gpu_keys(model)
         util = model.gpus.utilization_ratio.astype(np.float32)
         memory = model.gpus.memory_used_bytes.astype(np.float32)
@@ -727,6 +744,20 @@ class History:
         frame = pd.DataFrame(
             rows, columns=["time", "pool", "allocated_gpus", "capacity_gpus", "pending_gpus"]
         )
+        frame["time"] = pd.to_datetime(frame["time"], unit="s", utc=True)
+        return frame
+
+    def tenant_demand(self) -> pd.DataFrame:
+        """`pool_demand`'s frame with one series per tenant in the `pool` column: the GPUs its
+        running allocations held at each observation, 0 where it held none (absent is none,
+        not unknown), pending GPUs likewise; no capacity (NaN)."""
+        points = self.points()
+        names = sorted({name for p in points for name in p.tenants})
+        rows = [
+            (p.timestamp, name, *p.tenants.get(name, (0.0, 0.0))) for p in points for name in names
+        ]
+        frame = pd.DataFrame(rows, columns=["time", "pool", "allocated_gpus", "pending_gpus"])
+        frame.insert(3, "capacity_gpus", np.nan)
         frame["time"] = pd.to_datetime(frame["time"], unit="s", utc=True)
         return frame
 

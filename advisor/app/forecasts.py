@@ -24,9 +24,38 @@ FREE_IN_H: tuple[int, ...] = (1, 6, 24)
 
 
 def forecast_doc(history: History, horizons_h: Sequence[int] = HORIZONS_H) -> dict[str, Any]:
-    from advisor.service.forecast import forecast_pools  # pulls in the forecast models
+    from advisor.service.forecast import forecast_pools, tenant_section  # the forecast models
 
-    return forecast_pools(history.pool_demand(), horizons_h, nodes=history.node_hours())
+    doc = forecast_pools(history.pool_demand(), horizons_h, nodes=history.node_hours())
+    doc["tenants"] = tenant_section(history.tenant_demand(), horizons_h)
+    return doc
+
+
+def tenants_frame(doc: dict[str, Any]) -> pd.DataFrame:
+    """One row per tenant and available horizon: forecast GPUs held, interval, both backtest
+    errors (the tenants holding the most GPUs; no capacity)."""
+    section = doc.get("tenants") or {}
+    baseline = section.get("baseline", "")
+    rows = []
+    for tenant in section.get("tenants", []):
+        for h in tenant["horizons"]:
+            if not h.get("available"):
+                continue
+            wape = h["backtest"]["wape_ratio"]
+            rows.append(
+                {
+                    "tenant": tenant["tenant"],
+                    "horizon": h["horizon"],
+                    "GPUs held now": tenant["allocated_gpus"],
+                    "model": h["model"],
+                    "forecast GPUs": round(h["point_gpus"], 1),
+                    "low (q0.1)": round(h["quantiles"]["0.1"], 1),
+                    "high (q0.9)": round(h["quantiles"]["0.9"], 1),
+                    "backtest WAPE": wape.get(h["model"]),
+                    f"{baseline} WAPE": wape.get(baseline),
+                }
+            )
+    return pd.DataFrame(rows)
 
 
 def horizons_frame(doc: dict[str, Any]) -> pd.DataFrame:

@@ -493,6 +493,31 @@ def _schemas() -> dict[str, Any]:
         "whole next W hours (from valid_from) at the risk, with their held-back backtest "
         "(docs/service.md).",
     )
+    tenants = _obj(
+        {
+            "max_tenants": count,
+            "tenants_total": count,
+            "error": _STR_OR_NULL,
+            "history_hours": count,
+            "origin": _STR_OR_NULL,
+            "quantiles": {"type": "array", "items": {"type": "number"}},
+            "baseline": {"type": "string"},
+            "candidates": {"type": "array", "items": {"type": "string"}},
+            "tenants": {
+                "type": "array",
+                "items": _obj(
+                    {
+                        "tenant": {"type": "string"},
+                        "allocated_gpus": _NUM_OR_NULL,
+                        "horizons": {"type": "array", "items": horizon},
+                    }
+                ),
+            },
+        },
+        description="Per tenant (the max_tenants holding the most GPUs at the latest run, of "
+        "tenants_total): the GPUs its running allocations hold, forecast and backtested as a "
+        "pool's demand; no capacity, no idle windows.",
+    )
     forecast = _obj(
         {
             "meta": _ref("Meta"),
@@ -515,6 +540,7 @@ def _schemas() -> dict[str, Any]:
                 ),
             },
             "idle": _ref("IdleWindows"),
+            "tenants": _ref("TenantDemand"),
         },
         required=["meta", "stale", "error"],
     )
@@ -531,6 +557,7 @@ def _schemas() -> dict[str, Any]:
         "JobEnds": job_ends,
         "Forecast": forecast,
         "IdleWindows": idle,
+        "TenantDemand": tenants,
         "SnapshotResponse": _obj({"meta": _ref("Meta"), "snapshot": _ref("Snapshot")}),
         "Error": error,
         **_snapshot_schemas(),
@@ -591,7 +618,8 @@ def openapi_document() -> dict[str, Any]:
                 ],
             ),
             "/api/forecast": _operation(
-                "Per-pool demand forecasts with intervals, idle windows, and their backtests",
+                "Per-pool and per-tenant demand forecasts with intervals, idle windows, and "
+                "their backtests",
                 "Forecast",
             ),
             "/api/openapi.json": {

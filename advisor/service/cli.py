@@ -100,6 +100,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "first (default 1000, about 1.2 s on 2 cores; 0: pools only)",
     )
     parser.add_argument(
+        "--forecast.max-tenants",
+        dest="max_tenants",
+        type=positive_int,
+        default=None,
+        help="tenants whose demand is forecast each hour, those holding the most GPUs first "
+        "(default 20; 0: none)",
+    )
+    parser.add_argument(
         "--shapes",
         type=shapes,
         default=None,
@@ -161,6 +169,7 @@ def run(args: argparse.Namespace) -> int:
         horizons_h=args.horizons,
         stale_intervals=args.stale_intervals,
         **({} if args.idle_max_nodes is None else {"idle_max_nodes": args.idle_max_nodes}),
+        **({} if args.max_tenants is None else {"max_tenants": args.max_tenants}),
     )
     loop = AdvisorLoop(args.source, ingest, config, History(max_points=args.history_points))
     try:

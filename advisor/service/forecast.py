@@ -53,6 +53,7 @@ CANDIDATES: tuple[str, ...] = (
     "holt_winters",
 )
 BASELINE = "seasonal_naive_24"
+MAX_TENANTS = 20  # tenants whose demand is forecast each hour, those holding the most GPUs first
 QUANTILES: tuple[float, ...] = (0.1, 0.5, 0.9)
 MIN_HALF = 6  # origins in each of the selection and held-back halves
 MAX_ORIGINS = 14 * 24  # bound the backtest's cost on a long history
@@ -346,6 +347,39 @@ def idle_needs(window_h: int) -> int:
     calibration origins, `IDLE_MIN_TEST` held-back origins, and W hours after each of both for
     their outcome."""
     return IDLE_FIRST_H + IDLE_MIN_CALIBRATION_H + IDLE_MIN_TEST + 2 * window_h
+
+
+def tenant_section(
+    tenant_demand: pd.DataFrame, horizons_h: Sequence[int], max_tenants: int = MAX_TENANTS
+) -> dict[str, Any]:
+    """Demand per tenant (`History.tenant_demand()`: the GPUs its running allocations hold) for
+    the `max_tenants` tenants holding the most GPUs at the latest run, each horizon forecast
+    and backtested as a pool's is (`demand_section`). Tenants have quotas rather than GPUs of
+    their own, so there is no capacity to clip to and no idle window; a failure here is
+    reported in the section and leaves the pools' forecast alone."""
+    head: dict[str, Any] = {"max_tenants": max_tenants, "tenants_total": 0, "error": None}
+    try:
+        if tenant_demand.empty:
+            return {**head, **_tenants(demand_section(None, horizons_h))}
+        latest = tenant_demand[tenant_demand["time"] == tenant_demand["time"].max()]
+        head["tenants_total"] = int(latest["pool"].nunique())
+        ranked = latest.sort_values(["allocated_gpus", "pool"], ascending=[False, True])
+        kept = tenant_demand[tenant_demand["pool"].isin(ranked["pool"].head(max_tenants))]
+        panel = hourly_panel(kept) if len(kept) else None
+        return {**head, **_tenants(demand_section(panel, horizons_h))}
+    except Exception as error:
+        log.exception("tenant demand forecast failed")
+        return {**head, **_tenants(demand_section(None, horizons_h)), "error": _message(error)}
+
+
+def _tenants(demand: dict[str, Any]) -> dict[str, Any]:
+    """`demand_section`'s pools as tenants (no capacity)."""
+    pools = demand.pop("pools")
+    demand["tenants"] = [
+        {"tenant": e["pool"], "allocated_gpus": e["allocated_gpus"], "horizons": e["horizons"]}
+        for e in pools
+    ]
+    return demand
 
 
 def _idle_or_error(

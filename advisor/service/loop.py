@@ -29,7 +29,7 @@ from advisor.ingest.sources import SourceError, load_source, seconds, sim_fleet,
 from advisor.model import ClusterModel
 from advisor.planner.constraints import Policy
 from advisor.service import results as R
-from advisor.service.forecast import IDLE_MAX_NODES, forecast_pools
+from advisor.service.forecast import IDLE_MAX_NODES, MAX_TENANTS, forecast_pools, tenant_section
 from advisor.service.job_ends import JobEndSettings
 from advisor.service.plans import recommend_service
 from exporter.collector import Health
@@ -118,6 +118,7 @@ class Config:
     stale_intervals: float = 3.0
     job_ends: JobEndSettings = field(default_factory=JobEndSettings)
     idle_max_nodes: int = IDLE_MAX_NODES  # nodes whose idle windows are computed each hour
+    max_tenants: int = MAX_TENANTS  # tenants whose demand is forecast each hour
 
 
 def analyze_model(
@@ -313,6 +314,9 @@ class AdvisorLoop:
                 self.config.horizons_h,
                 nodes=self.history.node_hours(),
                 max_nodes=self.config.idle_max_nodes,
+            )
+            doc["tenants"] = tenant_section(
+                self.history.tenant_demand(), self.config.horizons_h, self.config.max_tenants
             )
             self._forecast_cache = (hour, {**doc, "stale": False, "error": ""})
         return self._forecast_cache[1]

@@ -128,7 +128,34 @@ def _forecast(families: Families, state: RunState) -> None:
                     (pool, h["horizon"], model_name, quantile),
                     share,
                 )
+    _tenants(families, results.forecast.get("tenants") or {})
     _idle(families, results.forecast.get("idle") or {})
+
+
+def _tenants(families: Families, section: dict) -> None:
+    """Per-tenant demand forecasts and their held-back WAPE; only backtested horizons."""
+    shown = [
+        (entry["tenant"], h)
+        for entry in section.get("tenants", [])
+        for h in entry["horizons"]
+        if h.get("available")
+    ]
+    for tenant, h in shown:
+        for quantile, value in h["quantiles"].items():
+            _add(
+                families,
+                "gpu_advisor_forecast_tenant_demand_gpus",
+                (tenant, h["horizon"], quantile),
+                value,
+            )
+    for tenant, h in shown:
+        for model_name, wape in h["backtest"]["wape_ratio"].items():
+            _add(
+                families,
+                "gpu_advisor_forecast_tenant_backtest_wape_ratio",
+                (tenant, h["horizon"], model_name),
+                wape,
+            )
 
 
 def _idle(families: Families, idle: dict) -> None:

@@ -34,6 +34,19 @@ def test_forecasts_match_the_backtest_of_the_simulated_history() -> None:
     assert (shown["forecast GPUs"] <= shown["high (q0.9)"] + 1e-9).all()
 
 
+def test_the_tenants_table_is_the_services_tenant_section() -> None:
+    source = "sim:a100-16x8?t=3d"
+    at = open_app(source, PAGE)
+    doc = forecasts.forecast_doc(data.sim_trend(source))
+    shown = frame_with(at, "GPUs held now")
+    expected = forecasts.tenants_frame(doc)
+    assert len(shown) == len(expected) > 0
+    assert set(shown["tenant"]) == {t["tenant"] for t in doc["tenants"]["tenants"]}
+    assert shown["forecast GPUs"].tolist() == expected["forecast GPUs"].tolist()
+    assert shown["backtest WAPE"].notna().all()
+    assert (shown["low (q0.1)"] <= shown["high (q0.9)"]).all()
+
+
 def _available(doc: dict) -> list[dict]:
     return [h for pool in doc["pools"] for h in pool["horizons"] if h.get("available")]
 

@@ -101,6 +101,15 @@ SAMPLES: dict[str, list[tuple[tuple[str, ...], float]]] = {
         ((POOL, "24h", "gbm", "0.9"), 0.87),
         ((POOL, "24h", "seasonal_naive", "0.9"), 0.93),
     ],
+    "gpu_advisor_forecast_tenant_demand_gpus": [
+        (("rnd", "24h", "0.1"), 40.0),
+        (("rnd", "24h", "0.5"), 52.0),
+        (("rnd", "24h", "0.9"), 70.0),
+    ],
+    "gpu_advisor_forecast_tenant_backtest_wape_ratio": [
+        (("rnd", "24h", "holt_winters"), 0.14),
+        (("rnd", "24h", "seasonal_naive_24"), 0.22),
+    ],
     "gpu_advisor_forecast_idle_gpus": [((POOL, "1h"), 30.0), ((POOL, "8h"), 12.0)],
     "gpu_advisor_forecast_idle_backtest_violation_ratio": [
         ((POOL, "1h", "advisor"), 0.04),

@@ -77,6 +77,27 @@ else:
 for reason in forecasts.missing_reasons(doc):
     st.caption(f"No forecast for {reason}.")
 
+tenants = doc.get("tenants") or {}
+tenant_table = forecasts.tenants_frame(doc)
+if not tenant_table.empty:
+    st.subheader("Demand per tenant")
+    st.dataframe(
+        tenant_table,
+        hide_index=True,
+        key="tenant_table",
+        column_config={
+            "backtest WAPE": st.column_config.NumberColumn(format="percent"),
+            f"{tenants['baseline']} WAPE": st.column_config.NumberColumn(format="percent"),
+        },
+    )
+    st.caption(
+        f"GPUs held by each tenant's running allocations: the {len(tenants['tenants'])} of "
+        f"{tenants['tenants_total']} tenants holding the most now, forecast and backtested as "
+        "the pools are. Tenants have quotas, not GPUs of their own: nothing to clip to."
+    )
+elif tenants.get("error"):
+    st.caption(f"No forecast per tenant: {tenants['error']}")
+
 st.subheader("Idle GPUs that stay free")
 idle = doc.get("idle") or {}
 idle_table = forecasts.idle_frame(doc)
