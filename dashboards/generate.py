@@ -938,6 +938,46 @@ def fragmentation_advisor(config: dict) -> dict:
                     w=8,
                     h=9,
                 ),
+                timeseries(
+                    "Demand per tenant: forecast",
+                    "GPUs held by each tenant's running allocations, forecast at horizon "
+                    "$horizon (median and q0.9), for the tenants holding the most GPUs "
+                    "(--forecast.max-tenants). Tenants have quotas, not capacity: compare with "
+                    "their quota in the policy.",
+                    targets(
+                        *(
+                            (
+                                "gpu_advisor_forecast_tenant_demand_gpus{"
+                                + ADV
+                                + f', horizon=~"$horizon", forecast_quantile="{q}"}}',
+                                f"{{{{tenant}}}} {name}",
+                            )
+                            for q, name in (("0.5", "median"), ("0.9", "q0.9"))
+                        ),
+                    ),
+                    "none",
+                    w=16,
+                    h=9,
+                ),
+                bargauge(
+                    "Demand per tenant: backtest error (WAPE)",
+                    "Held-back WAPE of each tenant's chosen model and of the seasonal-naive "
+                    "baseline.",
+                    [
+                        target(
+                            "gpu_advisor_forecast_tenant_backtest_wape_ratio{"
+                            + ADV
+                            + ', horizon=~"$horizon"}',
+                            "{{tenant}} {{horizon}} {{model}}",
+                            instant=True,
+                        )
+                    ],
+                    "percentunit",
+                    thresholds=steps((0.2, YELLOW), (0.4, RED)),
+                    min=0,
+                    w=8,
+                    h=9,
+                ),
                 bargauge(
                     "Type fragmentation: idle supply vs demand by GPU model",
                     "Free plus allocated-idle GPUs against requested GPUs, per GPU model.",
