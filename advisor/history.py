@@ -580,12 +580,10 @@ def tenant_rows(model: ClusterModel) -> dict[str, tuple[float, float]]:
         return {}
     share = allocs.num_gpu.astype(float) * allocs.gpu_milli / MILLI
     running = allocs.node >= 0
-    tenants = np.array([t or "(none)" for t in allocs.tenant.tolist()], dtype=object)
-    return {
-        name: (float(share[running & mine].sum()), float(share[~running & mine].sum()))
-        for name in sorted(set(tenants.tolist()))
-        for mine in [tenants == name]
-    }
+    names, index = np.unique([t or "(none)" for t in allocs.tenant.tolist()], return_inverse=True)
+    held = np.bincount(index, weights=np.where(running, share, 0.0), minlength=len(names))
+    asked = np.bincount(index, weights=np.where(running, 0.0, share), minlength=len(names))
+    return {str(name): (float(h), float(a)) for name, h, a in zip(names, held, asked, strict=True)}
 
 
 @dataclass(frozen=True)
