@@ -350,7 +350,7 @@ def idle_needs(window_h: int) -> int:
 
 
 def tenant_section(
-    tenant_demand: pd.DataFrame, horizons_h: Sequence[int], max_tenants: int = MAX_TENANTS
+    tenant_demand: pd.DataFrame | None, horizons_h: Sequence[int], max_tenants: int = MAX_TENANTS
 ) -> dict[str, Any]:
     """Demand per tenant (`History.tenant_demand()`: the GPUs its running allocations hold) for
     the `max_tenants` tenants holding the most GPUs at the latest run, each horizon forecast
@@ -359,7 +359,7 @@ def tenant_section(
     reported in the section and leaves the pools' forecast alone."""
     head: dict[str, Any] = {"max_tenants": max_tenants, "tenants_total": 0, "error": None}
     try:
-        if tenant_demand.empty:
+        if tenant_demand is None or tenant_demand.empty:  # None: not asked for
             return {**head, **_tenants(demand_section(None, horizons_h))}
         latest = tenant_demand[tenant_demand["time"] == tenant_demand["time"].max()]
         head["tenants_total"] = int(latest["pool"].nunique())

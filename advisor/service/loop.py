@@ -315,8 +315,9 @@ class AdvisorLoop:
                 nodes=self.history.node_hours(),
                 max_nodes=self.config.idle_max_nodes,
             )
+            tenants = self.history.tenant_demand() if self.config.max_tenants else None
             doc["tenants"] = tenant_section(
-                self.history.tenant_demand(), self.config.horizons_h, self.config.max_tenants
+                tenants, self.config.horizons_h, self.config.max_tenants
             )
             self._forecast_cache = (hour, {**doc, "stale": False, "error": ""})
         return self._forecast_cache[1]
