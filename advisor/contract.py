@@ -121,6 +121,11 @@ ADVISOR_METRICS: tuple[MetricSpec, ...] = (
         ("tenant", "horizon", "forecast_quantile"),
     ),
     _g(
+        "gpu_advisor_forecast_tenant_quota_gpus",
+        "The tenant's GPU quota over all models (--policy), beside its demand forecast.",
+        ("tenant",),
+    ),
+    _g(
         "gpu_advisor_forecast_tenant_backtest_wape_ratio",
         "Backtest WAPE of the tenant's chosen model and of the seasonal-naive baseline.",
         ("tenant", "horizon", "model"),

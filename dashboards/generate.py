@@ -942,8 +942,8 @@ def fragmentation_advisor(config: dict) -> dict:
                     "Demand per tenant: forecast",
                     "GPUs held by each tenant's running allocations, forecast at horizon "
                     "$horizon (median and q0.9), for the tenants holding the most GPUs "
-                    "(--forecast.max-tenants). Tenants have quotas, not capacity: compare with "
-                    "their quota in the policy.",
+                    "(--forecast.max-tenants), next to each tenant's quota (--policy): held GPUs "
+                    "forecast at the quota mean the tenant's next jobs will wait or borrow.",
                     targets(
                         *(
                             (
@@ -954,6 +954,7 @@ def fragmentation_advisor(config: dict) -> dict:
                             )
                             for q, name in (("0.5", "median"), ("0.9", "q0.9"))
                         ),
+                        (f"gpu_advisor_forecast_tenant_quota_gpus{{{ADV}}}", "{{tenant}} quota"),
                     ),
                     "none",
                     w=16,

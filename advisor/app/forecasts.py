@@ -47,6 +47,7 @@ def tenants_frame(doc: dict[str, Any]) -> pd.DataFrame:
                     "tenant": tenant["tenant"],
                     "horizon": h["horizon"],
                     "GPUs held now": tenant["allocated_gpus"],
+                    "quota GPUs": tenant.get("quota_gpus"),
                     "model": h["model"],
                     "forecast GPUs": round(h["point_gpus"], 1),
                     "low (q0.1)": round(h["quantiles"]["0.1"], 1),

@@ -509,6 +509,7 @@ def _schemas() -> dict[str, Any]:
                     {
                         "tenant": {"type": "string"},
                         "allocated_gpus": _NUM_OR_NULL,
+                        "quota_gpus": _NUM_OR_NULL,
                         "horizons": {"type": "array", "items": horizon},
                     }
                 ),
@@ -516,7 +517,8 @@ def _schemas() -> dict[str, Any]:
         },
         description="Per tenant (the max_tenants holding the most GPUs at the latest run, of "
         "tenants_total): the GPUs its running allocations hold, forecast and backtested as a "
-        "pool's demand; no capacity, no idle windows.",
+        "pool's demand, next to its quota over all GPU models (policy; null without one); no "
+        "capacity, no idle windows.",
     )
     forecast = _obj(
         {

@@ -350,33 +350,43 @@ def idle_needs(window_h: int) -> int:
 
 
 def tenant_section(
-    tenant_demand: pd.DataFrame | None, horizons_h: Sequence[int], max_tenants: int = MAX_TENANTS
+    tenant_demand: pd.DataFrame | None,
+    horizons_h: Sequence[int],
+    max_tenants: int = MAX_TENANTS,
+    quotas: dict[str, float] | None = None,
 ) -> dict[str, Any]:
     """Demand per tenant (`History.tenant_demand()`: the GPUs its running allocations hold) for
     the `max_tenants` tenants holding the most GPUs at the latest run, each horizon forecast
-    and backtested as a pool's is (`demand_section`). Tenants have quotas rather than GPUs of
-    their own, so there is no capacity to clip to and no idle window; a failure here is
-    reported in the section and leaves the pools' forecast alone."""
+    and backtested as a pool's is (`demand_section`), next to the tenant's quota (`quotas`:
+    tenant -> GPUs over all models, from the policy; None where it has none). Tenants have
+    quotas rather than GPUs of their own, so there is no capacity to clip to and no idle
+    window; a failure here is reported in the section and leaves the pools' forecast alone."""
     head: dict[str, Any] = {"max_tenants": max_tenants, "tenants_total": 0, "error": None}
     try:
         if tenant_demand is None or tenant_demand.empty:  # None: not asked for
-            return {**head, **_tenants(demand_section(None, horizons_h))}
+            return {**head, **_tenants(demand_section(None, horizons_h), quotas)}
         latest = tenant_demand[tenant_demand["time"] == tenant_demand["time"].max()]
         head["tenants_total"] = int(latest["pool"].nunique())
         ranked = latest.sort_values(["allocated_gpus", "pool"], ascending=[False, True])
         kept = tenant_demand[tenant_demand["pool"].isin(ranked["pool"].head(max_tenants))]
         panel = hourly_panel(kept) if len(kept) else None
-        return {**head, **_tenants(demand_section(panel, horizons_h))}
+        return {**head, **_tenants(demand_section(panel, horizons_h), quotas)}
     except Exception as error:
         log.exception("tenant demand forecast failed")
-        return {**head, **_tenants(demand_section(None, horizons_h)), "error": _message(error)}
+        empty = _tenants(demand_section(None, horizons_h), quotas)
+        return {**head, **empty, "error": _message(error)}
 
 
-def _tenants(demand: dict[str, Any]) -> dict[str, Any]:
-    """`demand_section`'s pools as tenants (no capacity)."""
+def _tenants(demand: dict[str, Any], quotas: dict[str, float] | None) -> dict[str, Any]:
+    """`demand_section`'s pools as tenants, each with its quota (no capacity)."""
     pools = demand.pop("pools")
     demand["tenants"] = [
-        {"tenant": e["pool"], "allocated_gpus": e["allocated_gpus"], "horizons": e["horizons"]}
+        {
+            "tenant": e["pool"],
+            "allocated_gpus": e["allocated_gpus"],
+            "quota_gpus": (quotas or {}).get(e["pool"]),
+            "horizons": e["horizons"],
+        }
         for e in pools
     ]
     return demand

@@ -316,8 +316,9 @@ class AdvisorLoop:
                 max_nodes=self.config.idle_max_nodes,
             )
             tenants = self.history.tenant_demand() if self.config.max_tenants else None
+            quotas = {t: q for (t, model), q in self.config.policy.quotas.items() if not model}
             doc["tenants"] = tenant_section(
-                tenants, self.config.horizons_h, self.config.max_tenants
+                tenants, self.config.horizons_h, self.config.max_tenants, quotas
             )
             self._forecast_cache = (hour, {**doc, "stale": False, "error": ""})
         return self._forecast_cache[1]

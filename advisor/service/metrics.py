@@ -148,6 +148,14 @@ def _tenants(families: Families, section: dict) -> None:
                 (tenant, h["horizon"], quantile),
                 value,
             )
+    for entry in section.get("tenants", []):
+        if any(h.get("available") for h in entry["horizons"]):
+            _add(
+                families,
+                "gpu_advisor_forecast_tenant_quota_gpus",
+                (entry["tenant"],),
+                entry.get("quota_gpus"),
+            )
     for tenant, h in shown:
         for model_name, wape in h["backtest"]["wape_ratio"].items():
             _add(

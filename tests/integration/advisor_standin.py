@@ -106,6 +106,7 @@ SAMPLES: dict[str, list[tuple[tuple[str, ...], float]]] = {
         (("rnd", "24h", "0.5"), 52.0),
         (("rnd", "24h", "0.9"), 70.0),
     ],
+    "gpu_advisor_forecast_tenant_quota_gpus": [(("rnd",), 64.0)],
     "gpu_advisor_forecast_tenant_backtest_wape_ratio": [
         (("rnd", "24h", "holt_winters"), 0.14),
         (("rnd", "24h", "seasonal_naive_24"), 0.22),

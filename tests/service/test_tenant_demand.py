@@ -11,6 +11,7 @@ import pytest
 
 from advisor.history import History
 from advisor.model import ModelBuilder
+from advisor.planner.constraints import Policy
 from advisor.service.api import forecast_doc, openapi_document
 from advisor.service.forecast import tenant_section
 from advisor.service.loop import AdvisorLoop, Config, LiveSim
@@ -73,6 +74,16 @@ def test_the_tenants_holding_the_most_gpus_get_backtested_forecasts():
     assert not any(h["available"] for t in short["tenants"] for h in t["horizons"])
 
 
+def test_each_tenant_is_served_with_its_quota():
+    quotas = {"prod": 4.0}
+    section = tenant_section(hourly(40).tenant_demand(), (1,), max_tenants=3, quotas=quotas)
+    assert {t["tenant"]: t["quota_gpus"] for t in section["tenants"]} == {
+        "prod": 4.0,
+        "rnd": None,
+        "tiny": None,
+    }
+
+
 def test_a_failure_is_reported_in_the_section():
     broken = hourly(30).tenant_demand().drop(columns="allocated_gpus")
     section = tenant_section(broken, (1,))
@@ -82,7 +93,9 @@ def test_a_failure_is_reported_in_the_section():
 @pytest.fixture(scope="module")
 def sim_state():
     source = LiveSim("sim:a100-16x8?nodes=4", clock=lambda: 0.0)
-    loop = AdvisorLoop("sim:a100-16x8?nodes=4", source, Config(horizons_h=(1, 6), max_tenants=2))
+    policy = Policy(quotas={("rnd", ""): 24.0, ("rnd", "A100"): 8.0})  # per model: not shown
+    config = Config(horizons_h=(1, 6), max_tenants=2, policy=policy)
+    loop = AdvisorLoop("sim:a100-16x8?nodes=4", source, config)
     loop.seed_history(source.backfill(48 * 3600.0))
     loop.run_once()
     return loop
@@ -107,6 +120,16 @@ def test_the_service_serves_and_exports_the_tenants(sim_state):
         for q in h["quantiles"]
     }
     assert shown == expected and shown
+    quota = {t["tenant"]: t["quota_gpus"] for t in section["tenants"]}
+    assert quota["rnd"] == 24.0 and set(quota.values()) == {24.0, None}  # the other: none
+    quota_lines = [
+        line
+        for line in page.splitlines()
+        if line.startswith("gpu_advisor_forecast_tenant_quota_gpus{")
+    ]
+    assert quota_lines == (
+        ['gpu_advisor_forecast_tenant_quota_gpus{tenant="rnd"} 24.0'] if "rnd" in quota else []
+    )
     assert page.count("gpu_advisor_forecast_tenant_backtest_wape_ratio{") == 2 * len(
         [h for t in section["tenants"] for h in t["horizons"] if h["available"]]
     )
