@@ -13,6 +13,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from advisor.contract import ADVISOR_BY_NAME, ADVISOR_METRICS, GPU_STATE_CODES
+from advisor.planner.constraints import Policy
 from advisor.service.loop import AdvisorLoop, Config, LiveSim
 from advisor.service.metrics import families
 
@@ -31,7 +32,9 @@ def islands_state(islands):
 @pytest.fixture(scope="module")
 def sim_loop():
     source = LiveSim("sim:a100-16x8?nodes=4", clock=lambda: 0.0)
-    loop = AdvisorLoop("sim:a100-16x8?nodes=4", source, Config(horizons_h=(1, 6)))
+    # a quota above the fleet's 32 GPUs: shown beside rnd's demand forecast, binding nothing
+    policy = Policy(quotas={("rnd", ""): 64.0})
+    loop = AdvisorLoop("sim:a100-16x8?nodes=4", source, Config(horizons_h=(1, 6), policy=policy))
     # five days: enough for every idle window's held-back backtest (`idle_needs(8)` = 112 h)
     loop.seed_history(source.backfill(120 * 3600.0))
     loop.run_once()
