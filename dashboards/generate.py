@@ -684,6 +684,27 @@ def node_detail(config: dict) -> dict:
     )
 
 
+def wape_bargauge(title: str, description: str, selector: str, series: str, w: int) -> Panel:
+    """Held-back WAPE per series (`series` label), horizon and model at $horizon; `selector`
+    is the metric and its matchers up to the horizon's. Pools and tenants share the colours."""
+    return bargauge(
+        title,
+        description,
+        [
+            target(
+                selector + ', horizon=~"$horizon"}',
+                f"{{{{{series}}}}} {{{{horizon}}}} {{{{model}}}}",
+                instant=True,
+            )
+        ],
+        "percentunit",
+        thresholds=steps((0.2, YELLOW), (0.4, RED)),
+        min=0,
+        w=w,
+        h=9,
+    )
+
+
 def fragmentation_advisor(config: dict) -> dict:
     d, t = config["dashboards"], config["thresholds"]
     states = {
@@ -856,25 +877,14 @@ def fragmentation_advisor(config: dict) -> dict:
                     w=12,
                     h=9,
                 ),
-                bargauge(
+                wape_bargauge(
                     "Backtest error (WAPE)",
                     "Weighted absolute percentage error of the chosen model and of the "
                     "seasonal-naive baseline on held-back data; a forecast is only shown with "
                     "this measurement.",
-                    [
-                        target(
-                            "gpu_advisor_forecast_backtest_wape_ratio{"
-                            + ADV_POOL
-                            + ', horizon=~"$horizon"}',
-                            "{{pool}} {{horizon}} {{model}}",
-                            instant=True,
-                        )
-                    ],
-                    "percentunit",
-                    thresholds=steps((0.2, YELLOW), (0.4, RED)),
-                    min=0,
+                    "gpu_advisor_forecast_backtest_wape_ratio{" + ADV_POOL,
+                    "pool",
                     w=6,
-                    h=9,
                 ),
                 bargauge(
                     "Interval coverage (held back)",
@@ -960,24 +970,13 @@ def fragmentation_advisor(config: dict) -> dict:
                     w=16,
                     h=9,
                 ),
-                bargauge(
+                wape_bargauge(
                     "Demand per tenant: backtest error (WAPE)",
                     "Held-back WAPE of each tenant's chosen model and of the seasonal-naive "
                     "baseline.",
-                    [
-                        target(
-                            "gpu_advisor_forecast_tenant_backtest_wape_ratio{"
-                            + ADV
-                            + ', horizon=~"$horizon"}',
-                            "{{tenant}} {{horizon}} {{model}}",
-                            instant=True,
-                        )
-                    ],
-                    "percentunit",
-                    thresholds=steps((0.2, YELLOW), (0.4, RED)),
-                    min=0,
+                    "gpu_advisor_forecast_tenant_backtest_wape_ratio{" + ADV,
+                    "tenant",
                     w=8,
-                    h=9,
                 ),
                 bargauge(
                     "Type fragmentation: idle supply vs demand by GPU model",

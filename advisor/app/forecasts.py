@@ -41,22 +41,33 @@ def tenants_frame(doc: dict[str, Any]) -> pd.DataFrame:
         for h in tenant["horizons"]:
             if not h.get("available"):
                 continue
-            wape = h["backtest"]["wape_ratio"]
             rows.append(
                 {
                     "tenant": tenant["tenant"],
                     "horizon": h["horizon"],
                     "GPUs held now": tenant["allocated_gpus"],
                     "quota GPUs": tenant.get("quota_gpus"),
-                    "model": h["model"],
-                    "forecast GPUs": round(h["point_gpus"], 1),
-                    "low (q0.1)": round(h["quantiles"]["0.1"], 1),
-                    "high (q0.9)": round(h["quantiles"]["0.9"], 1),
-                    "backtest WAPE": wape.get(h["model"]),
-                    f"{baseline} WAPE": wape.get(baseline),
+                    **_forecast_cells(h),
+                    **_wape_cells(h, baseline),
                 }
             )
     return pd.DataFrame(rows)
+
+
+def _forecast_cells(h: dict[str, Any]) -> dict[str, Any]:
+    """An available horizon's model, forecast and interval, as the tables show them."""
+    return {
+        "model": h["model"],
+        "forecast GPUs": round(h["point_gpus"], 1),
+        "low (q0.1)": round(h["quantiles"]["0.1"], 1),
+        "high (q0.9)": round(h["quantiles"]["0.9"], 1),
+    }
+
+
+def _wape_cells(h: dict[str, Any], baseline: str) -> dict[str, Any]:
+    """Held-back WAPE of the horizon's model and of the baseline."""
+    wape = h["backtest"]["wape_ratio"]
+    return {"backtest WAPE": wape.get(h["model"]), f"{baseline} WAPE": wape.get(baseline)}
 
 
 def horizons_frame(doc: dict[str, Any]) -> pd.DataFrame:
@@ -68,22 +79,15 @@ def horizons_frame(doc: dict[str, Any]) -> pd.DataFrame:
         for h in pool["horizons"]:
             if not h.get("available"):
                 continue
-            wape = h["backtest"]["wape_ratio"]
-            model_wape = wape.get(h["model"])
-            base_wape = wape.get(baseline)
             coverage = h["backtest"].get("coverage_ratio", {})
             rows.append(
                 {
                     "pool": pool["pool"],
                     "horizon": h["horizon"],
                     "target (UTC)": h["target"].replace("T", " ")[:16],
-                    "model": h["model"],
-                    "forecast GPUs": round(h["point_gpus"], 1),
-                    "low (q0.1)": round(h["quantiles"]["0.1"], 1),
-                    "high (q0.9)": round(h["quantiles"]["0.9"], 1),
+                    **_forecast_cells(h),
                     "capacity GPUs": pool["capacity_gpus"],
-                    "backtest WAPE": model_wape,
-                    f"{baseline} WAPE": base_wape,
+                    **_wape_cells(h, baseline),
                     "q0.9 coverage": coverage.get(h["model"], {}).get("0.9"),
                     f"{baseline} q0.9 coverage": coverage.get(baseline, {}).get("0.9"),
                     "held-back hours": h["backtest"]["test_origins"],

@@ -493,16 +493,19 @@ def _schemas() -> dict[str, Any]:
         "whole next W hours (from valid_from) at the risk, with their held-back backtest "
         "(docs/service.md).",
     )
+    demand_head = {  # what `demand_section` puts beside the series, for pools and tenants
+        "history_hours": count,
+        "origin": _STR_OR_NULL,
+        "quantiles": {"type": "array", "items": {"type": "number"}},
+        "baseline": {"type": "string"},
+        "candidates": {"type": "array", "items": {"type": "string"}},
+    }
     tenants = _obj(
         {
             "max_tenants": count,
             "tenants_total": count,
             "error": _STR_OR_NULL,
-            "history_hours": count,
-            "origin": _STR_OR_NULL,
-            "quantiles": {"type": "array", "items": {"type": "number"}},
-            "baseline": {"type": "string"},
-            "candidates": {"type": "array", "items": {"type": "string"}},
+            **demand_head,
             "tenants": {
                 "type": "array",
                 "items": _obj(
@@ -525,11 +528,7 @@ def _schemas() -> dict[str, Any]:
             "meta": _ref("Meta"),
             "stale": {"type": "boolean"},
             "error": _STR_OR_NULL,
-            "history_hours": count,
-            "origin": _STR_OR_NULL,
-            "quantiles": {"type": "array", "items": {"type": "number"}},
-            "baseline": {"type": "string"},
-            "candidates": {"type": "array", "items": {"type": "string"}},
+            **demand_head,
             "pools": {
                 "type": "array",
                 "items": _obj(

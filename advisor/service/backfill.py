@@ -73,6 +73,12 @@ def default_span_s(spec: str) -> float:
     return 0.0
 
 
+def hours_before(end: float, span_s: float) -> list[float]:
+    """The instants a backfill reads: one every `STEP_S` over the `span_s` before `end`
+    (excluded, the live run's), oldest first."""
+    return [end - k * STEP_S for k in range(math.ceil(span_s / STEP_S), 0, -1)]
+
+
 def from_prometheus(
     spec: str,
     span_s: float,
@@ -94,11 +100,10 @@ def from_prometheus(
     client = client or prometheus.PrometheusClient(target.base, timeout)
     end = now if now is not None else target.at if target.at is not None else time.time()
     result = Backfill(spec, span_s)
-    for k in range(math.ceil(span_s / STEP_S), 0, -1):
+    for at in hours_before(end, span_s):
         if cancelled():
             result.reason = result.reason or "stopped"
             break
-        at = end - k * STEP_S
         try:
             model = prometheus.load(target.base, at=at, history_s=0, client=client, source=spec)
         except prometheus.NoSeries:
@@ -135,8 +140,7 @@ def from_sim_exporter(spec: str, span_s: float, *, timeout: float = 10.0) -> Bac
         return None
     result = Backfill(spec, span_s, empty_why="before the simulated fleet's start")
     fleet = SimFleet(clock.preset, clock.seed, clock.nodes)
-    for k in range(math.ceil(span_s / STEP_S), 0, -1):
-        at = clock.time_s - k * STEP_S
+    for at in hours_before(clock.time_s, span_s):
         if at < 0:
             result.empty += 1
             continue

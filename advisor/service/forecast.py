@@ -363,18 +363,19 @@ def tenant_section(
     window; a failure here is reported in the section and leaves the pools' forecast alone."""
     head: dict[str, Any] = {"max_tenants": max_tenants, "tenants_total": 0, "error": None}
     try:
-        if tenant_demand is None or tenant_demand.empty:  # None: not asked for
-            return {**head, **_tenants(demand_section(None, horizons_h), quotas)}
-        latest = tenant_demand[tenant_demand["time"] == tenant_demand["time"].max()]
-        head["tenants_total"] = int(latest["pool"].nunique())
-        ranked = latest.sort_values(["allocated_gpus", "pool"], ascending=[False, True])
-        kept = tenant_demand[tenant_demand["pool"].isin(ranked["pool"].head(max_tenants))]
-        panel = hourly_panel(kept) if len(kept) else None
-        return {**head, **_tenants(demand_section(panel, horizons_h), quotas)}
+        panel = None
+        if tenant_demand is not None and not tenant_demand.empty:  # None: not asked for
+            latest = tenant_demand[tenant_demand["time"] == tenant_demand["time"].max()]
+            head["tenants_total"] = int(latest["pool"].nunique())
+            ranked = latest.sort_values(["allocated_gpus", "pool"], ascending=[False, True])
+            kept = tenant_demand[tenant_demand["pool"].isin(ranked["pool"].head(max_tenants))]
+            panel = hourly_panel(kept) if len(kept) else None
+        demand = demand_section(panel, horizons_h)
     except Exception as error:
         log.exception("tenant demand forecast failed")
-        empty = _tenants(demand_section(None, horizons_h), quotas)
-        return {**head, **empty, "error": _message(error)}
+        head["error"] = _message(error)
+        demand = demand_section(None, horizons_h)
+    return {**head, **_tenants(demand, quotas)}
 
 
 def _tenants(demand: dict[str, Any], quotas: dict[str, float] | None) -> dict[str, Any]:

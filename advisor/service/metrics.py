@@ -93,11 +93,7 @@ def _forecast(families: Families, state: RunState) -> None:
         return
     pools = results.forecast.get("pools", [])
     shown = [(pool["pool"], h) for pool in pools for h in pool["horizons"] if h.get("available")]
-    for pool, h in shown:
-        for quantile, value in h["quantiles"].items():
-            _add(
-                families, "gpu_advisor_forecast_demand_gpus", (pool, h["horizon"], quantile), value
-            )
+    _quantiles(families, "gpu_advisor_forecast_demand_gpus", shown)
     for entry in pools:
         _add(
             families, "gpu_advisor_forecast_capacity_gpus", (entry["pool"],), entry["capacity_gpus"]
@@ -111,14 +107,7 @@ def _forecast(families: Families, state: RunState) -> None:
             (pool, h["horizon"]),
             h["backtest"]["test_origins"],
         )
-    for pool, h in shown:
-        for model_name, wape in h["backtest"]["wape_ratio"].items():
-            _add(
-                families,
-                "gpu_advisor_forecast_backtest_wape_ratio",
-                (pool, h["horizon"], model_name),
-                wape,
-            )
+    _wapes(families, "gpu_advisor_forecast_backtest_wape_ratio", shown)
     for pool, h in shown:
         for model_name, shares in h["backtest"].get("coverage_ratio", {}).items():
             for quantile, share in shares.items():
@@ -140,14 +129,7 @@ def _tenants(families: Families, section: dict) -> None:
         for h in entry["horizons"]
         if h.get("available")
     ]
-    for tenant, h in shown:
-        for quantile, value in h["quantiles"].items():
-            _add(
-                families,
-                "gpu_advisor_forecast_tenant_demand_gpus",
-                (tenant, h["horizon"], quantile),
-                value,
-            )
+    _quantiles(families, "gpu_advisor_forecast_tenant_demand_gpus", shown)
     for entry in section.get("tenants", []):
         if any(h.get("available") for h in entry["horizons"]):
             _add(
@@ -156,14 +138,21 @@ def _tenants(families: Families, section: dict) -> None:
                 (entry["tenant"],),
                 entry.get("quota_gpus"),
             )
-    for tenant, h in shown:
+    _wapes(families, "gpu_advisor_forecast_tenant_backtest_wape_ratio", shown)
+
+
+def _quantiles(families: Families, name: str, shown: list[tuple[str, dict]]) -> None:
+    """Each (series, available horizon)'s forecast per quantile."""
+    for series, h in shown:
+        for quantile, value in h["quantiles"].items():
+            _add(families, name, (series, h["horizon"], quantile), value)
+
+
+def _wapes(families: Families, name: str, shown: list[tuple[str, dict]]) -> None:
+    """Each (series, available horizon)'s held-back WAPE per model (pick and baseline)."""
+    for series, h in shown:
         for model_name, wape in h["backtest"]["wape_ratio"].items():
-            _add(
-                families,
-                "gpu_advisor_forecast_tenant_backtest_wape_ratio",
-                (tenant, h["horizon"], model_name),
-                wape,
-            )
+            _add(families, name, (series, h["horizon"], model_name), wape)
 
 
 def _idle(families: Families, idle: dict) -> None:
