@@ -183,10 +183,10 @@ def _covered(
     return counts.ge(need, axis=0)
 
 
-def _pick(mae: dict[str, float]) -> str:
+def _pick(mae: dict[str, float], candidates: Sequence[str] = CANDIDATES) -> str:
     """Lowest validation MAE; anything but naive must beat naive by 1 % (noise guard)."""
     best, best_score = "naive", mae.get("naive", np.inf) * 0.99
-    for name in CANDIDATES:
+    for name in candidates:
         score = mae.get(name, np.nan)
         if name != "naive" and np.isfinite(score) and score < best_score:
             best, best_score = name, score
@@ -233,16 +233,19 @@ def forecast_panel(
     }
 
 
-def demand_section(panel: Panel | None, horizons_h: Sequence[int]) -> dict[str, Any]:
+def demand_section(
+    panel: Panel | None, horizons_h: Sequence[int], candidates: Sequence[str] = CANDIDATES
+) -> dict[str, Any]:
     """The demand part of the document: per series of the hourly panel and horizon, the
     forecast with its interval and held-back backtest (`history_hours`, `quantiles`,
-    `baseline`, `candidates`, `origin`, `pools`)."""
+    `baseline`, `candidates`, `origin`, `pools`). `candidates` must hold naive and the
+    baseline; the service serves the cheap ones (`bench/service_candidates.py` measures why)."""
     hours = 0 if panel is None else len(panel.index)
     doc: dict[str, Any] = {
         "history_hours": hours,
         "quantiles": list(QUANTILES),
         "baseline": BASELINE,
-        "candidates": list(CANDIDATES),
+        "candidates": list(candidates),
         "pools": [],
     }
     if panel is None:
@@ -275,13 +278,13 @@ def demand_section(panel: Panel | None, horizons_h: Sequence[int]) -> dict[str, 
                 )
             continue
         half = len(origins) // 2
-        fc = rolling_forecasts(panel, CANDIDATES, [h], QUANTILES, origins)
+        fc = rolling_forecasts(panel, candidates, [h], QUANTILES, origins)
         fc["err"] = (fc["point"] - fc["actual"]).abs()
         select_until = times[origins[half]]
         for j, series in enumerate(panel.series):
             mine = fc[fc["series"] == series]
             early, late = mine[mine["origin"] < select_until], mine[mine["origin"] >= select_until]
-            pick = _pick(early.groupby("model")["err"].mean().to_dict())
+            pick = _pick(early.groupby("model")["err"].mean().to_dict(), candidates)
             shown = [(name, g) for name, g in late.groupby("model") if name in (pick, BASELINE)]
             wape = {
                 name: _ratio(M.wape(g["actual"].to_numpy(), g["point"].to_numpy()))
