@@ -17,8 +17,6 @@ Usage: .venv/bin/python bench/app.py [--nodes 1000] [--repeat 3] [--no-browser]
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import socket
 import subprocess
 import sys
@@ -28,6 +26,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from bench.machine import describe  # noqa: E402 (after the path)
 
 CHROMIUM = "/usr/bin/chromium"
 BASELINE_NODES = 16  # the same page on the preset's own size: what is fixed cost, what scales
@@ -149,10 +149,7 @@ def main() -> int:
     parser.add_argument("--no-browser", action="store_true")
     args = parser.parse_args()
     spec = f"sim:a100-16x8?nodes={args.nodes}"
-    print(
-        f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
-        f"Python {platform.python_version()}"
-    )
+    print(describe())
     print(f"source: {spec} ({args.nodes:,} nodes x 8 = {args.nodes * 8:,} GPUs)")
     best, best_steps, size = float("inf"), {}, 0
     for _ in range(args.repeat):

@@ -14,8 +14,6 @@ Usage: .venv/bin/python bench/exporter.py [--quick]
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import statistics
 import sys
 import time
@@ -27,6 +25,7 @@ from prometheus_client.registry import CollectorRegistry
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.machine import describe
 from exporter.collector import CollectorLoop
 from exporter.node_gauges import IdlePolicy, IdleTracker, node_gauges
 from exporter.readings import (
@@ -44,18 +43,6 @@ from exporter.server import ExporterServer
 from exporter.webconfig import WebConfig
 
 GiB = 2**30
-
-
-def machine() -> str:
-    cpu = "unknown cpu"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}"
 
 
 def one_node() -> NodeReading:
@@ -242,7 +229,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer scrapes")
     args = parser.parse_args()
-    print(f"# exporter benchmark — {machine()}")
+    print(f"# exporter benchmark — {describe()}")
     run_case("one node: 8 GPUs × 7 MIG, 20 processes", [one_node()], 200 if args.quick else 2000)
 
     from exporter.backends.sim import SimBackend

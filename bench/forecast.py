@@ -7,15 +7,17 @@ Usage: python bench/forecast.py [--series 1000] [--days 30] [--horizons 1,24] [-
 from __future__ import annotations
 
 import argparse
-import os
-import platform
+import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
 from advisor.forecast import api, io, rolling
+from bench.machine import describe
 
 PHILLY = (
     Path(__file__).resolve().parents[1]
@@ -57,10 +59,7 @@ def main() -> None:
     ap.add_argument("--philly", default=str(PHILLY))
     args = ap.parse_args()
     horizons = tuple(int(h) for h in args.horizons.split(","))
-    print(
-        f"machine: {platform.platform()}, python {platform.python_version()}, "
-        f"{os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}, OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}"
-    )
+    print(describe())
     panel = synthetic(args.series, args.days)
     print(
         f"\nfit + forecast {args.series} series × {args.days} days hourly, horizons {horizons}, quantiles 0.1/0.5/0.9"

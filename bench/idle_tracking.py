@@ -20,7 +20,6 @@ fixed release) only with more cells within, or as many and ≥ 1 point more capt
 
 from __future__ import annotations
 
-import platform
 import sys
 import time
 from pathlib import Path
@@ -33,6 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo's expor
 from advisor.forecast import features as feat
 from advisor.forecast import idle, io
 from advisor.forecast import idle_quantile as iq
+from bench.machine import describe
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "forecast"
 WEEKS = {
@@ -106,9 +106,7 @@ def cells(name: str, path: Path, weeks) -> list[dict]:
 
 
 def main() -> None:
-    print(
-        f"machine: {platform.platform()}, {platform.processor() or 'cpu'}, python {platform.python_version()}"
-    )
+    print(describe())
     t0 = time.perf_counter()
     table = pd.DataFrame(
         [row for name, (path, weeks) in WEEKS.items() for row in cells(name, path, weeks)]

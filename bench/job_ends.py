@@ -29,8 +29,6 @@ Usage: python bench/job_ends.py [--fleets a100-16x8,a100-16x8?nodes=64,...] [--f
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import sys
 import time
 from collections import defaultdict
@@ -48,6 +46,7 @@ from advisor.ingest.sources import sim_fleet, sim_model
 from advisor.planner.observed import expected_end
 from advisor.service.job_ends import JobEndSettings, predict
 from advisor.service.loop import AdvisorLoop, Config, LiveSim
+from bench.machine import describe
 
 HOUR = 3600.0
 FLEETS = "a100-16x8,a100-16x8?nodes=64,mixed-h100-a100-v100?nodes=64"
@@ -251,11 +250,7 @@ def main() -> None:
     ap.add_argument("--skip-accuracy", action="store_true")
     ap.add_argument("--skip-cost", action="store_true")
     args = ap.parse_args()
-    print(
-        f"machine: {platform.platform()}, python {platform.python_version()}, "
-        f"{os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}, "
-        f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}"
-    )
+    print(describe())
     started = time.perf_counter()
     if not args.skip_accuracy:
         origins = [float(h) for h in np.arange(args.from_h, args.to_h + 1e-9, args.every_h)]

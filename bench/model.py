@@ -17,8 +17,6 @@ Usage: .venv/bin/python bench/model.py [--nodes 10000] [--repeat 3]
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import sys
 import tempfile
 import time
@@ -31,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from advisor import snapshot
 from advisor.fragmentation import measures as m
 from advisor.model import MILLI, ClusterModel, ModelBuilder
+from bench.machine import describe
 
 GIB = 2**30
 SHAPES = m.DEFAULT_SHAPES
@@ -173,11 +172,7 @@ def main() -> None:
     parser.add_argument("--nodes", type=int, default=10_000)
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
-    print(
-        f"machine: {platform.machine()} {platform.processor() or ''} {os.cpu_count()} CPUs, "
-        f"{platform.system()} {platform.release()}, Python {platform.python_version()}, "
-        f"numpy {np.__version__}"
-    )
+    print(describe(f"numpy {np.__version__}"))
     start = time.perf_counter()
     model = synthetic(args.nodes)
     build_s = time.perf_counter() - start

@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
-import platform
 import statistics
 import sys
 import time
@@ -27,6 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from advisor.model import ClusterModel, ModelBuilder
 from advisor.planner.consolidate import parse_goal, plan_heuristic
+from bench.machine import describe
 
 
 def synthetic(nodes: int, seed: int, load: float = 0.75) -> ClusterModel:
@@ -123,9 +122,9 @@ def main() -> None:
     import ortools
 
     print(
-        f"machine: {platform.machine()} {platform.processor() or ''} cpus={os.cpu_count()} "
-        f"python={platform.python_version()} ortools={ortools.__version__} "
-        f"(CP-SAT with 1 worker, limit {args.time_limit:g} s)"
+        describe(
+            f"ortools {ortools.__version__} (CP-SAT with 1 worker, limit {args.time_limit:g} s)"
+        )
     )
     header = (
         f"{'cluster':34} {'goal':14} {'heur':>5} {'moves':>5} {'cost':>8} {'time s':>7} | "

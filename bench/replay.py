@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import platform
 import sys
 import time
 from pathlib import Path
@@ -32,18 +31,9 @@ from advisor.replay.protocol import (
     trace_workload,
 )
 from advisor.replay.sweep import Task, run_tasks
+from bench.machine import describe
 
 DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "openb"
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def naive_node_frag(gpus: list[int], cpu: int, model: str, w: Workload) -> float:
@@ -129,9 +119,7 @@ def main() -> int:
     lo, hi = (int(x) for x in args.seeds.split("-"))
     seeds = list(range(lo, hi + 1))
 
-    print(
-        f"machine: {cpu_model()}, {os.cpu_count()} logical cores, Python {platform.python_version()}"
-    )
+    print(describe())
     print(f"load average at start: {', '.join(f'{x:.2f}' for x in os.getloadavg())}")
     nodes, pods = read_nodes(nodes_csv), read_pods(pods_csv)
     w = trace_workload(pods)

@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
-import platform
 import sys
 import tempfile
 import time
@@ -25,6 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo's expor
 
 from advisor.ingest.sources import load_source
 from advisor.service.backfill import from_prometheus
+from bench.machine import describe
 from tests.integration import stack
 from tests.integration.history_blocks import LOOKBACK, import_blocks, openmetrics_history
 
@@ -34,10 +33,7 @@ def main() -> None:
     parser.add_argument("--nodes", type=int, default=16, help="sim nodes of 8 GPUs (16)")
     parser.add_argument("--hours", type=int, default=168, help="hours of history (168)")
     args = parser.parse_args()
-    print(
-        f"machine: {platform.platform()}, {os.cpu_count()} CPUs, python "
-        f"{platform.python_version()}; fleet {args.nodes} nodes x 8 GPUs, {args.hours} h"
-    )
+    print(describe(f"fleet {args.nodes} nodes x 8 GPUs, {args.hours} h"))
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         end = math.floor(time.time() / 60) * 60 - 60

@@ -20,8 +20,6 @@ worse than the baseline set's pick (ties, mostly the same pick, are not counted)
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import sys
 import time
 from pathlib import Path
@@ -33,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from advisor.forecast.io import Panel, load
 from advisor.service.forecast import CANDIDATES, demand_section
+from bench.machine import describe
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "forecast"
 INPUTS = {
@@ -76,11 +75,7 @@ def main() -> None:
     parser.add_argument("--ends", type=int, default=2, help="'now' instants, 2 days apart (2)")
     parser.add_argument("--inputs", default="philly,earth", help="philly,earth")
     args = parser.parse_args()
-    print(
-        f"machine: {platform.platform()}, {os.cpu_count()} CPUs, python "
-        f"{platform.python_version()}, OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', '-')}, "
-        f"load {os.getloadavg()[0]:.1f}; horizons {HORIZONS}, {args.days} days of history"
-    )
+    print(describe(f"horizons {HORIZONS}, {args.days} days of history"))
     print(
         f"{'input':<8} {'end':<17} {'set':<10} {'pools':>5} {'seconds':>8} {'x base':>7} "
         f"{'learned picks':>13} {'median WAPE':>11} {'better/worse than base':>22}"

@@ -15,8 +15,6 @@ Usage: python bench/service_idle.py [--days 14] [--pools 20] [--every 30] [--unc
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import sys
 import time
 from pathlib import Path
@@ -29,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo's expor
 from advisor.forecast import idle_windows
 from advisor.history import NodeRecord
 from advisor.service import forecast as F
+from bench.machine import describe
 
 
 def history(days: int, pools: int, every: float, seed: int = 0) -> pd.DataFrame:
@@ -148,11 +147,7 @@ def main() -> None:
     ap.add_argument("--nodes", type=int, default=0, help="time the per-node part on N nodes")
     ap.add_argument("--node-days", type=int, default=F.IDLE_MAX_H // 24)
     args = ap.parse_args()
-    print(
-        f"machine: {platform.platform()}, python {platform.python_version()}, "
-        f"{os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}, "
-        f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}"
-    )
+    print(describe())
     if args.nodes:
         bench_nodes(args.node_days, args.nodes)
         return
