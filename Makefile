@@ -20,7 +20,9 @@ demo: venv
 
 venv: $(VENV)/.installed
 
+# Debian's python3 has no ensurepip (so no venv) until python3-venv is installed.
 $(VENV)/.installed: pyproject.toml constraints.txt
+	@$(PYTHON) -c 'import ensurepip' 2>/dev/null || $(MAKE) --no-print-directory system SYSTEM_PACKAGES=python3-venv
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q -c constraints.txt -e '.[test]'

@@ -52,8 +52,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     demo = subparsers.add_parser(
         "demo",
         help="sim exporter + advisor + app on 127.0.0.1 (no GPU, no external server)",
-        description="Start a sim exporter serving preset a100-16x8, and the app reading it "
-        "directly (keeping its own history); print the URL. Ctrl-C stops everything.",
+        description="Start a sim exporter serving preset a100-16x8 a simulated week into its "
+        "life, the advisor service reading it, and the app reading it directly (keeping its own "
+        "history); print the URL. Ctrl-C stops everything.",
     )
     _server_flags(demo)
     demo.add_argument(

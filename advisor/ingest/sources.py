@@ -3,7 +3,7 @@
     sim:PRESET[?seed=42&t=3600&nodes=N&history=1h&step=5m]
                                                   simulated fleet at t seconds (exporter.sim),
                                                   with usage sampled over the history
-    http://host:9100/metrics[,http://...]         exporter or dcgm-exporter pages, scraped now
+    http://host:9835/metrics[,http://...]         exporter or dcgm-exporter pages, scraped now
     prometheus+http://host:9090[?at=UNIX&history=1h&step=60s]
                                                   Prometheus HTTP API (state + usage history)
     FILE.json                                     a snapshot (docs/snapshot.md)

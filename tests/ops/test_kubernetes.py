@@ -114,6 +114,12 @@ def test_exporter_daemonset_runs_on_gpu_nodes_with_host_pid_and_pod_resources_re
     args = build_parser().parse_args(container["args"])
     assert args.backend == "nvml"
     assert args.pod_resources_socket.startswith(socket_dir + "/")
+    # the pod logs that name the pod UIDs of process cgroups, read-only from the host's path
+    logs = next(
+        m for m in container["volumeMounts"] if args.pod_logs_dir.startswith(m["mountPath"])
+    )
+    assert logs["readOnly"] is True
+    assert volumes[logs["name"]]["hostPath"]["path"] == logs["mountPath"]
     assert "nvidia.com/gpu" not in container["resources"].get("limits", {}), (
         "the exporter must not consume a GPU"
     )
