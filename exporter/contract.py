@@ -62,7 +62,10 @@ METRICS: tuple[MetricSpec, ...] = (
         ),
     ),
     _g("gpu_lost", "1 if the GPU fell off the bus or NVML reports it lost, else 0."),
-    _g("gpu_healthy", "1 if the GPU is usable (not lost, no fatal XID, no row-remap failure)."),
+    _g(
+        "gpu_healthy",
+        "1 if the GPU is usable (reachable, not lost, no fatal XID, no row-remap failure).",
+    ),
     # --- utilization ---
     _g("gpu_utilization_ratio", "Fraction of the sample period a kernel ran on the GPU (0-1)."),
     _g(
@@ -122,7 +125,7 @@ METRICS: tuple[MetricSpec, ...] = (
     _g("gpu_mig_mode_enabled", "1 if MIG mode is enabled on the GPU."),
     _i(
         "gpu_mig_instance_info",
-        "One MIG instance; value is always 1.",
+        "One MIG compute instance of a GPU instance; value is always 1.",
         (*GPU, "gpu_instance_id", "compute_instance_id", "profile", "mig_uuid"),
     ),
     _g("gpu_mig_memory_total_bytes", "Memory of the MIG GPU instance.", (*GPU, "gpu_instance_id")),
@@ -241,7 +244,8 @@ METRICS: tuple[MetricSpec, ...] = (
 BY_NAME: dict[str, MetricSpec] = {spec.name: spec for spec in METRICS}
 
 # Names of the NVIDIA dcgm-exporter series we can also emit (`--compat.dcgm-names`), mapped to
-# our metric and the factor from our base unit to DCGM's unit (MiB, MHz, %, mJ).
+# our metric and the factor from our base unit to DCGM's unit (MiB, MHz, %, mJ). Each keeps
+# its metric's kind: a counter here is a counter there (TYPE counter, as dcgm-exporter has it).
 DCGM_COMPAT: dict[str, tuple[str, float]] = {
     "DCGM_FI_DEV_GPU_UTIL": ("gpu_utilization_ratio", 100.0),
     "DCGM_FI_DEV_MEM_COPY_UTIL": ("gpu_memory_utilization_ratio", 100.0),
@@ -259,7 +263,9 @@ DCGM_COMPAT: dict[str, tuple[str, float]] = {
     "DCGM_FI_DEV_SM_CLOCK": ("gpu_sm_clock_hertz", 1e-6),
     "DCGM_FI_DEV_MEM_CLOCK": ("gpu_memory_clock_hertz", 1e-6),
     "DCGM_FI_DEV_PCIE_REPLAY_COUNTER": ("gpu_pcie_replay_errors_total", 1.0),
-    "DCGM_FI_PROF_GR_ENGINE_ACTIVE": ("gpu_sm_active_ratio", 1.0),
+    # SM activity is SM_ACTIVE. GR_ENGINE_ACTIVE (graphics/compute engine busy time) is not
+    # SM activity, and the contract has no metric of its own for it: it is left out.
+    "DCGM_FI_PROF_SM_ACTIVE": ("gpu_sm_active_ratio", 1.0),
     "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": ("gpu_tensor_active_ratio", 1.0),
     "DCGM_FI_PROF_DRAM_ACTIVE": ("gpu_dram_active_ratio", 1.0),
     "DCGM_FI_PROF_SM_OCCUPANCY": ("gpu_sm_occupancy_ratio", 1.0),

@@ -37,15 +37,22 @@ LINK_TYPES: tuple[str, ...] = (
 
 @dataclass(slots=True)
 class MigInstance:
-    """One MIG GPU instance (and its compute instance) on a MIG-enabled GPU."""
+    """One MIG GPU instance on a MIG-enabled GPU, once however many compute instances it has.
+
+    Memory and SM activity belong to the GPU instance, so series keyed by `gpu_instance_id`
+    get one sample each; `compute_instance_id` and `uuid` name its lowest compute instance,
+    `compute_instances` all of them where the backend sees them (each is a MIG device with
+    its own UUID, which device plugins hand out).
+    """
 
     gpu_instance_id: int
     compute_instance_id: int
-    profile: str  # e.g. "1g.10gb"
+    profile: str  # GPU instance profile, e.g. "1g.10gb"
     uuid: str = ""  # "MIG-..." where known
     memory_total_bytes: float | None = None
     memory_used_bytes: float | None = None
     sm_active_ratio: float | None = None  # GPM on Hopper+, DCGM DCP elsewhere
+    compute_instances: dict[int, str] = field(default_factory=dict)  # CI id -> MIG device UUID
 
 
 @dataclass(slots=True)

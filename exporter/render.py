@@ -5,7 +5,9 @@ The text is written here directly rather than through `prometheus_client.generat
 at 1,000 nodes × 8 GPUs (500k series) the library's per-sample label validation took ~20 s a
 cycle. The output follows the library's rules exactly (HELP/TYPE naming, escaping, Go-style
 floats): `Families.metric_families()` hands the same records to prometheus_client, and a test
-checks that both renderings are byte-identical.
+checks that both renderings are byte-identical. One exception: the dcgm-exporter compatible
+counters (`--compat.dcgm-names`) keep DCGM's names without `_total`, as dcgm-exporter writes
+them (client_golang allows it, dashboards query those names); prometheus_client would add it.
 """
 
 from __future__ import annotations
@@ -204,13 +206,17 @@ def add_node(families: Families, node: NodeReading) -> None:
         for metric, attribute in GPU_MAPS:
             for key, value in getattr(gpu, attribute).items():
                 families.add(metric, (*base, str(key)), float(value))
+        seen_gi: set[int] = set()
         for mig in gpu.mig_instances:
+            if mig.gpu_instance_id in seen_gi:  # one sample per series: never a duplicate
+                continue
+            seen_gi.add(mig.gpu_instance_id)
             gi = str(mig.gpu_instance_id)
-            families.add(
-                "gpu_mig_instance_info",
-                (*base, gi, str(mig.compute_instance_id), mig.profile, mig.uuid),
-                1,
-            )
+            computes = mig.compute_instances or {mig.compute_instance_id: mig.uuid}
+            for ci, mig_uuid in sorted(computes.items()):  # info: one per compute instance
+                families.add(
+                    "gpu_mig_instance_info", (*base, gi, str(ci), mig.profile, mig_uuid), 1
+                )
             families.add("gpu_mig_memory_total_bytes", (*base, gi), mig.memory_total_bytes)
             families.add("gpu_mig_memory_used_bytes", (*base, gi), mig.memory_used_bytes)
             families.add("gpu_mig_sm_active_ratio", (*base, gi), mig.sm_active_ratio)
@@ -294,8 +300,15 @@ DCGM_LABELS = (
     "Hostname",
     "DCGM_FI_DRIVER_VERSION",
 )
+# Each DCGM series keeps its metric's kind: counters stay counters (rate() and increase() on
+# DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION / _PCIE_REPLAY_COUNTER), under DCGM's own names.
 DCGM_SPECS = {
-    name: MetricSpec(name, "gauge", f"dcgm-exporter compatible {ours} (DCGM units).", DCGM_LABELS)
+    name: MetricSpec(
+        name,
+        "counter" if BY_NAME[ours].kind == "counter" else "gauge",
+        f"dcgm-exporter compatible {ours} (DCGM units).",
+        DCGM_LABELS,
+    )
     for name, (ours, _factor) in DCGM_COMPAT.items()
 }
 

@@ -56,9 +56,10 @@ def node_allocations(attribution: Attribution, node: NodeReading) -> list[Alloca
     """Ask `attribution` about one node's GPUs, keyed by GPU and MIG UUIDs as backends read them."""
     gpu_index_by_uuid = {gpu.uuid: gpu.index for gpu in node.gpus if gpu.uuid}
     mig_by_uuid = {
-        mig.uuid: (gpu.index, mig.gpu_instance_id)
+        uuid: (gpu.index, mig.gpu_instance_id)
         for gpu in node.gpus
         for mig in gpu.mig_instances
-        if mig.uuid
+        for uuid in (mig.uuid, *mig.compute_instances.values())  # every compute instance's
+        if uuid
     }
     return list(attribution.allocations(gpu_index_by_uuid, mig_by_uuid or None))

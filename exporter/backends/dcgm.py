@@ -64,7 +64,6 @@ RENAMED: dict[str, str] = {
     "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS": "DCGM_FI_DEV_ROW_REMAP_UNCORRECTABLE_TOTAL",
     "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS": "DCGM_FI_DEV_ROW_REMAP_CORRECTABLE_TOTAL",
     "DCGM_FI_DEV_ROW_REMAP_FAILURE": "DCGM_FI_DEV_ROW_REMAP_FAILED",
-    "DCGM_FI_PROF_GR_ENGINE_ACTIVE": "DCGM_FI_PROF_GR_ENGINE_UTIL_RATIO",
     "DCGM_FI_PROF_SM_ACTIVE": "DCGM_FI_PROF_SM_UTIL_RATIO",
     "DCGM_FI_PROF_SM_OCCUPANCY": "DCGM_FI_PROF_SM_OCCUPANCY_RATIO",
     "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": "DCGM_FI_PROF_TENSOR_UTIL_RATIO",
@@ -354,7 +353,7 @@ def _mig(instance: _Instance, values: dict[str, object]) -> MigInstance:
     total = clean.get("DCGM_FI_DEV_FB_TOTAL")
     if total is None and used is not None and "DCGM_FI_DEV_FB_FREE" in clean:
         total = used + clean["DCGM_FI_DEV_FB_FREE"] + clean.get("DCGM_FI_DEV_FB_RESERVED", 0)
-    sm = clean.get("DCGM_FI_PROF_SM_ACTIVE", clean.get("DCGM_FI_PROF_GR_ENGINE_ACTIVE"))
+    sm = clean.get("DCGM_FI_PROF_SM_ACTIVE")  # GR_ENGINE_ACTIVE is not SM activity
     uuid = _text(values.get("DCGM_FI_DEV_UUID"))
     return MigInstance(
         gpu_instance_id=instance.gpu_instance_id,

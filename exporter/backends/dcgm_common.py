@@ -54,11 +54,9 @@ def _attribute(metric: str) -> str:
 SCALARS: dict[str, tuple[str, float]] = {
     name: (_attribute(ours), factor) for name, (ours, factor) in DCGM_COMPAT.items()
 }
-# SM_ACTIVE is the true SM activity; GR_ENGINE_ACTIVE (in the contract for compat output) only
-# stands in for it when SM_ACTIVE is not watched. Applied after the contract fields, so it wins.
-PREFERRED_SCALARS: dict[str, tuple[str, float]] = {
-    "DCGM_FI_PROF_SM_ACTIVE": ("sm_active_ratio", 1.0),
-}
+# SM activity is DCGM_FI_PROF_SM_ACTIVE only (in DCGM_COMPAT). GR_ENGINE_ACTIVE measures the
+# graphics/compute engine's busy time, not SM cycles with a warp resident, and never stands in:
+# without SM_ACTIVE watched, SM activity is absent rather than wrong.
 
 # Keyed counters: field -> (dict attribute, key). Volatile ECC only fills in when the aggregate
 # (lifetime) counter is absent, because our ECC metric is the lifetime counter.
@@ -80,7 +78,8 @@ FLAGS: dict[str, str] = {
     "DCGM_FI_DEV_ROW_REMAP_FAILURE": "remapped_rows_failure",
     "DCGM_FI_DEV_MIG_MODE": "mig_enabled",
 }
-# Violation counters are microseconds (dcgm_fields.py: "Violation time in usec") -> seconds.
+# Violation counters are nanoseconds (dcgm_fields.h and the DCGM field-id docs; dcgm_fields.py's
+# "usec" comments are wrong, NVIDIA/dcgm-exporter#589), as NVML's violationTime -> seconds.
 # Reason labels match the NVML backend: the first four share the clock-event vocabulary, board
 # limit and reliability have no clock-event bit and keep their own names.
 VIOLATIONS: dict[str, str] = {
@@ -107,7 +106,6 @@ XID_GPU_LOST = frozenset({79})
 
 ALL_NUMERIC_FIELDS: tuple[str, ...] = (
     *SCALARS,
-    *PREFERRED_SCALARS,
     *KEYED,
     *KEYED_FALLBACK,
     *FLAGS,
@@ -124,10 +122,9 @@ def apply_fields(gpu: GpuReading, values: dict[str, float]) -> None:
     not handled here: the last-code gauge needs state across cycles (see `XidTracker`).
     """
     clean = {name: float(value) for name, value in values.items() if not is_blank(value)}
-    for table in (SCALARS, PREFERRED_SCALARS):
-        for name, (attribute, divisor) in table.items():
-            if name in clean:
-                setattr(gpu, attribute, clean[name] / divisor)
+    for name, (attribute, divisor) in SCALARS.items():
+        if name in clean:
+            setattr(gpu, attribute, clean[name] / divisor)
     for table in (KEYED_FALLBACK, KEYED):  # aggregate applied last, so it wins
         for name, (attribute, key) in table.items():
             if name in clean:
@@ -137,7 +134,7 @@ def apply_fields(gpu: GpuReading, values: dict[str, float]) -> None:
             setattr(gpu, attribute, clean[name] != 0)
     for name, reason in VIOLATIONS.items():
         if name in clean:
-            gpu.clock_event_seconds[reason] = clean[name] * 1e-6
+            gpu.clock_event_seconds[reason] = clean[name] * 1e-9
     for name in CLOCK_EVENT_MASKS:
         if name in clean:
             mask = int(clean[name])

@@ -347,7 +347,7 @@ def _mig_instance(gi_id: int, profile: str, values: dict[str, float]) -> MigInst
     total = clean.get("DCGM_FI_DEV_FB_TOTAL")
     if total is None and used is not None and "DCGM_FI_DEV_FB_FREE" in clean:
         total = used + clean["DCGM_FI_DEV_FB_FREE"] + clean.get("DCGM_FI_DEV_FB_RESERVED", 0.0)
-    sm = clean.get("DCGM_FI_PROF_SM_ACTIVE", clean.get("DCGM_FI_PROF_GR_ENGINE_ACTIVE"))
+    sm = clean.get("DCGM_FI_PROF_SM_ACTIVE")  # GR_ENGINE_ACTIVE is not SM activity
     return MigInstance(
         gpu_instance_id=gi_id,
         compute_instance_id=0,  # dcgm-exporter labels GPU instances only

@@ -4,7 +4,9 @@ Shape of a cycle: one long-lived `nvmlInit` (time-bounded, because it can hang o
 drivers), static identity read once, then per GPU the cheap readings every cycle, PCIe
 throughput (20 ms per call in the driver) and topology on their own slower cadences, GPM
 rates against the previous cycle's sample, and XID events from a watcher thread. A failing
-call costs its value and a count in `Collection.errors`; a lost GPU costs that GPU only.
+call costs its value, a count in `Collection.errors` and one log line when it starts failing;
+a GPU that NVML reports lost is `lost`, one it cannot reach for another reason (no permission,
+an unknown error) is unhealthy but not lost, and either costs that GPU only.
 """
 
 from __future__ import annotations
@@ -52,7 +54,9 @@ _REASON_BITS = (
     "nvmlClocksEventReasonDisplayClockSetting",
 )
 _CPU_SET_WORDS = 16  # 64-bit words of CPU affinity asked for: up to 1024 CPUs
-_MIG_PROFILE = re.compile(r"MIG\s+(\S+)")
+# "... MIG 3g.40gb", or "... MIG 1c.3g.40gb" for a compute instance smaller than its GPU
+# instance: the GPU instance's profile is the part after the "Nc." prefix.
+_MIG_PROFILE = re.compile(r"MIG\s+(?:\d+c\.)?(\S+)")
 
 
 @dataclass
@@ -70,6 +74,8 @@ class _Gpu:
     numa_node: int | None = None
     cpu_affinity: str = ""
     gpm: bool = False
+    lost: bool = False  # the last attach failed with GPU_IS_LOST (else: unreachable)
+    mig_state: tuple[bool | None, bool] | None = None  # (MIG on, has instances) last cycle
 
     @property
     def scope(self) -> str:
@@ -193,7 +199,7 @@ class NvmlBackend(Backend):
         nvml = self._load()
         self._init(nvml)
         self._nvml = nvml
-        self._calls = NvmlCalls(nvml)
+        self._calls = NvmlCalls(nvml, clock=self._clock)
         self._fields = FieldReader(nvml)
         self._gpm = GpmSampler(nvml)
         self._processes = ProcessReader()
@@ -284,13 +290,22 @@ class NvmlBackend(Backend):
         self._refresh_topology()
 
     def _attach(self, gpu: _Gpu) -> None:
-        """Get the handle and the static identity of one GPU (again, after it was lost)."""
-        calls = self._calls
+        """Get the handle and the static identity of one GPU (again, after it was lost).
+
+        Without a handle the GPU stays detached: `lost` only when NVML said GPU_IS_LOST; any
+        other error (logged by `NvmlCalls`) leaves it unreachable, and it is retried next cycle.
+        """
+        calls, scope = self._calls, gpu.scope
+        calls.forget(scope)  # a GPU (re)attached may have changed since it was last asked
         try:
-            handle = calls(gpu.scope, "nvmlDeviceGetHandleByIndex", gpu.index)
-            if handle is None:
-                return
-            scope = gpu.scope
+            handle = calls(scope, "nvmlDeviceGetHandleByIndex", gpu.index, essential=True)
+        except GpuLost:
+            gpu.lost = True
+            return
+        gpu.lost = False
+        if handle is None:
+            return
+        try:
             gpu.uuid = calls(scope, "nvmlDeviceGetUUID", handle) or gpu.uuid
             gpu.model = calls(scope, "nvmlDeviceGetName", handle) or gpu.model
             pci = calls(scope, "nvmlDeviceGetPciInfo", handle)
@@ -303,6 +318,7 @@ class NvmlBackend(Backend):
             gpu.cpu_affinity = cpu_list(words) if words is not None else ""
             gpu.gpm = self.gpm_enabled and self._gpm.supported(calls, scope, handle)
         except GpuLost:
+            gpu.lost = True
             return
         gpu.handle = handle
 
@@ -334,7 +350,10 @@ class NvmlBackend(Backend):
             node.gpus.append(self._collect_gpu(gpu, gpm_keys))
         self._gpm.retain(calls, gpm_keys)
 
-        islands = nvlink_islands([g.index for g in node.gpus], node.links)
+        # A GPU NVML cannot reach (and never could) has no known place in the NVLink wiring.
+        unreachable = {g.index for g in self._gpus if g.handle is None and not g.lost}
+        placed = [g.index for g in node.gpus if g.index not in unreachable]
+        islands = nvlink_islands(placed, node.links)
         for reading in node.gpus:
             reading.nvlink_island = islands.get(reading.index)
         try:
@@ -379,17 +398,19 @@ class NvmlBackend(Backend):
                 if self._pcie is not None:
                     self._pcie.set_device(gpu.index, gpu.handle)
         reading = self._identity(gpu)
-        if gpu.handle is None:
-            reading.lost, reading.healthy = True, False
+        if gpu.handle is None:  # lost, or unreachable: unhealthy either way, lost only if so
+            reading.lost, reading.healthy = gpu.lost, False
             return reading
         try:
+            # MIG first: its state decides what else the GPU supports (see `_follow_mig`).
+            self._read_mig(gpu, reading, gpm_keys)
+            self._follow_mig(gpu, reading)
             self._read_live(gpu, reading)
             self._read_fields(gpu, reading)
             if self._pcie is not None:
                 tx, rx = self._pcie.latest(gpu.index)
                 reading.pcie_tx_bytes_per_second = tx
                 reading.pcie_rx_bytes_per_second = rx
-            self._read_mig(gpu, reading, gpm_keys)
             if gpu.gpm and not reading.mig_enabled:
                 gpm_keys.append((gpu.index, None))
                 values = self._gpm.sample(
@@ -406,6 +427,18 @@ class NvmlBackend(Backend):
         fatal = any(reading.xid_errors.get(code) for code in FATAL_XIDS)
         reading.healthy = not (reading.remapped_rows_failure or fatal)
         return reading
+
+    def _follow_mig(self, gpu: _Gpu, r: GpuReading) -> None:
+        """Re-ask what the GPU said it does not support once its MIG state changed.
+
+        NVML answers NOT_SUPPORTED for utilization while MIG is on and for remapped rows while
+        MIG instances exist, and answers them again afterwards; a memory of the old answer
+        would hide a row-remap failure (health) and utilization until the memo expired.
+        """
+        state = (r.mig_enabled, bool(r.mig_instances))
+        if gpu.mig_state is not None and state != gpu.mig_state:
+            self._calls.forget(gpu.scope)
+        gpu.mig_state = state
 
     def _read_live(self, gpu: _Gpu, r: GpuReading) -> None:
         nvml, calls, h, s = self._nvml, self._calls, gpu.handle, gpu.scope
@@ -470,6 +503,9 @@ class NvmlBackend(Backend):
         slots = calls(s, "nvmlDeviceGetMaxMigDeviceCount", h) or 0
         mig_scope = f"{s}/mig"
         absent = (nvml.NVML_ERROR_NOT_FOUND, nvml.NVML_ERROR_INVALID_ARGUMENT)
+        # A MIG device is one compute instance; memory and GPM belong to its GPU instance, so
+        # they are read once per GPU instance however many compute instances it holds.
+        by_gi: dict[int, MigInstance] = {}
         for slot in range(slots):
             mh = calls(
                 s, "nvmlDeviceGetMigDeviceHandleByIndex", h, slot, key="mig_handle", quiet=absent
@@ -477,22 +513,30 @@ class NvmlBackend(Backend):
             if mh is None:
                 continue
             gi = calls(mig_scope, "nvmlDeviceGetGpuInstanceId", mh)
-            ci = calls(mig_scope, "nvmlDeviceGetComputeInstanceId", mh)
             if gi is None:
                 continue
-            memory = calls(mig_scope, "nvmlDeviceGetMemoryInfo", mh)
-            instance = MigInstance(
-                gpu_instance_id=int(gi),
-                compute_instance_id=int(ci) if ci is not None else 0,
-                profile=self._mig_profile(mig_scope, mh),
-                uuid=calls(mig_scope, "nvmlDeviceGetUUID", mh) or "",
-                memory_total_bytes=float(memory.total) if memory is not None else None,
-                memory_used_bytes=float(memory.used) if memory is not None else None,
-            )
+            ci = calls(mig_scope, "nvmlDeviceGetComputeInstanceId", mh)
+            ci_id = int(ci) if ci is not None else 0
+            uuid = calls(mig_scope, "nvmlDeviceGetUUID", mh) or ""
+            instance = by_gi.get(int(gi))
+            if instance is None:
+                memory = calls(mig_scope, "nvmlDeviceGetMemoryInfo", mh)
+                instance = by_gi[int(gi)] = MigInstance(
+                    gpu_instance_id=int(gi),
+                    compute_instance_id=ci_id,
+                    profile=self._mig_profile(mig_scope, mh),
+                    uuid=uuid,
+                    memory_total_bytes=float(memory.total) if memory is not None else None,
+                    memory_used_bytes=float(memory.used) if memory is not None else None,
+                )
+            elif ci_id < instance.compute_instance_id:  # the lowest one names the instance
+                instance.compute_instance_id, instance.uuid = ci_id, uuid
+            instance.compute_instances[ci_id] = uuid
+        for gi_id, instance in by_gi.items():
             if gpu.gpm:
-                key = (gpu.index, instance.gpu_instance_id)
+                key = (gpu.index, gi_id)
                 gpm_keys.append(key)
-                values = self._gpm.sample(calls, s, h, key, MIG_METRICS, instance.gpu_instance_id)
+                values = self._gpm.sample(calls, s, h, key, MIG_METRICS, gi_id)
                 instance.sm_active_ratio = values.get("sm_active_ratio")
             r.mig_instances.append(instance)
 

@@ -1,15 +1,29 @@
 """One guarded way to make NVML calls, so a failing call costs one value, never a cycle.
 
-Every call goes through `NvmlCalls`: an error leaves that value None and is counted by call
-name (the exporter's self-metrics); "not supported" answers are remembered per GPU and call,
-so a feature a card lacks is asked about once, not every cycle; a GPU that fell off the bus
+Every call goes through `NvmlCalls`: an error leaves that value None, is counted by call name
+(the exporter's self-metrics) and is said in one log line naming the GPU, the call and the
+NVML error when that (GPU, call) starts failing or fails differently, not every cycle.
+"Not supported" answers are remembered per GPU and call, so a feature a card lacks is not
+asked about every cycle; but some answers depend on the GPU's state (MIG mode makes
+utilization and remapped rows unsupported), so the memory is dropped when the backend says
+the GPU changed (`forget`) and expires after `reprobe_s` anyway. A GPU that fell off the bus
 raises `GpuLost` so the caller can stop asking that GPU anything else this cycle.
 """
 
 from __future__ import annotations
 
+import logging
+import re
+import sys
+import time
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
+
+log = logging.getLogger(__name__)
+
+REPROBE_S = 600.0  # how long a not-supported answer is trusted before asking again
+_GPU_SCOPE = re.compile(r"gpu(\d+)(/mig)?$")
 
 
 class GpuLost(Exception):
@@ -21,14 +35,24 @@ class GpuLost(Exception):
 
 
 class NvmlCalls:
-    """Runs NVML calls with per-call error accounting and a not-supported memory."""
+    """Runs NVML calls with per-call error accounting, change logging and a not-supported memo."""
 
-    def __init__(self, nvml: Any) -> None:
+    def __init__(
+        self,
+        nvml: Any,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        reprobe_s: float = REPROBE_S,
+    ) -> None:
         self.nvml = nvml
         self.errors: Counter[str] = Counter()
-        self._unsupported: set[tuple[str, str]] = set()
-        # Answers that will not change by asking again: the function or feature is absent,
-        # or the struct version is unknown to this driver.
+        self._clock = clock
+        self._reprobe_s = reprobe_s
+        self._unsupported: dict[tuple[str, str], float] = {}  # memo -> when it said so
+        self._failing: dict[tuple[str, str], int | None] = {}  # memo -> its error code now
+        self._error_names = error_names(nvml)
+        # Answers that will not change by asking again soon: the function or feature is
+        # absent, or the struct version is unknown to this driver.
         self._never = {
             nvml.NVML_ERROR_NOT_SUPPORTED,
             nvml.NVML_ERROR_FUNCTION_NOT_FOUND,
@@ -50,6 +74,7 @@ class NvmlCalls:
         *args: Any,
         key: str | None = None,
         quiet: tuple[int, ...] = (),
+        essential: bool = False,
         **kwargs: Any,
     ) -> Any:
         """`nvml.<name>(*args, **kwargs)`, or None when it failed or is known unsupported.
@@ -57,34 +82,102 @@ class NvmlCalls:
         `scope` names the device ("gpu3", "gpu3/mig", "system"); `key` distinguishes calls of
         one function with different arguments (the SM vs the memory clock); error codes in
         `quiet` are expected answers (e.g. NOT_FOUND: no samples yet) and are not counted.
+        An `essential` call (the device handle) has no "not supported": every error is one.
         """
-        memo = (scope, key or name)
-        if memo in self._unsupported:
+        memo_key = key or name
+        if not self.supported(scope, memo_key):
             return None
         try:
-            return getattr(self.nvml, name)(*args, **kwargs)
+            result = getattr(self.nvml, name)(*args, **kwargs)
         except self.nvml.NVMLError as error:
             code = getattr(error, "value", None)
             if code == self._lost:
-                self.errors[name] += 1
+                self.failed(scope, name, code, key=key)
                 raise GpuLost(name) from error
             if code in self._library and self.library_error is None:
                 self.library_error = error
-            if code in self._never:
-                self._unsupported.add(memo)
-                return None
-            if code not in quiet:
-                self.errors[name] += 1
+            if code in self._never and not essential:
+                self.mark_unsupported(scope, memo_key, name=name, code=code)
+            elif code in quiet:
+                self.succeeded(scope, memo_key, name=name)
+            else:
+                self.failed(scope, name, code, key=key)
             return None
+        self.succeeded(scope, memo_key, name=name)
+        return result
 
-    def supported(self, scope: str, key: str) -> bool:
-        """False once `key` answered not-supported for `scope`."""
-        return (scope, key) not in self._unsupported
+    # ----- failures ----------------------------------------------------------------------
 
-    def mark_unsupported(self, scope: str, key: str) -> None:
-        self._unsupported.add((scope, key))
+    def failed(self, scope: str, name: str, code: int | None, *, key: str | None = None) -> None:
+        """Count one failed call; log it when this (scope, call) was not failing this way."""
+        self.errors[name] += 1
+        memo = (scope, key or name)
+        if memo not in self._failing or self._failing[memo] != code:
+            self._failing[memo] = code
+            call = name if key is None or key == name else f"{name} [{key}]"
+            log.warning("NVML %s: %s failed: %s", where(scope), call, self.error_name(code))
+
+    def succeeded(self, scope: str, key: str, *, name: str | None = None) -> None:
+        """Note a good answer; one line if this (scope, call) was failing until now."""
+        if self._failing and (scope, key) in self._failing:
+            del self._failing[(scope, key)]
+            call = key if name is None or name == key else f"{name} [{key}]"
+            log.info("NVML %s: %s answers again", where(scope), call)
+
+    def failing(self, scope: str, key: str) -> int | None:
+        """The NVML error code `key` fails with on `scope` now, None if it is not failing."""
+        return self._failing.get((scope, key))
+
+    def error_name(self, code: int | None) -> str:
+        return self._error_names.get(code, f"NVML error {code}") if code is not None else "?"
 
     def take_errors(self) -> Counter[str]:
         """The errors counted since the last call (one collection's worth)."""
         errors, self.errors = self.errors, Counter()
         return errors
+
+    # ----- not-supported memo ------------------------------------------------------------
+
+    def supported(self, scope: str, key: str) -> bool:
+        """False while `key` is remembered as not supported on `scope` (at most `reprobe_s`)."""
+        since = self._unsupported.get((scope, key))
+        if since is None:
+            return True
+        if self._clock() - since >= self._reprobe_s:
+            del self._unsupported[(scope, key)]
+            return True
+        return False
+
+    def mark_unsupported(
+        self, scope: str, key: str, *, name: str | None = None, code: int | None = None
+    ) -> None:
+        memo = (scope, key)
+        self._unsupported[memo] = self._clock()
+        if code is not None and (memo not in self._failing or self._failing[memo] != code):
+            self._failing[memo] = code
+            call = key if name is None or name == key else f"{name} [{key}]"
+            log.debug("NVML %s: %s: %s", where(scope), call, self.error_name(code))
+
+    def forget(self, scope: str) -> None:
+        """Drop the not-supported memory of one GPU (and its MIG devices): its state changed."""
+        nested = scope + "/"
+        for memo in [m for m in self._unsupported if m[0] == scope or m[0].startswith(nested)]:
+            del self._unsupported[memo]
+
+
+def where(scope: str) -> str:
+    """ "gpu3" -> "GPU 3", "gpu3/mig" -> "GPU 3 MIG device", anything else as it is."""
+    match = _GPU_SCOPE.match(scope)
+    if match is None:
+        return scope
+    return f"GPU {match.group(1)}" + (" MIG device" if match.group(2) else "")
+
+
+def error_names(nvml: Any) -> dict[int, str]:
+    """NVML error code -> constant name, from the real pynvml module behind `nvml`."""
+    module = sys.modules.get(getattr(nvml.NVMLError, "__module__", ""), nvml)
+    names: dict[int, str] = {}
+    for name, value in vars(module).items():
+        if name.startswith("NVML_ERROR_") and isinstance(value, int):
+            names.setdefault(value, name)
+    return names

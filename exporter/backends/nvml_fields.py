@@ -4,8 +4,11 @@ Covers memory temperature, energy and the health counters (ECC, retired pages, r
 PCIe replays, clock violation time); each has an individual-call fallback in `read_counters`.
 
 The call succeeds when *some* slots are filled, so every slot's own `nvmlReturn` is checked.
-A field the GPU does not report is dropped from later batches for that GPU; the caller then
-falls back to the individual API call for it (older drivers know the call, not the field).
+A field the GPU does not report is dropped from later batches for that GPU, in the same
+not-supported memory as the calls (`NvmlCalls`), so it is asked again when the GPU's MIG state
+changes or the memory expires (remapped rows are not reported under MIG, and are again after);
+the caller falls back to the individual API call for it (older drivers know the call, not the
+field).
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ FIELDS: dict[str, str] = {
     "NVML_FI_DEV_PERF_POLICY_RELIABILITY": "violation_reliability",
 }
 
+_CALL = "nvmlDeviceGetFieldValues"
 _VALUE_MEMBER = {
     "NVML_VALUE_TYPE_DOUBLE": "dVal",
     "NVML_VALUE_TYPE_UNSIGNED_INT": "uiVal",
@@ -49,7 +53,7 @@ _VALUE_MEMBER = {
 
 
 class FieldReader:
-    """Reads `FIELDS` for one GPU per call, remembering which fields each GPU lacks."""
+    """Reads `FIELDS` for one GPU per call, leaving out the fields the GPU lacks for now."""
 
     def __init__(self, nvml: Any) -> None:
         self._nvml = nvml
@@ -58,16 +62,15 @@ class FieldReader:
         self._members = {
             getattr(nvml, n): member for n, member in _VALUE_MEMBER.items() if hasattr(nvml, n)
         }
-        self._missing: dict[str, set[int]] = {}
+        self._memo = {fid: f"field:{key}" for fid, key in self._ids.items()}
         self._lacks = {nvml.NVML_ERROR_NOT_SUPPORTED, nvml.NVML_ERROR_INVALID_ARGUMENT}
 
     def read(self, calls: NvmlCalls, scope: str, handle: Any) -> dict[str, float]:
         """Field name -> value for the fields this GPU reported this cycle."""
-        missing = self._missing.setdefault(scope, set())
-        wanted = [fid for fid in self._ids if fid not in missing]
+        wanted = [fid for fid, memo in self._memo.items() if calls.supported(scope, memo)]
         if not wanted:
             return {}
-        slots = calls(scope, "nvmlDeviceGetFieldValues", handle, wanted)
+        slots = calls(scope, _CALL, handle, wanted)
         if slots is None:
             return {}
         out: dict[str, float] = {}
@@ -75,14 +78,16 @@ class FieldReader:
             fid = int(slot.fieldId)
             if fid not in self._ids:
                 continue
-            if slot.nvmlReturn == self._nvml.NVML_SUCCESS:
+            code, memo = int(slot.nvmlReturn), self._memo[fid]
+            if code == self._nvml.NVML_SUCCESS:
+                calls.succeeded(scope, memo, name=_CALL)
                 member = self._members.get(int(slot.valueType))
                 if member is not None:
                     out[self._ids[fid]] = float(getattr(slot.value, member))
-            elif slot.nvmlReturn in self._lacks:
-                missing.add(fid)
+            elif code in self._lacks:
+                calls.mark_unsupported(scope, memo, name=_CALL, code=code)
             else:
-                calls.errors["nvmlDeviceGetFieldValues"] += 1
+                calls.failed(scope, _CALL, code, key=memo)
         return out
 
 

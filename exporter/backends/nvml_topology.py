@@ -1,9 +1,11 @@
 """How the GPUs of one node reach each other, read from NVML once and refreshed rarely.
 
 NVLink counts come from walking each GPU's links (`nvmlDeviceGetNvLinkState` +
-`nvmlDeviceGetNvLinkRemotePciInfo`). A link whose far end is another GPU counts for that
-pair directly. A link that lands on something else is an NVSwitch port (HGX/DGX boards):
-two GPUs on the switch fabric are connected when NVML's P2P NVLink status says so, with
+`nvmlDeviceGetNvLinkRemotePciInfo`). A link whose far end is another GPU of this node counts
+for that pair directly. A link that lands elsewhere counts as switch fabric only when
+`nvmlDeviceGetNvLinkRemoteDeviceType` says NVSwitch (HGX/DGX boards); a link to a CPU (IBM
+NPU), to a GPU this process cannot see, or of unknown type connects no two local GPUs. Two
+GPUs on the switch fabric are connected when NVML's P2P NVLink status says so, with
 min(links of either) NVLinks, which is what `nvidia-smi topo -m` prints ("NV18" on H100).
 Pairs without NVLink get the PCIe common-ancestor level.
 """
@@ -70,7 +72,7 @@ def _walk_links(
     calls: NvmlCalls, index: int, handle: Any, index_by_pci: dict[PciKey, int]
 ) -> tuple[Counter[int], int]:
     """(active links per peer GPU, active links into a switch fabric) for one GPU."""
-    nvml = calls.nvml
+    nvml, scope = calls.nvml, f"gpu{index}"
     stop = {nvml.NVML_ERROR_NOT_SUPPORTED, nvml.NVML_ERROR_INVALID_ARGUMENT}
     peers: Counter[int] = Counter()
     fabric = 0
@@ -80,20 +82,24 @@ def _walk_links(
         except nvml.NVMLError as error:
             code = getattr(error, "value", None)
             if code == nvml.NVML_ERROR_GPU_IS_LOST:
-                calls.errors["nvmlDeviceGetNvLinkState"] += 1
+                calls.failed(scope, "nvmlDeviceGetNvLinkState", code)
                 raise GpuLost("nvmlDeviceGetNvLinkState") from error
             if code not in stop:  # stop: beyond the GPU's links, or no NVLink at all
-                calls.errors["nvmlDeviceGetNvLinkState"] += 1
+                calls.failed(scope, "nvmlDeviceGetNvLinkState", code)
             break
+        calls.succeeded(scope, "nvmlDeviceGetNvLinkState")
         if not active:
             continue
-        remote = calls(f"gpu{index}", "nvmlDeviceGetNvLinkRemotePciInfo", handle, link)
+        remote = calls(scope, "nvmlDeviceGetNvLinkRemotePciInfo", handle, link)
         if remote is None:
             continue
         peer = index_by_pci.get(pci_key(remote))
-        if peer is not None and peer != index:
-            peers[peer] += 1
-        else:
+        if peer is not None:
+            if peer != index:
+                peers[peer] += 1
+            continue
+        kind = calls(scope, "nvmlDeviceGetNvLinkRemoteDeviceType", handle, link)
+        if kind is not None and int(kind) == nvml.NVML_NVLINK_DEVICE_TYPE_SWITCH:
             fabric += 1
     return peers, fabric
 

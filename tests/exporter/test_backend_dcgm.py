@@ -42,7 +42,7 @@ def _a100(uuid: str, **overrides: object) -> dict[str, object]:
         "DCGM_FI_DEV_ENC_UTIL": 0,
         "DCGM_FI_DEV_DEC_UTIL": 5,
         "DCGM_FI_DEV_XID_ERRORS": 0,
-        "DCGM_FI_DEV_POWER_VIOLATION": 2_500_000,  # microseconds
+        "DCGM_FI_DEV_POWER_VIOLATION": 2_500_000_000,  # nanoseconds (dcgm_fields.h)
         "DCGM_FI_DEV_THERMAL_VIOLATION": 0,
         "DCGM_FI_DEV_FB_TOTAL": 81920,
         "DCGM_FI_DEV_FB_FREE": 9649,
@@ -151,7 +151,7 @@ def test_readings_in_base_units(fake):
     assert gpu.power_watts == 351.25
     assert gpu.power_limit_watts == 400.0
     assert gpu.energy_joules == pytest.approx(912345678.901)
-    assert gpu.sm_active_ratio == 0.9  # SM_ACTIVE wins over GR_ENGINE_ACTIVE
+    assert gpu.sm_active_ratio == 0.9  # SM_ACTIVE, not GR_ENGINE_ACTIVE (0.95)
     assert gpu.sm_occupancy_ratio == 0.45
     assert gpu.pcie_rx_bytes_per_second == 523456789
     assert gpu.clock_event_seconds["sw_power_cap"] == pytest.approx(2.5)
@@ -178,11 +178,33 @@ def test_mig_instances_from_the_entity_hierarchy(fake):
     assert big.memory_used_bytes == 30720 * MIB
     assert big.memory_total_bytes == (30720 + 9728) * MIB
     assert big.sm_active_ratio == 0.81
-    assert gpu.mig_instances[1].sm_active_ratio == 0.0  # GR_ENGINE_ACTIVE stands in
+    assert gpu.mig_instances[1].sm_active_ratio is None  # GR_ENGINE_ACTIVE is not SM activity
     (watch,) = fake.watches
     assert watch["gpus"] == [0, 1]
     assert watch["entities"] == [(4, 0), (4, 1)]  # DCGM_FE_GPU_I entities are watched too
     assert watch["update_frequency"] == 5_000_000  # microseconds
+    backend.close()
+
+
+def test_violation_counters_are_nanoseconds(monkeypatch, no_system_bindings):
+    """DCGM_FI_DEV_*_VIOLATION are ns (dcgm_fields.h, NVIDIA/dcgm-exporter#589), as in NVML."""
+    fake = _fleet(FakeDcgm())
+    fake.gpus[0]["DCGM_FI_DEV_THERMAL_VIOLATION"] = 1_500_000_000
+    fake.install(monkeypatch)
+    backend = _backend()
+    gpu = backend.collect().nodes[0].gpus[0]
+    assert gpu.clock_event_seconds["sw_thermal_slowdown"] == pytest.approx(1.5)
+    backend.close()
+
+
+def test_graphics_engine_activity_never_stands_in_for_sm_activity(monkeypatch, no_system_bindings):
+    fake = _fleet(FakeDcgm())
+    del fake.gpus[0]["DCGM_FI_PROF_SM_ACTIVE"]  # GR_ENGINE_ACTIVE 0.95 stays
+    fake.install(monkeypatch)
+    backend = _backend()
+    gpu = backend.collect().nodes[0].gpus[0]
+    assert gpu.sm_active_ratio is None  # absent, not the graphics engine's busy time
+    assert gpu.tensor_active_ratio == 0.5  # the other profiling fields are still read
     backend.close()
 
 

@@ -75,7 +75,7 @@ def test_a100_identity_and_units(server):
     assert gpu.memory_utilization_ratio == pytest.approx(0.41)
     assert gpu.energy_joules == pytest.approx(912345678.901)
     assert gpu.power_watts == pytest.approx(352.418)
-    assert gpu.sm_active_ratio == pytest.approx(0.934512)
+    assert gpu.sm_active_ratio is None  # only GR_ENGINE_ACTIVE on the page: not SM activity
     assert gpu.tensor_active_ratio == pytest.approx(0.512345)
     assert gpu.pcie_tx_bytes_per_second == 412345678
     assert gpu.mig_enabled is False and gpu.mig_instances == []
@@ -149,7 +149,7 @@ def test_mig_instances_and_their_allocations(server):
     first = mig0.mig_instances[0]
     assert first.memory_used_bytes == 30720 * MIB
     assert first.memory_total_bytes == 40448 * MIB
-    assert first.sm_active_ratio == pytest.approx(0.812)
+    assert first.sm_active_ratio is None  # only GR_ENGINE_ACTIVE on the page
     # Parent values repeated on instance series reach the GPU; per-GPU util does not exist.
     assert mig0.temperature_celsius == 50
     assert mig0.power_watts == pytest.approx(300.5)
@@ -210,7 +210,7 @@ def test_old_namespace_names_and_labels(server):
     assert busy.memory_used_bytes == 30000 * MIB
     assert busy.memory_total_bytes == 32510 * MIB
     assert busy.sm_clock_hertz == 1530e6
-    assert busy.sm_active_ratio == pytest.approx(0.99)
+    assert busy.sm_active_ratio is None  # only GR_ENGINE_ACTIVE on the page
     assert busy.energy_joules == pytest.approx(55555555.556)
     (allocation,) = node.allocations
     assert (allocation.gpu, allocation.pod, allocation.namespace, allocation.container) == (
@@ -320,6 +320,26 @@ def test_url_host_names_the_node_without_hostname_label(server):
     (node,) = _collect([base + pages.set("/nohost", page)]).nodes
     assert node.node == "127.0.0.1"
     assert node.gpus[0].temperature_celsius == 41
+
+
+def test_sm_activity_comes_from_sm_active_and_violations_are_nanoseconds(server):
+    base, pages = server
+    labels = 'gpu="0",UUID="GPU-z",Hostname="n1"'
+    mig = 'gpu="0",UUID="GPU-z",Hostname="n1",GPU_I_ID="3",GPU_I_PROFILE="3g.40gb"'
+    page = (
+        "# TYPE DCGM_FI_PROF_GR_ENGINE_ACTIVE gauge\n"
+        f"DCGM_FI_PROF_GR_ENGINE_ACTIVE{{{labels}}} 0.97\n"
+        f"DCGM_FI_PROF_GR_ENGINE_ACTIVE{{{mig}}} 0.95\n"
+        "# TYPE DCGM_FI_PROF_SM_ACTIVE gauge\n"
+        f"DCGM_FI_PROF_SM_ACTIVE{{{labels}}} 0.61\n"
+        f"DCGM_FI_PROF_SM_ACTIVE{{{mig}}} 0.42\n"
+        "# TYPE DCGM_FI_DEV_POWER_VIOLATION counter\n"
+        f"DCGM_FI_DEV_POWER_VIOLATION{{{labels}}} 2500000000\n"
+    )
+    gpu = _gpus(_collect([base + pages.set("/sm", page)]))[0]
+    assert gpu.sm_active_ratio == pytest.approx(0.61)
+    assert gpu.mig_instances[0].sm_active_ratio == pytest.approx(0.42)
+    assert gpu.clock_event_seconds == {"sw_power_cap": pytest.approx(2.5)}
 
 
 # --- flags and registry -----------------------------------------------------------------------

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import threading
 import time
 from collections import Counter
@@ -19,9 +20,11 @@ from exporter.readings import Allocation, Collection, GpuReading
 from tests.fakes.fake_pynvml import (
     MIB,
     FakeGpu,
+    FakeLink,
     FakeMig,
     FakeNvml,
     FakeProcess,
+    bus_id_of,
     hgx_h100,
     two_islands,
 )
@@ -104,6 +107,29 @@ def test_pcie_only_node_gets_common_ancestor_levels(make_backend):
     assert fake.calls[("nvmlDeviceGetNvLinkState", 0)] == 1
 
 
+@pytest.mark.parametrize(
+    "remote_type",
+    [
+        pynvml.NVML_NVLINK_DEVICE_TYPE_IBMNPU,  # NVLink to a POWER9 CPU
+        pynvml.NVML_NVLINK_DEVICE_TYPE_GPU,  # a GPU this process cannot see
+        pynvml.NVML_NVLINK_DEVICE_TYPE_UNKNOWN,
+    ],
+)
+def test_only_nvswitch_ports_count_as_switch_fabric(make_backend, remote_type):
+    gpus = [
+        FakeGpu(index=i, name="Tesla V100-SXM2-16GB", bus=0x04 + i, pcie_switch=i) for i in range(2)
+    ]
+    for gpu in gpus:  # no link between the two; three each to something that is no switch
+        gpu.links = [FakeLink(bus_id_of(0x80), remote_type=remote_type) for _ in range(3)]
+    fake = FakeNvml(gpus)
+    fake.p2p_nvlink[(0, 1)] = fake.p2p_nvlink[(1, 0)] = pynvml.NVML_P2P_STATUS_OK
+    node = make_backend(fake).collect().nodes[0]
+
+    pairs = {(link.gpu, link.peer): link for link in node.links}
+    assert pairs[(0, 1)].link_type == "numa_node" and pairs[(0, 1)].nvlink_count == 0
+    assert [g.nvlink_island for g in node.gpus] == [0, 1]  # not one NVLink island
+
+
 def test_topology_is_read_at_start_and_then_only_every_interval(make_backend):
     now = [1000.0]
     fake = hgx_h100(2)
@@ -152,6 +178,73 @@ def test_gpu_falling_off_the_bus_costs_that_gpu_only(make_backend):
     assert not gpus_of(recovered)[3].lost and gpus_of(recovered)[3].power_watts == 300.0
 
 
+@pytest.mark.parametrize(
+    "error",
+    [
+        pynvml.NVML_ERROR_NO_PERMISSION,
+        pynvml.NVML_ERROR_UNKNOWN,
+        pynvml.NVML_ERROR_NOT_SUPPORTED,
+    ],
+)
+def test_gpu_unreachable_for_another_reason_is_unhealthy_not_lost(make_backend, caplog, error):
+    fake = hgx_h100(4)
+    fake.inject("nvmlDeviceGetHandleByIndex", error, gpu=2)
+    backend = make_backend(fake)
+
+    with caplog.at_level(logging.INFO, logger="exporter.backends.nvml_calls"):
+        first, second = backend.collect(), backend.collect()
+    for collection in (first, second):
+        unreachable = gpus_of(collection)[2]
+        assert not unreachable.lost and not unreachable.healthy
+        assert unreachable.nvlink_island is None  # no place in the wiring it was never read
+        others = [g for g in gpus_of(collection) if g.index != 2]
+        assert all(g.healthy and not g.lost and g.nvlink_island == 0 for g in others)
+    assert second.errors["nvmlDeviceGetHandleByIndex"] == 1  # retried, and counted, each cycle
+    name = pynvml_error_name(error)
+    assert [(r.levelno, r.getMessage()) for r in caplog.records] == [
+        (logging.WARNING, f"NVML GPU 2: nvmlDeviceGetHandleByIndex failed: {name}")
+    ]
+
+    fake.clear_injected()
+    back = gpus_of(backend.collect())[2]
+    assert back.healthy and not back.lost and back.uuid == fake.gpus[2].uuid
+
+
+def pynvml_error_name(code: int) -> str:
+    return next(
+        n for n in dir(pynvml) if n.startswith("NVML_ERROR_") and getattr(pynvml, n) == code
+    )
+
+
+def test_failing_call_is_one_log_line_per_change_naming_gpu_and_error(make_backend, caplog):
+    fake = hgx_h100(2)
+    fake.inject("nvmlDeviceGetPowerUsage", pynvml.NVML_ERROR_UNKNOWN, gpu=1, times=3)
+    fake.inject("nvmlDeviceGetPowerUsage", pynvml.NVML_ERROR_NO_PERMISSION, gpu=1, times=1)
+    backend = make_backend(fake)
+
+    with caplog.at_level(logging.INFO, logger="exporter.backends.nvml_calls"):
+        collections = [backend.collect() for _ in range(6)]
+    assert [c.errors["nvmlDeviceGetPowerUsage"] for c in collections] == [1, 1, 1, 1, 0, 0]
+    assert [(r.levelno, r.getMessage()) for r in caplog.records] == [
+        (logging.WARNING, "NVML GPU 1: nvmlDeviceGetPowerUsage failed: NVML_ERROR_UNKNOWN"),
+        (logging.WARNING, "NVML GPU 1: nvmlDeviceGetPowerUsage failed: NVML_ERROR_NO_PERMISSION"),
+        (logging.INFO, "NVML GPU 1: nvmlDeviceGetPowerUsage answers again"),
+    ]
+
+
+def test_pcie_sampler_failures_name_the_gpu_once(make_backend, caplog):
+    fake = hgx_h100(2)
+    fake.inject("nvmlDeviceGetPcieThroughput", pynvml.NVML_ERROR_UNKNOWN, gpu=0)
+    backend = make_backend(fake, pcie_interval=3600.0)
+    with caplog.at_level(logging.WARNING, logger="exporter.backends.nvml_calls"):
+        backend.start()
+        backend._pcie.sample_once()  # a second round: same errors, no new lines
+    assert [r.getMessage() for r in caplog.records] == [
+        "NVML GPU 0: nvmlDeviceGetPcieThroughput [pcie_tx] failed: NVML_ERROR_UNKNOWN",
+        "NVML GPU 0: nvmlDeviceGetPcieThroughput [pcie_rx] failed: NVML_ERROR_UNKNOWN",
+    ]
+
+
 def test_gpu_lost_before_start_is_reported_and_attached_when_back(make_backend):
     fake = hgx_h100(4)
     fake.gpus[1].lost = True
@@ -180,6 +273,46 @@ def test_not_supported_leaves_none_and_is_not_asked_again(make_backend):
     assert fake.calls[("nvmlDeviceGetEncoderUtilization", 2)] == 1
     assert fake.calls[("nvmlDeviceGetEncoderUtilization", 1)] == 3
     assert all("nvmlDeviceGetEncoderUtilization" not in c.errors for c in collections)
+
+
+def test_not_supported_is_asked_again_after_ten_minutes(make_backend):
+    now = [0.0]
+    fake = hgx_h100(1)
+    fake.gpus[0].encoder = 30
+    fake.inject("nvmlDeviceGetEncoderUtilization", pynvml.NVML_ERROR_NOT_SUPPORTED, times=1)
+    backend = make_backend(fake, clock=lambda: now[0])
+
+    assert gpus_of(backend.collect())[0].encoder_utilization_ratio is None
+    now[0] = 599.0
+    assert gpus_of(backend.collect())[0].encoder_utilization_ratio is None
+    assert fake.calls[("nvmlDeviceGetEncoderUtilization", 0)] == 1
+    now[0] = 601.0
+    assert gpus_of(backend.collect())[0].encoder_utilization_ratio == 0.3
+
+
+def test_mig_turned_off_brings_back_remapped_rows_and_utilization(make_backend):
+    """NVML says NOT_SUPPORTED for both under MIG; the answer must not outlive MIG."""
+    fake = h100_with_seven_mig_instances()
+    backend = make_backend(fake)
+    under_mig = gpus_of(backend.collect())[0]
+    assert under_mig.remapped_rows_failure is None and under_mig.utilization_ratio is None
+
+    gpu = fake.gpus[0]
+    gpu.mig_enabled, gpu.migs = False, []
+    gpu.remap_failure, gpu.util_gpu = True, 55
+    after = gpus_of(backend.collect())[0]
+    assert after.remapped_rows_failure is True and not after.healthy
+    assert after.utilization_ratio == 0.55
+
+
+def test_mig_instances_destroyed_bring_back_remapped_rows(make_backend):
+    fake = h100_with_seven_mig_instances()
+    backend = make_backend(fake)
+    assert gpus_of(backend.collect())[0].remapped_rows_failure is None
+    fake.gpus[0].migs = []  # MIG mode stays on, no instances left
+    fake.gpus[0].remap_failure = True
+    reading = gpus_of(backend.collect())[0]
+    assert reading.remapped_rows_failure is True and not reading.healthy
 
 
 def test_transient_error_is_counted_and_retried(make_backend):
@@ -326,6 +459,66 @@ def test_mig_seven_instances_with_profiles_and_memory(make_backend):
     assert reading.mig_instances[2].memory_used_bytes == 300 * MIB
     assert reading.mig_instances[0].uuid.startswith("MIG-")
     assert reading.utilization_ratio is None  # NVML has no whole-GPU util under MIG
+
+
+def h100_with_two_compute_instances_in_one_gpu_instance() -> FakeNvml:
+    fake = hgx_h100(1)
+    gpu = fake.gpus[0]
+    gpu.mig_enabled = True
+    shared = {"slices": 3, "memory_total": 40192 * MIB, "memory_used": 1000 * MIB}
+    gpu.migs = [
+        FakeMig(gpu_instance_id=1, compute_instance_id=0, profile="1c.3g.40gb", sm_util=40.0,
+                **shared),
+        FakeMig(gpu_instance_id=1, compute_instance_id=1, profile="2c.3g.40gb", sm_util=40.0,
+                **shared),
+        FakeMig(gpu_instance_id=2, compute_instance_id=0, profile="3g.40gb", sm_util=10.0,
+                slices=3, memory_total=40192 * MIB, memory_used=500 * MIB),
+    ]  # fmt: skip
+    return fake
+
+
+def test_gpu_instance_with_two_compute_instances_is_read_once(make_backend):
+    fake = h100_with_two_compute_instances_in_one_gpu_instance()
+    attribution = FakeAttribution()
+    backend = make_backend(fake, attribution=attribution)
+    backend.collect()
+    fake.advance(1.0)
+    reading = gpus_of(backend.collect())[0]
+
+    migs = fake.gpus[0].migs
+    assert [(m.gpu_instance_id, m.profile) for m in reading.mig_instances] == [
+        (1, "3g.40gb"),
+        (2, "3g.40gb"),
+    ]
+    first = reading.mig_instances[0]
+    assert first.compute_instances == {0: migs[0].uuid, 1: migs[1].uuid}
+    assert (first.compute_instance_id, first.uuid) == (0, migs[0].uuid)
+    assert first.memory_used_bytes == 1000 * MIB
+    assert [m.sm_active_ratio for m in reading.mig_instances] == pytest.approx([0.4, 0.1])
+    assert fake.calls[("nvmlGpmMigSampleGet", 0)] == 2 * 2  # per GPU instance, two cycles
+    assert attribution.mig_maps[-1] == {m.uuid: (0, m.gpu_instance_id) for m in migs}
+
+
+def test_gpu_instance_with_two_compute_instances_renders_no_duplicate_series(make_backend):
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from exporter.render import Families, add_node
+
+    fake = h100_with_two_compute_instances_in_one_gpu_instance()
+    backend = make_backend(fake)
+    backend.collect()
+    fake.advance(1.0)
+    families = Families()
+    add_node(families, backend.collect().nodes[0])
+    samples = [
+        (s.name, tuple(sorted(s.labels.items())))
+        for family in text_string_to_metric_families(families.text())
+        for s in family.samples
+    ]
+    assert len(samples) == len(set(samples))  # Prometheus rejects duplicate series
+    names = Counter(name for name, _ in samples)
+    assert names["gpu_mig_memory_used_bytes"] == names["gpu_mig_sm_active_ratio"] == 2
+    assert names["gpu_mig_instance_info"] == 3  # one per compute instance
 
 
 def test_mig_uuids_reach_the_attribution(make_backend):

@@ -5,10 +5,10 @@ import subprocess
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter.contract import BY_NAME, METRICS
+from exporter.contract import BY_NAME, DCGM_COMPAT, METRICS
 from exporter.node_gauges import IdlePolicy, IdleTracker, node_gauges
 from exporter.readings import SimClock
-from exporter.render import SelfState, render_page
+from exporter.render import DCGM_SPECS, SelfState, render_page
 from tests.exporter import readings_factory
 
 STATE = SelfState(
@@ -137,17 +137,44 @@ def test_page_is_byte_identical_to_prometheus_client(tmp_path):
     node.gpus[1].energy_joules = float("inf")  # Go-style +Inf
     node.gpus[2].memory_total_bytes = 123456789.0  # Go-style exponent
     families = collect_families(collection, [], STATE, dcgm_names=True)
+    # DCGM's counters keep DCGM's names without `_total`, which the library cannot write.
+    bare = {name for name, spec in DCGM_SPECS.items() if spec.kind == "counter"}
 
     class Static:
         def collect(self):
-            return families.metric_families()
+            return [family for family in families.metric_families() if family.name not in bare]
 
         def describe(self):
             return []
 
     registry = CollectorRegistry(auto_describe=False)
     registry.register(Static())
-    assert families.text().encode() == generate_latest(registry)
+    blocks = families.text().split("# HELP ")[1:]
+    ours = "".join(f"# HELP {b}" for b in blocks if b.split(" ", 1)[0] not in bare)
+    assert ours.encode() == generate_latest(registry)
+
+
+def test_dcgm_compatible_series_keep_their_metric_kind():
+    """dcgm-exporter types energy and PCIe replays as counters; so must our compat output."""
+    text = rendered(dcgm_names=True)
+    assert "# TYPE DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION counter\n" in text
+    assert "# TYPE DCGM_FI_DEV_PCIE_REPLAY_COUNTER counter\n" in text
+    assert "# TYPE DCGM_FI_DEV_GPU_TEMP gauge\n" in text
+    assert "\nDCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{" in text  # DCGM's name, no `_total` added
+    for name, (ours, _factor) in DCGM_COMPAT.items():
+        kind = "counter" if BY_NAME[ours].kind == "counter" else "gauge"
+        if f"# TYPE {name} " in text:
+            assert f"# TYPE {name} {kind}\n" in text, name
+    by_name = samples(text)  # the parser reads the bare counter names back
+    assert by_name["DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION_total"][0].value == pytest.approx(1.25e12)
+
+
+def test_dcgm_compatible_sm_activity_is_sm_active_not_graphics_engine():
+    by_name = samples(rendered(dcgm_names=True))
+    sm = [s for s in by_name["DCGM_FI_PROF_SM_ACTIVE"] if s.labels["gpu"] == "0"]
+    ours = [s for s in by_name["gpu_sm_active_ratio"] if s.labels["gpu"] == "0"]
+    assert sm[0].value == ours[0].value
+    assert "DCGM_FI_PROF_GR_ENGINE_ACTIVE" not in by_name
 
 
 def test_text_cache_reuses_unchanged_families_and_tracks_changes():

@@ -14,6 +14,8 @@ what an older driver does, so code under test must already cope with it.
 from __future__ import annotations
 
 import ctypes
+import itertools
+import re
 import threading
 import types
 from collections import Counter, deque
@@ -29,6 +31,9 @@ NOT_MIG = 0xFFFFFFFF  # gpuInstanceId / computeInstanceId the driver reports out
 
 # Helpers of the real module that are plain Python, not NVML calls: pass them through.
 _PASS_THROUGH = {"nvmlStructToFriendlyObject", "nvmlExceptionClass", "nvmlFriendlyObject"}
+# GPM exists on Hopper and later only (nvmlGpmQueryDeviceSupport says no on A100, L40S, V100).
+_GPM_MODELS = re.compile(r"\b(G?H\d{2,3}|G?B\d{3})\b")
+_MIG_SERIAL = itertools.count(1)  # makes every FakeMig's default UUID unique
 
 
 @dataclass
@@ -42,16 +47,24 @@ class FakeLink:
 
 @dataclass
 class FakeMig:
-    """A MIG device (one GPU instance with one compute instance)."""
+    """A MIG device: one compute instance of a GPU instance. Several devices with the same
+    `gpu_instance_id` are compute instances sharing that GPU instance (give them the same
+    memory and GPM figures: NVML reports those per GPU instance)."""
 
     gpu_instance_id: int
     compute_instance_id: int
-    profile: str  # e.g. "1g.10gb"
-    slices: int
+    profile: str  # "1g.10gb"; "1c.3g.40gb" for a compute instance smaller than its GPU instance
+    slices: int  # slices of the GPU instance
     memory_total: int
     memory_used: int = 0
     sm_util: float | None = None  # GPM SM_UTIL percent for this GPU instance
-    uuid: str = ""
+    uuid: str = ""  # default: a "MIG-<uuid>" like the driver's, unique per FakeMig
+
+    def __post_init__(self) -> None:
+        if not self.uuid:
+            n = next(_MIG_SERIAL)
+            gi, ci = self.gpu_instance_id, self.compute_instance_id
+            self.uuid = f"MIG-{n:08x}-{gi:04x}-5{ci:03x}-8000-{n:012x}"
 
 
 @dataclass
@@ -106,7 +119,7 @@ class FakeGpu:
     cpus: tuple[int, ...] = tuple(range(0, 32))
     socket: int = 0
     pcie_switch: int = 0  # GPUs with the same switch id share a PCIe switch
-    gpm_supported: bool = True
+    gpm_supported: bool | None = None  # None: as the model says (Hopper and later only)
     gpm: dict[int, float] = field(default_factory=dict)  # NVML_GPM_METRIC_* -> percent
     mig_enabled: bool = False
     max_mig_devices: int = 7
@@ -122,10 +135,17 @@ class FakeGpu:
     def __post_init__(self) -> None:
         self.uuid = self.uuid or f"GPU-{self.index:08x}-0000-4000-8000-{self.bus:012x}"
         self.serial = self.serial or f"165{self.index:010d}"
+        if self.gpm_supported is None:
+            self.gpm_supported = bool(_GPM_MODELS.search(self.name))
 
     @property
     def bus_id(self) -> str:
         return f"00000000:{self.bus:02X}:00.0"
+
+    @property
+    def mig_active(self) -> bool:
+        """MIG on with instances: NVML then has no remapped-row answer for the whole GPU."""
+        return self.mig_enabled and bool(self.migs)
 
 
 def bus_id_of(bus: int) -> str:
@@ -197,7 +217,8 @@ class FakeNvml:
         """Let time pass on the GPUs: GPM counters integrate, processes produce samples."""
         self.now_us += int(seconds * 1_000_000)
         for gpu in self.gpus:
-            for key in [(gpu.index, None)] + [(gpu.index, m.gpu_instance_id) for m in gpu.migs]:
+            instances = dict.fromkeys(m.gpu_instance_id for m in gpu.migs)  # once per GPU instance
+            for key in [(gpu.index, None)] + [(gpu.index, gi) for gi in instances]:
                 rates = self._gpm_rates(gpu, key[1])
                 acc = self._gpm_integral.setdefault(key, {})
                 for metric, rate in rates.items():
@@ -253,12 +274,16 @@ class FakeNvml:
         gpu = self.gpus[index]
         return gpu, (gpu.migs[pos] if pos is not None else None)
 
-    def _enter(self, name: str, handle: Any = None) -> tuple[FakeGpu | None, FakeMig | None]:
-        """Checks every real call makes: initialised, valid handle, GPU present, injections."""
+    def _enter(
+        self, name: str, handle: Any = None, *, index: int | None = None
+    ) -> tuple[FakeGpu | None, FakeMig | None]:
+        """Checks every real call makes: initialised, valid handle, GPU present, injections.
+
+        `index` names the GPU of a call that takes an index rather than a handle."""
         gpu = mig = None
         if handle is not None:
             gpu, mig = self._target(handle)
-        index = gpu.index if gpu else None
+        index = gpu.index if gpu else index
         self.calls[(name, index)] += 1
         if not self.initialized:
             raise real.NVMLError(real.NVML_ERROR_UNINITIALIZED)
@@ -318,7 +343,7 @@ class FakeNvml:
         return len(self.gpus)
 
     def nvmlDeviceGetHandleByIndex(self, index: int) -> Any:
-        self._enter("nvmlDeviceGetHandleByIndex")
+        self._enter("nvmlDeviceGetHandleByIndex", index=index)
         if not 0 <= index < len(self.gpus):
             raise real.NVMLError(real.NVML_ERROR_INVALID_ARGUMENT)
         if self.gpus[index].lost:
@@ -445,7 +470,7 @@ class FakeNvml:
         if perfPolicyType not in gpu.violation_ns:
             raise self._not_supported()
         violation = real.c_nvmlViolationTime_t()
-        violation.referenceTime = self.now_us * 1000
+        violation.referenceTime = self.now_us  # CPU timestamp in µs; violationTime is ns
         violation.violationTime = gpu.violation_ns[perfPolicyType]
         return violation
 
@@ -463,6 +488,13 @@ class FakeNvml:
 
     def nvmlDeviceGetTotalEccErrors(self, handle: Any, errorType: int, counterType: int) -> int:
         gpu, _ = self._enter("nvmlDeviceGetTotalEccErrors", handle)
+        kinds = (real.NVML_MEMORY_ERROR_TYPE_CORRECTED, real.NVML_MEMORY_ERROR_TYPE_UNCORRECTED)
+        if errorType not in kinds or counterType not in (
+            real.NVML_VOLATILE_ECC,
+            real.NVML_AGGREGATE_ECC,
+        ):
+            raise real.NVMLError(real.NVML_ERROR_INVALID_ARGUMENT)  # as the driver answers
+        # No reboot is modelled, so the volatile count (since boot) equals the aggregate one.
         if errorType == real.NVML_MEMORY_ERROR_TYPE_CORRECTED:
             return gpu.ecc_corrected
         return gpu.ecc_uncorrected
@@ -480,6 +512,8 @@ class FakeNvml:
 
     def nvmlDeviceGetRemappedRows(self, device: Any) -> tuple[int, int, int, int]:
         gpu, _ = self._enter("nvmlDeviceGetRemappedRows", device)
+        if gpu.mig_active:
+            raise self._not_supported()  # per-GPU row remapping is hidden under active MIG
         return (
             gpu.remap_correctable,
             gpu.remap_uncorrectable,
@@ -812,6 +846,14 @@ def _field(gpu: FakeGpu, fid: int) -> tuple[int, float] | None:
         real.NVML_FI_DEV_REMAPPED_FAILURE: (uint, int(gpu.remap_failure)),
         real.NVML_FI_DEV_PCIE_REPLAY_COUNTER: (ull, gpu.pcie_replay),
     }
+    if gpu.mig_active:  # as nvmlDeviceGetRemappedRows: not supported while MIG instances exist
+        for remapped in (
+            real.NVML_FI_DEV_REMAPPED_COR,
+            real.NVML_FI_DEV_REMAPPED_UNC,
+            real.NVML_FI_DEV_REMAPPED_PENDING,
+            real.NVML_FI_DEV_REMAPPED_FAILURE,
+        ):
+            table[remapped] = None
     policies = {
         real.NVML_FI_DEV_PERF_POLICY_POWER: real.NVML_PERF_POLICY_POWER,
         real.NVML_FI_DEV_PERF_POLICY_THERMAL: real.NVML_PERF_POLICY_THERMAL,
@@ -867,7 +909,9 @@ def hgx_h100(gpu_count: int = 8) -> FakeNvml:
 
 
 def two_islands(links_per_peer: int = 4) -> FakeNvml:
-    """Two 4-GPU boards with direct all-to-all NVLink inside (0-3, 4-7), joined by PCIe."""
+    """Two 4-GPU A100 boards with direct all-to-all NVLink inside (0-3, 4-7), joined by PCIe.
+
+    A100 is Ampere: no GPM (the model name makes `gpm_supported` False)."""
     buses = (0x07, 0x0F, 0x47, 0x4E, 0x87, 0x90, 0xB7, 0xBD)
     gpus = []
     for i in range(8):

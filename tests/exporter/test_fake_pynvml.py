@@ -1,0 +1,117 @@
+"""The NVML fake answers as real NVML does where the exporter depends on the answer."""
+
+from __future__ import annotations
+
+import re
+
+import pynvml
+import pytest
+
+from tests.fakes.fake_pynvml import MIB, FakeMig, FakeNvml, hgx_h100, two_islands
+
+REMAPPED_FIELDS = (
+    pynvml.NVML_FI_DEV_REMAPPED_COR,
+    pynvml.NVML_FI_DEV_REMAPPED_UNC,
+    pynvml.NVML_FI_DEV_REMAPPED_PENDING,
+    pynvml.NVML_FI_DEV_REMAPPED_FAILURE,
+)
+
+
+def started(fake: FakeNvml) -> tuple[FakeNvml, object]:
+    fake.nvmlInit()
+    return fake, fake.nvmlDeviceGetHandleByIndex(0)
+
+
+def mig(gi: int, ci: int = 0, **kwargs: object) -> FakeMig:
+    values: dict = {"profile": "3g.40gb", "slices": 3, "memory_total": 40192 * MIB}
+    values.update(kwargs)
+    return FakeMig(gpu_instance_id=gi, compute_instance_id=ci, **values)
+
+
+def error_of(call, *args) -> int:
+    with pytest.raises(pynvml.NVMLError) as raised:
+        call(*args)
+    return raised.value.value
+
+
+def test_remapped_rows_are_not_supported_under_mig_with_instances():
+    fake, handle = started(hgx_h100(1))
+    gpu = fake.gpus[0]
+    gpu.remap_failure = True
+    assert fake.nvmlDeviceGetRemappedRows(handle)[3] == 1
+
+    gpu.mig_enabled = True  # MIG on, no instance yet: still answered
+    assert fake.nvmlDeviceGetRemappedRows(handle)[3] == 1
+    gpu.migs = [mig(1)]
+    assert error_of(fake.nvmlDeviceGetRemappedRows, handle) == pynvml.NVML_ERROR_NOT_SUPPORTED
+    slots = fake.nvmlDeviceGetFieldValues(handle, list(REMAPPED_FIELDS))
+    assert {slot.nvmlReturn for slot in slots} == {pynvml.NVML_ERROR_NOT_SUPPORTED}
+
+    gpu.mig_enabled, gpu.migs = False, []
+    slots = fake.nvmlDeviceGetFieldValues(handle, list(REMAPPED_FIELDS))
+    assert {slot.nvmlReturn for slot in slots} == {pynvml.NVML_SUCCESS}
+
+
+def test_gpm_is_hopper_and_later_only():
+    a100, a100_handle = started(two_islands())
+    h100, h100_handle = started(hgx_h100(1))
+    assert a100.nvmlGpmQueryDeviceSupport(a100_handle).isSupportedDevice == 0
+    assert h100.nvmlGpmQueryDeviceSupport(h100_handle).isSupportedDevice == 1
+    sample = a100.nvmlGpmSampleAlloc()
+    unsupported = pynvml.NVML_ERROR_NOT_SUPPORTED
+    assert error_of(a100.nvmlGpmSampleGet, a100_handle, sample) == unsupported
+
+
+def test_gpm_integrates_once_per_gpu_instance_with_two_compute_instances():
+    fake, handle = started(hgx_h100(1))
+    gpu = fake.gpus[0]
+    gpu.mig_enabled = True
+    gpu.migs = [mig(1, 0, profile="1c.3g.40gb", sm_util=40.0), mig(1, 1, sm_util=40.0)]
+    first, second = fake.nvmlGpmSampleAlloc(), fake.nvmlGpmSampleAlloc()
+    fake.nvmlGpmMigSampleGet(handle, 1, first)
+    fake.advance(2.0)
+    fake.nvmlGpmMigSampleGet(handle, 1, second)
+
+    request = pynvml.c_nvmlGpmMetricsGet_t()
+    request.version = pynvml.NVML_GPM_METRICS_GET_VERSION
+    request.numMetrics = 1
+    request.sample1, request.sample2 = first, second
+    request.metrics[0].metricId = pynvml.NVML_GPM_METRIC_SM_UTIL
+    fake.nvmlGpmMetricsGet(request)
+    assert request.metrics[0].value == pytest.approx(40.0)  # not 80: one GPU instance
+
+
+def test_mig_devices_have_real_looking_distinct_uuids():
+    shape = re.compile(r"^MIG-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
+    devices = [mig(1, 0), mig(1, 1), mig(2, 0)]
+    assert all(shape.match(device.uuid) for device in devices)
+    assert len({device.uuid for device in devices}) == 3
+    assert mig(3, uuid="MIG-given").uuid == "MIG-given"
+
+
+def test_violation_reference_time_is_microseconds():
+    fake, handle = started(hgx_h100(1))
+    fake.gpus[0].violation_ns = {pynvml.NVML_PERF_POLICY_POWER: 2_500_000_000}
+    status = fake.nvmlDeviceGetViolationStatus(handle, pynvml.NVML_PERF_POLICY_POWER)
+    assert status.referenceTime == fake.now_us
+    assert status.violationTime == 2_500_000_000  # ns
+
+
+def test_ecc_counts_reject_an_invalid_error_or_counter_type():
+    fake, handle = started(hgx_h100(1))
+    fake.gpus[0].ecc_corrected = 7
+    corrected = pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED
+    for counter in (pynvml.NVML_VOLATILE_ECC, pynvml.NVML_AGGREGATE_ECC):
+        assert fake.nvmlDeviceGetTotalEccErrors(handle, corrected, counter) == 7
+    invalid = pynvml.NVML_ERROR_INVALID_ARGUMENT
+    assert error_of(fake.nvmlDeviceGetTotalEccErrors, handle, corrected, 7) == invalid
+    aggregate = pynvml.NVML_AGGREGATE_ECC
+    assert error_of(fake.nvmlDeviceGetTotalEccErrors, handle, 5, aggregate) == invalid
+
+
+def test_handle_by_index_errors_can_be_injected_for_one_gpu():
+    fake = hgx_h100(2)
+    fake.nvmlInit()
+    fake.inject("nvmlDeviceGetHandleByIndex", pynvml.NVML_ERROR_NO_PERMISSION, gpu=1)
+    assert fake.nvmlDeviceGetHandleByIndex(0) is not None
+    assert error_of(fake.nvmlDeviceGetHandleByIndex, 1) == pynvml.NVML_ERROR_NO_PERMISSION
