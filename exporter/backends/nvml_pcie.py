@@ -3,31 +3,40 @@
 `nvmlDeviceGetPcieThroughput` holds a 20 ms counter window in the driver per call: two
 directions on eight GPUs is ~320 ms, more than the rest of a cycle together. So a sampler
 thread reads them every `interval` seconds and a collection copies the latest values.
-Only the sampler touches its own `NvmlCalls`; errors are handed over under a lock.
+Only the sampler touches its own `NvmlCalls`; errors are handed over under a lock. A value
+older than `STALE_INTERVALS` intervals and `STALE_MIN_S` (a sampler stuck in the driver) is no
+value: the series disappear instead of freezing at the last reading.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 from exporter.backends.nvml_calls import GpuLost, NvmlCalls
 
 KIB = 1024.0  # NVML's PCIe throughput "KB/s" are KiB/s (nvitop, nvidia-smi agree)
+STALE_INTERVALS = 3.0  # a sample older than this many sampler intervals ...
+STALE_MIN_S = 60.0  # ... and than this (a busy host may lag a short interval) is not served
 
 
 class PcieSampler:
     """Latest (tx, rx) bytes/s per GPU index, refreshed every `interval` seconds."""
 
-    def __init__(self, nvml: Any, interval: float) -> None:
+    def __init__(
+        self, nvml: Any, interval: float, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self._nvml = nvml
         self._interval = interval
+        self._clock = clock
         self._calls = NvmlCalls(nvml)
         self._errors: Counter[str] = Counter()
         self._lock = threading.Lock()
         self._handles: dict[int, Any] = {}
-        self._latest: dict[int, tuple[float | None, float | None]] = {}
+        self._latest: dict[int, tuple[float | None, float | None, float]] = {}  # tx, rx, when
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -49,8 +58,13 @@ class PcieSampler:
             self._thread = None
 
     def latest(self, index: int) -> tuple[float | None, float | None]:
+        """The last (tx, rx) bytes/s, or (None, None) when none is fresh enough."""
         with self._lock:
-            return self._latest.get(index, (None, None))
+            sample = self._latest.get(index)
+        max_age = max(STALE_INTERVALS * self._interval, STALE_MIN_S)
+        if sample is None or self._clock() - sample[2] > max_age:
+            return None, None
+        return sample[0], sample[1]
 
     def take_errors(self) -> Counter[str]:
         with self._lock:
@@ -73,7 +87,7 @@ class PcieSampler:
             except GpuLost:
                 tx = rx = None
             with self._lock:
-                self._latest[index] = (tx, rx)
+                self._latest[index] = (tx, rx, self._clock())
         errors = self._calls.take_errors()
         with self._lock:
             self._errors.update(errors)

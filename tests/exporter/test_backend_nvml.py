@@ -15,6 +15,7 @@ import pytest
 from exporter.attribution.base import Owner
 from exporter.backends.base import BackendUnavailable
 from exporter.backends.nvml import NvmlBackend, cpu_list
+from exporter.backends.nvml_pcie import PcieSampler
 from exporter.backends.registry import backend_class
 from exporter.readings import Allocation, Collection, GpuReading
 from tests.fakes.fake_pynvml import (
@@ -756,6 +757,22 @@ def test_pcie_throughput_is_sampled_off_the_collection_path(make_backend):
     for _ in range(3):  # reused: the 20 ms driver windows are not paid by collections
         assert gpus_of(backend.collect())[0].pcie_tx_bytes_per_second == 100 * 1024
     assert fake.calls[("nvmlDeviceGetPcieThroughput", 0)] == 2  # tx + rx, once at start
+
+
+def test_pcie_values_of_a_stuck_sampler_disappear_instead_of_freezing():
+    fake = hgx_h100(1)
+    fake.gpus[0].pcie_tx_kbs = 100
+    now = [1000.0]
+    fake.nvmlInit()
+    sampler = PcieSampler(fake, interval=30.0, clock=lambda: now[0])
+    sampler.set_device(0, fake.nvmlDeviceGetHandleByIndex(0))
+    sampler.sample_once()
+    now[0] += 90.0  # three intervals: still served
+    assert sampler.latest(0) == (100 * 1024, 0.0)
+    now[0] += 1.0  # no sample for longer than that: the thread is stuck in the driver
+    assert sampler.latest(0) == (None, None)
+    sampler.sample_once()
+    assert sampler.latest(0)[0] == 100 * 1024
 
 
 def test_pcie_sampler_refreshes_on_its_own_cadence(make_backend):
