@@ -270,13 +270,16 @@ class SimFleet:
             req.memory = float(rng.uniform(*kind.memory))
             req.has_process = item.has_process
             hours = kind.median_hours * math.exp(kind.sigma * rng.standard_normal())
-            req.duration = max(0.5 * HOUR, min(kind.max_hours, hours) * HOUR * rng.uniform(0.2, 1))
+            full = min(kind.max_hours, hours) * HOUR
+            residual = max(0.5 * HOUR, full * rng.uniform(0.2, 1))  # left to run from t=0
+            req.duration = max(full, residual)
             gpus = [int(self.node_start[item.node]) + g for g in item.gpus]
-            self._start(self._new_job(req, pool), req, gpus, 0.0)
+            self._start(self._new_job(req, pool), req, gpus, residual - req.duration)
 
     def _warm_start(self) -> None:
         """Fill each pool to its warm load with jobs from the mix, placed first-fit in a
-        shuffled node order (a fleet that has seen churn), with residual durations."""
+        shuffled node order (a fleet that has seen churn), each started before t=0 and ending
+        after it."""
         for pool, name in enumerate(self.pools):
             share = self.spec.warm_load.get(name)
             if not share:
@@ -293,12 +296,16 @@ class SimFleet:
                 # Jobs seen at a random instant are length-biased: long ones are more likely.
                 if rng.random() > min(req.duration, CALIBRATION_HORIZON) / CALIBRATION_HORIZON:
                     continue
-                req.duration = max(600.0, req.duration * rng.random())
+                # ... and that instant falls uniformly inside them: what is left runs from t=0,
+                # what has passed ran before it, so the job's start and its whole duration are
+                # known to whoever reads the fleet (its ends teach true durations, not residues).
+                residual = max(600.0, req.duration * rng.random())
+                req.duration = max(req.duration, residual)
                 gpus = self._find(pool, req.gpus, order)
                 if gpus is None:
                     failures += 1
                     continue
-                self._start(self._new_job(req, pool), req, gpus, 0.0)
+                self._start(self._new_job(req, pool), req, gpus, residual - req.duration)
 
     def _build_mig(self) -> None:
         rng = np.random.default_rng([self.seed, 3])

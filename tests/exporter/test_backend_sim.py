@@ -194,6 +194,18 @@ def test_same_seed_same_fleet_and_stepping_does_not_matter():
     assert other[0].gpus[0].uuid != fleet_at("a100-16x8", 9, 0.0)[0].gpus[0].uuid
 
 
+@pytest.mark.parametrize("preset", ["a100-16x8", "mixed-h100-a100-v100"])
+def test_jobs_running_at_t0_started_before_it_so_their_ends_teach_whole_durations(preset: str):
+    """A fleet observed from t = 0 (a `sim:` history) learns a job's duration as end - start;
+    with every start at 0 it learned the remaining time of the jobs already running."""
+    jobs = SimFleet(preset, 42).running_jobs()
+    assert jobs and all(job.start <= 0.0 < job.end for job in jobs)
+    assert sum(job.start < 0.0 for job in jobs) >= 0.75 * len(jobs)  # short ones: start at 0
+    whole = sorted(job.end - job.start for job in jobs)
+    remaining = sorted(job.end for job in jobs)
+    assert whole[len(jobs) // 2] > remaining[len(jobs) // 2]
+
+
 @pytest.mark.parametrize("preset", PRESETS)
 def test_allocations_reference_gpus_and_never_oversubscribe(preset: str):
     fleet = SimFleet(preset, 11)
