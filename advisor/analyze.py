@@ -4,9 +4,12 @@
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import math
+import os
 import sys
+from collections.abc import Callable
 from typing import Any, TextIO
 
 import numpy as np
@@ -14,9 +17,32 @@ import numpy as np
 from advisor import snapshot
 from advisor.fragmentation import measures
 from advisor.ingest.sources import DEFAULT_TIMEOUT, SOURCE_HELP, SourceError, load_source
-from exporter.units import duration, positive_duration
+from exporter.units import positive_duration
 
 GIB = 2**30
+
+
+def number_flag(
+    low: float, high: float = math.inf, *, above: bool = False, kind: type = float
+) -> Callable[[str], Any]:
+    """An argparse type for a finite number in [low, high] (`above`: strictly above `low`), so a
+    nan, an infinity or an out-of-range value is refused at its flag instead of silently
+    measuring nothing (nan compares false with everything)."""
+    word = "whole number" if kind is int else "number"
+    bounds = f"> {low:g}" if above else f">= {low:g}"
+    if math.isfinite(high):
+        bounds += f" and <= {high:g}"
+
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a {word}") from None
+        if not (math.isfinite(value) and low <= value <= high) or (above and value == low):
+            raise argparse.ArgumentTypeError(f"{text!r}: expected a finite {word} {bounds}")
+        return value
+
+    return parse
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -41,18 +67,22 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "(default: 0.5 1 2 4 8 2x8 4x8)",
     )
     analyze.add_argument(
-        "--idle-threshold", type=float, default=0.05, metavar="RATIO", help="default 0.05"
+        "--idle-threshold",
+        type=number_flag(0, 1),
+        default=0.05,
+        metavar="RATIO",
+        help="utilization below this is idle, 0..1 (default 0.05)",
     )
     analyze.add_argument(
         "--idle-window",
-        type=duration,
+        type=positive_duration,
         default=3600.0,
         metavar="DURATION",
         help="e.g. 3600, 90m or 1h (default 1h)",
     )
     analyze.add_argument(
         "--min-request-memory",
-        type=float,
+        type=number_flag(0),
         default=10.0,
         metavar="GIB",
         help="free memory below this on a shared GPU is stranded (default 10)",
@@ -91,24 +121,67 @@ def _fail(message: str) -> int:
     return 2
 
 
+def _emit(text: str) -> int:
+    """Print the whole result; a closed (`>&-`) or full (`> /dev/full`) standard output is one
+    line and exit 2, like any other write failure, instead of a traceback."""
+    stream = sys.stdout
+    if stream is None:
+        return _fail("cannot write to standard output: standard output is closed")
+    try:
+        stream.write(text)
+        stream.flush()
+    except BrokenPipeError:
+        raise  # `| head`: the CLI's own rule (a reader that stopped is not an error)
+    except OSError as error:
+        _discard_stdout()
+        return _fail(f"cannot write to standard output: {error.strerror or error}")
+    return 0
+
+
+def _discard_stdout() -> None:
+    """Point standard output at the null device, so the interpreter's flush at exit does not
+    fail a second time with a traceback of its own."""
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):
+        return  # not a real file (a test's capture): nothing is flushed at exit
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, fd)
+    os.close(null)
+
+
 def run_snapshot(args: argparse.Namespace) -> int:
     try:
         model = load_source(args.source, timeout=args.timeout)
+        if args.output:
+            snapshot.save(model, args.output)
+            return 0
+        text = snapshot.dumps(model)
     except SourceError as error:
         return _fail(str(error))
-    if args.output:
-        try:
-            snapshot.save(model, args.output)
-        except OSError as error:
-            return _fail(f"cannot write {args.output}: {error.strerror or error}")
-    else:
-        snapshot.dump(model, sys.stdout)
-    return 0
+    except snapshot.SnapshotError as error:  # the loader's checks: nothing was written
+        return _fail(f"{args.source}: {error}")
+    except OSError as error:
+        return _fail(f"cannot write {args.output}: {error.strerror or error}")
+    return _emit(text)
+
+
+def _shape(text: str) -> measures.Shape:
+    """`measures.parse_shape`, with the error of an impossible shape naming the text that asked
+    for it (the shape's own error shows only its fields)."""
+    try:
+        return measures.parse_shape(text)
+    except ValueError as error:
+        if not str(error).startswith("invalid shape"):
+            raise
+        raise ValueError(
+            f"bad shape {text!r}: a shape takes at least one task and at least 0.001 GPU"
+        ) from None
 
 
 def run_analyze(args: argparse.Namespace) -> int:
     try:
-        shapes = tuple(measures.parse_shape(s) for s in args.shape) or measures.DEFAULT_SHAPES
+        shapes = tuple(_shape(s) for s in args.shape) or measures.DEFAULT_SHAPES
     except ValueError as error:
         return _fail(str(error))
     try:
@@ -122,11 +195,10 @@ def run_analyze(args: argparse.Namespace) -> int:
     )
     result = measures.analyze(model, settings)
     if args.json:
-        json.dump(to_json(result), sys.stdout, indent=2, allow_nan=False)
-        sys.stdout.write("\n")
-    else:
-        print_table(result, sys.stdout, top=args.top)
-    return 0
+        return _emit(json.dumps(to_json(result), indent=2, allow_nan=False) + "\n")
+    table = io.StringIO()
+    print_table(result, table, top=args.top)
+    return _emit(table.getvalue())
 
 
 def _plain(value: Any) -> Any:

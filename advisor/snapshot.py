@@ -21,6 +21,9 @@ from exporter.files import write_text_atomic
 
 SCHEMA = "gpu-defrag.snapshot"
 VERSION = 1
+# docs/snapshot.md, "Top level": a new field means a new version, so any other key is a typo
+# whose content would otherwise be lost without a word.
+TOP_LEVEL = ("schema", "version", "timestamp", "source", "nodes", "allocations", "usage")
 
 
 class SnapshotError(ModelError):
@@ -135,8 +138,12 @@ def to_dict(model: ClusterModel) -> dict[str, Any]:
 
 
 def dumps(model: ClusterModel) -> str:
-    """The snapshot as one line of JSON text (built whole: a failure writes nothing)."""
-    return json.dumps(to_dict(model), allow_nan=False, separators=(",", ":")) + "\n"
+    """The snapshot as one line of JSON text (built whole: a failure writes nothing). It passes
+    the loader's own checks first (SnapshotError naming the field otherwise): a file `load`
+    would refuse is never written, whatever the source let through."""
+    doc = to_dict(model)
+    from_dict(doc)
+    return json.dumps(doc, allow_nan=False, separators=(",", ":")) + "\n"
 
 
 def dump(model: ClusterModel, stream: IO[str]) -> None:
@@ -183,7 +190,7 @@ class _Fields:
         value = self._get(key, False)
         if value is None:
             return math.nan
-        if isinstance(value, bool) or not isinstance(value, int | float):
+        if not _is_number(value):
             raise SnapshotError(self._where(key), f"expected a number or null, got {_show(value)}")
         if minimum is not None and value < minimum:
             raise SnapshotError(self._where(key), f"must be >= {minimum:g}, got {value}")
@@ -228,8 +235,13 @@ class _Fields:
         return value
 
 
+def _is_number(value: Any) -> bool:
+    """A finite JSON number (Python's json reads NaN and Infinity, which JSON cannot hold)."""
+    return not isinstance(value, bool) and isinstance(value, int | float) and math.isfinite(value)
+
+
 def _show(value: Any) -> str:
-    text = json.dumps(value) if not isinstance(value, float) or math.isfinite(value) else "NaN"
+    text = json.dumps(value)  # NaN, Infinity and -Infinity as Python's json reads them
     return text if len(text) <= 40 else text[:37] + "..."
 
 
@@ -239,7 +251,7 @@ def _usage(doc: Any, gpu_count: int) -> tuple[list[float], np.ndarray, np.ndarra
     fields = _Fields(doc, "usage")
     times = fields.array("times")
     for t, value in enumerate(times):
-        if isinstance(value, bool) or not isinstance(value, int | float):
+        if not _is_number(value):
             raise SnapshotError(f"usage.times[{t}]", f"expected a number, got {_show(value)}")
     matrices = []
     for key in ("utilization_ratio", "memory_used_bytes"):
@@ -255,7 +267,7 @@ def _usage(doc: Any, gpu_count: int) -> tuple[list[float], np.ndarray, np.ndarra
             for g, value in enumerate(row):
                 if value is None:
                     continue
-                if isinstance(value, bool) or not isinstance(value, int | float):
+                if not _is_number(value):
                     raise SnapshotError(
                         f"usage.{key}[{t}][{g}]", f"expected a number or null, got {_show(value)}"
                     )
@@ -274,6 +286,11 @@ def from_dict(doc: Any) -> ClusterModel:
     if version > VERSION or version < 1:
         raise SnapshotError(
             "version", f"snapshot version {version} is not readable here (reads 1..{VERSION})"
+        )
+    unknown = [key for key in doc if key not in TOP_LEVEL]
+    if unknown:
+        raise SnapshotError(
+            str(unknown[0]), f"unknown field (a snapshot has {', '.join(TOP_LEVEL)})"
         )
     builder = ModelBuilder()
     gpu_count = 0

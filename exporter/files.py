@@ -4,38 +4,140 @@ target only once complete, so a crash or a full disk never leaves half a file be
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
 import shutil
-import tempfile
+import stat
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+# The names a staged result folder was given by its writer, so the next run knows which files
+# are its own (to drop the ones it no longer makes) and which are someone else's (to keep).
+MANIFEST = ".gpu-defrag-files"
+
 
 def write_text_atomic(path: str | Path, text: str) -> None:
-    target = Path(path)
+    """Write `text` to `path` whole or not at all.
+
+    A symlink is written through: the file it points to is replaced (atomically) and the link
+    stays a link. A target that exists and is not a regular file (a FIFO, a device such as
+    /dev/stdout, a socket) cannot be replaced without destroying it, so the text is written to
+    it directly, as a shell redirection would; whole-or-nothing cannot hold there."""
+    mode = _mode(Path(path))
+    if mode is not None and not stat.S_ISREG(mode):
+        with open(path, "w", encoding="utf-8") as stream:
+            stream.write(text)
+        return
+    target = Path(os.path.realpath(path))
     tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")  # same directory: atomic rename
     try:
         with open(tmp, "w", encoding="utf-8") as stream:
             stream.write(text)
         os.replace(tmp, target)
     except BaseException:
-        tmp.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):  # a failing cleanup must not hide the real error
+            tmp.unlink(missing_ok=True)
         raise
+
+
+def _mode(path: Path) -> int | None:
+    """The mode of what `path` names, links followed; None when nothing is there yet."""
+    try:
+        return os.stat(path).st_mode
+    except FileNotFoundError:
+        return None
+
+
+def check_directory_target(target: str | Path) -> int | None:
+    """Raise NotADirectoryError when `target` cannot become a result folder (it, or a folder on
+    its path, is a file), so a command can say so before hours of work, not after; returns the
+    mode of what is there (None: nothing yet)."""
+    mode = _mode(Path(target))
+    if mode is not None and not stat.S_ISDIR(mode):
+        raise NotADirectoryError(errno.ENOTDIR, "exists and is not a directory", str(target))
+    return mode
 
 
 @contextmanager
 def staged_directory(target: str | Path) -> Iterator[Path]:
-    """Write a set of result files together: they go to a hidden folder beside `target` and are
-    moved into it only when the whole block succeeds, so a failure part-way (a plot that cannot
-    be drawn, a full disk) leaves the previous results as they were, never a mix of old and new."""
-    target = Path(target)
+    """Write a set of result files together: they go to a hidden folder beside `target`, which
+    takes the place of `target` only when the whole block succeeds, so a failure part-way (a
+    plot that cannot be drawn, a full disk) leaves the previous results as they were, never a
+    mix of old and new.
+
+    A folder that holds only a previous run's files is swapped whole (renamed aside, the new
+    one renamed in, the old one removed), so no file of the previous run survives. A folder
+    that also holds other files (or whose files no run recorded) keeps them: the new files are
+    moved in and the previous run's files this run did not make are removed. A `target` that
+    exists and is not a folder raises NotADirectoryError before the block runs."""
+    target = Path(os.path.realpath(target))  # a link to a folder: swap the folder behind it
+    mode = check_directory_target(target)
     target.parent.mkdir(parents=True, exist_ok=True)
-    stage = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    stage = _fresh_folder(target)
     try:
         yield stage
-        target.mkdir(exist_ok=True)
-        for path in sorted(stage.iterdir()):
-            os.replace(path, target / path.name)
+        (stage / MANIFEST).write_text("".join(f"{p.name}\n" for p in sorted(stage.iterdir())))
+        if mode is None:
+            os.rename(stage, target)
+        elif _swappable(target):
+            _swap(stage, target)
+        else:
+            _merge(stage, target)
     finally:
         shutil.rmtree(stage, ignore_errors=True)
+
+
+def _fresh_folder(target: Path) -> Path:
+    """A new hidden folder beside `target` (made with the umask's mode, unlike mkdtemp's 0700,
+    because it becomes the result folder)."""
+    folder = target.with_name(f".{target.name}.{uuid.uuid4().hex}")
+    folder.mkdir()
+    return folder
+
+
+def _recorded(folder: Path) -> set[str]:
+    """The names the last staged run wrote into `folder` (empty if none did); only plain names,
+    so an edited manifest cannot point outside the folder."""
+    try:
+        lines = (folder / MANIFEST).read_text(encoding="utf-8").split("\n")
+    except (OSError, UnicodeDecodeError):
+        return set()
+    return {n for n in lines if n not in ("", ".", "..") and "/" not in n and os.sep not in n}
+
+
+def _swappable(folder: Path) -> bool:
+    """True when every entry of `folder` is a previous run's (an empty folder counts) and it is
+    not the working directory, which a swap would leave the shell standing in a deleted one."""
+    if folder == Path(os.getcwd()):
+        return False
+    return {p.name for p in folder.iterdir()} <= _recorded(folder) | {MANIFEST}
+
+
+def _swap(stage: Path, target: Path) -> None:
+    """Put `stage` in the place of `target`; the old folder stays until the new one is in."""
+    os.chmod(stage, stat.S_IMODE(target.stat().st_mode))
+    old = _fresh_folder(target)
+    os.rename(target, old)  # onto the new, empty folder: rename replaces it
+    try:
+        os.rename(stage, target)
+    except BaseException:
+        os.rename(old, target)
+        raise
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def _merge(stage: Path, target: Path) -> None:
+    """Move the new files into a folder shared with other files; drop the previous run's
+    files this run did not make (the manifest, moved last, records the new set)."""
+    stale = _recorded(target) - {p.name for p in stage.iterdir()}
+    for path in sorted(stage.iterdir(), key=lambda p: p.name == MANIFEST):
+        os.replace(path, target / path.name)
+    for name in stale:
+        path = target / name
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        else:
+            path.unlink(missing_ok=True)

@@ -180,9 +180,12 @@ def _time_column(path: Path, header: list[str], data: list[list[str]], col: str)
 
 
 def read_nodes(path: str | Path) -> NodeTable:
-    """Read an openb node list (`sn,cpu_milli,memory_mib,gpu,model`)."""
+    """Read an openb node list (`sn,cpu_milli,memory_mib,gpu,model`); a list without nodes is
+    an error, not an empty cluster whose measures would all read zero."""
     p = Path(path)
     header, data = _read_rows(p, NODE_COLUMNS)
+    if not data:
+        raise OpenbFormatError(f"no nodes in {p}")
     gpu = _int_column(p, header, data, "gpu", 0, 64)
     model = _str_column(header, data, "model")
     for i in range(len(data)):

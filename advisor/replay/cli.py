@@ -8,9 +8,10 @@ from pathlib import Path
 
 import numpy as np
 
+from advisor.analyze import number_flag
 from advisor.ingest.openb import OpenbFormatError, read_nodes, read_pods
 from advisor.placement import ALL_POLICIES
-from exporter.files import staged_directory
+from exporter.files import check_directory_target, staged_directory
 
 
 def parse_seeds(text: str) -> list[int]:
@@ -84,10 +85,22 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=[0.0],
         help="fraction(s) of placed pods that may be moved, e.g. 0.02 or 0,0.01,0.02",
     )
-    p.add_argument("--ratio", type=float, default=1.3, help="workload inflation (default 1.3)")
-    p.add_argument("--jobs", type=int, default=2, help="worker processes (default 2)")
+    p.add_argument(
+        "--ratio",
+        type=number_flag(0, above=True),
+        default=1.3,
+        help="workload inflation, a finite number > 0 (default 1.3)",
+    )
+    p.add_argument(
+        "--jobs", type=number_flag(1, kind=int), default=2, help="worker processes (default 2)"
+    )
     p.add_argument("--out", required=True, type=Path, help="output directory")
     p.set_defaults(func=run)
+
+
+def _fail(message: str) -> int:
+    print(f"gpu-defrag replay: {message}", file=sys.stderr)
+    return 2
 
 
 def run(args: argparse.Namespace) -> int:
@@ -104,11 +117,15 @@ def run(args: argparse.Namespace) -> int:
         nodes = read_nodes(args.nodes)
         pods = read_pods(args.pods)
     except OpenbFormatError as exc:
-        print(f"gpu-defrag replay: {exc}", file=sys.stderr)
-        return 2
+        return _fail(str(exc))
     if nodes.total_gpus == 0:
-        print(f"gpu-defrag replay: {args.nodes}: no GPUs in the node list", file=sys.stderr)
-        return 2
+        return _fail(f"{args.nodes}: no GPUs in the node list")
+    if len(pods) == 0:  # the trace's workload is learnt from its pods
+        return _fail(f"{args.pods}: no pods in the pod list")
+    try:  # before the replays, not after them
+        check_directory_target(args.out)
+    except OSError as exc:
+        return _fail(f"--out {args.out}: {exc.strerror or exc}")
     tasks = [
         Task(str(args.nodes), str(args.pods), policy, seed, budget, args.ratio)
         for budget in args.migration_budget
@@ -125,17 +142,20 @@ def run(args: argparse.Namespace) -> int:
                 [packing_floor_pct(pods, nodes.total_gpus, s, ratio=args.ratio) for s in args.seeds]
             )
         )
-    with staged_directory(args.out) as stage:  # all four files or none
-        write_csv(stage / "curve.csv", CURVE_COLUMNS, curves)
-        write_csv(stage / "summary.csv", SUMMARY_COLUMNS, summaries)
-        plot(curves, stage / "replay.png", title=f"{args.pods.name} on {args.nodes.name}")
-        if any(b > 0 for b in args.migration_budget):
-            plot_budget(
-                summaries,
-                stage / "migration.png",
-                title=f"{args.pods.name}: migrations",
-                bound=bound,
-            )
+    try:
+        with staged_directory(args.out) as stage:  # all four files or none
+            write_csv(stage / "curve.csv", CURVE_COLUMNS, curves)
+            write_csv(stage / "summary.csv", SUMMARY_COLUMNS, summaries)
+            plot(curves, stage / "replay.png", title=f"{args.pods.name} on {args.nodes.name}")
+            if any(b > 0 for b in args.migration_budget):
+                plot_budget(
+                    summaries,
+                    stage / "migration.png",
+                    title=f"{args.pods.name}: migrations",
+                    bound=bound,
+                )
+    except OSError as exc:
+        return _fail(f"cannot write {args.out}: {exc.strerror or exc}")
     for row in summaries:
         print(
             f"{row['policy']:>16} seed {row['seed']}: unallocated {row['unalloc_100']:.2f}% "

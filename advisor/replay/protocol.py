@@ -10,6 +10,7 @@ arrived-% bins (the paper's analysis scripts).
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -26,7 +27,12 @@ DEFAULT_RATIO = 1.3
 
 
 def arrival_order(pods: PodTable, capacity_milli: int, seed: int, ratio: float) -> np.ndarray:
-    """Indices into `pods`: a seeded shuffle, then resampled (or trimmed) to `ratio` x capacity."""
+    """Indices into `pods`: a seeded shuffle, then resampled (or trimmed) to `ratio` x capacity.
+
+    ValueError for a ratio that is not finite and > 0: no draw ever overshoots an infinite or
+    NaN target, so the resampling would never end."""
+    if not (math.isfinite(ratio) and ratio > 0):
+        raise ValueError(f"ratio must be a finite number > 0, got {ratio}")
     rng = np.random.default_rng(seed)
     order = rng.permutation(len(pods))
     total = pods.total_gpu_milli
@@ -85,11 +91,15 @@ class Curve:
     frag_rate: list[float] = field(default_factory=list)
 
     def binned(self) -> dict[str, np.ndarray]:
-        """Means within integer arrived-% bins (round(arrived %)), as the paper's scripts."""
+        """Means within integer arrived-% bins (round(arrived %)), as the paper's scripts; empty
+        arrays when no pod arrived (a ratio so small that trimming left nothing)."""
         arrived = np.asarray(self.arrived_pct)
         bins = np.round(arrived).astype(np.int64)
         keys = np.unique(bins)
         out = {"arrived_pct": keys}
+        if keys.size == 0:
+            empty = np.zeros(0)
+            return out | {k: empty for k in ("unallocated_pct", "frag_amount_pct", "frag_rate")}
         for name in ("unallocated_pct", "frag_amount_pct", "frag_rate"):
             values = np.asarray(getattr(self, name))
             sums = np.bincount(bins - keys[0], weights=values)[keys - keys[0]]
@@ -98,8 +108,11 @@ class Curve:
         return out
 
     def at(self, arrived_pct: float, name: str = "unallocated_pct") -> float:
-        """The binned value at an arrived-% (interpolated if no pod landed in that bin)."""
+        """The binned value at an arrived-% (interpolated if no pod landed in that bin); NaN for
+        a curve without arrivals."""
         b = self.binned()
+        if b["arrived_pct"].size == 0:
+            return math.nan
         return float(np.interp(arrived_pct, b["arrived_pct"], b[name]))
 
 

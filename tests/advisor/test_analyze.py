@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import json
+import os
 import socket
+import sys
+
+import pytest
 
 from advisor import snapshot
 from advisor.cli import main
 from tests.advisor.test_measures import two_nodes
+from tests.fakes.page_server import Routes, serve
 
 
 def test_snapshot_then_analyze_json_and_table(tmp_path, capsys) -> None:
@@ -77,3 +82,66 @@ def test_durations_take_units_like_the_other_commands(capsys) -> None:
     assert json.loads(capsys.readouterr().out)["temporal"]["window_s"] == 5400.0
     assert main(["analyze", source, "--json", "--idle-window", "5400"]) == 0
     assert json.loads(capsys.readouterr().out)["temporal"]["window_s"] == 5400.0
+
+
+def test_snapshot_of_a_page_the_loader_would_refuse_writes_nothing(tmp_path, capsys) -> None:
+    routes = Routes()
+    routes.text("/page", 'gpu_memory_total_bytes{node="a",gpu="0"} -1\n')
+    out = tmp_path / "s.json"
+    with serve(routes) as base:
+        assert main(["snapshot", f"{base}/page", "-o", str(out), "--timeout", "2"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert "nodes[0].gpus[0].memory_total_bytes: must be >= 0, got -1" in err
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("text", "why"),
+    [("0", "at least 0.001 GPU"), ("0x8", "at least one task"), ("8x0", "at least 0.001 GPU")],
+)
+def test_an_impossible_shape_names_its_text_and_why(text, why, capsys) -> None:
+    assert main(["analyze", "sim:a100-16x8", "--shape", text]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"bad shape {text!r}" in err and why in err
+    assert "Shape(" not in err
+
+
+@pytest.mark.parametrize(
+    "flag",
+    [
+        "--idle-threshold=-1",
+        "--idle-threshold=2",
+        "--idle-threshold=nan",
+        "--idle-window=0",
+        "--min-request-memory=-1",
+        "--min-request-memory=nan",
+        "--min-request-memory=inf",
+    ],
+)
+def test_out_of_range_settings_are_refused_at_their_flag(flag, capsys) -> None:
+    with pytest.raises(SystemExit) as stop:
+        main(["analyze", "sim:a100-16x8", flag])
+    assert stop.value.code == 2
+    assert f"argument {flag.split('=')[0]}:" in capsys.readouterr().err
+
+
+def test_snapshot_to_a_closed_stdout_is_one_line(monkeypatch, capsys) -> None:
+    monkeypatch.setattr(sys, "stdout", None)
+    assert main(["snapshot", "sim:a100-16x8?seed=2"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "standard output is closed" in err
+
+
+def test_snapshot_to_a_full_stdout_is_one_line(tmp_path, monkeypatch, capsys) -> None:
+    class Full:
+        def write(self, _text: str) -> int:
+            raise OSError(28, os.strerror(28))
+
+        def flush(self) -> None:
+            pass
+
+    monkeypatch.setattr(sys, "stdout", Full())
+    assert main(["snapshot", "sim:a100-16x8?seed=2"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "No space left on device" in err

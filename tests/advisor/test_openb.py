@@ -96,3 +96,14 @@ def test_missing_column_and_missing_file(tmp_path: Path) -> None:
     q = _write(tmp_path, "n2.csv", "sn,cpu_milli,memory_mib,gpu,model\nn0,1,1,2,\n")
     with pytest.raises(OpenbFormatError, match="line 2, column model: empty"):
         read_nodes(q)
+
+
+def test_a_node_list_without_nodes_is_refused(tmp_path: Path, capsys) -> None:
+    from advisor.cli import main
+
+    p = _write(tmp_path, "nodes.csv", "sn,cpu_milli,memory_mib,gpu,model\n")
+    with pytest.raises(OpenbFormatError, match=f"^no nodes in {p}$"):
+        read_nodes(p)
+    assert main(["analyze", f"openb:{p}"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"no nodes in {p}" in err

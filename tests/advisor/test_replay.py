@@ -343,3 +343,81 @@ def test_no_replay_goes_below_the_packing_floor(nodes, pods, policy, seed, budge
     arrived = np.asarray(result.curve.arrived_pct)
     unallocated = np.asarray(result.curve.unallocated_pct)
     assert (unallocated[arrived <= 100.5] >= floor - 1e-9).all()
+
+
+@pytest.mark.parametrize("ratio", ["nan", "inf", "-inf", "0", "-1", "x"])
+def test_cli_refuses_a_ratio_that_is_not_finite_and_positive(tmp_path: Path, ratio, capsys) -> None:
+    nodes, pods = _write_trace(tmp_path)
+    with pytest.raises(SystemExit) as stop:
+        main(["replay", "--nodes", str(nodes), "--pods", str(pods), "--jobs", "1",
+              "--out", str(tmp_path / "r"), f"--ratio={ratio}"])  # fmt: skip
+    assert stop.value.code == 2
+    assert "argument --ratio:" in capsys.readouterr().err
+    assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize("ratio", [float("nan"), float("inf"), 0.0, -1.0])
+def test_arrival_order_refuses_a_ratio_it_cannot_reach(ratio: float) -> None:
+    pods = pod_table([(1000, 1, 1, 500, "")] * 4)
+    with pytest.raises(ValueError, match="ratio"):
+        arrival_order(pods, 4 * MILLI, seed=1, ratio=ratio)
+
+
+def test_a_curve_with_no_arrivals_bins_to_nothing() -> None:
+    empty = Curve()
+    assert empty.binned()["arrived_pct"].size == 0
+    assert np.isnan(empty.at(100.0))
+
+
+@pytest.mark.parametrize("jobs", ["0", "-1", "two"])
+def test_cli_refuses_fewer_than_one_job(tmp_path: Path, jobs: str) -> None:
+    nodes, pods = _write_trace(tmp_path)
+    with pytest.raises(SystemExit) as stop:
+        main(["replay", "--nodes", str(nodes), "--pods", str(pods), f"--jobs={jobs}",
+              "--out", str(tmp_path / "r")])  # fmt: skip
+    assert stop.value.code == 2
+
+
+def test_cli_header_only_pod_list_is_one_line(tmp_path: Path, capsys) -> None:
+    nodes, pods = _write_trace(tmp_path)
+    pods.write_text("name,cpu_milli,memory_mib,num_gpu,gpu_milli\n")
+    rc = main(["replay", "--nodes", str(nodes), "--pods", str(pods), "--jobs", "1",
+               "--out", str(tmp_path / "r")])  # fmt: skip
+    err = capsys.readouterr().err
+    assert rc == 2 and err.count("\n") == 1 and f"{pods}: no pods" in err
+    assert not (tmp_path / "r").exists()
+
+
+def test_cli_checks_out_before_replaying(tmp_path: Path, capsys, monkeypatch) -> None:
+    import advisor.replay.sweep as sweep
+
+    nodes, pods = _write_trace(tmp_path)
+    out = tmp_path / "afile"
+    out.write_text("keep")
+    monkeypatch.setattr(sweep, "run_tasks", lambda *a, **k: pytest.fail("replayed first"))
+    rc = main(["replay", "--nodes", str(nodes), "--pods", str(pods), "--jobs", "1",
+               "--out", str(out)])  # fmt: skip
+    err = capsys.readouterr().err
+    assert rc == 2 and err.count("\n") == 1 and "not a directory" in err
+    assert out.read_text() == "keep"
+
+
+def test_cli_a_new_run_leaves_no_file_of_the_previous_one(tmp_path: Path) -> None:
+    nodes, pods = _write_trace(tmp_path)
+    out = tmp_path / "mix"
+    base = ["replay", "--nodes", str(nodes), "--pods", str(pods), "--policies", "fgd",
+            "--jobs", "1", "--out", str(out)]  # fmt: skip
+    assert main([*base, "--seeds", "1", "--migration-budget", "0.05"]) == 0
+    assert (out / "migration.png").exists()
+    assert main([*base, "--seeds", "2"]) == 0
+    assert not (out / "migration.png").exists()
+    with (out / "summary.csv").open() as fh:
+        assert [r["seed"] for r in csv.DictReader(fh)] == ["2"]
+
+
+def test_cli_out_below_a_file_is_refused_before_replaying(tmp_path: Path, capsys) -> None:
+    nodes, pods = _write_trace(tmp_path)
+    rc = main(["replay", "--nodes", str(nodes), "--pods", str(pods), "--jobs", "1",
+               "--out", str(nodes / "r")])  # fmt: skip
+    err = capsys.readouterr().err
+    assert rc == 2 and err.count("\n") == 1 and "Not a directory" in err

@@ -149,6 +149,7 @@ def test_written_snapshots_follow_the_published_json_schema() -> None:
     doc = snapshot.to_dict(_model())
     doc["nodes"][0]["gpus"][0]["index"] = -1
     assert not validator.is_valid(doc)  # the schema is not vacuous
+    assert not validator.is_valid({**snapshot.to_dict(_model()), "allocation": []})  # a typo
     with pytest.raises(SnapshotError, match=r"nodes\[0\]\.gpus\[0\]\.index: must be within 0"):
         snapshot.from_dict(doc)  # and the loader agrees
 
@@ -164,3 +165,39 @@ def test_failed_save_leaves_the_previous_file_whole(tmp_path) -> None:
         snapshot.save(broken.build(), path)
     assert path.read_text() == before
     assert [p.name for p in tmp_path.iterdir()] == ["s.json"]  # no temporary file left
+
+
+def test_an_unknown_top_level_field_is_refused_by_name() -> None:
+    def typo(d):
+        d["allocation"] = d.pop("allocations")
+
+    assert _bad(typo).startswith("allocation: unknown field")
+
+    def newer_and_unknown(d):
+        d.update(version=2, extra=1)
+
+    assert _bad(newer_and_unknown).startswith("version: ")  # the version speaks first
+
+
+@pytest.mark.parametrize("value", [float("inf"), float("-inf"), float("nan")])
+def test_a_number_json_cannot_hold_is_refused_on_load(value: float) -> None:
+    def odd(d):
+        d["nodes"][0]["gpus"][0]["power_watts"] = value
+
+    assert _bad(odd).startswith("nodes[0].gpus[0].power_watts: expected a number or null")
+
+    def odd_usage(d):
+        d["usage"]["memory_used_bytes"][0][0] = value
+
+    assert _bad(odd_usage).startswith("usage.memory_used_bytes[0][0]: expected a number")
+
+
+def test_save_refuses_what_load_would_refuse_and_writes_nothing(tmp_path) -> None:
+    builder = ModelBuilder()
+    builder.add_node("a")
+    builder.add_gpu("a", 0, memory_total_bytes=-1)
+    path = tmp_path / "s.json"
+    with pytest.raises(SnapshotError) as error:
+        snapshot.save(builder.build(), path)
+    assert str(error.value) == "nodes[0].gpus[0].memory_total_bytes: must be >= 0, got -1"
+    assert list(tmp_path.iterdir()) == []
