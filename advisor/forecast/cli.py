@@ -5,6 +5,12 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 METRIC_COLUMNS = [
     "series",
@@ -32,12 +38,117 @@ PAIRED_COLUMNS = [
 ]
 
 
-def _floats(text: str) -> tuple[float, ...]:
-    return tuple(float(x) for x in text.split(",") if x.strip())
+MAX_HORIZON = 168  # hours: up to 7 days ahead, for capacity reviews (docs/forecasting.md)
 
 
-def _ints(text: str) -> tuple[int, ...]:
-    return tuple(int(x) for x in text.split(",") if x.strip())
+class OutputError(Exception):
+    """The results could not be written to --out (a full disk, a path changed since the start)."""
+
+
+def _parts(text: str, what: str) -> list[str]:
+    parts = [p.strip() for p in text.split(",") if p.strip()]
+    if not parts:
+        raise argparse.ArgumentTypeError(f"no {what} given")
+    return parts
+
+
+def _fraction(part: str) -> float:
+    """A number strictly inside (0, 1): a quantile level or a risk; 0, 1, nan and 1.5 are not."""
+    try:
+        value = float(part)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value < 1:  # false for nan too
+        raise argparse.ArgumentTypeError(f"{part!r} is not a number strictly between 0 and 1")
+    return value
+
+
+def _quantiles(text: str) -> tuple[float, ...]:
+    """'0.5,0.9': quantile levels, each strictly between 0 and 1."""
+    return tuple(sorted({_fraction(part) for part in _parts(text, "quantile")}))
+
+
+def _hours(text: str) -> tuple[int, ...]:
+    """'1,24': whole hours from 1 to MAX_HORIZON (0 or -1 would score the past as a forecast)."""
+    out = set()
+    for part in _parts(text, "hours"):
+        if not part.isdecimal() or not 1 <= int(part) <= MAX_HORIZON:
+            raise argparse.ArgumentTypeError(
+                f"{part!r} is not a whole number of hours from 1 to {MAX_HORIZON}"
+            )
+        out.add(int(part))
+    return tuple(sorted(out))
+
+
+def _model(text: str) -> str:
+    """'advisor' or a model of the backtest's candidates (the names in metrics.csv)."""
+    from advisor.forecast.rolling import CANDIDATES
+
+    known = ("advisor", *CANDIDATES)
+    if text not in known:
+        raise argparse.ArgumentTypeError(f"unknown model {text!r}; known: {', '.join(known)}")
+    return text
+
+
+def _instant(text: str) -> pd.Timestamp:
+    """A --test-from/--test-to date as naive UTC, the data's grid; an offset is converted."""
+    import pandas as pd
+
+    try:
+        at = pd.Timestamp(text)
+    except (ValueError, TypeError, OverflowError):
+        at = pd.NaT
+    if at is pd.NaT:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a date like 2024-05-01 or 2024-05-01T12:00"
+        )
+    return at.tz_convert(None) if at.tzinfo else at
+
+
+def _unusable_out(path: str, directory: bool) -> str | None:
+    """Why --out PATH cannot take the results, or None. Checked before any work, so a bad path is
+    not found only after the whole run. A folder's missing parents are made when it is written;
+    a file's parent must exist (a device or FIFO such as /dev/stdout is written to as it is)."""
+    import os
+    from pathlib import Path
+
+    target = Path(path)
+    if directory and target.exists() and not target.is_dir():
+        return "exists and is not a directory"
+    if not directory and target.is_dir():
+        return "is a directory"
+    if not directory and target.exists() and not os.access(target, os.W_OK):
+        return "is not writable"
+    parent = target.parent
+    while directory and not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir():
+        return f"{parent} is not a directory" if parent.exists() else f"{parent} does not exist"
+    if not os.access(parent, os.W_OK | os.X_OK):
+        return f"{parent} is not writable"
+    return None
+
+
+def _check_out(path: str | None, directory: bool) -> None:
+    from advisor.forecast.io import InputError
+
+    why = _unusable_out(path, directory) if path else None
+    if why:
+        raise InputError(f"--out {path}: {why}")
+
+
+@contextmanager
+def _writing(path: str) -> Iterator[None]:
+    """An OSError while writing the results is one line (exit 1); the writes are whole-or-nothing,
+    so the previous results stay as they were."""
+    try:
+        yield
+    except OSError as error:
+        raise OutputError(f"--out {path}: cannot write: {error.strerror or error}") from None
+
+
+HORIZONS_HELP = f"comma list of whole hours ahead, 1 to {MAX_HORIZON}"
+QUANTILES_HELP = "comma list of quantile levels strictly between 0 and 1"
 
 
 def register(subparsers) -> None:
@@ -48,17 +159,20 @@ def register(subparsers) -> None:
         "(time, series, value[, capacity]) or prometheus+http://HOST:PORT/?query=…",
     )
     bt.add_argument("input", metavar="INPUT")
-    bt.add_argument("--horizons", type=_ints, default=(1, 24))
-    bt.add_argument("--quantiles", type=_floats, default=(0.5, 0.9))
+    bt.add_argument("--horizons", type=_hours, default=(1, 24), help=HORIZONS_HELP)
+    bt.add_argument("--quantiles", type=_quantiles, default=(0.5, 0.9), help=QUANTILES_HELP)
     bt.add_argument(
         "--test-from",
+        type=_instant,
         default=None,
         help="first origin of the test part (default: the data set's split or the last 7 days)",
     )
-    bt.add_argument("--test-to", default=None, help="end of the test part (exclusive)")
-    bt.add_argument("--windows", type=_ints, default=(1, 4), help="idle-window lengths W in hours")
     bt.add_argument(
-        "--risk", type=float, default=0.05, help="violation budget for idle-window release"
+        "--test-to", type=_instant, default=None, help="end of the test part (exclusive)"
+    )
+    bt.add_argument("--windows", type=_hours, default=(1, 4), help="idle-window lengths W in hours")
+    bt.add_argument(
+        "--risk", type=_fraction, default=0.05, help="violation budget for idle-window release"
     )
     bt.add_argument(
         "--replays",
@@ -88,9 +202,9 @@ def register(subparsers) -> None:
 
     fc = subparsers.add_parser("forecast", help="forecast demand per series with quantiles")
     fc.add_argument("input", metavar="INPUT")
-    fc.add_argument("--horizons", type=_ints, default=tuple(range(1, 25)))
-    fc.add_argument("--quantiles", type=_floats, default=(0.1, 0.5, 0.9))
-    fc.add_argument("--model", default="advisor")
+    fc.add_argument("--horizons", type=_hours, default=tuple(range(1, 25)), help=HORIZONS_HELP)
+    fc.add_argument("--quantiles", type=_quantiles, default=(0.1, 0.5, 0.9), help=QUANTILES_HELP)
+    fc.add_argument("--model", type=_model, default="advisor", help="advisor or one candidate")
     fc.add_argument("--out", default=None, help="CSV file (default: stdout)")
     fc.set_defaults(func=run_forecast)
 
@@ -148,7 +262,8 @@ def print_decisions(decisions) -> None:
 
 
 def _one_line(command: str, run) -> int:
-    """Run a subcommand; an unreadable INPUT or an unusable option is one line on stderr, exit 2."""
+    """Run a subcommand; an unreadable INPUT or an unusable option is one line on stderr, exit 2;
+    results that could not be written, one line, exit 1."""
     from advisor.forecast.io import InputError
 
     try:
@@ -156,6 +271,9 @@ def _one_line(command: str, run) -> int:
     except InputError as error:
         print(f"gpu-defrag {command}: {error}", file=sys.stderr)
         return 2
+    except OutputError as error:
+        print(f"gpu-defrag {command}: {error}", file=sys.stderr)
+        return 1
 
 
 def run_backtest(args: argparse.Namespace) -> int:
@@ -170,9 +288,10 @@ def _run_backtest(args: argparse.Namespace) -> int:
 
     from advisor.forecast import idle, io, powerdown, reservation, rolling, significance
 
+    _check_out(args.out, directory=True)
     t0 = time.perf_counter()
     raw = io.load(args.input)
-    panel = raw.resample("h")
+    panel = io.hourly(raw, args.input)
     metrics, fc, picks = rolling.run(
         panel,
         args.horizons,
@@ -234,7 +353,7 @@ def _run_backtest(args: argparse.Namespace) -> int:
         from advisor.forecast.plot import plot_backtest, plot_power_pareto
         from exporter.files import staged_directory
 
-        with staged_directory(args.out) as stage:  # every file of the run, or none
+        with _writing(args.out), staged_directory(args.out) as stage:  # every file, or none
             metrics[METRIC_COLUMNS].to_csv(stage / "metrics.csv", index=False)
             metrics.to_csv(stage / "metrics_full.csv", index=False)
             summarise(metrics).to_csv(stage / "summary.csv", index=False)
@@ -257,10 +376,12 @@ def _run_forecast(args: argparse.Namespace) -> int:
     from advisor.forecast import api, io
     from exporter.files import write_text_atomic
 
-    panel = io.load(args.input).resample("h")
+    _check_out(args.out, directory=False)
+    panel = io.hourly(io.load(args.input), args.input)
     frame = api.forecast(panel, args.horizons, args.quantiles, model=args.model)
     if args.out:
-        write_text_atomic(args.out, frame.to_csv(index=False))
+        with _writing(args.out):
+            write_text_atomic(args.out, frame.to_csv(index=False))
     else:
         frame.to_csv(sys.stdout, index=False)
     return 0

@@ -12,10 +12,13 @@ Long format (CSV or Parquet), one row per observation::
 
 `value` empty or NaN marks a masked point; `capacity` is the known pool size at that time
 (forecasts are clipped to it and models see it as a covariate, including its future schedule).
+Any other row that cannot be read (a bad time, a value that is not a count ≥ 0, a repeated
+(time, series)) is an error naming the first such row: it is never masked or averaged silently.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -117,22 +120,31 @@ def _bucket_sums(a: np.ndarray, labels: pd.DatetimeIndex, columns, index) -> pd.
     return sums.reindex(index, fill_value=0.0)
 
 
+def _step(freq: str | pd.Timedelta) -> pd.Timedelta:
+    """A frequency ("h", "min", a Timedelta) as one grid step."""
+    return pd.Timedelta(pd.tseries.frequencies.to_offset(freq))
+
+
+def _grid_step(index: pd.DatetimeIndex) -> pd.Timedelta:
+    """The spacing of a regular grid (the median, so a masked stretch does not count)."""
+    return pd.Series(index).diff().median() if len(index) > 1 else pd.Timedelta(hours=1)
+
+
 def _points_per_bucket(index: pd.DatetimeIndex, freq: str) -> float:
     if len(index) < 2:
         return 1.0
-    step = pd.Series(index).diff().median()
-    return max(1.0, pd.Timedelta(pd.tseries.frequencies.to_offset(freq)) / step)
+    return max(1.0, _step(freq) / _grid_step(index))
 
 
-def _regular(frame: pd.DataFrame, freq: str | None = None) -> pd.DataFrame:
-    """Reindex onto a full regular grid so missing timestamps become NaN (gaps are masked)."""
+def _regular(frame: pd.DataFrame, freq: str) -> pd.DataFrame:
+    """Reindex onto a full regular grid so missing timestamps become NaN (gaps are masked).
+
+    A frame without rows stays empty, so a header-only file reads as "no readings".
+    """
     frame = frame.sort_index()
     frame = frame[~frame.index.duplicated(keep="last")]
-    if freq is None:
-        # The smallest spacing is the grid step; a median would skip steps around gaps.
-        diffs = pd.Series(frame.index).diff().dropna()
-        diffs = diffs[diffs > pd.Timedelta(0)]
-        freq = pd.tseries.frequencies.to_offset(diffs.min() if len(diffs) else pd.Timedelta("1h"))
+    if frame.empty:
+        return frame
     full = pd.date_range(frame.index.min(), frame.index.max(), freq=freq)
     return frame.reindex(full)
 
@@ -148,29 +160,170 @@ def mask_zero_runs(values: pd.Series, min_points: int) -> pd.Series:
     return values.mask(zero & (run_len >= min_points))
 
 
-def from_long(frame: pd.DataFrame, name: str = "long", freq: str | None = None) -> Panel:
-    """Build a Panel from a long frame with columns time, series, value[, capacity]."""
+MAX_STEPS = 2_000_000  # grid steps per series a long input may span (228 years of hours)
+SPARSE_SHARE = 0.01  # a long grid (> SPARSE_STEPS) with fewer rows than this share: a mistyped date
+SPARSE_STEPS = 10_000
+
+
+def _row(position: int) -> str:
+    """Rows are counted from 1 after the header (line n + 1 of a CSV)."""
+    return f"row {position + 1}"
+
+
+def _refuse(bad: pd.Series, raw: pd.Series, what: str, why: Callable[[int], str]) -> None:
+    """One line naming the first bad row, its value and how many rows are bad; nothing if none."""
+    count = int(bad.sum())
+    if not count:
+        return
+    first = int(np.flatnonzero(bad.to_numpy())[0])
+    more = "" if count == 1 else f"; {count} bad {what}s in all"
+    raise ValueError(f"{what} {str(raw.iloc[first])!r} in {_row(first)} is {why(first)}{more}")
+
+
+def _times(raw: pd.Series) -> pd.Series:
+    """ISO 8601 times as naive UTC; an empty or unparseable time names its row."""
+    times = pd.to_datetime(raw, utc=True, errors="coerce", format="ISO8601")
+    _refuse(times.isna(), raw, "time", lambda _i: "not an ISO 8601 time")
+    return times.dt.tz_localize(None)
+
+
+def _amounts(raw: pd.Series, what: str) -> pd.Series:
+    """Counts of GPUs or nodes: finite and ≥ 0. Empty (or NaN) is a masked point; anything else
+    that is not such a number names its row, since silently masking it would hide a broken file."""
+    numbers = pd.to_numeric(raw, errors="coerce")
+    unread = numbers.isna() & raw.notna()
+    unread[unread] = raw[unread].astype(str).str.strip().ne("")  # blank: masked
+    bad = unread | np.isinf(numbers) | (numbers < 0)
+
+    def why(i: int) -> str:
+        x = numbers.iloc[i]
+        return "not a number" if np.isnan(x) else "infinite" if np.isinf(x) else "negative"
+
+    _refuse(bad, raw, what, why)
+    return numbers.astype(float)
+
+
+def _no_repeats(df: pd.DataFrame) -> None:
+    """Two rows for one (time, series) are an error: averaging them would hide a broken export."""
+    repeated = df.duplicated(["time", "series"])
+    if not repeated.any():
+        return
+    at = int(np.flatnonzero(repeated.to_numpy())[0])
+    time, name = df["time"].iloc[at], df["series"].iloc[at]
+    first = int(np.flatnonzero(((df["time"] == time) & (df["series"] == name)).to_numpy())[0])
+    count = int(repeated.sum())
+    more = "" if count == 1 else f"; {count} repeated rows in all"
+    raise ValueError(f"{_row(at)} repeats {_row(first)}: series {name!r} at {time}{more}")
+
+
+def _lower_median(ns: pd.Series) -> int:
+    return int(np.sort(ns.to_numpy())[(len(ns) - 1) // 2])
+
+
+def typical_step(df: pd.DataFrame) -> pd.Timedelta:
+    """The grid step of a long frame: the typical spacing of each series' rows (lower median of
+    its positive gaps), then of the series (lower median), in whole seconds.
+
+    Not the smallest gap: one row a second off the grid would make the step a second. The lower
+    median keeps the step at 1 h for a series with as many missing hours as present ones.
+    """
+    ordered = df.sort_values(["series", "time"])
+    gaps = ordered.groupby("series")["time"].diff()
+    gaps = gaps[gaps > pd.Timedelta(0)]
+    if gaps.empty:
+        return pd.Timedelta(hours=1)
+    ns = gaps.astype("timedelta64[ns]").astype("int64")
+    per_series = ns.groupby(ordered.loc[gaps.index, "series"]).agg(_lower_median)
+    step = pd.Timedelta(_lower_median(per_series))
+    return step.round("s") if step >= pd.Timedelta(seconds=1) else step
+
+
+def _buckets(times: pd.Series, step: pd.Timedelta) -> pd.Series:
+    """The grid step each time falls in, counted from midnight of the first day (as `resample`)."""
+    origin = times.min().normalize()
+    return (origin + (times - origin) // step * step).dt.as_unit(times.dt.unit)
+
+
+def _check_span(buckets: pd.Series, step: pd.Timedelta) -> None:
+    """Refuse a grid that a mistyped date would blow up: more than `MAX_STEPS` steps, or a long
+    grid that its rows barely touch (a row dated 2200 in an hourly 2024 file)."""
+    first, last = buckets.min(), buckets.max()
+    steps = int((last - first) // step) + 1
+    held = buckets.nunique()
+    if steps <= MAX_STEPS and (steps <= SPARSE_STEPS or held >= SPARSE_SHARE * steps):
+        return
+    ordered = buckets.drop_duplicates().sort_values()
+    gap = ordered.diff().fillna(pd.Timedelta(0))
+    at = int(gap.to_numpy().argmax())
+    raise ValueError(
+        f"the times span {first} … {last}: {steps:,} steps of {_text(step)}, {held:,} of them "
+        f"with a row (the largest gap, {gap.iloc[at] / pd.Timedelta(days=1):,.1f} days, follows "
+        f"{ordered.iloc[at - 1]}); is a date mistyped?"
+    )
+
+
+def _text(step: pd.Timedelta) -> str:
+    """A step in its largest whole unit (1 h, 5 min, 30 s)."""
+    seconds = step.total_seconds()
+    for unit, name in ((86400, "d"), (3600, "h"), (60, "min"), (1, "s")):
+        if seconds >= unit and seconds % unit == 0:
+            return f"{int(seconds // unit)} {name}"
+    return str(step)
+
+
+def _on_grid(df: pd.DataFrame, column: str, step: pd.Timedelta, how: str) -> pd.DataFrame:
+    """Wide frame (time × series) of `column`, one row per grid step, every step present."""
+    wide = df.pivot_table(
+        index="bucket", columns="series", values=column, aggfunc=how, dropna=False
+    )
+    if wide.empty:
+        return wide
+    grid = pd.date_range(wide.index.min(), wide.index.max(), freq=step)
+    return wide.reindex(grid.as_unit(wide.index.unit))
+
+
+def from_long(
+    frame: pd.DataFrame, name: str = "long", freq: str | pd.Timedelta | None = None
+) -> Panel:
+    """Build a Panel from a long frame with columns time, series, value[, capacity].
+
+    Checks every row (times, values, capacities, repeated (time, series)) and names the first
+    bad one; rows off the grid (`freq`, default `typical_step`) count toward the step they fall in.
+    """
     missing = {"time", "series", "value"} - set(frame.columns)
     if missing:
         raise ValueError(
             f"long format needs columns time, series, value; missing {sorted(missing)}"
         )
-    df = frame.copy()
-    df["time"] = pd.to_datetime(df["time"], utc=True).dt.tz_localize(None)
+    df = frame.reset_index(drop=True)
+    df["time"] = _times(df["time"])
     df["series"] = df["series"].astype(str)
-    df["value"] = pd.to_numeric(df["value"], errors="coerce")
-    values = df.pivot_table(
-        index="time", columns="series", values="value", aggfunc="mean", dropna=False
-    )
-    values = _regular(values, freq)
+    df["value"] = _amounts(df["value"], "value")
     if "capacity" in df.columns:
-        df["capacity"] = pd.to_numeric(df["capacity"], errors="coerce")
-        cap = df.pivot_table(index="time", columns="series", values="capacity", aggfunc="max")
+        df["capacity"] = _amounts(df["capacity"], "capacity")
+    _no_repeats(df)
+    step = _step(freq) if freq is not None else typical_step(df)
+    if len(df):
+        df["bucket"] = _buckets(df["time"], step)
+        _check_span(df["bucket"], step)
+    else:
+        df["bucket"] = df["time"]
+    values = _on_grid(df, "value", step, "mean")
+    if "capacity" in df.columns:
+        cap = _on_grid(df, "capacity", step, "max")
         cap = cap.reindex(values.index).reindex(columns=values.columns).ffill()
     else:
         cap = pd.DataFrame(np.nan, index=values.index, columns=values.columns)
     values.columns.name = cap.columns.name = None
     return Panel(values.astype(float), cap.astype(float), name)
+
+
+def _dated(raw: pd.DataFrame) -> pd.DataFrame:
+    """A time column `read_csv` could not parse stays text: parse it here, so a bad time is one
+    line naming its row (a parsed column is left exactly as it was)."""
+    if not pd.api.types.is_datetime64_any_dtype(raw["time"]):
+        raw["time"] = _times(raw["time"])
+    return raw
 
 
 def read_long(path: str | Path, freq: str | None = None) -> Panel:
@@ -186,7 +339,7 @@ def read_philly(path: str | Path) -> Panel:
     Philly never runs on zero nodes, so every exact zero is masked: the Oct-26 outage (18 hours)
     and the 10- and 40-minute dropouts on Dec 3 and Dec 6.
     """
-    raw = pd.read_csv(path, parse_dates=["time"]).set_index("time")
+    raw = _dated(pd.read_csv(path, parse_dates=["time"])).set_index("time")
     raw = _regular(raw, "min")
     active = mask_zero_runs(raw["active"].astype(float), min_points=1)
     values = pd.DataFrame({"philly/nodes": active})
@@ -207,7 +360,7 @@ def read_helios_vc(path: str | Path, name: str | None = None) -> tuple[pd.Series
     raw = pd.read_csv(
         path, usecols=["time", "running_gpu_num", "total_gpu_num"], parse_dates=["time"]
     )
-    raw = _regular(raw.set_index("time"), "min")
+    raw = _regular(_dated(raw).set_index("time"), "min")
     vc = name or path.parent.name
     return raw["running_gpu_num"].rename(vc).astype(float), raw["total_gpu_num"].rename(vc).astype(
         float
@@ -236,7 +389,7 @@ def read_helios(path: str | Path, total: bool = True) -> Panel:
         cap[f"{cluster}/total"] = cap.sum(axis=1, min_count=1)
     first = values.index.min()
     test_from, test_to = None, None
-    if first.year == 2020 and first.month == 5:
+    if len(values.index) and first.year == 2020 and first.month == 5:
         test_from, test_to = pd.Timestamp(EARTH_TEST[0]), pd.Timestamp(EARTH_TEST[1])
     return Panel(values, cap, cluster, test_from, test_to, {"unit": "GPUs"})
 
@@ -254,6 +407,8 @@ def read_openb_pods(path: str | Path, start_day: float = 116) -> Panel:
     """
     pods = pd.read_csv(path)
     pods = pods[pods["scheduled_time"].notna()]
+    if pods.empty:
+        raise ValueError("no scheduled pod in the list")
     gpus = pods["num_gpu"].to_numpy(float) * pods["gpu_milli"].to_numpy(float) / 1000.0
     start = (pods["scheduled_time"].to_numpy(float) // 60).astype(int)
     end = (pods["deletion_time"].to_numpy(float) // 60).astype(int)
@@ -289,8 +444,22 @@ def load(source: str, freq: str | None = None) -> Panel:
     except (OSError, ValueError, KeyError, SourceUnavailable) as error:
         first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise InputError(f"{source}: {first}") from error
+    return _with_readings(panel, f"{source}: no readings")
+
+
+def hourly(panel: Panel, source: str) -> Panel:
+    """`panel` by the hour, as every forecast and backtest reads it. An input of which no hour
+    holds enough readings is an `InputError`: its forecast would be all NaN."""
+    return _with_readings(
+        panel.resample("h"),
+        f"{source}: no hour holds half the readings its grid step gives it "
+        f"({_text(_grid_step(panel.index))}); an hour with fewer is masked",
+    )
+
+
+def _with_readings(panel: Panel, message: str) -> Panel:
     if panel.values.empty or not np.isfinite(panel.values.to_numpy(float)).any():
-        raise InputError(f"{source}: no readings")
+        raise InputError(message)
     return panel
 
 

@@ -198,3 +198,133 @@ def test_a_published_split_the_data_does_not_reach_falls_back_to_the_last_week()
     assert (test_window(elsewhere) == test_window(p)).all()
     with pytest.raises(InputError, match="lies in the test part"):
         run(p, horizons=(1,), test_from="2030-01-01")
+
+
+@pytest.mark.parametrize(
+    ("args", "flag"),
+    [
+        (["forecast", "--quantiles", "1.5"], "--quantiles"),
+        (["forecast", "--quantiles", "0"], "--quantiles"),
+        (["forecast", "--quantiles=-0.1"], "--quantiles"),
+        (["forecast", "--quantiles", "nan"], "--quantiles"),
+        (["forecast", "--quantiles", "0.5,x"], "--quantiles"),
+        (["forecast", "--model", "nope"], "--model"),
+        (["forecast", "--horizons", ""], "--horizons"),
+        (["forecast", "--horizons=-1"], "--horizons"),
+        (["forecast", "--horizons", "100000"], "--horizons"),
+        (["backtest", "--horizons=-1"], "--horizons"),
+        (["backtest", "--horizons", "0"], "--horizons"),
+        (["backtest", "--horizons", "1.5"], "--horizons"),
+        (["backtest", "--test-from", "abc"], "--test-from"),
+        (["backtest", "--test-to", "2024-13-45"], "--test-to"),
+        (["backtest", "--windows", "0"], "--windows"),
+        (["backtest", "--risk", "2"], "--risk"),
+    ],
+)
+def test_a_bad_flag_is_one_error_line_before_any_work(tmp_path, capsys, monkeypatch, args, flag):
+    """Quantiles outside (0, 1), horizons that are not 1…168 whole hours (0 or -1 would score the
+    past), an unknown model, an unparseable date: argparse's error, exit 2, nothing read."""
+    import advisor.forecast.io as io
+
+    monkeypatch.setattr(io, "load", lambda *_a, **_k: pytest.fail("the input was read"))
+    with pytest.raises(SystemExit) as stop:
+        main([args[0], str(_long_csv(tmp_path)), *args[1:]])
+    assert stop.value.code == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert err.splitlines()[-1].startswith(f"gpu-defrag {args[0]}: error: argument {flag}: ")
+
+
+def test_flags_at_their_bounds_parse():
+    from advisor.cli import build_parser
+
+    flags = ["--horizons", "168,1,1", "--quantiles", "0.9,0.01", "--test-to", "2024-05-08"]
+    args = build_parser().parse_args(
+        ["backtest", "x", *flags, "--test-from", "2024-05-01T02:00+02:00"]
+    )
+    assert args.horizons == (1, 168) and args.quantiles == (0.01, 0.9)
+    assert args.test_from == pd.Timestamp("2024-05-01") and args.test_from.tzinfo is None
+    assert build_parser().parse_args(["forecast", "x", "--model", "gbm"]).model == "gbm"
+
+
+def test_an_unusable_out_is_one_line_before_the_run(tmp_path, capsys, monkeypatch):
+    """A file's parent that is a file or missing, a folder given for a file, a file given for
+    a folder: exit 2 at the start (the input is never read), and nothing is written."""
+    import advisor.forecast.io as io
+
+    path = _long_csv(tmp_path)
+    afile = tmp_path / "afile"
+    afile.write_text("keep me")
+    monkeypatch.setattr(io, "load", lambda *_a, **_k: pytest.fail("the input was read"))
+    for command, out, words in [
+        ("forecast", afile / "x.csv", "is not a directory"),
+        ("forecast", tmp_path / "nodir" / "x.csv", "does not exist"),
+        ("forecast", tmp_path, "is a directory"),
+        ("backtest", afile, "exists and is not a directory"),
+        ("backtest", afile / "sub" / "out", "is not a directory"),
+    ]:
+        assert main([command, str(path), "--out", str(out)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith(f"gpu-defrag {command}: --out {out}: ") and words in err, err
+        assert len(err.splitlines()) == 1
+    assert afile.read_text() == "keep me" and not (tmp_path / "nodir").exists()
+
+
+def test_a_failed_write_is_one_line_and_keeps_the_previous_results(tmp_path, capsys, monkeypatch):
+    """A full disk while writing: one line, exit 1, the previous files whole."""
+    import errno
+
+    import advisor.forecast.plot as plot
+    import exporter.files
+
+    def full(*_args, **_kw):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    path = _long_csv(tmp_path)
+    out = tmp_path / "out"
+    args = ["backtest", str(path), "--horizons", "1", "--replays", "", "--out", str(out)]
+    args += ["--test-from", "2024-01-20", "--test-to", "2024-01-21"]
+    assert main(args) == 0
+    before = {f.name: f.read_bytes() for f in out.iterdir()}
+    capsys.readouterr()
+    monkeypatch.setattr(plot, "plot_backtest", full)
+    assert main(args) == 1
+    err = capsys.readouterr().err.strip()
+    assert err == f"gpu-defrag backtest: --out {out}: cannot write: No space left on device"
+    assert {f.name: f.read_bytes() for f in out.iterdir()} == before
+
+    csv = tmp_path / "fc.csv"
+    monkeypatch.setattr(exporter.files, "write_text_atomic", full)
+    args = ["forecast", str(path), "--horizons", "1", "--model", "naive", "--out", str(csv)]
+    assert main(args) == 1
+    assert capsys.readouterr().err.strip().endswith("cannot write: No space left on device")
+    assert not csv.exists()
+
+
+def test_an_input_without_a_usable_hour_is_an_error_not_an_empty_table(tmp_path, capsys):
+    """Ten readings a minute apart at the start of each hour: every hour holds less than half
+    its minutes, so every hour is masked; the forecast would be all NaN."""
+    times = [
+        pd.Timestamp("2024-01-01") + pd.Timedelta(hours=h, minutes=m)
+        for h in range(48)
+        for m in range(10)
+    ]
+    path = tmp_path / "bursts.csv"
+    pd.DataFrame({"time": times, "series": "a", "value": 3.0}).to_csv(path, index=False)
+    assert main(["forecast", str(path), "--model", "naive"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.startswith(f"gpu-defrag forecast: {path}: no hour holds half")
+
+
+def test_a_row_off_the_hourly_grid_still_forecasts(tmp_path, capsys):
+    """One row a second late used to make the grid step a second and mask every hour."""
+    frame = pd.read_csv(_long_csv(tmp_path))
+    frame.loc[5, "time"] = str(pd.Timestamp(frame.loc[5, "time"]) + pd.Timedelta(seconds=1))
+    path = tmp_path / "jitter.csv"
+    frame.to_csv(path, index=False)
+    assert main(["forecast", str(path), "--horizons", "1,2", "--model", "naive"]) == 0
+    from io import StringIO
+
+    table = pd.read_csv(StringIO(capsys.readouterr().out))
+    assert len(table) == 4 and table[["q0.1", "q0.5", "q0.9"]].notna().all().all()

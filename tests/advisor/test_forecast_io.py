@@ -155,3 +155,105 @@ def test_on_an_hourly_input_the_sub_hour_fields_equal_the_hourly_value(tmp_path)
     assert h.within["slope"]["a"].iloc[0] == 0 and np.isnan(h.within["slope"]["a"].iloc[1])
     # a panel that was not resampled knows nothing inside its steps
     assert io.load(str(path)).within == {}
+
+
+def _write_long(tmp_path, rows: list[str], header: str = "time,series,value,capacity") -> str:
+    path = tmp_path / "d.csv"
+    path.write_text(header + "\n" + "\n".join(rows) + "\n")
+    return str(path)
+
+
+def _hourly_rows(n: int = 6, series: str = "a") -> list[str]:
+    times = pd.date_range("2024-01-01", periods=n, freq="h").strftime("%Y-%m-%dT%H:%M:%SZ")
+    return [f"{t},{series},{h + 1},8" for h, t in enumerate(times)]
+
+
+@pytest.mark.parametrize(
+    ("row", "words"),
+    [
+        (
+            "2024-01-01T09:00:00Z,a,abc,8",
+            "value 'abc' in row 4 is not a number; 2 bad values in all",
+        ),
+        ("2024-01-01T09:00:00Z,a,-3,8", "value '-3' in row 4 is negative; 2 bad values in all"),
+        ("2024-01-01T09:00:00Z,a,inf,8", "value 'inf' in row 4 is infinite; 2 bad values in all"),
+        ("2024-01-01T09:00:00Z,a,1,lots", "capacity 'lots' in row 4 is not a number; 2 bad"),
+        ("2024-13-45,a,1,8", "time '2024-13-45' in row 4 is not an ISO 8601 time; 2 bad times"),
+        ("2024-01-01T01:00:00Z,a,5,8", "row 4 repeats row 2: series 'a' at 2024-01-01 01:00:00; 2"),
+    ],
+)
+def test_a_bad_long_row_is_one_line_naming_it(tmp_path, row, words):
+    """Non-numbers, negatives and inf used to become NaN or 0 and repeated rows were averaged,
+    silently; a bad time was a multi-line pandas message cut at "You might want to try:"."""
+    rows = _hourly_rows(3)
+    bad = row.replace("09:", "10:").replace("01:00:00Z,a,5", "02:00:00Z,a,5")
+    path = _write_long(tmp_path, [*rows, row, *_hourly_rows(3, "b"), bad])
+    with pytest.raises(io.InputError) as error:
+        io.load(path)
+    message = str(error.value)
+    assert message.startswith(f"{path}: ") and words in message, message
+    assert "\n" not in message and "You might want" not in message
+
+
+def test_empty_and_nan_values_stay_masked_points(tmp_path):
+    path = _write_long(
+        tmp_path, [*_hourly_rows(3), "2024-01-01T03:00:00Z,a, ,8", "2024-01-01T04:00:00Z,a,NaN,"]
+    )
+    values = io.load(path).values["a"]
+    assert values.iloc[:3].tolist() == [1, 2, 3] and values.iloc[3:].isna().all()
+
+
+def test_the_grid_step_is_the_typical_spacing_not_the_smallest(tmp_path):
+    """A row a second late, and a second series a second behind the first: the step stays an hour
+    and each row counts toward the hour it falls in (it was a 1-s grid, every hour masked)."""
+    rows = _hourly_rows(48)
+    rows[5] = "2024-01-01T05:00:01Z,a,6,8"
+    late = [r.replace(":00:00Z,a", ":00:01Z,b") for r in _hourly_rows(48)]
+    p = io.load(_write_long(tmp_path, rows + late))
+    assert p.index.freq == pd.Timedelta(hours=1) and len(p.index) == 48
+    assert p.values["a"].tolist() == list(range(1, 49)) == p.values["b"].tolist()
+    assert np.isfinite(p.resample("h").values.to_numpy()).all()
+
+
+def test_a_mistyped_far_date_is_refused_before_the_grid_is_built(tmp_path, monkeypatch):
+    """A row dated 2200 in an hourly 2024 file made a 1.5-million-step grid (66 s, 2.4 GB) and
+    an origin in 2200; a span past MAX_STEPS is refused too."""
+    rows = _hourly_rows(48)
+    rows[7] = "2200-01-01T00:00:00Z,a,1,8"
+    with pytest.raises(
+        io.InputError,
+        match=r"2200-01-01 00:00:00: 1,542,\d{3} steps of 1 h, 48 .* follows 2024-01-02 23:00:00\)",
+    ):
+        io.load(_write_long(tmp_path, rows))
+    monkeypatch.setattr(io, "MAX_STEPS", 24)
+    with pytest.raises(io.InputError, match=r"48 steps of 1 h, 48 of them .* mistyped\?$"):
+        io.load(_write_long(tmp_path, _hourly_rows(48)))
+
+
+@pytest.mark.parametrize(
+    ("name", "header"),
+    [
+        ("philly_node_sequence.csv", "time,active,total"),
+        ("d.csv", "time,series,value"),
+        (
+            "openb_pod_list_x.csv",
+            "name,num_gpu,gpu_milli,creation_time,deletion_time,scheduled_time",
+        ),
+        ("helios-earth/vcA/cluster_sequence_vc.csv", "time,running_gpu_num,total_gpu_num"),
+    ],
+)
+def test_a_header_only_file_is_one_line(tmp_path, name, header):
+    """The Philly and Helios readers raised AttributeError on an empty file (not one line)."""
+    path = tmp_path / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(header + "\n")
+    with pytest.raises(io.InputError) as error:
+        io.load(str(path))
+    assert str(error.value).startswith(f"{path}: ") and "\n" not in str(error.value)
+
+
+def test_a_bad_philly_time_names_its_row(tmp_path):
+    path = tmp_path / "philly_node_sequence.csv"
+    path.write_text("time,active,total\n2017-10-03 00:00:00,3,420\nabc,4,420\n")
+    with pytest.raises(io.InputError, match=r"time 'abc' in row 2 is not an ISO 8601 time$"):
+        io.load(str(path))
