@@ -12,6 +12,7 @@ import binascii
 import html
 import logging
 import socket
+import sys
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -26,6 +27,7 @@ log = logging.getLogger(__name__)
 
 # The classic text format that generate_latest() writes; every Prometheus 2.x and 3.x parses it.
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+CLIENT_GONE = (ConnectionResetError, BrokenPipeError, TimeoutError)  # not the server's fault
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +87,18 @@ class _Server(ThreadingHTTPServer):
                 log.debug("TLS handshake with %s failed: %s", client_address, error)
                 return
         super().finish_request(request, client_address)
+
+    def handle_error(self, request, client_address) -> None:
+        """Replaces socketserver's traceback on stderr: a client that hangs up early (a
+        `| head`, a scrape timeout) is routine and logged at debug; anything else is one
+        logfmt line at error."""
+        error = sys.exception()
+        if isinstance(error, CLIENT_GONE):
+            log.debug("client %s went away: %s", client_address, type(error).__name__)
+            return
+        text = str(error).strip().splitlines()
+        detail = f"{type(error).__name__}: {text[0]}" if text else type(error).__name__
+        log.error("request from %s failed: %s", client_address, detail)
 
 
 class _Handler(BaseHTTPRequestHandler):

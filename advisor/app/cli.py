@@ -33,6 +33,10 @@ DEMO_SIM_START = (
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
+    # imported here, not at the top: the app's own process imports this module's constants
+    from exporter.cli import positive_number
+    from exporter.sim.presets import PRESETS
+
     app = subparsers.add_parser(
         "app",
         help="the Streamlit capacity-review app",
@@ -66,12 +70,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     demo.add_argument(
         "--sim-speed",
-        type=float,
+        type=positive_number,
         default=60.0,
         metavar="X",
         help="simulated seconds per real second (default 60: an hour a minute)",
     )
-    demo.add_argument("--preset", default=DEMO_PRESET, help=f"sim preset (default {DEMO_PRESET})")
+    demo.add_argument(
+        "--preset", choices=PRESETS, default=DEMO_PRESET, help=f"sim preset (default {DEMO_PRESET})"
+    )
     demo.add_argument(
         "--advisor-port",
         type=int,
@@ -84,11 +90,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _server_flags(parser: argparse.ArgumentParser) -> None:
+    from exporter.units import positive_duration
+
     parser.add_argument("--address", default="127.0.0.1", help="listen address (127.0.0.1)")
     parser.add_argument("--port", type=int, default=8501, help="app port (8501)")
     parser.add_argument(
         "--refresh",
-        type=float,
+        type=positive_duration,
         default=None,
         metavar="SECONDS",
         help="how often live sources are re-read (default 15; demo 5)",
@@ -134,7 +142,9 @@ def url_of(address: str, port: int) -> str:
 
 
 def wait_http(url: str, timeout_s: float, process: subprocess.Popen | None = None) -> bool:
-    """Poll `url` until it answers 200, the process exits, or time runs out."""
+    """Poll `url` until it answers 200 with the process still running (the 200 may come from
+    another server on the port while the child fails to bind it), the process exits, or time
+    runs out."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if process is not None and process.poll() is not None:
@@ -142,7 +152,7 @@ def wait_http(url: str, timeout_s: float, process: subprocess.Popen | None = Non
         try:
             with urllib.request.urlopen(url, timeout=2) as response:
                 if response.status == 200:
-                    return True
+                    return process is None or process.poll() is None
         except (urllib.error.URLError, OSError):
             pass
         time.sleep(0.2)
@@ -153,6 +163,34 @@ def free_port(address: str = "127.0.0.1") -> int:
     with socket.socket() as sock:
         sock.bind((address, 0))
         return int(sock.getsockname()[1])
+
+
+def port_taken(address: str, port: int) -> str:
+    """Why `port` cannot be listened on at `address`, '' when it can. SO_REUSEADDR as the
+    servers set it, so a port left in TIME_WAIT counts as free."""
+    family = socket.AF_INET6 if ":" in address else socket.AF_INET
+    with socket.socket(family) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((address, port))
+        except (OSError, OverflowError) as error:
+            return getattr(error, "strerror", None) or str(error)
+    return ""
+
+
+def demo_ports_taken(args: argparse.Namespace) -> str:
+    """One line naming the first port asked for that cannot be listened on, '' if none: a
+    server already there would answer the readiness check in the child's place."""
+    wanted = [("--port", args.address, args.port)]
+    if args.exporter_port:
+        wanted.append(("--exporter-port", "127.0.0.1", args.exporter_port))
+    if args.advisor_port and not args.no_advisor:
+        wanted.append(("--advisor-port", "127.0.0.1", args.advisor_port))
+    for flag, address, port in wanted:
+        why = port_taken(address, port)
+        if why:
+            return f"{flag} {port}: cannot listen on {address}:{port} ({why})"
+    return ""
 
 
 Child = tuple[str, subprocess.Popen]
@@ -250,6 +288,10 @@ def advisor_command(source: str, port: int, interval_s: float) -> list[str]:
 
 
 def run_demo(args: argparse.Namespace) -> int:
+    taken = demo_ports_taken(args)
+    if taken:
+        print(f"gpu-defrag demo: error: {taken}", file=sys.stderr)
+        return 2
     port = args.exporter_port or free_port()
     exporter_url = f"http://127.0.0.1:{port}/metrics"
     children: list[Child] = []

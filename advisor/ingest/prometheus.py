@@ -11,8 +11,8 @@ import dataclasses
 import math
 import time
 from collections import defaultdict
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 import numpy as np
@@ -34,6 +34,9 @@ from exporter.contract import DCGM_COMPAT
 DCGM_UTIL = "DCGM_FI_DEV_GPU_UTIL"
 DCGM_FB_USED = "DCGM_FI_DEV_FB_USED"
 STATE_QUERY = f'{{__name__=~"{"|".join(OUR_NAMES)}|DCGM_.+"}}'
+QUERY_SHOWN = 80  # characters of a query an error line quotes (the state query has ~450)
+
+_T = TypeVar("_T")
 
 
 class NoSeries(SourceUnavailable):
@@ -51,7 +54,7 @@ class PrometheusClient:
         self.timeout = timeout
         self.session = session or requests.Session()
 
-    def _get(self, path: str, params: dict[str, Any]) -> Any:
+    def _get(self, path: str, params: dict[str, Any]) -> dict[str, Any]:
         url = f"{self.base_url}{path}"
         try:
             response = self.session.get(url, params=params, timeout=self.timeout)
@@ -69,40 +72,83 @@ class PrometheusClient:
             raise SourceUnavailable(
                 f"Prometheus at {self.base_url}: HTTP {response.status_code}, not an API reply"
             ) from None
+        if not isinstance(body, dict) or "status" not in body:
+            raise self._malformed(params, f"HTTP {response.status_code}, no API status")
         if response.status_code != 200 or body.get("status") != "success":
             raise SourceUnavailable(
                 f"Prometheus at {self.base_url}: query failed "
                 f"({body.get('errorType', response.status_code)}: {body.get('error', '')})"
             )
+        if not isinstance(body.get("data"), dict):
+            raise self._malformed(params, "no data object")
         return body["data"]
+
+    def _malformed(self, params: dict[str, Any], why: str) -> SourceUnavailable:
+        """The one-line error for a reply that is not the API's shape: a proxy, another
+        service on the port, or a broken Prometheus must not become a traceback."""
+        query = str(params.get("query", ""))
+        if len(query) > QUERY_SHOWN:
+            query = query[: QUERY_SHOWN - 1] + "…"
+        return SourceUnavailable(
+            f"Prometheus at {self.base_url}: malformed reply to {query} ({why})"
+        )
+
+    def _results(self, path: str, params: dict[str, Any], parse: Callable[[Any], _T]) -> list[_T]:
+        """`parse` applied to each series of the reply's `result` list; any parse failure is
+        the malformed-reply error, naming the query and the first problem."""
+        data = self._get(path, params)
+        try:
+            result = data.get("result", [])
+            if not isinstance(result, list):
+                raise TypeError(f"result is {type(result).__name__}, not a list")
+            return [parse(series) for series in result]
+        except (KeyError, TypeError, ValueError, IndexError, AttributeError) as error:
+            raise self._malformed(params, _problem(error)) from None
 
     def instant(self, query: str, at: float | None = None) -> list[Sample]:
         """(metric name, labels without __name__, value) of each series of an instant vector."""
         params: dict[str, Any] = {"query": query}
         if at is not None:
             params["time"] = at
-        data = self._get("/api/v1/query", params)
-        out = []
-        for series in data.get("result", []):
-            labels = dict(series["metric"])
-            name = labels.pop("__name__", "")
-            out.append((name, labels, float(series["value"][1])))
-        return out
+        return self._results("/api/v1/query", params, _instant_sample)
 
     def range(
         self, query: str, start: float, end: float, step: float
     ) -> list[tuple[str, dict[str, str], np.ndarray, np.ndarray]]:
         """(name, labels, times, values) of each series of a range query."""
-        data = self._get(
-            "/api/v1/query_range", {"query": query, "start": start, "end": end, "step": step}
-        )
-        out = []
-        for series in data.get("result", []):
-            labels = dict(series["metric"])
-            name = labels.pop("__name__", "")
-            points = np.array(series.get("values", []), dtype=np.float64).reshape(-1, 2)
-            out.append((name, labels, points[:, 0], points[:, 1]))
-        return out
+        params = {"query": query, "start": start, "end": end, "step": step}
+        return self._results("/api/v1/query_range", params, _range_series)
+
+
+def _problem(error: Exception) -> str:
+    """First line of a parse error; a KeyError names the missing field."""
+    if isinstance(error, KeyError):
+        return f"missing {error.args[0]!r}" if error.args else "missing field"
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
+
+
+def _labels(series: dict[str, Any]) -> tuple[str, dict[str, str]]:
+    """(name, labels without __name__); labels must be strings, as the API sends them."""
+    labels = series["metric"]
+    if not isinstance(labels, dict) or not all(isinstance(v, str) for v in labels.values()):
+        raise TypeError("metric is not a mapping of label names to strings")
+    labels = dict(labels)
+    return labels.pop("__name__", ""), labels
+
+
+def _instant_sample(series: dict[str, Any]) -> Sample:
+    name, labels = _labels(series)
+    return name, labels, float(series["value"][1])
+
+
+def _range_series(series: dict[str, Any]) -> tuple[str, dict[str, str], np.ndarray, np.ndarray]:
+    name, labels = _labels(series)
+    values = series.get("values", [])
+    if not all(isinstance(point, list) and len(point) == 2 for point in values):
+        raise ValueError("a point is not [time, value]")
+    points = np.array(values, dtype=np.float64).reshape(-1, 2)
+    return name, labels, points[:, 0], points[:, 1]
 
 
 def _host(labels: dict[str, str]) -> str:

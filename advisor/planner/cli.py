@@ -19,15 +19,19 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from advisor.fragmentation.measures import Shape, parse_shape
+from advisor.model import ClusterModel
 from advisor.planner.actions import Plan
 from advisor.planner.consolidate import Goal, parse_goal, plan_heuristic
 from advisor.planner.constraints import Policy, PolicyError, load_policy
+from advisor.service.cli import at_least_one, positive_int
+from exporter.units import positive_duration
 
 EXACT_MAX_NODES = 400
 
@@ -50,9 +54,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--solver", choices=("best", "heuristic", "exact"), default="best", help="default: best"
     )
-    parser.add_argument("--time-limit", type=float, default=10.0, help="exact solver seconds")
-    parser.add_argument("--workers", type=int, default=1, help="exact solver threads")
-    parser.add_argument("--exact-max-nodes", type=int, default=EXACT_MAX_NODES)
+    parser.add_argument(
+        "--time-limit",
+        type=positive_duration,
+        default=10.0,
+        help="exact solver time: seconds, or a duration like 30s or 2m (default 10)",
+    )
+    parser.add_argument("--workers", type=at_least_one, default=1, help="exact solver threads")
+    parser.add_argument("--exact-max-nodes", type=positive_int, default=EXACT_MAX_NODES)
     parser.add_argument(
         "--priority",
         type=int,
@@ -78,12 +87,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def load_demand(
-    path: str, horizon_s: float = 0.0, model: str = "same_hour_mean_7d", quantile: float = 0.5
+    path: str,
+    horizon_s: float = 0.0,
+    model: str = "same_hour_mean_7d",
+    quantile: float = 0.5,
+    capacity_gpus: float = math.inf,
 ) -> list[Shape]:
     """Shapes from a JSON mapping shape -> number of jobs, or forecast from an arrival history
-    (CSV/Parquet); ValueError names the bad entry."""
+    (CSV/Parquet); ValueError names the bad entry, or a shape with more jobs than
+    `capacity_gpus` GPUs could ever hold (the list would only grow, never plan)."""
     if Path(path).suffix.lower() in (".csv", ".parquet", ".pq"):
-        return demand_from_history(path, horizon_s, model, quantile)
+        return demand_from_history(path, horizon_s, model, quantile, capacity_gpus)
     try:
         doc = json.loads(Path(path).read_text())
     except (OSError, json.JSONDecodeError) as error:
@@ -94,17 +108,31 @@ def load_demand(
     for key, count in doc.items():
         if isinstance(count, bool) or not isinstance(count, int) or count < 0:
             raise ValueError(f"{path}: {key}: expected a whole number of jobs, got {count!r}")
-        shapes += [parse_shape(str(key))] * count
+        shapes += _jobs(parse_shape(str(key)), count, capacity_gpus, path)
     return shapes
 
 
+def _jobs(shape: Shape, count: int, capacity_gpus: float, path: str) -> list[Shape]:
+    """`count` jobs of `shape`; ValueError when even an empty cluster of `capacity_gpus` GPUs
+    holds fewer, so an absurd count is refused before it is expanded into a list."""
+    most = math.floor(capacity_gpus / shape.gpus + 1e-9) if math.isfinite(capacity_gpus) else count
+    if count > most:
+        raise ValueError(
+            f"{path}: {count} jobs of shape {shape.name}: the cluster's {capacity_gpus:g} GPUs "
+            f"hold at most {most}"
+        )
+    return [shape] * count
+
+
 def demand_from_history(
-    path: str, horizon_s: float, model: str = "same_hour_mean_7d", quantile: float = 0.5
+    path: str,
+    horizon_s: float,
+    model: str = "same_hour_mean_7d",
+    quantile: float = 0.5,
+    capacity_gpus: float = math.inf,
 ) -> list[Shape]:
     """Jobs per shape expected within `horizon_s`: the forecast `quantile` of arrivals per step
     (series named by shape, e.g. 8 or 2x8), summed over the steps of the horizon, rounded up."""
-    import math
-
     from advisor.forecast.api import forecast
     from advisor.forecast.io import read_long
 
@@ -123,7 +151,8 @@ def demand_from_history(
     column = f"q{quantile:g}"
     shapes: list[Shape] = []
     for series, total in table.groupby("series")[column].sum().items():
-        shapes += [parse_shape(str(series))] * math.ceil(max(0.0, float(total)) - 1e-9)
+        count = math.ceil(max(0.0, float(total)) - 1e-9)
+        shapes += _jobs(parse_shape(str(series)), count, capacity_gpus, path)
     return shapes
 
 
@@ -238,30 +267,26 @@ def render_table(plan: Plan) -> str:
 
 def run(args: argparse.Namespace) -> int:
     from advisor.ingest.sources import load_source
-    from advisor.planner.recommend import GOALS, plan_for_goal, render_notes
+    from advisor.planner.recommend import GOALS
 
     if args.goal.partition("=")[0].strip() in GOALS:  # recommendation kinds (recommend.py)
-        try:
-            policy = load_policy(args.policy) if args.policy else Policy()
-            plans = plan_for_goal(load_source(args.source), policy, args.goal) or []
-        except (ValueError, PolicyError) as error:
-            print(f"gpu-defrag plan: {error}", file=sys.stderr)
-            return 2
-        if args.json:
-            docs = [p.to_dict() for p in plans]
-            print(json.dumps(docs[0] if len(docs) == 1 else docs, indent=2, default=_jsonable))
-        else:
-            print("\n\n".join(render_table(p) + "\n" + render_notes(p) for p in plans))
-        return 0 if all(p.feasible for p in plans) else 1
+        return _run_recommendation(args)
     try:
         goal = parse_goal(args.goal, priority=args.priority, tenant=args.tenant)
+        check_forecast_goal(goal, args.demand)
         policy = load_policy(args.policy) if args.policy else Policy()
+        model = load_source(args.source)
         demand = (
-            load_demand(args.demand, goal.horizon_s, args.demand_model, args.demand_quantile)
+            load_demand(
+                args.demand,
+                goal.horizon_s,
+                args.demand_model,
+                args.demand_quantile,
+                capacity_gpus=len(model.gpus),
+            )
             if args.demand
             else None
         )
-        model = load_source(args.source)
     except (ValueError, PolicyError) as error:
         print(f"gpu-defrag plan: {error}", file=sys.stderr)
         return 2
@@ -280,6 +305,49 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(render_table(plan))
     return 0 if plan.feasible else 1
+
+
+def check_forecast_goal(goal: Goal, demand: str | None) -> None:
+    """A forecast goal plans for demand the user gives: with none, or a zero horizon, the
+    input is incomplete (exit 2), not a goal the cluster cannot reach (exit 1)."""
+    if goal.kind != "forecast":
+        return
+    if goal.horizon_s <= 0:
+        raise ValueError(f"bad goal {goal.text!r}: the forecast horizon must be above zero")
+    if not demand:
+        raise ValueError(
+            f"--goal {goal.text} needs --demand: a JSON of jobs per shape or an arrival history"
+        )
+
+
+def check_reserve_job(model: ClusterModel, goal: str) -> None:
+    """`reserve=JOB` names a job of the model; an unknown one is bad input, as for borrow."""
+    key, _, job = goal.partition("=")
+    job = job.strip()
+    if key.strip() == "reserve" and job and job not in set(model.allocations.job.tolist()):
+        raise ValueError(f"no job {job!r} in the model")
+
+
+def _run_recommendation(args: argparse.Namespace) -> int:
+    """`--goal` recommend, reclaim, share, rebalance, reserve[=JOB] or borrow=...: the plans
+    one after another; 2 for bad input, 1 when any plan is infeasible."""
+    from advisor.ingest.sources import load_source
+    from advisor.planner.recommend import plan_for_goal, render_notes
+
+    try:
+        policy = load_policy(args.policy) if args.policy else Policy()
+        model = load_source(args.source)
+        check_reserve_job(model, args.goal)
+        plans = plan_for_goal(model, policy, args.goal) or []
+    except (ValueError, PolicyError) as error:
+        print(f"gpu-defrag plan: {error}", file=sys.stderr)
+        return 2
+    if args.json:
+        docs = [p.to_dict() for p in plans]
+        print(json.dumps(docs[0] if len(docs) == 1 else docs, indent=2, default=_jsonable))
+    else:
+        print("\n\n".join(render_table(p) + "\n" + render_notes(p) for p in plans))
+    return 0 if all(p.feasible for p in plans) else 1
 
 
 def _jsonable(value: Any) -> Any:

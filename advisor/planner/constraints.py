@@ -199,9 +199,11 @@ def load_policy(path: str | Path) -> Policy:
     """Read a policy file (.yaml/.yml or .json); errors name the file and the field."""
     path = Path(path)
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except OSError as error:
         raise PolicyError(str(path), f"cannot read: {error.strerror or error}") from None
+    except UnicodeDecodeError:
+        raise PolicyError(str(path), "not UTF-8 text") from None
     try:
         if path.suffix.lower() in (".yaml", ".yml"):
             import yaml
@@ -211,11 +213,26 @@ def load_policy(path: str | Path) -> Policy:
             doc = json.loads(text)
     except Exception as error:  # any parse error becomes one line
         kind = path.suffix.lstrip(".") or "JSON"
-        raise PolicyError(str(path), f"not valid {kind}: {error}") from None
+        raise PolicyError(str(path), f"not valid {kind}: {_parse_problem(error)}") from None
     try:
         return policy_from_dict(doc)
     except PolicyError as error:
         raise PolicyError(f"{path}: {error.field}", error.problem) from None
+
+
+def _parse_problem(error: Exception) -> str:
+    """One line for a parse error. PyYAML's message spans lines with the source excerpt and
+    a caret; say where (line, column, 1-based) and what instead, flattened as the web-config
+    loader does."""
+    from exporter.webconfig import _one_line
+
+    mark = getattr(error, "problem_mark", None)
+    problem = getattr(error, "problem", None)
+    if mark is None or not problem:
+        return _one_line(error)
+    context = getattr(error, "context", None)
+    where = f"line {mark.line + 1}, column {mark.column + 1}"
+    return _one_line(f"{where}: {problem}" + (f" ({context})" if context else ""))
 
 
 # --------------------------------------------------------------------------- rule helpers

@@ -54,6 +54,13 @@ def positive_int(text: str) -> int:
     return int(text)
 
 
+def at_least_one(text: str) -> int:
+    """A count where 0 means nothing would run (threads, workers)."""
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number >= 1")
+    return int(text)
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     from advisor.ingest.sources import SOURCE_HELP
 

@@ -25,7 +25,14 @@ import numpy as np
 
 from advisor.fragmentation import measures
 from advisor.history import History
-from advisor.ingest.sources import SourceError, load_source, seconds, sim_fleet, sim_model
+from advisor.ingest.sources import (
+    SourceError,
+    load_source,
+    prometheus_spec,
+    seconds,
+    sim_fleet,
+    sim_model,
+)
 from advisor.model import ClusterModel
 from advisor.planner.constraints import Policy
 from advisor.service import results as R
@@ -82,10 +89,23 @@ class LiveSim:
 
 
 def make_ingest(spec: str, timeout_s: float) -> Callable[[], ClusterModel]:
-    """The source's reader: a live simulation for `sim:`, else `load_source` on every run."""
+    """The source's reader: a live simulation for `sim:`, else `load_source` on every run.
+    SourceError at once for a spec no run could ever read (checked by `check_form`)."""
     if spec.strip().startswith("sim:"):
         return LiveSim(spec.strip())
+    check_form(spec)
     return lambda: load_source(spec, timeout=timeout_s)
+
+
+def check_form(spec: str) -> None:
+    """SourceError when `spec` is no source form (a typo such as `promethues+http://`) or has
+    bad options: the service would serve 503 forever. A well-formed source that is down now
+    passes: it may come up later, and the loop keeps trying."""
+    spec = spec.strip()
+    if spec.startswith(("prometheus+http://", "prometheus+https://")):
+        prometheus_spec(spec)
+    elif not spec.startswith(("http://", "https://", "openb:")) and not spec.endswith(".json"):
+        load_source(spec)  # a file that exists loads; anything else is load_source's form error
 
 
 # --------------------------------------------------------------------------- state
@@ -226,7 +246,10 @@ class AdvisorLoop:
             if not isinstance(error, (SourceError, OSError, ValueError)):
                 log.exception("ingest from %s failed unexpectedly", previous.source)
             log.warning(
-                "source %s failed: %s; serving the last good results", previous.source, source_error
+                "source %s failed: %s; %s",
+                previous.source,
+                source_error,
+                "serving the last good results" if previous.results else "no results yet",
             )
             model = None
         timings["ingest"] = time.perf_counter() - t0

@@ -222,6 +222,57 @@ def test_prometheus_errors_name_the_server(server) -> None:
         load_source(f"prometheus+{base}?at=abc")
 
 
+def _reply(body) -> Route:
+    return lambda _query: (200, "application/json", json.dumps(body))
+
+
+def _instant(value: list) -> dict:
+    metric = {"__name__": "gpu_info", "node": "n", "gpu": "0"}
+    return {"status": "success", "data": {"result": [{"metric": metric, "value": value}]}}
+
+
+@pytest.mark.parametrize(
+    ("body", "why"),
+    [
+        (_instant([1.7e9, "abc"]), "could not convert string to float: 'abc'"),
+        (_instant([1.7e9]), "list index out of range"),
+        ({"status": "success"}, "no data object"),
+        ([1, 2], "HTTP 200, no API status"),
+        ({"status": "success", "data": {"result": [{"value": [0, "1"]}]}}, "missing 'metric'"),
+        ({"status": "success", "data": {"result": {"a": 1}}}, "result is dict, not a list"),
+    ],
+)
+def test_malformed_instant_replies_are_one_line_source_errors(server, body, why) -> None:
+    base, routes = server
+    routes["/api/v1/query"] = _reply(body)
+    with pytest.raises(SourceError) as error:
+        load_source(f"prometheus+{base}", timeout=2)
+    message = str(error.value)
+    assert message.startswith(f"Prometheus at {base}: malformed reply to {{__name__=~")
+    assert message.endswith(f"({why})") and "\n" not in message
+
+
+@pytest.mark.parametrize(
+    ("values", "why"),
+    [
+        ([[1.7e9, "0.5", "extra"]], "a point is not [time, value]"),
+        ([[1.7e9, "abc"]], "could not convert string to float: 'abc'"),
+    ],
+)
+def test_malformed_range_replies_name_the_query(server, values, why) -> None:
+    base, routes = server
+    text, _ = our_page(1)
+    routes.update(prometheus_api(_series(text, {}), {}))
+    metric = {"__name__": "gpu_utilization_ratio", "node": "node-0", "gpu": "0"}
+    body = {"status": "success", "data": {"result": [{"metric": metric, "values": values}]}}
+    routes["/api/v1/query_range"] = _reply(body)
+    with pytest.raises(SourceError) as error:
+        load_source(f"prometheus+{base}?at=1700000000&history=5m", timeout=2)
+    assert str(error.value) == (
+        f"Prometheus at {base}: malformed reply to gpu_utilization_ratio ({why})"
+    )
+
+
 # --------------------------------------------------------------------------- files and sim
 
 

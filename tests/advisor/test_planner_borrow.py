@@ -172,6 +172,30 @@ def test_policy_file_borrowing_section(tmp_path) -> None:
         load_policy(path)
 
 
+@pytest.mark.parametrize(
+    ("name", "content", "problem"),
+    [
+        (
+            "p.yaml",
+            b"quotas:\n  a: [1\n b: 2\n",
+            "not valid yaml: line 3, column 3: expected ',' or ']', but got ':' "
+            "(while parsing a flow sequence)",
+        ),
+        ("p.yaml", b"a: b: c\n", "not valid yaml: line 1, column 5: mapping values are not"),
+        ("p.yaml", b"quotas:\n  a: \xff\n", "not UTF-8 text"),
+        ("p.json", b"\xff\xfe{}", "not UTF-8 text"),
+        ("p.json", b'{"quotas":\n', "not valid json: Expecting value: line 2 column 1"),
+    ],
+)
+def test_unparsable_policy_files_are_one_line_naming_the_file(tmp_path, name, content, problem):
+    path = tmp_path / name
+    path.write_bytes(content)
+    with pytest.raises(PolicyError) as error:
+        load_policy(path)
+    message = str(error.value)
+    assert message.startswith(f"{path}: {problem}") and "\n" not in message
+
+
 def test_checker_lends_only_spare_unassigned_capacity(model) -> None:
     policy = load_policy(RULES)  # 104 usable GPUs, quotas 90: 14 unassigned
 

@@ -125,8 +125,6 @@ def test_cli_table_forecast_and_errors(tmp_path, capsys) -> None:
     assert main(["plan", str(SEED_16X8), "--goal", "job=8x8", "--solver", "heuristic"]) == 0
     out = capsys.readouterr().out
     assert out.count("migrate") == 6 and "free_nodes: 4 -> 8" in out
-    assert main(["plan", str(SEED_16X8), "--goal", "forecast=6h"]) == 1
-    assert "needs a forecast source" in capsys.readouterr().out
     demand = tmp_path / "demand.json"
     demand.write_text(json.dumps({"8": 5, "4": 2}))
     args = ["plan", str(SEED_16X8), "--goal", "forecast=6h", "--demand", str(demand), "--json"]
@@ -140,6 +138,50 @@ def test_cli_table_forecast_and_errors(tmp_path, capsys) -> None:
     assert "above its quota of 32" in capsys.readouterr().out
     assert main(["plan", str(SEED_16X8), "--goal", "job=banana"]) == 2
     assert "bad shape" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--goal", "forecast=6h"], "--goal forecast=6h needs --demand"),
+        (["--goal", "forecast=0h", "--demand", "{demand}"], "horizon must be above zero"),
+        (["--goal", "job=8", "--solver", "exact", "--time-limit", "nan"], "--time-limit: 'nan'"),
+        (["--goal", "job=8", "--time-limit", "-1"], "--time-limit: '-1'"),
+        (["--goal", "job=8", "--time-limit", "0"], "not a positive duration"),
+        (["--goal", "job=8", "--workers", "0"], "--workers: '0' is not a whole number >= 1"),
+        (["--goal", "job=8", "--workers", "-3"], "--workers: '-3'"),
+        (["--goal", "job=8", "--exact-max-nodes", "-1"], "--exact-max-nodes: '-1'"),
+        (["--goal", "reserve=nojob"], "no job 'nojob' in the model"),
+        (["--goal", "borrow=nojob"], "no pending job 'nojob' in the model"),
+    ],
+)
+def test_cli_bad_input_is_one_line_and_exit_2(tmp_path, capsys, args, message) -> None:
+    demand = tmp_path / "demand.json"
+    demand.write_text(json.dumps({"8": 1}))
+    args = [a.replace("{demand}", str(demand)) for a in args]
+    try:
+        code = main(["plan", str(SEED_16X8), *args])
+    except SystemExit as exit_:  # argparse's flag errors
+        code = exit_.code
+    captured = capsys.readouterr()
+    assert code == 2 and not captured.out
+    assert message in captured.err.strip().splitlines()[-1]
+
+
+def test_cli_refuses_demand_the_cluster_can_never_hold(tmp_path, capsys) -> None:
+    """100000 8-GPU jobs used to become a list of 100000 shapes (36 s, 3.6 GB)."""
+    demand = tmp_path / "demand.json"
+    demand.write_text(json.dumps({"4": 2, "8": 100_000}))
+    args = ["plan", str(SEED_16X8), "--goal", "forecast=6h", "--demand", str(demand)]
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (
+        f"gpu-defrag plan: {demand}: 100000 jobs of shape 8 GPU: the cluster's 128 GPUs "
+        "hold at most 16"
+    )
+    demand.write_text(json.dumps({"2x8": 8}))  # exactly what fits stays a plan request
+    assert main([*args, "--solver", "heuristic"]) in (0, 1)
+    assert "jobs of shape" not in capsys.readouterr().err
 
 
 def test_plans_with_chained_moves_are_ordered_and_checked() -> None:

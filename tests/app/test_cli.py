@@ -2,6 +2,13 @@
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
 from advisor.app import cli, data
 from advisor.cli import build_parser
 
@@ -33,3 +40,77 @@ def test_app_defaults_and_demo_children() -> None:
     assert "--web.listen-address 127.0.0.1:1234" in exporter
     advisor = " ".join(cli.advisor_command("http://127.0.0.1:1234/metrics", 4321, 5))
     assert "advise --source http://127.0.0.1:1234/metrics --advise.interval 5s" in advisor
+
+
+@contextmanager
+def http_200() -> Iterator[int]:
+    """Another HTTP server answering 200 everywhere; yields its port."""
+
+    class Ok(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Ok)
+    thread = threading.Thread(target=httpd.serve_forever, args=(0.05,), daemon=True)
+    thread.start()
+    try:
+        yield httpd.server_address[1]
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+class ExitsDuringTheCheck:
+    """A child still running at the first poll that has exited (it could not bind the port)
+    by the time the other server's 200 arrives."""
+
+    def __init__(self) -> None:
+        self.polls = 0
+
+    def poll(self) -> int | None:
+        self.polls += 1
+        return None if self.polls == 1 else 2
+
+
+def test_a_200_from_another_server_is_not_the_child_starting() -> None:
+    with http_200() as port:
+        assert not cli.wait_http(f"http://127.0.0.1:{port}/", 5, ExitsDuringTheCheck())
+        assert cli.wait_http(f"http://127.0.0.1:{port}/", 5)  # no child to watch: the 200 counts
+
+
+@pytest.mark.parametrize("flag", ["--exporter-port", "--advisor-port", "--port"])
+def test_demo_refuses_a_port_another_server_holds_before_starting_anything(
+    monkeypatch, capsys, flag
+) -> None:
+    def no_child(*args, **kwargs):
+        raise AssertionError("a child was started")
+
+    monkeypatch.setattr(cli.subprocess, "Popen", no_child)
+    with http_200() as port:
+        args = build_parser().parse_args(["demo", flag, str(port)])
+        assert args.func(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"gpu-defrag demo: error: {flag} {port}: cannot listen on ")
+    assert f":{port} (" in err and "\n" not in err
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--refresh", "0"], "argument --refresh: '0' is not a positive duration"),
+        (["--refresh", "-1"], "argument --refresh: '-1'"),
+        (["--refresh", "nan"], "argument --refresh: 'nan'"),
+        (["--preset", "nope"], "argument --preset: invalid choice: 'nope'"),
+        (["--sim-speed", "0"], "argument --sim-speed: '0' is not a finite number above 0"),
+    ],
+)
+def test_demo_flags_are_checked_by_its_own_parser(capsys, args, message) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        build_parser().parse_args(["demo", *args])
+    assert exit_.value.code == 2
+    assert message in capsys.readouterr().err.strip().splitlines()[-1]

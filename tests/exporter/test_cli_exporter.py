@@ -104,3 +104,22 @@ def test_zero_interval_or_timeout_is_a_flag_error_not_a_traceback(flag):
     assert result.returncode == 2, result.stderr
     assert "not a positive duration" in result.stderr.strip().splitlines()[-1]
     assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("command", ["exporter", "advise"])
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [("0", "above 0"), ("-1", "above 0"), ("nan", "above 0"), ("inf", "above 0"), ("x", "number")],
+)
+def test_stale_intervals_must_be_a_finite_number_above_zero(capsys, command, value, message):
+    """0 or less made /health 503 forever; both servers share the flag."""
+    from advisor.cli import build_parser
+
+    required = ["--source", "x"] if command == "advise" else []
+    with pytest.raises(SystemExit) as exit_:
+        build_parser().parse_args([command, "--health.stale-intervals", value, *required])
+    assert exit_.value.code == 2
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "--health.stale-intervals" in last and message in last
+    parsed = build_parser().parse_args([command, "--health.stale-intervals", "0.5", *required])
+    assert parsed.stale_intervals == 0.5

@@ -1,6 +1,10 @@
 import gzip
+import logging
 import shutil
+import socket
+import struct
 import subprocess
+import time
 import urllib.request
 
 import bcrypt
@@ -8,7 +12,7 @@ import pytest
 import requests
 
 from exporter.collector import CollectorLoop
-from exporter.server import ExporterServer, parse_listen_address
+from exporter.server import ExporterServer, Response, parse_listen_address
 from exporter.webconfig import WebConfigError, load_web_config
 from tests.exporter.scripted_backend import ScriptedBackend
 
@@ -149,3 +153,49 @@ def test_listen_address_forms():
     assert parse_listen_address("[::1]:9835") == ("::1", 9835)
     with pytest.raises(ValueError, match="expected"):
         parse_listen_address("9835")
+
+
+def _hang_up_after(port: int, path: str, read: int) -> None:
+    """GET `path`, read `read` bytes, then reset the connection (as `curl | head -c` does)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+        sock.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+        sock.recv(read)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+
+
+def test_a_client_hanging_up_early_is_a_debug_line_not_a_traceback(loop, caplog, capfd):
+    big = Response(200, b"x" * (16 << 20), "text/plain")  # more than the socket buffers hold
+    server = ExporterServer(
+        "127.0.0.1:0", loop, load_web_config(None), routes={"/big": lambda q: big}
+    )
+    server.start()
+    try:
+        with caplog.at_level(logging.DEBUG, logger="exporter.server"):
+            _hang_up_after(server.port, "/big", 10)
+            deadline = time.monotonic() + 10
+            while not any("went away" in r.getMessage() for r in caplog.records):
+                assert time.monotonic() < deadline, "the server never noticed the hang-up"
+                time.sleep(0.02)
+        gone = [r for r in caplog.records if "went away" in r.getMessage()]
+        assert gone[0].levelno == logging.DEBUG
+        assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+        assert "Traceback" not in capfd.readouterr().err
+        assert requests.get(f"http://127.0.0.1:{server.port}/-/healthy", timeout=5).ok
+    finally:
+        server.close()
+
+
+def test_any_other_request_failure_is_one_error_line(loop, caplog, capfd):
+    server = serve(loop, load_web_config(None))
+    try:
+        try:
+            raise ValueError("bad thing\nsecond line")
+        except ValueError:
+            with caplog.at_level(logging.DEBUG, logger="exporter.server"):
+                server._httpd.handle_error(None, ("127.0.0.1", 1))
+    finally:
+        server.close()
+    (record,) = caplog.records
+    assert record.levelno == logging.ERROR
+    assert record.getMessage() == "request from ('127.0.0.1', 1) failed: ValueError: bad thing"
+    assert "Traceback" not in capfd.readouterr().err

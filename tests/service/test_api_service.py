@@ -173,6 +173,10 @@ def test_source_failing_later_serves_last_results_marked_stale(tmp_path):
         (["--source", "sim:a100-16x8", "--advise.interval", "0"], "not a positive duration"),
         (["--source", "sim:a100-16x8", "--source.timeout", "0s"], "not a positive duration"),
         (["--source", "sim:a100-16x8", "--forecast.idle-max-nodes", "-1"], "whole number"),
+        (["--source", "nope:x"], "'nope:x' is not a source"),
+        (["--source", "promethues+http://127.0.0.1:9090"], "is not a source"),
+        (["--source", "sim:a100-16x8", "--health.stale-intervals", "0"], "above 0"),
+        (["--source", "sim:a100-16x8", "--health.stale-intervals", "-1"], "above 0"),
     ],
 )
 def test_bad_configuration_is_one_line_and_exit_2(args, message):

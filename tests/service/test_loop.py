@@ -6,7 +6,7 @@ import pytest
 
 from advisor.ingest.sources import SourceError
 from advisor.service import loop as loop_module
-from advisor.service.loop import AdvisorLoop, Config, LiveSim
+from advisor.service.loop import AdvisorLoop, Config, LiveSim, make_ingest
 
 
 def lines(loop: AdvisorLoop, name: str) -> list[str]:
@@ -156,3 +156,45 @@ def test_an_unexpected_ingest_exception_is_counted_not_raised(islands):
     state = loop.run_once()
     assert state.errors["ingest"] == 1 and not state.source_up
     assert "surprise" in state.source_error
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("nope:x", "'nope:x' is not a source"),
+        ("promethues+http://127.0.0.1:9090", "is not a source: use sim:PRESET"),
+        ("prometheus+http://127.0.0.1:9090?foo=1", "unknown option 'foo'"),
+        ("/nonexistent/snapshot", "is not a source"),
+    ],
+)
+def test_a_source_no_run_could_read_is_refused_at_start(spec, message):
+    with pytest.raises(SourceError, match=message) as info:
+        make_ingest(spec, timeout_s=1)
+    assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        "prometheus+http://127.0.0.1:1",
+        "http://127.0.0.1:1/metrics",
+        "/not/yet/written.json",
+        "openb:/not/yet/nodes.csv",
+    ],
+)
+def test_a_well_formed_source_that_is_down_still_starts(spec):
+    ingest = make_ingest(spec, timeout_s=1)
+    assert callable(ingest)  # reading it fails each run until it comes up; nothing read yet
+
+
+def test_a_failing_source_warns_of_no_results_before_any_good_run(islands, scripted, caplog):
+    loop = AdvisorLoop("snap", scripted("down", islands, "down again"), Config())
+    with caplog.at_level("WARNING", logger="advisor.service"):
+        loop.run_once()
+        loop.run_once()
+        loop.run_once()
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert warnings == [
+        "source snap failed: down; no results yet",
+        "source snap failed: down again; serving the last good results",
+    ]
