@@ -9,7 +9,6 @@ import json
 import math
 import os
 import sys
-from collections.abc import Callable
 from typing import Any, TextIO
 
 import numpy as np
@@ -17,32 +16,9 @@ import numpy as np
 from advisor import snapshot
 from advisor.fragmentation import measures
 from advisor.ingest.sources import DEFAULT_TIMEOUT, SOURCE_HELP, SourceError, load_source
-from exporter.units import positive_duration
+from exporter.units import number, positive_duration
 
 GIB = 2**30
-
-
-def number_flag(
-    low: float, high: float = math.inf, *, above: bool = False, kind: type = float
-) -> Callable[[str], Any]:
-    """An argparse type for a finite number in [low, high] (`above`: strictly above `low`), so a
-    nan, an infinity or an out-of-range value is refused at its flag instead of silently
-    measuring nothing (nan compares false with everything)."""
-    word = "whole number" if kind is int else "number"
-    bounds = f"> {low:g}" if above else f">= {low:g}"
-    if math.isfinite(high):
-        bounds += f" and <= {high:g}"
-
-    def parse(text: str) -> Any:
-        try:
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a {word}") from None
-        if not (math.isfinite(value) and low <= value <= high) or (above and value == low):
-            raise argparse.ArgumentTypeError(f"{text!r}: expected a finite {word} {bounds}")
-        return value
-
-    return parse
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -68,7 +44,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     analyze.add_argument(
         "--idle-threshold",
-        type=number_flag(0, 1),
+        type=number(0, 1),
         default=0.05,
         metavar="RATIO",
         help="utilization below this is idle, 0..1 (default 0.05)",
@@ -82,7 +58,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     analyze.add_argument(
         "--min-request-memory",
-        type=number_flag(0),
+        type=number(0),
         default=10.0,
         metavar="GIB",
         help="free memory below this on a shared GPU is stranded (default 10)",

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import math
 import os
 import signal
 import socket
@@ -13,7 +12,7 @@ import threading
 
 from exporter.backends.registry import BACKENDS, backend_class
 from exporter.node_gauges import IdlePolicy
-from exporter.units import duration, positive_duration, size
+from exporter.units import duration, number, positive_duration, size
 from exporter.webconfig import WebConfigError, load_web_config
 
 log = logging.getLogger("exporter")
@@ -29,18 +28,6 @@ def configure_logging(level: str) -> None:
     )
 
 
-def positive_number(text: str) -> float:
-    """A finite number above zero: 0, a negative, nan or inf would make a limit that is
-    always or never exceeded (e.g. /health forever 503)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number above 0")
-    return value
-
-
 def add_server_arguments(parser: argparse.ArgumentParser, *, listen: str, what: str) -> None:
     """The flags every gpu-defrag server shares (exporter, advisor), in the exporters' style;
     `what` names the unit of work whose age /health judges ("collection", "run")."""
@@ -54,7 +41,7 @@ def add_server_arguments(parser: argparse.ArgumentParser, *, listen: str, what: 
     parser.add_argument(
         "--health.stale-intervals",
         dest="stale_intervals",
-        type=positive_number,
+        type=number(0, above=True),
         default=3.0,
         help=f"/health turns 503 when the last good {what} is older than this many intervals",
     )

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from exporter import __version__
 from exporter.backends.base import Backend, BackendUnavailable
+from exporter.messages import one_line
 from exporter.node_gauges import IdlePolicy, IdleTracker, NodeGauges, node_gauges
 from exporter.readings import Collection
 from exporter.render import Page, SelfState, TextCache, render_page
@@ -148,7 +149,7 @@ class CollectorLoop:
         self._worker = None
         error = result.get("error")
         if isinstance(error, BaseException):
-            self._fail("collect", f"{self.backend.name}: {_one_line(error)}")
+            self._fail("collect", f"{self.backend.name}: {one_line(error)}")
             return
         collection = result["collection"]
         assert isinstance(collection, Collection)
@@ -215,7 +216,3 @@ class CollectorLoop:
             dcgm_names=self.dcgm_names,
             cache=self._text_cache,
         )
-
-
-def _one_line(error: BaseException) -> str:
-    return " ".join(str(error).split()) or type(error).__name__

@@ -1,13 +1,16 @@
-"""Flag values with units, parsed one way for every command: durations and byte sizes.
+"""Flag values, parsed one way for every command: durations, byte sizes and bounded numbers.
 
-Both raise `argparse.ArgumentTypeError` with one line, so argparse prints it as the flag's error;
+All raise `argparse.ArgumentTypeError` with one line, so argparse prints it as the flag's error;
 callers outside argparse (source specs) catch it and re-word it for their own error type.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import re
+from collections.abc import Callable
+from typing import Any
 
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h|d)?$")
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
@@ -37,3 +40,26 @@ def size(text: str) -> float:
     if not match:
         raise argparse.ArgumentTypeError(f"{text!r} is not a size like 10GiB")
     return float(match.group(1)) * _SIZES[match.group(2)]
+
+
+def number(
+    low: float, high: float = math.inf, *, above: bool = False, kind: type = float
+) -> Callable[[str], Any]:
+    """An argparse type for a finite number in [low, high] (`above`: strictly above `low`), so a
+    nan, an infinity or an out-of-range value is refused at its flag instead of silently
+    measuring nothing (nan compares false with everything)."""
+    word = "whole number" if kind is int else "number"
+    bounds = f"> {low:g}" if above else f">= {low:g}"
+    if math.isfinite(high):
+        bounds += f" and <= {high:g}"
+
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a {word}") from None
+        if not (math.isfinite(value) and low <= value <= high) or (above and value == low):
+            raise argparse.ArgumentTypeError(f"{text!r}: expected a finite {word} {bounds}")
+        return value
+
+    return parse

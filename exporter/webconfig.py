@@ -18,6 +18,8 @@ from pathlib import Path
 import bcrypt
 import yaml
 
+from exporter.messages import one_line
+
 TOP_LEVEL_KEYS = {"tls_server_config", "http_server_config", "basic_auth_users"}
 TLS_KEYS = {
     "cert_file",
@@ -96,7 +98,7 @@ def load_web_config(path: str | os.PathLike[str] | None) -> WebConfig:
     except OSError as error:
         raise WebConfigError(f"web config {file}: cannot read: {error.strerror}") from None
     except yaml.YAMLError as error:
-        raise WebConfigError(f"web config {file}: not valid YAML: {_one_line(error)}") from None
+        raise WebConfigError(f"web config {file}: not valid YAML: {one_line(error)}") from None
     if raw is None:
         return WebConfig()
     if not isinstance(raw, dict):
@@ -110,10 +112,6 @@ def load_web_config(path: str | os.PathLike[str] | None) -> WebConfig:
     if raw.get("basic_auth_users") is not None:
         config.users = _users(file, raw["basic_auth_users"])
     return config
-
-
-def _one_line(error: Exception) -> str:
-    return " ".join(str(error).split())
 
 
 def _no_unknown(file: Path, where: str, section: dict, allowed: set[str]) -> None:
@@ -144,7 +142,7 @@ def _tls_context(file: Path, section: object) -> ssl.SSLContext:
     except (OSError, ssl.SSLError) as error:
         raise WebConfigError(
             f"web config {file}: cannot load cert_file {cert_path} / key_file {key_path}: "
-            f"{_one_line(error)}"
+            f"{one_line(error)}"
         ) from None
     auth_type = section.get("client_auth_type", "NoClientCert")
     if auth_type not in CLIENT_AUTH:
@@ -163,7 +161,7 @@ def _tls_context(file: Path, section: object) -> ssl.SSLContext:
             context.load_verify_locations(_relative(file, ca))
         except (OSError, ssl.SSLError) as error:
             raise WebConfigError(
-                f"web config {file}: cannot load client_ca_file: {_one_line(error)}"
+                f"web config {file}: cannot load client_ca_file: {one_line(error)}"
             ) from None
     return context
 

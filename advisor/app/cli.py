@@ -34,8 +34,8 @@ DEMO_SIM_START = (
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     # imported here, not at the top: the app's own process imports this module's constants
-    from exporter.cli import positive_number
     from exporter.sim.presets import PRESETS
+    from exporter.units import number
 
     app = subparsers.add_parser(
         "app",
@@ -70,7 +70,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     demo.add_argument(
         "--sim-speed",
-        type=positive_number,
+        type=number(0, above=True),
         default=60.0,
         metavar="X",
         help="simulated seconds per real second (default 60: an hour a minute)",

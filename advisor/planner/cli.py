@@ -30,8 +30,7 @@ from advisor.model import ClusterModel
 from advisor.planner.actions import Plan
 from advisor.planner.consolidate import Goal, parse_goal, plan_heuristic
 from advisor.planner.constraints import Policy, PolicyError, load_policy
-from advisor.service.cli import at_least_one, positive_int
-from exporter.units import positive_duration
+from exporter.units import number, positive_duration
 
 EXACT_MAX_NODES = 400
 
@@ -60,8 +59,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=10.0,
         help="exact solver time: seconds, or a duration like 30s or 2m (default 10)",
     )
-    parser.add_argument("--workers", type=at_least_one, default=1, help="exact solver threads")
-    parser.add_argument("--exact-max-nodes", type=positive_int, default=EXACT_MAX_NODES)
+    parser.add_argument(
+        "--workers", type=number(1, kind=int), default=1, help="exact solver threads"
+    )
+    parser.add_argument("--exact-max-nodes", type=number(0, kind=int), default=EXACT_MAX_NODES)
     parser.add_argument(
         "--priority",
         type=int,

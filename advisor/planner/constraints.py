@@ -46,6 +46,7 @@ import numpy as np
 
 from advisor.model import UNKNOWN_ISLAND, ClusterModel
 from advisor.planner.actions import DEFAULT_RESTART_S
+from exporter.messages import one_line
 
 ANY_MODEL = ""  # quota key for "all GPU models together"
 UNASSIGNED = "(unassigned)"  # lender of the usable GPUs no tenant's quota covers
@@ -224,15 +225,13 @@ def _parse_problem(error: Exception) -> str:
     """One line for a parse error. PyYAML's message spans lines with the source excerpt and
     a caret; say where (line, column, 1-based) and what instead, flattened as the web-config
     loader does."""
-    from exporter.webconfig import _one_line
-
     mark = getattr(error, "problem_mark", None)
     problem = getattr(error, "problem", None)
     if mark is None or not problem:
-        return _one_line(error)
+        return one_line(error)
     context = getattr(error, "context", None)
     where = f"line {mark.line + 1}, column {mark.column + 1}"
-    return _one_line(f"{where}: {problem}" + (f" ({context})" if context else ""))
+    return " ".join(f"{where}: {problem}{f' ({context})' if context else ''}".split())
 
 
 # --------------------------------------------------------------------------- rule helpers

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import numpy as np
 
-from advisor.analyze import number_flag
 from advisor.ingest.openb import OpenbFormatError, read_nodes, read_pods
 from advisor.placement import ALL_POLICIES
 from exporter.files import check_directory_target, staged_directory
+from exporter.units import number
 
 
 def parse_seeds(text: str) -> list[int]:
@@ -87,12 +87,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--ratio",
-        type=number_flag(0, above=True),
+        type=number(0, above=True),
         default=1.3,
         help="workload inflation, a finite number > 0 (default 1.3)",
     )
     p.add_argument(
-        "--jobs", type=number_flag(1, kind=int), default=2, help="worker processes (default 2)"
+        "--jobs", type=number(1, kind=int), default=2, help="worker processes (default 2)"
     )
     p.add_argument("--out", required=True, type=Path, help="output directory")
     p.set_defaults(func=run)

@@ -17,7 +17,7 @@ import sys
 import threading
 
 from exporter.cli import add_server_arguments, configure_logging
-from exporter.units import duration, positive_duration
+from exporter.units import duration, number, positive_duration
 
 log = logging.getLogger("advisor.service")
 
@@ -48,19 +48,6 @@ def shapes(text: str) -> tuple:
         raise argparse.ArgumentTypeError(str(error)) from None
 
 
-def positive_int(text: str) -> int:
-    if not text.isdigit():
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number >= 0")
-    return int(text)
-
-
-def at_least_one(text: str) -> int:
-    """A count where 0 means nothing would run (threads, workers)."""
-    if not text.isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number >= 1")
-    return int(text)
-
-
 def register(subparsers: argparse._SubParsersAction) -> None:
     from advisor.ingest.sources import SOURCE_HELP
 
@@ -87,7 +74,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--top-actions",
         dest="top_actions",
-        type=positive_int,
+        type=number(0, kind=int),
         default=10,
         help="bound of the gpu_advisor_action_info series (default 10)",
     )
@@ -101,7 +88,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--forecast.idle-max-nodes",
         dest="idle_max_nodes",
-        type=positive_int,
+        type=number(0, kind=int),
         default=None,
         help="nodes whose idle windows are computed each hour, those with the most GPUs idle "
         "first (default 1000, about 1.2 s on 2 cores; 0: pools only)",
@@ -109,7 +96,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--forecast.max-tenants",
         dest="max_tenants",
-        type=positive_int,
+        type=number(0, kind=int),
         default=None,
         help="tenants whose demand is forecast each hour, those holding the most GPUs first "
         "(default 20; 0: none)",
@@ -125,7 +112,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--history.max-points",
         dest="history_points",
-        type=positive_int,
+        type=number(0, kind=int),
         default=20_000,
         help="runs kept for trends and forecasts (default 20000: two weeks at 1m); at the "
         "bound the oldest hours are thinned to their last run before any hour is dropped",

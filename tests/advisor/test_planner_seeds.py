@@ -148,7 +148,10 @@ def test_cli_table_forecast_and_errors(tmp_path, capsys) -> None:
         (["--goal", "job=8", "--solver", "exact", "--time-limit", "nan"], "--time-limit: 'nan'"),
         (["--goal", "job=8", "--time-limit", "-1"], "--time-limit: '-1'"),
         (["--goal", "job=8", "--time-limit", "0"], "not a positive duration"),
-        (["--goal", "job=8", "--workers", "0"], "--workers: '0' is not a whole number >= 1"),
+        (
+            ["--goal", "job=8", "--workers", "0"],
+            "--workers: '0': expected a finite whole number >= 1",
+        ),
         (["--goal", "job=8", "--workers", "-3"], "--workers: '-3'"),
         (["--goal", "job=8", "--exact-max-nodes", "-1"], "--exact-max-nodes: '-1'"),
         (["--goal", "reserve=nojob"], "no job 'nojob' in the model"),

@@ -106,7 +106,7 @@ def test_demo_refuses_a_port_another_server_holds_before_starting_anything(
         (["--refresh", "-1"], "argument --refresh: '-1'"),
         (["--refresh", "nan"], "argument --refresh: 'nan'"),
         (["--preset", "nope"], "argument --preset: invalid choice: 'nope'"),
-        (["--sim-speed", "0"], "argument --sim-speed: '0' is not a finite number above 0"),
+        (["--sim-speed", "0"], "argument --sim-speed: '0': expected a finite number > 0"),
     ],
 )
 def test_demo_flags_are_checked_by_its_own_parser(capsys, args, message) -> None:

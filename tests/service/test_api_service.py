@@ -175,8 +175,8 @@ def test_source_failing_later_serves_last_results_marked_stale(tmp_path):
         (["--source", "sim:a100-16x8", "--forecast.idle-max-nodes", "-1"], "whole number"),
         (["--source", "nope:x"], "'nope:x' is not a source"),
         (["--source", "promethues+http://127.0.0.1:9090"], "is not a source"),
-        (["--source", "sim:a100-16x8", "--health.stale-intervals", "0"], "above 0"),
-        (["--source", "sim:a100-16x8", "--health.stale-intervals", "-1"], "above 0"),
+        (["--source", "sim:a100-16x8", "--health.stale-intervals", "0"], "number > 0"),
+        (["--source", "sim:a100-16x8", "--health.stale-intervals", "-1"], "number > 0"),
     ],
 )
 def test_bad_configuration_is_one_line_and_exit_2(args, message):
