@@ -142,22 +142,9 @@ def run_snapshot(args: argparse.Namespace) -> int:
     return _emit(text)
 
 
-def _shape(text: str) -> measures.Shape:
-    """`measures.parse_shape`, with the error of an impossible shape naming the text that asked
-    for it (the shape's own error shows only its fields)."""
-    try:
-        return measures.parse_shape(text)
-    except ValueError as error:
-        if not str(error).startswith("invalid shape"):
-            raise
-        raise ValueError(
-            f"bad shape {text!r}: a shape takes at least one task and at least 0.001 GPU"
-        ) from None
-
-
 def run_analyze(args: argparse.Namespace) -> int:
     try:
-        shapes = tuple(_shape(s) for s in args.shape) or measures.DEFAULT_SHAPES
+        shapes = tuple(measures.parse_shape(s) for s in args.shape) or measures.DEFAULT_SHAPES
     except ValueError as error:
         return _fail(str(error))
     try:

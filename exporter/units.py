@@ -63,3 +63,14 @@ def number(
         return value
 
     return parse
+
+
+def fraction(part: str) -> float:
+    """A number strictly inside (0, 1): a quantile level or a risk; 0, 1, nan and 1.5 are not."""
+    try:
+        value = float(part)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value < 1:  # false for nan too
+        raise argparse.ArgumentTypeError(f"{part!r} is not a number strictly between 0 and 1")
+    return value

@@ -9,6 +9,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
+from exporter.units import fraction
+
 if TYPE_CHECKING:
     import pandas as pd
 
@@ -52,20 +54,9 @@ def _parts(text: str, what: str) -> list[str]:
     return parts
 
 
-def _fraction(part: str) -> float:
-    """A number strictly inside (0, 1): a quantile level or a risk; 0, 1, nan and 1.5 are not."""
-    try:
-        value = float(part)
-    except ValueError:
-        value = float("nan")
-    if not 0 < value < 1:  # false for nan too
-        raise argparse.ArgumentTypeError(f"{part!r} is not a number strictly between 0 and 1")
-    return value
-
-
 def _quantiles(text: str) -> tuple[float, ...]:
     """'0.5,0.9': quantile levels, each strictly between 0 and 1."""
-    return tuple(sorted({_fraction(part) for part in _parts(text, "quantile")}))
+    return tuple(sorted({fraction(part) for part in _parts(text, "quantile")}))
 
 
 def _hours(text: str) -> tuple[int, ...]:
@@ -172,7 +163,7 @@ def register(subparsers) -> None:
     )
     bt.add_argument("--windows", type=_hours, default=(1, 4), help="idle-window lengths W in hours")
     bt.add_argument(
-        "--risk", type=_fraction, default=0.05, help="violation budget for idle-window release"
+        "--risk", type=fraction, default=0.05, help="violation budget for idle-window release"
     )
     bt.add_argument(
         "--replays",

@@ -41,7 +41,11 @@ class Shape:
 
     def __post_init__(self) -> None:
         if self.num_gpu < 1 or self.tasks < 1 or not 0 < self.gpu_milli <= MILLI:
-            raise ValueError(f"invalid shape {self}")
+            raise ValueError(
+                f"invalid shape: {self.tasks} task(s) of {self.num_gpu} GPU(s) at "
+                f"{self.gpu_milli} milli-GPU; a shape takes at least one task of at least "
+                f"0.001 GPU"
+            )
         if self.num_gpu > 1 and self.gpu_milli != MILLI:
             raise ValueError("a multi-GPU task takes whole GPUs (gpu_milli 1000)")
 
@@ -75,10 +79,14 @@ def parse_shape(text: str) -> Shape:
     if not match:
         raise ValueError(f"bad shape {text!r}: expected e.g. 0.5, 1, 8, 2x8 or 4@A100")
     tasks, size, spec = int(match.group(1) or 1), float(match.group(2)), match.group(3) or ""
+    if size > 1 and not size.is_integer():
+        raise ValueError(f"bad shape {text!r}: more than one GPU must be a whole number")
+    if tasks < 1 or round(size * MILLI) < 1:
+        raise ValueError(
+            f"bad shape {text!r}: a shape takes at least one task of at least 0.001 GPU"
+        )
     if size < 1:
         return Shape(1, round(size * MILLI), tasks, gpu_spec=spec)
-    if not size.is_integer():
-        raise ValueError(f"bad shape {text!r}: more than one GPU must be a whole number")
     return Shape(int(size), MILLI, tasks, gpu_spec=spec)
 
 

@@ -30,7 +30,7 @@ from advisor.model import ClusterModel
 from advisor.planner.actions import Plan
 from advisor.planner.consolidate import Goal, parse_goal, plan_heuristic
 from advisor.planner.constraints import Policy, PolicyError, load_policy
-from exporter.units import number, positive_duration
+from exporter.units import fraction, number, positive_duration
 
 EXACT_MAX_NODES = 400
 
@@ -82,7 +82,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="forecaster for a demand history (advisor.forecast model name, or advisor)",
     )
     parser.add_argument(
-        "--demand-quantile", type=float, default=0.5, help="forecast quantile of arrivals"
+        "--demand-quantile", type=fraction, default=0.5, help="forecast quantile of arrivals"
     )
     parser.set_defaults(func=run)
 

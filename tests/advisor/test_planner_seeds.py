@@ -156,6 +156,12 @@ def test_cli_table_forecast_and_errors(tmp_path, capsys) -> None:
         (["--goal", "job=8", "--exact-max-nodes", "-1"], "--exact-max-nodes: '-1'"),
         (["--goal", "reserve=nojob"], "no job 'nojob' in the model"),
         (["--goal", "borrow=nojob"], "no pending job 'nojob' in the model"),
+        (["--goal", "job=0"], "bad shape '0': a shape takes at least one task"),
+        (["--goal", "job=8x0"], "bad shape '8x0'"),
+        (
+            ["--goal", "forecast=6h", "--demand", "{demand}", "--demand-quantile", "1.5"],
+            "--demand-quantile: '1.5' is not a number strictly between 0 and 1",
+        ),
     ],
 )
 def test_cli_bad_input_is_one_line_and_exit_2(tmp_path, capsys, args, message) -> None:
