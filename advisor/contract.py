@@ -155,7 +155,11 @@ ADVISOR_METRICS: tuple[MetricSpec, ...] = (
         "Top recommended actions (bounded to the top N); value is always 1.",
         ("rank", "kind", "workload", "tenant", "source", "target", "summary"),
     ),
-    _g("gpu_advisor_action_cost_gpu_hours", "GPU-hours an action costs.", ("rank",)),
+    _g(
+        "gpu_advisor_action_cost_gpu_seconds",
+        "GPU-seconds of work an action costs (GPU-hours x 3600).",
+        ("rank",),
+    ),
     _g(
         "gpu_advisor_action_benefit_gpus",
         "GPUs an action makes usable for the target shape.",

@@ -1017,7 +1017,9 @@ def fragmentation_advisor(config: dict) -> dict:
                     "what moves where, its cost and which GPUs it frees for the target shape.",
                     targets(
                         (f"gpu_advisor_action_info{{{ADV}}}", "action"),
-                        (f"gpu_advisor_action_cost_gpu_hours{{{ADV}}}", "cost"),
+                        # GPU-seconds (Prometheus' base unit) shown as GPU-hours: one panel
+                        # unit cannot serve this column and the GPUs beside it
+                        (f"gpu_advisor_action_cost_gpu_seconds{{{ADV}}} / 3600", "cost"),
                         (f"gpu_advisor_action_benefit_gpus{{{ADV}}}", "benefit"),
                         instant=True,
                         table=True,

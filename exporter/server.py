@@ -3,6 +3,8 @@
 Routes: `/` landing page, `/metrics`, `/health` (readiness: fresh data), `/-/healthy`
 (liveness: the process answers), plus any extra read-only routes the caller passes (the
 advisor's JSON API). TLS and basic auth come from the web-config file and cover every route.
+Errors under /api/ are JSON (`{"error": ...}`, the API's Error schema), elsewhere one text line;
+a request body is read and dropped (bounded), so keep-alive never parses it as a request.
 """
 
 from __future__ import annotations
@@ -10,7 +12,9 @@ from __future__ import annotations
 import base64
 import binascii
 import html
+import json
 import logging
+import re
 import socket
 import sys
 import threading
@@ -28,6 +32,9 @@ log = logging.getLogger(__name__)
 # The classic text format that generate_latest() writes; every Prometheus 2.x and 3.x parses it.
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 CLIENT_GONE = (ConnectionResetError, BrokenPipeError, TimeoutError)  # not the server's fault
+TEXT = "text/plain; charset=utf-8"
+MAX_BODY = 1 << 20  # every route is read-only: a body is read and dropped, up to this size
+_QVALUE = re.compile(r"0(\.[0-9]{0,3})?|1(\.0{0,3})?")  # RFC 9110 12.4.2
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +63,30 @@ def parse_listen_address(address: str) -> tuple[str, int]:
         raise ValueError(f"--web.listen-address {address!r}: expected [host]:port, e.g. :9835")
     host = host.strip("[]")
     return host, int(port)
+
+
+def _qvalue(params: list[str]) -> float:
+    """The `q` of one Accept-Encoding element (1 without one; 0 when malformed)."""
+    for param in params:
+        name, _, value = param.partition("=")
+        if name.strip().lower() == "q":
+            value = value.strip()
+            return float(value) if _QVALUE.fullmatch(value) else 0.0
+    return 1.0
+
+
+def accepts_gzip(header: str) -> bool:
+    """Whether an Accept-Encoding value allows gzip: `gzip` (or `x-gzip`), else `*`, with a
+    q above 0. A substring test would send gzip to `gzip;q=0`, which refuses it."""
+    weights: dict[str, float] = {}
+    for element in header.split(","):
+        coding, *params = element.split(";")
+        if coding.strip():
+            weights.setdefault(coding.strip().lower(), _qvalue(params))
+    for coding in ("gzip", "x-gzip", "*"):
+        if coding in weights:
+            return weights[coding] > 0
+    return False
 
 
 class _Server(ThreadingHTTPServer):
@@ -114,8 +145,10 @@ class _Handler(BaseHTTPRequestHandler):
         log.debug("%s %s", self.address_string(), format % args)
 
     def do_GET(self) -> None:
-        if not self._authorized():
-            return
+        if self._read_body() and self._authorized():
+            self._get()
+
+    def _get(self) -> None:
         path, _, query = self.path.partition("?")
         route = self.server.routes.get(path)
         if route is not None:
@@ -125,13 +158,13 @@ class _Handler(BaseHTTPRequestHandler):
         elif path == "/health":
             health = self.server.source.health()
             status = HTTPStatus.OK if health.healthy else HTTPStatus.SERVICE_UNAVAILABLE
-            self._send(status, f"{health.reason}\n".encode(), "text/plain; charset=utf-8")
+            self._send(status, f"{health.reason}\n".encode(), TEXT)
         elif path == "/-/healthy":
-            self._send(HTTPStatus.OK, b"ok\n", "text/plain; charset=utf-8")
+            self._send(HTTPStatus.OK, b"ok\n", TEXT)
         elif path == "/":
             self._send(HTTPStatus.OK, self._landing().encode(), "text/html; charset=utf-8")
         else:
-            self._send(HTTPStatus.NOT_FOUND, b"not found\n", "text/plain; charset=utf-8")
+            self._error(HTTPStatus.NOT_FOUND, "not found")
 
     def do_HEAD(self) -> None:
         self.do_GET()
@@ -139,29 +172,75 @@ class _Handler(BaseHTTPRequestHandler):
     def _method_not_allowed(self) -> None:
         """Every route is read-only: other methods get 405 with `Allow` (not the stdlib's 501,
         which claims the server does not know the method at all)."""
-        if self._authorized():
-            self._send(
-                HTTPStatus.METHOD_NOT_ALLOWED,
-                b"method not allowed\n",
-                "text/plain; charset=utf-8",
-                {"Allow": "GET, HEAD"},
-            )
+        if self._read_body() and self._authorized():
+            self._error(HTTPStatus.METHOD_NOT_ALLOWED, "method not allowed", {"Allow": "GET, HEAD"})
 
     do_POST = do_PUT = do_PATCH = do_DELETE = do_OPTIONS = do_TRACE = do_QUERY = _method_not_allowed
 
+    def _read_body(self) -> bool:
+        """Reads and drops a declared body, so that on a keep-alive connection it is never
+        taken for the next request. A chunked body is not read: the connection closes after
+        the answer. False when the request was answered here (bad or oversized length)."""
+        if self.headers.get("Transfer-Encoding") is not None:
+            self.close_connection = True
+            return True
+        lengths = {value.strip() for value in self.headers.get_all("Content-Length") or ()}
+        if not lengths:
+            return True
+        keep_open = not self.close_connection  # as parse_request decided from the headers
+        self.close_connection = True  # until the body is read in full
+        length = lengths.pop()
+        if lengths or not length.isascii() or not length.isdigit():
+            self._error(HTTPStatus.BAD_REQUEST, "bad Content-Length")
+            return False
+        if len(length) > len(str(MAX_BODY)) or int(length) > MAX_BODY:
+            self._error(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, f"body over {MAX_BODY} bytes")
+            return False
+        if len(self.rfile.read(int(length))) == int(length):
+            self.close_connection = not keep_open
+        return True
+
+    def _api_request(self) -> bool:
+        """Whether the request line names a path under /api/; read from the raw line, which
+        exists even when the line was too long to parse (414)."""
+        parts = self.raw_requestline.split(maxsplit=2)
+        target = parts[1] if len(parts) > 1 else b""
+        return target == b"/api" or target.startswith((b"/api/", b"/api?"))
+
+    def _error(self, status: HTTPStatus, message: str, extra: dict[str, str] | None = None) -> None:
+        """Under /api/ the API's Error schema, `{"error": ...}` as JSON; elsewhere one line."""
+        if self._api_request():
+            body, kind = json.dumps({"error": message}).encode(), "application/json"
+        else:
+            body, kind = f"{message}\n".encode(), TEXT
+        self._send(status, body, kind, extra)
+
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        """The standard library's own errors (400, 414, 431, 501) as JSON under /api/."""
+        if not self._api_request():
+            super().send_error(code, message, explain)
+            return
+        self.log_error("code %d, message %s", code, message)
+        self.close_connection = True
+        self._error(HTTPStatus(code), message or self.responses.get(code, ("error",))[0])
+
     def _metrics(self) -> None:
         page = self.server.source.current_page()
-        if "gzip" in self.headers.get("Accept-Encoding", ""):
-            self._send(HTTPStatus.OK, page.gzipped, CONTENT_TYPE, {"Content-Encoding": "gzip"})
+        vary = {"Vary": "Accept-Encoding"}
+        if accepts_gzip(", ".join(self.headers.get_all("Accept-Encoding") or ())):
+            self._send(
+                HTTPStatus.OK, page.gzipped, CONTENT_TYPE, {**vary, "Content-Encoding": "gzip"}
+            )
         else:
-            self._send(HTTPStatus.OK, page.body, CONTENT_TYPE)
+            self._send(HTTPStatus.OK, page.body, CONTENT_TYPE, vary)
 
     def _route(self, route: Route, query: str) -> None:
         try:
             response = route(query)
         except Exception:  # a broken handler answers 500; the server and other routes live on
             log.exception("handler for %s failed", self.path)
-            response = Response(500, b"internal error\n", "text/plain; charset=utf-8")
+            self._error(HTTPStatus.INTERNAL_SERVER_ERROR, "internal error")
+            return
         self._send(
             HTTPStatus(response.status), response.body, response.content_type, response.headers
         )
@@ -182,7 +261,7 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(
             HTTPStatus.UNAUTHORIZED,
             b"Unauthorized\n",
-            "text/plain; charset=utf-8",
+            TEXT,
             {"WWW-Authenticate": 'Basic realm="gpu-defrag"'},
         )
         return False
@@ -199,6 +278,8 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(body)))
         for name, value in {**self.server.web.headers, **(extra or {})}.items():
             self.send_header(name, value)
+        if self.close_connection:
+            self.send_header("Connection", "close")
         self.end_headers()
         if self.command != "HEAD":
             self.wfile.write(body)

@@ -14,6 +14,7 @@ The handlers are pure functions of the loop's `RunState` and the query string (s
 from __future__ import annotations
 
 import json
+import re
 import threading
 from collections.abc import Callable
 from http import HTTPStatus
@@ -22,6 +23,7 @@ from typing import Any
 from urllib.parse import parse_qs
 
 from advisor import snapshot
+from advisor.planner.actions import KINDS
 from advisor.service import results as R
 from advisor.service.loop import RunState, describe
 from exporter import __version__
@@ -29,6 +31,8 @@ from exporter.server import Response, Route
 
 JSON = "application/json"
 MAX_LIMIT = 10_000
+MAX_CACHED = 32  # answers kept per run and route; further distinct queries are built each time
+_DIGITS = re.compile(r"[0-9]{1,6}")  # ASCII only: str.isdigit() also takes '²' and '５'
 SNAPSHOT_SCHEMA = Path(snapshot.__file__).with_name("snapshot.schema.json")
 
 
@@ -61,8 +65,9 @@ def _boolean(name: str) -> Callable[[str], bool]:
 
 
 def _limit(text: str) -> int:
-    if not text.strip().isdigit() or int(text) > MAX_LIMIT:
-        raise BadRequest(f"limit={text!r}: expected a whole number 0..{MAX_LIMIT}")
+    if not _DIGITS.fullmatch(text.strip()) or int(text) > MAX_LIMIT:
+        shown = text if len(text) <= 20 else f"{text[:20]}…"
+        raise BadRequest(f"limit={shown!r}: expected a whole number 0..{MAX_LIMIT}")
     return int(text)
 
 
@@ -137,7 +142,7 @@ class Api:
         if body is None:
             body = _encode(build())
             with self._lock:
-                if self._cache_key is state:
+                if self._cache_key is state and len(self._cache) < MAX_CACHED:
                     self._cache[key] = body
         return body
 
@@ -147,6 +152,7 @@ class Api:
         query: str,
         allowed: dict[str, Callable[[str], Any]],
         build: Callable[..., dict[str, Any]],
+        canonical: Callable[[RunState, dict[str, Any]], dict[str, Any]] | None = None,
     ) -> Response:
         try:
             params = _params(query, allowed)
@@ -156,6 +162,8 @@ class Api:
         if state.results is None:
             reason = state.last_error or "the first advisor run has not finished yet"
             return _error(HTTPStatus.SERVICE_UNAVAILABLE, f"no results yet: {reason}", state)
+        if canonical is not None:
+            params = canonical(state, params)
         key = (name, tuple(sorted(params.items())))
         body = self._cached(state, key, lambda: build(state, **params))
         return Response(HTTPStatus.OK, body, JSON)
@@ -167,7 +175,9 @@ class Api:
         return self._serve("fragmentation", query, {"nodes": _boolean("nodes")}, fragmentation_doc)
 
     def recommendations(self, query: str) -> Response:
-        return self._serve("recommendations", query, {"limit": _limit}, recommendations_doc)
+        return self._serve(
+            "recommendations", query, {"limit": _limit}, recommendations_doc, _whole_limit
+        )
 
     def forecast(self, query: str) -> Response:
         return self._serve("forecast", query, {}, forecast_doc)
@@ -185,6 +195,16 @@ class Api:
         }
 
 
+def _whole_limit(state: RunState, params: dict[str, Any]) -> dict[str, Any]:
+    """A `limit` at or above the number of actions limits nothing: dropped, so that every such
+    query shares the one cached answer instead of adding its own."""
+    assert state.results is not None
+    total = len(state.results.recommendations.get("actions", []))
+    if params.get("limit", -1) >= total:
+        return {k: v for k, v in params.items() if k != "limit"}
+    return params
+
+
 def _error(status: HTTPStatus, message: str, state: RunState | None) -> Response:
     doc: dict[str, Any] = {"error": message}
     if state is not None:
@@ -194,6 +214,29 @@ def _error(status: HTTPStatus, message: str, state: RunState | None) -> Response
 
 # --------------------------------------------------------------------------- OpenAPI
 
+_META_STALE = (
+    "true when the whole answer is from an earlier good run: the latest run's ingest or "
+    "analysis failed (source down or unreadable: source_up, source_error, last_error), or no "
+    "run has succeeded yet; false when the latest run succeeded"
+)
+_SECTION_STALE = (
+    "true when the latest good run's {stage} stage failed, so this section (and error, which "
+    "says why) is the one from an earlier run while the rest of the answer is current; it "
+    "says nothing about the source: while meta.stale is true the whole answer, this flag "
+    "included, is the last good run's"
+)
+_POINT = (
+    "the picked model's forecast at the horizon: the value its held-back WAPE "
+    "(backtest.wape_ratio) scores; not the interval's median (quantiles['0.5'], which "
+    "/metrics exports)"
+)
+_QUANTILES = (
+    "the interval, per quantile (0.1, 0.5, 0.9; the median included): the model's forecast "
+    "plus that quantile of its own recent errors at this horizon, clipped to the capacity "
+    "and sorted; /metrics exports these as gpu_advisor_forecast_demand_gpus "
+    "(forecast_quantile), so the dashboard's median can differ from point_gpus by the "
+    "median error"
+)
 _NUM_OR_NULL = {"type": ["number", "null"]}
 _STR_OR_NULL = {"type": ["string", "null"]}
 
@@ -236,13 +279,219 @@ def _snapshot_schemas() -> dict[str, Any]:
     return out
 
 
+_COUNT = {"type": "integer", "minimum": 0}
+_GPUS = {"type": "number", "minimum": 0}
+_STRINGS = {"type": "array", "items": {"type": "string"}}
+
+
+def _by(values: dict[str, Any]) -> dict[str, Any]:
+    """An object keyed by names (tenants, shapes) with one kind of value."""
+    return {"type": "object", "additionalProperties": values}
+
+
+def _rows(row: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "array", "items": row}
+
+
+def _analysis_schemas() -> dict[str, Any]:
+    """The measures `/api/fragmentation` serves beside its tables (`measures.analyze`)."""
+    return {
+        "Cluster": _obj(
+            {
+                "nodes": _COUNT,
+                "gpus": _COUNT,
+                "allocations": _COUNT,
+                "placed_allocations": _COUNT,
+                "usage_samples": _COUNT,
+                "usable_gpus": _COUNT,
+                "unhealthy_gpus": _COUNT,
+                "allocated_gpus": _GPUS,
+                "pending_tasks": _COUNT,
+            }
+        ),
+        "Spatial": _obj(
+            {
+                "free_gpus": _COUNT,
+                "free_capacity_gpus": _GPUS,
+                "partial_free_gpus": _GPUS,
+                "stranded_gpus_by_host": _COUNT,
+                "host_need_per_gpu": _obj({"cpu_milli": _GPUS, "memory_mib": _GPUS}),
+                "shapes": _rows(
+                    _obj(
+                        {
+                            "shape": {"type": "string"},
+                            "gpus_per_job": _GPUS,
+                            "jobs_that_fit": _COUNT,
+                            "stranded_gpus": {"type": ["integer", "null"]},
+                        }
+                    )
+                ),
+                "largest_job": _obj(
+                    {
+                        "single_node_gpus": _COUNT,
+                        "nvlink_group_gpus": {"type": ["integer", "null"], "minimum": 0},
+                        "multi_node_gpus_in_rack": {"type": ["integer", "null"], "minimum": 0},
+                        "fraction_gpu": _GPUS,
+                    }
+                ),
+            }
+        ),
+        "Temporal": _obj(
+            {
+                "threshold": {"type": "number", "minimum": 0, "maximum": 1},
+                "window_s": _GPUS,
+                "allocated_idle_gpus": _COUNT,
+                "allocated_gpus": _COUNT,
+                "idle_gpus_by_tenant": _by(_GPUS),
+            }
+        ),
+        "TypeFragmentation": _obj(
+            {
+                "capacity": _rows(
+                    _obj(
+                        {
+                            "gpu_model": {"type": "string"},
+                            "gpus": _COUNT,
+                            "usable_gpus": _COUNT,
+                            "free_gpus": _COUNT,
+                            "free_capacity_gpus": _GPUS,
+                            "allocated_gpus": _GPUS,
+                        }
+                    )
+                ),
+                "demand": _rows(
+                    _obj(
+                        {
+                            "gpu_spec": {"type": "string"},
+                            "pending_tasks": _COUNT,
+                            "pending_gpus": _GPUS,
+                            "free_capacity_gpus": _GPUS,
+                            "shortfall_gpus": _GPUS,
+                        }
+                    )
+                ),
+            }
+        ),
+        "Memory": _obj(
+            {
+                "min_request_bytes": _GPUS,
+                "stranded_memory_bytes": _GPUS,
+                "gpus_with_stranded_memory": _COUNT,
+            }
+        ),
+    }
+
+
+def _plan_schemas() -> dict[str, Any]:
+    """A plan in the `gpu-defrag plan --json` form (`advisor.planner.actions.Plan.to_dict`)."""
+    gpu_set = _obj(
+        {
+            "node": {"type": "string"},
+            "gpus": {"type": "array", "items": _COUNT},
+            "milli": {"type": "integer", "minimum": 1, "maximum": 1000},
+        }
+    )
+    measures = _obj(
+        {
+            "free_gpus": _COUNT,
+            "free_nodes": _COUNT,
+            "largest_free_nvlink_group": _COUNT,
+            "fgd_fragment_gpus": _GPUS,
+            "fgd_fragment_rate": _GPUS,
+            "jobs_that_fit": _by(_COUNT),
+        },
+        required=[],
+        description="fragmentation measures of the model before or after the plan (empty "
+        "for some infeasible plans)",
+    )
+    action = _obj(
+        {
+            "kind": {"type": "string", "enum": list(KINDS)},
+            "alloc": {"type": "string"},
+            "job": {"type": "string"},
+            "tenant": {"type": "string"},
+            "from": {"oneOf": [_ref("GpuSet"), {"type": "null"}]},
+            "to": {"oneOf": [_ref("GpuSet"), {"type": "null"}]},
+            "priority": {"type": ["integer", "null"]},
+            "rack_local": {"type": "boolean"},
+            "quota": _rows(
+                {
+                    "type": "array",
+                    "description": '[tenant, GPU model or "", change in GPUs]',
+                    "prefixItems": [{"type": "string"}, {"type": "string"}, {"type": "number"}],
+                    "items": False,
+                    "minItems": 3,
+                }
+            ),
+            "reason": {"type": "string"},
+            "cost": _ref("Cost"),
+        }
+    )
+    plan = _obj(
+        {
+            "goal": {"type": "string"},
+            "feasible": {"type": "boolean"},
+            "reason": {"type": "string"},
+            "method": {"type": "string"},
+            "actions": _rows(_ref("PlanAction")),
+            "cost": _ref("Cost"),
+            "before": _ref("PlanMeasures"),
+            "after": _ref("PlanMeasures"),
+            "benefit": {"oneOf": [_ref("Benefit"), {"type": "null"}]},
+            "goal_priority": {"type": ["integer", "null"]},
+            "elapsed_s": _GPUS,
+            "checked": {"type": "boolean"},
+        },
+        required=[
+            "goal",
+            "feasible",
+            "reason",
+            "method",
+            "actions",
+            "cost",
+            "before",
+            "after",
+            "benefit",
+        ],
+        additionalProperties=True,
+        description="Besides these, each kind adds its own details (reserve: start_at, "
+        "schedule, release, ends_from, ...; borrow: return; reclaim: waste, protected; "
+        "docs/recommendations.md).",
+    )
+    return {
+        "Plan": plan,
+        "PlanAction": action,
+        "PlanMeasures": measures,
+        "GpuSet": gpu_set,
+        "Cost": _obj(
+            {
+                "restarts": _COUNT,
+                "restart_s": _GPUS,
+                "gpu_hours": _GPUS,
+                "jobs": _STRINGS,
+                "tenants": _STRINGS,
+            }
+        ),
+        "Benefit": _obj(
+            {
+                "shapes_before": _by(_COUNT),
+                "shapes_after": _by(_COUNT),
+                "newly_schedulable": _STRINGS,
+                "more_jobs_fit": _STRINGS,
+                "fragmentation_before": _by({"type": "number"}),
+                "fragmentation_after": _by({"type": "number"}),
+            }
+        ),
+    }
+
+
 def _schemas() -> dict[str, Any]:
-    count = {"type": "integer", "minimum": 0}
-    gpus = {"type": "number", "minimum": 0}
+    count = _COUNT
+    gpus = _GPUS
     meta = _obj(
         {
             "source": {"type": "string"},
-            "stale": {"type": "boolean", "description": "true while the last run failed"},
+            "stale": {"type": "boolean", "description": _META_STALE},
             "source_up": {"type": "boolean"},
             "source_error": _STR_OR_NULL,
             "last_error": _STR_OR_NULL,
@@ -263,6 +512,12 @@ def _schemas() -> dict[str, Any]:
             "fragmented_gpus": gpus,
             "fragmentation_ratio": {"type": "number", "minimum": 0},
             "allocated_idle_gpus": count,
+            "allocated_idle_power_watts": {
+                "type": ["number", "null"],
+                "minimum": 0,
+                "description": "power drawn by the pool's allocated-but-idle GPUs; null where "
+                "none of them has a power reading",
+            },
             "stranded_memory_bytes": gpus,
         }
     )
@@ -305,11 +560,11 @@ def _schemas() -> dict[str, Any]:
             "meta": _ref("Meta"),
             "source": {"type": "string"},
             "timestamp": _NUM_OR_NULL,
-            "cluster": {"type": "object"},
-            "spatial": {"type": "object"},
-            "temporal": {"type": "object"},
-            "type": {"type": "object"},
-            "memory": {"type": "object"},
+            "cluster": _ref("Cluster"),
+            "spatial": _ref("Spatial"),
+            "temporal": _ref("Temporal"),
+            "type": _ref("TypeFragmentation"),
+            "memory": _ref("Memory"),
             "fgd": _obj(
                 {
                     "workload": {"type": "string"},
@@ -324,16 +579,26 @@ def _schemas() -> dict[str, Any]:
             "gpu_models": {"type": "array", "items": _ref("GpuModel")},
             "nodes": {"type": "array", "items": _ref("Node")},
         },
-        required=["meta", "cluster", "spatial", "temporal", "type", "memory", "fgd", "pools"],
+        required=[
+            "meta",
+            "source",
+            "timestamp",
+            "cluster",
+            "spatial",
+            "temporal",
+            "type",
+            "memory",
+            "fgd",
+            "pools",
+            "shapes",
+            "gpu_models",
+        ],
     )
     action = _obj(
         {
             "rank": {"type": "integer", "minimum": 1},
             "goal": {"type": "string"},
-            "kind": {
-                "type": "string",
-                "enum": ["migrate", "reserve", "reclaim", "share", "borrow", "rebalance"],
-            },
+            "kind": {"type": "string", "enum": list(KINDS)},
             "alloc": {"type": "string"},
             "job": {"type": "string"},
             "tenant": {"type": "string"},
@@ -349,16 +614,13 @@ def _schemas() -> dict[str, Any]:
         {
             "meta": _ref("Meta"),
             "method": {"type": "string"},
-            "stale": {"type": "boolean"},
+            "stale": {"type": "boolean", "description": _SECTION_STALE.format(stage="plan")},
             "error": _STR_OR_NULL,
             "goals": {"type": "array", "items": {"type": "string"}},
             "by_kind": {"type": "object", "additionalProperties": count},
             "total_actions": count,
             "actions": {"type": "array", "items": _ref("Action")},
-            "plans": {
-                "type": "array",
-                "items": {"type": "object", "required": ["goal", "feasible", "actions"]},
-            },
+            "plans": _rows(_ref("Plan")),
             "job_ends": {"oneOf": [_ref("JobEnds"), {"type": "null"}]},
         }
     )
@@ -391,8 +653,8 @@ def _schemas() -> dict[str, Any]:
                     "available": {"const": True},
                     "target": {"type": "string"},
                     "model": {"type": "string"},
-                    "point_gpus": gpus,
-                    "quantiles": {"type": "object", "additionalProperties": gpus},
+                    "point_gpus": {**gpus, "description": _POINT},
+                    "quantiles": {**_by(gpus), "description": _QUANTILES},
                     "backtest": _obj(
                         {
                             "selection_origins": count,
@@ -526,7 +788,7 @@ def _schemas() -> dict[str, Any]:
     forecast = _obj(
         {
             "meta": _ref("Meta"),
-            "stale": {"type": "boolean"},
+            "stale": {"type": "boolean", "description": _SECTION_STALE.format(stage="forecast")},
             "error": _STR_OR_NULL,
             **demand_head,
             "pools": {
@@ -561,20 +823,39 @@ def _schemas() -> dict[str, Any]:
         "TenantDemand": tenants,
         "SnapshotResponse": _obj({"meta": _ref("Meta"), "snapshot": _ref("Snapshot")}),
         "Error": error,
+        **_analysis_schemas(),
+        **_plan_schemas(),
         **_snapshot_schemas(),
     }
 
 
-def _operation(summary: str, schema: str, parameters: list[dict] | None = None) -> dict:
-    def body(name: str, description: str) -> dict:
-        return {"description": description, "content": {JSON: {"schema": _ref(name)}}}
+def _body(name: str, description: str) -> dict[str, Any]:
+    return {"description": description, "content": {JSON: {"schema": _ref(name)}}}
 
+
+def _error_responses() -> dict[str, Any]:
+    """What exporter.server answers under /api/ besides the routes' own answers, all with the
+    Error schema: 404 for a path not listed here, 405 for a method other than GET and HEAD,
+    500 for a route that failed."""
+    not_allowed = _body("Error", "a method other than GET or HEAD")
+    not_allowed["headers"] = {
+        "Allow": {"description": "always `GET, HEAD`", "schema": {"const": "GET, HEAD"}}
+    }
+    return {
+        "NotFound": _body("Error", "no such path under /api/"),
+        "MethodNotAllowed": not_allowed,
+        "InternalError": _body("Error", "the route failed (logged by the service)"),
+    }
+
+
+def _operation(summary: str, schema: str, parameters: list[dict] | None = None) -> dict:
     responses = {
-        "200": body(schema, "the latest results (meta.stale says whether they are current)"),
-        "503": body("Error", "no successful advisor run yet"),
+        "200": _body(schema, "the latest results (meta.stale says whether they are current)"),
+        "503": _body("Error", "no successful advisor run yet"),
+        "500": {"$ref": "#/components/responses/InternalError"},
     }
     if parameters:
-        responses["400"] = body("Error", "a query parameter has a value the route rejects")
+        responses["400"] = _body("Error", "a query parameter has a value the route rejects")
     return {"get": {"summary": summary, "parameters": parameters or [], "responses": responses}}
 
 
@@ -585,7 +866,10 @@ def openapi_document() -> dict[str, Any]:
         "info": {
             "title": "gpu-defrag advisor API",
             "version": __version__,
-            "description": "Read-only results of the advisor's latest run (docs/service.md).",
+            "description": "Read-only results of the advisor's latest run (docs/service.md). "
+            "A path under /api/ not listed here answers 404, a method other than GET and HEAD "
+            "405 with `Allow: GET, HEAD`, a failing route 500; all three with the Error schema "
+            "(components.responses).",
         },
         "paths": {
             "/api/snapshot": _operation(
@@ -630,10 +914,11 @@ def openapi_document() -> dict[str, Any]:
                         "200": {
                             "description": "OpenAPI 3.1 description",
                             "content": {JSON: {"schema": {"type": "object"}}},
-                        }
+                        },
+                        "500": {"$ref": "#/components/responses/InternalError"},
                     },
                 }
             },
         },
-        "components": {"schemas": _schemas()},
+        "components": {"schemas": _schemas(), "responses": _error_responses()},
     }

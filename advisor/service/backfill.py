@@ -25,6 +25,7 @@ from advisor.ingest import prometheus
 from advisor.ingest.exporter_scrape import SourceUnavailable
 from advisor.ingest.sources import prometheus_spec
 from advisor.model import ClusterModel, ModelError, from_readings
+from advisor.service.loop import redact
 
 log = logging.getLogger("advisor.service")
 
@@ -58,7 +59,7 @@ class Backfill:
             line += f"; {self.failed} hour(s) unreadable"
         if self.reason:
             line += f": {self.reason}"
-        return line
+        return redact(line)  # the spec and the errors may name a password
 
 
 def default_span_s(spec: str) -> float:

@@ -140,7 +140,7 @@ def run(args: argparse.Namespace) -> int:
     from advisor.planner.constraints import Policy, PolicyError, load_policy
     from advisor.service.api import Api
     from advisor.service.backfill import backfill, default_span_s
-    from advisor.service.loop import AdvisorLoop, Config, make_ingest
+    from advisor.service.loop import AdvisorLoop, Config, make_ingest, redact
     from exporter.server import ExporterServer
     from exporter.webconfig import WebConfigError, load_web_config
 
@@ -152,7 +152,7 @@ def run(args: argparse.Namespace) -> int:
         if args.history_points < 1:
             raise ValueError("--history.max-points must be at least 1")
     except (WebConfigError, PolicyError, SourceError, ValueError, OSError) as error:
-        print(f"gpu-defrag advise: {error}", file=sys.stderr)
+        print(f"gpu-defrag advise: {redact(str(error))}", file=sys.stderr)
         return 2
     settings = measures.Settings(shapes=args.shapes) if args.shapes else measures.Settings()
     config = Config(
@@ -191,12 +191,15 @@ def run(args: argparse.Namespace) -> int:
         loop.seed_history(past.models)
         log.info("%s", past.summary())
     elif span:
-        log.info("--history.backfill: %s has no past to read; the history starts now", args.source)
+        log.info(
+            "--history.backfill: %s has no past to read; the history starts now",
+            redact(args.source),
+        )
     loop.start()
     scheme = "https" if web.tls else "http"
     log.info(
         "advising on %s every %.3gs; serving %s://%s/metrics and /api/",
-        args.source,
+        redact(args.source),
         args.interval,
         scheme,
         args.listen_address,

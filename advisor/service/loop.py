@@ -15,6 +15,7 @@ from __future__ import annotations
 import gzip
 import logging
 import math
+import re
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -48,6 +49,30 @@ STAGES = R.STAGES
 
 
 # --------------------------------------------------------------------------- sources
+
+# scheme://user:password@ (the password may hold a raw '@': the userinfo ends at the last one)
+_USERINFO = re.compile(
+    r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<user>[^/?#@\s:]*)(?P<pw>:[^/?#\s]*)?@"
+)
+
+
+def redact(text: str) -> str:
+    """`text` (a source spec, or an error or log line naming it) with the password of every
+    URL in it masked: `admin:***@`, and a lone user name, which may be a token, `***@`. The
+    one way a source is shown: the metric label, the API's meta and source fields, errors and
+    log lines; the reader keeps the real spec."""
+
+    def mask(match: re.Match[str]) -> str:
+        user = f"{match['user']}:***" if match["pw"] else "***"
+        return f"{match['scheme']}{user}@"
+
+    return _USERINFO.sub(mask, text)
+
+
+def _shown_source(model: ClusterModel) -> ClusterModel:
+    """The model with its source as `redact` shows it (the API serves the model's source)."""
+    source = redact(model.source)
+    return model if source == model.source else replace(model, source=source, _cache={})
 
 
 class LiveSim:
@@ -115,7 +140,7 @@ def check_form(spec: str) -> None:
 class RunState:
     """Everything /metrics and the API serve, published atomically after every run."""
 
-    source: str
+    source: str  # as `redact` shows it
     results: R.Results | None = None
     stale: bool = True
     source_up: bool = False
@@ -179,7 +204,7 @@ class AdvisorLoop:
         self.clock = clock
         self._render = render or render_page
         self._lock = threading.Lock()
-        self._state = RunState(source=source)
+        self._state = RunState(source=redact(source))
         self._page = self._make_page(self._state)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -231,7 +256,7 @@ class AdvisorLoop:
         failures: list[str] = []
 
         def fail(stage: str, error: BaseException) -> str:
-            message = str(error).splitlines()[0] if str(error) else type(error).__name__
+            message = redact(str(error).splitlines()[0]) if str(error) else type(error).__name__
             errors[stage] = errors.get(stage, 0) + 1
             failures.append(f"{stage}: {message}")
             return message
@@ -240,7 +265,7 @@ class AdvisorLoop:
         source_up, source_error = True, ""
         t0 = time.perf_counter()
         try:
-            model = self.ingest()
+            model = _shown_source(self.ingest())
         except Exception as error:  # any reader failure is the source being down
             source_up, source_error = False, fail("ingest", error)
             if not isinstance(error, (SourceError, OSError, ValueError)):

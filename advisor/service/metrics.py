@@ -197,9 +197,9 @@ def _recommendations(families: Families, state: RunState, top_actions: int) -> N
     for row in top:
         _add(
             families,
-            "gpu_advisor_action_cost_gpu_hours",
+            "gpu_advisor_action_cost_gpu_seconds",
             (str(row["rank"]),),
-            row["cost_gpu_hours"],
+            row["cost_gpu_hours"] * 3600.0,  # Prometheus' base unit: seconds
         )
     for row in top:
         _add(families, "gpu_advisor_action_benefit_gpus", (str(row["rank"]),), row["benefit_gpus"])

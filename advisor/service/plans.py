@@ -76,9 +76,15 @@ def _benefits(actions: Sequence[Action]) -> list[float]:
     return out
 
 
-def _summary(action: Action) -> str:
+def _summary(action: Action, plan: Plan) -> str:
+    """The action in one line, the `summary` label of gpu_advisor_action_info: nothing in it
+    may change from run to run while the action stays (a new label value is a new series),
+    so a reservation's start, which its reason gives relative to now, is left out."""
     text = action.reason or action.kind
-    if action.kind == "reserve" and action.dst:
+    ends_from = plan.extra.get("ends_from")
+    if action.kind == "reserve" and action.dst and plan.method == "reserve" and ends_from:
+        text = f"reserve {action.dst} for {action.job} (start planned on {ends_from})"
+    elif action.kind == "reserve" and action.dst:
         text = f"reserve {action.dst} ({action.reason})" if action.reason else str(action.dst)
     elif action.src and action.dst:
         text = f"{action.kind} {action.alloc} {action.src} -> {action.dst}"
@@ -102,7 +108,7 @@ def ranked_actions(plans: Sequence[Plan]) -> list[dict[str, Any]]:
                     "tenant": action.tenant,
                     "source": str(action.src) if action.src else "",
                     "target": str(action.dst) if action.dst else "",
-                    "summary": _summary(action),
+                    "summary": _summary(action, plan),
                     "cost_gpu_hours": float(action.cost.gpu_hours),
                     "restarts": int(action.cost.restarts),
                     "benefit_gpus": float(benefit),

@@ -1,5 +1,6 @@
 import gzip
 import logging
+import re
 import shutil
 import socket
 import struct
@@ -199,3 +200,91 @@ def test_any_other_request_failure_is_one_error_line(loop, caplog, capfd):
     assert record.levelno == logging.ERROR
     assert record.getMessage() == "request from ('127.0.0.1', 1) failed: ValueError: bad thing"
     assert "Traceback" not in capfd.readouterr().err
+
+
+def _exchange(port: int, raw: bytes) -> bytes:
+    """Send `raw` on one connection and read until the server closes it."""
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+        sock.sendall(raw)
+        chunks = []
+        while chunk := sock.recv(65536):
+            chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _statuses(answer: bytes) -> list[int]:
+    return [int(code) for code in re.findall(rb"HTTP/1\.1 (\d{3}) ", answer)]
+
+
+def _request(method: str, path: str, body: bytes = b"", **headers: str) -> bytes:
+    lines = [f"{method} {path} HTTP/1.1", "Host: x", *(f"{k}: {v}" for k, v in headers.items())]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode() + body
+
+
+SMUGGLED = b"GET /nope HTTP/1.1\r\nHost: x\r\n\r\n"
+LAST = _request("GET", "/-/healthy", Connection="close")
+
+
+@pytest.mark.parametrize("method", ["POST", "GET"])
+def test_a_request_body_is_read_and_never_taken_for_the_next_request(loop, method):
+    server = serve(loop, load_web_config(None))
+    try:
+        first = _request(method, "/metrics", SMUGGLED, **{"Content-Length": str(len(SMUGGLED))})
+        answer = _exchange(server.port, first + LAST)
+    finally:
+        server.close()
+    assert _statuses(answer) == [405 if method == "POST" else 200, 200]  # no 404 in between
+
+
+@pytest.mark.parametrize(
+    ("headers", "status"),
+    [
+        ({"Content-Length": str(2 << 20)}, 413),  # over the bound: refused unread, closed
+        ({"Content-Length": "9" * 5000}, 413),
+        ({"Content-Length": "12abc"}, 400),
+        ({"Content-Length": "²"}, 400),
+        ({"Transfer-Encoding": "chunked"}, 405),  # not read: answered, then closed
+    ],
+)
+def test_a_body_not_read_in_full_closes_the_connection(loop, headers, status):
+    server = serve(loop, load_web_config(None))
+    chunked = b"%x\r\n%s\r\n0\r\n\r\n" % (len(SMUGGLED), SMUGGLED)
+    try:
+        answer = _exchange(server.port, _request("POST", "/metrics", chunked, **headers) + LAST)
+    finally:
+        server.close()
+    assert _statuses(answer) == [status]
+    assert b"\r\nConnection: close\r\n" in answer
+
+
+@pytest.mark.parametrize(
+    ("accept", "gzipped"),
+    [
+        ("gzip", True),
+        ("GZIP;Q=1.0", True),
+        ("deflate, gzip;q=0.5", True),
+        ("*", True),
+        ("x-gzip", True),
+        ("gzip;q=0", False),
+        ("gzip;q=0.000, *", False),  # refused by name: the wildcard does not bring it back
+        ("identity, *;q=0", False),
+        ("gzip;q=abc", False),
+        ("identity", False),
+        ("", False),
+    ],
+)
+def test_gzip_follows_the_accept_encoding_q_values(loop, accept, gzipped):
+    server = serve(loop, load_web_config(None))
+    try:
+        answer = requests.get(
+            f"http://127.0.0.1:{server.port}/metrics",
+            headers={"Accept-Encoding": accept},
+            stream=True,
+            timeout=5,
+        )
+        raw = answer.raw.read(decode_content=False)
+    finally:
+        server.close()
+    assert answer.headers["Vary"] == "Accept-Encoding"
+    assert (answer.headers.get("Content-Encoding") == "gzip") is gzipped
+    assert (gzip.decompress(raw) if gzipped else raw) == loop.current_page().body

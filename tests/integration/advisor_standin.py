@@ -126,7 +126,7 @@ SAMPLES: dict[str, list[tuple[tuple[str, ...], float]]] = {
         (("reserve",), 1.0),
     ],
     "gpu_advisor_action_info": [(row, 1.0) for row in ACTIONS],
-    "gpu_advisor_action_cost_gpu_hours": [(("1",), 0.5), (("2",), 0.0), (("3",), 8.0)],
+    "gpu_advisor_action_cost_gpu_seconds": [(("1",), 1800.0), (("2",), 0.0), (("3",), 28800.0)],
     "gpu_advisor_action_benefit_gpus": [(("1",), 8.0), (("2",), 2.0), (("3",), 8.0)],
     "gpu_advisor_job_end_finished_jobs": [((), 412.0)],
     "gpu_advisor_job_end_running_jobs": [(("learned",), 37.0), (("fallback",), 5.0)],

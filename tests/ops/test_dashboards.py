@@ -404,3 +404,15 @@ def test_provisioning_points_grafana_at_prometheus_and_the_dashboards():
     (provider,) = providers["providers"]
     assert provider["type"] == "file"
     assert provider["options"]["path"] == "/var/lib/grafana/dashboards/gpu-defrag"
+
+
+def test_the_action_cost_column_is_gpu_hours_from_the_gpu_seconds_gauge():
+    """The advisor exports GPU-seconds (promtool: base unit); the table beside GPUs shows
+    them as GPU-hours, its column name's unit."""
+    document = load("gpu-fragmentation-advisor.json")
+    (panel,) = [p for p in panels(document) if p["title"] == "Top recommended actions"]
+    (query,) = [t for t in panel["targets"] if "gpu_advisor_action_cost" in t["expr"]]
+    assert metric_names(query["expr"]) == {"gpu_advisor_action_cost_gpu_seconds"}
+    assert query["expr"].endswith("} / 3600")
+    renames = next(t for t in panel["transformations"] if t["id"] == "organize")["options"]
+    assert renames["renameByName"][f"Value #{query['refId']}"] == "cost (GPU-hours)"

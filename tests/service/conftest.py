@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -30,6 +31,30 @@ class ScriptedSource:
         if isinstance(step, str):
             raise SourceError(step)
         return step
+
+
+def closed(node: Any) -> Any:
+    """A JSON Schema with every object closed (`additionalProperties: false` where it says
+    nothing else), so a served property the schema does not declare, or an object declared
+    bare, fails validation."""
+    if isinstance(node, list):
+        return [closed(item) for item in node]
+    if not isinstance(node, dict):
+        return node
+    out = {key: closed(value) for key, value in node.items()}
+    if node.get("type") == "object" or "properties" in node:
+        out.setdefault("additionalProperties", False)
+    return out
+
+
+def strict_schema(name: str) -> dict[str, Any]:
+    """The API's component `name` closed throughout (the snapshot file's own schema, which
+    the snapshot tests cover, as it is), its $refs resolving inside `components`."""
+    from advisor.service.api import openapi_document
+
+    schemas = openapi_document()["components"]["schemas"]
+    schemas = {k: v if k.startswith("Snapshot_") else closed(v) for k, v in schemas.items()}
+    return {**schemas[name], "components": {"schemas": schemas}}
 
 
 @pytest.fixture(scope="session")

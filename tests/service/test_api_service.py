@@ -16,7 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from advisor.app.cli import free_port
 from advisor.fragmentation.measures import parse_shape
 from advisor.service.api import SNAPSHOT_SCHEMA
-from tests.service.conftest import ISLANDS, advisor_process
+from tests.service.conftest import ISLANDS, advisor_process, strict_schema
 
 
 def get_json(url: str) -> tuple[int, dict]:
@@ -209,3 +209,74 @@ def test_served_openapi_document_is_the_one_the_fuzz_test_uses(service):
 
     _, served = get_json(f"{service}/api/openapi.json")
     assert served == json.loads(json.dumps(openapi_document()))
+
+
+@pytest.mark.parametrize(
+    ("route", "schema"),
+    [
+        ("/api/fragmentation?nodes=true", "Fragmentation"),
+        ("/api/recommendations", "Recommendations"),
+        ("/api/forecast", "Forecast"),
+        ("/api/snapshot", "SnapshotResponse"),
+    ],
+)
+def test_live_answers_serve_only_declared_properties(service, route, schema):
+    _, doc = get_json(f"{service}{route}")
+    jsonschema.validate(doc, strict_schema(schema))
+    if schema == "Fragmentation":
+        assert "allocated_idle_power_watts" in doc["pools"][0]
+        for always in ("shapes", "gpu_models"):
+            with pytest.raises(jsonschema.ValidationError):
+                jsonschema.validate(
+                    {k: v for k, v in doc.items() if k != always}, strict_schema(schema)
+                )
+    if schema == "Recommendations":
+        assert doc["plans"] and any(p["actions"] for p in doc["plans"])
+
+
+def test_the_two_stale_flags_and_point_vs_median_are_documented(islands):
+    """meta.stale (the whole answer is an earlier run's) and a section's own stale (its stage
+    failed) are different facts, as are point_gpus and quantiles['0.5']: the schema says so."""
+    from advisor.service.api import openapi_document, recommendations_doc
+    from advisor.service.loop import AdvisorLoop, Config
+    from tests.service.conftest import ScriptedSource
+
+    schemas = openapi_document()["components"]["schemas"]
+    assert "ingest or analysis failed" in schemas["Meta"]["properties"]["stale"]["description"]
+    for name, stage in (("Recommendations", "plan"), ("Forecast", "forecast")):
+        text = schemas[name]["properties"]["stale"]["description"]
+        assert f"{stage} stage failed" in text and "meta.stale" in text
+    (available, _) = schemas["Forecast"]["properties"]["pools"]["items"]["properties"]["horizons"][
+        "items"
+    ]["oneOf"]
+    point = available["properties"]["point_gpus"]["description"]
+    quantiles = available["properties"]["quantiles"]["description"]
+    assert "WAPE" in point and "quantiles['0.5']" in point
+    assert "median" in quantiles and "recent errors" in quantiles
+    loop = AdvisorLoop("snap", ScriptedSource(islands, "source down"), Config())
+    loop.run_once()
+    doc = recommendations_doc(loop.run_once())
+    assert doc["meta"]["stale"] is True and doc["stale"] is False  # as described, unchanged
+
+
+def test_a_password_in_the_source_is_not_published():
+    port = free_port()  # nothing listens there
+    secret = f"prometheus+http://admin:s3cret@127.0.0.1:{port}"
+    with advisor_process("--source", secret, "--advise.interval", "1s") as (base, process):
+        page = wait_for(
+            lambda: (
+                (text := requests.get(f"{base}/metrics", timeout=5).text).count(
+                    'gpu_advisor_run_errors_total{stage="ingest"} 0.0'
+                )
+                == 0
+                and text
+            )
+        )
+        _, doc = get_json(f"{base}/api/fragmentation")
+        process.send_signal(2)
+        _, stderr = process.communicate(timeout=15)
+    shown = secret.replace("s3cret", "***")
+    assert f'gpu_advisor_source_up{{source="{shown}"}} 0.0' in page
+    assert doc["meta"]["source"] == shown and "admin:***@" in doc["meta"]["source_error"]
+    assert "s3cret" not in page + json.dumps(doc) + stderr
+    assert "admin:***@" in stderr

@@ -310,3 +310,23 @@ def test_without_start_times_the_starts_are_observed(scripted) -> None:
     assert jobs.counts()["withdrawn"] == 1 and jobs.finished() == []
     [job4] = [j for j in jobs.running(T0 + 3000.0) if j.job == "job4"]
     assert job4.start == T0 + 2250.0  # the observed start survives the blip
+
+
+def test_a_reservations_summary_label_does_not_change_as_time_passes() -> None:
+    """The summary is the `summary` label of gpu_advisor_action_info: the same reservation ten
+    minutes later must keep its label (a new value is a new series); its reason, in the API,
+    still says when the job starts."""
+    import dataclasses
+
+    model = world(T0 + 3 * H)
+    later = dataclasses.replace(model, timestamp=model.timestamp + 600.0, _cache={})
+    docs = [recommend_service(m, (), [], Policy()) for m in (model, later)]
+    reserve = [[a for a in d["actions"] if a["kind"] == "reserve"] for d in docs]
+    assert reserve[0] and len(reserve[0]) == len(reserve[1])
+    assert [a["summary"] for a in reserve[0]] == [a["summary"] for a in reserve[1]]
+    assert all("duration prior" in a["summary"] for a in reserve[0])
+    reasons = [
+        [a["reason"] for p in d["plans"] if p["method"] == "reserve" for a in p["actions"]]
+        for d in docs
+    ]
+    assert reasons[0] != reasons[1] and all("starts in" in r for r in reasons[0])

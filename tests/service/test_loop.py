@@ -198,3 +198,61 @@ def test_a_failing_source_warns_of_no_results_before_any_good_run(islands, scrip
         "source snap failed: down; no results yet",
         "source snap failed: down again; serving the last good results",
     ]
+
+
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        ("prometheus+http://admin:s3cret@host:9090", "prometheus+http://admin:***@host:9090"),
+        ("https://admin:p@ss@host/metrics?x=1", "https://admin:***@host/metrics?x=1"),
+        ("http://token@host:9835/metrics", "http://***@host:9835/metrics"),
+        (
+            "http://a:1@n1/metrics,http://n2:9835/metrics,http://b:2@n3",
+            "http://a:***@n1/metrics,http://n2:9835/metrics,http://b:***@n3",
+        ),
+        (
+            "Prometheus at http://admin:s3cret@h:9090 unreachable",
+            "Prometheus at http://admin:***@h:9090 unreachable",
+        ),
+        ("http://host:9090", "http://host:9090"),
+        ("sim:a100-16x8?seed=1", "sim:a100-16x8?seed=1"),
+        ("/data/user@example/cluster.json", "/data/user@example/cluster.json"),
+    ],
+)
+def test_redact_masks_the_password_of_every_url(text, shown):
+    assert loop_module.redact(text) == shown
+
+
+def test_a_password_in_the_source_is_never_shown(islands, caplog):
+    """The label, every meta and source field, the errors and the log lines show the source
+    without its password; the reader still gets the real URL."""
+    import dataclasses
+    import json
+
+    from advisor.app.cli import free_port
+    from advisor.service.api import fragmentation_doc, snapshot_doc
+    from advisor.service.loop import describe
+
+    secret = f"prometheus+http://admin:s3cret@127.0.0.1:{free_port()}"
+    down = make_ingest(secret, 1.0)  # nothing listens there: the real reader's error
+    model = dataclasses.replace(islands, source=secret)
+    calls = iter([model, None])
+
+    def ingest():
+        step = next(calls)
+        return step if step is not None else down()
+
+    loop = AdvisorLoop(secret, ingest, Config())
+    good = loop.run_once()
+    shown = [
+        json.dumps(fragmentation_doc(good)["source"]),
+        json.dumps(snapshot_doc(good)["snapshot"]["source"]),
+    ]
+    with caplog.at_level("INFO", logger="advisor.service"):
+        bad = loop.run_once()
+    assert "127.0.0.1" in bad.source_error  # the reader named the real host
+    shown += [loop.current_page().body.decode(), json.dumps(describe(bad)), caplog.text]
+    for text in shown:
+        assert "s3cret" not in text, text
+    assert describe(bad)["source"] == secret.replace("s3cret", "***")
+    assert "admin:***@" in shown[0] and "admin:***@" in caplog.text

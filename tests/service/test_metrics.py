@@ -47,6 +47,8 @@ def test_contract_names_follow_conventions():
         assert (spec.kind == "counter") == spec.name.endswith("_total"), spec.name
         assert (spec.kind == "info") == spec.name.endswith("_info"), spec.name
         assert "percent" not in spec.name and "_mb" not in spec.name, spec.name
+        # promtool's lint: base units only (seconds, not hours or minutes)
+        assert not spec.name.endswith(("_hours", "_minutes", "_days", "_milliseconds")), spec.name
         # target labels: Prometheus would rename ours to exported_job / exported_instance
         assert not {"job", "instance"} & set(spec.labels), spec.name
     assert len(ADVISOR_BY_NAME) == len(ADVISOR_METRICS)
@@ -114,17 +116,24 @@ def test_page_is_byte_identical_to_prometheus_client(islands_state):
     assert fams.text().encode() == generate_latest(registry)
 
 
-def test_promtool_check_metrics_accepts_the_page(sim_loop, tmp_path):
+def test_promtool_check_metrics_accepts_every_family(islands_state, power_state, sim_loop):
+    """Linted on pages that together serve every contract family: ranked actions (islands),
+    idle power, and forecasts with idle windows and a tenant's quota (the sim)."""
     promtool = shutil.which("promtool")
     if promtool is None:
         pytest.fail("promtool not installed: run `make system` (Debian package prometheus)")
-    result = subprocess.run(
-        [promtool, "check", "metrics"],
-        input=sim_loop.current_page().body,
-        capture_output=True,
-        timeout=30,
-    )
-    assert result.returncode == 0, result.stdout.decode() + result.stderr.decode()
+    pages = [
+        families(islands_state).text().encode(),
+        families(power_state).text().encode(),
+        sim_loop.current_page().body,
+    ]
+    linted = {s.name for page in pages for s in samples(page.decode())}
+    assert linted == set(ADVISOR_BY_NAME)
+    for page in pages:
+        result = subprocess.run(
+            [promtool, "check", "metrics"], input=page, capture_output=True, timeout=30
+        )
+        assert result.returncode == 0, result.stdout.decode() + result.stderr.decode()
 
 
 def test_values_agree_with_the_analysis(islands_state):
@@ -166,8 +175,11 @@ def test_action_info_is_bounded_to_the_top_n_and_counts_cover_all(islands_state)
         if s.name == "gpu_advisor_recommended_actions"
     }
     assert sum(counts.values()) == len(recs["actions"])
-    costs = [s for s in samples(page) if s.name == "gpu_advisor_action_cost_gpu_hours"]
-    assert len(costs) == 2
+    costs = [s for s in samples(page) if s.name == "gpu_advisor_action_cost_gpu_seconds"]
+    assert [s.value for s in costs] == [
+        pytest.approx(a["cost_gpu_hours"] * 3600) for a in recs["actions"][:2]
+    ]
+    assert any(s.value > 0 for s in costs)
     none = [s.name for s in samples(families(islands_state, top_actions=0).text())]
     assert "gpu_advisor_action_info" not in none
 
