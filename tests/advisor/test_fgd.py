@@ -123,10 +123,12 @@ def test_online_workload_only_knows_the_past() -> None:
     w = online.workload()
     assert w.shapes == [(2000, 1000, 1, ""), (1000, 500, 1, "")]
     assert w.popularity == pytest.approx([2 / 3, 1 / 3])
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"^cannot learn a workload from zero pods$"):
         OnlineWorkload().workload()
 
 
 def test_bad_popularity_rejected() -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(
+        ValueError, match=r"^popularity must be >= 0 and sum to 1, got sum 0\.500000$"
+    ):
         Workload.from_shapes([(1, 1, 1, "")], [0.5])

@@ -116,7 +116,17 @@ def test_power_down_forecasts_use_nothing_after_the_step():
     np.testing.assert_allclose(out[0], out[1])
 
 
-def test_daily_recalibration_of_idle_release_uses_nothing_after_the_origin():
+@pytest.mark.parametrize(
+    "cut",
+    [
+        "2024-01-19 00:00",  # the model's refit at the test start
+        "2024-01-21 00:00",  # the third day's re-pick of λ
+    ],
+)
+def test_daily_recalibration_of_idle_release_uses_nothing_after_the_origin(cut):
+    """Every hour after the cut, a refit or λ re-pick point, is altered to a full pool (no idle
+    GPU at all): an outcome after the origin leaking into that fit or pick (each hour of it a
+    violation of any release) changes the release there."""
     from advisor.forecast.io import Panel
 
     rng = np.random.default_rng(2)
@@ -131,13 +141,15 @@ def test_daily_recalibration_of_idle_release_uses_nothing_after_the_origin():
             pd.DataFrame({"pool": values}, index=idx), pd.DataFrame({"pool": 64.0}, index=idx)
         )
         out: dict = {}
-        idle.backtest(p, releases=out, **kw)
+        d = idle.backtest(p, releases=out, **kw)
+        adv = d[d.model == "advisor"]
+        assert adv.params.str.contains("quantile_lagrange.*recalibrated=4x").all()
         return out
 
-    cut = pd.Timestamp("2024-01-21 05:00")
+    cut = pd.Timestamp(cut)
     before = releases(used)
     later = used.copy()
-    later[idx > cut] = 64 - later[idx > cut]  # a different future after the cut
+    later[idx > cut] = 64.0  # a different future after the cut: every GPU in use
     after = releases(later)
     for w in (1, 4):
         assert len(before[w]) == 4 * 24

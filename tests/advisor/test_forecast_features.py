@@ -13,6 +13,10 @@ from tests.advisor.forecast_synth import synthetic_panel
 def _altered(y: np.ndarray, t: int) -> np.ndarray:
     z = y.copy()
     z[t + 1 :] = z[t + 1 :] * 3 + 100
+    # masked points right after the origin (a one- or two-step lead of anything, the observed
+    # flags included, reads them at row t) and a later one
+    z[t + 1, 0] = np.nan
+    z[t + 2, -1] = np.nan
     z[t + 5, 0] = np.nan
     return z
 
@@ -76,13 +80,18 @@ def minute_panel(days: int = 14, seed: int = 1) -> io.Panel:
 
 
 def _altered_minutes(p: io.Panel, start: pd.Timestamp) -> io.Panel:
-    """Every minute reading from `start` on changed, one masked, one later hour masked outright."""
+    """Every minute reading from `start` on changed, one masked, the first two hours from `start`
+    masked outright (one series each) and a later hour."""
     vals = p.values.copy()
     after = vals.index >= start
     vals.loc[after] = vals.loc[after].to_numpy() * 3 + 100
     first = int(np.argmax(after))
     vals.iloc[first + 7, 0] = np.nan
-    vals.iloc[first + 120 : first + 180, 1] = np.nan
+    # the two hours after the origin's hour masked outright (a one- or two-hour lead reads them
+    # at the origin), and a later one
+    vals.iloc[first : first + 60, 1] = np.nan
+    vals.iloc[first + 60 : first + 120, 0] = np.nan
+    vals.iloc[first + 180 : first + 240, 1] = np.nan
     return io.Panel(vals, p.capacity, p.name)
 
 

@@ -5,6 +5,7 @@ import pandas as pd
 import pytest
 
 from advisor.forecast import io
+from tests.ci import skip_or_fail
 
 
 def test_long_format_reader_masks_missing_rows_and_empty_values(tmp_path):
@@ -42,7 +43,7 @@ def test_parquet_long_format(tmp_path):
     try:
         frame.to_parquet(path)
     except ImportError:
-        pytest.skip("no parquet engine")
+        skip_or_fail("no parquet engine (pip install pyarrow)")
     assert io.load(str(path)).values["x"].tolist() == [1, 2, 3]
 
 

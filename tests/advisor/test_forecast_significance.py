@@ -3,6 +3,7 @@ forecasts widen it, the day bootstrap brackets the observed difference."""
 
 import numpy as np
 import pandas as pd
+import pytest
 from scipy import stats
 
 from advisor.forecast.significance import day_bootstrap, diebold_mariano, paired_table
@@ -25,6 +26,54 @@ def test_overlapping_forecasts_make_the_same_gain_less_certain():
     one, p_one = diebold_mariano(base + d, base, h=1)
     day, p_day = diebold_mariano(base + d, base, h=24)
     assert one < 0 and day < 0 and abs(day) < abs(one) and p_day > p_one
+
+
+def _dm_by_hand(d, h: int, weight):
+    """DM-HLN written out from the formula: d̄ / √(V / n) × √((n + 1 − 2h + h(h − 1)/n) / n),
+    V = γ₀ + 2 Σ_{k=1}^{h−1} weight(k) γ_k, γ_k = (1/n) Σ_{t=k}^{n−1} (d_t − d̄)(d_{t−k} − d̄);
+    the p-value two-sided from t with n − 1 degrees of freedom. Returns (statistic, p, V); NaN
+    for the first two where V ≤ 0."""
+    n = len(d)
+    mean = sum(d) / n
+    gamma = [sum((d[t] - mean) * (d[t - k] - mean) for t in range(k, n)) / n for k in range(h)]
+    v = gamma[0] + 2 * sum(weight(k) * gamma[k] for k in range(1, h))
+    if v <= 0:
+        return np.nan, np.nan, v
+    statistic = mean / np.sqrt(v / n) * np.sqrt((n + 1 - 2 * h + h * (h - 1) / n) / n)
+    return statistic, 2 * stats.t.sf(abs(statistic), n - 1), v
+
+
+def _rectangular(k):
+    return 1.0
+
+
+def test_dm_at_h_24_is_the_formula_with_autocovariances_up_to_lag_23():
+    """Three days of hourly losses whose differential persists for half a day: the
+    rectangular window over lags 1 … 23 is positive, so it is the one used."""
+    rng = np.random.default_rng(0)
+    a = np.round(4 + np.repeat(rng.normal(-0.4, 0.6, 6), 12) + rng.normal(0, 0.5, 72), 2)
+    b = np.round(4 + rng.normal(0, 0.5, 72), 2)
+    d = (a - b).tolist()
+    statistic, p_value, v = _dm_by_hand(d, 24, _rectangular)
+    assert v > 0
+    got = diebold_mariano(a, b, h=24)
+    assert got[0] == pytest.approx(statistic, rel=1e-9)
+    assert got[1] == pytest.approx(p_value, rel=1e-9)
+    # the check can fail: leaving out lag 23 gives another figure
+    assert abs(_dm_by_hand(d, 24, lambda k: float(k < 23))[0] - statistic) > 0.1
+
+
+def test_a_negative_rectangular_long_run_variance_falls_back_to_bartlett_weights():
+    """An alternating differential (negative autocovariance at odd lags): γ₀ + 2 Σ γ_k over
+    lags 1 … 3 is negative, so the variance takes Bartlett weights 1 − k/h instead."""
+    rng = np.random.default_rng(1)
+    d = np.round(0.5 + 2.0 * (-1.0) ** np.arange(40) + rng.normal(0, 0.3, 40), 2)
+    assert _dm_by_hand(d.tolist(), 4, _rectangular)[2] < 0
+    statistic, p_value, v = _dm_by_hand(d.tolist(), 4, lambda k: 1 - k / 4)
+    assert v > 0
+    got = diebold_mariano(d, np.zeros(40), h=4)
+    assert got[0] == pytest.approx(statistic, rel=1e-9)
+    assert got[1] == pytest.approx(p_value, rel=1e-9)
 
 
 def test_identical_forecasts_have_no_test():

@@ -42,6 +42,17 @@ def minute_panel() -> Panel:
     return _minute_panel()
 
 
+LIVE_AS_OF = pd.Timestamp("2024-01-24 19:00")  # 4 h before the panel's end: outcomes known
+
+
+@pytest.fixture(scope="module")
+def live_history(minute_panel) -> Panel:
+    """The minute panel up to the end of hour `LIVE_AS_OF`: what a live call at that hour sees
+    (the live tests share it, and so the models fitted on it)."""
+    upto = minute_panel.values.index < LIVE_AS_OF + pd.Timedelta(hours=1)
+    return Panel(minute_panel.values.loc[upto], minute_panel.capacity.loc[upto])
+
+
 def _altered_after(panel: Panel, cut: pd.Timestamp) -> Panel:
     later = panel.values.copy()
     after = later.index > cut
@@ -87,9 +98,20 @@ def test_idle_features_use_nothing_after_the_origin_hour(minute_panel):
     assert not np.array_equal(out[0][0][~rows], out[1][0][~rows])
 
 
-@pytest.mark.parametrize("recalibrate_every", [None, 24])
-def test_quantile_release_uses_nothing_after_the_origin(minute_panel, recalibrate_every):
-    cut = pd.Timestamp("2024-01-20 05:59")
+@pytest.mark.parametrize(
+    ("recalibrate_every", "cut"),
+    [
+        # the model is refit at the test start (01-19 00:00): everything from 01:00 on differs
+        (None, "2024-01-19 00:59"),
+        # λ is re-picked at 01-20 00:00 (the second daily block): everything from 01:00 on differs
+        (24, "2024-01-20 00:59"),
+    ],
+)
+def test_quantile_release_uses_nothing_after_the_origin(minute_panel, recalibrate_every, cut):
+    """The cut is the last minute of a refit's (or λ re-pick's) origin hour, so an outcome of
+    even one hour after that origin leaking into the fit (or the pick) changes the release
+    there."""
+    cut = pd.Timestamp(cut)
     kw = {"windows": (1, 4), "method": "quantile", "recalibrate_every": recalibrate_every}
     got = []
     for p in (minute_panel, _altered_after(minute_panel, cut)):
@@ -97,11 +119,17 @@ def test_quantile_release_uses_nothing_after_the_origin(minute_panel, recalibrat
         d = idle.backtest(p, releases=out, **kw)
         adv = d[d.model == "advisor"]
         assert adv.params.str.startswith("quantile_lagrange").all()
+        if recalibrate_every:
+            assert adv.params.str.contains("recalibrated=3x").all()
         got.append(out)
+    changed = False
     for w in (1, 4):
         assert len(got[0][w]) == 3 * 24
-        keep = got[0][w].index <= pd.Timestamp("2024-01-20 05:00")
+        keep = got[0][w].index <= cut.floor("h")
+        assert keep.sum() == (1 if recalibrate_every is None else 25)
         pd.testing.assert_frame_equal(got[0][w][keep], got[1][w][keep])
+        changed |= not got[0][w][~keep].equals(got[1][w][~keep])
+    assert changed  # the check itself can fail: the altered hours do change later releases
 
 
 def test_auto_choice_between_model_and_rules_uses_nothing_after_the_origin(minute_panel):
@@ -177,8 +205,11 @@ def test_lambda_keeps_the_pooled_violation_share_within_the_budget():
     assert looser.sum() >= rel.sum()
 
 
-def test_idle_windows_live_api_with_long_and_short_history(minute_panel):
-    live = idle.idle_windows(minute_panel, windows=(1, 4), risk=0.05)
+def test_idle_windows_live_api_with_long_and_short_history(minute_panel, live_history):
+    """Live at the last hour of the history is what the backtest decides at that origin on the
+    whole panel (whose later hours it may not read), window by window."""
+    as_of, hour = LIVE_AS_OF, pd.Timedelta(hours=1)
+    live = idle.idle_windows(live_history, windows=(1, 4), risk=0.05)
     assert list(live.columns) == [
         "series",
         "window_h",
@@ -189,8 +220,22 @@ def test_idle_windows_live_api_with_long_and_short_history(minute_panel):
         "as_of",
     ]
     assert len(live) == 4
+    assert (live.as_of == as_of).all() and live.rule.str.startswith("quantile_lagrange").all()
     caps = {"pool0": 16, "pool1": 64}
     assert all(0 <= r.release <= caps[r.series] for r in live.itertuples())
+    assert (live.release > 0).any()
+    # the idle count now: capacity less the hour's highest use
+    peak = live_history.values.loc[live_history.values.index >= as_of].max()
+    for r in live.itertuples():
+        assert r.current_idle == caps[r.series] - peak[r.series]
+    replay: dict = {}
+    idle.backtest(
+        minute_panel, windows=(1, 4), test_from=as_of, test_to=as_of + hour, releases=replay
+    )
+    for w in (1, 4):
+        at = live[live.window_h == w].set_index("series").release
+        assert replay[w].index.tolist() == [as_of]
+        assert at.to_dict() == replay[w].loc[as_of].to_dict()
     short = Panel(
         minute_panel.values.iloc[: 5 * 24 * 60], minute_panel.capacity.iloc[: 5 * 24 * 60]
     )
@@ -233,8 +278,8 @@ def test_idle_windows_releases_are_monotone_in_the_window(seed, windows):
     assert (by.diff(axis=1).iloc[:, 1:].fillna(0) <= 0).all().all()
 
 
-def test_idle_windows_monotone_with_the_quantile_model(minute_panel):
-    live = idle.idle_windows(minute_panel, windows=(8, 1, 4))
+def test_idle_windows_monotone_with_the_quantile_model(live_history):
+    live = idle.idle_windows(live_history, windows=(8, 1, 4))
     assert live.rule.str.startswith("quantile").any()
     by = live.pivot(index="series", columns="window_h", values="release")
     assert (by[4] <= by[1]).all() and (by[8] <= by[4]).all()
@@ -276,15 +321,15 @@ def _with_empty_pool(panel: Panel) -> Panel:
     return Panel(values, capacity, panel.name, panel.test_from, panel.test_to)
 
 
-def test_a_pool_without_capacity_changes_nothing_for_the_others(minute_panel):
+def test_a_pool_without_capacity_changes_nothing_for_the_others(minute_panel, live_history):
     """Its hours cannot be wrong, so counted in the pooled budget they would let the other pools
     take more risk: it stays out of the model and its λ (backtest and live)."""
     alone = idle.backtest(minute_panel, windows=(1,))
     beside = idle.backtest(_with_empty_pool(minute_panel), windows=(1,))
     assert "empty" not in set(beside["series"])
     pd.testing.assert_frame_equal(alone, beside)
-    live_alone = idle.idle_windows(minute_panel, windows=(1, 4))
-    live = idle.idle_windows(_with_empty_pool(minute_panel), windows=(1, 4))
+    live_alone = idle.idle_windows(live_history, windows=(1, 4))
+    live = idle.idle_windows(_with_empty_pool(live_history), windows=(1, 4))
     assert list(live["series"]) == ["pool0", "pool1", "empty"] * 2
     assert list(live["window_h"]) == [1, 1, 1, 4, 4, 4]
     empty = live[live["series"] == "empty"]

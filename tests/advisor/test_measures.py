@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -82,6 +84,34 @@ def test_multi_node_jobs_count_within_one_rack() -> None:
     assert m.jobs_that_fit(model, m.Shape(8)) == 4
     assert m.largest_fitting(model).rack_full_nodes == 2
     assert m.jobs_that_fit(model, m.parse_shape("2x8@A100")) == 0
+
+
+def test_multi_node_jobs_need_one_gpu_model_within_the_rack() -> None:
+    """r1: one A100 and one H100 node, all free: no 2x8 job (not one model). r2: two A100 and
+    two H100 nodes, all free: one 2x8 job per model. A rack-only grouping would count 3."""
+    b = ModelBuilder()
+    layout = {
+        "a1": ("r1", "A100"),
+        "h1": ("r1", "H100"),
+        "a2": ("r2", "A100"),
+        "h2": ("r2", "H100"),
+        "a3": ("r2", "A100"),
+        "h3": ("r2", "H100"),
+    }
+    for name, (rack, gpu_model) in layout.items():
+        b.add_node(name, rack=rack, gpu_model=gpu_model)
+        for i in range(8):
+            b.add_gpu(name, i)
+    model = b.build()
+    assert m.jobs_that_fit(model, m.Shape(8)) == 6
+    assert m.jobs_that_fit(model, m.Shape(8, tasks=2)) == 2  # a2+a3 and h2+h3
+    assert m.jobs_that_fit(model, m.parse_shape("2x8@H100")) == 1
+    assert m.jobs_that_fit(model, m.Shape(8, tasks=3)) == 0
+    assert m.largest_fitting(model).rack_full_nodes == 2
+    spatial = m.analyze(model)["spatial"]
+    assert spatial["largest_job"]["multi_node_gpus_in_rack"] == 16
+    fits = {row["shape"]: row["jobs_that_fit"] for row in spatial["shapes"]}
+    assert (fits["2x8 GPU"], fits["4x8 GPU"]) == (2, 0)
 
 
 def test_allocated_idle_uses_latest_value_or_the_window() -> None:
@@ -166,13 +196,39 @@ def test_fgd_node_fragment_by_hand() -> None:
     assert ((nodes["score"] >= 0) & (nodes["score"] <= 1)).all()
 
 
+def test_gpus_of_unknown_island_are_each_a_group_of_one() -> None:
+    """k: islands 0 (GPUs 0-3) and 1 (4-7), with 1 and 3 free; u: 4 free GPUs whose island is
+    unknown, each alone. Merging u's GPUs into one island would give 4."""
+    b = ModelBuilder()
+    b.add_node("k", rack="r1", gpu_model="A100")
+    for i in range(8):
+        b.add_gpu("k", i, nvlink_island=0 if i < 4 else 1)
+    b.add_node("u", rack="r1", gpu_model="A100")
+    for i in range(4):
+        b.add_gpu("u", i)  # island unknown
+    b.add_allocation("x", num_gpu=3, node="k", gpus=[0, 1, 2])
+    b.add_allocation("y", num_gpu=1, node="k", gpus=[7])
+    model = b.build()
+    assert m.free_whole_per_node(model).tolist() == [4, 4]
+    assert m.largest_free_nvlink_group(model).tolist() == [3, 1]
+    result = m.analyze(model)
+    assert result["nodes"]["largest_free_nvlink_group"].tolist() == [3, 1]
+    largest = result["spatial"]["largest_job"]
+    assert (largest["single_node_gpus"], largest["nvlink_group_gpus"]) == (4, 3)
+
+
 def test_parse_shape() -> None:
     assert m.parse_shape("0.5") == m.Shape(1, 500)
     assert m.parse_shape("2x8") == m.Shape(8, tasks=2)
     assert m.parse_shape("4@A100|H100") == m.Shape(4, gpu_spec="A100|H100")
     assert m.parse_shape("2x8").name == "2x8 GPU"
-    for bad in ("", "1.5", "x8", "0"):
-        with pytest.raises(ValueError):
+    for bad, why in (
+        ("", "expected e.g. 0.5, 1, 8, 2x8 or 4@A100"),
+        ("1.5", "more than one GPU must be a whole number"),
+        ("x8", "expected e.g. 0.5, 1, 8, 2x8 or 4@A100"),
+        ("0", "a shape takes at least one task of at least 0.001 GPU"),
+    ):
+        with pytest.raises(ValueError, match=re.escape(f"bad shape {bad!r}: {why}")):
             m.parse_shape(bad)
 
 

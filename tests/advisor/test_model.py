@@ -190,7 +190,7 @@ def test_unknown_gpu_and_duplicate_ids_are_rejected() -> None:
 
 def test_derived_arrays_are_read_only() -> None:
     model = _builder().build()
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="read-only"):
         model.gpu_free_milli[0] = 0
     assert np.isnan(model.gpus.utilization_ratio).all()
 

@@ -4,6 +4,7 @@ the checker's lending of capacity no quota covers."""
 from __future__ import annotations
 
 import json
+from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 
@@ -13,6 +14,7 @@ from hypothesis import strategies as st
 
 from advisor import snapshot
 from advisor.cli import main
+from advisor.fragmentation.measures import free_whole_per_node
 from advisor.planner.actions import Action
 from advisor.planner.borrow import blocked_by_quota, plan_borrow, request_for_job, usage_by_scope
 from advisor.planner.check import check_plan
@@ -134,7 +136,7 @@ def test_goal_forms_and_cli(model, capsys) -> None:
     assert plan_for_goal(model, policy, "borrow=rnd-pretrain")[0].feasible
     assert plan_for_goal(model, policy, "borrow=rnd:32:80")[0].feasible  # 4 x 8 by node size
     assert plan_for_goal(model, policy, "borrow=big:rnd:4x8")[0].reason.startswith("priority")
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"^no pending job 'nobody' in the model$"):
         plan_for_goal(model, policy, "borrow=nobody")
     code = main(
         ["plan", str(SEED), "--goal", "borrow=rnd-pretrain", "--policy", str(RULES), "--json"]
@@ -211,36 +213,84 @@ def test_checker_lends_only_spare_unassigned_capacity(model) -> None:
     assert not check_plan(model, [loan(20)], shared).ok
 
 
-@settings(
-    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True
-)
-@given(
-    m=clusters(),
-    policy=st.one_of(policies(), lending_policies()),
-    tenant=st.sampled_from(TENANTS),
-    size=st.sampled_from([1, 2, 4]),
-    pick=st.integers(-1, 3),
-)
-def test_every_borrow_plan_passes_the_check(m, policy, tenant, size, pick) -> None:
-    """A pending job of the model, or (pick -1) a small new one that often fits the free GPUs
-    but not its tenant's quota."""
-    requests = pending_requests(m, min_gpus=1)
-    if pick < 0 or not requests:
-        request = Request("want", tenant, 10, 1, size)
-    else:
-        request = requests[pick % len(requests)]
+@st.composite
+def short_of_quota(draw, m, request: Request) -> Policy:
+    """Quotas that leave `request`'s tenant 1 to `request.gpus` GPUs short of starting it, the
+    other tenants some spare quota (each may refuse to lend it), and rules that allow the loan
+    (unless the borrower's own quota is 0: no ratio of 0 covers a loan), now and then with a
+    priority threshold above the new jobs' 10."""
+    usage = usage_by_scope(m)
+    short = draw(st.integers(1, request.gpus))
+    quotas = {(request.tenant, ""): max(usage[(request.tenant, "")] + request.gpus - short, 0.0)}
+    for tenant in TENANTS:
+        if tenant != request.tenant:
+            quotas[(tenant, "")] = usage[(tenant, "")] + draw(st.sampled_from([0, 1, 4, 8]))
+    rules = BorrowRules(max_borrow_ratio=16.0, priority_threshold=draw(st.sampled_from([0, 0, 50])))
+    lend = {t: replace(rules, lend=draw(st.booleans())) for t in TENANTS}
+    return Policy(
+        quotas=quotas,
+        island_locality=draw(st.booleans()),
+        rack_locality=draw(st.booleans()),
+        borrowing={"": rules, **lend},
+    )
+
+
+def _check_borrow(m, policy: Policy, request: Request, seen: Counter) -> None:
+    """The plan replays; a plan with loans keeps every borrowing rule, and needs its loans."""
     plan = plan_borrow(m, policy, request)
     assert_checked(m, plan, policy, request.priority)
     loans = [a for a in plan.actions if a.kind == "borrow"]
     if plan.feasible and loans:
+        seen["feasible with loans"] += 1
         rules = policy.borrow_rules(request.tenant)
         assert rules is not None and (request.priority or 0) >= rules.priority_threshold
         for loan in loans:
             lender = loan.quota[1][0]
+            seen["from a tenant" if lender != UNASSIGNED else "from unassigned"] += 1
             assert lender == UNASSIGNED or policy.borrow_rules(lender).lend
         # the loans are needed: without them the start breaks the borrower's quota
         starts = [a for a in plan.actions if a.kind == "reserve"]
+        assert starts
         assert not check_plan(m, starts, policy, request.priority).ok
+
+
+def test_every_borrow_plan_passes_the_check() -> None:
+    """On each random cluster: a pending job of the model, or (pick -1) a small new one that
+    often fits the free GPUs but not its tenant's quota, under a random or a tight lending
+    policy; and a new job no larger than the most free GPUs on a node under quotas that leave
+    its tenant just short of it. The loan-specific checks must run: counted, and the count
+    asserted after the run (over half of the clusters give a loan)."""
+    seen: Counter = Counter()
+
+    @settings(
+        max_examples=60,
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow],
+        derandomize=True,
+        database=None,
+    )
+    @given(
+        m=clusters(),
+        policy=st.one_of(policies(), lending_policies()),
+        tenant=st.sampled_from(TENANTS),
+        size=st.sampled_from([1, 2, 4]),
+        pick=st.integers(-1, 3),
+        data=st.data(),
+    )
+    def check(m, policy, tenant, size, pick, data) -> None:
+        requests = pending_requests(m, min_gpus=1)
+        if pick < 0 or not requests:
+            request = Request("want", tenant, 10, 1, size)
+        else:
+            request = requests[pick % len(requests)]
+        _check_borrow(m, policy, request, seen)
+        fits = max(int(free_whole_per_node(m).max(initial=0)), 1)
+        short = Request("want", tenant, 10, 1, min(size, fits))
+        _check_borrow(m, data.draw(short_of_quota(m, short), label="short"), short, seen)
+
+    check()
+    assert seen["feasible with loans"] >= 5, seen
+    assert seen["from a tenant"] and seen["from unassigned"], seen
 
 
 def test_shipped_snapshots_match_their_generator() -> None:

@@ -68,6 +68,10 @@ def test_valid_plan_and_apply() -> None:
         ([mv("zz", "n1", [2], "n3", [0])], 1, "no allocation"),
         ([mv("a", "n1", [0, 1], "n2", [5])], 1, "needs 2"),
         ([mv("a", "n1", [0, 1], "n2", [5, 9])], 1, "has no GPU 9"),
+        # valid plans: every rule passes
+        ([mv("a", "n1", [0, 1], "n2", [5, 6])], None, None),
+        ([mv("j0", "n1", [2], "n2", [5], kind="rebalance")], None, None),  # stays in rack r1
+        ([mv("a", "n1", [0, 1], "n2", [5, 6]), mv("j0", "n1", [2], "n1", [0])], None, None),
     ],
 )
 def test_each_rule_names_the_failing_step(plan, step, needle) -> None:

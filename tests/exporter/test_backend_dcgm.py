@@ -323,7 +323,7 @@ def test_flags_and_node_name(monkeypatch, no_system_bindings):
     assert backend.node_name == "gpu-7"  # a remote hostengine names its node
     monkeypatch.setenv("NODE_NAME", "k8s-node-3")
     assert DcgmBackend.from_args(args).node_name == "k8s-node-3"
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"^--dcgm\.update-interval must be positive$"):
         DcgmBackend.from_args(parser.parse_args(["--dcgm.update-interval", "0"]))
     assert backend_class("dcgm") is DcgmBackend
 

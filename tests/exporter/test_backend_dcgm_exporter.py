@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 import socket
 from collections.abc import Iterator
 from pathlib import Path
@@ -373,15 +374,18 @@ def test_flags_accept_repeats_and_commas():
 
 
 @pytest.mark.parametrize(
-    "argv",
+    ("argv", "message"),
     [
-        [],
-        ["--dcgm-exporter.url", "localhost:9400"],
-        ["--dcgm-exporter.url", "http://a/metrics", "--dcgm-exporter.timeout", "0"],
+        ([], "--dcgm-exporter.url is required (e.g. http://localhost:9400/metrics)"),
+        (["--dcgm-exporter.url", "localhost:9400"], "--dcgm-exporter.url 'localhost:9400' is not"),
+        (
+            ["--dcgm-exporter.url", "http://a/metrics", "--dcgm-exporter.timeout", "0"],
+            "--dcgm-exporter.timeout must be positive",
+        ),
     ],
 )
-def test_bad_flags_raise_value_error(argv):
-    with pytest.raises(ValueError):
+def test_bad_flags_raise_value_error(argv, message):
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}"):
         DcgmExporterBackend.from_args(_parse(argv))
 
 

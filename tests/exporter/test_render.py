@@ -70,6 +70,22 @@ def test_values_are_in_base_units():
     assert value("gpu_node_largest_free_nvlink_group_gpus", node="node-0") == 5
 
 
+def test_a_lost_gpu_is_rendered_lost_and_not_healthy():
+    """NVML's lost flag wins over a health reading taken before the GPU fell off the bus."""
+    collection = readings_factory.collection()
+    gpu = collection.nodes[0].gpus[3]
+    gpu.lost = True
+    assert gpu.healthy  # the reading still says healthy: only `lost` may turn the gauge off
+    by_name = samples(render_page(collection, [], STATE).body.decode())
+
+    def value(name, gpu):
+        (sample,) = [s for s in by_name[name] if s.labels == {"node": "node-0", "gpu": gpu}]
+        return sample.value
+
+    assert (value("gpu_lost", "3"), value("gpu_healthy", "3")) == (1, 0)
+    assert (value("gpu_lost", "2"), value("gpu_healthy", "2")) == (0, 1)
+
+
 def test_a_sim_page_says_which_fleet_and_where_its_clock_stands():
     by_name = samples(rendered())
     (info,) = by_name["gpu_sim_info"]

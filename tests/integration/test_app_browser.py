@@ -3,15 +3,14 @@ Playwright, every page loaded without a Streamlit exception, a screenshot of eac
 test-output/screenshots/.
 
 Needs /usr/bin/chromium (`make system`) and the playwright package (no `playwright install`: we
-use the Debian browser). Skips when they are missing, except under CI=true, where a missing
-browser is a failure rather than a silently skipped test.
+use the Debian browser). Skips when they are missing, except under CI (CI=1/true/yes/on,
+`tests.ci`), where a missing browser is a failure rather than a silently skipped test.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -24,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from advisor.app.cli import free_port, streamlit_command
+from tests.ci import skip_or_fail
 
 pytestmark = pytest.mark.integration
 
@@ -52,9 +52,7 @@ PAGES = [
 
 
 def _need(what: str) -> None:
-    if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
-        pytest.fail(f"{what} (CI=true: not skipping)")
-    pytest.skip(what)
+    skip_or_fail(what)
 
 
 def _healthy(url: str) -> bool:

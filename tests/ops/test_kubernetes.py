@@ -4,7 +4,6 @@ that the pieces fit together (selectors, ports, job names, the exporter's flags)
 
 from __future__ import annotations
 
-import os
 import re
 from pathlib import Path
 
@@ -13,6 +12,7 @@ import yaml
 
 from advisor.cli import build_parser
 from alerts.config import load_config
+from tests.ci import skip_or_fail
 
 ROOT = Path(__file__).resolve().parents[2]
 K8S = ROOT / "deploy" / "kubernetes"
@@ -24,9 +24,10 @@ def kubernetes_validate():
     try:
         import kubernetes_validate as module
     except ImportError:
-        if os.environ.get("CI") == "true":
-            pytest.fail("kubernetes-validate is missing (pip install kubernetes-validate)")
-        pytest.skip("kubernetes-validate is not installed: schema validation not run")
+        skip_or_fail(
+            "kubernetes-validate is not installed (pip install kubernetes-validate): "
+            "schema validation not run"
+        )
     return module
 
 
