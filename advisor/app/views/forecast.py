@@ -8,6 +8,12 @@ import streamlit as st
 
 from advisor.app import data, figures, forecasts
 
+
+def percent_columns(*names: str) -> dict[str, st.column_config.NumberColumn]:
+    """The ratio columns of a table (WAPE, coverage, violations, capture) shown as percents."""
+    return {name: st.column_config.NumberColumn(format="percent") for name in names}
+
+
 state = data.current()
 
 st.title("Forecast")
@@ -60,12 +66,12 @@ else:
         table,
         hide_index=True,
         key="forecast_table",
-        column_config={
-            "backtest WAPE": st.column_config.NumberColumn(format="percent"),
-            f"{doc['baseline']} WAPE": st.column_config.NumberColumn(format="percent"),
-            "q0.9 coverage": st.column_config.NumberColumn(format="percent"),
-            f"{doc['baseline']} q0.9 coverage": st.column_config.NumberColumn(format="percent"),
-        },
+        column_config=percent_columns(
+            "backtest WAPE",
+            f"{doc['baseline']} WAPE",
+            "q0.9 coverage",
+            f"{doc['baseline']} q0.9 coverage",
+        ),
     )
     st.caption(
         f"From the last complete hour ({doc['origin']}), {doc['history_hours']} hours of "
@@ -85,10 +91,7 @@ if not tenant_table.empty:
         tenant_table,
         hide_index=True,
         key="tenant_table",
-        column_config={
-            "backtest WAPE": st.column_config.NumberColumn(format="percent"),
-            f"{tenants['baseline']} WAPE": st.column_config.NumberColumn(format="percent"),
-        },
+        column_config=percent_columns("backtest WAPE", f"{tenants['baseline']} WAPE"),
     )
     st.caption(
         f"GPUs held by each tenant's running allocations: the {len(tenants['tenants'])} of "
@@ -112,15 +115,12 @@ else:
         idle_table,
         hide_index=True,
         key="idle_table",
-        column_config={
-            name: st.column_config.NumberColumn(format="percent")
-            for name in (
-                "backtest violations",
-                "backtest capture",
-                f"{baseline} violations",
-                f"{baseline} capture",
-            )
-        },
+        column_config=percent_columns(
+            "backtest violations",
+            "backtest capture",
+            f"{baseline} violations",
+            f"{baseline} capture",
+        ),
     )
     st.caption(
         f"GPUs of each pool that stay free for the whole window starting {idle['valid_from']}, "
@@ -141,10 +141,7 @@ if not nodes_table.empty:
         nodes_table,
         hide_index=True,
         key="idle_nodes_table",
-        column_config={
-            name: st.column_config.NumberColumn(format="percent")
-            for name in (f"{first} backtest violations", f"{first} backtest capture")
-        },
+        column_config=percent_columns(f"{first} backtest violations", f"{first} backtest capture"),
     )
     shown = sum(1 for n in idle["nodes"] if any(w["available"] for w in n["windows"]))
     st.caption(
