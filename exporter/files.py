@@ -52,13 +52,58 @@ def _mode(path: Path) -> int | None:
 
 
 def check_directory_target(target: str | Path) -> int | None:
-    """Raise NotADirectoryError when `target` cannot become a result folder (it, or a folder on
-    its path, is a file), so a command can say so before hours of work, not after; returns the
-    mode of what is there (None: nothing yet)."""
-    mode = _mode(Path(target))
+    """Raise OSError when `target` cannot become a result folder, so a command can say so
+    before hours of work, not after; returns the mode of what is there (None: nothing yet).
+
+    The error's `strerror` is one line saying why, its `filename` the target: it exists and is
+    not a folder (a file, a FIFO; a link counts as what it points to), or the folder it would
+    be written beside (behind a link, as `staged_directory` writes it) is not a directory or
+    not writable. Missing parents are made when the folder is written, so the first one that
+    exists must be a writable directory."""
+    mode = _target_mode(target)
     if mode is not None and not stat.S_ISDIR(mode):
         raise NotADirectoryError(errno.ENOTDIR, "exists and is not a directory", str(target))
+    parent = Path(os.path.realpath(target)).parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    _check_parent(target, parent)
     return mode
+
+
+def check_file_target(target: str | Path) -> int | None:
+    """Raise OSError when `target` cannot take a file written by `write_text_atomic`, as
+    `check_directory_target` does for a folder; returns the mode of what is there.
+
+    A folder there, or a file that is not writable, is refused. A FIFO or device (such as
+    /dev/stdout) is written to as it is, so only it must be writable; anything else is written
+    beside the file (behind a link), whose folder must exist and be writable."""
+    mode = _target_mode(target)
+    if mode is not None and stat.S_ISDIR(mode):
+        raise IsADirectoryError(errno.EISDIR, "is a directory", str(target))
+    if mode is not None and not os.access(target, os.W_OK):
+        raise PermissionError(errno.EACCES, "is not writable", str(target))
+    if mode is None or stat.S_ISREG(mode):
+        _check_parent(target, Path(os.path.realpath(target)).parent)
+    return mode
+
+
+def _target_mode(target: str | Path) -> int | None:
+    """`_mode`, with a path that runs through a file counting as nothing there yet: the check
+    of its parent then names the file in the way."""
+    try:
+        return _mode(Path(target))
+    except NotADirectoryError:
+        return None
+
+
+def _check_parent(target: str | Path, parent: Path) -> None:
+    """Raise OSError naming `parent` when the target cannot be written in it."""
+    if not parent.is_dir():
+        if parent.exists():
+            raise NotADirectoryError(errno.ENOTDIR, f"{parent} is not a directory", str(target))
+        raise FileNotFoundError(errno.ENOENT, f"{parent} does not exist", str(target))
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise PermissionError(errno.EACCES, f"{parent} is not writable", str(target))
 
 
 @contextmanager
@@ -72,7 +117,7 @@ def staged_directory(target: str | Path) -> Iterator[Path]:
     one renamed in, the old one removed), so no file of the previous run survives. A folder
     that also holds other files (or whose files no run recorded) keeps them: the new files are
     moved in and the previous run's files this run did not make are removed. A `target` that
-    exists and is not a folder raises NotADirectoryError before the block runs."""
+    cannot be a result folder (`check_directory_target`) raises OSError before the block runs."""
     target = Path(os.path.realpath(target))  # a link to a folder: swap the folder behind it
     mode = check_directory_target(target)
     target.parent.mkdir(parents=True, exist_ok=True)

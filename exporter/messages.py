@@ -3,7 +3,13 @@
 from __future__ import annotations
 
 
-def one_line(error: BaseException) -> str:
+def one_line(error: BaseException, *, typed: bool = False) -> str:
     """The error's text with line breaks and runs of spaces folded (PyYAML, gRPC and HTTP
-    libraries write several lines), or its type where it has no text."""
-    return " ".join(str(error).split()) or type(error).__name__
+    libraries write several lines), or its type where it has no text. `typed` puts the type
+    before the text too (`KeyError: 'x'`), for errors no one expected, whose text alone
+    (`'x'`) says little."""
+    text = " ".join(str(error).split())
+    name = type(error).__name__
+    if typed and text:
+        return f"{name}: {text}"
+    return text or name

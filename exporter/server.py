@@ -24,6 +24,7 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Protocol
 
+from exporter.messages import one_line
 from exporter.render import Page
 from exporter.webconfig import WebConfig
 
@@ -127,9 +128,7 @@ class _Server(ThreadingHTTPServer):
         if isinstance(error, CLIENT_GONE):
             log.debug("client %s went away: %s", client_address, type(error).__name__)
             return
-        text = str(error).strip().splitlines()
-        detail = f"{type(error).__name__}: {text[0]}" if text else type(error).__name__
-        log.error("request from %s failed: %s", client_address, detail)
+        log.error("request from %s failed: %s", client_address, one_line(error, typed=True))
 
 
 class _Handler(BaseHTTPRequestHandler):

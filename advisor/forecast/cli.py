@@ -96,36 +96,18 @@ def _instant(text: str) -> pd.Timestamp:
     return at.tz_convert(None) if at.tzinfo else at
 
 
-def _unusable_out(path: str, directory: bool) -> str | None:
-    """Why --out PATH cannot take the results, or None. Checked before any work, so a bad path is
-    not found only after the whole run. A folder's missing parents are made when it is written;
-    a file's parent must exist (a device or FIFO such as /dev/stdout is written to as it is)."""
-    import os
-    from pathlib import Path
-
-    target = Path(path)
-    if directory and target.exists() and not target.is_dir():
-        return "exists and is not a directory"
-    if not directory and target.is_dir():
-        return "is a directory"
-    if not directory and target.exists() and not os.access(target, os.W_OK):
-        return "is not writable"
-    parent = target.parent
-    while directory and not parent.exists() and parent != parent.parent:
-        parent = parent.parent
-    if not parent.is_dir():
-        return f"{parent} is not a directory" if parent.exists() else f"{parent} does not exist"
-    if not os.access(parent, os.W_OK | os.X_OK):
-        return f"{parent} is not writable"
-    return None
-
-
 def _check_out(path: str | None, directory: bool) -> None:
+    """Checked before any work, so a bad --out is not found only after the whole run
+    (`exporter.files.check_directory_target` / `check_file_target` say what is checked)."""
     from advisor.forecast.io import InputError
+    from exporter.files import check_directory_target, check_file_target
 
-    why = _unusable_out(path, directory) if path else None
-    if why:
-        raise InputError(f"--out {path}: {why}")
+    if not path:
+        return
+    try:
+        (check_directory_target if directory else check_file_target)(path)
+    except OSError as error:
+        raise InputError(f"--out {path}: {error.strerror or error}") from None
 
 
 @contextmanager

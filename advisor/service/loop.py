@@ -69,6 +69,34 @@ def redact(text: str) -> str:
     return _USERINFO.sub(mask, text)
 
 
+class RedactingFilter(logging.Filter):
+    """Passes every record with `redact` applied to all it shows: the message with its
+    arguments, the traceback (whose messages, from urllib or an HTTP library, may name the
+    source's URL, causes included) and the stack. The traceback is formatted here once and
+    kept as text, and the exception dropped, so no handler formats it again from the
+    exception itself."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        try:
+            message = record.getMessage()
+        except Exception:  # a bad format string: shown raw, as a handler would, not raised here
+            message = f"{record.msg} {record.args!r}"
+        record.msg, record.args = redact(message), ()
+        if record.exc_info:
+            record.exc_text = logging.Formatter().formatException(record.exc_info)
+            record.exc_info = None
+        if record.exc_text:
+            record.exc_text = redact(record.exc_text)
+        if record.stack_info:
+            record.stack_info = redact(record.stack_info)
+        return True
+
+
+# Every module of the service logs as "advisor.service": its records pass here, whatever
+# handler (the CLI's stderr line, a test's capture) takes them.
+log.addFilter(RedactingFilter())
+
+
 def _shown_source(model: ClusterModel) -> ClusterModel:
     """The model with its source as `redact` shows it (the API serves the model's source)."""
     source = redact(model.source)

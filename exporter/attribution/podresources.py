@@ -25,6 +25,7 @@ from typing import TypeVar
 import grpc
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
+from exporter.messages import one_line
 from exporter.readings import Allocation
 
 log = logging.getLogger(__name__)
@@ -287,4 +288,4 @@ class PodResourcesSource:
 def _one_line(exc: BaseException) -> str:
     if isinstance(exc, grpc.RpcError) and hasattr(exc, "code"):
         return f"{exc.code().name}: {exc.details()}"  # type: ignore[attr-defined]
-    return " ".join(f"{type(exc).__name__}: {exc}".split())
+    return one_line(exc, typed=True)

@@ -420,4 +420,32 @@ def test_cli_out_below_a_file_is_refused_before_replaying(tmp_path: Path, capsys
     rc = main(["replay", "--nodes", str(nodes), "--pods", str(pods), "--jobs", "1",
                "--out", str(nodes / "r")])  # fmt: skip
     err = capsys.readouterr().err
-    assert rc == 2 and err.count("\n") == 1 and "Not a directory" in err
+    assert rc == 2 and err.count("\n") == 1 and f"{nodes} is not a directory" in err
+
+
+@pytest.mark.parametrize("below", ["out", "new/out"])
+def test_cli_refuses_an_out_it_cannot_write_before_replaying(
+    tmp_path: Path, capsys, monkeypatch, below: str
+) -> None:
+    """A read-only parent, or a missing one that cannot be made in a read-only folder: one
+    line naming the folder, exit 2, before any replay, and nothing made."""
+    import os
+
+    import advisor.replay.sweep as sweep
+
+    nodes, pods = _write_trace(tmp_path)
+    locked = tmp_path.resolve() / "locked"  # the message names the folder behind any link
+    locked.mkdir(mode=0o555)
+    if os.geteuid() == 0:  # root writes anywhere: the folder as any other user sees it
+        access = os.access
+        monkeypatch.setattr(
+            os, "access", lambda p, mode, **kw: Path(p) != locked and access(p, mode, **kw)
+        )
+    monkeypatch.setattr(sweep, "run_tasks", lambda *a, **k: pytest.fail("replayed first"))
+    out = locked / below
+    rc = main(["replay", "--nodes", str(nodes), "--pods", str(pods), "--jobs", "1",
+               "--out", str(out)])  # fmt: skip
+    err = capsys.readouterr().err
+    assert rc == 2 and err.count("\n") == 1
+    assert err.strip() == f"gpu-defrag replay: --out {out}: {locked} is not writable"
+    assert list(locked.iterdir()) == []

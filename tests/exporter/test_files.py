@@ -9,7 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from exporter.files import MANIFEST, staged_directory, write_text_atomic
+from exporter.files import (
+    MANIFEST,
+    check_directory_target,
+    check_file_target,
+    staged_directory,
+    write_text_atomic,
+)
 
 
 def test_a_symlink_is_written_through_to_its_target(tmp_path: Path) -> None:
@@ -117,3 +123,89 @@ def test_the_working_directory_is_written_into_not_swapped(tmp_path: Path, monke
     _run(Path("."), {"a.csv": "2"})
     assert Path.cwd().stat().st_ino == inode  # the shell's folder still exists
     assert sorted(p.name for p in out.iterdir()) == [MANIFEST, "a.csv"]
+
+
+def _unwritable(monkeypatch, folder: Path) -> None:
+    """`folder` read-only, as any user but root (who writes anywhere) sees it."""
+    folder.chmod(0o555)
+    if os.geteuid() == 0:
+        access = os.access
+        monkeypatch.setattr(
+            os, "access", lambda p, mode, **kw: Path(p) != folder and access(p, mode, **kw)
+        )
+
+
+@pytest.mark.parametrize(
+    ("below", "error", "why"),
+    [
+        ("out", PermissionError, "{locked} is not writable"),
+        ("new/deeper/out", PermissionError, "{locked} is not writable"),  # cannot be made
+        ("afile/out", NotADirectoryError, "{locked}/afile is not a directory"),
+        ("afile", NotADirectoryError, "exists and is not a directory"),
+    ],
+)
+def test_a_folder_that_cannot_be_written_is_refused_before_the_block_runs(
+    tmp_path: Path, monkeypatch, below: str, error: type, why: str
+) -> None:
+    locked = tmp_path.resolve() / "locked"
+    locked.mkdir()
+    (locked / "afile").write_text("keep me")
+    _unwritable(monkeypatch, locked)
+    ran = []
+    with pytest.raises(error) as info, staged_directory(locked / below):
+        ran.append(True)
+    assert not ran and info.value.strerror == why.format(locked=locked)
+    assert info.value.filename == str(locked / below)
+    assert [p.name for p in locked.iterdir()] == ["afile"]
+
+
+def test_a_folders_missing_parents_are_fine_where_they_can_be_made(tmp_path: Path) -> None:
+    assert check_directory_target(tmp_path / "new" / "deeper" / "out") is None
+    assert not (tmp_path / "new").exists()  # the check makes nothing
+
+
+def test_a_linked_folder_is_checked_where_it_is_written(tmp_path: Path, monkeypatch) -> None:
+    """The stage goes beside the folder behind the link, so that is the parent that counts."""
+    locked = tmp_path.resolve() / "locked"
+    (locked / "real").mkdir(parents=True)
+    (tmp_path / "link").symlink_to(locked / "real")
+    _unwritable(monkeypatch, locked)
+    with pytest.raises(PermissionError, match="locked is not writable"):
+        check_directory_target(tmp_path / "link")
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "link").symlink_to(tmp_path / "other" / "out")  # dangling: made there
+    assert check_directory_target(tmp_path / "other" / "link") is None
+
+
+@pytest.mark.parametrize(
+    ("name", "error", "why"),
+    [
+        ("x.csv", PermissionError, "{locked} is not writable"),
+        ("nodir/x.csv", FileNotFoundError, "{locked}/nodir does not exist"),
+        ("afile/x.csv", NotADirectoryError, "{locked}/afile is not a directory"),
+        ("sub", IsADirectoryError, "is a directory"),
+    ],
+)
+def test_a_file_that_cannot_be_written_is_refused(
+    tmp_path: Path, monkeypatch, name: str, error: type, why: str
+) -> None:
+    locked = tmp_path.resolve() / "locked"
+    (locked / "sub").mkdir(parents=True)
+    (locked / "afile").write_text("keep me")
+    _unwritable(monkeypatch, locked)
+    with pytest.raises(error) as info:
+        check_file_target(locked / name)
+    assert info.value.strerror == why.format(locked=locked)
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs here")
+def test_a_fifo_in_a_read_only_folder_can_still_be_written(tmp_path: Path, monkeypatch) -> None:
+    """It is written to as it is, not replaced, so its folder need not be writable; as a
+    folder target it is in the way."""
+    locked = tmp_path.resolve() / "locked"
+    locked.mkdir()
+    os.mkfifo(locked / "pipe")
+    _unwritable(monkeypatch, locked)
+    assert stat.S_ISFIFO(check_file_target(locked / "pipe"))
+    with pytest.raises(NotADirectoryError, match="exists and is not a directory"):
+        check_directory_target(locked / "pipe")

@@ -198,7 +198,10 @@ def test_any_other_request_failure_is_one_error_line(loop, caplog, capfd):
         server.close()
     (record,) = caplog.records
     assert record.levelno == logging.ERROR
-    assert record.getMessage() == "request from ('127.0.0.1', 1) failed: ValueError: bad thing"
+    # exporter.messages.one_line: every line of the message, folded onto one, after its type
+    assert record.getMessage() == (
+        "request from ('127.0.0.1', 1) failed: ValueError: bad thing second line"
+    )
     assert "Traceback" not in capfd.readouterr().err
 
 

@@ -158,6 +158,35 @@ def test_an_unexpected_ingest_exception_is_counted_not_raised(islands):
     assert "surprise" in state.source_error
 
 
+def test_an_unexpected_ingest_failure_logs_no_password_traceback_included(caplog):
+    """The traceback of an unexpected failure is logged, and the messages in it (a library's,
+    which may name the URL it read) show the source as `redact` does, causes included."""
+    import logging
+
+    source = "prometheus+http://admin:secret@host:9090"
+
+    def explode():
+        try:
+            raise LookupError("no route to http://admin:secret@host:9090/api/v1/query")
+        except LookupError as cause:
+            raise RuntimeError(f"read of {source} failed") from cause
+
+    loop = AdvisorLoop(source, explode, Config())
+    with caplog.at_level("DEBUG", logger="advisor.service"):
+        state = loop.run_once()
+    assert state.errors["ingest"] == 1 and "admin:***@host" in state.source_error
+    (failed,) = [r for r in caplog.records if r.levelno == logging.ERROR]
+    assert (
+        failed.getMessage()
+        == "ingest from prometheus+http://admin:***@host:9090 failed unexpectedly"
+    )
+    shown = [caplog.text, *(logging.Formatter().format(r) for r in caplog.records)]
+    assert "Traceback" in caplog.text and "LookupError: no route to" in caplog.text
+    assert "RuntimeError: read of prometheus+http://admin:***@host:9090 failed" in caplog.text
+    for text in shown:
+        assert "secret" not in text, text
+
+
 @pytest.mark.parametrize(
     ("spec", "message"),
     [
