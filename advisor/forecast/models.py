@@ -234,6 +234,9 @@ class HoltWinters(Forecaster):
         lv, tr, se, _ = memo[3]
         s_idx = (rel + horizon) % self.season
         fc = lv + horizon * tr + se[np.arange(len(rel)), s_idx, :]
+        # The state starts from the first season's rows: an origin inside that season would read
+        # rows after it (a history of under a day, as the service has at first), so it is naive.
+        fc[rel < self.season - 1] = np.nan
         return np.where(np.isfinite(fc), fc, out)
 
 
