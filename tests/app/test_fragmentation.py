@@ -25,6 +25,12 @@ def test_fragmentation_page_matches_the_analysis(source: str) -> None:
     largest = result["spatial"]["largest_job"]["single_node_gpus"]
     assert shown["Largest job on one node"] == f"{largest} GPUs"
     assert shown["Allocated but idle"] == f"{result['temporal']['allocated_idle_gpus']:,}"
+    # every headline says what it counts, with the analysis' own settings
+    helps = {m.label: m.help for m in at.metric}
+    assert all(helps.values()), helps
+    window = f"{result['temporal']['window_s'] / 60:g} min"
+    assert window in helps["Allocated but idle"]
+    assert f"{result['memory']['min_request_bytes'] / 2**30:g} GiB" in helps["Stranded GPU memory"]
 
     shapes = frame_with(at, "jobs that can start now")
     assert shapes["shape"].tolist() == [s["shape"] for s in result["spatial"]["shapes"]]

@@ -24,11 +24,35 @@ cols[0].metric(
     f"{frag['fragment_rate']:.1%}",
     help="FGD: share of the free GPU capacity that a task drawn from the workload cannot use.",
 )
-cols[1].metric("Fragmented GPUs", f"{frag['fragment_gpus']:,.1f}")
-cols[2].metric("Free GPUs", f"{spatial['free_gpus']:,}")
-cols[3].metric("Largest job on one node", f"{spatial['largest_job']['single_node_gpus']} GPUs")
-cols[4].metric("Allocated but idle", f"{temporal['allocated_idle_gpus']:,}")
-cols[5].metric("Stranded GPU memory", f"{memory['stranded_memory_bytes'] / data.GIB:,.0f} GiB")
+cols[1].metric(
+    "Fragmented GPUs",
+    f"{frag['fragment_gpus']:,.1f}",
+    help="FGD fragment amount: the free GPUs (fractions included) that a task drawn from the "
+    "workload cannot use, weighted by how often such tasks arrive.",
+)
+cols[2].metric(
+    "Free GPUs",
+    f"{spatial['free_gpus']:,}",
+    help="Healthy, unallocated GPUs on schedulable nodes; a lost or unhealthy GPU is not free.",
+)
+cols[3].metric(
+    "Largest job on one node",
+    f"{spatial['largest_job']['single_node_gpus']} GPUs",
+    help="The most whole free GPUs one node offers a single job now.",
+)
+cols[4].metric(
+    "Allocated but idle",
+    f"{temporal['allocated_idle_gpus']:,}",
+    help=f"Allocated GPUs whose every utilization sample of the last "
+    f"{temporal['window_s'] / 60:g} min was under {temporal['threshold']:.0%}.",
+)
+cols[5].metric(
+    "Stranded GPU memory",
+    f"{memory['stranded_memory_bytes'] / data.GIB:,.0f} GiB",
+    help="Free memory on GPUs in use that no new request can take: all of it on GPUs fully "
+    f"handed out, and less than {memory['min_request_bytes'] / data.GIB:g} GiB left on GPUs "
+    "handed out in part.",
+)
 
 st.subheader("Trend")
 history = data.trend_history(state)
