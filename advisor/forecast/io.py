@@ -25,6 +25,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from exporter.messages import one_line
+
 PHILLY_TEST = ("2017-12-01", "2017-12-15")
 EARTH_TEST = ("2020-05-25", "2020-06-01")
 
@@ -442,8 +444,7 @@ def load(source: str, freq: str | None = None) -> Panel:
     try:
         panel = _open(source, freq)
     except (OSError, ValueError, KeyError, SourceUnavailable) as error:
-        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise InputError(f"{source}: {first}") from error
+        raise InputError(f"{source}: {one_line(error)}") from error
     return _with_readings(panel, f"{source}: no readings")
 
 

@@ -30,6 +30,7 @@ from advisor.ingest.exporter_scrape import (
 from advisor.model import ClusterModel, Usage, from_readings
 from exporter.backends import dcgm_exporter as dx
 from exporter.contract import DCGM_COMPAT
+from exporter.messages import one_line
 
 DCGM_UTIL = "DCGM_FI_DEV_GPU_UTIL"
 DCGM_FB_USED = "DCGM_FI_DEV_FB_USED"
@@ -121,11 +122,10 @@ class PrometheusClient:
 
 
 def _problem(error: Exception) -> str:
-    """First line of a parse error; a KeyError names the missing field."""
+    """A parse error on one line; a KeyError names the missing field."""
     if isinstance(error, KeyError):
         return f"missing {error.args[0]!r}" if error.args else "missing field"
-    text = str(error).strip()
-    return text.splitlines()[0] if text else type(error).__name__
+    return one_line(error)
 
 
 def _labels(series: dict[str, Any]) -> tuple[str, dict[str, str]]:

@@ -41,6 +41,7 @@ from advisor.forecast.features import within_arrays
 from advisor.forecast.io import Panel
 from advisor.forecast.models import as_arrays, make
 from advisor.forecast.rolling import rolling_forecasts
+from exporter.messages import one_line
 
 if TYPE_CHECKING:
     from advisor.history import NodeHours
@@ -413,7 +414,7 @@ def _idle_or_error(
 
 
 def _message(error: BaseException) -> str:
-    return str(error).splitlines()[0] if str(error) else type(error).__name__
+    return one_line(error)
 
 
 def _idle_head(

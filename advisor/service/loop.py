@@ -41,6 +41,7 @@ from advisor.service.forecast import IDLE_MAX_NODES, MAX_TENANTS, forecast_pools
 from advisor.service.job_ends import JobEndSettings
 from advisor.service.plans import recommend_service
 from exporter.collector import Health
+from exporter.messages import one_line
 from exporter.render import Page
 
 log = logging.getLogger("advisor.service")
@@ -284,7 +285,7 @@ class AdvisorLoop:
         failures: list[str] = []
 
         def fail(stage: str, error: BaseException) -> str:
-            message = redact(str(error).splitlines()[0]) if str(error) else type(error).__name__
+            message = redact(one_line(error))
             errors[stage] = errors.get(stage, 0) + 1
             failures.append(f"{stage}: {message}")
             return message

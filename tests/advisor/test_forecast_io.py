@@ -258,3 +258,16 @@ def test_a_bad_philly_time_names_its_row(tmp_path):
     path.write_text("time,active,total\n2017-10-03 00:00:00,3,420\nabc,4,420\n")
     with pytest.raises(io.InputError, match=r"time 'abc' in row 2 is not an ISO 8601 time$"):
         io.load(str(path))
+
+
+def test_a_reader_error_of_several_lines_is_one_line_keeping_all_of_it(monkeypatch):
+    """Parsers (pandas, pyarrow) write their context on later lines: folded, not cut off."""
+
+    def broken(source, freq):
+        raise ValueError("Error tokenizing data.\n  C error: Expected 3 fields in line 7, saw 4")
+
+    monkeypatch.setattr(io, "_open", broken)
+    with pytest.raises(io.InputError, match="Expected 3 fields") as raised:
+        io.load("trace.csv")
+    assert "\n" not in str(raised.value)
+    assert str(raised.value).startswith("trace.csv: Error tokenizing data. C error")
