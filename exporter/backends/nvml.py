@@ -7,19 +7,28 @@ rates against the previous cycle's sample, and XID events from a watcher thread.
 call costs its value, a count in `Collection.errors` and one log line when it starts failing;
 a GPU that NVML reports lost is `lost`, one it cannot reach for another reason (no permission,
 an unknown error) is unhealthy but not lost, and either costs that GPU only.
+
+GPUs added, reset or removed are found without a restart (`nvml_rescan`): every
+`rescan_interval`, and soon after a GPU went lost, a fresh session's list is compared with the
+one served; when they differ, the session is ended (helper threads stopped first, GPM samples
+freed) and begun again. A GPU keeps its state (XID counts, memories of unsupported calls,
+samples, process names) by UUID, under its new index if NVML renumbered it. A GPU no longer
+listed is served as lost for `gone_retention`, so GpuLost fires, and then its series end.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
+import logging
 import re
 import socket
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from exporter.attribution.base import Attribution, NoAttribution, node_allocations
 from exporter.backends.base import Backend, BackendUnavailable
@@ -29,7 +38,16 @@ from exporter.backends.nvml_fields import FieldReader, number, read_counters, sc
 from exporter.backends.nvml_gpm import GPU_METRICS, MIG_METRICS, GpmSampler
 from exporter.backends.nvml_pcie import PcieSampler
 from exporter.backends.nvml_processes import ProcessReader
+from exporter.backends.nvml_rescan import (
+    RESCAN_S,
+    Devices,
+    Probe,
+    Rescans,
+    SubprocessProbe,
+    match,
+)
 from exporter.backends.nvml_topology import PciKey, discover_links, pci_key
+from exporter.messages import one_line
 from exporter.readings import (
     CLOCK_EVENT_REASONS,
     Collection,
@@ -40,6 +58,8 @@ from exporter.readings import (
 )
 from exporter.topology import nvlink_islands
 from exporter.units import duration
+
+log = logging.getLogger(__name__)
 
 # Clock-event reason bits, in the order of CLOCK_EVENT_REASONS.
 _REASON_BITS = (
@@ -57,14 +77,18 @@ _CPU_SET_WORDS = 16  # 64-bit words of CPU affinity asked for: up to 1024 CPUs
 # "... MIG 3g.40gb", or "... MIG 1c.3g.40gb" for a compute instance smaller than its GPU
 # instance: the GPU instance's profile is the part after the "Nc." prefix.
 _MIG_PROFILE = re.compile(r"MIG\s+(?:\d+c\.)?(\S+)")
+# A GPU no longer listed stays `gpu_lost 1` this long: GpuLost (for: 1m) fires, then it goes.
+GONE_RETENTION_S = 600.0
+_PROBE_SLACK_S = 10.0  # the child process's start-up, on top of the nvmlInit timeout
+_LIST_CALLS = frozenset({"nvmlDeviceGetHandleByIndex", "nvmlDeviceGetUUID"})  # per index
 
 
-@dataclass
+@dataclass(eq=False)
 class _Gpu:
-    """What the backend keeps about one GPU between cycles."""
+    """What the backend keeps about one GPU between cycles (and NVML sessions)."""
 
     index: int
-    handle: Any = None
+    handle: Any = None  # of the current NVML session only
     uuid: str = ""
     model: str = ""
     pci_bus_id: str = ""
@@ -74,12 +98,25 @@ class _Gpu:
     numa_node: int | None = None
     cpu_affinity: str = ""
     gpm: bool = False
-    lost: bool = False  # the last attach failed with GPU_IS_LOST (else: unreachable)
+    lost: bool = False  # the last reading (or attach) met GPU_IS_LOST (else: unreachable)
     mig_state: tuple[bool | None, bool] | None = None  # (MIG on, has instances) last cycle
+    gone_since: float | None = None  # no longer listed by NVML since then (clock seconds)
 
     @property
     def scope(self) -> str:
         return f"gpu{self.index}"
+
+    @property
+    def name(self) -> str:
+        return f"GPU {self.index} ({self.uuid or 'UUID unknown'})"
+
+
+class _Listed(NamedTuple):
+    """One index as a new session lists it: its handle and UUID, or why there are none."""
+
+    handle: Any
+    uuid: str
+    lost: bool
 
 
 class NvmlBackend(Backend):
@@ -101,8 +138,13 @@ class NvmlBackend(Backend):
         processes: bool = True,
         xid_wait_ms: int = 1000,
         xid_backoff_s: float = 1.0,
+        rescan_interval: float = RESCAN_S,
+        rescan_probe: Probe | None = None,
+        gone_retention: float = GONE_RETENTION_S,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        """`rescan_probe` lists the GPUs a fresh session sees (`nvml_rescan`); without one,
+        every rescan re-initialises NVML in this process. `rescan_interval` 0: no rescans."""
         self.node_name = node_name
         self.attribution: Attribution = attribution or NoAttribution()
         self._module = nvml_module
@@ -112,9 +154,11 @@ class NvmlBackend(Backend):
         self.xid_events = xid_events
         self.gpm_enabled = gpm
         self.processes_enabled = processes
+        self.gone_retention = gone_retention
         self._xid_wait_ms = xid_wait_ms
         self._xid_backoff_s = xid_backoff_s
         self._clock = clock
+        self._rescans = Rescans(rescan_interval, rescan_probe, clock=clock)
         self._nvml: Any = None
         self._calls: NvmlCalls | None = None
         self._fields: FieldReader | None = None
@@ -128,7 +172,13 @@ class NvmlBackend(Backend):
         self._cuda_version = ""
         self._next_topology = 0.0
         self._init_attempt: tuple[threading.Thread, dict[str, Any]] | None = None
-        self._started = False
+        self._live = False  # an NVML session of ours is up
+        self._sessions = 0
+        self._was_reachable: set[int] = set()  # id() of GPUs with a handle when it ended
+
+    @property
+    def rescan_interval(self) -> float:
+        return self._rescans.interval
 
     # ----- flags -------------------------------------------------------------------------
 
@@ -155,6 +205,14 @@ class NvmlBackend(Backend):
             type=duration,
             default=600.0,
             help="re-read NVLink and PCIe topology this often",
+        )
+        group.add_argument(
+            "--nvml.rescan-interval",
+            dest="nvml_rescan_interval",
+            type=duration,
+            default=RESCAN_S,
+            help="look for GPUs added, reset or removed this often (a child process lists "
+            "them; NVML is re-initialised only when the list changed); 0 disables",
         )
         group.add_argument(
             "--nvml.no-xid-events",
@@ -189,50 +247,77 @@ class NvmlBackend(Backend):
             xid_events=getattr(args, "nvml_xid_events", True),
             gpm=getattr(args, "nvml_gpm", True),
             processes=getattr(args, "nvml_processes", True),
+            rescan_interval=getattr(args, "nvml_rescan_interval", RESCAN_S),
+            rescan_probe=SubprocessProbe(timeout + _PROBE_SLACK_S),
         )
 
     # ----- lifecycle ---------------------------------------------------------------------
 
     def start(self) -> None:
-        if self._started:
-            return
+        if not self._live:
+            self._begin_session()
+
+    def close(self) -> None:
+        self._stop_helpers()  # on the way out a thread still in the driver is not waited for
+        self._end_session()
+
+    def _begin_session(self) -> dict[int, int]:
+        """nvmlInit, list the GPUs (matched to the known ones), start the helper threads.
+
+        Returns old index -> new index of the GPUs kept from earlier sessions."""
         nvml = self._load()
         self._init(nvml)
         self._nvml = nvml
-        self._calls = NvmlCalls(nvml, clock=self._clock)
-        self._fields = FieldReader(nvml)
-        self._gpm = GpmSampler(nvml)
-        self._processes = ProcessReader()
+        if self._calls is None:  # state that outlives sessions: memories, counts, samples
+            self._calls = NvmlCalls(nvml, clock=self._clock)
+            self._fields = FieldReader(nvml)
+            self._gpm = GpmSampler(nvml)
+        self._calls.library_error = None
         try:
-            self._discover()
+            moved = self._enumerate()
         except BackendUnavailable:
             self._shutdown()
             raise
-        self._started = True
+        self._live = True
+        self._sessions += 1
+        self._start_helpers()
+        self._rescans.begin()
+        self._rescans.succeeded()  # after a failed re-initialisation: one line, it is over
+        return moved
+
+    def _end_session(self) -> None:
+        """Free what belongs to the session and shut it down: every handle dies with it."""
+        if not self._live:
+            return
+        self._gpm.close(self._calls)
+        self._live = False
+        self._shutdown()
+        self._was_reachable = {id(g) for g in self._gpus if g.handle is not None and not g.lost}
+        for gpu in self._gpus:
+            gpu.handle = None
+
+    def _start_helpers(self) -> None:
+        """Start (or resume, on the new session's handles) the PCIe and XID threads."""
         live = {g.index: g.handle for g in self._gpus if g.handle is not None}
         if self.pcie_interval > 0:
-            self._pcie = PcieSampler(nvml, self.pcie_interval)
-            for index, handle in live.items():
-                self._pcie.set_device(index, handle)
-            self._pcie.start()
+            first = self._pcie is None
+            if self._pcie is None:
+                self._pcie = PcieSampler(self._nvml, self.pcie_interval)
+            self._pcie.set_handles(live)
+            self._pcie.start(first_sample=first)
         if self.xid_events:
-            self._watcher = XidWatcher(
-                nvml, live, wait_ms=self._xid_wait_ms, backoff_s=self._xid_backoff_s
-            )
+            if self._watcher is None:
+                self._watcher = XidWatcher(
+                    self._nvml, live, wait_ms=self._xid_wait_ms, backoff_s=self._xid_backoff_s
+                )
+            else:
+                self._watcher.set_handles(live)
             self._watcher.start()
 
-    def close(self) -> None:
-        if self._watcher is not None:
-            self._watcher.stop()
-            self._watcher = None
-        if self._pcie is not None:
-            self._pcie.stop()
-            self._pcie = None
-        if self._gpm is not None and self._calls is not None:
-            self._gpm.close(self._calls)
-        if self._started:
-            self._started = False
-            self._shutdown()
+    def _stop_helpers(self) -> bool:
+        """Stop the threads that hold handles; False if one is still inside the driver."""
+        stopped = [helper.stop() for helper in (self._watcher, self._pcie) if helper is not None]
+        return all(stopped)
 
     def _load(self) -> Any:
         if self._module is None:
@@ -274,20 +359,128 @@ class NvmlBackend(Backend):
         with contextlib.suppress(self._nvml.NVMLError):
             self._nvml.nvmlShutdown()
 
-    def _discover(self) -> None:
-        nvml = self._nvml
+    # ----- enumeration -------------------------------------------------------------------
+
+    def _enumerate(self) -> dict[int, int]:
+        """List this session's GPUs and match them to the known ones by UUID (see `match`);
+        their state follows them to their new index. Returns old index -> new index."""
+        count = self._count()
+        listed = [self._list(index) for index in range(count)]
+        placed, moved, gone = self._match(listed)
+        changed = self._say_changes(placed, listed, gone, count)
+        still_gone = [g for g in gone if g.index >= count]  # else its index names another GPU
+        moved.update({g.index: g.index for g in still_gone})
+        self._renumber(moved)
+        for index, (gpu, entry) in enumerate(zip(placed, listed, strict=True)):
+            gpu.index, gpu.gone_since = index, None
+            changed |= self._attach_listed(gpu, entry)
+        now = self._clock()
+        for gpu in still_gone:
+            gpu.handle, gpu.lost = None, True
+            gpu.gone_since = now if gpu.gone_since is None else gpu.gone_since
+        self._gpus = placed + sorted(still_gone, key=lambda g: g.index)
+        if self._sessions == 0:
+            self._refresh_topology()
+        elif changed:
+            self._next_topology = 0.0  # new wiring: read it at the next collection
+        return moved
+
+    def _count(self) -> int:
+        """How many GPUs this session lists (and the driver's versions, read alongside)."""
+        nvml, calls = self._nvml, self._calls
         try:
             count = nvml.nvmlDeviceGetCount()
         except nvml.NVMLError as error:
             raise BackendUnavailable(f"NVML: nvmlDeviceGetCount: {error}") from None
-        calls = self._calls
         self._driver_version = calls("system", "nvmlSystemGetDriverVersion") or ""
         cuda = calls("system", "nvmlSystemGetCudaDriverVersion")
         self._cuda_version = f"{cuda // 1000}.{cuda % 1000 // 10}" if cuda else ""
-        self._gpus = [_Gpu(index) for index in range(count)]
-        for gpu in self._gpus:
-            self._attach(gpu)
-        self._refresh_topology()
+        return int(count)
+
+    def _match(self, listed: list[_Listed]) -> tuple[list[_Gpu], dict[int, int], list[_Gpu]]:
+        """(the GPU at each listed index, known or new; old -> new index of the known ones;
+        the known GPUs not listed). A GPU already gone is found by its UUID only."""
+        known = [(-1 if g.gone_since is not None else g.index, g.uuid) for g in self._gpus]
+        found = match(known, [entry.uuid or None for entry in listed])
+        placed = [
+            _Gpu(index) if pos is None else self._gpus[pos] for index, pos in enumerate(found)
+        ]
+        moved = {self._gpus[pos].index: index for index, pos in enumerate(found) if pos is not None}
+        kept = set(found)
+        gone = [g for pos, g in enumerate(self._gpus) if pos not in kept]
+        return placed, moved, gone
+
+    def _list(self, index: int) -> _Listed:
+        """The handle and UUID at one index of this session (None and "" when unreadable)."""
+        calls, scope = self._calls, f"gpu{index}"
+        try:
+            handle = calls(scope, "nvmlDeviceGetHandleByIndex", index, essential=True)
+            uuid = calls(scope, "nvmlDeviceGetUUID", handle) if handle is not None else None
+        except GpuLost:
+            return _Listed(None, "", True)
+        return _Listed(handle, _text(uuid) if uuid else "", False)
+
+    def _say_changes(
+        self, placed: list[_Gpu], listed: list[_Listed], gone: list[_Gpu], count: int
+    ) -> bool:
+        """One log line per GPU that appeared, moved or left; True if any did."""
+        if self._sessions == 0:
+            return False
+        changed = False
+        for index, gpu in enumerate(placed):
+            if gpu not in self._gpus:
+                log.info("NVML: GPU %d (%s) appeared", index, listed[index].uuid or "UUID unknown")
+            elif gpu.gone_since is not None:
+                log.info("NVML: %s is listed again, as GPU %d", gpu.name, index)
+            elif gpu.index != index:
+                log.info("NVML: %s is GPU %d now", gpu.name, index)
+            else:
+                continue
+            changed = True
+        for gpu in gone:
+            if gpu.index < count:
+                log.warning(
+                    "NVML: %s is no longer listed and its index names another GPU now: "
+                    "its series end",
+                    gpu.name,
+                )
+            elif gpu.gone_since is None:
+                log.warning(
+                    "NVML: %s is no longer listed: served as lost for %gs, then dropped",
+                    gpu.name,
+                    self.gone_retention,
+                )
+            else:
+                continue
+            changed = True
+        return changed
+
+    def _renumber(self, moved: dict[int, int]) -> None:
+        """Move every per-GPU memory to the GPU's new index; forget GPUs not in `moved`.
+        The helper threads are stopped here (a new session is starting)."""
+        self._calls.renumber(moved, by_index=_LIST_CALLS)
+        self._processes.renumber(moved)
+        for helper in (self._watcher, self._pcie):
+            if helper is not None:
+                helper.renumber(moved)
+        self._links = [
+            dataclasses.replace(link, gpu=moved[link.gpu], peer=moved[link.peer])
+            for link in self._links
+            if link.gpu in moved and link.peer in moved
+        ]
+
+    def _attach_listed(self, gpu: _Gpu, entry: _Listed) -> bool:
+        """Take the handle a new session listed for this GPU; True if it was not reachable in
+        the session before (so its wiring and unsupported calls are asked again)."""
+        if entry.handle is None:
+            gpu.handle, gpu.lost = None, entry.lost
+            return False
+        back = id(gpu) not in self._was_reachable
+        if back:
+            self._calls.forget(gpu.scope)
+        gpu.uuid = entry.uuid or gpu.uuid
+        self._identify(gpu, entry.handle)
+        return back and gpu.handle is not None
 
     def _attach(self, gpu: _Gpu) -> None:
         """Get the handle and the static identity of one GPU (again, after it was lost).
@@ -295,18 +488,17 @@ class NvmlBackend(Backend):
         Without a handle the GPU stays detached: `lost` only when NVML said GPU_IS_LOST; any
         other error (logged by `NvmlCalls`) leaves it unreachable, and it is retried next cycle.
         """
+        self._calls.forget(gpu.scope)  # a GPU (re)attached may have changed since last asked
+        entry = self._list(gpu.index)
+        gpu.lost = entry.lost
+        if entry.handle is not None:
+            gpu.uuid = entry.uuid or gpu.uuid
+            self._identify(gpu, entry.handle)
+
+    def _identify(self, gpu: _Gpu, handle: Any) -> None:
+        """Read the static identity; the GPU gets its handle unless it went lost meanwhile."""
         calls, scope = self._calls, gpu.scope
-        calls.forget(scope)  # a GPU (re)attached may have changed since it was last asked
         try:
-            handle = calls(scope, "nvmlDeviceGetHandleByIndex", gpu.index, essential=True)
-        except GpuLost:
-            gpu.lost = True
-            return
-        gpu.lost = False
-        if handle is None:
-            return
-        try:
-            gpu.uuid = calls(scope, "nvmlDeviceGetUUID", handle) or gpu.uuid
             gpu.model = calls(scope, "nvmlDeviceGetName", handle) or gpu.model
             pci = calls(scope, "nvmlDeviceGetPciInfo", handle)
             if pci is not None:
@@ -318,9 +510,9 @@ class NvmlBackend(Backend):
             gpu.cpu_affinity = cpu_list(words) if words is not None else ""
             gpu.gpm = self.gpm_enabled and self._gpm.supported(calls, scope, handle)
         except GpuLost:
-            gpu.lost = True
+            gpu.handle, gpu.lost = None, True
             return
-        gpu.handle = handle
+        gpu.handle, gpu.lost = handle, False
 
     def _refresh_topology(self) -> None:
         live = {g.index: g.handle for g in self._gpus if g.handle is not None}
@@ -330,12 +522,76 @@ class NvmlBackend(Backend):
         with contextlib.suppress(GpuLost):
             self._links = discover_links(self._calls, live, pci)
 
+    # ----- rescans -----------------------------------------------------------------------
+
+    def _rescan(self) -> None:
+        """At the end of a cycle, when due: re-initialise NVML if its list of GPUs changed."""
+        if not self._live or not self._rescans.take_due():
+            return
+        if self._rescans.probe is not None:
+            devices = self._rescans.look()
+            if devices is None:  # still running, or failed (logged, retried later)
+                return
+            if devices == self._served():
+                self._rescans.succeeded()
+                return
+        self._reinit()
+
+    def _served(self) -> Devices:
+        """This session's list as a probe would give it: the UUID per index, None if unread."""
+        return [
+            g.uuid if g.handle is not None and not g.lost and g.uuid else None
+            for g in self._gpus
+            if g.gone_since is None
+        ]
+
+    def _reinit(self) -> None:
+        """End our session and begin a new one, which lists the GPUs the driver has now."""
+        if not self._stop_helpers():
+            self._start_helpers()
+            self._rescans.failed(
+                "an XID or PCIe thread is still inside the driver; the GPUs known are still served"
+            )
+            return
+        samples = self._gpm.keys()
+        self._end_session()
+        try:
+            moved = self._begin_session()
+        except BackendUnavailable as error:  # the next collection's start() tries again
+            reason = one_line(error).removeprefix("NVML: ")
+            self._rescans.failed(f"re-initialising NVML: {reason}; the next collection retries")
+            return
+        self._resample_gpm(samples, moved)
+
+    def _resample_gpm(self, keys: list[Any], moved: dict[int, int]) -> None:
+        """Take the first GPM sample of the new session now, so the next cycle has rates."""
+        by_index = {g.index: g for g in self._gpus if g.handle is not None and g.gpm}
+        for index, gi in keys:
+            gpu = by_index.get(moved.get(index, -1))
+            if gpu is None:
+                continue
+            metrics = GPU_METRICS if gi is None else MIG_METRICS
+            with contextlib.suppress(GpuLost):
+                self._gpm.sample(self._calls, gpu.scope, gpu.handle, (gpu.index, gi), metrics, gi)
+
+    def _drop_gone(self, now: float) -> None:
+        """End the series of GPUs no longer listed once they were lost for `gone_retention`."""
+        for gpu in self._gpus:
+            if gpu.gone_since is not None and now - gpu.gone_since >= self.gone_retention:
+                log.info("NVML: %s dropped: not listed for %gs", gpu.name, self.gone_retention)
+        self._gpus = [
+            g
+            for g in self._gpus
+            if g.gone_since is None or now - g.gone_since < self.gone_retention
+        ]
+
     # ----- one cycle ---------------------------------------------------------------------
 
     def collect(self) -> Collection:
         self.start()
         calls = self._calls
         now = self._clock()
+        self._drop_gone(now)
         if now >= self._next_topology:
             self._refresh_topology()
 
@@ -365,8 +621,9 @@ class NvmlBackend(Backend):
             text = " ".join(str(calls.library_error).split())
             self.close()
             raise BackendUnavailable(f"NVML: {text}")
+        self._rescan()
         errors = calls.take_errors()
-        for helper in (self._watcher, self._pcie):
+        for helper in (self._watcher, self._pcie, self._rescans):
             if helper is not None:
                 errors.update(helper.take_errors())
         return Collection(nodes=[node], timestamp=time.time(), errors=errors)
@@ -389,6 +646,19 @@ class NvmlBackend(Backend):
         return reading
 
     def _collect_gpu(self, gpu: _Gpu, gpm_keys: list[tuple[int, int | None]]) -> GpuReading:
+        """One GPU's reading; a GPU that just went lost brings the next rescan forward."""
+        if gpu.gone_since is not None:  # no longer listed: identity, XIDs and lost until dropped
+            reading = self._identity(gpu)
+            reading.lost, reading.healthy = True, False
+            return reading
+        was_lost = gpu.lost
+        reading = self._read_gpu(gpu, gpm_keys)
+        gpu.lost = reading.lost
+        if gpu.lost and not was_lost:
+            self._rescans.lost_seen()
+        return reading
+
+    def _read_gpu(self, gpu: _Gpu, gpm_keys: list[tuple[int, int | None]]) -> GpuReading:
         if gpu.handle is None:
             self._attach(gpu)
             if gpu.handle is not None:  # back (or first seen) after start: wire it in

@@ -164,6 +164,26 @@ class NvmlCalls:
         for memo in [m for m in self._unsupported if m[0] == scope or m[0].startswith(nested)]:
             del self._unsupported[memo]
 
+    def renumber(self, moved: dict[int, int], *, by_index: frozenset[str] = frozenset()) -> None:
+        """Follow GPUs to their new index after NVML enumerated them again (old -> new); the
+        memory of GPUs left out of `moved` is dropped. Other scopes ("system") stay, and so do
+        the `by_index` calls: answers about an index of the new session, asked to list it."""
+        self._unsupported = _renumbered(self._unsupported, moved, by_index)
+        self._failing = _renumbered(self._failing, moved, by_index)
+
+
+def _renumbered(
+    memory: dict[tuple[str, str], Any], moved: dict[int, int], by_index: frozenset[str]
+) -> dict:
+    out = {memo: value for memo, value in memory.items() if memo[1] in by_index}
+    for (scope, key), value in memory.items():
+        match = _GPU_SCOPE.match(scope)
+        if match is None:
+            out[(scope, key)] = value
+        elif key not in by_index and int(match.group(1)) in moved:
+            out.setdefault((f"gpu{moved[int(match.group(1))]}{match.group(2) or ''}", key), value)
+    return out
+
 
 def where(scope: str) -> str:
     """ "gpu3" -> "GPU 3", "gpu3/mig" -> "GPU 3 MIG device", anything else as it is."""

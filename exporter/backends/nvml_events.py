@@ -56,15 +56,38 @@ class XidWatcher:
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
-        if self._thread is None and self._handles:
+        """Start watching, or resume a thread whose stop did not complete."""
+        self._stop.clear()
+        if (self._thread is None or not self._thread.is_alive()) and self._handles:
             self._thread = threading.Thread(target=self._run, name="nvml-xid", daemon=True)
             self._thread.start()
 
-    def stop(self) -> None:
+    def stop(self) -> bool:
+        """Stop the thread; False if it is still inside the driver (its event set is in use)."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(self._wait_ms / 1000 + 2.0)
+            if self._thread.is_alive():
+                return False
             self._thread = None
+        return True
+
+    def set_handles(self, handles: dict[int, Any]) -> None:
+        """The handles of a new NVML session, replacing all others (while stopped)."""
+        with self._lock:
+            self._handles = dict(handles)
+            self._by_address = {_address(h): index for index, h in self._handles.items()}
+
+    def renumber(self, moved: dict[int, int]) -> None:
+        """Follow GPUs to their new index (old -> new), so their counts keep counting up
+        across a re-initialisation of NVML; the counts of GPUs left out are dropped."""
+        with self._lock:
+            counts: Counter[tuple[int, int]] = Counter()
+            for (index, xid), n in self._counts.items():
+                if index in moved:
+                    counts[(moved[index], xid)] = n
+            self._counts = counts
+            self._last = {moved[i]: t for i, t in self._last.items() if i in moved}
 
     def add_device(self, index: int, handle: Any) -> None:
         """Watch one more GPU (attached after start); the event set is rebuilt for it."""

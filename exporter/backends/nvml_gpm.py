@@ -93,5 +93,10 @@ class GpmSampler:
             for key in [k for k in store if k not in keep]:
                 calls("system", "nvmlGpmSampleFree", store.pop(key))
 
+    def keys(self) -> list[Hashable]:
+        """The keys holding a previous sample (to sample again after NVML is re-initialised)."""
+        return list(self._previous)
+
     def close(self, calls: NvmlCalls) -> None:
+        """Free every sample: they belong to the NVML session that allocated them."""
         self.retain(calls, ())

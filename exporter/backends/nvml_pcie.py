@@ -44,18 +44,37 @@ class PcieSampler:
         with self._lock:
             self._handles[index] = handle
 
-    def start(self) -> None:
-        """Take the first sample now (so the first collection has it), then keep sampling."""
-        self.sample_once()
-        if self._thread is None:
+    def set_handles(self, handles: dict[int, Any]) -> None:
+        """The handles of a new NVML session, replacing all others (while stopped)."""
+        with self._lock:
+            self._handles = dict(handles)
+
+    def renumber(self, moved: dict[int, int]) -> None:
+        """Follow GPUs to their new index (old -> new) after NVML enumerated them again, so
+        their last values and call memory stay theirs; others are dropped. While stopped."""
+        with self._lock:
+            self._latest = {moved[i]: v for i, v in self._latest.items() if i in moved}
+        self._calls.renumber(moved)
+
+    def start(self, *, first_sample: bool = True) -> None:
+        """Take the first sample now (so the first collection has it), then keep sampling;
+        `first_sample=False` resumes with the values kept (after a re-initialisation)."""
+        self._stop.clear()
+        if first_sample:
+            self.sample_once()
+        if self._thread is None or not self._thread.is_alive():
             self._thread = threading.Thread(target=self._run, name="nvml-pcie", daemon=True)
             self._thread.start()
 
-    def stop(self) -> None:
+    def stop(self) -> bool:
+        """Stop the thread; False if it is still inside the driver (its handles are in use)."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(5.0)
+            if self._thread.is_alive():
+                return False
             self._thread = None
+        return True
 
     def latest(self, index: int) -> tuple[float | None, float | None]:
         """The last (tx, rx) bytes/s, or (None, None) when none is fresh enough."""

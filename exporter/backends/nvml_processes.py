@@ -69,6 +69,11 @@ class ProcessReader:
         self._names[index] = names
         return list(found.values())
 
+    def renumber(self, moved: dict[int, int]) -> None:
+        """Follow GPUs to their new index (old -> new); GPUs left out are forgotten."""
+        self._seen_us = {moved[i]: v for i, v in self._seen_us.items() if i in moved}
+        self._names = {moved[i]: v for i, v in self._names.items() if i in moved}
+
     def _utilization(self, calls: NvmlCalls, scope: str, index: int, handle: Any) -> dict:
         """pid -> SM share (0-1) from the samples newer than the last one seen."""
         nvml = calls.nvml

@@ -7,7 +7,7 @@ import re
 import pynvml
 import pytest
 
-from tests.fakes.fake_pynvml import MIB, FakeMig, FakeNvml, hgx_h100, two_islands
+from tests.fakes.fake_pynvml import MIB, FakeGpu, FakeMig, FakeNvml, hgx_h100, two_islands
 
 REMAPPED_FIELDS = (
     pynvml.NVML_FI_DEV_REMAPPED_COR,
@@ -115,3 +115,65 @@ def test_handle_by_index_errors_can_be_injected_for_one_gpu():
     fake.inject("nvmlDeviceGetHandleByIndex", pynvml.NVML_ERROR_NO_PERMISSION, gpu=1)
     assert fake.nvmlDeviceGetHandleByIndex(0) is not None
     assert error_of(fake.nvmlDeviceGetHandleByIndex, 1) == pynvml.NVML_ERROR_NO_PERMISSION
+
+
+# ----- sessions: enumeration fixed at init, handles of an ended session refused ------------------
+
+
+def test_gpus_are_listed_when_a_session_begins_and_renumbered():
+    fake = hgx_h100(3)
+    fake.nvmlInit()
+    third = fake.gpus[2]
+    gone = fake.unplug(1)
+    fake.plug(FakeGpu(index=9, bus=0x01))  # in PCI bus order: first
+    assert fake.nvmlDeviceGetCount() == 3  # the list of this session
+    assert error_of(fake.nvmlDeviceGetHandleByIndex, 1) == pynvml.NVML_ERROR_GPU_IS_LOST
+
+    fake.nvmlInit()  # reference counted: no new list
+    fake.nvmlShutdown()
+    assert fake.nvmlDeviceGetCount() == 3 and fake.sessions == 1
+
+    fake.nvmlShutdown()
+    fake.nvmlInit()
+    assert fake.sessions == 2 and fake.nvmlDeviceGetCount() == 3
+    uuids = [fake.nvmlDeviceGetUUID(fake.nvmlDeviceGetHandleByIndex(i)) for i in range(3)]
+    assert gone.uuid not in uuids and uuids[0] == fake.gpus[0].uuid  # bus 0x01 comes first
+    assert uuids[2] == third.uuid and third.index == 2
+    handle = fake.nvmlDeviceGetHandleByIndex(2)
+    assert fake.nvmlDeviceGetIndex(handle) == 2
+    assert fake.fresh_enumeration() == uuids
+
+
+def test_handles_event_sets_and_samples_of_an_ended_session_are_refused():
+    fake, handle = started(hgx_h100(2))
+    event_set = fake.nvmlEventSetCreate()
+    sample = fake.nvmlGpmSampleAlloc()
+    fake.nvmlShutdown()
+    uninitialized = pynvml.NVML_ERROR_UNINITIALIZED
+    assert error_of(fake.nvmlDeviceGetPowerUsage, handle) == uninitialized
+
+    fake.nvmlInit()  # a new session: the old pointers are not its own
+    assert error_of(fake.nvmlDeviceGetPowerUsage, handle) == uninitialized
+    assert error_of(fake.nvmlEventSetWait, event_set, 1) == uninitialized
+    fresh = fake.nvmlDeviceGetHandleByIndex(0)
+    assert error_of(fake.nvmlGpmSampleGet, fresh, sample) == uninitialized
+    assert fake.stale_uses == 4
+    assert fake.nvmlDeviceGetPowerUsage(fresh) == 70_000
+
+
+def test_shutdown_under_a_waiting_event_thread_is_counted_and_ends_the_wait():
+    import threading
+
+    fake, handle = started(hgx_h100(1))
+    event_set = fake.nvmlEventSetCreate()
+    fake.nvmlDeviceRegisterEvents(handle, pynvml.nvmlEventTypeXidCriticalError, event_set)
+    answers: list[int] = []
+    waiter = threading.Thread(
+        target=lambda: answers.append(error_of(fake.nvmlEventSetWait, event_set, 5000))
+    )
+    waiter.start()
+    while not fake._waiting:
+        threading.Event().wait(0.001)
+    fake.nvmlShutdown()
+    waiter.join(2.0)
+    assert answers == [pynvml.NVML_ERROR_UNINITIALIZED] and fake.shutdown_races == 1

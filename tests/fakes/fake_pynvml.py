@@ -7,6 +7,14 @@ replaced by methods over a configurable machine: GPUs, MIG devices, processes, N
 wiring, PCIe topology, queued XID events, injected per-call errors and init failures.
 Device handles, event sets and GPM samples are real ctypes pointers, as from the driver.
 
+Sessions are modelled as NVML has them: `nvmlInit` is reference counted, and only the call
+that takes the count from 0 to 1 enumerates the GPUs (in `gpus` order, which is PCI bus order
+on a real node, numbering them 0..n-1 again). A GPU plugged in later is not listed before the
+next such init; one unplugged (`unplug`) answers GPU_IS_LOST until then and is gone after it.
+A handle, event set or GPM sample from a session that was shut down answers
+NVML_ERROR_UNINITIALIZED (and counts in `stale_uses`), so a test proves none is kept; a
+shutdown while another thread waits in `nvmlEventSetWait` counts in `shutdown_races`.
+
 An NVML function the fake does not model raises `NVMLError_FunctionNotFound`, which is
 what an older driver does, so code under test must already cope with it.
 """
@@ -177,23 +185,29 @@ class FakeNvml:
         self.p2p_nvlink: dict[tuple[int, int], int] = {}
         self.init_error: int | None = None
         self.init_release: threading.Event | None = None  # set: nvmlInit blocks until released
-        self.initialized = 0
+        self.initialized = 0  # nvmlInit's reference count
         self.shutdowns = 0
+        self.sessions = 0  # inits that enumerated the GPUs (reference count 0 -> 1)
+        self.stale_uses = 0  # calls given a handle, event set or sample of an ended session
+        self.shutdown_races = 0  # nvmlShutdown while a thread waited in nvmlEventSetWait
         self.calls: Counter[tuple[str, int | None]] = Counter()
         self.now_us = 1_700_000_000_000_000
         self._injected: list[dict[str, Any]] = []
         self._lock = threading.Condition()
-        self._events: deque[tuple[int, int]] = deque()
-        self._event_sets: dict[int, set[int]] = {}
-        self._samples: dict[int, tuple[int, int | None, int, dict[int, float]]] = {}
-        self._gpm_integral: dict[tuple[int, int | None], dict[int, float]] = {}
-        self._proc_samples: dict[int, dict[int, tuple[int, int]]] = {}  # gpu -> pid -> (ts, sm)
+        self._events: deque[tuple[FakeGpu, int]] = deque()
+        self._waiting = 0  # threads inside nvmlEventSetWait
+        # Physical state follows the GPU's UUID; library state (handles, event sets, samples)
+        # belongs to one session and carries its number.
+        self._event_sets: dict[int, tuple[int, set[int]]] = {}  # -> (session, id(gpu)s)
+        self._samples: dict[int, tuple[str, int | None, int, dict[int, float]]] = {}
+        self._sample_session: dict[int, int] = {}
+        self._gpm_integral: dict[tuple[str, int | None], dict[int, float]] = {}
+        self._proc_samples: dict[str, dict[int, tuple[int, int]]] = {}  # uuid -> pid -> (ts, sm)
         self._keep: list[ctypes.Structure] = []
-        self._by_address: dict[int, tuple[int, int | None]] = {}
-        self._gpu_handle: dict[int, Any] = {}
+        self._by_address: dict[int, tuple[FakeGpu, int | None, int]] = {}
+        self._enumerated: list[FakeGpu] = list(gpus)  # what the last session listed, by index
+        self._gpu_handle: dict[int, Any] = {}  # id(gpu) -> this session's handle
         self._mig_handle: dict[tuple[int, int], Any] = {}
-        for gpu in gpus:
-            self._gpu_handle[gpu.index] = self._new_handle((gpu.index, None))
         self._fill_default_topology()
 
     # ----- machine configuration ---------------------------------------------------------
@@ -207,30 +221,49 @@ class FakeNvml:
     def clear_injected(self) -> None:
         self._injected.clear()
 
-    def push_xid(self, gpu: int, xid: int) -> None:
-        """Queue an XID event as the driver would report it to registered event sets."""
+    def push_xid(self, gpu: int | FakeGpu, xid: int) -> None:
+        """Queue an XID event as the driver would report it to registered event sets (`gpu`:
+        an index of the current session, or the GPU itself)."""
+        target = gpu if isinstance(gpu, FakeGpu) else self._enumerated[gpu]
         with self._lock:
-            self._events.append((gpu, xid))
+            self._events.append((target, xid))
             self._lock.notify_all()
+
+    def unplug(self, index: int) -> FakeGpu:
+        """Take `gpus[index]` off the node: a live session sees it lost, the next one not."""
+        return self.gpus.pop(index)
+
+    def plug(self, gpu: FakeGpu) -> None:
+        """Add a GPU in PCI bus order; NVML lists it from the next session on."""
+        self.gpus.append(gpu)
+        self.gpus.sort(key=lambda g: g.bus)
+
+    def fresh_enumeration(self) -> list[str | None]:
+        """What nvmlInit in another process would list now: each GPU's UUID in index order,
+        None where it cannot be read (lost); raises the error such an init would get."""
+        if self.init_error is not None:
+            raise real.NVMLError(self.init_error)
+        return [None if gpu.lost else gpu.uuid for gpu in self.gpus]
 
     def advance(self, seconds: float) -> None:
         """Let time pass on the GPUs: GPM counters integrate, processes produce samples."""
         self.now_us += int(seconds * 1_000_000)
         for gpu in self.gpus:
             instances = dict.fromkeys(m.gpu_instance_id for m in gpu.migs)  # once per GPU instance
-            for key in [(gpu.index, None)] + [(gpu.index, gi) for gi in instances]:
+            for key in [(gpu.uuid, None)] + [(gpu.uuid, gi) for gi in instances]:
                 rates = self._gpm_rates(gpu, key[1])
                 acc = self._gpm_integral.setdefault(key, {})
                 for metric, rate in rates.items():
                     acc[metric] = acc.get(metric, 0.0) + rate * seconds
-            samples = self._proc_samples.setdefault(gpu.index, {})
+            samples = self._proc_samples.setdefault(gpu.uuid, {})
             for proc in gpu.processes:
                 if proc.sm_util is not None:
                     samples[proc.pid] = (self.now_us, proc.sm_util)
 
     def _fill_default_topology(self) -> None:
-        for a in self.gpus:
-            for b in self.gpus:
+        """A level for every pair of listed GPUs that has none (set ones are kept)."""
+        for a in self._enumerated:
+            for b in self._enumerated:
                 if a.index == b.index:
                     continue
                 if a.pcie_switch == b.pcie_switch and a.socket == b.socket:
@@ -239,7 +272,33 @@ class FakeNvml:
                     level = real.NVML_TOPOLOGY_NODE
                 else:
                     level = real.NVML_TOPOLOGY_SYSTEM
-                self.topology[(a.index, b.index)] = level
+                self.topology.setdefault((a.index, b.index), level)
+
+    def _enumerate(self) -> None:
+        """A new session lists the GPUs present now, numbered by position; the pairwise
+        tables follow the GPUs that stay, and the handles of the old session die."""
+        before = {id(gpu): gpu.index for gpu in self._enumerated}
+        self._enumerated = list(self.gpus)
+        moved = {
+            before[id(gpu)]: index
+            for index, gpu in enumerate(self._enumerated)
+            if id(gpu) in before
+        }
+        for index, gpu in enumerate(self._enumerated):
+            gpu.index = index
+        self.topology = _renumbered(self.topology, moved)
+        self.p2p_nvlink = _renumbered(self.p2p_nvlink, moved)
+        self._fill_default_topology()
+        self.sessions += 1
+        self._gpu_handle = {id(gpu): self._new_handle(gpu, None) for gpu in self._enumerated}
+        self._mig_handle = {}
+
+    def _present(self, gpu: FakeGpu) -> bool:
+        return any(g is gpu for g in self.gpus)
+
+    def _stale(self) -> real.NVMLError:
+        self.stale_uses += 1
+        return real.NVMLError(real.NVML_ERROR_UNINITIALIZED)
 
     # ----- plumbing ----------------------------------------------------------------------
 
@@ -260,18 +319,19 @@ class FakeNvml:
 
         return missing
 
-    def _new_handle(self, target: tuple[int, int | None]) -> Any:
+    def _new_handle(self, gpu: FakeGpu, pos: int | None) -> Any:
         backing = _Struct()
         self._keep.append(backing)
-        self._by_address[ctypes.addressof(backing)] = target
+        self._by_address[ctypes.addressof(backing)] = (gpu, pos, self.sessions)
         return ctypes.cast(ctypes.pointer(backing), real.c_nvmlDevice_t)
 
     def _target(self, handle: Any) -> tuple[FakeGpu, FakeMig | None]:
         address = ctypes.cast(handle, ctypes.c_void_p).value
         if address not in self._by_address:
             raise real.NVMLError(real.NVML_ERROR_INVALID_ARGUMENT)
-        index, pos = self._by_address[address]
-        gpu = self.gpus[index]
+        gpu, pos, session = self._by_address[address]
+        if session != self.sessions or not self.initialized:
+            raise self._stale()
         return gpu, (gpu.migs[pos] if pos is not None else None)
 
     def _enter(
@@ -292,7 +352,7 @@ class FakeNvml:
                 if rule["times"] is not None:
                     rule["times"] -= 1
                 raise real.NVMLError(rule["error"])
-        if gpu is not None and gpu.lost:
+        if gpu is not None and (gpu.lost or not self._present(gpu)):
             raise real.NVMLError(real.NVML_ERROR_GPU_IS_LOST)
         return gpu, mig
 
@@ -308,6 +368,8 @@ class FakeNvml:
             self.init_release.wait()
         if self.init_error is not None:
             raise real.NVMLError(self.init_error)
+        if not self.initialized:
+            self._enumerate()
         self.initialized += 1
 
     def nvmlInitWithFlags(self, flags: int) -> None:
@@ -315,8 +377,12 @@ class FakeNvml:
 
     def nvmlShutdown(self) -> None:
         self._enter("nvmlShutdown")
-        self.initialized -= 1
-        self.shutdowns += 1
+        with self._lock:
+            self.initialized -= 1
+            self.shutdowns += 1
+            if not self.initialized and self._waiting:
+                self.shutdown_races += 1
+            self._lock.notify_all()  # a waiter in nvmlEventSetWait learns its session ended
 
     def nvmlSystemGetDriverVersion(self) -> str:
         self._enter("nvmlSystemGetDriverVersion")
@@ -340,15 +406,16 @@ class FakeNvml:
 
     def nvmlDeviceGetCount(self) -> int:
         self._enter("nvmlDeviceGetCount")
-        return len(self.gpus)
+        return len(self._enumerated)  # fixed when the session began
 
     def nvmlDeviceGetHandleByIndex(self, index: int) -> Any:
         self._enter("nvmlDeviceGetHandleByIndex", index=index)
-        if not 0 <= index < len(self.gpus):
+        if not 0 <= index < len(self._enumerated):
             raise real.NVMLError(real.NVML_ERROR_INVALID_ARGUMENT)
-        if self.gpus[index].lost:
+        gpu = self._enumerated[index]
+        if gpu.lost or not self._present(gpu):
             raise real.NVMLError(real.NVML_ERROR_GPU_IS_LOST)
-        return self._gpu_handle[index]
+        return self._gpu_handle[id(gpu)]
 
     def nvmlDeviceGetIndex(self, handle: Any) -> int:
         gpu, _ = self._enter("nvmlDeviceGetIndex", handle)
@@ -564,9 +631,10 @@ class FakeNvml:
             raise real.NVMLError(real.NVML_ERROR_INVALID_ARGUMENT)
         if index >= len(gpu.migs):
             raise real.NVMLError(real.NVML_ERROR_NOT_FOUND)
-        if (gpu.index, index) not in self._mig_handle:  # one handle per MIG device, as NVML
-            self._mig_handle[(gpu.index, index)] = self._new_handle((gpu.index, index))
-        return self._mig_handle[(gpu.index, index)]
+        key = (id(gpu), index)
+        if key not in self._mig_handle:  # one handle per MIG device and session, as NVML
+            self._mig_handle[key] = self._new_handle(gpu, index)
+        return self._mig_handle[key]
 
     def nvmlDeviceIsMigDeviceHandle(self, device: Any) -> Any:
         _, mig = self._enter("nvmlDeviceIsMigDeviceHandle", device)
@@ -574,7 +642,7 @@ class FakeNvml:
 
     def nvmlDeviceGetDeviceHandleFromMigDeviceHandle(self, migDevice: Any) -> Any:
         gpu, _ = self._enter("nvmlDeviceGetDeviceHandleFromMigDeviceHandle", migDevice)
-        return self._gpu_handle[gpu.index]
+        return self._gpu_handle[id(gpu)]
 
     def nvmlDeviceGetGpuInstanceId(self, device: Any) -> int:
         _, mig = self._enter("nvmlDeviceGetGpuInstanceId", device)
@@ -612,18 +680,30 @@ class FakeNvml:
         self._enter("nvmlGpmSampleAlloc")
         backing = _Struct()
         self._keep.append(backing)
-        return ctypes.cast(ctypes.pointer(backing), real.c_nvmlGpmSample_t)
+        sample = ctypes.cast(ctypes.pointer(backing), real.c_nvmlGpmSample_t)
+        self._sample_session[_address(sample)] = self.sessions
+        return sample
+
+    def _check_samples(self, *samples: Any) -> None:
+        """A GPM sample buffer belongs to the session that allocated it."""
+        for sample in samples:
+            if self._sample_session.get(_address(sample), self.sessions) != self.sessions:
+                raise self._stale()
 
     def nvmlGpmSampleFree(self, gpmSample: Any) -> None:
         self._enter("nvmlGpmSampleFree")
+        self._check_samples(gpmSample)
         self._samples.pop(_address(gpmSample), None)
+        self._sample_session.pop(_address(gpmSample), None)
 
     def nvmlGpmSampleGet(self, device: Any, gpmSample: Any) -> Any:
         gpu, _ = self._enter("nvmlGpmSampleGet", device)
+        self._check_samples(gpmSample)
         return self._take_sample(gpu, None, gpmSample)
 
     def nvmlGpmMigSampleGet(self, device: Any, gpuInstanceId: int, gpmSample: Any) -> Any:
         gpu, _ = self._enter("nvmlGpmMigSampleGet", device)
+        self._check_samples(gpmSample)
         if gpuInstanceId not in {m.gpu_instance_id for m in gpu.migs}:
             raise real.NVMLError(real.NVML_ERROR_INVALID_ARGUMENT)
         return self._take_sample(gpu, gpuInstanceId, gpmSample)
@@ -631,14 +711,15 @@ class FakeNvml:
     def _take_sample(self, gpu: FakeGpu, gi: int | None, sample: Any) -> Any:
         if not gpu.gpm_supported:
             raise self._not_supported()
-        integral = dict(self._gpm_integral.get((gpu.index, gi), {}))
-        self._samples[_address(sample)] = (gpu.index, gi, self.now_us, integral)
+        integral = dict(self._gpm_integral.get((gpu.uuid, gi), {}))
+        self._samples[_address(sample)] = (gpu.uuid, gi, self.now_us, integral)
         return sample
 
     def nvmlGpmMetricsGet(self, metricsGet: Any) -> Any:
         self._enter("nvmlGpmMetricsGet")
         if metricsGet.version != real.NVML_GPM_METRICS_GET_VERSION:
             raise real.NVMLError(real.NVML_ERROR_ARGUMENT_VERSION_MISMATCH)
+        self._check_samples(metricsGet.sample1, metricsGet.sample2)
         first = self._samples.get(_address(metricsGet.sample1))
         second = self._samples.get(_address(metricsGet.sample2))
         if first is None or second is None or first[:2] != second[:2]:
@@ -715,7 +796,7 @@ class FakeNvml:
             raise self._not_supported()
         fresh = [
             (pid, ts, sm)
-            for pid, (ts, sm) in self._proc_samples.get(gpu.index, {}).items()
+            for pid, (ts, sm) in self._proc_samples.get(gpu.uuid, {}).items()
             if ts > timeStamp
         ]
         if not fresh:
@@ -731,7 +812,7 @@ class FakeNvml:
     def nvmlDeviceGetTopologyCommonAncestor(self, device1: Any, device2: Any) -> int:
         a, _ = self._enter("nvmlDeviceGetTopologyCommonAncestor", device1)
         b, _ = self._target(device2)
-        if b.lost:
+        if b.lost or not self._present(b):
             raise real.NVMLError(real.NVML_ERROR_GPU_IS_LOST)
         if a.index == b.index:
             return real.NVML_TOPOLOGY_INTERNAL
@@ -774,33 +855,52 @@ class FakeNvml:
         backing = _Struct()
         self._keep.append(backing)
         event_set = ctypes.cast(ctypes.pointer(backing), real.c_nvmlEventSet_t)
-        self._event_sets[_address(event_set)] = set()
+        self._event_sets[_address(event_set)] = (self.sessions, set())
         return event_set
+
+    def _registered(self, event_set: Any) -> set[int]:
+        """The GPUs (by id) an event set of the current session watches."""
+        entry = self._event_sets.get(_address(event_set))
+        if entry is None:
+            raise real.NVMLError(real.NVML_ERROR_INVALID_ARGUMENT)
+        if entry[0] != self.sessions or not self.initialized:
+            raise self._stale()
+        return entry[1]
 
     def nvmlDeviceRegisterEvents(self, handle: Any, eventTypes: int, eventSet: Any) -> None:
         gpu, _ = self._enter("nvmlDeviceRegisterEvents", handle)
         if eventTypes & real.nvmlEventTypeXidCriticalError and not gpu.xid_events_supported:
             raise self._not_supported()
-        self._event_sets[_address(eventSet)].add(gpu.index)
+        self._registered(eventSet).add(id(gpu))
 
     def nvmlEventSetWait(self, eventSet: Any, timeoutms: int) -> Any:
         self._enter("nvmlEventSetWait")
-        registered = self._event_sets.get(_address(eventSet))
-        if registered is None:
-            raise real.NVMLError(real.NVML_ERROR_INVALID_ARGUMENT)
+        registered = self._registered(eventSet)
+        session = self.sessions
         with self._lock:
-            self._lock.wait_for(
-                lambda: any(gpu in registered for gpu, _ in self._events), timeoutms / 1000
-            )
+            self._waiting += 1
+            try:
+                self._lock.wait_for(
+                    lambda: (
+                        session != self.sessions
+                        or not self.initialized
+                        or any(id(gpu) in registered for gpu, _ in self._events)
+                    ),
+                    timeoutms / 1000,
+                )
+            finally:
+                self._waiting -= 1
+            if session != self.sessions or not self.initialized:
+                raise self._stale()  # the session ended under the waiting thread
             for event in list(self._events):
-                if event[0] in registered:
+                if id(event[0]) in registered:
                     self._events.remove(event)
                     break
             else:
                 raise real.NVMLError(real.NVML_ERROR_TIMEOUT)
-        gpu_index, xid = event
+        gpu, xid = event
         data = real.c_nvmlEventData_t()
-        data.device = self._gpu_handle[gpu_index]
+        data.device = self._gpu_handle[id(gpu)]
         data.eventType = real.nvmlEventTypeXidCriticalError
         data.eventData = xid
         data.gpuInstanceId = data.computeInstanceId = NOT_MIG
@@ -811,11 +911,19 @@ class FakeNvml:
 
     def nvmlEventSetFree(self, eventSet: Any) -> None:
         self._enter("nvmlEventSetFree")
+        self._registered(eventSet)
         self._event_sets.pop(_address(eventSet), None)
 
 
 def _address(pointer: Any) -> int | None:
     return ctypes.cast(pointer, ctypes.c_void_p).value
+
+
+def _renumbered(table: dict[tuple[int, int], int], moved: dict[int, int]) -> dict:
+    """A pairwise table keyed by the new indices; pairs with a GPU that left are dropped."""
+    return {
+        (moved[a], moved[b]): value for (a, b), value in table.items() if a in moved and b in moved
+    }
 
 
 def _pci_info(bus: int) -> Any:
