@@ -165,7 +165,7 @@ class CollectorLoop:
             node_gauges(node, self.tracker, collection.timestamp) for node in collection.nodes
         ]
         self.tracker.forget_except(
-            {(node.node, gpu.index) for node in collection.nodes for gpu in node.gpus}
+            {self.tracker.key(node.node, gpu) for node in collection.nodes for gpu in node.gpus}
         )
         self._publish()
 

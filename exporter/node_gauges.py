@@ -42,11 +42,17 @@ class IdleTracker:
 
     def __init__(self, policy: IdlePolicy) -> None:
         self.policy = policy
-        self._idle_since: dict[tuple[str, int], float] = {}
+        self._idle_since: dict[tuple[str, str], float] = {}
+
+    @staticmethod
+    def key(node: str, gpu: GpuReading) -> tuple[str, str]:
+        """A GPU by its UUID where known: NVML renumbers GPUs when one is added or removed, and
+        an idle history must not pass to the GPU that takes the index."""
+        return (node, gpu.uuid or f"index:{gpu.index}")
 
     def observe(self, node: str, gpu: GpuReading, in_use: bool, now: float) -> bool:
         """Record this reading; True if the GPU has been allocated and idle for the window."""
-        key = (node, gpu.index)
+        key = self.key(node, gpu)
         utilization = gpu.utilization_ratio
         if gpu.sm_active_ratio is not None and utilization is None:
             utilization = gpu.sm_active_ratio
@@ -56,7 +62,7 @@ class IdleTracker:
         since = self._idle_since.setdefault(key, now)
         return now - since >= self.policy.window_s
 
-    def forget_except(self, live: set[tuple[str, int]]) -> None:
+    def forget_except(self, live: set[tuple[str, str]]) -> None:
         """Drop history of GPUs that disappeared, so memory stays bounded."""
         for key in list(self._idle_since):
             if key not in live:

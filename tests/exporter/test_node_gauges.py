@@ -56,6 +56,25 @@ def test_allocated_idle_needs_the_whole_window():
     assert node_gauges(node, tracker, 3800.0).allocated_idle_gpus == 0
 
 
+def test_an_idle_history_follows_the_gpu_not_its_index():
+    """NVML renumbers GPUs when one is added or removed: the GPU that takes index 0 starts its
+    own idle window, while the GPU that moved to index 1 keeps the one it had."""
+    tracker = IdleTracker(IdlePolicy(threshold=0.05, window_s=3600))
+
+    def node(uuids: list[str]) -> NodeReading:
+        gpus = [GpuReading(index=i, uuid=u, utilization_ratio=0.0) for i, u in enumerate(uuids)]
+        allocations = [Allocation(gpu=i, pod=f"p{i}") for i in range(len(uuids))]
+        return NodeReading(node="n", gpus=gpus, allocations=allocations)
+
+    assert node_gauges(node(["GPU-a"]), tracker, 0.0).allocated_idle_gpus == 0
+    renumbered = node(["GPU-new", "GPU-a"])
+    assert node_gauges(renumbered, tracker, 1800.0).allocated_idle_gpus == 0
+    new, moved = renumbered.gpus
+    assert tracker.observe("n", moved, True, 3600.0)  # idle since 0 under index 0
+    assert not tracker.observe("n", new, True, 3600.0)  # idle only since 1800
+    assert node_gauges(renumbered, tracker, 5400.0).allocated_idle_gpus == 2
+
+
 def test_stranded_memory_exclusive_vs_shared():
     policy = IdlePolicy(min_request_bytes=10 * GiB)
     # GPU 0 exclusively held: its 4 GiB free is stranded. GPU 1 shared by two pods: 4 GiB < 10 GiB
