@@ -295,8 +295,10 @@ def print_table(result: dict[str, Any], out: TextIO, *, top: int = 10) -> None:
         f"of capacity, {100 * frag['fragment_rate']:.1f}% of idle GPU\n"
     )
     nodes = result["nodes"]
-    order = np.lexsort((-nodes["free_capacity_gpus"], -nodes["fgd_fragment_gpus"]))[:top]
-    if len(order) and top > 0:
+    order = measures.most_fragmented(nodes, top)
+    if top > 0 and not len(order):
+        out.write("\nMost fragmented nodes: none (no node has an FGD fragment)\n")
+    if len(order):
         out.write(f"\nMost fragmented nodes (top {len(order)} by FGD fragment)\n")
         rows = [
             ["node", "model", "free", "free cap.", "NVLink grp", "idle alloc", "fragment", "score"]

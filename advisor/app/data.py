@@ -397,11 +397,10 @@ def shapes_frame(result: dict[str, Any]) -> pd.DataFrame:
 
 
 def worst_nodes(result: dict[str, Any], top: int = 10) -> pd.DataFrame:
-    """The `top` nodes by FGD fragment (ties: more free capacity first), as the CLI orders."""
+    """`measures.most_fragmented`'s nodes, as the CLI lists them."""
     nodes = result["nodes"]
-    order = np.lexsort((-nodes["free_capacity_gpus"], -nodes["fgd_fragment_gpus"]))[:top]
+    order = measures.most_fragmented(nodes, top)
     frame = pd.DataFrame({key: np.asarray(value)[order] for key, value in nodes.items()})
-    frame = frame[frame["fgd_fragment_gpus"] > 0]
     return frame.rename(
         columns={
             "gpu_model": "GPU model",

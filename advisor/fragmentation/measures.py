@@ -398,6 +398,13 @@ def node_table(
     }
 
 
+def most_fragmented(nodes: dict[str, np.ndarray], top: int = 10) -> np.ndarray:
+    """Row numbers of `node_table`'s nodes with an FGD fragment, the largest first (ties: more
+    free capacity first), at most `top`: a node with none is not fragmented, however full."""
+    order = np.lexsort((-nodes["free_capacity_gpus"], -nodes["fgd_fragment_gpus"]))
+    return order[nodes["fgd_fragment_gpus"][order] > 0][: max(0, top)]
+
+
 def analyze(model: ClusterModel, settings: Settings = Settings()) -> dict[str, Any]:
     """Every measure as plain data (JSON-ready apart from the `nodes` numpy columns)."""
     groups = _rack_groups(model)

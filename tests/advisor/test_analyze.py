@@ -11,6 +11,7 @@ import pytest
 
 from advisor import snapshot
 from advisor.cli import main
+from advisor.model import ModelBuilder
 from tests.advisor.test_measures import two_nodes
 from tests.fakes.page_server import Routes, serve
 
@@ -145,3 +146,21 @@ def test_snapshot_to_a_full_stdout_is_one_line(tmp_path, monkeypatch, capsys) ->
     assert main(["snapshot", "sim:a100-16x8?seed=2"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "No space left on device" in err
+
+
+def test_the_table_lists_only_nodes_with_a_fragment(tmp_path, capsys) -> None:
+    """A full or whole-free node is not "most fragmented": the demo fleet at 7 d has three
+    fragmented nodes and the table used to pad them with full ones at 0.00."""
+    assert main(["analyze", "sim:a100-16x8?t=7d"]) == 0
+    table = capsys.readouterr().out
+    head, rows = table.split("Most fragmented nodes")[1].split("\n", 1)
+    listed = [line.split() for line in rows.splitlines()[2:] if line.strip()]
+    assert listed and f"top {len(listed)} " in head
+    assert all(float(row[-2]) > 0 for row in listed)
+    empty = ModelBuilder()  # one whole free node: nothing is fragmented
+    empty.add_node("a", rack="r1", gpu_model="A100", cpu_milli=64000, memory_mib=512000)
+    for i in range(8):
+        empty.add_gpu("a", i, memory_total_bytes=80 * 2**30, nvlink_island=0)
+    snapshot.save(empty.build(), tmp_path / "free.json")
+    assert main(["analyze", str(tmp_path / "free.json")]) == 0
+    assert "Most fragmented nodes: none" in capsys.readouterr().out
