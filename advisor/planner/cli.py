@@ -27,7 +27,7 @@ from typing import Any
 
 from advisor.fragmentation.measures import Shape, parse_shape
 from advisor.model import ClusterModel
-from advisor.planner.actions import Plan
+from advisor.planner.actions import CostWeights, Plan
 from advisor.planner.consolidate import Goal, parse_goal, plan_heuristic
 from advisor.planner.constraints import Policy, PolicyError, load_policy
 from exporter.units import fraction, number, positive_duration
@@ -256,9 +256,15 @@ def render_table(plan: Plan) -> str:
     comparison = doc.get("comparison")
     if comparison:
         gap = comparison.get("heuristic_gap")
+        heuristic, exact = (
+            "-" if cost is None else f"{cost:.3f}"
+            for cost in (comparison["heuristic_cost"], comparison["exact_cost"])
+        )
+        w = CostWeights()
         lines.append(
-            f"heuristic cost {comparison['heuristic_cost']}, exact {comparison['exact_cost']} "
-            f"({comparison['exact_status']})" + (f", heuristic/exact = {gap:.3f}" if gap else "")
+            f"objective (restarts x {w.migration:g} + GPU-hours lost x {w.gpu_hour:g}): heuristic "
+            f"{heuristic}, exact {exact} ({comparison['exact_status']})"
+            + (f", heuristic/exact = {gap:.3f}" if gap else "")
         )
     elif doc.get("exact"):
         lines.append(doc["exact"])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -125,6 +126,14 @@ def test_cli_table_forecast_and_errors(tmp_path, capsys) -> None:
     assert main(["plan", str(SEED_16X8), "--goal", "job=8x8", "--solver", "heuristic"]) == 0
     out = capsys.readouterr().out
     assert out.count("migrate") == 6 and "free_nodes: 4 -> 8" in out
+    assert main(["plan", str(SEED_16X8), "--goal", "job=8x8", "--time-limit", "20"]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("objective"))
+    # the weights named, the costs rounded, the proof given
+    assert re.fullmatch(
+        r"objective \(restarts x 1 \+ GPU-hours lost x 0\.1\): heuristic (\d+\.\d{3}), "
+        r"exact \1 \(optimal\), heuristic/exact = 1\.000",
+        line,
+    ), line
     demand = tmp_path / "demand.json"
     demand.write_text(json.dumps({"8": 5, "4": 2}))
     args = ["plan", str(SEED_16X8), "--goal", "forecast=6h", "--demand", str(demand), "--json"]
