@@ -308,13 +308,14 @@ def _apply_per_series(rule, base_of, scale, param) -> np.ndarray:
     return out
 
 
-def choose_margin(bases, scale, truth, risk, margins=MARGINS) -> float:
+def choose_margin(bases, scale, truth, risk, margins=MARGINS, counted=None) -> float:
     """How much of the violation budget to spend when calibrating, decided on training data only.
 
     Calibrate on the first half of the calibration days with budget risk × margin, check the
     second half; the largest margin whose out-of-sample violation share (pooled over series)
     stays within the risk wins. Drift between weeks differs by data set (Philly's doubles the
     violations, Earth's barely moves them), so a fixed margin is wrong somewhere.
+    `counted` (as `truth`; None: all): the hours the pooled share counts.
     """
     n = len(truth)
     half = n // 2
@@ -324,7 +325,7 @@ def choose_margin(bases, scale, truth, risk, margins=MARGINS) -> float:
     for margin in sorted(margins, reverse=True):
         rule, param = calibrate_rules(first, scale[:half], truth[:half], risk * margin, violations)
         t2 = truth[half:]
-        ok = np.isfinite(t2)
+        ok = np.isfinite(t2) if counted is None else np.isfinite(t2) & counted[half:]
         rel = _apply_per_series(rule, second.__getitem__, scale[half:], param)
         if ok.any() and np.mean(rel[ok] > t2[ok]) <= risk:
             return float(margin)
@@ -358,7 +359,11 @@ def _calibrated_rules(idle, cap, times, scale, truth, val, w, risk, levels=None)
     if len(val) < 24:
         return model, ["past_min*factor"] * idle.shape[1], np.full(idle.shape[1], 0.5), 1.0
     bases = candidate_bases(idle, cap, times, val, w, model, levels)
-    margin = choose_margin(bases, scale[val], truth[val], risk)
+    # an hour without capacity (known 0 at the origin) cannot be wrong: like a series without
+    # any (`with_capacity`) it does not dilute the pooled share, and whether a series that has
+    # none yet is in the panel at all (it gains capacity later) then changes nothing here
+    counted = ~(feat.ffill(cap)[val] <= 0)
+    margin = choose_margin(bases, scale[val], truth[val], risk, counted=counted)
     rule, param = calibrate_rules(bases, scale[val], truth[val], risk * margin)
     return model, rule, param, margin
 

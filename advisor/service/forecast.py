@@ -11,7 +11,10 @@ to it is masked (`hourly_panel`). Then for each pool and horizon:
    only) of a few cheap candidates over every origin whose target is already observed;
 2. the earlier half of those origins picks the model (lowest MAE; it must beat naive by 1 %,
    as in `advisor.forecast.rolling.select`), the later half is held back and scores the pick and the
-   seasonal-naive baseline by WAPE;
+   seasonal-naive baseline by WAPE; the pick is scored only on the earlier origins whose target
+   is observed at the first held-back origin (as the offline selection's targets lie before its
+   test part), so no hour after a held-back origin chooses the model scored there: on a short
+   history with a long horizon there may be none, and the pick is naive;
 3. the pick, fitted on everything, forecasts from the last complete hour with its interval.
 
 Backtest, fit and forecast all see the same hourly values and readings inside each hour, so the
@@ -282,9 +285,13 @@ def demand_section(
         fc = rolling_forecasts(panel, candidates, [h], QUANTILES, origins)
         fc["err"] = (fc["point"] - fc["actual"]).abs()
         select_until = times[origins[half]]
+        # the pick is scored on the earlier half's origins whose target is observed at the first
+        # held-back origin: a later target would let the hours after held-back origins choose
+        # the model the held-back half scores at them (none: naive, the selection's default)
+        scored = times[origins[:half][origins[:half] + h <= origins[half]]]
         for j, series in enumerate(panel.series):
             mine = fc[fc["series"] == series]
-            early, late = mine[mine["origin"] < select_until], mine[mine["origin"] >= select_until]
+            early, late = mine[mine["origin"].isin(scored)], mine[mine["origin"] >= select_until]
             pick = _pick(early.groupby("model")["err"].mean().to_dict(), candidates)
             shown = [(name, g) for name, g in late.groupby("model") if name in (pick, BASELINE)]
             wape = {
@@ -305,7 +312,7 @@ def demand_section(
                     "point_gpus": float(point),
                     "quantiles": {f"{q:g}": float(qs[q][0, j]) for q in QUANTILES},
                     "backtest": {
-                        "selection_origins": int(half),
+                        "selection_origins": len(scored),
                         "test_origins": int(len(origins) - half),
                         "wape_ratio": wape,
                         "coverage_ratio": coverage,
