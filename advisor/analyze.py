@@ -32,7 +32,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         epilog=sources,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    analyze.add_argument("source", metavar="SOURCE")
+    analyze.add_argument("source", metavar="SOURCE", help="where the cluster comes from (below)")
     analyze.add_argument("--json", action="store_true", help="print JSON instead of a table")
     analyze.add_argument(
         "--shape",
@@ -76,7 +76,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         epilog=sources,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    snap.add_argument("source", metavar="SOURCE")
+    snap.add_argument("source", metavar="SOURCE", help="where the cluster comes from (below)")
     snap.add_argument("-o", "--output", metavar="FILE", help="write here instead of stdout")
     _timeout(snap)
     snap.set_defaults(func=run_snapshot)

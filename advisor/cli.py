@@ -10,6 +10,8 @@ import argparse
 import importlib
 import sys
 
+from exporter.units import DefaultsFormatter
+
 SUBCOMMAND_MODULES: tuple[str, ...] = (
     "exporter.cli",
     "advisor.analyze",
@@ -29,7 +31,16 @@ def build_parser() -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for module_name in SUBCOMMAND_MODULES:
         importlib.import_module(module_name).register(subparsers)
+    for command in subparsers.choices.values():  # every command's help shows its defaults
+        command.formatter_class = _with_defaults(command.formatter_class)
     return parser
+
+
+def _with_defaults(formatter: type[argparse.HelpFormatter]) -> type[argparse.HelpFormatter]:
+    """The command's own formatter (raw descriptions kept) that also shows each default."""
+    if issubclass(formatter, DefaultsFormatter):
+        return formatter
+    return type(f"Defaults{formatter.__name__}", (DefaultsFormatter, formatter), {})
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -31,7 +31,12 @@ def configure_logging(level: str) -> None:
 def add_server_arguments(parser: argparse.ArgumentParser, *, listen: str, what: str) -> None:
     """The flags every gpu-defrag server shares (exporter, advisor), in the exporters' style;
     `what` names the unit of work whose age /health judges ("collection", "run")."""
-    parser.add_argument("--web.listen-address", dest="listen_address", default=listen)
+    parser.add_argument(
+        "--web.listen-address",
+        dest="listen_address",
+        default=listen,
+        help="[host]:port to serve /metrics and /health on",
+    )
     parser.add_argument(
         "--web.config.file",
         dest="web_config_file",
@@ -50,17 +55,24 @@ def add_server_arguments(parser: argparse.ArgumentParser, *, listen: str, what: 
         dest="log_level",
         default="info",
         choices=["debug", "info", "warning", "error"],
+        help="least severe log line written to stderr",
     )
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--backend", choices=sorted(BACKENDS), default="nvml")
+    parser.add_argument(
+        "--backend",
+        choices=sorted(BACKENDS),
+        default="nvml",
+        help="where readings come from: NVML, DCGM, a running dcgm-exporter, or a simulated fleet",
+    )
     add_server_arguments(parser, listen=DEFAULT_LISTEN, what="collection")
     parser.add_argument(
         "--collect.interval",
         dest="collect_interval",
         type=positive_duration,
         default=duration("15s"),
+        help="collect this often in the background; /metrics serves the last collection",
     )
     parser.add_argument(
         "--collect.timeout",
@@ -75,8 +87,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=os.environ.get("NODE_NAME") or socket.gethostname(),
         help="value of the `node` label (default: $NODE_NAME, else the host name)",
     )
-    parser.add_argument("--idle.threshold", dest="idle_threshold", type=float, default=0.05)
-    parser.add_argument("--idle.window", dest="idle_window", type=duration, default=duration("1h"))
+    parser.add_argument(
+        "--idle.threshold",
+        dest="idle_threshold",
+        type=number(0, 1),
+        default=0.05,
+        help="utilization (0-1) under which an allocated GPU counts as idle",
+    )
+    parser.add_argument(
+        "--idle.window",
+        dest="idle_window",
+        type=positive_duration,
+        default=duration("1h"),
+        help="an allocated GPU is idle once under the threshold for this long",
+    )
     parser.add_argument(
         "--stranded.min-request",
         dest="stranded_min_request",

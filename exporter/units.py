@@ -74,3 +74,53 @@ def fraction(part: str) -> float:
     if not 0 < value < 1:  # false for nan too
         raise argparse.ArgumentTypeError(f"{part!r} is not a number strictly between 0 and 1")
     return value
+
+
+def duration_text(seconds: float) -> str:
+    """A duration as the flags take it ("15s", "1h", "500ms"): the largest whole unit."""
+    for unit in ("d", "h", "m", "s", "ms"):
+        count = seconds / _UNITS[unit]
+        if count >= 1 and count == int(count):
+            return f"{int(count)}{unit}"
+    return f"{seconds:g}s"
+
+
+def size_text(size_bytes: float) -> str:
+    """A byte size as the flags take it ("10GiB"): the largest whole unit."""
+    for unit in ("TiB", "GiB", "MiB", "KiB"):
+        count = size_bytes / _SIZES[unit]
+        if count >= 1 and count == int(count):
+            return f"{int(count)}{unit}"
+    return f"{size_bytes:g}B"
+
+
+class DefaultsFormatter(argparse.HelpFormatter):
+    """Help that ends with each option's default, written as the flag takes it (15s, 10GiB,
+    1,24), unless the text already says it: an operator should never need the source to know
+    what an unset flag does."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        default = action.default
+        if (
+            not action.option_strings
+            or default is None
+            or default is argparse.SUPPRESS
+            or isinstance(default, bool)
+            or default in ("", [], ())
+            or "default" in text
+        ):
+            return action.help
+        shown = default_text(action.type, default).replace("%", "%%")
+        return f"{text} (default: {shown})" if text else f"default: {shown}"
+
+
+def default_text(kind: Any, default: Any) -> str:
+    """A flag's default in the form the flag accepts."""
+    if kind in (duration, positive_duration) and isinstance(default, int | float):
+        return duration_text(float(default))
+    if kind is size and isinstance(default, int | float):
+        return size_text(float(default))
+    if isinstance(default, list | tuple | set | frozenset):
+        return ",".join(str(part) for part in default)
+    return f"{default:g}" if isinstance(default, float) else str(default)

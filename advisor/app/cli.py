@@ -63,7 +63,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     _server_flags(demo)
     demo.add_argument(
         "--exporter-port",
-        type=int,
+        type=number(0, 65535, kind=int),
         default=0,
         metavar="PORT",
         help="port of the sim exporter (default: a free one)",
@@ -80,7 +80,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     demo.add_argument(
         "--advisor-port",
-        type=int,
+        type=number(0, 65535, kind=int),
         default=0,
         metavar="PORT",
         help="port of the advisor service (default: a free one)",
@@ -90,10 +90,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _server_flags(parser: argparse.ArgumentParser) -> None:
-    from exporter.units import positive_duration
+    from exporter.units import number, positive_duration
 
-    parser.add_argument("--address", default="127.0.0.1", help="listen address (127.0.0.1)")
-    parser.add_argument("--port", type=int, default=8501, help="app port (8501)")
+    parser.add_argument("--address", default="127.0.0.1", help="listen address")
+    parser.add_argument("--port", type=number(1, 65535, kind=int), default=8501, help="app port")
     parser.add_argument(
         "--refresh",
         type=positive_duration,

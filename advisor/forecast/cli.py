@@ -124,14 +124,19 @@ HORIZONS_HELP = f"comma list of whole hours ahead, 1 to {MAX_HORIZON}"
 QUANTILES_HELP = "comma list of quantile levels strictly between 0 and 1"
 
 
+INPUT_FORMS = (
+    "INPUT: a Philly node CSV, a Helios dir/VC file, a long CSV/Parquet "
+    "(time, series, value[, capacity]) or prometheus+http://HOST:PORT/?query=…"
+)
+
+
 def register(subparsers) -> None:
     bt = subparsers.add_parser(
         "backtest",
         help="rolling-origin backtest of the demand forecast, idle windows and power-down replay",
-        description="INPUT: a Philly node CSV, a Helios dir/VC file, a long CSV/Parquet "
-        "(time, series, value[, capacity]) or prometheus+http://HOST:PORT/?query=…",
+        description=INPUT_FORMS,
     )
-    bt.add_argument("input", metavar="INPUT")
+    bt.add_argument("input", metavar="INPUT", help="the series to backtest (forms above)")
     bt.add_argument("--horizons", type=_hours, default=(1, 24), help=HORIZONS_HELP)
     bt.add_argument("--quantiles", type=_quantiles, default=(0.5, 0.9), help=QUANTILES_HELP)
     bt.add_argument(
@@ -173,8 +178,10 @@ def register(subparsers) -> None:
     )
     bt.set_defaults(func=run_backtest)
 
-    fc = subparsers.add_parser("forecast", help="forecast demand per series with quantiles")
-    fc.add_argument("input", metavar="INPUT")
+    fc = subparsers.add_parser(
+        "forecast", help="forecast demand per series with quantiles", description=INPUT_FORMS
+    )
+    fc.add_argument("input", metavar="INPUT", help="the series to forecast (forms above)")
     fc.add_argument("--horizons", type=_hours, default=tuple(range(1, 25)), help=HORIZONS_HELP)
     fc.add_argument("--quantiles", type=_quantiles, default=(0.1, 0.5, 0.9), help=QUANTILES_HELP)
     fc.add_argument("--model", type=_model, default="advisor", help="advisor or one candidate")

@@ -62,7 +62,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--workers", type=number(1, kind=int), default=1, help="exact solver threads"
     )
-    parser.add_argument("--exact-max-nodes", type=number(0, kind=int), default=EXACT_MAX_NODES)
+    parser.add_argument(
+        "--exact-max-nodes",
+        type=number(0, kind=int),
+        default=EXACT_MAX_NODES,
+        help="run the exact solver next to the heuristic on clusters up to this many nodes",
+    )
     parser.add_argument(
         "--priority",
         type=int,

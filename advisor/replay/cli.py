@@ -78,7 +78,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=list(ALL_POLICIES),
         help=f"comma list of {','.join(ALL_POLICIES)}, or all (default: all)",
     )
-    p.add_argument("--seeds", type=parse_seeds, default=parse_seeds("42-51"))
+    p.add_argument(
+        "--seeds",
+        type=parse_seeds,
+        default=parse_seeds("42-51"),
+        help="random seeds of the replays, as 42-51 or 1,2,3 (default: 42-51)",
+    )
     p.add_argument(
         "--migration-budget",
         type=parse_budgets,

@@ -61,7 +61,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--source", required=True, help="where the cluster model comes from")
     add_server_arguments(parser, listen=DEFAULT_LISTEN, what="run")
     parser.add_argument(
-        "--advise.interval", dest="interval", type=positive_duration, default=duration("60s")
+        "--advise.interval",
+        dest="interval",
+        type=positive_duration,
+        default=duration("60s"),
+        help="ingest, analyse, forecast and plan this often",
     )
     parser.add_argument(
         "--source.timeout",
