@@ -353,12 +353,14 @@ def alert_definitions(config: dict) -> list[Alert]:
                 "forecast_exceeds_capacity",
                 f'gpu_advisor_forecast_demand_gpus{{%(A)s, forecast_quantile="%({key})s"}}',
                 "",
-                "Forecast GPU demand exceeds capacity.",
+                "Forecast GPU demand reaches capacity.",
                 "The %(" + key + ")s quantile of forecast demand in pool {{ $labels.pool }} at "
-                "horizon {{ $labels.horizon }} is {{ $value }} GPUs, above the pool's capacity.",
+                "horizon {{ $labels.horizon }} is {{ $value }} GPUs, the pool's whole capacity: "
+                "allocations cannot exceed it, so demand is forecast at or above it.",
                 "advisor",
+                # `>=`: the forecast of allocated GPUs is clipped to capacity, never above it
                 expr=f'gpu_advisor_forecast_demand_gpus{{%(A)s, forecast_quantile="%({key})s"}}\n'
-                "> on (job, instance, pool) group_left ()\n"
+                ">= on (job, instance, pool) group_left ()\n"
                 "gpu_advisor_forecast_capacity_gpus{%(A)s}",
             )
             for severity, key in (
