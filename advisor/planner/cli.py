@@ -344,19 +344,30 @@ def _run_recommendation(args: argparse.Namespace) -> int:
     """`--goal` recommend, reclaim, share, rebalance, reserve[=JOB] or borrow=...: the plans
     one after another; 2 for bad input, 1 when any plan is infeasible."""
     from advisor.ingest.sources import load_source
-    from advisor.planner.recommend import plan_for_goal, render_notes
+    from advisor.planner.recommend import (
+        nothing_recommended,
+        plan_for_goal,
+        recommend_with_notes,
+        render_notes,
+    )
 
+    notes: list[str] = []
     try:
         policy = load_policy(args.policy) if args.policy else Policy()
         model = load_source(args.source)
         check_reserve_job(model, args.goal)
-        plans = plan_for_goal(model, policy, args.goal) or []
+        if args.goal.partition("=")[0].strip() == "recommend":
+            plans, notes = recommend_with_notes(model, policy)
+        else:
+            plans = plan_for_goal(model, policy, args.goal) or []
     except (ValueError, PolicyError) as error:
         print(f"gpu-defrag plan: {error}", file=sys.stderr)
         return 2
     if args.json:
         docs = [p.to_dict() for p in plans]
         print(json.dumps(docs[0] if len(docs) == 1 else docs, indent=2, default=_jsonable))
+    elif not plans:  # recommend, when no kind has anything: one line saying why
+        print(nothing_recommended(notes))
     else:
         print("\n\n".join(render_table(p) + "\n" + render_notes(p) for p in plans))
     return 0 if all(p.feasible for p in plans) else 1

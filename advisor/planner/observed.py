@@ -13,6 +13,8 @@ recommendation kind shares (reclaim, share, rebalance, reserve, borrow).
   `sqrt(2)*median - a` while `a < median/sqrt(2)` and `a` after (heavy tail: the longer it has
   run, the longer it is expected to run); unknown start: the prior mean `sqrt(2)*median`.
 - `now_of(model)` — the model's time (timestamp, else the last usage sample, else 0).
+- `history_s(model, window_s)` — how far back the usage history inside the window reaches (0:
+  none, only the latest reading); `HISTORY_HINT` says how to read a source with history.
 """
 
 from __future__ import annotations
@@ -33,6 +35,21 @@ def now_of(model: ClusterModel) -> float:
     if len(model.usage.times):
         return float(model.usage.times.max())
     return 0.0
+
+
+HISTORY_HINT = (
+    "read the source with usage history (history=24h on a sim: or prometheus+ source, "
+    "docs/analyze.md; or a snapshot that carries usage)"
+)
+
+
+def history_s(model: ClusterModel, window_s: float = math.inf) -> float:
+    """Seconds from the earliest usage sample within `window_s` before the model's time to that
+    time: 0 without history (a lone reading says nothing about how long anything lasted)."""
+    times = model.usage.times
+    now = now_of(model)
+    times = times[times >= now - window_s] if len(times) else times
+    return max(0.0, now - float(times.min())) if len(times) else 0.0
 
 
 @dataclass(frozen=True)

@@ -41,7 +41,7 @@ from advisor.model import MILLI, ClusterModel
 from advisor.planner.actions import Action, GpuSet, Plan, move_cost
 from advisor.planner.check import check_plan
 from advisor.planner.constraints import Policy, island_size_per_node, spec_allows
-from advisor.planner.observed import observe
+from advisor.planner.observed import HISTORY_HINT, history_s, observe
 from advisor.planner.outcome import outcome, shapes_with
 
 # (substring of the NVML name, relative training throughput per GPU, V100 = 1); first match.
@@ -267,7 +267,15 @@ def plan_rebalance(
         ],
         "dropped_by_replay": sorted(dropped),
     }
-    note = "" if actions else "no light job on a scarce model fits an idle model"
+    note = ""
+    no_history = history_s(model, settings.window_s) <= 0 and settings.min_samples > 1
+    if not actions and scarce and idle and no_history:
+        note = (
+            f"the source has no usage history, so how light the jobs on {', '.join(sorted(scarce))}"
+            f" are is unknown; {HISTORY_HINT}"
+        )
+    elif not actions:
+        note = "no light job on a scarce model fits an idle model"
     return Plan(goal, True, tuple(actions), before, after, note, "rebalance", benefit, extra)
 
 

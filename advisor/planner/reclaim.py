@@ -2,7 +2,8 @@
 
 `plan_reclaim(model, policy, settings)` finds allocations whose GPUs have all been under
 `threshold` utilization for at least `min_idle_s` (from the usage history; without history the
-duration is unknown, so nothing qualifies) and returns one checked `Plan` of `reclaim` actions.
+duration is unknown, so nothing qualifies, and the plan's note says so and how to read a source
+with history) and returns one checked `Plan` of `reclaim` actions.
 Each action says how long the GPUs idled, the GPU-hours and the energy that wasted, and what
 stopping the job costs (one restart when its owner resumes it, its restart time).
 
@@ -27,7 +28,7 @@ from advisor.model import MILLI, ClusterModel
 from advisor.planner.actions import Action, Cost, GpuSet, Plan, restart_seconds
 from advisor.planner.check import check_plan
 from advisor.planner.constraints import Policy
-from advisor.planner.observed import observe
+from advisor.planner.observed import HISTORY_HINT, history_s, observe
 from advisor.planner.outcome import outcome
 
 # (substring of the NVML name, idle watts, board power limit watts); first match wins.
@@ -177,8 +178,34 @@ def plan_reclaim(
         "idle": items,
         "protected": protected,
     }
-    note = "" if actions else "no allocation idle long enough that may be reclaimed"
+    note = "" if actions else _why_none(model, settings, protected)
     return Plan(goal, True, tuple(actions), before, after, note, "reclaim", benefit, extra)
+
+
+def _why_none(
+    model: ClusterModel, settings: ReclaimSettings, protected: list[dict[str, Any]]
+) -> str:
+    """Why the plan reclaims nothing: no history, too short a history, only protected work,
+    or no allocation idle long enough."""
+    need = f"{settings.min_idle_s / 3600:g} h"
+    under = f"under {settings.threshold * 100:g}%"
+    span = history_s(model, settings.lookback_s)
+    if span <= 0:
+        return (
+            "the source has no usage history, so how long an allocation has been idle is "
+            f"unknown and none can be reclaimed; {HISTORY_HINT}"
+        )
+    if span < settings.min_idle_s:
+        return (
+            f"the usage history covers {span / 3600:.3g} h, less than the {need} an allocation "
+            f"must idle to be reclaimed; {HISTORY_HINT}"
+        )
+    if protected:
+        return (
+            f"{len(protected)} allocation(s) idle at least {need} {under}, all protected "
+            "(not reclaimed, listed under protected)"
+        )
+    return f"no allocation idle at least {need} {under} utilization"
 
 
 def _public(item: dict[str, Any]) -> dict[str, Any]:

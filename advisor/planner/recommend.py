@@ -12,7 +12,9 @@ reservation and loan plans, which say why a waiting job cannot be helped):
 5. type rebalancing from scarce to idle GPU models (`rebalance.plan_rebalance`).
 
 Plans of different kinds are alternatives computed on the same model, not one sequence: apply
-one, then ask again. `forecast` is a `reserve.Outlook` or a mapping with the same keys
+one, then ask again. `recommend_with_notes` also returns, for each kind that recommends nothing,
+why (`KIND: note`); `gpu-defrag plan --goal recommend` prints them on one line
+(`nothing_recommended`) when there is no plan at all. `forecast` is a `reserve.Outlook` or a mapping with the same keys
 (`job_end`: {allocation id or job: end time}, `demand`: [Request or its keyword mapping]).
 
 `plan_for_goal(model, policy, goal, forecast)` is what `gpu-defrag plan --goal` calls for these
@@ -32,6 +34,7 @@ from advisor.model import ClusterModel
 from advisor.planner.actions import Plan
 from advisor.planner.borrow import blocked_by_quota, plan_borrow, request_for_job
 from advisor.planner.constraints import Policy
+from advisor.planner.observed import HISTORY_HINT
 from advisor.planner.rebalance import RebalanceSettings, plan_rebalance
 from advisor.planner.reclaim import ReclaimSettings, plan_reclaim
 from advisor.planner.reserve import Outlook, Request, ReserveSettings, plan_reservations
@@ -67,20 +70,55 @@ def recommend(
     settings: RecommendSettings | None = None,
 ) -> list[Plan]:
     """Every recommendation kind's checked plans (module docstring)."""
+    return recommend_with_notes(model, policy, forecast, settings)[0]
+
+
+def recommend_with_notes(
+    model: ClusterModel,
+    policy: Policy | None = None,
+    forecast: Outlook | Mapping[str, Any] | None = None,
+    settings: RecommendSettings | None = None,
+) -> tuple[list[Plan], list[str]]:
+    """`recommend`'s plans, and `KIND: why` for each kind that recommends nothing (the note
+    its own goal gives)."""
     policy = policy or Policy()
     settings = settings or RecommendSettings()
     outlook = as_outlook(forecast)
+    notes: list[str] = []
     plans: list[Plan] = list(plan_reservations(model, policy, None, outlook, settings.reserve))
-    for request in blocked_by_quota(model, policy):
+    if not plans:
+        notes.append(
+            f"reserve: no waiting job of {settings.reserve.min_gpus} or more GPUs that cannot "
+            "start now: nothing to hold"
+        )
+    blocked = blocked_by_quota(model, policy)
+    for request in blocked:
         plans.append(plan_borrow(model, policy, request, settings.reserve.prior))
-    for plan in (
-        plan_reclaim(model, policy, settings.reclaim),
-        plan_share(model, policy, settings.share),
-        plan_rebalance(model, policy, settings.rebalance),
+    if not blocked:
+        notes.append(
+            "borrow: no waiting job is held back only by its tenant's quota"
+            if policy.quotas
+            else "borrow: the policy sets no quotas"
+        )
+    for kind, plan in (
+        ("reclaim", plan_reclaim(model, policy, settings.reclaim)),
+        ("share", plan_share(model, policy, settings.share)),
+        ("rebalance", plan_rebalance(model, policy, settings.rebalance)),
     ):
         if plan.actions:
             plans.append(plan)
-    return plans
+        else:
+            notes.append(f"{kind}: {plan.reason or 'nothing to do'}")
+    return plans, notes
+
+
+def nothing_recommended(notes: list[str]) -> str:
+    """The one line `gpu-defrag plan --goal recommend` prints when no kind has a plan (how to
+    read a source with usage history said once, at the end, for every kind that needs it)."""
+    tail = f"; {HISTORY_HINT}"
+    short = [n.removesuffix(tail) for n in notes]
+    hint = f". {HISTORY_HINT[:1].upper()}{HISTORY_HINT[1:]}" if short != notes else ""
+    return "nothing to recommend: " + "; ".join(short) + hint
 
 
 _SIZE = re.compile(r"^(?:(\d+)x)?(\d+)$")
@@ -168,7 +206,8 @@ def render_notes(plan: Plan) -> str:
         m = extra["stranded_memory"]
         lines.append(
             f"stranded GPU memory: {m['before_bytes'] / 2**30:.1f} GiB -> "
-            f"{m['after_bytes'] / 2**30:.1f} GiB; GPUs freed: {extra.get('gpus_freed', 0)}"
+            f"{m['after_bytes'] / 2**30:.1f} GiB; GPUs freed: {extra.get('gpus_freed', 0)} whole, "
+            f"{extra.get('gpu_share_freed', 0.0):.3g} GPU share given back"
         )
     if "freed_gpus" in extra:
         lines.append(f"GPUs freed per model: {extra['freed_gpus'] or '-'}")

@@ -15,7 +15,9 @@ dimensions: compute and memory, e.g. 0.3 + 0.5 + 0.4 -> two GPUs) preferring a b
 task's own node. Each bin with two or more tasks becomes `share` actions: its largest task is
 resized in place first, then the others move onto that GPU, so every target has room at its
 step. The plan is replayed by `check_plan`; a task whose step is refused is left alone and the
-rest packed again. `extra` lists the right-sizing of every candidate, the bins, and the GPU
+rest packed again. `extra` lists the right-sizing of every candidate, the bins, the whole GPUs
+freed (`gpus_freed`) and the GPU share given back (`gpu_share_freed`: each task's old share
+minus its new one, summed; the whole GPUs plus the room left on the shared ones), and the GPU
 memory that no request of `min_request_bytes` can use, before and after (stranded memory).
 """
 
@@ -33,7 +35,7 @@ from advisor.planner.actions import Action, GpuSet, Plan, move_cost
 from advisor.planner.check import apply_plan, check_plan
 from advisor.planner.constraints import Policy
 from advisor.planner.mig_profiles import milli_of, profiles_for, smallest_profile
-from advisor.planner.observed import observe
+from advisor.planner.observed import HISTORY_HINT, history_s, observe
 from advisor.planner.outcome import outcome
 
 
@@ -268,6 +270,7 @@ def plan_share(
         _stranded_after(model, after_model, use, shared, minimum) if actions else stranded_before
     )
     freed = int(after_model.gpu_is_free.sum() - model.gpu_is_free.sum())
+    given_back = int(after_model.gpu_free_milli.sum() - model.gpu_free_milli.sum()) / MILLI
     extra = {
         "rightsizing": [
             {k: v for k, v in r.items() if k not in ("row", "gpu_row", "size", "capacity")}
@@ -275,6 +278,7 @@ def plan_share(
         ],
         "shared_gpus": shared,
         "gpus_freed": freed,
+        "gpu_share_freed": given_back,
         "stranded_memory": {
             "min_request_bytes": minimum,
             "before_bytes": stranded_before,
@@ -282,5 +286,12 @@ def plan_share(
         },
         "left_alone": sorted(excluded),
     }
-    note = "" if actions else "no tasks small enough to share a GPU"
+    note = ""
+    if not actions and history_s(model, settings.window_s) <= 0 and settings.min_samples > 1:
+        note = (
+            "the source has no usage history, so how much of its GPU a task uses is unknown "
+            f"(sizing needs {settings.min_samples} samples); {HISTORY_HINT}"
+        )
+    elif not actions:
+        note = "no tasks small enough to share a GPU"
     return Plan(goal, True, tuple(actions), before, after, note, "share", benefit, extra)

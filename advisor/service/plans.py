@@ -7,10 +7,14 @@ reservations that would let one such job start; every plan is replayed by the pl
 before it is returned (`plan_heuristic` never returns a plan that fails its check). Plans are
 ranked cheapest first; their actions, in plan order, are the ranked action list.
 
-Each action's benefit is the number of GPUs it makes usable: in a plan that reserves GPUs for a
-job, a migration counts the GPUs it frees that the plan then reserves, a reservation the GPUs it
-holds that were free already (so a consolidation plan's actions sum to the job's GPUs); a
-reclaim, share or rebalance counts the GPU share it gives back; a quota loan counts none.
+Each action's benefit is the number of GPUs it makes usable, and a plan's actions sum to the
+plan's benefit: in a plan that reserves GPUs for a job, a migration counts the GPU share it frees
+that the plan then reserves, a reservation the share of its GPUs that was free already (so a
+consolidation plan's actions sum to the job's GPUs, a reservation or loan plan's to the GPUs it
+holds now); a reclaim or rebalance counts the GPU share it gives back (a rebalance: the scarce
+model's GPUs it leaves), a share its old share minus its new one (a resize in place included; a
+share plan's actions sum to its `gpu_share_freed`); a quota loan counts none, and so does a
+share held on a GPU nobody can use.
 
 Reservations plan on the running jobs' ends that `advisor.service.job_ends` learns from the
 jobs the service saw finish; `job_ends` in the document says which source the plans used.
@@ -18,7 +22,7 @@ jobs the service saw finish; `job_ends` in the document says which source the pl
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Sequence
 from typing import Any
 
@@ -27,7 +31,7 @@ import pandas as pd
 from advisor.fragmentation.measures import Shape
 from advisor.history import RunningJob
 from advisor.model import MILLI, ClusterModel
-from advisor.planner.actions import KINDS, Action, Plan
+from advisor.planner.actions import KINDS, Action, GpuSet, Plan
 from advisor.planner.consolidate import parse_goal, plan_heuristic
 from advisor.planner.constraints import Policy
 from advisor.planner.recommend import recommend
@@ -51,28 +55,54 @@ def blocked_shapes(
     return sorted(out, key=lambda s: s.gpus)
 
 
-def _benefits(actions: Sequence[Action]) -> list[float]:
+def _benefits(actions: Sequence[Action], model: ClusterModel | None = None) -> list[float]:
+    """GPUs each action makes usable (module docstring); they add up to the plan's benefit.
+
+    With `model`, a share held on a GPU nobody can use (lost, unhealthy, on an unschedulable
+    node) frees nothing: giving it back makes no capacity usable."""
+
+    def usable(node: str, gpu: int) -> bool:
+        if model is None:
+            return True
+        try:
+            return bool(model.gpu_usable[model.gpu_row(model.node_index(node), gpu)])
+        except KeyError:  # not in the model: nothing says it is unusable
+            return True
+
+    def share(gpus: GpuSet | None) -> float:
+        if gpus is None:
+            return 0.0
+        return sum(gpus.milli for g in gpus.gpus if usable(gpus.node, g)) / MILLI
+
     reserved = {
         (a.dst.node, g): a.dst.milli / MILLI
         for a in actions
         if a.kind == "reserve" and a.dst
         for g in a.dst.gpus
     }
-    vacated = {
-        (a.src.node, g) for a in actions if a.kind != "reserve" and a.src for g in a.src.gpus
-    }
+    vacated: dict[tuple[str, int], float] = defaultdict(float)  # share moved off reserved GPUs
+    for a in actions:
+        if a.kind != "reserve" and a.src:
+            for g in a.src.gpus:
+                if (a.src.node, g) in reserved:
+                    vacated[(a.src.node, g)] += a.src.milli / MILLI
     out = []
     for action in actions:
-        if action.kind == "reserve" and action.dst:
+        if action.kind == "reserve" and action.dst:  # the share of its GPUs free already
             gpus = [(action.dst.node, g) for g in action.dst.gpus]
-            out.append(sum(reserved[k] for k in gpus if k not in vacated))
+            out.append(sum(max(0.0, reserved[k] - vacated[k]) for k in gpus))
         elif action.src is None:  # borrow moves quota, no GPUs
             out.append(0.0)
-        elif reserved:  # a move that clears room for the plan's job: the GPUs the job gets
-            gpus = [(action.src.node, g) for g in action.src.gpus]
-            out.append(sum(reserved.get(k, 0.0) for k in gpus))
-        else:  # reclaim, share, rebalance: the GPU share it gives back
-            out.append(len(action.src.gpus) * action.src.milli / MILLI)
+        elif reserved:  # clears room for the plan's job: the share it frees there
+            gpus = [
+                (action.src.node, g) for g in action.src.gpus if (action.src.node, g) in reserved
+            ]
+            part = action.src.milli / MILLI
+            out.append(sum(part * min(1.0, reserved[k] / vacated[k]) for k in gpus))
+        elif action.kind in ("reclaim", "rebalance"):  # gives back its GPUs (the scarce ones)
+            out.append(share(action.src))
+        else:  # share, migrate: the share it gives back, old - new (a resize in place too)
+            out.append(max(0.0, share(action.src) - share(action.dst)))
     return out
 
 
@@ -93,11 +123,14 @@ def _summary(action: Action, plan: Plan) -> str:
     return text[:SUMMARY_MAX]
 
 
-def ranked_actions(plans: Sequence[Plan]) -> list[dict[str, Any]]:
-    """Actions of the feasible plans, cheapest plan first, each with rank, cost and benefit."""
+def ranked_actions(
+    plans: Sequence[Plan], model: ClusterModel | None = None
+) -> list[dict[str, Any]]:
+    """Actions of the feasible plans, cheapest plan first, each with rank, cost and benefit
+    (on `model`, the one the plans were made for, shares on unusable GPUs count none)."""
     rows: list[dict[str, Any]] = []
     for plan in sorted((p for p in plans if p.feasible), key=lambda p: p.cost.score()):
-        for action, benefit in zip(plan.actions, _benefits(plan.actions), strict=True):
+        for action, benefit in zip(plan.actions, _benefits(plan.actions, model), strict=True):
             rows.append(
                 {
                     "rank": len(rows) + 1,
@@ -143,7 +176,7 @@ def recommend_service(
         for shape in blocked_shapes(model, shapes, shape_rows)
     ]
     plans += recommend(model, policy, outlook(ends))
-    actions = ranked_actions(plans)
+    actions = ranked_actions(plans, model)
     counts = Counter(row["kind"] for row in actions)
     return {
         "method": "consolidation+recommend",

@@ -93,7 +93,8 @@ def pool_table(
 
 
 def type_table(model: ClusterModel, idle: np.ndarray) -> list[dict[str, Any]]:
-    """Per GPU model: idle supply (free capacity + allocated-idle GPUs) against demand (GPUs
+    """Per GPU model: idle supply (free capacity + the share allocated on allocated-idle GPUs:
+    a partly used idle GPU's free part is in the free capacity already) against demand (GPUs
     allocated + pending work; a pending task allowing several models is split evenly among
     the allowed models in the fleet, one allowing any model among all of them)."""
     gpu_model = model.nodes.gpu_model[model.gpus.node]
@@ -111,13 +112,14 @@ def type_table(model: ClusterModel, idle: np.ndarray) -> list[dict[str, Any]]:
         on = gpu_model == name
         free_capacity = float(model.gpu_free_milli[on].sum()) / MILLI
         allocated = float(model.gpu_milli_allocated[on].sum()) / MILLI
+        idle_held = float(model.gpu_milli_allocated[on & idle].sum()) / MILLI
         rows.append(
             {
                 "gpu_model": name,
                 "gpus": int(on.sum()),
                 "free_capacity_gpus": free_capacity,
                 "allocated_idle_gpus": int((on & idle).sum()),
-                "idle_capacity_gpus": free_capacity + int((on & idle).sum()),
+                "idle_capacity_gpus": free_capacity + idle_held,
                 "allocated_gpus": allocated,
                 "pending_gpus": pending.get(name, 0.0),
                 "demand_gpus": allocated + pending.get(name, 0.0),

@@ -110,3 +110,19 @@ def test_never_moves_work_for_a_lower_priority_queue() -> None:
     plan = plan_rebalance(low)
     assert plan.feasible and not plan.actions  # running jobs have priority 50, the queue 10
     assert plan.extra["models"][A100]["queue_priority"] == 10
+
+
+def test_without_usage_history_the_note_names_it() -> None:
+    """The seed without its usage history: the scarce models are there, but how light their
+    jobs are is unknown, which is what the note says (not that no light job fits)."""
+    from advisor.model import Usage
+
+    model = snapshot.load(SEED)
+    bare = replace(model, usage=Usage.empty(len(model.gpus)))
+    plan = plan_rebalance(bare)
+    assert not plan.actions
+    assert plan.reason.startswith(
+        f"the source has no usage history, so how light the jobs on {A100}"
+    )
+    assert "history=24h" in plan.reason
+    assert plan_rebalance(model).reason == ""

@@ -111,6 +111,23 @@ def test_without_history_nothing_is_long_idle() -> None:
     assert plan.feasible and not plan.actions
 
 
+def test_the_note_says_why_nothing_is_reclaimed() -> None:
+    """Without history the reason is the missing history (and how to read one), not that no
+    allocation idled long enough; likewise a history shorter than the idle minimum."""
+    bare = plan_reclaim(model(history=False)).reason
+    assert bare.startswith("the source has no usage history") and "history=24h" in bare
+    short = plan_reclaim(model(), None, ReclaimSettings(min_idle_s=5 * 3600)).reason
+    assert (
+        short.startswith("the usage history covers 4 h, less than the 5 h") and "history=" in short
+    )
+    capped = plan_reclaim(model(), None, ReclaimSettings(max_priority=-1)).reason
+    assert capped.startswith("2 allocation(s) idle at least 2 h under 5%, all protected")
+    strict = ReclaimSettings(threshold=0.005, min_idle_s=3 * 3600)  # the pinned one is at 1 %
+    assert plan_reclaim(model(), None, strict).reason == (
+        "no allocation idle at least 3 h under 0.5% utilization"
+    )
+
+
 def test_idle_watts_table() -> None:
     assert idle_watts("NVIDIA H100 80GB HBM3")[0] == 72.0
     assert idle_watts("Tesla V100-SXM2-32GB")[0] == 42.0

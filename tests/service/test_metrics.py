@@ -232,3 +232,82 @@ def test_nodes_without_a_pool_are_labelled_none_everywhere():
         }
     }
     assert pools == {"(none)"}
+
+
+def test_idle_capacity_counts_a_partly_used_idle_gpu_once():
+    """`two_nodes`, with job1 (a/0-3) busy and job2 (half of a/4) and job3 (b/0) idle: free
+    capacity 9.5 (a/4's free half among it) + the allocated share of the idle GPUs (0.5 + 1)
+    = 11.0, not 9.5 + 2 idle GPUs; with the 4 busy GPUs that is the 15 usable (b/1 is lost)."""
+    from advisor.fragmentation import measures
+    from advisor.model import MILLI
+    from advisor.service.results import type_table
+    from tests.advisor.test_measures import two_nodes
+    from tests.service.conftest import ScriptedSource
+
+    util = np.zeros((3, 16), dtype=np.float32)
+    util[:, 0:4] = 0.9
+    usage = ([0.0, 600.0, 1200.0], util, np.zeros_like(util))
+    model = two_nodes().build(timestamp=1200.0, usage=usage)
+    state = AdvisorLoop("snap", ScriptedSource(model), Config()).run_once()
+    served = {
+        s.name: s.value
+        for s in samples(families(state).text())
+        if s.name in ("gpu_advisor_idle_capacity_gpus", "gpu_advisor_allocated_idle_gpus")
+    }
+    assert served == {"gpu_advisor_idle_capacity_gpus": 11.0, "gpu_advisor_allocated_idle_gpus": 2}
+    (row,) = type_table(model, measures.allocated_idle(model, Config().settings.idle))
+    assert row["idle_capacity_gpus"] == 11.0 and row["allocated_idle_gpus"] == 2
+    busy = float(model.gpu_milli_allocated[0:4].sum()) / MILLI
+    assert row["idle_capacity_gpus"] + busy == int(model.gpu_usable.sum()) == 15
+
+
+@pytest.mark.parametrize(
+    "spec", ["sim:a100-16x8?t=7d", "sim:mixed-h100-a100-v100?t=3d", "sim:nvlink-islands?t=2d"]
+)
+def test_idle_supply_and_busy_allocations_fit_in_the_fleet(spec):
+    """Idle supply (free capacity + the allocated share of idle GPUs) and the allocations on
+    busy GPUs never add up to more GPUs than each model has."""
+    from advisor.fragmentation import measures
+    from advisor.ingest.sources import load_source
+    from advisor.model import MILLI
+    from advisor.service.loop import analyze_model
+
+    model = load_source(spec)
+    settings = Config().settings
+    idle = measures.allocated_idle(model, settings.idle)
+    assert idle.any()  # a partly or wholly allocated idle GPU is what this is about
+    results = analyze_model(model, settings, 0.0)
+    gpu_model = model.nodes.gpu_model[model.gpus.node]
+    for row in results.gpu_models:
+        on = gpu_model == row["gpu_model"]
+        busy = float(model.gpu_milli_allocated[on & ~idle].sum()) / MILLI
+        idle_held = float(model.gpu_milli_allocated[on & idle].sum()) / MILLI
+        assert row["idle_capacity_gpus"] + busy <= row["gpus"] + 1e-9, (spec, row)
+        assert row["idle_capacity_gpus"] == pytest.approx(row["free_capacity_gpus"] + idle_held)
+
+
+def test_action_benefit_of_a_share_is_the_share_it_gives_back():
+    """seed-mixed-fleet: two H100 tasks need a MIG 1g slice (1/7 of a GPU) each; one is resized
+    in place, the other moves onto its GPU. Each gives back 6/7 of a GPU (the plan: one whole
+    GPU freed, 32 -> 33, and 5/7 of the shared one), not 1 + 1 for a plan that frees 1."""
+    from pathlib import Path
+
+    from advisor.ingest.sources import load_source
+    from tests.service.conftest import ScriptedSource
+
+    seed = Path(__file__).resolve().parents[2] / "examples" / "seed-mixed-fleet.json"
+    state = AdvisorLoop("snap", ScriptedSource(load_source(str(seed))), Config()).run_once()
+    page = samples(families(state, top_actions=50).text())
+    info = {s.labels["rank"]: s.labels for s in page if s.name == "gpu_advisor_action_info"}
+    benefit = {
+        s.labels["rank"]: s.value for s in page if s.name == "gpu_advisor_action_benefit_gpus"
+    }
+    shares = {rank: labels for rank, labels in info.items() if labels["kind"] == "share"}
+    assert len(shares) == 2
+    for rank, labels in shares.items():
+        assert benefit[rank] == pytest.approx(1 - float(labels["target"].partition("@")[2]))
+    (resized,) = (r for r, lab in shares.items() if lab["source"] == lab["target"].split("@")[0])
+    assert benefit[resized] == pytest.approx(0.858)
+    (plan,) = (p for p in state.results.recommendations["plans"] if p["method"] == "share")
+    assert plan["gpus_freed"] == 1 and plan["after"]["free_gpus"] == plan["before"]["free_gpus"] + 1
+    assert sum(benefit[r] for r in shares) == pytest.approx(plan["gpu_share_freed"])

@@ -1,0 +1,41 @@
+"""`gpu-defrag plan --goal recommend` with nothing to recommend says so, and why, per kind."""
+
+from __future__ import annotations
+
+from advisor.cli import main
+
+SIM = "sim:a100-16x8?t=7d"  # one instant: no usage history, no waiting job, no quotas
+
+
+def test_nothing_to_recommend_is_one_line_with_each_kinds_reason(capsys) -> None:
+    assert main(["plan", SIM, "--goal", "recommend"]) == 0
+    out = capsys.readouterr().out.strip()
+    assert "\n" not in out and out.startswith("nothing to recommend: reserve: ")
+    for kind in ("borrow", "reclaim", "share", "rebalance"):
+        assert f"; {kind}: " in out
+    assert "reclaim: the source has no usage history" in out
+    assert "share: the source has no usage history" in out
+    assert out.count("history=24h") == 1  # how to read history, said once
+    assert main(["plan", SIM, "--goal", "recommend", "--json"]) == 0
+    assert capsys.readouterr().out.strip() == "[]"
+
+
+def test_reclaim_without_history_names_the_missing_history(capsys) -> None:
+    assert main(["plan", SIM, "--goal", "reclaim"]) == 0
+    out = capsys.readouterr().out
+    assert "note: the source has no usage history" in out and "history=24h" in out
+    assert "idle long enough" not in out
+
+
+def test_notes_name_only_the_kinds_without_a_plan() -> None:
+    from pathlib import Path
+
+    from advisor.ingest.sources import load_source
+    from advisor.planner.recommend import recommend, recommend_with_notes
+
+    seed = Path(__file__).resolve().parents[2] / "examples" / "seed-mixed-fleet.json"
+    model = load_source(str(seed))
+    plans, notes = recommend_with_notes(model)
+    assert [p.to_dict() for p in plans] == [p.to_dict() for p in recommend(model)]
+    assert {p.method for p in plans} == {"reserve", "share", "rebalance"}
+    assert [n.partition(":")[0] for n in notes] == ["borrow", "reclaim"]
