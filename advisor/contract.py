@@ -71,7 +71,8 @@ ADVISOR_METRICS: tuple[MetricSpec, ...] = (
     ),
     _g(
         "gpu_advisor_idle_capacity_gpus",
-        "Free plus allocated-idle GPUs by GPU model (type fragmentation: idle supply).",
+        "Free GPU capacity plus the share held on allocated-idle GPUs, by GPU model (type "
+        "fragmentation: idle supply).",
         ("model",),
     ),
     _g(
@@ -105,13 +106,14 @@ ADVISOR_METRICS: tuple[MetricSpec, ...] = (
     ),
     _g(
         "gpu_advisor_forecast_backtest_wape_ratio",
-        "Backtest WAPE of the chosen model and of the seasonal-naive baseline.",
+        "Backtest WAPE of the chosen model, of the seasonal-naive baseline and of naive.",
         ("pool", "horizon", "model"),
     ),
     _g(
         "gpu_advisor_forecast_backtest_coverage_ratio",
         "Share of held-back hours at or below the forecast quantile (nominal: the quantile), "
-        "for the chosen model and the seasonal-naive baseline.",
+        "for the chosen model, the seasonal-naive baseline and naive (absent over too few "
+        "held-back hours with an interval).",
         ("pool", "horizon", "model", "forecast_quantile"),
     ),
     _g(
@@ -127,7 +129,7 @@ ADVISOR_METRICS: tuple[MetricSpec, ...] = (
     ),
     _g(
         "gpu_advisor_forecast_tenant_backtest_wape_ratio",
-        "Backtest WAPE of the tenant's chosen model and of the seasonal-naive baseline.",
+        "Backtest WAPE of the tenant's chosen model, of the seasonal-naive baseline and of naive.",
         ("tenant", "horizon", "model"),
     ),
     _g(
@@ -162,7 +164,7 @@ ADVISOR_METRICS: tuple[MetricSpec, ...] = (
     ),
     _g(
         "gpu_advisor_action_benefit_gpus",
-        "GPUs an action makes usable for the target shape.",
+        "GPU share an action makes usable (its plan's actions add up to the plan's benefit).",
         ("rank",),
     ),
     _g(

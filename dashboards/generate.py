@@ -879,9 +879,10 @@ def fragmentation_advisor(config: dict) -> dict:
                 ),
                 wape_bargauge(
                     "Backtest error (WAPE)",
-                    "Weighted absolute percentage error of the chosen model and of the "
-                    "seasonal-naive baseline on held-back data; a forecast is only shown with "
-                    "this measurement.",
+                    "Weighted absolute percentage error of the chosen model, of the "
+                    "seasonal-naive baseline and of naive on held-back data; a forecast is only "
+                    "shown with this measurement. The model is chosen on earlier hours, so it "
+                    "may lose to naive here.",
                     "gpu_advisor_forecast_backtest_wape_ratio{" + ADV_POOL,
                     "pool",
                     w=6,
@@ -889,8 +890,9 @@ def fragmentation_advisor(config: dict) -> dict:
                 bargauge(
                     "Interval coverage (held back)",
                     "Share of held-back hours at or below each forecast quantile, for the chosen "
-                    "model and the seasonal-naive baseline: q0.9 should cover about 0.9 and q0.1 "
-                    "about 0.1. Far off, the interval on the left is too narrow or too wide; "
+                    "model, the seasonal-naive baseline and naive, over the hours that had an "
+                    "interval (absent while fewer than 12 did): q0.9 should cover about 0.9 and "
+                    "q0.1 about 0.1. Far off, the interval on the left is too narrow or too wide; "
                     "reserving at q0.9 then runs short (or idle) more often than it says "
                     "(alert GpuForecastIntervalMiscalibrated).",
                     [
@@ -972,8 +974,8 @@ def fragmentation_advisor(config: dict) -> dict:
                 ),
                 wape_bargauge(
                     "Demand per tenant: backtest error (WAPE)",
-                    "Held-back WAPE of each tenant's chosen model and of the seasonal-naive "
-                    "baseline.",
+                    "Held-back WAPE of each tenant's chosen model, of the seasonal-naive "
+                    "baseline and of naive.",
                     "gpu_advisor_forecast_tenant_backtest_wape_ratio{" + ADV,
                     "tenant",
                     w=8,

@@ -30,7 +30,13 @@ from advisor.app.cli import DEFAULT_SOURCE, REFRESH_ENV, SOURCE_ENV
 from advisor.contract import GPU_STATE_CODES
 from advisor.fragmentation import measures
 from advisor.history import History
-from advisor.ingest.sources import SourceError, load_source, seconds, sim_model
+from advisor.ingest.sources import (
+    SIM_LARGE_NODES,
+    SourceError,
+    load_source,
+    seconds,
+    sim_model,
+)
 from advisor.model import MILLI, ClusterModel
 
 log = logging.getLogger(__name__)
@@ -435,7 +441,6 @@ def type_frames(result: dict[str, Any]) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 
 SIM_HISTORY_S = 7 * 86400.0  # a week: enough for daily seasonality and a backtest
-SIM_LARGE_NODES = 256  # above this, each instant costs ~1 s to build: a day at 4 h steps
 
 
 def sim_history_plan(nodes: int) -> tuple[float, float]:

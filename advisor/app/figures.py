@@ -356,18 +356,22 @@ def forecast_figure(hourly: pd.DataFrame, table: pd.DataFrame) -> go.Figure:
         )
         ahead = table[table["pool"] == pool]
         targets = pd.to_datetime(ahead["target (UTC)"], utc=True)
+        # a blank interval (too few known errors) has no error bar, not a zero-width one
+        point, low, high = (
+            ahead[c].astype(float) for c in ("forecast GPUs", "low (q0.1)", "high (q0.9)")
+        )
         fig.add_trace(
             go.Scatter(
                 x=targets,
-                y=ahead["forecast GPUs"],
+                y=point,
                 name=f"{pool} forecast (q0.1–q0.9)",
                 mode="markers",
                 marker={"color": color, "size": 9, "symbol": "diamond"},
                 error_y={
                     "type": "data",
                     "symmetric": False,
-                    "array": (ahead["high (q0.9)"] - ahead["forecast GPUs"]).clip(lower=0),
-                    "arrayminus": (ahead["forecast GPUs"] - ahead["low (q0.1)"]).clip(lower=0),
+                    "array": (high - point).clip(lower=0),
+                    "arrayminus": (point - low).clip(lower=0),
                 },
                 text=ahead["horizon"],
                 hovertemplate="%{text}: %{y:.1f} GPUs<extra></extra>",

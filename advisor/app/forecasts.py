@@ -3,9 +3,13 @@ advisor service serves at /api/forecast), idle windows per pool and per node, an
 predicted free GPUs.
 
 Demand forecasts come only with their measured error: `advisor.service.forecast.forecast_pools`
-picks a model on the earlier half of a rolling-origin backtest and scores it and the
-seasonal-naive baseline on the later, held-back half; a pool/horizon without enough history
-gets a reason instead of a number.
+picks a model on the earlier half of a rolling-origin backtest and scores it, the seasonal-naive
+baseline and naive on the later, held-back half; a pool/horizon without enough history gets a
+reason instead of a number, an interval without enough known errors a blank (`interval_reasons`).
+
+"Now" in these tables is the last complete hour, as the service forecasts from it: GPUs held
+are that hour's mean, GPUs idle that hour's low; only `node_free_times` reads the current
+snapshot.
 """
 
 from __future__ import annotations
@@ -20,6 +24,10 @@ from advisor.history import History
 from advisor.model import ClusterModel
 
 HORIZONS_H: tuple[int, ...] = (1, 6, 24)
+NAIVE = "naive"  # its held-back WAPE is shown beside the pick's and the baseline's
+HELD = "GPUs held (last complete hour's mean)"
+IDLE_LOW = "idle in the last complete hour (its low)"
+FREE_LOW = "free in the last complete hour (its low)"
 FREE_IN_H: tuple[int, ...] = (1, 6, 24)
 
 
@@ -32,8 +40,9 @@ def forecast_doc(history: History, horizons_h: Sequence[int] = HORIZONS_H) -> di
 
 
 def tenants_frame(doc: dict[str, Any]) -> pd.DataFrame:
-    """One row per tenant and available horizon: forecast GPUs held, interval, both backtest
-    errors (the tenants holding the most GPUs; no capacity)."""
+    """One row per tenant and available horizon: GPUs held in the last complete hour (mean),
+    forecast GPUs held, interval, the held-back errors of the pick, the baseline and naive (the
+    tenants holding the most GPUs; no capacity)."""
     section = doc.get("tenants") or {}
     baseline = section.get("baseline", "")
     rows = []
@@ -45,7 +54,7 @@ def tenants_frame(doc: dict[str, Any]) -> pd.DataFrame:
                 {
                     "tenant": tenant["tenant"],
                     "horizon": h["horizon"],
-                    "GPUs held now": tenant["allocated_gpus"],
+                    HELD: tenant["allocated_gpus"],
                     "quota GPUs": tenant.get("quota_gpus"),
                     **_forecast_cells(h),
                     **_wape_cells(h, baseline),
@@ -55,24 +64,36 @@ def tenants_frame(doc: dict[str, Any]) -> pd.DataFrame:
 
 
 def _forecast_cells(h: dict[str, Any]) -> dict[str, Any]:
-    """An available horizon's model, forecast and interval, as the tables show them."""
+    """An available horizon's model, forecast and interval, as the tables show them (a null
+    interval quantile, too few known errors, is a blank)."""
+    quantiles = h.get("quantiles") or {}
     return {
         "model": h["model"],
-        "forecast GPUs": round(h["point_gpus"], 1),
-        "low (q0.1)": round(h["quantiles"]["0.1"], 1),
-        "high (q0.9)": round(h["quantiles"]["0.9"], 1),
+        "forecast GPUs": _rounded(h["point_gpus"]),
+        "low (q0.1)": _rounded(quantiles.get("0.1")),
+        "high (q0.9)": _rounded(quantiles.get("0.9")),
     }
 
 
+def _rounded(value: float | None) -> float:
+    return float("nan") if value is None else round(float(value), 1)
+
+
 def _wape_cells(h: dict[str, Any], baseline: str) -> dict[str, Any]:
-    """Held-back WAPE of the horizon's model and of the baseline."""
+    """Held-back WAPE of the horizon's model, of the baseline and of naive (served beside the
+    pick, never used to choose it: the pick can lose to naive on held-back hours)."""
     wape = h["backtest"]["wape_ratio"]
-    return {"backtest WAPE": wape.get(h["model"]), f"{baseline} WAPE": wape.get(baseline)}
+    return {
+        "backtest WAPE": wape.get(h["model"]),
+        f"{baseline} WAPE": wape.get(baseline),
+        f"{NAIVE} WAPE": wape.get(NAIVE),
+    }
 
 
 def horizons_frame(doc: dict[str, Any]) -> pd.DataFrame:
-    """One row per pool and available horizon: forecast, interval, both backtest errors, and how
-    often the held-back hours fell at or below the q0.9 (nominal 0.9)."""
+    """One row per pool and available horizon: forecast, interval, the held-back errors of the
+    pick, the baseline and naive, and how often the held-back hours fell at or below the q0.9
+    (nominal 0.9; blank over too few held-back hours with an interval)."""
     baseline = doc.get("baseline", "")
     rows = []
     for pool in doc.get("pools", []):
@@ -94,6 +115,20 @@ def horizons_frame(doc: dict[str, Any]) -> pd.DataFrame:
                 }
             )
     return pd.DataFrame(rows)
+
+
+def interval_reasons(doc: dict[str, Any]) -> list[str]:
+    """'horizon: why (pools: …)' for every available pool horizon served without an interval
+    (the blank low/high cells), deduplicated; tenants listed as such."""
+    reasons: dict[str, list[str]] = {}
+    tenants = (doc.get("tenants") or {}).get("tenants", [])
+    series = [(p["pool"], p["horizons"]) for p in doc.get("pools", [])]
+    series += [(f"tenant {t['tenant']}", t["horizons"]) for t in tenants]
+    for name, horizons in series:
+        for h in horizons:
+            if h.get("available") and h.get("interval_reason"):
+                reasons.setdefault(f"{h['horizon']}: {h['interval_reason']}", []).append(name)
+    return [f"{why} ({', '.join(names)})" for why, names in reasons.items()]
 
 
 def missing_reasons(doc: dict[str, Any]) -> list[str]:
@@ -124,7 +159,7 @@ def idle_frame(doc: dict[str, Any]) -> pd.DataFrame:
                     "window": w["window"],
                     "until (UTC)": w["until"].replace("T", " ")[:16],
                     "free GPUs for the whole window": w["release_gpus"],
-                    "idle now (last hour's low)": pool["current_idle_gpus"],
+                    IDLE_LOW: pool["current_idle_gpus"],
                     "capacity GPUs": pool["capacity_gpus"],
                     "backtest violations": bt["violation_ratio"].get("advisor"),
                     "backtest capture": bt["capture_ratio"].get("advisor"),
@@ -164,7 +199,7 @@ def idle_nodes_frame(doc: dict[str, Any]) -> pd.DataFrame:
             "node": node["node"],
             "pool": node["pool"],
             "GPUs": node["capacity_gpus"],
-            "free now (last hour's low)": node["current_idle_gpus"],
+            FREE_LOW: node["current_idle_gpus"],
         }
         for window in windows:
             w = by.get(window, {})
@@ -177,7 +212,7 @@ def idle_nodes_frame(doc: dict[str, Any]) -> pd.DataFrame:
     frame = pd.DataFrame(rows)
     if frame.empty:
         return frame
-    keys = [f"free for {w}" for w in windows] + ["free now (last hour's low)"]
+    keys = [f"free for {w}" for w in windows] + [FREE_LOW]
     order = frame[keys].astype(float).fillna(-1.0)
     order["node"] = frame["node"]
     ranked = order.sort_values([*keys, "node"], ascending=[False] * len(keys) + [True])
@@ -217,8 +252,9 @@ def hourly_demand(history: History) -> pd.DataFrame:
 
 
 def node_free_times(model: ClusterModel) -> tuple[pd.DataFrame, str]:
-    """Per node: GPUs free now and predicted free within each of `FREE_IN_H` hours (without
-    moving anything), from the planner's predicted job ends, and where those ends come from."""
+    """Per node: GPUs free now (in the current snapshot, unlike the idle tables' last complete
+    hour) and predicted free within each of `FREE_IN_H` hours (without moving anything), from
+    the planner's predicted job ends, and where those ends come from."""
     from advisor.planner.observed import end_source, expected_end, now_of
     from advisor.planner.reserve import gpu_ready_times
 

@@ -10,7 +10,7 @@ from advisor.forecast import rolling as _bt
 from advisor.forecast.idle import idle_windows
 from advisor.forecast.io import Panel, from_long
 from advisor.forecast.jobs import predict_job_end
-from advisor.forecast.models import make
+from advisor.forecast.models import make, sort_known
 
 __all__ = ["backtest", "forecast", "idle_windows", "predict_job_end"]
 
@@ -77,10 +77,11 @@ def forecast(
     for j, s in enumerate(panel.series):
         for h in horizons:
             pick = source[(s, h, "point")]
-            qv = np.sort([values[(source[(s, h, c)], h)][c][j] for c in qcols])
+            # sorted with a missing level (no interval: too few errors) left in its place
+            qv = sort_known([values[(source[(s, h, c)], h)][c][j] for c in qcols])
             if model == "advisor":
                 # the median is the picked point model's; the other levels come from their picks
-                qv = np.sort(
+                qv = sort_known(
                     [values[(pick, h)][c][j] if c == "q0.5" else qv[i] for i, c in enumerate(qcols)]
                 )
             rec = {

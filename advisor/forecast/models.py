@@ -6,7 +6,9 @@ and optionally `within`: the sub-step readings of each step (`features.within_ar
 `fit(y, cap, times, until, horizons, within)` may use rows ≤ `until` only; `predict(..., origins,
 horizon, within)` returns (len(origins), S) point forecasts that use rows ≤ each origin only (row t
 includes the readings inside step t); `predict_quantiles` adds quantiles. Upper/lower quantiles of baselines come from their own trailing empirical errors
-("naive plus empirical quantile"), so every model has an interval and the backtest treats them alike.
+("naive plus empirical quantile"), so every model has an interval and the backtest treats them alike,
+once it has `MIN_INTERVAL_ERRORS` known errors at the horizon: before that the quantiles other
+than the median are NaN (no interval), never a zero-width interval from no or one or two errors.
 """
 
 from __future__ import annotations
@@ -21,6 +23,13 @@ from advisor.forecast import features as feat
 from advisor.forecast.threads import bounded
 
 RESID_WINDOW = 14 * 24  # trailing origins used for empirical error quantiles
+# An empirical-error interval needs at least this many known (finite) errors of the series at the
+# horizon; with fewer, its quantiles other than the median are NaN. The q-quantile of n
+# exchangeable errors (linear interpolation, rank 1 + q(n - 1)) covers a new error with
+# probability (1 + q(n - 1)) / (n + 1): for q = 0.1 that is 0.50 at n = 1 (the point itself),
+# 0.37 at 2, 0.23 at 5, 0.16 at 12 and 0.13 at 24 (0.87 for q = 0.9). 24 errors, one day of
+# hourly origins (the daily cycle seen once), keep the q0.1/q0.9 within 3 points of nominal.
+MIN_INTERVAL_ERRORS = 24
 
 
 class Forecaster:
@@ -35,6 +44,7 @@ class Forecaster:
 
     def __init__(self) -> None:
         self._resid: dict[int, np.ndarray] = {}  # horizon -> residuals (n, S)
+        self._no_errors: dict[int, bool] = {}  # horizon -> no origin to measure an error at
 
     def fit(self, y, cap, times, until: int, horizons, within=None) -> Forecaster:
         self._fit(y, cap, times, until, horizons, within)
@@ -43,8 +53,9 @@ class Forecaster:
         for h in horizons:
             lo = at if self.learned else max(0, until - h - RESID_WINDOW)
             origins = np.arange(lo, until - h + 1)
+            self._no_errors[h] = len(origins) == 0
             if len(origins) == 0:
-                self._resid[h] = np.zeros((1, y.shape[1]))
+                self._resid[h] = np.zeros((1, y.shape[1]))  # median: the point itself
                 continue
             pred = scorer._point(y, cap, times, origins, h, within)
             self._resid[h] = y[origins + h] - pred
@@ -67,8 +78,12 @@ class Forecaster:
     def predict_quantiles(
         self, y, cap, times, origins, horizon, quantiles, within=None
     ) -> dict[float, np.ndarray]:
+        """Point plus each quantile of the horizon's known errors; a quantile other than the
+        median is NaN for a series with fewer than `MIN_INTERVAL_ERRORS` known errors (no
+        interval), the median is the point plus the median error whatever their number."""
         point = self._point(y, cap, times, origins, horizon, within)
         resid = self._resid.get(horizon)
+        enough = self.known_errors(horizon, point.shape[1]) >= MIN_INTERVAL_ERRORS
         out = {}
         for q in quantiles:
             if resid is None or not np.isfinite(resid).any():
@@ -77,8 +92,18 @@ class Forecaster:
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore", RuntimeWarning)
                     adj = np.nan_to_num(np.nanquantile(resid, q, axis=0))
+            if q != 0.5:
+                adj = np.where(enough, adj, np.nan)
             out[q] = clip_to_capacity(point + adj, cap, origins, horizon)
         return sort_quantiles(out)
+
+    def known_errors(self, horizon: int, n_series: int) -> np.ndarray:
+        """Per series, the known (finite) errors behind the horizon's empirical quantiles (0
+        before a fit at the horizon, or where the fit had no origin to measure one)."""
+        resid = self._resid.get(horizon)
+        if resid is None or self._no_errors.get(horizon, False):
+            return np.zeros(n_series, dtype=int)
+        return np.isfinite(resid).sum(axis=0)
 
 
 def clip_to_capacity(pred: np.ndarray, cap: np.ndarray, origins, horizon: int) -> np.ndarray:
@@ -91,10 +116,22 @@ def clip_to_capacity(pred: np.ndarray, cap: np.ndarray, origins, horizon: int) -
 
 
 def sort_quantiles(qs: dict[float, np.ndarray]) -> dict[float, np.ndarray]:
-    """Make quantiles non-crossing: sort across levels at every point."""
+    """Make quantiles non-crossing: sort across levels at every point (`sort_known`: a NaN level,
+    no interval, stays NaN where it is and never moves the median)."""
     levels = sorted(qs)
-    stacked = np.sort(np.stack([qs[q] for q in levels]), axis=0)
+    stacked = sort_known(np.stack([np.asarray(qs[q], dtype=float) for q in levels]))
     return {q: stacked[i] for i, q in enumerate(levels)}
+
+
+def sort_known(stacked) -> np.ndarray:
+    """Sort along the first axis (the quantile levels) the values that are not NaN, leaving each
+    NaN in its place: `np.sort` alone would put the NaN last, so a missing q0.1 would take the
+    median's place and the median the q0.9's. Without NaN it is `np.sort(stacked, axis=0)`."""
+    stacked = np.asarray(stacked, dtype=float)
+    known = ~np.isnan(stacked)
+    ordered = np.sort(np.where(known, stacked, np.inf), axis=0)  # known values first, in order
+    rank = np.clip(np.cumsum(known, axis=0) - 1, 0, None)  # each known slot's place among them
+    return np.where(known, np.take_along_axis(ordered, rank, axis=0), np.nan)
 
 
 class Naive(Forecaster):
@@ -263,7 +300,7 @@ class GradientBoosting(Forecaster):
         if oos is not None and oos[0] is y and oos[1] is within and oos[2] == at:
             return oos[3]
         clone = copy.copy(self)
-        clone._models, clone._resid, clone._oos = {}, {}, None
+        clone._models, clone._resid, clone._no_errors, clone._oos = {}, {}, {}, None
         clone.quantiles = ()  # only the median is needed to measure errors
         clone._fit(y, cap, times, at, horizons, within)
         self._oos = (y, within, at, clone)

@@ -134,6 +134,7 @@ def _prometheus(spec: str, timeout: float) -> ClusterModel:
 
 
 SIM_OPTIONS = {"seed", "t", "nodes", "history", "step"}
+SIM_LARGE_NODES = 256  # above this a simulated instant costs ~0.5 s to build: less past is stepped
 
 
 def sim_fleet(

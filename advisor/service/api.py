@@ -25,6 +25,7 @@ from urllib.parse import parse_qs
 from advisor import snapshot
 from advisor.planner.actions import KINDS
 from advisor.service import results as R
+from advisor.service.forecast import MIN_COVERAGE_ORIGINS, MIN_INTERVAL_ERRORS
 from advisor.service.loop import RunState, describe
 from exporter import __version__
 from exporter.server import Response, Route
@@ -235,7 +236,37 @@ _QUANTILES = (
     "plus that quantile of its own recent errors at this horizon, clipped to the capacity "
     "and sorted; /metrics exports these as gpu_advisor_forecast_demand_gpus "
     "(forecast_quantile), so the dashboard's median can differ from point_gpus by the "
-    "median error"
+    "median error. The quantiles other than the median are null (and absent from /metrics) "
+    f"while the model has fewer than {MIN_INTERVAL_ERRORS} known errors at the horizon: no "
+    "interval (interval_reason says so)"
+)
+_INTERVAL_REASON = (
+    "why the interval quantiles are null (too few known errors of the model at this horizon); "
+    "null when the interval is served"
+)
+_WAPE = (
+    "per model: held-back WAPE (sum of absolute errors / sum of actuals) of the picked model, "
+    "of the seasonal-naive baseline and of naive; null without an observed actual. Served, not "
+    "used to pick: the pick comes from the earlier origins only, so it may lose to naive here"
+)
+_COVERAGE = (
+    "per model (the same three), per interval quantile: the share of held-back hours at or "
+    "below it (nominal: the quantile), over the held-back hours with an observed actual and a "
+    f"real interval (coverage_origins); null while fewer than {MIN_COVERAGE_ORIGINS} such "
+    "hours remain"
+)
+_COVERAGE_ORIGINS = (
+    "per model: the held-back hours behind coverage_ratio (an observed actual and an interval: "
+    f"origins whose model had fewer than {MIN_INTERVAL_ERRORS} known errors have none)"
+)
+_ALLOCATED_HOURLY = (
+    "mean allocated GPUs over the last complete hour (the latest observed one where it is "
+    "masked): the forecast's input, not the latest run's value (/api/fragmentation has that)"
+)
+_CURRENT_IDLE = (
+    "GPUs free throughout the last complete hour: capacity minus the hour's peak allocation "
+    "(the hour's low of free GPUs), not the latest run's free GPUs; null when that hour is "
+    "masked"
 )
 _NUM_OR_NULL = {"type": ["number", "null"]}
 _STR_OR_NULL = {"type": ["string", "null"]}
@@ -654,20 +685,32 @@ def _schemas() -> dict[str, Any]:
                     "target": {"type": "string"},
                     "model": {"type": "string"},
                     "point_gpus": {**gpus, "description": _POINT},
-                    "quantiles": {**_by(gpus), "description": _QUANTILES},
+                    "quantiles": {
+                        **_by({"type": ["number", "null"], "minimum": 0}),
+                        "description": _QUANTILES,
+                    },
+                    "interval_reason": {**_STR_OR_NULL, "description": _INTERVAL_REASON},
                     "backtest": _obj(
                         {
                             "selection_origins": count,
                             "test_origins": count,
-                            "wape_ratio": {"type": "object", "additionalProperties": _NUM_OR_NULL},
+                            "wape_ratio": {
+                                "type": "object",
+                                "description": _WAPE,
+                                "additionalProperties": _NUM_OR_NULL,
+                            },
                             "coverage_ratio": {
                                 "type": "object",
-                                "description": "per model, per interval quantile: the share "
-                                "of held-back hours at or below it (nominal: the quantile)",
+                                "description": _COVERAGE,
                                 "additionalProperties": {
                                     "type": "object",
                                     "additionalProperties": ratio,
                                 },
+                            },
+                            "coverage_origins": {
+                                "type": "object",
+                                "description": _COVERAGE_ORIGINS,
+                                "additionalProperties": count,
                             },
                         }
                     ),
@@ -727,7 +770,7 @@ def _schemas() -> dict[str, Any]:
                     {
                         "pool": {"type": "string"},
                         "capacity_gpus": _NUM_OR_NULL,
-                        "current_idle_gpus": _NUM_OR_NULL,
+                        "current_idle_gpus": {**_NUM_OR_NULL, "description": _CURRENT_IDLE},
                         "windows": {"type": "array", "items": idle_window},
                     }
                 ),
@@ -745,7 +788,7 @@ def _schemas() -> dict[str, Any]:
                         "node": {"type": "string"},
                         "pool": {"type": "string"},
                         "capacity_gpus": _NUM_OR_NULL,
-                        "current_idle_gpus": _NUM_OR_NULL,
+                        "current_idle_gpus": {**_NUM_OR_NULL, "description": _CURRENT_IDLE},
                         "windows": {"type": "array", "items": idle_window},
                     }
                 ),
@@ -773,7 +816,7 @@ def _schemas() -> dict[str, Any]:
                 "items": _obj(
                     {
                         "tenant": {"type": "string"},
-                        "allocated_gpus": _NUM_OR_NULL,
+                        "allocated_gpus": {**_NUM_OR_NULL, "description": _ALLOCATED_HOURLY},
                         "quota_gpus": _NUM_OR_NULL,
                         "horizons": {"type": "array", "items": horizon},
                     }
@@ -797,7 +840,7 @@ def _schemas() -> dict[str, Any]:
                     {
                         "pool": {"type": "string"},
                         "capacity_gpus": _NUM_OR_NULL,
-                        "allocated_gpus": _NUM_OR_NULL,
+                        "allocated_gpus": {**_NUM_OR_NULL, "description": _ALLOCATED_HOURLY},
                         "horizons": {"type": "array", "items": horizon},
                     }
                 ),

@@ -127,9 +127,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         type=duration,
         default=None,
         help="past read into the history at start, one instant an hour, so a restarted advisor "
-        "forecasts at once: from a prometheus+ source or a sim exporter's re-simulated fleet "
-        "(default 7d), by stepping a sim: source (default 72h); 0 turns it off; other exporter "
-        "URLs have no past",
+        "forecasts at once: from a prometheus+ source or a sim exporter's re-simulated fleet, "
+        "or by stepping a sim: source (default 7d; 72h for a sim: fleet over 256 nodes); 0 "
+        "turns it off; other exporter URLs have no past",
     )
     parser.add_argument(  # the flag's earlier name, before Prometheus sources had a backfill
         "--sim.backfill", dest="history_backfill", type=duration, help=argparse.SUPPRESS

@@ -10,12 +10,21 @@ to it is masked (`hourly_panel`). Then for each pool and horizon:
 1. rolling-origin forecasts (`advisor.forecast.rolling.rolling_forecasts`, information ≤ origin
    only) of a few cheap candidates over every origin whose target is already observed;
 2. the earlier half of those origins picks the model (lowest MAE; it must beat naive by 1 %,
-   as in `advisor.forecast.rolling.select`), the later half is held back and scores the pick and the
-   seasonal-naive baseline by WAPE; the pick is scored only on the earlier origins whose target
-   is observed at the first held-back origin (as the offline selection's targets lie before its
-   test part), so no hour after a held-back origin chooses the model scored there: on a short
-   history with a long horizon there may be none, and the pick is naive;
-3. the pick, fitted on everything, forecasts from the last complete hour with its interval.
+   as in `advisor.forecast.rolling.select`), the later half is held back and scores the pick,
+   the seasonal-naive baseline and naive by WAPE and by the coverage of their intervals (over
+   the held-back origins that had one, `_coverage`); those scores are served, never used to
+   choose the model (they would no longer be out of sample). The pick is scored only on the
+   earlier origins whose target is observed at the first held-back origin (as the offline
+   selection's targets lie before its test part), so no hour after a held-back origin chooses
+   the model scored there: on a short history with a long horizon there may be none, and the
+   pick is naive;
+3. the pick, fitted on everything, forecasts from the last complete hour with its interval:
+   the forecast plus quantiles of its own known errors at the horizon; with fewer than
+   `MIN_INTERVAL_ERRORS` of them (a short history, a long horizon) the interval quantiles are
+   null and `interval_reason` says why (the median is still served).
+
+A pool's (tenant's) `allocated_gpus` is the mean of the latest observed complete hour (the last
+complete hour unless it is masked), not the latest run's value: the forecast's own input.
 
 Backtest, fit and forecast all see the same hourly values and readings inside each hour, so the
 pick, its interval and its held-back error come from the same inputs.
@@ -42,7 +51,7 @@ from advisor.forecast import idle_windows
 from advisor.forecast import metrics as M
 from advisor.forecast.features import within_arrays
 from advisor.forecast.io import Panel
-from advisor.forecast.models import as_arrays, make
+from advisor.forecast.models import MIN_INTERVAL_ERRORS, as_arrays, make
 from advisor.forecast.rolling import rolling_forecasts
 from exporter.messages import one_line
 
@@ -57,9 +66,14 @@ CANDIDATES: tuple[str, ...] = (
     "holt_winters",
 )
 BASELINE = "seasonal_naive_24"
+NAIVE = "naive"  # its held-back scores are served too: the pick must beat it to be picked
 MAX_TENANTS = 20  # tenants whose demand is forecast each hour, those holding the most GPUs first
 QUANTILES: tuple[float, ...] = (0.1, 0.5, 0.9)
 MIN_HALF = 6  # origins in each of the selection and held-back halves
+# Held-back hours with a real interval (and an observed actual) below which no coverage is
+# served: one hour moves a share of 12 by 8 points, near the 10 between q0.1 and the median, so
+# fewer cannot tell a q0.1 from the median (binomial SE at 0.9 and 12 hours: 0.09).
+MIN_COVERAGE_ORIGINS = 12
 MAX_ORIGINS = 14 * 24  # bound the backtest's cost on a long history
 MIN_COVERAGE = 0.5  # an hour with fewer of its expected runs is masked (as Panel.resample)
 SPACING_RUNS = 11  # trailing runs whose median gap sets the spacing (`_covered`)
@@ -293,16 +307,18 @@ def demand_section(
             mine = fc[fc["series"] == series]
             early, late = mine[mine["origin"].isin(scored)], mine[mine["origin"] >= select_until]
             pick = _pick(early.groupby("model")["err"].mean().to_dict(), candidates)
-            shown = [(name, g) for name, g in late.groupby("model") if name in (pick, BASELINE)]
+            # scored, never chosen, on the held-back half: the pick, the baseline and naive
+            shown = [(name, g) for name, g in late.groupby("model") if name in _scored(pick)]
             wape = {
                 name: _ratio(M.wape(g["actual"].to_numpy(), g["point"].to_numpy()))
                 for name, g in shown
             }
-            coverage = {name: _coverage(g) for name, g in shown}
+            covered = {name: _coverage(g) for name, g in shown}
             model = make(pick, QUANTILES).fit(y, cap, times, last, [h], within)
             at = np.array([last])
             point = model.predict(y, cap, times, at, h, within)[0, j]
             qs = model.predict_quantiles(y, cap, times, at, h, QUANTILES, within)
+            errors = int(model.known_errors(h, y.shape[1])[j])
             by_pool[series]["horizons"].append(
                 {
                     "horizon": _horizon_label(h),
@@ -310,12 +326,14 @@ def demand_section(
                     "target": (times[last] + pd.Timedelta(hours=h)).isoformat() + "Z",
                     "model": pick,
                     "point_gpus": float(point),
-                    "quantiles": {f"{q:g}": float(qs[q][0, j]) for q in QUANTILES},
+                    "quantiles": {f"{q:g}": _finite(qs[q][0, j]) for q in QUANTILES},
+                    "interval_reason": _interval_reason(errors),
                     "backtest": {
                         "selection_origins": len(scored),
                         "test_origins": int(len(origins) - half),
                         "wape_ratio": wape,
-                        "coverage_ratio": coverage,
+                        "coverage_ratio": {name: c[0] for name, c in covered.items()},
+                        "coverage_origins": {name: c[1] for name, c in covered.items()},
                     },
                 }
             )
@@ -323,17 +341,44 @@ def demand_section(
     return doc
 
 
-def _coverage(held_back: pd.DataFrame) -> dict[str, float | None]:
+def _scored(pick: str) -> tuple[str, ...]:
+    """The models whose held-back WAPE and coverage are served: the pick, the baseline and
+    naive (the pick must beat naive on the earlier half only, so the held-back half may show it
+    losing to naive). Served, never used to choose: the pick stays the earlier half's."""
+    return (pick, BASELINE, NAIVE)
+
+
+def _coverage(held_back: pd.DataFrame) -> tuple[dict[str, float | None], int]:
     """Per interval quantile (not the median): the share of held-back hours at or below it,
-    the interval's measured calibration (nominal: the quantile itself)."""
-    y = held_back["actual"].to_numpy()
+    the interval's measured calibration (nominal: the quantile itself), over the held-back
+    hours with an observed actual and a real interval (every interval quantile known: an origin
+    whose model had fewer than `MIN_INTERVAL_ERRORS` errors has none); and their number. Every
+    share is None while fewer than `MIN_COVERAGE_ORIGINS` such hours remain."""
+    levels = [f"q{q:g}" for q in QUANTILES if q != 0.5]
+    y = held_back["actual"].to_numpy(float)
+    bounds = held_back[levels].to_numpy(float)
+    real = np.isfinite(y) & np.isfinite(bounds).all(axis=1)
+    n = int(real.sum())
     out: dict[str, float | None] = {}
-    for q in QUANTILES:
-        if q == 0.5:
-            continue
-        share = M.coverage(y, held_back[f"q{q:g}"].to_numpy())
-        out[f"{q:g}"] = None if np.isnan(share) else share
-    return out
+    for i, level in enumerate(levels):
+        share = M.coverage(y[real], bounds[real, i]) if n >= MIN_COVERAGE_ORIGINS else np.nan
+        out[level[1:]] = None if np.isnan(share) else share
+    return out, n
+
+
+def _finite(value: float) -> float | None:
+    """A served number: None where it is NaN (e.g. an interval quantile without an interval)."""
+    return float(value) if np.isfinite(value) else None
+
+
+def _interval_reason(errors: int) -> str | None:
+    """Why the served interval quantiles are null (None: they are not)."""
+    if errors >= MIN_INTERVAL_ERRORS:
+        return None
+    return (
+        f"no interval: the model has {errors} known errors at this horizon, an interval needs "
+        f"{MIN_INTERVAL_ERRORS}; the median is the forecast plus the median of those it has"
+    )
 
 
 def _last_finite(column: np.ndarray) -> float | None:

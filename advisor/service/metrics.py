@@ -4,11 +4,13 @@ Pure: `families(state, top_actions)` builds the samples and `render_page` the te
 exporter's renderer, so the page is byte-identical to what prometheus_client would write.
 Series that cannot be known are left out, never written as zero: without a good run there
 are no fragmentation series, a pool/horizon (or idle window) without a backtested forecast has no
-forecast series, and idle power is absent for a pool whose idle GPUs have no power reading.
+forecast series (nor an interval quantile without an interval, nor a coverage over too few
+held-back hours), and idle power is absent for a pool whose idle GPUs have no power reading.
 """
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 from advisor.contract import ADVISOR_BY_NAME
@@ -21,7 +23,9 @@ if TYPE_CHECKING:
 
 
 def _add(families: Families, name: str, labels: tuple[str, ...], value: float | None) -> None:
-    if value is not None:
+    """One sample; none where the value is unknown (None or NaN: e.g. an interval quantile
+    without an interval, a coverage over too few held-back hours)."""
+    if value is not None and not math.isnan(float(value)):
         families.add_spec(ADVISOR_BY_NAME[name], labels, float(value))
 
 
@@ -149,7 +153,7 @@ def _quantiles(families: Families, name: str, shown: list[tuple[str, dict]]) -> 
 
 
 def _wapes(families: Families, name: str, shown: list[tuple[str, dict]]) -> None:
-    """Each (series, available horizon)'s held-back WAPE per model (pick and baseline)."""
+    """Each (series, available horizon)'s held-back WAPE per model (pick, baseline, naive)."""
     for series, h in shown:
         for model_name, wape in h["backtest"]["wape_ratio"].items():
             _add(families, name, (series, h["horizon"], model_name), wape)

@@ -131,6 +131,27 @@ def test_api_forecast_falls_back_to_naive_when_a_horizon_cannot_be_validated():
     )  # no measured error: the caller must not present it as validated
 
 
+def test_api_forecast_without_an_interval_keeps_the_median_in_its_place():
+    """30 hours and a 24 h horizon: naive has 6 known errors, too few for an interval; its
+    q0.1/q0.9 are NaN and the median stays the median (np.sort would move it to q0.1)."""
+    from advisor.forecast import forecast
+
+    p = synthetic_panel(days=2, n_series=1)
+    p = Panel(p.values.iloc[:30], p.capacity.iloc[:30], p.name)
+    out = forecast(p, horizons=(1, 24), quantiles=(0.1, 0.5, 0.9), model="naive")
+    h1, h24 = out.iloc[0], out.iloc[1]
+    assert np.isnan(h24["q0.1"]) and np.isnan(h24["q0.9"])
+    y = p.values.to_numpy(float)[:, 0]
+    errors = y[24:30] - y[0:6]  # naive's six errors at 24 h
+    assert h24["q0.5"] == pytest.approx(y[-1] + np.median(errors))
+    assert h1["q0.1"] <= h1["q0.5"] <= h1["q0.9"]  # 29 errors at 1 h: an interval
+
+
+def test_sort_quantiles_leaves_a_missing_level_in_its_place():
+    out = sort_quantiles({0.1: np.array([np.nan]), 0.5: np.array([4.0]), 0.9: np.array([np.nan])})
+    assert out[0.5][0] == 4.0 and np.isnan(out[0.1][0]) and np.isnan(out[0.9][0])
+
+
 def _minute_panel(days: int = 14, seed: int = 1) -> Panel:
     """Hourly synthetic demand interpolated to minutes, with minute noise (a fine-grid input)."""
     hourly = synthetic_panel(days=days)

@@ -24,6 +24,11 @@ def test_idle_releases_match_the_service_document_with_their_backtest() -> None:
     assert shown["backtest violations"].notna().all() and shown["backtest capture"].notna().all()
     assert (shown["held-back hours"] >= 24).all()
     assert (shown["free GPUs for the whole window"] <= shown["capacity GPUs"]).all()
+    assert forecasts.IDLE_LOW in shown.columns  # the last complete hour's low, not "now"
+    # the risk is the target the release aims at, the violations beside it what it measured
+    (caption,) = [c.value for c in at.caption if c.value.startswith("GPUs of each pool")]
+    assert "target risk of 5%" in caption and "at a 5% risk" not in caption
+    assert "measured" in caption and "backtest violations" in caption
 
 
 def test_short_history_names_the_hours_each_window_needs() -> None:

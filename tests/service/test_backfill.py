@@ -129,7 +129,8 @@ def test_backfilled_hours_give_the_forecast_its_history():
 
 
 def test_which_sources_have_a_past_and_their_default_spans():
-    assert B.default_span_s("sim:a100-16x8") == 72 * 3600.0
+    assert B.default_span_s("sim:a100-16x8") == 7 * 86400.0  # as the app reads the same spec
+    assert B.default_span_s("sim:a100-16x8?nodes=1000") == 72 * 3600.0  # a week: over a minute
     assert B.default_span_s(SPEC) == 7 * 86400.0
     assert B.default_span_s("http://node1:9835/metrics") == 7 * 86400.0  # if a sim's
     assert B.default_span_s("snapshot.json") == 0.0

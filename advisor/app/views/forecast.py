@@ -1,5 +1,5 @@
 """Forecast: demand per pool with its interval, next to its backtest error against the
-seasonal-naive baseline; idle GPUs that stay free for the next W hours, per pool and per node,
+seasonal-naive baseline and naive; idle GPUs that stay free for the next W hours, per pool and per node,
 with their held-back violations and capture; predicted free GPUs per node."""
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ st.title("Forecast")
 st.caption(
     "Demand = GPUs allocated per pool, hourly, from this source's history. Every forecast is "
     "shown with its error on held-back hours of a rolling-origin backtest, next to the "
-    "seasonal-naive (same hour yesterday) baseline's error; a horizon without enough history "
-    "shows no number."
+    "seasonal-naive (same hour yesterday) baseline's and naive's (last hour's value) errors; a "
+    "horizon without enough history shows no number."
 )
 
 history = data.trend_history(state)
@@ -69,6 +69,7 @@ else:
         column_config=percent_columns(
             "backtest WAPE",
             f"{doc['baseline']} WAPE",
+            f"{forecasts.NAIVE} WAPE",
             "q0.9 coverage",
             f"{doc['baseline']} q0.9 coverage",
         ),
@@ -76,12 +77,16 @@ else:
     st.caption(
         f"From the last complete hour ({doc['origin']}), {doc['history_hours']} hours of "
         "history. WAPE = sum of absolute errors / sum of actuals over the held-back origins; "
-        "the model was chosen on the earlier origins only. Interval: 10th to 90th percentile; "
-        "q0.9 coverage = share of held-back hours at or below the 90th percentile (a calibrated "
-        "interval covers about 90 %)."
+        "the model was chosen on the earlier origins only, so it can lose to naive there (shown, "
+        "not used to choose). Interval: 10th to 90th percentile, blank while the model has too "
+        "few known errors; q0.9 coverage = share of held-back hours at or below the 90th "
+        "percentile (a calibrated interval covers about 90 %), over the held-back hours that "
+        "had an interval, blank when too few did."
     )
 for reason in forecasts.missing_reasons(doc):
     st.caption(f"No forecast for {reason}.")
+for reason in forecasts.interval_reasons(doc):
+    st.caption(f"No interval for {reason}.")
 
 tenants = doc.get("tenants") or {}
 tenant_table = forecasts.tenants_frame(doc)
@@ -91,12 +96,15 @@ if not tenant_table.empty:
         tenant_table,
         hide_index=True,
         key="tenant_table",
-        column_config=percent_columns("backtest WAPE", f"{tenants['baseline']} WAPE"),
+        column_config=percent_columns(
+            "backtest WAPE", f"{tenants['baseline']} WAPE", f"{forecasts.NAIVE} WAPE"
+        ),
     )
     st.caption(
-        f"GPUs held by each tenant's running allocations: the {len(tenants['tenants'])} of "
-        f"{tenants['tenants_total']} tenants holding the most now, forecast and backtested as "
-        "the pools are. Tenants have quotas, not GPUs of their own: nothing to clip to."
+        f"GPUs held by each tenant's running allocations (held: the last complete hour's mean): "
+        f"the {len(tenants['tenants'])} of {tenants['tenants_total']} tenants holding the most "
+        "at the latest run, forecast and backtested as the pools are. Tenants have quotas, not "
+        "GPUs of their own: nothing to clip to."
     )
 elif tenants.get("error"):
     st.caption(f"No forecast per tenant: {tenants['error']}")
@@ -124,10 +132,12 @@ else:
     )
     st.caption(
         f"GPUs of each pool that stay free for the whole window starting {idle['valid_from']}, "
-        f"released at a {idle['risk']:.0%} risk of being wrong (idle in an hour = capacity − "
-        "the hour's peak allocation). Violations = share of held-back hours in which the "
-        "release exceeded what stayed free; capture = share of the GPUs that stayed free that "
-        f"it released; `{baseline}` releases what was free over the past window. For "
+        f"released for a target risk of {idle['risk']:.0%} of being wrong (idle in an hour = "
+        "capacity − the hour's peak allocation; the idle column is the last complete hour's). "
+        "The target is not a measurement: the measured rate is the backtest violations beside "
+        "it = share of held-back hours in which the release exceeded what stayed free, which "
+        "can be above the target; capture = share of the GPUs that stayed free that it "
+        f"released; `{baseline}` releases what was free over the past window. For "
         "reservations and for choosing when to defragment."
     )
 for reason in forecasts.idle_missing_reasons(doc):
@@ -146,10 +156,10 @@ if not nodes_table.empty:
     shown = sum(1 for n in idle["nodes"] if any(w["available"] for w in n["windows"]))
     st.caption(
         f"The same per node: GPUs of each node that stay free for the whole window starting "
-        f"{idle['valid_from']} at a {idle['risk']:.0%} risk, from {idle['node_history_hours']} "
-        "complete hours of the node's own peak allocation, each node's rule calibrated on its "
-        "own hours (no pooled model), with the held-back violations and capture of the "
-        f"{first} window. Most releasable nodes first; {shown} of {idle['nodes_total']} nodes "
+        f"{idle['valid_from']} for a target risk of {idle['risk']:.0%}, from "
+        f"{idle['node_history_hours']} complete hours of the node's own peak allocation, each "
+        "node's rule calibrated on its own hours (no pooled model), with the measured held-back "
+        f"violations (which can exceed the target) and capture of the {first} window. Most releasable nodes first; {shown} of {idle['nodes_total']} nodes "
         f"have a release (at most {idle['max_nodes']} nodes, those with the most GPUs idle in "
         "the last complete hour, are computed). Where to place a job that must not be "
         "disturbed, or which nodes to drain."
@@ -160,7 +170,8 @@ for reason in forecasts.idle_node_reasons(doc):
 st.subheader("Predicted free GPUs per node")
 free, source = state.cached("node_free", lambda: forecasts.node_free_times(state.model))
 st.caption(
-    f"Without moving anything: GPUs free now and by each horizon, from the predicted ends of "
+    f"Without moving anything: GPUs free now (the current snapshot, unlike the last complete "
+    f"hour's low in the idle tables above) and by each horizon, from the predicted ends of "
     f"the jobs on them. Job ends come from **{source}**."
 )
 st.dataframe(free, hide_index=True, key="node_free")
