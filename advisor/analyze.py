@@ -210,9 +210,11 @@ def _table(rows: list[list[str]], out: TextIO) -> None:
 def _g(value: float | None) -> str:
     if value is None:
         return "unknown"
-    return (
-        f"{value:,.1f}" if isinstance(value, float) and not value.is_integer() else f"{value:,.0f}"
-    )
+    if isinstance(value, float) and not value.is_integer():
+        # two decimals, trailing zeros dropped: GPU shares are quarters and sevenths, and one
+        # decimal printed a 0.25-GPU share as 0.2
+        return f"{value:,.2f}".rstrip("0").rstrip(".")
+    return f"{value:,.0f}"
 
 
 def print_table(result: dict[str, Any], out: TextIO, *, top: int = 10) -> None:
@@ -271,7 +273,7 @@ def print_table(result: dict[str, Any], out: TextIO, *, top: int = 10) -> None:
         )
     _table(rows, out)
     if result["type"]["demand"]:
-        rows = [["pending for", "tasks", "GPUs", "free capacity", "shortfall"]]
+        rows = [["pending for", "GPU tasks", "GPUs", "free capacity", "shortfall"]]
         for row in result["type"]["demand"]:
             rows.append(
                 [
@@ -295,6 +297,7 @@ def print_table(result: dict[str, Any], out: TextIO, *, top: int = 10) -> None:
         f"of capacity, {100 * frag['fragment_rate']:.1f}% of idle GPU\n"
     )
     nodes = result["nodes"]
+    islands_known = spatial["largest_job"]["nvlink_group_gpus"] is not None
     order = measures.most_fragmented(nodes, top)
     if top > 0 and not len(order):
         out.write("\nMost fragmented nodes: none (no node has an FGD fragment)\n")
@@ -310,7 +313,7 @@ def print_table(result: dict[str, Any], out: TextIO, *, top: int = 10) -> None:
                     str(nodes["gpu_model"][i]),
                     _g(int(nodes["free_gpus"][i])),
                     _g(float(nodes["free_capacity_gpus"][i])),
-                    _g(int(nodes["largest_free_nvlink_group"][i])),
+                    _g(int(nodes["largest_free_nvlink_group"][i]) if islands_known else None),
                     _g(int(nodes["allocated_idle_gpus"][i])),
                     f"{nodes['fgd_fragment_gpus'][i]:.2f}",
                     f"{nodes['score'][i]:.2f}",

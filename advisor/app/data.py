@@ -407,6 +407,8 @@ def worst_nodes(result: dict[str, Any], top: int = 10) -> pd.DataFrame:
     nodes = result["nodes"]
     order = measures.most_fragmented(nodes, top)
     frame = pd.DataFrame({key: np.asarray(value)[order] for key, value in nodes.items()})
+    if result["spatial"]["largest_job"]["nvlink_group_gpus"] is None:  # no island known
+        frame["largest_free_nvlink_group"] = None
     return frame.rename(
         columns={
             "gpu_model": "GPU model",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import sys
 
@@ -164,3 +165,32 @@ def test_the_table_lists_only_nodes_with_a_fragment(tmp_path, capsys) -> None:
     snapshot.save(empty.build(), tmp_path / "free.json")
     assert main(["analyze", str(tmp_path / "free.json")]) == 0
     assert "Most fragmented nodes: none" in capsys.readouterr().out
+
+
+def test_unknown_islands_are_unknown_per_node_too_and_shares_keep_two_decimals(
+    tmp_path, capsys
+) -> None:
+    """Without NVLink data the summary said "unknown" while each node's column said 1; and a
+    quarter-GPU share printed as 0.2."""
+    from advisor.analyze import _g
+    from advisor.app import data
+    from advisor.fragmentation import measures
+
+    b = ModelBuilder()
+    for name in ("a", "b"):
+        b.add_node(name, rack="r1", gpu_model="T4", cpu_milli=64000, memory_mib=512000)
+        for i in range(4):
+            b.add_gpu(name, i, memory_total_bytes=16 * 2**30)  # no island known
+    b.add_allocation("quarter", num_gpu=1, gpu_milli=250, node="a", gpus=[0], cpu_milli=1000)
+    b.add_allocation("four", num_gpu=4, node="b", gpus=[0, 1, 2, 3], cpu_milli=1000)
+    model = b.build()
+    snapshot.save(model, tmp_path / "t4.json")
+    assert main(["analyze", str(tmp_path / "t4.json")]) == 0
+    table = capsys.readouterr().out
+    assert re.search(r"largest job in one NVLink island +unknown", table)
+    row = next(line for line in table.splitlines() if line.strip().startswith("a "))
+    assert row.split()[4] == "unknown"  # node, model, free, free cap., NVLink grp
+    assert "4.25 GPUs allocated" in table
+    shown = data.worst_nodes(measures.analyze(model))
+    assert shown["largest free NVLink group"].isna().all()
+    assert [_g(x) for x in (0.25, 57.75, 1 / 7, 2.5, 3.0)] == ["0.25", "57.75", "0.14", "2.5", "3"]
