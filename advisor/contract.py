@@ -154,8 +154,10 @@ ADVISOR_METRICS: tuple[MetricSpec, ...] = (
     _g("gpu_advisor_recommended_actions", "Recommended actions by kind.", ("kind",)),
     _i(
         "gpu_advisor_action_info",
-        "Top recommended actions (bounded to the top N); value is always 1.",
-        ("rank", "kind", "workload", "tenant", "source", "target", "summary"),
+        "Top recommended actions (bounded to the top N); `goal` names the plan an action belongs "
+        "to (actions of different goals are alternatives, not steps of one plan); value is "
+        "always 1.",
+        ("rank", "goal", "kind", "workload", "tenant", "source", "target", "summary"),
     ),
     _g(
         "gpu_advisor_action_cost_gpu_seconds",

@@ -190,6 +190,7 @@ def _recommendations(families: Families, state: RunState, top_actions: int) -> N
     for row in top:
         labels = (
             str(row["rank"]),
+            row["goal"],
             row["kind"],
             row["job"],
             row["tenant"],

@@ -169,6 +169,9 @@ def test_action_info_is_bounded_to_the_top_n_and_counts_cover_all(islands_state)
     assert [s.labels["rank"] for s in info] == ["1", "2"]
     assert all(s.value == 1.0 for s in info)
     assert info[0].labels["kind"] == recs["actions"][0]["kind"]
+    # each action names its plan's goal: alternatives from different goals are told apart
+    assert [s.labels["goal"] for s in info] == [a["goal"] for a in recs["actions"][:2]]
+    assert all(s.labels["goal"] in recs["goals"] for s in info)
     counts = {
         s.labels["kind"]: s.value
         for s in samples(page)
