@@ -274,6 +274,10 @@ def plan_rebalance(
             f"the source has no usage history, so how light the jobs on {', '.join(sorted(scarce))}"
             f" are is unknown; {HISTORY_HINT}"
         )
+    elif not actions and not scarce:
+        note = "no GPU model is scarce: nothing to rebalance"
+    elif not actions and not idle:
+        note = f"{', '.join(sorted(scarce))} scarce, but no GPU model idles to take its light jobs"
     elif not actions:
         note = "no light job on a scarce model fits an idle model"
     return Plan(goal, True, tuple(actions), before, after, note, "rebalance", benefit, extra)

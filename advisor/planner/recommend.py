@@ -180,7 +180,15 @@ def plan_for_goal(
             plans = [p for p in plans if p.extra.get("job") == value]
             if not plans:
                 return [Plan(goal, False, reason=f"{value!r} needs no reservation or is unknown")]
-        return plans or [Plan(goal, True, reason="every waiting job fits now: nothing to hold")]
+        least = ReserveSettings().min_gpus
+        return plans or [
+            Plan(
+                goal,
+                True,
+                reason=f"no waiting job of {least}+ GPUs needs a hold: each fits now, or none "
+                "waits (smaller jobs are left to the scheduler)",
+            )
+        ]
     if not value:
         raise ValueError("borrow needs a job: borrow=JOB or borrow=TENANT:GPUS[:PRIORITY]")
     try:

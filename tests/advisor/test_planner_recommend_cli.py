@@ -39,3 +39,13 @@ def test_notes_name_only_the_kinds_without_a_plan() -> None:
     assert [p.to_dict() for p in plans] == [p.to_dict() for p in recommend(model)]
     assert {p.method for p in plans} == {"reserve", "share", "rebalance"}
     assert [n.partition(":")[0] for n in notes] == ["borrow", "reclaim"]
+
+
+def test_rebalance_and_reserve_say_the_reason_that_holds(capsys) -> None:
+    """One GPU model, no waiting job: nothing is scarce (not "no light job fits"), and no job of
+    the size reservations are made for waits (not "every waiting job fits")."""
+    assert main(["plan", SIM, "--goal", "rebalance"]) == 0
+    assert "no GPU model is scarce" in capsys.readouterr().out
+    assert main(["plan", SIM, "--goal", "reserve"]) == 0
+    out = capsys.readouterr().out
+    assert "no waiting job of 8+ GPUs needs a hold" in out and "every waiting job" not in out
