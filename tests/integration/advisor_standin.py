@@ -47,7 +47,16 @@ ACTIONS = [
         "a100-node-01:3-4",
         "free a100-node-02 for an 8-GPU job",
     ),
-    ("2", "reclaim", "reclaim_idle", "nb-7f9c", "rnd", "a100-node-04:6-7", "", "reclaim 2 idle notebook GPUs"),
+    (
+        "2",
+        "reclaim",
+        "reclaim_idle",
+        "nb-7f9c",
+        "rnd",
+        "a100-node-04:6-7",
+        "",
+        "reclaim 2 idle notebook GPUs",
+    ),
     ("3", "job=8", "reserve", "", "", "a100-node-09", "", "hold a100-node-09 for shape 8"),
 ]
 
