@@ -335,14 +335,15 @@ def alert_definitions(config: dict) -> list[Alert]:
             "and on (job, instance, shape)\n"
             "(\n  gpu_advisor_shape_gpus{%(A)s}\n"
             "  <= on (job, instance) group_left ()\n"
-            "  sum by (job, instance) (gpu_advisor_free_gpus{%(A)s})\n)",
+            # one pool's free GPUs: a job never spans pools (GPU models), so free GPUs summed
+            # over pools fired for shapes no amount of moving work could fit
+            "  max by (job, instance) (gpu_advisor_free_gpus{%(A)s})\n)",
             "== 0",
             "A job shape cannot start although enough GPUs are free.",
-            "No job of shape {{ $labels.shape }} can start without moving work, although "
-            '{{ with printf `sum(gpu_advisor_free_gpus{%(A)s, instance="%%s"})` '
-            "$labels.instance | query }}{{ . | first | value }}{{ end }} GPUs are free in "
-            "total: they are scattered. Apply the advisor's "
-            "top-ranked actions for this shape.",
+            "No job of shape {{ $labels.shape }} can start without moving work, although one "
+            'pool has {{ with printf `max(gpu_advisor_free_gpus{%(A)s, instance="%%s"})` '
+            "$labels.instance | query }}{{ . | first | value }}{{ end }} GPUs free: they are "
+            "scattered across its nodes. Apply the advisor's top-ranked actions for this shape.",
             "advisor",
         ),
         *(

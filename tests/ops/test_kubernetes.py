@@ -166,6 +166,9 @@ def test_service_monitors_select_services_and_their_ports():
     exporter = next(m for m in monitors if m["metadata"]["name"] == "gpu-exporter")
     relabel = exporter["spec"]["endpoints"][0]["relabelings"][0]
     assert relabel["targetLabel"] == "instance"
+    # the exporter's pod/namespace/container labels name each GPU's holder, and the Operator adds
+    # the exporter pod's own under the same names: without honorLabels ours become exported_*
+    assert exporter["spec"]["endpoints"][0]["honorLabels"] is True
 
 
 def test_prometheus_rule_carries_the_generated_groups():
