@@ -306,9 +306,22 @@ def alert_definitions(config: dict) -> list[Alert]:
             "GPU is allocated but idle.",
             "GPU {{ $labels.gpu }} on node {{ $labels.node }} is held by "
             "{{ $labels.namespace }}/{{ $labels.pod }} (tenant {{ $labels.tenant }}) but its "
-            "utilization stayed at or below {{ $value | humanizePercentage }} for "
-            "%(idle_window)s; reclaim it or ask the owner.",
+            "utilization (a MIG instance's: its SM activity) stayed at or below "
+            "{{ $value | humanizePercentage }} for %(idle_window)s; reclaim it or ask the owner.",
             "gpu",
+            # a MIG GPU has no utilization of its own: an allocation of a GPU instance is idle
+            # by that instance's SM activity (GPM), joined on gpu_instance_id
+            expr="(\n"
+            "  max_over_time(gpu_utilization_ratio{%(E)s}[%(idle_window)s])\n"
+            "  * on (" + GPU_LABELS + ") group_right ()\n"
+            '  gpu_allocation_info{%(E)s, gpu_instance_id=""}\n'
+            ") < %(idle_utilization_ratio)s\n"
+            "or\n"
+            "(\n"
+            "  max_over_time(gpu_mig_sm_active_ratio{%(E)s}[%(idle_window)s])\n"
+            "  * on (" + GPU_LABELS + ", gpu_instance_id) group_right ()\n"
+            '  gpu_allocation_info{%(E)s, gpu_instance_id!=""}\n'
+            ") < %(idle_utilization_ratio)s",
         ),
         Alert(
             "GpuFragmentationHigh",
