@@ -1070,19 +1070,27 @@ def fragmentation_advisor(config: dict) -> dict:
                     w=8,
                 ),
                 timeseries(
-                    "Run duration and errors",
-                    "Wall time of each advisor run and failed runs per interval by stage.",
+                    "Run duration",
+                    "Wall time of each advisor run.",
+                    targets((f"gpu_advisor_run_duration_seconds{{{ADV}}}", "run duration")),
+                    "s",
+                    w=4,
+                ),
+                timeseries(
+                    "Failed runs",
+                    "Failed advisor runs per interval, by the stage that failed (a count: one "
+                    "panel unit could not serve it and the run time).",
                     targets(
-                        (f"gpu_advisor_run_duration_seconds{{{ADV}}}", "run duration"),
                         (
                             "sum by (stage) (increase(gpu_advisor_run_errors_total{"
                             + ADV
                             + "}[$__rate_interval]))",
-                            "errors {{stage}}",
-                        ),
+                            "{{stage}}",
+                        )
                     ),
-                    "s",
-                    w=8,
+                    "none",
+                    bars=True,
+                    w=4,
                 ),
             ],
         ),
