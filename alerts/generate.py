@@ -277,6 +277,21 @@ def alert_definitions(config: dict) -> list[Alert]:
             "power brake for %(for_power_brake)s (power supply or board limit, not the software "
             "power cap).",
             "gpu",
+            # the hw_slowdown bit is also set by heat: while a thermal reason is active it is
+            # GpuThermalThrottling's, so a hot GPU does not page as a power problem too
+            expr="max by (" + GPU_LABELS + ") (\n"
+            '  gpu_clock_event_active{%(E)s, reason="hw_power_brake_slowdown"}\n'
+            ") == 1\n"
+            "or\n"
+            "(\n"
+            "  max by (" + GPU_LABELS + ") (\n"
+            '    gpu_clock_event_active{%(E)s, reason="hw_slowdown"}\n'
+            "  ) == 1\n"
+            "  unless on (" + GPU_LABELS + ")\n"
+            "  max by (" + GPU_LABELS + ") (\n"
+            '    gpu_clock_event_active{%(E)s, reason=~"hw_thermal_slowdown|sw_thermal_slowdown"}\n'
+            "  ) == 1\n"
+            ")",
         ),
         Alert(
             "GpuTemperatureHigh",
