@@ -17,7 +17,8 @@ from exporter.backends.base import BackendUnavailable
 from exporter.backends.nvml import NvmlBackend, cpu_list
 from exporter.backends.nvml_pcie import PcieSampler
 from exporter.backends.registry import backend_class
-from exporter.readings import Allocation, Collection, GpuReading
+from exporter.readings import Allocation, Collection
+from tests.exporter.nvml_backends import Factory, backends, gpus_of
 from tests.fakes.fake_pynvml import (
     MIB,
     FakeGpu,
@@ -30,27 +31,11 @@ from tests.fakes.fake_pynvml import (
     two_islands,
 )
 
-Factory = Callable[..., NvmlBackend]
-
 
 @pytest.fixture
 def make_backend() -> Iterator[Factory]:
-    backends: list[NvmlBackend] = []
-
-    def make(fake: FakeNvml, **kwargs: object) -> NvmlBackend:
-        kwargs.setdefault("xid_wait_ms", 10)
-        kwargs.setdefault("xid_backoff_s", 0.01)
-        backend = NvmlBackend("node-a", nvml_module=fake, **kwargs)
-        backends.append(backend)
-        return backend
-
-    yield make
-    for backend in backends:
-        backend.close()
-
-
-def gpus_of(collection: Collection) -> list[GpuReading]:
-    return collection.nodes[0].gpus
+    with backends() as make:
+        yield make
 
 
 # ----- topology ------------------------------------------------------------------------------

@@ -30,6 +30,7 @@ from exporter.backends.nvml_rescan import (
     parse_answer,
 )
 from exporter.readings import Collection, GpuReading
+from tests.exporter.nvml_backends import Factory, backends, gpus_of
 from tests.fakes.fake_pynvml import FakeGpu, FakeNvml, hgx_h100
 
 BACKEND, RESCAN = "exporter.backends.nvml", "exporter.backends.nvml_rescan"  # loggers
@@ -57,9 +58,6 @@ class CountingProbe:
         return self.fake.fresh_enumeration()
 
 
-Factory = Callable[..., NvmlBackend]
-
-
 @pytest.fixture
 def clock() -> Clock:
     return Clock()
@@ -67,23 +65,13 @@ def clock() -> Clock:
 
 @pytest.fixture
 def make_backend(clock: Clock) -> Iterator[Factory]:
-    backends: list[NvmlBackend] = []
+    with backends(clock=clock) as make:
 
-    def make(fake: FakeNvml, *, probe: bool = True, **kwargs: object) -> NvmlBackend:
-        kwargs.setdefault("xid_wait_ms", 10)
-        kwargs.setdefault("xid_backoff_s", 0.01)
-        kwargs.setdefault("rescan_probe", CountingProbe(fake) if probe else None)
-        backend = NvmlBackend("node-a", nvml_module=fake, clock=clock, **kwargs)
-        backends.append(backend)
-        return backend
+        def make_probed(fake: FakeNvml, *, probe: bool = True, **kwargs: object) -> NvmlBackend:
+            kwargs.setdefault("rescan_probe", CountingProbe(fake) if probe else None)
+            return make(fake, **kwargs)
 
-    yield make
-    for backend in backends:
-        backend.close()
-
-
-def gpus_of(collection: Collection) -> list[GpuReading]:
-    return collection.nodes[0].gpus
+        yield make_probed
 
 
 def by_uuid(collection: Collection) -> dict[str, GpuReading]:
