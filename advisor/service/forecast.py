@@ -616,7 +616,7 @@ def _node_idle(
             {
                 "node": names[j],
                 "capacity_gpus": _last_finite(cap[:, j]),
-                "current_idle_gpus": float(now[j]) if np.isfinite(now[j]) else None,
+                "current_idle_gpus": _finite(now[j]),
                 "windows": [
                     {"window": _horizon_label(w), "available": False, "reason": reason}
                     for w in windows
@@ -678,7 +678,7 @@ def _idle_series(
         entry: dict[str, Any] = {
             kind: series,
             "capacity_gpus": _last_finite(cap[:, j]),
-            "current_idle_gpus": float(idle[last, j]) if np.isfinite(idle[last, j]) else None,
+            "current_idle_gpus": _finite(idle[last, j]),
             "windows": [],
         }
         for w in windows:
