@@ -271,7 +271,7 @@ def alert_definitions(config: dict) -> list[Alert]:
             "power_brake",
             "max by (" + GPU_LABELS + ") (\n  gpu_clock_event_active{%(E)s, "
             'reason=~"hw_power_brake_slowdown|hw_slowdown"}\n)',
-            "== 1",
+            "",  # the condition is in `expr`, which leaves heat to GpuThermalThrottling
             "GPU clocks are held down by a hardware power brake.",
             "GPU {{ $labels.gpu }} on node {{ $labels.node }} has had a hardware slowdown or "
             "power brake for %(for_power_brake)s (power supply or board limit, not the software "
@@ -317,7 +317,7 @@ def alert_definitions(config: dict) -> list[Alert]:
             "max_over_time(gpu_utilization_ratio{%(E)s}[%(idle_window)s])\n"
             "* on (" + GPU_LABELS + ") group_right ()\n"
             "gpu_allocation_info{%(E)s}",
-            "< %(idle_utilization_ratio)s",
+            "",  # the condition is in `expr`, which adds the MIG instances
             "GPU is allocated but idle.",
             "GPU {{ $labels.gpu }} on node {{ $labels.node }} is held by "
             "{{ $labels.namespace }}/{{ $labels.pod }} (tenant {{ $labels.tenant }}) but its "
