@@ -87,10 +87,7 @@ def recommend_with_notes(
     notes: list[str] = []
     plans: list[Plan] = list(plan_reservations(model, policy, None, outlook, settings.reserve))
     if not plans:
-        notes.append(
-            f"reserve: no waiting job of {settings.reserve.min_gpus} or more GPUs that cannot "
-            "start now: nothing to hold"
-        )
+        notes.append(f"reserve: {_nothing_to_hold(settings.reserve)}")
     blocked = blocked_by_quota(model, policy)
     for request in blocked:
         plans.append(plan_borrow(model, policy, request, settings.reserve.prior))
@@ -110,6 +107,14 @@ def recommend_with_notes(
         else:
             notes.append(f"{kind}: {plan.reason or 'nothing to do'}")
     return plans, notes
+
+
+def _nothing_to_hold(settings: ReserveSettings) -> str:
+    """Why reservations hold nothing: one wording for `recommend`'s note and the reserve goal."""
+    return (
+        f"no waiting job of {settings.min_gpus}+ GPUs needs a hold: each fits now, or none "
+        "waits (smaller jobs are left to the scheduler)"
+    )
 
 
 def nothing_recommended(notes: list[str]) -> str:
@@ -180,15 +185,7 @@ def plan_for_goal(
             plans = [p for p in plans if p.extra.get("job") == value]
             if not plans:
                 return [Plan(goal, False, reason=f"{value!r} needs no reservation or is unknown")]
-        least = ReserveSettings().min_gpus
-        return plans or [
-            Plan(
-                goal,
-                True,
-                reason=f"no waiting job of {least}+ GPUs needs a hold: each fits now, or none "
-                "waits (smaller jobs are left to the scheduler)",
-            )
-        ]
+        return plans or [Plan(goal, True, reason=_nothing_to_hold(ReserveSettings()))]
     if not value:
         raise ValueError("borrow needs a job: borrow=JOB or borrow=TENANT:GPUS[:PRIORITY]")
     try:
