@@ -117,6 +117,12 @@ ADVISOR_METRICS: tuple[MetricSpec, ...] = (
         ("pool", "horizon", "model", "forecast_quantile"),
     ),
     _g(
+        "gpu_advisor_forecast_backtest_coverage_origins",
+        "Held-back hours with an observed actual and a real interval behind the model's coverage "
+        "ratio (its sample size; can be fewer than the backtest origins).",
+        ("pool", "horizon", "model"),
+    ),
+    _g(
         "gpu_advisor_forecast_tenant_demand_gpus",
         "Forecast GPUs held by the tenant's running allocations at the horizon, per quantile "
         "(the tenants holding the most GPUs, --forecast.max-tenants).",
@@ -130,6 +136,19 @@ ADVISOR_METRICS: tuple[MetricSpec, ...] = (
     _g(
         "gpu_advisor_forecast_tenant_backtest_wape_ratio",
         "Backtest WAPE of the tenant's chosen model, of the seasonal-naive baseline and of naive.",
+        ("tenant", "horizon", "model"),
+    ),
+    _g(
+        "gpu_advisor_forecast_tenant_backtest_coverage_ratio",
+        "Share of the tenant's held-back hours at or below the forecast quantile (nominal: the "
+        "quantile), for the chosen model, the seasonal-naive baseline and naive (absent over too "
+        "few held-back hours with an interval).",
+        ("tenant", "horizon", "model", "forecast_quantile"),
+    ),
+    _g(
+        "gpu_advisor_forecast_tenant_backtest_coverage_origins",
+        "Held-back hours with an observed actual and a real interval behind the tenant model's "
+        "coverage ratio.",
         ("tenant", "horizon", "model"),
     ),
     _g(

@@ -418,8 +418,11 @@ def alert_definitions(config: dict) -> list[Alert]:
             "* on (job, instance, pool, horizon, model) group_left ()\n"
             "gpu_advisor_forecast_model_info{%(A)s}\n"
             "< %(forecast_coverage_min_ratio)s\n"
-            "and on (job, instance, pool, horizon)\n"
-            "gpu_advisor_forecast_backtest_origins{%(A)s} >= %(forecast_coverage_min_origins)s",
+            # the hours that had an interval, not all held-back hours: a model without enough
+            # errors at first serves no interval, and its coverage is measured on fewer hours
+            "and on (job, instance, pool, horizon, model)\n"
+            "gpu_advisor_forecast_backtest_coverage_origins{%(A)s}\n"
+            ">= %(forecast_coverage_min_origins)s",
         ),
         Alert(
             "GpuAdvisorDown",

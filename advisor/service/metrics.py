@@ -112,15 +112,7 @@ def _forecast(families: Families, state: RunState) -> None:
             h["backtest"]["test_origins"],
         )
     _wapes(families, "gpu_advisor_forecast_backtest_wape_ratio", shown)
-    for pool, h in shown:
-        for model_name, shares in h["backtest"].get("coverage_ratio", {}).items():
-            for quantile, share in shares.items():
-                _add(
-                    families,
-                    "gpu_advisor_forecast_backtest_coverage_ratio",
-                    (pool, h["horizon"], model_name, quantile),
-                    share,
-                )
+    _coverages(families, "gpu_advisor_forecast_backtest_coverage", shown)
     _tenants(families, results.forecast.get("tenants") or {})
     _idle(families, results.forecast.get("idle") or {})
 
@@ -143,6 +135,7 @@ def _tenants(families: Families, section: dict) -> None:
                 entry.get("quota_gpus"),
             )
     _wapes(families, "gpu_advisor_forecast_tenant_backtest_wape_ratio", shown)
+    _coverages(families, "gpu_advisor_forecast_tenant_backtest_coverage", shown)
 
 
 def _quantiles(families: Families, name: str, shown: list[tuple[str, dict]]) -> None:
@@ -157,6 +150,21 @@ def _wapes(families: Families, name: str, shown: list[tuple[str, dict]]) -> None
     for series, h in shown:
         for model_name, wape in h["backtest"]["wape_ratio"].items():
             _add(families, name, (series, h["horizon"], model_name), wape)
+
+
+def _coverages(families: Families, prefix: str, shown: list[tuple[str, dict]]) -> None:
+    """Each (series, available horizon)'s held-back interval coverage per model and quantile
+    (`prefix`_ratio) and the hours it was measured on (`prefix`_origins): an alert on the
+    ratio needs the count of hours that had an interval, not of all held-back hours."""
+    for series, h in shown:
+        backtest = h["backtest"]
+        for model_name, shares in backtest.get("coverage_ratio", {}).items():
+            for quantile, share in shares.items():
+                _add(
+                    families, f"{prefix}_ratio", (series, h["horizon"], model_name, quantile), share
+                )
+        for model_name, count in backtest.get("coverage_origins", {}).items():
+            _add(families, f"{prefix}_origins", (series, h["horizon"], model_name), count)
 
 
 def _idle(families: Families, idle: dict) -> None:

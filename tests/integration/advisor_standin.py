@@ -111,6 +111,10 @@ SAMPLES: dict[str, list[tuple[tuple[str, ...], float]]] = {
         ((POOL, "24h", "gbm", "0.9"), 0.87),
         ((POOL, "24h", "seasonal_naive", "0.9"), 0.93),
     ],
+    "gpu_advisor_forecast_backtest_coverage_origins": [
+        ((POOL, "24h", "gbm"), 150.0),
+        ((POOL, "24h", "seasonal_naive"), 156.0),
+    ],
     "gpu_advisor_forecast_tenant_demand_gpus": [
         (("rnd", "24h", "0.1"), 40.0),
         (("rnd", "24h", "0.5"), 52.0),
@@ -120,6 +124,13 @@ SAMPLES: dict[str, list[tuple[tuple[str, ...], float]]] = {
     "gpu_advisor_forecast_tenant_backtest_wape_ratio": [
         (("rnd", "24h", "holt_winters"), 0.14),
         (("rnd", "24h", "seasonal_naive_24"), 0.22),
+    ],
+    "gpu_advisor_forecast_tenant_backtest_coverage_ratio": [
+        (("rnd", "24h", "holt_winters", "0.1"), 0.08),
+        (("rnd", "24h", "holt_winters", "0.9"), 0.91),
+    ],
+    "gpu_advisor_forecast_tenant_backtest_coverage_origins": [
+        (("rnd", "24h", "holt_winters"), 140.0),
     ],
     "gpu_advisor_forecast_idle_gpus": [((POOL, "1h"), 30.0), ((POOL, "8h"), 12.0)],
     "gpu_advisor_forecast_idle_backtest_violation_ratio": [

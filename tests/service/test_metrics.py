@@ -212,6 +212,22 @@ def test_forecast_series_only_for_backtested_horizons(sim_loop):
         key: h["backtest"]["test_origins"] for key, h in served.items() if h["available"]
     }
     assert all(s.value >= 6 for s in origins)  # MIN_HALF held-back origins at least
+    # the coverage's own sample size, per served model: the hours that had an interval
+    counted = [
+        s for s in samples(page) if s.name == "gpu_advisor_forecast_backtest_coverage_origins"
+    ]
+    assert {
+        (s.labels["pool"], s.labels["horizon"], s.labels["model"]): s.value for s in counted
+    } == {
+        (*key, model): n
+        for key, h in served.items()
+        if h["available"]
+        for model, n in h["backtest"]["coverage_origins"].items()
+    }
+    assert counted and all(
+        s.value <= served[(s.labels["pool"], s.labels["horizon"])]["backtest"]["test_origins"]
+        for s in counted
+    )
 
 
 def test_nodes_without_a_pool_are_labelled_none_everywhere():

@@ -8,6 +8,7 @@ import math
 
 import jsonschema
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from advisor.history import History
 from advisor.model import ModelBuilder
@@ -133,6 +134,37 @@ def test_the_service_serves_and_exports_the_tenants(sim_state):
     assert page.count("gpu_advisor_forecast_tenant_backtest_wape_ratio{") == 2 * len(
         [h for t in section["tenants"] for h in t["horizons"] if h["available"]]
     )
+    # the tenants' interval coverage, as the pools': every served share and its hours
+    served = {
+        (t["tenant"], h["horizon"]): h["backtest"]
+        for t in section["tenants"]
+        for h in t["horizons"]
+        if h["available"]
+    }
+    families_ = {f.name: f for f in text_string_to_metric_families(page)}
+    ratios = {
+        (
+            s.labels["tenant"],
+            s.labels["horizon"],
+            s.labels["model"],
+            s.labels["forecast_quantile"],
+        ): (s.value)
+        for s in families_["gpu_advisor_forecast_tenant_backtest_coverage_ratio"].samples
+    }
+    assert ratios == {
+        (*key, model, q): share
+        for key, b in served.items()
+        for model, shares in b["coverage_ratio"].items()
+        for q, share in shares.items()
+        if share is not None
+    }
+    counts = {
+        (s.labels["tenant"], s.labels["horizon"], s.labels["model"]): s.value
+        for s in families_["gpu_advisor_forecast_tenant_backtest_coverage_origins"].samples
+    }
+    assert counts and counts == {
+        (*key, model): n for key, b in served.items() for model, n in b["coverage_origins"].items()
+    }
     body = json.loads(json.dumps(forecast_doc(state)))
     spec = openapi_document()
     schema = {**spec["components"]["schemas"]["Forecast"], "components": spec["components"]}
