@@ -91,7 +91,11 @@ ADVISOR_METRICS: tuple[MetricSpec, ...] = (
         "Forecast allocated GPUs at the horizon, per quantile.",
         ("pool", "horizon", "forecast_quantile"),
     ),
-    _g("gpu_advisor_forecast_capacity_gpus", "Known GPU capacity of the pool.", ("pool",)),
+    _g(
+        "gpu_advisor_forecast_capacity_gpus",
+        "Known GPU capacity of the pool (a MIG GPU counts the share its instances carve).",
+        ("pool",),
+    ),
     _i(
         "gpu_advisor_forecast_model_info",
         "The model serving the pool's forecast at the horizon (picked on the earlier half of "

@@ -117,11 +117,15 @@ def pool_rows(model: ClusterModel) -> list[dict[str, Any]]:
 
 def node_rows(model: ClusterModel) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Per node: (names, pools, GPUs allocated (GPU share: milli-GPU handed out ÷ MILLI, every
-    GPU), usable GPUs (healthy, not lost, node schedulable)); `pool_rows` sums these per pool."""
+    GPU), usable GPUs (healthy, not lost, node schedulable; a MIG GPU counts the share its
+    instances carve, since no allocation can reach the rest: a pool of 3g+3g A100s is full at
+    6/7 of its GPUs, and a capacity of whole GPUs would leave demand forever below it));
+    `pool_rows` sums these per pool."""
     n = len(model.nodes.name)
     node = model.gpus.node
     allocated = np.bincount(node, weights=model.gpu_milli_allocated / MILLI, minlength=n)
-    capacity = np.bincount(node, weights=model.gpu_usable.astype(float), minlength=n)
+    usable = np.where(model.gpu_usable, model.gpus.carved_milli / MILLI, 0.0)
+    capacity = np.bincount(node, weights=usable, minlength=n)
     pools = np.array([p or "(none)" for p in model.nodes.pool.tolist()], dtype=object)
     return model.nodes.name, pools, allocated, capacity
 

@@ -88,6 +88,10 @@ class Gpus:
     lost: np.ndarray  # bool
     nvlink_island: np.ndarray  # int32 node-local island id, -1 unknown
     mig_enabled: np.ndarray  # bool
+    # int32 milli-GPU a scheduler can hand out: MILLI, except on a MIG GPU whose instances are
+    # known, where it is the compute slices they carve (an A100 as 3g+3g carves 857: its seventh
+    # slice has no memory left to carve, so no allocation can ever use it)
+    carved_milli: np.ndarray
     utilization_ratio: np.ndarray  # float64 latest observation, NaN unknown
     memory_used_bytes: np.ndarray  # float64 latest observation, NaN unknown
     power_watts: np.ndarray  # float64 latest observation, NaN unknown (energy of idle GPUs)
@@ -288,6 +292,7 @@ def validate(model: ClusterModel) -> None:
         "lost",
         "nvlink_island",
         "mig_enabled",
+        "carved_milli",
         "utilization_ratio",
         "memory_used_bytes",
         "power_watts",
@@ -422,6 +427,7 @@ class ModelBuilder:
         lost: bool = False,
         nvlink_island: int = UNKNOWN_ISLAND,
         mig_enabled: bool = False,
+        carved_milli: int = MILLI,
         utilization_ratio: float = math.nan,
         memory_used_bytes: float = math.nan,
         power_watts: float = math.nan,
@@ -429,6 +435,11 @@ class ModelBuilder:
         row = self._node(node)
         if index < 0:
             raise ModelError(f"nodes[{node}].gpus[{index}]", "GPU index must be >= 0")
+        if not 0 <= carved_milli <= MILLI:
+            raise ModelError(
+                f"nodes[{node}].gpus[{index}].carved_milli",
+                f"must be 0..{MILLI}, not {carved_milli}",
+            )
         if any(gpu["index"] == index for gpu in row.gpus):
             raise ModelError(f"nodes[{node}].gpus[{index}]", "duplicate GPU index")
         row.gpus.append(
@@ -440,6 +451,7 @@ class ModelBuilder:
                 "lost": lost,
                 "nvlink_island": UNKNOWN_ISLAND if nvlink_island is None else nvlink_island,
                 "mig_enabled": mig_enabled,
+                "carved_milli": int(carved_milli),
                 "utilization_ratio": utilization_ratio,
                 "memory_used_bytes": memory_used_bytes,
                 "power_watts": power_watts,
@@ -552,6 +564,7 @@ class ModelBuilder:
             lost=col(all_gpus, "lost", bool),
             nvlink_island=col(all_gpus, "nvlink_island", np.int32),
             mig_enabled=col(all_gpus, "mig_enabled", bool),
+            carved_milli=col(all_gpus, "carved_milli", np.int32),
             utilization_ratio=col(all_gpus, "utilization_ratio", np.float64),
             memory_used_bytes=col(all_gpus, "memory_used_bytes", np.float64),
             power_watts=col(all_gpus, "power_watts", np.float64),
@@ -636,6 +649,14 @@ def _mig_shares(gpu: GpuReading, instance_ids: list[int | None]) -> list[int]:
     return shares
 
 
+def _mig_carved_milli(gpu: GpuReading) -> int:
+    """Milli-GPU the GPU's MIG instances carve (`_mig_shares`' slices and rounding); MILLI when
+    MIG is off or no instance is known (nothing says which layout it will get)."""
+    if not gpu.mig_enabled or not gpu.mig_instances:
+        return MILLI
+    return sum(_mig_shares(gpu, [m.gpu_instance_id for m in gpu.mig_instances]))
+
+
 def _holder_key(node: str, allocation_pod: str, namespace: str, job: str, gpu: int) -> str:
     if allocation_pod:
         return f"{namespace}/{allocation_pod}" if namespace else allocation_pod
@@ -671,6 +692,7 @@ def _add_reading(
             lost=gpu.lost,
             nvlink_island=UNKNOWN_ISLAND if island is None else island,
             mig_enabled=bool(gpu.mig_enabled),
+            carved_milli=_mig_carved_milli(gpu),
             utilization_ratio=_num(gpu.utilization_ratio),
             memory_used_bytes=_num(gpu.memory_used_bytes),
             power_watts=_num(gpu.power_watts),

@@ -74,6 +74,12 @@ def to_dict(model: ClusterModel) -> dict[str, Any]:
                             else int(gpus.nvlink_island[g])
                         ),
                         "mig_enabled": bool(gpus.mig_enabled[g]),
+                        # only a MIG GPU can carve less than the whole GPU
+                        **(
+                            {"carved_milli": int(gpus.carved_milli[g])}
+                            if gpus.mig_enabled[g]
+                            else {}
+                        ),
                         "utilization_ratio": _num(gpus.utilization_ratio[g]),
                         "memory_used_bytes": _int_or_num(gpus.memory_used_bytes[g]),
                         "power_watts": _num(gpus.power_watts[g]),
@@ -323,6 +329,7 @@ def from_dict(doc: Any) -> ClusterModel:
                     lost=gpu.boolean("lost", False),
                     nvlink_island=UNKNOWN_ISLAND if island is None else island,
                     mig_enabled=gpu.boolean("mig_enabled", False),
+                    carved_milli=gpu.integer("carved_milli", MILLI, minimum=0, maximum=MILLI),
                     utilization_ratio=gpu.number("utilization_ratio", minimum=0),
                     memory_used_bytes=gpu.number("memory_used_bytes", minimum=0),
                     power_watts=gpu.number("power_watts", minimum=0),

@@ -99,6 +99,43 @@ def test_mig_instances_hold_their_compute_slices_exactly() -> None:
     assert not model.gpu_is_free[0]
 
 
+def test_a_mig_gpu_counts_the_share_its_instances_carve_as_capacity(tmp_path) -> None:
+    """3g+3g on an A100 strands its seventh slice: the pool is full at 6/7 of the GPU, so its
+    capacity (what forecasts clip to and alerts compare with) must say so."""
+    from advisor import snapshot
+    from advisor.history import pool_rows
+
+    node = _node(gpus=4)
+    layouts = {
+        0: ["3g.40gb", "3g.40gb"],  # 6 of 7 slices
+        1: ["1g.10gb"] * 7,  # all 7
+        2: [],  # MIG on, no instance known yet: the whole GPU
+    }
+    for index, profiles in layouts.items():
+        node.gpus[index].mig_enabled = True
+        node.gpus[index].mig_instances = [
+            MigInstance(gi, 0, profile) for gi, profile in enumerate(profiles, start=1)
+        ]
+    node.allocations = [Allocation(0, pod="a", gpu_instance_id=1)]
+    node.allocations += [Allocation(0, pod="b", gpu_instance_id=2)]
+    model = from_readings([node])
+    assert model.gpus.carved_milli.tolist() == [857, 1000, 1000, 1000]
+    assert model.gpu_milli_allocated[0] == 857  # both instances held: the GPU is full
+    (row,) = pool_rows(model)
+    assert row["capacity_gpus"] == pytest.approx(3.857)  # not 4
+    snapshot.save(model, tmp_path / "s.json")
+    assert snapshot.load(tmp_path / "s.json").gpus.carved_milli.tolist() == [857, 1000, 1000, 1000]
+    doc = (tmp_path / "s.json").read_text()
+    assert doc.count('"carved_milli"') == 3  # written for the MIG GPUs only
+
+
+def test_a_carved_share_outside_the_gpu_is_refused() -> None:
+    with pytest.raises(ModelError, match="carved_milli"):
+        builder = ModelBuilder()
+        builder.add_node("n")
+        builder.add_gpu("n", 0, carved_milli=1001)
+
+
 def test_lost_and_unhealthy_gpus_are_neither_free_nor_allocatable() -> None:
     node = _node(gpus=4)
     node.gpus[1].lost = True
