@@ -8,7 +8,9 @@ profiling (DCP) fields such as SM activity are available per MIG instance. DCGM 
 of pods, so allocations come from the same attribution (kubelet pod-resources, Slurm) as NVML's.
 
 XID: only the latest value of `DCGM_FI_DEV_XID_ERRORS` is read, so the per-code counters see a
-change of the last code and miss repeats (see `XidTracker`).
+change of the last code and miss repeats (see `XidTracker`). As with NVML, they count since
+this exporter started: the code standing at a GPU's first collection (kept by DCGM until the
+driver reloads, maybe days old) is a baseline, neither counted nor making the GPU unhealthy.
 """
 
 from __future__ import annotations

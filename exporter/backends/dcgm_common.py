@@ -158,18 +158,33 @@ def fill_memory_total(gpu: GpuReading) -> None:
 
 
 class XidTracker:
-    """Turns DCGM's XID views into our monotonically increasing per-code counters.
+    """Turns DCGM's XID views into per-code counters of the XIDs raised since exporter start.
+
+    As in the NVML backend (whose events only arrive after registration), the counters and the
+    "fatal XID => unhealthy" rule cover what happened while this exporter was watching. DCGM's
+    views also hold history from before our start, so the first reading per GPU key (its first
+    collection) is a baseline: remembered, but not counted, and no health or timestamp is
+    derived from it; else each restart of ours would count a days-old standing fatal code again
+    and page.
 
     DCGM itself keeps only the LAST XID code per GPU in `DCGM_FI_DEV_XID_ERRORS`, a gauge that is
     not reset until the driver reloads. From that alone only a *change* of code is visible, so a
     GPU that raises XID 13 twice in a row (or twice between two collections) counts once:
     repeats are invisible and the counter undercounts. dcgm-exporter can do better, and we use
     its series when the scrape has them, best first:
-    `DCGM_EXP_XID_ERRORS_TOTAL{xid}` (cumulative since exporter start; a drop means the exporter
-    restarted, so the new value is all new events), then `DCGM_EXP_XID_ERRORS_COUNT{xid}`
-    (events inside a sliding window; each rise is added, which still undercounts when old events
-    leave the window in the same interval as new ones arrive).
-    State is kept per GPU key between cycles, so a code seen once stays exported.
+    `DCGM_EXP_XID_ERRORS_TOTAL{xid}` (cumulative since dcgm-exporter's start, maybe long before
+    ours; a drop after our baseline means it restarted, so the new value is all new events),
+    then `DCGM_EXP_XID_ERRORS_COUNT{xid}` (events inside a sliding window; each rise is added,
+    which still undercounts when old events leave the window in the same interval as new ones
+    arrive).
+    Keys are the backends' (UUID, else GPU id or index): a GPU first seen later (hot-plug, a
+    replaced board) gets its own baseline; a MIG re-partition keeps the key and the state. A
+    code's count series appearing after the key's first collection holds new events
+    (dcgm-exporter writes it once it sees the code, so a GPU without XIDs may have none yet).
+    The last-code view needs a previous code of its own: its first value is a baseline even
+    when the GPU was collected before (the gauge carries no time, so it may be old).
+    XID 79 (fell off the bus) marks the GPU lost from the CURRENT view, baseline included: lost
+    is a state, not an event, and lasts until a reset or driver reload, which clears the code.
     """
 
     def __init__(self) -> None:
@@ -178,14 +193,18 @@ class XidTracker:
         self._previous: dict[Hashable, dict[int, float]] = {}
         self._last_time: dict[Hashable, float] = {}
         self._lost: dict[Hashable, bool] = {}
+        self._seen: set[Hashable] = set()  # keys read before, with or without XID series
 
     def observe_last_code(self, key: Hashable, code: float | None, now: float) -> None:
-        """One reading of the last-XID gauge; a new non-zero code counts as one event."""
+        """One reading of the last-XID gauge (None: the GPU has none); a new non-zero code
+        counts as one event. The first code read per key is the baseline: it may predate us."""
+        self._seen.add(key)
         if code is None or is_blank(code):
             return
         current = int(code)
         totals = self._totals.setdefault(key, Counter())
-        if current != 0 and current != self._last_code.get(key):
+        before = self._last_code.get(key)
+        if before is not None and current != 0 and current != before:
             totals[current] += 1
             self._last_time[key] = now
         self._last_code[key] = current
@@ -194,21 +213,25 @@ class XidTracker:
     def observe_counts(
         self, key: Hashable, counts: dict[int, float], now: float, *, cumulative: bool
     ) -> None:
-        """One reading of per-code counts: cumulative totals, or counts inside a window."""
+        """One reading of per-code counts: cumulative totals, or counts inside a window. In a
+        key's first reading they are the baseline: they hold events from before our start."""
         totals = self._totals.setdefault(key, Counter())
-        previous = self._previous.get(key, {})
-        for code, count in counts.items():
-            before = previous.get(code, 0.0)
-            rise = count if cumulative and count < before else count - before
-            if rise > 0:
-                totals[code] += int(rise)
-                self._last_time[key] = now
+        if key in self._seen:  # else this is the baseline
+            previous = self._previous.get(key, {})
+            for code, count in counts.items():
+                before = previous.get(code, 0.0)
+                rise = count if cumulative and count < before else count - before
+                if rise > 0:
+                    totals[code] += int(rise)
+                    self._last_time[key] = now
         self._previous[key] = dict(counts)
+        self._seen.add(key)
         self._lost[key] = any(counts.get(code, 0) > 0 for code in XID_GPU_LOST)
 
     def apply(self, key: Hashable, gpu: GpuReading) -> None:
-        """Copy the counters into the reading. As in the NVML backend, a fatal XID seen since
-        start makes the GPU unhealthy; XID 79 (fell off the bus) also marks it lost."""
+        """Copy the counters into the reading. As in the NVML backend, a fatal XID counted since
+        start (never one only in a baseline) makes the GPU unhealthy; XID 79 standing now (the
+        baseline included) marks it lost."""
         totals = self._totals.get(key)
         if totals:
             gpu.xid_errors = {code: float(count) for code, count in sorted(totals.items())}

@@ -262,6 +262,55 @@ def test_last_xid_code_changes_become_counters(fake):
     backend.close()
 
 
+def test_xid_standing_at_the_first_collection_is_a_baseline(fake):
+    """DCGM keeps the last code until the driver reloads: at our start it may be days old."""
+    fake.gpus[0]["DCGM_FI_DEV_XID_ERRORS"] = 48  # fatal (double-bit ECC), from before our start
+    fake.gpus[1]["DCGM_FI_DEV_XID_ERRORS"] = 13
+    backend = _backend()
+    for _ in range(2):  # the baseline, then the same code again: nothing happened
+        fatal, benign = backend.collect().nodes[0].gpus
+        assert fatal.xid_errors == {} and benign.xid_errors == {}
+        assert fatal.healthy and not fatal.lost and benign.healthy
+        assert fatal.xid_last_timestamp_seconds is None
+    fake.gpus[0]["DCGM_FI_DEV_XID_ERRORS"] = 64  # a new fatal code while we watch
+    fake.gpus[1]["DCGM_FI_DEV_XID_ERRORS"] = 31
+    fatal, benign = backend.collect().nodes[0].gpus
+    assert fatal.xid_errors == {64: 1.0}  # the standing 48 is never counted
+    assert not fatal.healthy and not fatal.lost
+    assert fatal.xid_last_timestamp_seconds is not None
+    assert benign.xid_errors == {31: 1.0} and benign.healthy
+    backend.close()
+
+
+def test_xid_79_standing_at_start_is_not_counted_but_the_gpu_is_lost(fake):
+    """Fallen off the bus is a state that lasts until a reset, which also clears the code."""
+    fake.gpus[0]["DCGM_FI_DEV_XID_ERRORS"] = 79
+    backend = _backend()
+    gpu = backend.collect().nodes[0].gpus[0]
+    assert gpu.xid_errors == {} and gpu.xid_last_timestamp_seconds is None
+    assert gpu.lost and not gpu.healthy
+    backend.close()
+
+
+def test_a_gpu_first_seen_later_gets_its_own_xid_baseline(fake):
+    fake.gpus[1]["DCGM_FI_DEV_XID_ERRORS"] = 13  # standing at start: GPU 1's baseline
+    backend = _backend()
+    assert [g.xid_errors for g in backend.collect().nodes[0].gpus] == [{}, {}]
+    # Hot-plug: GPU 2 appears with an old fatal code; the re-partition of GPU 1 restarts the
+    # watch, which picks GPU 2 up. GPU 1 keeps its UUID, so its baseline stays.
+    fake.gpus[2] = _a100("GPU-cccc", DCGM_FI_DEV_XID_ERRORS=48)
+    fake.instances = fake.instances[:1]
+    fake.gpus[1]["DCGM_FI_DEV_XID_ERRORS"] = 62
+    gpus = backend.collect().nodes[0].gpus
+    assert [g.uuid for g in gpus] == ["GPU-aaaa", "GPU-bbbb", "GPU-cccc"]
+    assert gpus[2].xid_errors == {} and gpus[2].healthy
+    assert gpus[1].xid_errors == {62: 1.0} and not gpus[1].healthy
+    fake.gpus[2]["DCGM_FI_DEV_XID_ERRORS"] = 74
+    gpus = backend.collect().nodes[0].gpus
+    assert gpus[2].xid_errors == {74: 1.0} and not gpus[2].healthy
+    backend.close()
+
+
 def test_mig_repartition_rebuilds_the_watch(fake):
     backend = _backend()
     backend.collect()

@@ -119,18 +119,19 @@ def test_windowed_xid_count_is_turned_into_a_monotonic_counter(server):
     path = pages.fixture("a100_k8s.prom")
     backend = DcgmExporterBackend([base + path], timeout=2.0)
     first = {g.index: g for g in backend.collect().nodes[0].gpus}
-    assert first[6].xid_errors == {13: 2.0}  # both events, though the last-code gauge shows one
-    assert first[6].xid_last_timestamp_seconds is not None
+    assert first[6].xid_errors == {}  # the window's 2 events predate our start: the baseline
+    assert first[6].xid_last_timestamp_seconds is None
     assert first[0].xid_errors == {}
     again = {g.index: g for g in backend.collect().nodes[0].gpus}
-    assert again[6].xid_errors == {13: 2.0}  # the same window read twice adds nothing
+    assert again[6].xid_errors == {}  # the same window read twice adds nothing
     text = (FIXTURES / "a100_k8s.prom").read_text()
-    pages.set(path, text.replace('xid="13"} 2', 'xid="13"} 3'))
+    pages.set(path, text.replace('xid="13"} 2', 'xid="13"} 4'))
     third = {g.index: g for g in backend.collect().nodes[0].gpus}
-    assert third[6].xid_errors == {13: 3.0}
+    assert third[6].xid_errors == {13: 2.0}  # both new events, though the gauge shows one code
+    assert third[6].xid_last_timestamp_seconds is not None
     pages.set(path, text.replace('xid="13"} 2', 'xid="13"} 1'))  # old events left the window
     fourth = {g.index: g for g in backend.collect().nodes[0].gpus}
-    assert fourth[6].xid_errors == {13: 3.0}
+    assert fourth[6].xid_errors == {13: 2.0}
     backend.close()
 
 
@@ -179,10 +180,8 @@ def test_last_xid_gauge_counts_a_change_once(server):
     path = pages.fixture("h100_mig.prom")
     backend = DcgmExporterBackend([base + path], timeout=2.0)
     gpus = {g.index: g for g in backend.collect().nodes[0].gpus}
-    assert gpus[1].xid_errors == {31: 1.0}
+    assert gpus[1].xid_errors == {}  # 31 was standing at our start: the baseline
     assert gpus[0].xid_errors == {}
-    gpus = {g.index: g for g in backend.collect().nodes[0].gpus}
-    assert gpus[1].xid_errors == {31: 1.0}  # same last code again: no new event is visible
     text = (FIXTURES / "h100_mig.prom").read_text()
     pages.set(
         path,
@@ -191,6 +190,11 @@ def test_last_xid_gauge_counts_a_change_once(server):
             'err_code="13",err_msg="Graphics Engine Exception"} 13',
         ),
     )
+    gpus = {g.index: g for g in backend.collect().nodes[0].gpus}
+    assert gpus[1].xid_errors == {13: 1.0}
+    gpus = {g.index: g for g in backend.collect().nodes[0].gpus}
+    assert gpus[1].xid_errors == {13: 1.0}  # same last code again: no new event is visible
+    pages.set(path, text)
     gpus = {g.index: g for g in backend.collect().nodes[0].gpus}
     assert gpus[1].xid_errors == {13: 1.0, 31: 1.0}
     backend.close()
@@ -238,12 +242,100 @@ def test_cumulative_xid_total_survives_an_exporter_restart(server):
     base, pages = server
     path = pages.set("/total", _XID_TOTAL_PAGE.format(n=5))
     backend = DcgmExporterBackend([base + path], timeout=2.0)
-    assert backend.collect().nodes[0].gpus[0].xid_errors == {48: 5.0}
+    assert backend.collect().nodes[0].gpus[0].xid_errors == {}  # 5 before our start: baseline
     pages.set(path, _XID_TOTAL_PAGE.format(n=7))
-    assert backend.collect().nodes[0].gpus[0].xid_errors == {48: 7.0}
+    assert backend.collect().nodes[0].gpus[0].xid_errors == {48: 2.0}
     pages.set(path, _XID_TOTAL_PAGE.format(n=1))  # dcgm-exporter restarted: 1 new event
-    assert backend.collect().nodes[0].gpus[0].xid_errors == {48: 8.0}
+    assert backend.collect().nodes[0].gpus[0].xid_errors == {48: 3.0}
     backend.close()
+
+
+# --- XIDs from before our start ---------------------------------------------------------------
+
+
+def _xid_page(view: str, history: dict[str, list[int]]) -> str:
+    """A page whose only XID view is `view`; `history` maps each GPU's UUID (index = position)
+    to the XIDs it raised since dcgm-exporter started, all inside the COUNT window."""
+    lines = ["# TYPE DCGM_FI_DEV_GPU_TEMP gauge"]
+    lines += [
+        f'DCGM_FI_DEV_GPU_TEMP{{gpu="{i}",UUID="{uuid}",hostname="n1"}} 40'
+        for i, uuid in enumerate(history)
+    ]
+    if view == "last-code":
+        lines.append("# TYPE DCGM_FI_DEV_XID_ERRORS gauge")
+        for i, (uuid, xids) in enumerate(history.items()):
+            code = xids[-1] if xids else 0
+            lines.append(
+                f'DCGM_FI_DEV_XID_ERRORS{{gpu="{i}",UUID="{uuid}",hostname="n1",'
+                f'err_code="{code}"}} {code}'
+            )
+    else:
+        name = "DCGM_EXP_XID_ERRORS_TOTAL" if view == "total" else "DCGM_EXP_XID_ERRORS_COUNT"
+        lines.append(f"# TYPE {name} {'counter' if view == 'total' else 'gauge'}")
+        for i, (uuid, xids) in enumerate(history.items()):
+            labels = f'gpu="{i}",UUID="{uuid}",hostname="n1"'
+            if view == "count":  # dcgm-exporter's 0-valued series of a GPU without XIDs
+                lines.append(f'{name}{{{labels},window_size_in_ms="300000"}} 0')
+            for code in sorted(set(xids)):
+                lines.append(f'{name}{{{labels},xid="{code}"}} {xids.count(code)}')
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.parametrize("view", ["total", "count", "last-code"])
+def test_xids_from_before_our_start_are_a_baseline(server, view):
+    """A restart of ours must not count old XIDs again, nor page on an old fatal one."""
+    base, pages = server
+    history = {"GPU-a": [48, 48], "GPU-b": [13]}  # raised before our start
+    path = pages.set("/xid", _xid_page(view, history))
+    backend = DcgmExporterBackend([base + path], timeout=2.0)
+    for _ in range(2):  # the baseline, then the same page: nothing happened
+        gpus = _gpus(backend.collect())
+        assert gpus[0].xid_errors == {} and gpus[1].xid_errors == {}
+        assert gpus[0].healthy and gpus[1].healthy
+        assert gpus[0].xid_last_timestamp_seconds is None
+    history["GPU-a"].append(64)  # a new fatal XID while we watch
+    history["GPU-b"].append(31)
+    # Hot-plug: GPU-c appears with its own old fatal XID; GPU-d without any XID yet.
+    history["GPU-c"] = [74]
+    history["GPU-d"] = []
+    pages.set(path, _xid_page(view, history))
+    gpus = _gpus(backend.collect())
+    assert gpus[0].xid_errors == {64: 1.0} and not gpus[0].healthy and not gpus[0].lost
+    assert gpus[0].xid_last_timestamp_seconds is not None
+    assert gpus[1].xid_errors == {31: 1.0} and gpus[1].healthy
+    assert gpus[2].xid_errors == {} and gpus[2].healthy  # GPU-c's own baseline
+    assert gpus[3].xid_errors == {} and gpus[3].healthy
+    history["GPU-c"].append(62)
+    history["GPU-d"].append(48)  # its first XID: the first series of its code
+    pages.set(path, _xid_page(view, history))
+    gpus = _gpus(backend.collect())
+    assert gpus[2].xid_errors == {62: 1.0} and not gpus[2].healthy
+    assert gpus[3].xid_errors == {48: 1.0} and not gpus[3].healthy
+    backend.close()
+
+
+def test_xid_79_in_the_baseline_marks_the_gpu_lost_without_counting_it():
+    """Lost follows the current view: off the bus until a reset, which clears the code."""
+    for observe in (
+        lambda t: t.observe_last_code("g", 79, 1.0),
+        lambda t: t.observe_counts("g", {79: 1.0}, 1.0, cumulative=True),
+        lambda t: t.observe_counts("g", {79: 1.0}, 1.0, cumulative=False),
+    ):
+        tracker = XidTracker()
+        observe(tracker)
+        gpu = GpuReading(index=0)
+        tracker.apply("g", gpu)
+        assert gpu.xid_errors == {} and gpu.xid_last_timestamp_seconds is None
+        assert gpu.lost and not gpu.healthy
+
+
+def test_last_code_view_after_a_counts_view_starts_with_its_own_baseline():
+    tracker = XidTracker()
+    tracker.observe_counts("g", {0: 0.0}, 1.0, cumulative=False)
+    tracker.observe_last_code("g", 48, 2.0)  # the gauge carries no time: maybe old
+    gpu = GpuReading(index=0)
+    tracker.apply("g", gpu)
+    assert gpu.xid_errors == {} and gpu.healthy
 
 
 # --- failures ---------------------------------------------------------------------------------
@@ -433,25 +525,34 @@ def test_xid_79_marks_the_gpu_lost():
 
 def test_fatal_xid_makes_the_gpu_unhealthy_but_not_lost():
     tracker = XidTracker()
+    tracker.observe_counts("g", {48: 1.0}, 1.0, cumulative=True)  # the baseline
+    tracker.observe_counts("g", {48: 2.0}, 2.0, cumulative=True)
     gpu = GpuReading(index=0)
-    tracker.observe_counts("g", {48: 1.0}, 1.0, cumulative=True)
     tracker.apply("g", gpu)
     assert not gpu.healthy and not gpu.lost
+    tracker.observe_last_code("h", 0, 1.0)
+    tracker.observe_last_code("h", 13, 2.0)
     benign = GpuReading(index=1)
-    tracker.observe_last_code("h", 13, 1.0)
     tracker.apply("h", benign)
-    assert benign.healthy
+    assert benign.healthy and benign.xid_errors == {13: 1.0}
 
 
 def test_xid_series_repeated_per_mig_instance_count_once(server):
     base, pages = server
-    page = "# TYPE DCGM_EXP_XID_ERRORS_COUNT gauge\n" + "".join(
-        f'DCGM_EXP_XID_ERRORS_COUNT{{gpu="0",UUID="GPU-z",GPU_I_PROFILE="1g.10gb",'
-        f'GPU_I_ID="{gi}",hostname="n",window_size_in_ms="300000",xid="94"}} 2\n'
-        for gi in (7, 8)
-    )
-    gpu = _collect([base + pages.set("/mig-xid", page)]).nodes[0].gpus[0]
-    assert gpu.xid_errors == {94: 2.0}
+
+    def page(count: int) -> str:
+        return "# TYPE DCGM_EXP_XID_ERRORS_COUNT gauge\n" + "".join(
+            f'DCGM_EXP_XID_ERRORS_COUNT{{gpu="0",UUID="GPU-z",GPU_I_PROFILE="1g.10gb",'
+            f'GPU_I_ID="{gi}",hostname="n",window_size_in_ms="300000",xid="94"}} {count}\n'
+            for gi in (7, 8)
+        )
+
+    path = pages.set("/mig-xid", page(1))
+    backend = DcgmExporterBackend([base + path], timeout=2.0)
+    assert backend.collect().nodes[0].gpus[0].xid_errors == {}  # the baseline
+    pages.set(path, page(3))
+    assert backend.collect().nodes[0].gpus[0].xid_errors == {94: 2.0}  # not 4: counted once
+    backend.close()
 
 
 def test_a_page_without_gpu_series_is_not_dcgm_exporter(server):
