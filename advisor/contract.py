@@ -36,6 +36,12 @@ ADVISOR_METRICS: tuple[MetricSpec, ...] = (
     ),
     _g("gpu_advisor_free_gpus", "Healthy GPUs with no allocation.", ("pool",)),
     _g("gpu_advisor_gpus", "Healthy GPUs.", ("pool",)),
+    _g(
+        "gpu_advisor_allocated_gpus",
+        "GPU share allocated in the pool (milli-GPU handed out / 1000 over every GPU of the "
+        "pool): the quantity the demand forecast forecasts.",
+        ("pool",),
+    ),
     _g("gpu_advisor_shape_gpus", "GPUs one job of this shape needs.", ("shape",)),
     _g(
         "gpu_advisor_schedulable_jobs",

@@ -55,6 +55,14 @@ ADV = 'job=~"$advisor"'
 ADV_POOL = 'job=~"$advisor", pool=~"$pool"'
 DCGM = 'job=~"$job", Hostname=~"$Hostname"'
 
+# Recording rules (alerts/generate.py `record_definitions`, in alerts/prometheus_rules.yaml): the
+# per-GPU series aggregated per node without the gpu label (job, instance and node stay). Panels
+# that add those series up per node or over the fleet read the recorded series instead: one series
+# per node rather than one per GPU, the same numbers (a sum of per-node sums is the sum).
+NODE_POWER = "node:gpu_power_watts:sum"
+NODE_ALLOCATED = "node:gpu_allocated:count"  # GPUs with an allocation (MIG instances: one GPU)
+_RECORDED = "from the recording rule {} (alerts/prometheus_rules.yaml)"
+
 STATE_COLORS = {"free": GREEN, "busy": BLUE, "allocated_idle": ORANGE, "unhealthy": RED}
 STATE_TEXT = {
     "free": "free",
@@ -88,7 +96,7 @@ def fleet_overview(config: dict) -> dict:
     busy_ratio = steps(
         (t["idle_utilization_ratio"], YELLOW), (d["utilization_busy_ratio"], GREEN), base=RED
     )
-    allocated = f"count(count by (node, gpu) (gpu_allocation_info{{{FLEET}}}))"
+    allocated = f"sum({NODE_ALLOCATED}{{{FLEET}}})"
     idle_gpus = f"sum(gpu_node_allocated_idle_gpus{{{FLEET}}})"
     unhealthy = f"sum(1 - gpu_healthy{{{FLEET}}})"
     state_queries = [
@@ -133,8 +141,8 @@ def fleet_overview(config: dict) -> dict:
                 ),
                 stat(
                     "Power draw",
-                    "Current power of the selected GPUs.",
-                    [target(f"sum(gpu_power_watts{{{FLEET}}})", "power")],
+                    f"Current power of the selected GPUs, {_RECORDED.format(NODE_POWER)}.",
+                    [target(f"sum({NODE_POWER}{{{FLEET}}})", "power")],
                     "watt",
                 ),
                 stat(
@@ -150,7 +158,8 @@ def fleet_overview(config: dict) -> dict:
                 ),
                 bargauge(
                     "GPUs by state",
-                    "Free, allocated and busy, allocated but idle, and unhealthy GPUs now.",
+                    "Free, allocated and busy, allocated but idle, and unhealthy GPUs now "
+                    f"(allocated GPUs {_RECORDED.format(NODE_ALLOCATED)}).",
                     targets(*state_queries, instant=True),
                     "none",
                     w=8,
@@ -210,18 +219,19 @@ def fleet_overview(config: dict) -> dict:
             [
                 timeseries(
                     "Power by node",
-                    "Sum of GPU power draw per node.",
-                    [target(f"sum by (node) (gpu_power_watts{{{FLEET}}})", "{{node}}")],
+                    f"Sum of GPU power draw per node, {_RECORDED.format(NODE_POWER)}.",
+                    [target(f"sum by (node) ({NODE_POWER}{{{FLEET}}})", "{{node}}")],
                     "watt",
                     stack=True,
                     w=8,
                 ),
                 timeseries(
                     "Power against the limit",
-                    "Fleet power draw over the sum of enforced power limits.",
+                    "Fleet power draw over the sum of enforced power limits (the draw "
+                    f"{_RECORDED.format(NODE_POWER)}).",
                     [
                         target(
-                            f"sum(gpu_power_watts{{{FLEET}}}) / sum(gpu_power_limit_watts{{{FLEET}}})",
+                            f"sum({NODE_POWER}{{{FLEET}}}) / sum(gpu_power_limit_watts{{{FLEET}}})",
                             "draw / limit",
                         )
                     ],
@@ -705,6 +715,68 @@ def wape_bargauge(title: str, description: str, selector: str, series: str, w: i
     )
 
 
+# Forecast vs actual: the horizons drawn (hours; the advisor's --forecast.horizons default is
+# 1h,6h,24h) and the quantiles of each (lower, median, upper of the served interval).
+FORECAST_VS_ACTUAL_HORIZONS = (1, 24)
+FORECAST_QUANTILES = (("0.1", "q0.1"), ("0.5", "median"), ("0.9", "q0.9"))
+
+
+def forecast_offset_hours(horizon_h: int) -> int:
+    """How far back a forecast at `horizon_h` was served when the hour it forecasts is running.
+
+    The advisor recomputes its forecasts once an hour, at its first run after an hour completes:
+    the origin is that last complete hour [t, t+1h) (hours labelled by their start) and the
+    forecast at horizon h is the mean allocated GPUs of the hour starting at t + h. It is served
+    from t+1h until the next hour completes, so the value served during an hour is for the hour
+    starting h - 1 hours later (h = 1: the hour now running). `offset (h - 1)h` draws it there.
+    """
+    return horizon_h - 1
+
+
+def forecast_at_target(horizon_h: int, quantile: str) -> str:
+    """The selected pools' forecast at a horizon and quantile, drawn in the hour it is for."""
+    shift = forecast_offset_hours(horizon_h)
+    return (
+        f'gpu_advisor_forecast_demand_gpus{{{ADV_POOL}, horizon="{horizon_h}h", '
+        f'forecast_quantile="{quantile}"}}' + (f" offset {shift}h" if shift else "")
+    )
+
+
+def allocated_gpus_now() -> str:
+    """Per advisor job and pool, as the forecasts: the allocated GPU share the forecast is of
+    (a GPU count would be higher on shared GPUs: on the mixed sim, 7 MIG GPUs hold 5.14)."""
+    return f"sum by (job, pool) (gpu_advisor_allocated_gpus{{{ADV_POOL}}})"
+
+
+def forecast_vs_actual(**kw) -> Panel:
+    horizons = " and ".join(f"{h} h" for h in FORECAST_VS_ACTUAL_HORIZONS)
+    return timeseries(
+        "Forecast vs actual demand",
+        f"Per pool, the allocated GPUs (actual) against the advisor's forecasts for the same "
+        f"hour at horizons {horizons}: median and its q0.1 to q0.9 interval, and capacity "
+        "(alert GpuForecastDemandExceedsCapacity). The advisor forecasts once an hour, from the "
+        "last complete hour, the mean allocated GPUs of the hour starting h hours after that "
+        "hour started (h = 1: the hour now running); each forecast is drawn in the hour it is "
+        "for (offset h - 1 hours), so the gap to the actual is its error. The 24 h lines need "
+        "23 h of advisor data in Prometheus. Forecast and actual are the GPU share allocated "
+        "(milli-GPU / 1000 over all the pool's GPUs; the forecast is clipped to capacity), so "
+        "a shared GPU counts its allocated part only; the actual is each run's value, the "
+        "forecast an hour's mean.",
+        targets(
+            (allocated_gpus_now(), "{{pool}} allocated (actual)"),
+            *(
+                (forecast_at_target(h, q), f"{{{{pool}}}} {h}h forecast {name}")
+                for h in FORECAST_VS_ACTUAL_HORIZONS
+                for q, name in FORECAST_QUANTILES
+            ),
+            (f"gpu_advisor_forecast_capacity_gpus{{{ADV_POOL}}}", "{{pool}} capacity"),
+        ),
+        "none",
+        fill=0,
+        **kw,
+    )
+
+
 def fragmentation_advisor(config: dict) -> dict:
     d, t = config["dashboards"], config["thresholds"]
     states = {
@@ -719,12 +791,6 @@ def fragmentation_advisor(config: dict) -> dict:
         base=STATE_COLORS["free"],
     )
     frag = steps((t["fragmentation_ratio"], RED))
-    quantiles = (
-        ("0.1", "lower (q0.1)"),
-        ("0.5", "median"),
-        ("0.9", "upper (q0.9)"),
-    )
-    forecast = f'gpu_advisor_forecast_demand_gpus{{{ADV_POOL}, horizon=~"$horizon"'
     rows = [
         Row(
             "Fragmentation now",
@@ -851,32 +917,7 @@ def fragmentation_advisor(config: dict) -> dict:
         Row(
             "Demand forecast",
             [
-                timeseries(
-                    "Forecast vs actual demand",
-                    "Allocated GPUs now, the forecast at horizon $horizon with its interval "
-                    "(q0.1 to q0.9), and capacity (alert GpuForecastDemandExceedsCapacity).",
-                    targets(
-                        (
-                            f"sum by (pool) (gpu_advisor_gpus{{{ADV_POOL}}} - "
-                            f"gpu_advisor_free_gpus{{{ADV_POOL}}})",
-                            "{{pool}} allocated (actual)",
-                        ),
-                        *(
-                            (
-                                f'{forecast}, forecast_quantile="{q}"}}',
-                                f"{{{{pool}}}} forecast {name}",
-                            )
-                            for q, name in quantiles
-                        ),
-                        (
-                            f"gpu_advisor_forecast_capacity_gpus{{{ADV_POOL}}}",
-                            "{{pool}} capacity",
-                        ),
-                    ),
-                    "none",
-                    w=12,
-                    h=9,
-                ),
+                forecast_vs_actual(w=12, h=9),
                 wape_bargauge(
                     "Backtest error (WAPE)",
                     "Weighted absolute percentage error of the chosen model, of the "

@@ -39,6 +39,7 @@ def _fragmentation(families: Families, state: RunState) -> None:
         _add(families, "gpu_advisor_fragmented_gpus", pool, row["fragmented_gpus"])
         _add(families, "gpu_advisor_free_gpus", pool, row["free_gpus"])
         _add(families, "gpu_advisor_gpus", pool, row["healthy_gpus"])
+        _add(families, "gpu_advisor_allocated_gpus", pool, row["allocated_gpus"])
     for row in results.shapes:
         shape = (row["shape"],)
         _add(families, "gpu_advisor_shape_gpus", shape, row["gpus_per_job"])

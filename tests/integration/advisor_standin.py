@@ -66,6 +66,7 @@ SAMPLES: dict[str, list[tuple[tuple[str, ...], float]]] = {
     "gpu_advisor_fragmented_gpus": [((POOL,), 37.0)],
     "gpu_advisor_free_gpus": [((POOL,), 60.0)],
     "gpu_advisor_gpus": [((POOL,), 127.0)],
+    "gpu_advisor_allocated_gpus": [((POOL,), 96.5)],
     "gpu_advisor_shape_gpus": [((s,), float(g)) for s, g in SHAPES.items()],
     "gpu_advisor_schedulable_jobs": [
         (("1",), 60.0),

@@ -13,7 +13,9 @@ Debian's Prometheus scrapes, on 127.0.0.1 and with the shipped rule files loaded
 A query
 fails the test on any API error, and on an empty result unless one of its selectors has no
 data in this fleet (a metric the preset does not produce, or a label value filter such as an
-XID class that has not occurred) — and then only if the selector's label names are real.
+XID class that has not occurred) — and then only if the selector's label names are real — or
+reaches back with an `offset` further than this Prometheus has data (the forecast vs actual
+panel draws a 24 h forecast `offset 23h`, in the hour it is for).
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ pytestmark = pytest.mark.integration
 
 DCGM_LABELS = {"gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname"}
 DCGM_LABELS |= {"DCGM_FI_DRIVER_VERSION"}
+OFFSET = re.compile(r"\boffset\s+(-?\d+[smhdwy])\b")
 
 
 @pytest.fixture(scope="module")
@@ -97,6 +100,9 @@ def explain_empty(url: str, expr: str) -> str | None:
     """Why `expr` may return nothing here (None: explained), or the failure message."""
     for name, selector in selectors(expr):
         if stack.query(url, f"count({selector})"):
+            for offset in OFFSET.findall(expr):
+                if not stack.query(url, f"count({selector} offset {offset})"):
+                    return None  # real labels, data now, none that long ago yet
             continue
         params = urllib.parse.urlencode({"match[]": name, "start": str(time.time() - 300)})
         series = stack.api(url, f"/api/v1/series?{params}")
@@ -222,6 +228,9 @@ def test_the_check_catches_typos_errors_and_empty_results(prometheus):
     with pytest.raises(AssertionError, match="every selector has data"):
         check(prometheus, 'gpu_temperature_celsius{job="gpu-exporter"} > 1000')
     assert check(prometheus, 'gpu_mig_memory_used_bytes{job="gpu-exporter"}') == "explained"
+    assert check(prometheus, 'gpu_info{job="gpu-exporter"} offset 23h') == "explained"
+    with pytest.raises(AssertionError, match="every selector has data"):
+        check(prometheus, 'gpu_info{job="gpu-exporter"} offset 1s > 1000')
 
 
 def test_the_rules_see_the_real_advisor_and_the_standin_is_marked(prometheus):

@@ -9,9 +9,15 @@ checks syntax separately.
 from __future__ import annotations
 
 import re
+from functools import cache
+from pathlib import Path
+
+import yaml
 
 from advisor.contract import ADVISOR_METRICS
 from exporter.contract import DCGM_COMPAT, METRICS
+
+RULES_FILE = Path(__file__).resolve().parents[2] / "alerts" / "prometheus_rules.yaml"
 
 KEYWORDS = {
     "by",
@@ -71,6 +77,38 @@ def contract_names() -> set[str]:
         | set(DCGM_COMPAT)
         | {"up"}
     )
+
+
+_AGGREGATION = re.compile(r"^\s*\w+\s+(by|without)\s*\(([^()]*)\)")
+
+
+@cache
+def recorded_labels() -> dict[str, frozenset[str]]:
+    """Recording rule name -> the label names of its series after scraping, from the rule file
+    Prometheus loads (alerts/prometheus_rules.yaml): `op by (labels)` keeps those labels,
+    `op without (labels)` keeps the source metric's contract and target labels but those."""
+    rules = yaml.safe_load(RULES_FILE.read_text())
+    out: dict[str, frozenset[str]] = {}
+    for group in rules["groups"]:
+        for rule in group["rules"]:
+            if "record" not in rule:
+                continue
+            match = _AGGREGATION.match(rule["expr"])
+            if match is None:
+                raise ValueError(f"{rule['record']}: not an aggregation: {rule['expr']!r}")
+            grouping = {label.strip() for label in match.group(2).split(",") if label.strip()}
+            if match.group(1) == "by":
+                out[rule["record"]] = frozenset(grouping)
+                continue
+            (source,) = metric_names(rule["expr"])
+            out[rule["record"]] = frozenset((contract_labels(source) or set()) - grouping)
+    return out
+
+
+def recorded_metric(name: str) -> str | None:
+    """The metric part of a recording rule name (`level:metric:operations`), None otherwise."""
+    parts = name.split(":")
+    return parts[1] if len(parts) == 3 and name in recorded_labels() else None
 
 
 def substitute(expr: str, variables: dict[str, str]) -> str:
@@ -173,6 +211,8 @@ def unknown_matcher_labels(expr: str) -> list[str]:
     problems = []
     for name, selector in selectors(expr):
         labels = contract_labels(name)
+        if labels is None and name in recorded_labels():
+            labels = set(recorded_labels()[name])
         if labels is None:
             continue
         unknown = matcher_labels(selector) - labels - {"__name__"}

@@ -15,9 +15,12 @@ import subprocess
 from pathlib import Path
 
 import jsonschema
+import numpy as np
+import pandas as pd
 import pytest
 import yaml
 
+from advisor.service.forecast import forecast_pools
 from alerts.config import load_config
 from dashboards import generate
 from tests.ops.promql import (
@@ -26,6 +29,8 @@ from tests.ops.promql import (
     metric_names,
     panel_queries,
     panels,
+    recorded_labels,
+    recorded_metric,
     substitute,
     unknown_matcher_labels,
     variable_queries,
@@ -190,7 +195,8 @@ def lint_units(document: dict) -> list[str]:
             problems.append(f"{panel['title']}: unit {unit!r} is not a Grafana unit")
             continue
         exprs = [t["expr"] for t in panel["targets"]]
-        names = set().union(*(metric_names(e) for e in exprs))
+        # a recorded series (level:metric:operations) has the unit of its metric
+        names = {recorded_metric(n) or n for e in exprs for n in metric_names(e)}
         if any("/" in e or "count(" in e or "*" in e for e in exprs) or not names:
             continue
         suffixes = {
@@ -234,7 +240,7 @@ def lint_counter_agg(document: dict) -> list[str]:
 
 def lint_job(document: dict) -> list[str]:
     """target-job-rule: every selector filters on the dashboard's job variable."""
-    known = contract_names()
+    known = contract_names() | set(recorded_labels())
     problems = []
     for title, ref, expr in panel_queries(document):
         for match in _SELECTOR.finditer(re.sub(r'"[^"]*"', '""', expr)):
@@ -248,8 +254,9 @@ def lint_job(document: dict) -> list[str]:
 
 
 def lint_contract(document: dict) -> list[str]:
-    """Every metric name in panels and variables exists in the exporter/advisor contract."""
-    known = contract_names()
+    """Every metric name in panels and variables exists in the exporter/advisor contract or is
+    recorded by a rule of alerts/prometheus_rules.yaml."""
+    known = contract_names() | set(recorded_labels())
     exprs = [e for _, _, e in panel_queries(document)]
     exprs += [label_values_parts(q)[0] or "" for _, q in variable_queries(document)]
     return [
@@ -416,3 +423,121 @@ def test_the_action_cost_column_is_gpu_hours_from_the_gpu_seconds_gauge():
     assert query["expr"].endswith("} / 3600")
     renames = next(t for t in panel["transformations"] if t["id"] == "organize")["options"]
     assert renames["renameByName"][f"Value #{query['refId']}"] == "cost (GPU-hours)"
+
+
+def _panel(document: dict, title: str) -> dict:
+    (panel,) = [p for p in panels(document) if p["title"] == title]
+    return panel
+
+
+_HORIZON = re.compile(r'\bhorizon="(\d+)h"')
+_QUANTILE = re.compile(r'\bforecast_quantile="([^"]+)"')
+_OFFSET_HOURS = re.compile(r"\boffset\s+(\d+)h\b")
+
+
+def test_forecast_vs_actual_draws_each_forecast_in_the_hour_it_forecasts():
+    """Each forecast query names one horizon h and carries `offset (h - 1)h`, and the advisor
+    does serve, during an hour, its forecast for the hour starting h - 1 hours later: it
+    forecasts from the last complete hour (origin) the hour origin + h. Drawn so, a forecast sits
+    beside the actual of the hour it is for. The old panel drew `horizon=~"$horizon"` with no
+    offset: a 24 h forecast 23 hours before its hour."""
+    panel = _panel(load("gpu-fragmentation-advisor.json"), "Forecast vs actual demand")
+    quantiles_by_horizon: dict[int, set[str]] = {}
+    for query in panel["targets"]:
+        expr = query["expr"]
+        if "gpu_advisor_forecast_demand_gpus" not in expr:
+            continue
+        horizon = _HORIZON.search(expr)
+        assert horizon, f"{expr}: one fixed horizon per query (an offset cannot follow $horizon)"
+        h = int(horizon.group(1))
+        offsets = [int(o) for o in _OFFSET_HOURS.findall(expr)] or [0]
+        assert offsets == [h - 1], f"{expr}: a {h}h forecast is drawn offset {h - 1}h"
+        assert "offset" not in _OFFSET_HOURS.sub("", expr), f"{expr}: offset not in whole hours"
+        quantiles_by_horizon.setdefault(h, set()).add(_QUANTILE.search(expr).group(1))
+    assert sorted(quantiles_by_horizon) == sorted(generate.FORECAST_VS_ACTUAL_HORIZONS)
+    assert 1 in quantiles_by_horizon
+    for quantiles in quantiles_by_horizon.values():
+        assert quantiles == {"0.1", "0.5", "0.9"}, "the interval and the median"
+
+    # what the advisor serves: a history of runs every 5 minutes up to 16:15 on day 2
+    start = pd.Timestamp("2024-01-01T00:00:00Z")
+    times = start + pd.to_timedelta(np.arange(0, 40 * 60 + 17, 5), unit="min")
+    history = pd.DataFrame(
+        {
+            "time": times,
+            "pool": "a",
+            "allocated_gpus": 40 + 8 * np.sin(np.arange(len(times)) / 20.0),
+            "capacity_gpus": 64.0,
+            "pending_gpus": 0.0,
+        }
+    )
+    doc = forecast_pools(history, sorted(quantiles_by_horizon), windows_h=())
+    served_from = times[-1].floor("h").tz_localize(None)  # the hour the latest run is in
+    (pool,) = doc["pools"]
+    served = {h["horizon"]: h for h in pool["horizons"] if h["available"]}
+    assert set(served) == {f"{h}h" for h in quantiles_by_horizon}, "the horizon label's format"
+    for h in quantiles_by_horizon:
+        target = pd.Timestamp(served[f"{h}h"]["target"]).tz_localize(None)
+        assert target - served_from == pd.Timedelta(hours=generate.forecast_offset_hours(h))
+        assert set(served[f"{h}h"]["quantiles"]) == {"0.1", "0.5", "0.9"}
+
+
+def test_forecast_vs_actual_compares_the_same_pools():
+    """The actual and capacity are per pool of the $pool selection, as the forecasts are, and
+    per advisor job (two advisors watching one pool are two lines, not their sum)."""
+    panel = _panel(load("gpu-fragmentation-advisor.json"), "Forecast vs actual demand")
+    (actual,) = [t["expr"] for t in panel["targets"] if "actual" in t["legendFormat"]]
+    assert actual.startswith("sum by (job, pool) ("), "per advisor and pool, as the forecasts"
+    for query in panel["targets"]:
+        assert 'pool=~"$pool"' in query["expr"], query["expr"]
+        assert query["legendFormat"].startswith("{{pool}} "), query["legendFormat"]
+
+
+def test_forecast_vs_actual_draws_the_forecasts_own_quantity():
+    """The forecast is of the pool's allocated GPU share (milli-GPU / 1000 over the pool's GPUs,
+    the advisor history's `allocated_gpus`); the actual must be that same number, which differs
+    from a GPU count on shared (fractional, MIG) GPUs."""
+    panel = _panel(load("gpu-fragmentation-advisor.json"), "Forecast vs actual demand")
+    (actual,) = [t["expr"] for t in panel["targets"] if "actual" in t["legendFormat"]]
+    assert metric_names(actual) == {"gpu_advisor_allocated_gpus"}
+
+
+# A recording rule's aggregation written by hand in a panel: the same sum per node, or its sum
+# over nodes (by no label or by labels the rule keeps), of the per-GPU series it records.
+_KEPT = r"(?:by\s*\((?:\s*(?:node|job|instance|cluster)\s*,?)*\)\s*)?"
+HAND_MADE = {
+    "node:gpu_power_watts:sum": rf"\bsum\s*{_KEPT}\(\s*gpu_power_watts\{{",
+    "node:gpu_memory_used_bytes:sum": rf"\bsum\s*{_KEPT}\(\s*gpu_memory_used_bytes\{{",
+    "node:gpu_memory_total_bytes:sum": rf"\bsum\s*{_KEPT}\(\s*gpu_memory_total_bytes\{{",
+    "node:gpu_allocated:count": (
+        rf"\b(?:count|sum)\s*{_KEPT}\(\s*count\s+by\s*\([^()]*\)\s*\(\s*gpu_allocation_info\{{"
+    ),
+}
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_panels_read_the_recording_rules_instead_of_aggregating_per_gpu_series(name):
+    """What a recording rule sums per node is not summed again per GPU in a panel (cheaper on a
+    big fleet, the same numbers). Not covered: node:gpu_utilization_ratio:avg (an average of node
+    averages is not the fleet's per-GPU average) and node:gpu_energy_joules:rate5m (panels take
+    rates over $__rate_interval, which a fixed 5m window would not cover at wide steps)."""
+    assert set(HAND_MADE) <= set(recorded_labels())
+    problems = [
+        f"{title}/{ref}: {expr} (use {record})"
+        for title, ref, expr in panel_queries(load(name))
+        for record, pattern in HAND_MADE.items()
+        if re.search(pattern, expr)
+    ]
+    assert problems == []
+
+
+def test_the_fleet_overview_reads_the_node_recording_rules():
+    overview = load("gpu-fleet-overview.json")
+    exprs = {title: [] for title in ("Power draw", "Power by node", "Power against the limit")}
+    exprs["GPUs by state"] = []
+    for title, _ref, expr in panel_queries(overview):
+        if title in exprs:
+            exprs[title].append(expr)
+    for title in ("Power draw", "Power by node", "Power against the limit"):
+        assert any("node:gpu_power_watts:sum{" in e for e in exprs[title]), title
+    assert any("sum(node:gpu_allocated:count{" in e for e in exprs["GPUs by state"])

@@ -13,6 +13,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from advisor.contract import ADVISOR_BY_NAME, ADVISOR_METRICS, GPU_STATE_CODES
+from advisor.history import pool_rows
 from advisor.planner.constraints import Policy
 from advisor.service.loop import AdvisorLoop, Config, LiveSim
 from advisor.service.metrics import families
@@ -147,6 +148,14 @@ def test_values_agree_with_the_analysis(islands_state):
         return sum(s.value for s in by_name[name])
 
     assert total("gpu_advisor_free_gpus") == analysis["spatial"]["free_gpus"]
+    # the demand forecast's own quantity, per pool: the history's allocated GPU share
+    allocated = {s.labels["pool"]: s.value for s in by_name["gpu_advisor_allocated_gpus"]}
+    assert allocated == pytest.approx(
+        {row["pool"]: row["allocated_gpus"] for row in pool_rows(results.model)}
+    )
+    assert total("gpu_advisor_allocated_gpus") == pytest.approx(
+        analysis["cluster"]["allocated_gpus"]
+    )
     assert total("gpu_advisor_fragmented_gpus") == pytest.approx(analysis["fgd"]["fragment_gpus"])
     assert total("gpu_advisor_allocated_idle_gpus") == analysis["temporal"]["allocated_idle_gpus"]
     states = Counter(int(s.value) for s in by_name["gpu_advisor_gpu_state"])
