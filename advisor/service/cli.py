@@ -197,13 +197,13 @@ def run(args: argparse.Namespace) -> int:
     elif span:
         log.info(
             "--history.backfill: %s has no past to read; the history starts now",
-            redact(args.source),
+            args.source,  # the logger's RedactingFilter hides its credentials
         )
     loop.start()
     scheme = "https" if web.tls else "http"
     log.info(
         "advising on %s every %.3gs; serving %s://%s/metrics and /api/",
-        redact(args.source),
+        args.source,
         args.interval,
         scheme,
         args.listen_address,
