@@ -41,8 +41,8 @@ def forecast_doc(history: History, horizons_h: Sequence[int] = HORIZONS_H) -> di
 
 def tenants_frame(doc: dict[str, Any]) -> pd.DataFrame:
     """One row per tenant and available horizon: GPUs held in the last complete hour (mean),
-    forecast GPUs held, interval, the held-back errors of the pick, the baseline and naive (the
-    tenants holding the most GPUs; no capacity)."""
+    forecast GPUs held, interval, the held-back errors and q0.9 coverage of the pick, the
+    baseline and naive, as for pools (the tenants holding the most GPUs; no capacity)."""
     section = doc.get("tenants") or {}
     baseline = section.get("baseline", "")
     rows = []
@@ -58,6 +58,7 @@ def tenants_frame(doc: dict[str, Any]) -> pd.DataFrame:
                     "quota GPUs": tenant.get("quota_gpus"),
                     **_forecast_cells(h),
                     **_wape_cells(h, baseline),
+                    **_coverage_cells(h, baseline),
                 }
             )
     return pd.DataFrame(rows)
@@ -90,6 +91,20 @@ def _wape_cells(h: dict[str, Any], baseline: str) -> dict[str, Any]:
     }
 
 
+def _coverage_cells(h: dict[str, Any], baseline: str) -> dict[str, Any]:
+    """How often the held-back hours fell at or below the q0.9 of the horizon's model and of the
+    baseline (nominal 0.9; blank over too few hours with an interval), the hours the model's
+    share was measured on (those that had an interval) and all held-back hours."""
+    backtest = h["backtest"]
+    coverage = backtest.get("coverage_ratio", {})
+    return {
+        "q0.9 coverage": coverage.get(h["model"], {}).get("0.9"),
+        f"{baseline} q0.9 coverage": coverage.get(baseline, {}).get("0.9"),
+        "coverage hours": backtest.get("coverage_origins", {}).get(h["model"]),
+        "held-back hours": backtest["test_origins"],
+    }
+
+
 def horizons_frame(doc: dict[str, Any]) -> pd.DataFrame:
     """One row per pool and available horizon: forecast, interval, the held-back errors of the
     pick, the baseline and naive, and how often the held-back hours fell at or below the q0.9
@@ -100,7 +115,6 @@ def horizons_frame(doc: dict[str, Any]) -> pd.DataFrame:
         for h in pool["horizons"]:
             if not h.get("available"):
                 continue
-            coverage = h["backtest"].get("coverage_ratio", {})
             rows.append(
                 {
                     "pool": pool["pool"],
@@ -109,9 +123,7 @@ def horizons_frame(doc: dict[str, Any]) -> pd.DataFrame:
                     **_forecast_cells(h),
                     "capacity GPUs": pool["capacity_gpus"],
                     **_wape_cells(h, baseline),
-                    "q0.9 coverage": coverage.get(h["model"], {}).get("0.9"),
-                    f"{baseline} q0.9 coverage": coverage.get(baseline, {}).get("0.9"),
-                    "held-back hours": h["backtest"]["test_origins"],
+                    **_coverage_cells(h, baseline),
                 }
             )
     return pd.DataFrame(rows)

@@ -54,6 +54,14 @@ def test_the_tenants_table_is_the_services_tenant_section() -> None:
     assert shown["forecast GPUs"].tolist() == expected["forecast GPUs"].tolist()
     assert shown["backtest WAPE"].notna().all() and shown["naive WAPE"].notna().all()
     assert (shown["low (q0.1)"] <= shown["high (q0.9)"]).all()
+    # their intervals' held-back coverage too, as the pools': the service's shares and hours
+    served = [h for t in doc["tenants"]["tenants"] for h in t["horizons"] if h["available"]]
+    measured = [h["backtest"]["coverage_ratio"][h["model"]]["0.9"] for h in served]
+    expected_cov = [float("nan") if m is None else m for m in measured]
+    assert shown["q0.9 coverage"].tolist() == pytest.approx(expected_cov, nan_ok=True)
+    hours = [h["backtest"]["coverage_origins"][h["model"]] for h in served]
+    assert shown["coverage hours"].tolist() == hours
+    assert (shown["coverage hours"] <= shown["held-back hours"]).all()
     assert not any("now" in column for column in shown.columns)
 
 

@@ -81,7 +81,7 @@ else:
         "not used to choose). Interval: 10th to 90th percentile, blank while the model has too "
         "few known errors; q0.9 coverage = share of held-back hours at or below the 90th "
         "percentile (a calibrated interval covers about 90 %), over the held-back hours that "
-        "had an interval, blank when too few did."
+        "had an interval (coverage hours), blank when too few did."
     )
 for reason in forecasts.missing_reasons(doc):
     st.caption(f"No forecast for {reason}.")
@@ -97,7 +97,11 @@ if not tenant_table.empty:
         hide_index=True,
         key="tenant_table",
         column_config=percent_columns(
-            "backtest WAPE", f"{tenants['baseline']} WAPE", f"{forecasts.NAIVE} WAPE"
+            "backtest WAPE",
+            f"{tenants['baseline']} WAPE",
+            f"{forecasts.NAIVE} WAPE",
+            "q0.9 coverage",
+            f"{tenants['baseline']} q0.9 coverage",
         ),
     )
     st.caption(
