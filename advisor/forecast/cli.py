@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from collections.abc import Iterator
@@ -96,18 +97,46 @@ def _instant(text: str) -> pd.Timestamp:
     return at.tz_convert(None) if at.tzinfo else at
 
 
-def _check_out(path: str | None, directory: bool) -> None:
+def _check_out(path: str | None, directory: bool, source: str | None = None) -> None:
     """Checked before any work, so a bad --out is not found only after the whole run
-    (`exporter.files.check_directory_target` / `check_file_target` say what is checked)."""
+    (`exporter.files.check_directory_target` / `check_file_target` say what is checked). An
+    --out that is the INPUT `source` or one of the files it reads (the same file through a
+    link, too) is refused: writing the results would destroy the trace."""
     from advisor.forecast.io import InputError
     from exporter.files import check_directory_target, check_file_target
 
-    if not path:
+    if path is None:
         return
+    for read in _read_by(source) if source else []:
+        if _same(path, read):
+            what = f"the INPUT {source}" if read == source else f"{read}, which the INPUT reads"
+            raise InputError(f"--out {path}: is {what}; the results would overwrite it")
     try:
-        (check_directory_target if directory else check_file_target)(path)
+        if directory:
+            check_directory_target(path, BACKTEST_FILES, writer="backtest")
+        else:
+            check_file_target(path)
     except OSError as error:
         raise InputError(f"--out {path}: {error.strerror or error}") from None
+
+
+def _read_by(source: str) -> list[str]:
+    """The paths an INPUT reads: the file, or a Helios folder and its VC files."""
+    if source.startswith(("prometheus+http://", "prometheus+https://")):
+        return []
+    if os.path.isdir(source):
+        from glob import escape, glob
+
+        return [source, *glob(os.path.join(escape(source), "*", "cluster_sequence_vc.csv"))]
+    return [source]
+
+
+def _same(a: str, b: str) -> bool:
+    """`a` and `b` name one file (links followed, hard links too); False when either is missing."""
+    try:
+        return os.path.samefile(a, b)
+    except (OSError, ValueError):
+        return False
 
 
 @contextmanager
@@ -268,7 +297,7 @@ def _run_backtest(args: argparse.Namespace) -> int:
 
     from advisor.forecast import idle, io, powerdown, reservation, rolling, significance
 
-    _check_out(args.out, directory=True)
+    _check_out(args.out, directory=True, source=args.input)
     t0 = time.perf_counter()
     raw = io.load(args.input)
     panel = io.hourly(raw, args.input)
@@ -285,10 +314,11 @@ def _run_backtest(args: argparse.Namespace) -> int:
     t_demand = time.perf_counter() - t0
     replays = {r.strip() for r in args.replays.split(",") if r.strip()}
     decisions = []
+    notes = []  # printed with the tables, once --out is written
     if "idle" in replays:
         idle_df = idle.backtest(raw, args.windows, args.risk, args.test_from, args.test_to)
         if idle_df.empty:
-            print("idle-window replay skipped: the input has no capacity column")
+            notes.append("idle-window replay skipped: the input has no capacity column")
         decisions.append(idle_df)
     if "power" in replays and len(raw.series) == 1 and raw.meta.get("unit") == "nodes":
         kw = {}
@@ -299,17 +329,34 @@ def _run_backtest(args: argparse.Namespace) -> int:
         power = powerdown.replay(raw, **kw)
         if power.empty:
             days = powerdown.FIT_DAYS + 14
-            print(f"power-down replay skipped: needs {days} days of history before the test part")
+            notes.append(
+                f"power-down replay skipped: needs {days} days of history before the test part"
+            )
         decisions.append(power)
     if "reservation" in replays:
         upper = [q for q in args.quantiles if q > 0.5]
         if upper:
             decisions.append(reservation.replay(fc, max(upper)))
         else:
-            print("reservation replay skipped: no quantile above 0.5 was asked for")
+            notes.append("reservation replay skipped: no quantile above 0.5 was asked for")
     decisions = [d for d in decisions if len(d)]
     decisions_df = pd.concat(decisions, ignore_index=True) if decisions else pd.DataFrame()
     elapsed = time.perf_counter() - t0
+    if (
+        args.out is not None
+    ):  # first: a stdout that fails (a closed pipe, a full disk) must not lose the run
+        _write_backtest(args.out, metrics, fc, picks, paired, decisions_df)
+    for note in notes:
+        print(note)
+    _print_backtest(metrics, picks, paired, decisions_df)
+    print(f"\ndemand backtest {t_demand:.1f} s, total {elapsed:.1f} s")
+    if args.out is not None:
+        print(f"wrote {args.out}/metrics.csv, decisions.csv, forecast.png")
+    return 0
+
+
+def _print_backtest(metrics, picks, paired, decisions_df) -> None:
+    import pandas as pd
 
     with pd.option_context(
         "display.width", 200, "display.max_columns", 20, "display.max_rows", 500
@@ -327,25 +374,38 @@ def _run_backtest(args: argparse.Namespace) -> int:
             )
             print(shown[PAIRED_COLUMNS].round(3).to_string(index=False))
         print_decisions(decisions_df)
-    print(f"\ndemand backtest {t_demand:.1f} s, total {elapsed:.1f} s")
 
-    if args.out:
-        from advisor.forecast.plot import plot_backtest, plot_power_pareto
-        from exporter.files import staged_directory
 
-        with _writing(args.out), staged_directory(args.out) as stage:  # every file, or none
-            metrics[METRIC_COLUMNS].to_csv(stage / "metrics.csv", index=False)
-            metrics.to_csv(stage / "metrics_full.csv", index=False)
-            summarise(metrics).to_csv(stage / "summary.csv", index=False)
-            picks.to_csv(stage / "picks.csv", index=False)
-            fc.to_csv(stage / "forecasts.csv", index=False)
-            decisions_df.to_csv(stage / "decisions.csv", index=False)
-            paired.to_csv(stage / "significance.csv", index=False)
-            plot_backtest(fc, stage / "forecast.png")
-            if len(decisions_df) and (decisions_df["replay"] == "power_down").any():
-                plot_power_pareto(decisions_df, stage / "powerdown.png")
-        print(f"wrote {args.out}/metrics.csv, decisions.csv, forecast.png")
-    return 0
+# The files every backtest writes (powerdown.png only with the power-down replay): a file of
+# these names that another command or the user put in --out is refused before the run.
+BACKTEST_FILES = (
+    "metrics.csv",
+    "metrics_full.csv",
+    "summary.csv",
+    "picks.csv",
+    "forecasts.csv",
+    "decisions.csv",
+    "significance.csv",
+    "forecast.png",
+)
+
+
+def _write_backtest(out: str, metrics, fc, picks, paired, decisions_df) -> None:
+    """Every result file of a backtest into the folder `out`, or none of them."""
+    from advisor.forecast.plot import plot_backtest, plot_power_pareto
+    from exporter.files import staged_directory
+
+    with _writing(out), staged_directory(out, writer="backtest") as stage:  # every file or none
+        metrics[METRIC_COLUMNS].to_csv(stage / "metrics.csv", index=False)
+        metrics.to_csv(stage / "metrics_full.csv", index=False)
+        summarise(metrics).to_csv(stage / "summary.csv", index=False)
+        picks.to_csv(stage / "picks.csv", index=False)
+        fc.to_csv(stage / "forecasts.csv", index=False)
+        decisions_df.to_csv(stage / "decisions.csv", index=False)
+        paired.to_csv(stage / "significance.csv", index=False)
+        plot_backtest(fc, stage / "forecast.png")
+        if len(decisions_df) and (decisions_df["replay"] == "power_down").any():
+            plot_power_pareto(decisions_df, stage / "powerdown.png")
 
 
 def run_forecast(args: argparse.Namespace) -> int:
@@ -356,10 +416,10 @@ def _run_forecast(args: argparse.Namespace) -> int:
     from advisor.forecast import api, io
     from exporter.files import write_text_atomic
 
-    _check_out(args.out, directory=False)
+    _check_out(args.out, directory=False, source=args.input)
     panel = io.hourly(io.load(args.input), args.input)
     frame = api.forecast(panel, args.horizons, args.quantiles, model=args.model)
-    if args.out:
+    if args.out is not None:
         with _writing(args.out):
             write_text_atomic(args.out, frame.to_csv(index=False))
     else:

@@ -12,12 +12,16 @@ Long format (CSV or Parquet), one row per observation::
 
 `value` empty or NaN marks a masked point; `capacity` is the known pool size at that time
 (forecasts are clipped to it and models see it as a covariate, including its future schedule).
-Any other row that cannot be read (a bad time, a value that is not a count ≥ 0, a repeated
-(time, series)) is an error naming the first such row: it is never masked or averaged silently.
+Any other row that cannot be read (a bad time or one outside the years 1970–2200, a value that
+is not a count from 0 to `MAX_AMOUNT`, a repeated (time, series), a row with fewer fields than the
+header) is an error naming the first such row: it is never masked or averaged silently. The Philly,
+Helios and openb readers make the same checks on their own columns (`_per_minute`,
+`read_openb_pods`).
 """
 
 from __future__ import annotations
 
+import csv
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -165,6 +169,12 @@ def mask_zero_runs(values: pd.Series, min_points: int) -> pd.Series:
 MAX_STEPS = 2_000_000  # grid steps per series a long input may span (228 years of hours)
 SPARSE_SHARE = 0.01  # a long grid (> SPARSE_STEPS) with fewer rows than this share: a mistyped date
 SPARSE_STEPS = 10_000
+# The most GPUs or nodes one reading may count: a thousand times the largest fleets (~10⁶ GPUs), so
+# no real reading reaches it, while a typo (1e15, 1e308) is refused before a model squares it.
+MAX_AMOUNT = 1e9
+# Times must lie in the years 1970–2200: nothing real lies outside, and every grid, origin and
+# target (up to a year's step ahead) then stays inside pandas' nanosecond clock (1677–2262).
+FIRST_TIME, END_TIME = pd.Timestamp("1970-01-01"), pd.Timestamp("2201-01-01")
 
 
 def _row(position: int) -> str:
@@ -183,26 +193,74 @@ def _refuse(bad: pd.Series, raw: pd.Series, what: str, why: Callable[[int], str]
 
 
 def _times(raw: pd.Series) -> pd.Series:
-    """ISO 8601 times as naive UTC; an empty or unparseable time names its row."""
+    """ISO 8601 times as naive UTC; an empty or unparseable time, or one outside the years
+    `FIRST_TIME` … `END_TIME`, names its row."""
     times = pd.to_datetime(raw, utc=True, errors="coerce", format="ISO8601")
     _refuse(times.isna(), raw, "time", lambda _i: "not an ISO 8601 time")
-    return times.dt.tz_localize(None)
+    times = times.dt.tz_localize(None)
+    _in_years(times, raw)
+    return times
 
 
-def _amounts(raw: pd.Series, what: str) -> pd.Series:
-    """Counts of GPUs or nodes: finite and ≥ 0. Empty (or NaN) is a masked point; anything else
-    that is not such a number names its row, since silently masking it would hide a broken file."""
+def _in_years(times: pd.Series, raw: pd.Series) -> None:
+    """A time before `FIRST_TIME` or from `END_TIME` on names its row: a mistyped year (1600,
+    9999) would otherwise build a grid of centuries or overflow pandas' nanosecond clock."""
+    bad = (times < FIRST_TIME) | (times >= END_TIME)
+    last = END_TIME.year - 1
+    why = f"outside the years {FIRST_TIME.year}–{last} (a mistyped year?)"
+    _refuse(bad, raw, "time", lambda _i: why)
+
+
+def _amounts(
+    raw: pd.Series,
+    what: str,
+    most: float = MAX_AMOUNT,
+    above: str = "more GPUs or nodes than any fleet holds",
+    blank: bool = True,
+) -> pd.Series:
+    """Counts of GPUs or nodes: finite, from 0 to `most` (`above` says why no more). Empty (or
+    NaN) is a masked point where `blank`, an error otherwise; anything else that is not such a
+    number names its row, since silently masking it would hide a broken file."""
     numbers = pd.to_numeric(raw, errors="coerce")
     unread = numbers.isna() & raw.notna()
     unread[unread] = raw[unread].astype(str).str.strip().ne("")  # blank: masked
-    bad = unread | np.isinf(numbers) | (numbers < 0)
+    bad = unread | np.isinf(numbers) | (numbers < 0) | (numbers > most)
+    if not blank:
+        bad |= numbers.isna()
 
     def why(i: int) -> str:
         x = numbers.iloc[i]
-        return "not a number" if np.isnan(x) else "infinite" if np.isinf(x) else "negative"
+        if np.isnan(x):
+            return "not a number" if unread.iloc[i] else "empty"
+        if np.isinf(x):
+            return "infinite"
+        return "negative" if x < 0 else f"above {most:,.0f}: {above}"
 
     _refuse(bad, raw, what, why)
     return numbers.astype(float)
+
+
+def _whole_rows(path: str | Path) -> None:
+    """A row with fewer fields than the header (a line cut short, a lost comma) names its row:
+    `read_csv` would fill the missing fields with NaN, masking or dropping them silently. Blank
+    lines are skipped, as `read_csv` skips them, so row n is the frame's row n."""
+    with open(path, newline="", encoding="utf-8") as stream:
+        rows = csv.reader(stream)
+        width = len(next(rows, []))
+        first, count, position = None, 0, 0
+        for fields in rows:
+            if not fields:
+                continue
+            position += 1
+            if len(fields) < width:
+                count += 1
+                if first is None:
+                    first = (position, len(fields))
+    if first is not None:
+        more = "" if count == 1 else f"; {count} short rows in all"
+        raise ValueError(
+            f"row {first[0]} has {first[1]} of the header's {width} fields (cut short?){more}"
+        )
 
 
 def _no_repeats(df: pd.DataFrame) -> None:
@@ -254,13 +312,14 @@ def _check_span(buckets: pd.Series, step: pd.Timedelta) -> None:
     held = buckets.nunique()
     if steps <= MAX_STEPS and (steps <= SPARSE_STEPS or held >= SPARSE_SHARE * steps):
         return
-    ordered = buckets.drop_duplicates().sort_values()
+    ordered = buckets.drop_duplicates().sort_values()  # labelled by the first row in each step
     gap = ordered.diff().fillna(pd.Timedelta(0))
     at = int(gap.to_numpy().argmax())
+    before, after = (f"{_row(int(ordered.index[i]))} ({ordered.iloc[i]})" for i in (at - 1, at))
     raise ValueError(
         f"the times span {first} … {last}: {steps:,} steps of {_text(step)}, {held:,} of them "
-        f"with a row (the largest gap, {gap.iloc[at] / pd.Timedelta(days=1):,.1f} days, follows "
-        f"{ordered.iloc[at - 1]}); is a date mistyped?"
+        f"with a row (the largest gap, {gap.iloc[at] / pd.Timedelta(days=1):,.1f} days, lies "
+        f"between {before} and {after}); is a date mistyped?"
     )
 
 
@@ -322,16 +381,66 @@ def from_long(
 
 def _dated(raw: pd.DataFrame) -> pd.DataFrame:
     """A time column `read_csv` could not parse stays text: parse it here, so a bad time is one
-    line naming its row (a parsed column is left exactly as it was)."""
+    line naming its row (a parsed column keeps its values; one with an offset becomes naive UTC,
+    as `_times` reads it). Either way a time outside `FIRST_TIME` … `END_TIME` names its row."""
     if not pd.api.types.is_datetime64_any_dtype(raw["time"]):
         raw["time"] = _times(raw["time"])
+        return raw
+    if raw["time"].dt.tz is not None:
+        raw["time"] = raw["time"].dt.tz_convert(None)
+    _in_years(raw["time"], raw["time"])
     return raw
+
+
+def _per_minute(path: str | Path, raw: pd.DataFrame, used: str, size: str) -> pd.DataFrame:
+    """The long format's checks for a per-minute file (Philly's `active` of `total` nodes, a
+    Helios VC's `running_gpu_num` of `total_gpu_num`), each naming its first bad row: whole rows,
+    times (ISO 8601, years 1970–2200), counts (finite, 0 to `MAX_AMOUNT`; empty is masked), no
+    more in use than the pool holds, no two different readings for one minute (an exact copy of
+    a row is harmless and dropped), and a span that `_check_span` accepts (one row dated 1600 in
+    a 2017 file made a grid of 200 million minutes). Returns the rows indexed by time."""
+    _whole_rows(path)
+    raw = _dated(raw.reset_index(drop=True))
+    text = {col: raw[col] for col in (used, size)}
+    for col in (used, size):
+        raw[col] = _amounts(raw[col], col)
+    over = raw[used] > raw[size]
+    _refuse(over, text[used], used, lambda i: f"above its {size} {text[size].iloc[i]!s}")
+    _one_reading_per_time(raw, [used, size])
+    if len(raw):
+        _check_span(raw["time"], pd.Timedelta(minutes=1))
+    return raw.set_index("time")
+
+
+def _one_reading_per_time(raw: pd.DataFrame, columns: list[str]) -> None:
+    """Two rows for one time with different readings are an error naming the first repeat
+    (keeping either would be a guess); rows that repeat one another exactly are harmless."""
+    repeated = raw.duplicated("time")
+    if not repeated.any():
+        return
+    distinct = raw.drop_duplicates(["time", *columns])
+    clashing = distinct["time"][distinct.duplicated("time")]
+    bad = repeated & raw["time"].isin(clashing)
+    if not bad.any():
+        return
+    at = int(np.flatnonzero(bad.to_numpy())[0])
+    time = raw["time"].iloc[at]
+    first = int(np.flatnonzero((raw["time"] == time).to_numpy())[0])
+    count = int(bad.sum())
+    more = "" if count == 1 else f"; {count} such rows in all"
+    raise ValueError(
+        f"{_row(at)} repeats the time {time} of {_row(first)} with another reading{more}"
+    )
 
 
 def read_long(path: str | Path, freq: str | None = None) -> Panel:
     """Read the documented long CSV/Parquet format."""
     path = Path(path)
-    frame = pd.read_parquet(path) if path.suffix in {".parquet", ".pq"} else pd.read_csv(path)
+    if path.suffix in {".parquet", ".pq"}:
+        frame = pd.read_parquet(path)
+    else:
+        frame = pd.read_csv(path)
+        _whole_rows(path)
     return from_long(frame, name=path.stem, freq=freq)
 
 
@@ -341,7 +450,7 @@ def read_philly(path: str | Path) -> Panel:
     Philly never runs on zero nodes, so every exact zero is masked: the Oct-26 outage (18 hours)
     and the 10- and 40-minute dropouts on Dec 3 and Dec 6.
     """
-    raw = _dated(pd.read_csv(path, parse_dates=["time"])).set_index("time")
+    raw = _per_minute(path, pd.read_csv(path, parse_dates=["time"]), "active", "total")
     raw = _regular(raw, "min")
     active = mask_zero_runs(raw["active"].astype(float), min_points=1)
     values = pd.DataFrame({"philly/nodes": active})
@@ -362,7 +471,7 @@ def read_helios_vc(path: str | Path, name: str | None = None) -> tuple[pd.Series
     raw = pd.read_csv(
         path, usecols=["time", "running_gpu_num", "total_gpu_num"], parse_dates=["time"]
     )
-    raw = _regular(_dated(raw).set_index("time"), "min")
+    raw = _regular(_per_minute(path, raw, "running_gpu_num", "total_gpu_num"), "min")
     vc = name or path.parent.name
     return raw["running_gpu_num"].rename(vc).astype(float), raw["total_gpu_num"].rename(vc).astype(
         float
@@ -407,7 +516,7 @@ def read_openb_pods(path: str | Path, start_day: float = 116) -> Panel:
     116–149 are the usable ~800 hours). The calendar is synthetic (seconds from the trace start
     placed at 2023-01-01), so day-of-week features carry no meaning here.
     """
-    pods = pd.read_csv(path)
+    pods = _pods(path)
     pods = pods[pods["scheduled_time"].notna()]
     if pods.empty:
         raise ValueError("no scheduled pod in the list")
@@ -425,6 +534,40 @@ def read_openb_pods(path: str | Path, start_day: float = 116) -> Panel:
     values = later if len(later) else values  # a shorter pod list: keep all of it
     cap = pd.DataFrame(np.nan, index=values.index, columns=values.columns)
     return Panel(values, cap, "alibaba", meta={"unit": "GPUs"})
+
+
+POD_GPUS = 64  # the most GPUs one pod may ask for (as advisor.ingest.openb reads a pod list)
+MILLI = 1000  # gpu_milli of a whole GPU
+LAST_SECOND = MAX_STEPS * 60  # a pod list's grid is per minute from the trace start: 3.8 years
+
+
+def _pods(path: str | Path) -> pd.DataFrame:
+    """An openb pod list whose rows `read_openb_pods` can add up, or ValueError naming the first
+    bad row: whole rows; num_gpu 0–64 and gpu_milli 0–1000, never empty; scheduled_time empty
+    (never scheduled) or seconds from 0 to `LAST_SECOND`; a scheduled pod's deletion_time in
+    that range too and not before its scheduled_time (an empty, infinite or 1e15 deletion_time
+    raised IndexError or asked for 121 TiB)."""
+    pods = pd.read_csv(path).reset_index(drop=True)
+    _whole_rows(path)
+    _amounts(pods["num_gpu"], "num_gpu", POD_GPUS, "more GPUs than one pod may ask for", False)
+    _amounts(pods["gpu_milli"], "gpu_milli", MILLI, "more than a whole GPU", False)
+    seconds = f"more than {MAX_STEPS:,} minutes after the trace start, the longest grid there is"
+    start = _amounts(pods["scheduled_time"], "scheduled_time", LAST_SECOND, seconds)
+    end = _amounts(pods["deletion_time"], "deletion_time", LAST_SECOND, seconds)
+    held = start.notna()
+    _refuse(
+        held & end.isna(),
+        pods["deletion_time"],
+        "deletion_time",
+        lambda _i: "empty for a scheduled pod",
+    )
+    _refuse(
+        held & (end < start),
+        pods["deletion_time"],
+        "deletion_time",
+        lambda i: f"before the pod's scheduled_time {pods['scheduled_time'].iloc[i]!s}",
+    )
+    return pods
 
 
 class InputError(ValueError):

@@ -451,6 +451,23 @@ def test_window(panel: Panel, test_from=None, test_to=None, default_days: int = 
     return _origin_positions(idx, start, end)
 
 
+def _check_targets(panel: Panel, origins: np.ndarray, horizons) -> None:
+    """Every horizon needs a test origin whose target lies inside the data, or it has nothing to
+    score: h = 168 on the default last 7 days never does (a KeyError once, or a horizon missing
+    from metrics.csv without a word). Said in one line with the longest horizon that would."""
+    room = len(panel.index) - 1 - int(origins[0])  # the earliest test origin looks farthest
+    short = [h for h in horizons if h > room]
+    if not short:
+        return
+    longest = f"{room} h" if room > 0 else "none"
+    raise InputError(
+        f"h = {', '.join(map(str, short))}: no test origin from {panel.index[origins[0]]} has its "
+        f"target inside the data (the last hour is {panel.index[-1]}), so nothing could be "
+        f"scored (the longest horizon this test part can score: {longest}); ask for fewer "
+        "hours ahead or start the test part earlier (--test-from)"
+    )
+
+
 def run(
     panel: Panel,
     horizons=(1, 24),
@@ -475,6 +492,7 @@ def run(
             f"no hour of the data ({panel.index[0]} … {panel.index[-1]}) lies in the test part "
             f"[{test_from or panel.test_from}, {test_to or panel.test_to})"
         )
+    _check_targets(panel, origins, horizons)
     test_start = int(origins[0])
     picks, val_fc = select_full(
         panel,

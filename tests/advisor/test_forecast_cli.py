@@ -127,7 +127,7 @@ def test_unreadable_inputs_are_one_line_and_write_nothing(tmp_path, capsys):
         (str(tmp_path / "missing.csv"), "No such file"),
         (str(timeless), "no times to forecast"),
         (str(wrong), "missing"),
-        (str(philly), "could not convert"),
+        (str(philly), "active 'abc' in row 1 is not a number"),
         ("prometheus+http://127.0.0.1:9/?query=up", "unreachable"),
     ]:
         rc = main(["backtest", source, "--out", str(out)])

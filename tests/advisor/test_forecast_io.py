@@ -223,7 +223,8 @@ def test_a_mistyped_far_date_is_refused_before_the_grid_is_built(tmp_path, monke
     rows[7] = "2200-01-01T00:00:00Z,a,1,8"
     with pytest.raises(
         io.InputError,
-        match=r"2200-01-01 00:00:00: 1,542,\d{3} steps of 1 h, 48 .* follows 2024-01-02 23:00:00\)",
+        match=r"2200-01-01 00:00:00: 1,542,\d{3} steps of 1 h, 48 .* between row 48 "
+        r"\(2024-01-02 23:00:00\) and row 8 \(2200-01-01 00:00:00\)\); is a date mistyped\?$",
     ):
         io.load(_write_long(tmp_path, rows))
     monkeypatch.setattr(io, "MAX_STEPS", 24)
