@@ -5,6 +5,13 @@ back as a source, so a capacity review can be re-run on exactly the state an SRE
 checks every field by hand and names the first bad one by its JSON path (for example
 `nodes[3].gpus[2].memory_total_bytes: expected a number or null, got "abc"`), because a planner
 fed a silently wrong snapshot would recommend migrations on a cluster that does not exist.
+
+Bounds are those of the model's columns: integers (GPU index, NVLink island, priority) must fit
+the int32 columns that hold them, and numbers must be at most 2^53 in size (`MAX_EXACT`, the
+largest magnitude up to which a float64 holds every whole number; placement converts CPU and
+memory to int64), so a value the model cannot hold is refused here by its path instead of
+overflowing somewhere downstream. A key given twice in one object is refused by its path too:
+Python's json would keep the last one without a word.
 """
 
 from __future__ import annotations
@@ -24,6 +31,10 @@ VERSION = 1
 # docs/snapshot.md, "Top level": a new field means a new version, so any other key is a typo
 # whose content would otherwise be lost without a word.
 TOP_LEVEL = ("schema", "version", "timestamp", "source", "nodes", "allocations", "usage")
+INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1  # the model's integer columns are int32
+# Largest magnitude of a number field: up to it a float64 holds every whole number exactly, and
+# an int64 (placement's CPU and memory columns) or a float32 (usage matrices) holds it too.
+MAX_EXACT = 2**53
 
 
 class SnapshotError(ModelError):
@@ -172,6 +183,10 @@ class _Fields:
         if not isinstance(doc, dict):
             raise SnapshotError(path or "(top level)", f"expected an object, got {_show(doc)}")
         self.doc, self.path = doc, path
+        if isinstance(doc, _RepeatedKeys):
+            raise SnapshotError(
+                self._where(doc.repeated), "key given twice in one object (only one may stay)"
+            )
 
     def _where(self, key: str) -> str:
         return f"{self.path}.{key}" if self.path else key
@@ -191,15 +206,23 @@ class _Fields:
             raise SnapshotError(self._where(key), f"expected a string, got {_show(value)}")
         return value
 
-    def number(self, key: str, *, minimum: float | None = None) -> float:
-        """A number or null (-> NaN)."""
+    def number(
+        self, key: str, *, minimum: float | None = None, maximum: float | None = None
+    ) -> float:
+        """A number or null (-> NaN), at most `MAX_EXACT` in size."""
         value = self._get(key, False)
         if value is None:
             return math.nan
         if not _is_number(value):
             raise SnapshotError(self._where(key), f"expected a number or null, got {_show(value)}")
-        if minimum is not None and value < minimum:
-            raise SnapshotError(self._where(key), f"must be >= {minimum:g}, got {value}")
+        if minimum is not None and value < minimum and maximum is None:
+            raise SnapshotError(self._where(key), f"must be >= {minimum:g}, got {_show(value)}")
+        low = -MAX_EXACT if minimum is None else minimum
+        high = MAX_EXACT if maximum is None else maximum
+        if not low <= value <= high:
+            raise SnapshotError(
+                self._where(key), f"must be within {low}..{high}, got {_show(value)}"
+            )
         return float(value)
 
     def integer(
@@ -207,22 +230,23 @@ class _Fields:
         key: str,
         default: int | None = None,
         *,
-        minimum: int | None = None,
-        maximum: int | None = None,
+        minimum: int = INT32_MIN,
+        maximum: int = INT32_MAX,
     ) -> int:
+        """An integer within minimum..maximum (by default what an int32 column holds)."""
         value = self._get(key, default is None)
         if value is None:
             return default  # type: ignore[return-value]
         if isinstance(value, bool) or not isinstance(value, int):
             raise SnapshotError(self._where(key), f"expected an integer, got {_show(value)}")
-        if (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
+        if not minimum <= value <= maximum:
             raise SnapshotError(
-                self._where(key), f"must be within {minimum}..{maximum}, got {value}"
+                self._where(key), f"must be within {minimum}..{maximum}, got {_show(value)}"
             )
         return value
 
-    def optional_integer(self, key: str) -> int | None:
-        return None if self._get(key, False) is None else self.integer(key)
+    def optional_integer(self, key: str, *, minimum: int = INT32_MIN) -> int | None:
+        return None if self._get(key, False) is None else self.integer(key, minimum=minimum)
 
     def boolean(self, key: str, default: bool) -> bool:
         value = self._get(key, False)
@@ -242,13 +266,52 @@ class _Fields:
 
 
 def _is_number(value: Any) -> bool:
-    """A finite JSON number (Python's json reads NaN and Infinity, which JSON cannot hold)."""
-    return not isinstance(value, bool) and isinstance(value, int | float) and math.isfinite(value)
+    """A finite JSON number (Python's json reads NaN and Infinity, which JSON cannot hold). Any
+    integer is one, however large: callers bound the size (`MAX_EXACT`, int32)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    return isinstance(value, int) or math.isfinite(value)
 
 
 def _show(value: Any) -> str:
-    text = json.dumps(value)  # NaN, Infinity and -Infinity as Python's json reads them
+    try:
+        text = json.dumps(value)  # NaN, Infinity and -Infinity as Python's json reads them
+    except (RecursionError, ValueError):  # nested deeper than json writes, a 5000-digit int
+        return f"<{type(value).__name__} too large to show>"
     return text if len(text) <= 40 else text[:37] + "..."
+
+
+class _RepeatedKeys(dict):
+    """A JSON object that gave a key twice; `repeated` is the first such key."""
+
+    repeated: str = ""
+
+
+def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """json's object_pairs_hook: a plain dict, or `_RepeatedKeys` when a key came twice (the
+    reader that looks at the object then names it by its path)."""
+    doc = dict(pairs)
+    if len(doc) == len(pairs):
+        return doc
+    marked = _RepeatedKeys(doc)
+    seen: set[str] = set()
+    for key, _ in pairs:
+        if key in seen:
+            marked.repeated = key
+            break
+        seen.add(key)
+    return marked
+
+
+def parse_json(text: str) -> Any:
+    """JSON text as Python values, objects with a repeated key marked (see `repeated_key`).
+    Raises what json.loads raises, and RecursionError for arrays nested too deep to read."""
+    return json.loads(text, object_pairs_hook=_object)
+
+
+def repeated_key(doc: Any) -> str | None:
+    """The key an object read by `parse_json` gave twice, or None."""
+    return doc.repeated if isinstance(doc, _RepeatedKeys) else None
 
 
 def _usage(doc: Any, gpu_count: int) -> tuple[list[float], np.ndarray, np.ndarray] | None:
@@ -259,6 +322,15 @@ def _usage(doc: Any, gpu_count: int) -> tuple[list[float], np.ndarray, np.ndarra
     for t, value in enumerate(times):
         if not _is_number(value):
             raise SnapshotError(f"usage.times[{t}]", f"expected a number, got {_show(value)}")
+        if abs(value) > MAX_EXACT:
+            raise SnapshotError(
+                f"usage.times[{t}]", f"must be within {-MAX_EXACT}..{MAX_EXACT}, got {_show(value)}"
+            )
+        if t and value <= times[t - 1]:
+            raise SnapshotError(
+                f"usage.times[{t}]",
+                f"times must ascend, got {_show(value)} after {_show(times[t - 1])}",
+            )
     matrices = []
     for key in ("utilization_ratio", "memory_used_bytes"):
         rows = fields.array(key)
@@ -276,6 +348,11 @@ def _usage(doc: Any, gpu_count: int) -> tuple[list[float], np.ndarray, np.ndarra
                 if not _is_number(value):
                     raise SnapshotError(
                         f"usage.{key}[{t}][{g}]", f"expected a number or null, got {_show(value)}"
+                    )
+                if abs(value) > MAX_EXACT:  # a float32 would hold it as infinity
+                    raise SnapshotError(
+                        f"usage.{key}[{t}][{g}]",
+                        f"must be within {-MAX_EXACT}..{MAX_EXACT}, got {_show(value)}",
                     )
                 out[t, g] = value
         matrices.append(out)
@@ -303,6 +380,8 @@ def from_dict(doc: Any) -> ClusterModel:
     for i, raw in enumerate(top.array("nodes", required=True)):
         node = _Fields(raw, f"nodes[{i}]")
         name = node.string("name", required=True)
+        if not name:
+            raise SnapshotError(f"{node.path}.name", "must not be empty")
         _wrap(
             node.path,
             lambda node=node, name=name: builder.add_node(
@@ -317,7 +396,7 @@ def from_dict(doc: Any) -> ClusterModel:
         )
         for j, raw_gpu in enumerate(node.array("gpus")):
             gpu = _Fields(raw_gpu, f"nodes[{i}].gpus[{j}]")
-            island = gpu.optional_integer("nvlink_island")
+            island = gpu.optional_integer("nvlink_island", minimum=0)  # null is unknown
             _wrap(
                 gpu.path,
                 lambda gpu=gpu, name=name, island=island: builder.add_gpu(
@@ -330,7 +409,7 @@ def from_dict(doc: Any) -> ClusterModel:
                     nvlink_island=UNKNOWN_ISLAND if island is None else island,
                     mig_enabled=gpu.boolean("mig_enabled", False),
                     carved_milli=gpu.integer("carved_milli", MILLI, minimum=0, maximum=MILLI),
-                    utilization_ratio=gpu.number("utilization_ratio", minimum=0),
+                    utilization_ratio=gpu.number("utilization_ratio", minimum=0, maximum=1),
                     memory_used_bytes=gpu.number("memory_used_bytes", minimum=0),
                     power_watts=gpu.number("power_watts", minimum=0),
                 ),
@@ -343,7 +422,7 @@ def from_dict(doc: Any) -> ClusterModel:
             node_name = alloc.string("node")
         gpus = alloc.array("gpus")
         for j, index in enumerate(gpus):
-            if isinstance(index, bool) or not isinstance(index, int):
+            if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index <= INT32_MAX:
                 raise SnapshotError(
                     f"{alloc.path}.gpus[{j}]", f"expected a GPU index, got {_show(index)}"
                 )
@@ -356,6 +435,12 @@ def from_dict(doc: Any) -> ClusterModel:
                     raise SnapshotError(
                         f"{alloc.path}.gpu_milli_each[{j}]", f"expected 1..1000, got {_show(milli)}"
                     )
+        milli = alloc.integer("gpu_milli", MILLI, minimum=0, maximum=MILLI)
+        if gpus and each is None and milli == 0:  # each listed GPU would hold nothing
+            raise SnapshotError(
+                f"{alloc.path}.gpu_milli",
+                "must be within 1..1000 for a task that holds GPUs, got 0",
+            )
         _wrap(
             alloc.path,
             lambda alloc=alloc, node_name=node_name, gpus=gpus, each=each: builder.add_allocation(
@@ -401,14 +486,24 @@ def _wrap(path: str, add: Any) -> None:
 
 
 def load(path: str | Path) -> ClusterModel:
-    """Read a snapshot file; SnapshotError (a ValueError) says which field is wrong and why."""
+    """Read a snapshot file; SnapshotError (a ValueError) says which field is wrong and why:
+    also for a file that is not UTF-8, not JSON, or nested deeper than the reader goes."""
     try:
         with open(path, encoding="utf-8") as stream:
-            doc = json.load(stream)
+            doc = parse_json(stream.read())
     except json.JSONDecodeError as error:
         raise SnapshotError(
             "(file)", f"not JSON: {error.msg} at line {error.lineno} column {error.colno}"
         ) from None
+    except UnicodeDecodeError as error:
+        raise SnapshotError(
+            "(file)", f"not UTF-8 text: {error.reason} at byte offset {error.start}"
+        ) from None
+    except RecursionError:
+        raise SnapshotError("(file)", "not JSON a snapshot can hold: nested too deeply") from None
+    except ValueError as error:  # an integer of more digits than Python converts
+        reason = str(error).split(";")[0]  # not the hint to raise Python's own limit
+        raise SnapshotError("(file)", f"not JSON a snapshot can hold: {reason}") from None
     except OSError as error:
         raise SnapshotError("(file)", f"cannot read {path}: {error.strerror}") from None
     return from_dict(doc)

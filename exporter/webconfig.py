@@ -94,11 +94,17 @@ def load_web_config(path: str | os.PathLike[str] | None) -> WebConfig:
         return WebConfig()
     file = Path(path)
     try:
-        raw = yaml.safe_load(file.read_text())
+        raw = yaml.safe_load(file.read_text(encoding="utf-8"))
     except OSError as error:
         raise WebConfigError(f"web config {file}: cannot read: {error.strerror}") from None
+    except UnicodeDecodeError as error:
+        raise WebConfigError(
+            f"web config {file}: not UTF-8 text: {error.reason} at byte offset {error.start}"
+        ) from None
     except yaml.YAMLError as error:
         raise WebConfigError(f"web config {file}: not valid YAML: {one_line(error)}") from None
+    except RecursionError:
+        raise WebConfigError(f"web config {file}: not valid YAML: nested too deeply") from None
     if raw is None:
         return WebConfig()
     if not isinstance(raw, dict):

@@ -4,10 +4,22 @@ The advisor's embedded default: no Prometheus, it reads the exporters itself. Ou
 read by their names in `exporter.contract` (a rename there is a rename here); dcgm-exporter
 pages go through the dcgm-exporter backend's own grouping, whose pod labels give allocations.
 The same sample-to-readings functions serve Prometheus query results (`ingest.prometheus`).
+
+Values no GPU can report are read as unknown, one rule for every command that reads pages
+(analyze, snapshot, plan, the service) and for Prometheus results: a NaN is "no value" as
+before; an infinity, a ratio outside 0-1, a negative or larger than 2^53 byte count or power
+(`snapshot.MAX_EXACT`), an NVLink island, GPU index or priority that is not a whole number an
+int32 holds, a `gpu_milli` label outside 0-1000 are dropped (that one value, or a GPU whose
+index is impossible) and counted in one warning per read naming the first few. One bad series
+does not fail the read of a fleet (the exporter's own rule: keep serving what it can), and
+`gpu-defrag snapshot` of a page writes exactly what `analyze` of it measured, which the
+snapshot loader then accepts. Info series (`*_info`, value always 1) are read by their labels
+whatever their value: a GPU's identity or allocation is not lost to a corrupt sample.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from collections import defaultdict
@@ -17,7 +29,8 @@ from urllib.parse import urlsplit
 
 import requests
 
-from advisor.model import ClusterModel, from_readings
+from advisor.model import MILLI, ClusterModel, from_readings
+from advisor.snapshot import INT32_MAX, INT32_MIN, MAX_EXACT
 from exporter.backends import dcgm_exporter as dx
 from exporter.backends.base import BackendUnavailable
 from exporter.contract import spec
@@ -30,6 +43,8 @@ from exporter.readings import (
     SimClock,
     TopologyLink,
 )
+
+log = logging.getLogger(__name__)
 
 Sample = tuple[str, dict[str, str], float]
 MAX_PARALLEL = 32  # concurrent scrapes
@@ -72,6 +87,20 @@ GPU_FLAGS: dict[str, str] = {
     _n("gpu_healthy"): "healthy",
     _n("gpu_mig_mode_enabled"): "mig_enabled",
 }
+# GpuReading attribute -> the values a GPU can report; anything else is read as unknown.
+_RATIO = (0.0, 1.0)
+_AMOUNT = (0.0, float(MAX_EXACT))
+POSSIBLE: dict[str, tuple[float, float]] = {
+    "utilization_ratio": _RATIO,
+    "memory_utilization_ratio": _RATIO,
+    "sm_active_ratio": _RATIO,
+    "memory_total_bytes": _AMOUNT,
+    "memory_used_bytes": _AMOUNT,
+    "memory_free_bytes": _AMOUNT,
+    "memory_reserved_bytes": _AMOUNT,
+    "power_watts": _AMOUNT,
+}
+INFO_SERIES = (GPU_INFO, MIG_INFO, LINK_INFO, ALLOCATION_INFO)  # value always 1: labels only
 # Every name `our_readings` reads: the Prometheus ingest asks for exactly these.
 OUR_NAMES: tuple[str, ...] = (
     GPU_INFO,
@@ -91,12 +120,57 @@ OUR_NAMES: tuple[str, ...] = (
 
 def _int(text: str) -> int | None:
     """A label that holds an index or id (GPU, instance, peer, pid): a whole number >= 0."""
-    return int(text) if text.isdigit() else None
+    return int(text) if text.isascii() and text.isdigit() else None
 
 
 def _signed(text: str) -> int | None:
     """A label that holds a priority: a whole number, possibly negative; "" is unknown."""
-    return int(text) if text.lstrip("-").isdigit() else None
+    digits = text.removeprefix("-")
+    return int(text) if digits.isascii() and digits.isdigit() else None
+
+
+def _whole(value: float, low: int = 0, high: int = INT32_MAX) -> int | None:
+    """A sample that holds a count or id: a whole number within low..high, else None."""
+    return int(value) if float(value).is_integer() and low <= value <= high else None
+
+
+def drop_impossible(readings: list[NodeReading], already: Sequence[str] = ()) -> None:
+    """Read as unknown (None) every value no GPU can report (`POSSIBLE`, an island, priority or
+    `gpu_milli` out of range) and drop GPUs whose index an int32 cannot hold; one warning
+    names how many and the first few, with the `already` notes of the caller's own drops."""
+    notes = list(already)
+    for node in readings:
+        kept = []
+        for gpu in node.gpus:
+            where = f"{node.node}/gpu{gpu.index}"
+            if not 0 <= gpu.index <= INT32_MAX:
+                notes.append(f"{node.node} GPU index {str(gpu.index)[:20]} (GPU left out)")
+                continue
+            kept.append(gpu)
+            for attr, (low, high) in POSSIBLE.items():
+                value = getattr(gpu, attr)
+                if value is not None and not low <= value <= high and not math.isnan(value):
+                    notes.append(f"{where} {attr}={value:g}")
+                    setattr(gpu, attr, None)
+            island = gpu.nvlink_island
+            if island is not None and not 0 <= island <= INT32_MAX:
+                notes.append(f"{where} nvlink_island={island}")
+                gpu.nvlink_island = None
+        node.gpus = kept
+        for alloc in node.allocations:
+            if alloc.priority is not None and not INT32_MIN <= alloc.priority <= INT32_MAX:
+                notes.append(f"{node.node}/gpu{alloc.gpu} priority={str(alloc.priority)[:20]}")
+                alloc.priority = None
+            if alloc.gpu_milli is not None and not 0 <= alloc.gpu_milli <= MILLI:
+                notes.append(f"{node.node}/gpu{alloc.gpu} gpu_milli={str(alloc.gpu_milli)[:20]}")
+                alloc.gpu_milli = None
+    if notes:
+        log.warning(
+            "%d impossible value(s) in the GPU series read as unknown: %s%s",
+            len(notes),
+            "; ".join(notes[:3]),
+            "; ..." if len(notes) > 3 else "",
+        )
 
 
 def our_readings(samples: Iterable[Sample]) -> list[NodeReading]:
@@ -118,6 +192,7 @@ def our_readings(samples: Iterable[Sample]) -> list[NodeReading]:
             node_of(node).gpus.append(gpus[key])
         return gpus[key]
 
+    notes: list[str] = []
     for name, labels, value in samples:
         if name == NODE_INFO:
             if labels.get("node"):
@@ -125,7 +200,14 @@ def our_readings(samples: Iterable[Sample]) -> list[NodeReading]:
                 reading.pool, reading.rack = labels.get("pool", ""), labels.get("rack", "")
             continue
         gpu = gpu_of(labels)
-        if gpu is None or not math.isfinite(value):  # NaN or ±Inf: no reading
+        if gpu is None:
+            continue
+        if name in INFO_SERIES:
+            value = 1.0  # the labels are the reading, whatever the sample says
+        elif math.isnan(value):  # no reading
+            continue
+        elif math.isinf(value) and name not in GPU_NUMBERS:  # those: drop_impossible
+            notes.append(f"{labels['node']}/gpu{gpu.index} {name}={value}")
             continue
         node = node_of(labels["node"])
         if name in GPU_NUMBERS:
@@ -133,7 +215,9 @@ def our_readings(samples: Iterable[Sample]) -> list[NodeReading]:
         elif name in GPU_FLAGS:
             setattr(gpu, GPU_FLAGS[name], value != 0)
         elif name == ISLAND:
-            gpu.nvlink_island = int(value)
+            gpu.nvlink_island = _whole(value)
+            if gpu.nvlink_island is None:
+                notes.append(f"{node.node}/gpu{gpu.index} {name}={value:g}")
         elif name == GPU_INFO:
             gpu.uuid, gpu.model = labels.get("uuid", ""), labels.get("model", "")
             node.driver_version = labels.get("driver_version", node.driver_version)
@@ -172,9 +256,11 @@ def our_readings(samples: Iterable[Sample]) -> list[NodeReading]:
             if peer is not None:
                 node.links.append(TopologyLink(gpu.index, peer, labels.get("link_type", "")))
         elif name == NVLINKS:
-            peer = _int(labels.get("peer_gpu", ""))
-            if peer is not None:
-                nvlink_counts[(node.node, gpu.index, peer)] = int(value)
+            peer, count = _int(labels.get("peer_gpu", "")), _whole(value)
+            if count is None:
+                notes.append(f"{node.node}/gpu{gpu.index} {name}={value:g}")
+            elif peer is not None:
+                nvlink_counts[(node.node, gpu.index, peer)] = count
         elif name == PROCESS_MEMORY:
             pid = _int(labels.get("pid", ""))
             if pid is not None:
@@ -184,7 +270,9 @@ def our_readings(samples: Iterable[Sample]) -> list[NodeReading]:
     for node in nodes.values():
         for link in node.links:
             link.nvlink_count = nvlink_counts.get((node.node, link.gpu, link.peer), 0)
-    return list(nodes.values())
+    readings = list(nodes.values())
+    drop_impossible(readings, notes)
+    return readings
 
 
 def is_dcgm(samples: Sequence[Sample]) -> bool:
@@ -204,7 +292,9 @@ def dcgm_readings(samples_by_target: Mapping[str, Sequence[Sample]]) -> list[Nod
         dx._group(canonical, host, nodes)
     backend = dx.DcgmExporterBackend(list(samples_by_target) or ["dcgm-exporter"])
     now = time.time()
-    return [backend._reading(node, now) for node in nodes.values()]
+    readings = [backend._reading(node, now) for node in nodes.values()]
+    drop_impossible(readings)
+    return readings
 
 
 def fetch(url: str, timeout: float, session: requests.Session | None = None) -> str:

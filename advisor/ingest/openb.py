@@ -4,6 +4,8 @@ The trace is the one the FGD paper (USENIX ATC'23) was evaluated on. Readers ret
 arrays, one per column, so the cluster model, the FGD measure and the replay can vectorise over
 them. Malformed input raises `OpenbFormatError` with a one-line message naming file, line and
 column, because a silent coercion here would shift every fragmentation figure downstream.
+Numbers are bounded as a snapshot's are (at most 2^53 in size, `snapshot.MAX_EXACT`), so
+`gpu-defrag snapshot openb:...` writes exactly the trace that `analyze openb:...` reads.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from advisor.model import MILLI
+from advisor.snapshot import MAX_EXACT
 
 NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
 POD_REQUIRED = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli")
@@ -102,7 +105,8 @@ class PodTable:
 
 def _read_rows(path: Path, required: tuple[str, ...]) -> tuple[list[str], list[list[str]]]:
     try:
-        with path.open(newline="", encoding="utf-8") as fh:
+        # utf-8-sig: a spreadsheet's byte-order mark is not part of the first column's name
+        with path.open(newline="", encoding="utf-8-sig") as fh:
             rows = list(csv.reader(fh))
     except OSError as exc:
         raise OpenbFormatError(f"{path}: cannot read file ({exc.strerror or exc})") from exc
@@ -126,7 +130,7 @@ def _read_rows(path: Path, required: tuple[str, ...]) -> tuple[list[str], list[l
 
 
 def _int_column(
-    path: Path, header: list[str], data: list[list[str]], col: str, lo: int, hi: int | None = None
+    path: Path, header: list[str], data: list[list[str]], col: str, lo: int, hi: int = MAX_EXACT
 ) -> np.ndarray:
     j = header.index(col)
     out = np.empty(len(data), dtype=np.int64)
@@ -144,10 +148,10 @@ def _int_column(
                     f"{path} line {i + 2}, column {col}: {raw!r} is not an integer"
                 ) from None
             value = int(f)
-        if value < lo or (hi is not None and value > hi):
-            bound = f"{lo}..{hi}" if hi is not None else f">= {lo}"
+        if not lo <= value <= hi:
+            shown = str(value) if len(str(value)) <= 40 else str(value)[:37] + "..."
             raise OpenbFormatError(
-                f"{path} line {i + 2}, column {col}: {value} is out of range ({bound})"
+                f"{path} line {i + 2}, column {col}: {shown} is out of range ({lo}..{hi})"
             )
         out[i] = value
     return out
@@ -171,11 +175,19 @@ def _time_column(path: Path, header: list[str], data: list[list[str]], col: str)
         if raw == "" or raw.lower() == "nan":
             continue
         try:
-            out[i] = float(raw)
+            value = float(raw)
         except ValueError:
+            value = math.nan
+        if not math.isfinite(value):  # "inf" too: a snapshot could not hold it
             raise OpenbFormatError(
                 f"{path} line {i + 2}, column {col}: {raw!r} is not a number of seconds"
-            ) from None
+            )
+        if abs(value) > MAX_EXACT:
+            raise OpenbFormatError(
+                f"{path} line {i + 2}, column {col}: {raw!r} is out of range "
+                f"({-MAX_EXACT}..{MAX_EXACT} seconds)"
+            )
+        out[i] = value
     return out
 
 
@@ -192,6 +204,9 @@ def read_nodes(path: str | Path) -> NodeTable:
         if gpu[i] > 0 and model[i] == "":
             raise OpenbFormatError(f"{p} line {i + 2}, column model: empty for a node with GPUs")
     names = _str_column(header, data, "sn")
+    for i, name in enumerate(names):
+        if name == "":
+            raise OpenbFormatError(f"{p} line {i + 2}, column sn: empty node name")
     if len(set(names.tolist())) != len(names):
         dup = next(n for n in names if (names == n).sum() > 1)
         raise OpenbFormatError(f"{p}: column sn: duplicate node name {dup!r}")

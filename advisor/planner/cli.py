@@ -30,6 +30,7 @@ from advisor.model import ClusterModel
 from advisor.planner.actions import CostWeights, Plan
 from advisor.planner.consolidate import Goal, parse_goal, plan_heuristic
 from advisor.planner.constraints import Policy, PolicyError, load_policy
+from advisor.snapshot import parse_json, repeated_key
 from exporter.units import fraction, number, positive_duration
 
 EXACT_MAX_NODES = 400
@@ -105,16 +106,35 @@ def load_demand(
     if Path(path).suffix.lower() in (".csv", ".parquet", ".pq"):
         return demand_from_history(path, horizon_s, model, quantile, capacity_gpus)
     try:
-        doc = json.loads(Path(path).read_text())
-    except (OSError, json.JSONDecodeError) as error:
-        raise ValueError(f"{path}: cannot read demand: {error}") from None
+        doc = parse_json(Path(path).read_text(encoding="utf-8"))
+    except OSError as error:
+        raise ValueError(f"{path}: cannot read demand: {error.strerror or error}") from None
+    except json.JSONDecodeError as error:
+        raise ValueError(
+            f"{path}: cannot read demand: not JSON: {error.msg} at line {error.lineno} "
+            f"column {error.colno}"
+        ) from None
+    except UnicodeDecodeError as error:
+        raise ValueError(
+            f"{path}: cannot read demand: not UTF-8 text: {error.reason} at byte offset {error.start}"
+        ) from None
+    except RecursionError:
+        raise ValueError(f"{path}: cannot read demand: JSON nested too deeply") from None
+    except ValueError as error:  # an integer of more digits than Python converts
+        raise ValueError(f"{path}: cannot read demand: {str(error).split(';')[0]}") from None
     if not isinstance(doc, dict):
         raise ValueError(f'{path}: expected a JSON object like {{"8": 2}}')
+    if repeated_key(doc) is not None:
+        raise ValueError(f"{path}: {repeated_key(doc)}: shape given twice (only one may stay)")
     shapes: list[Shape] = []
     for key, count in doc.items():
         if isinstance(count, bool) or not isinstance(count, int) or count < 0:
             raise ValueError(f"{path}: {key}: expected a whole number of jobs, got {count!r}")
-        shapes += _jobs(parse_shape(str(key)), count, capacity_gpus, path)
+        try:
+            shape = parse_shape(str(key))
+        except ValueError as error:
+            raise ValueError(f"{path}: {error}") from None
+        shapes += _jobs(shape, count, capacity_gpus, path)
     return shapes
 
 

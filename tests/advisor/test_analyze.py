@@ -8,6 +8,7 @@ import re
 import socket
 import sys
 
+import numpy as np
 import pytest
 
 from advisor import snapshot
@@ -86,16 +87,34 @@ def test_durations_take_units_like_the_other_commands(capsys) -> None:
     assert json.loads(capsys.readouterr().out)["temporal"]["window_s"] == 5400.0
 
 
-def test_snapshot_of_a_page_the_loader_would_refuse_writes_nothing(tmp_path, capsys) -> None:
-    routes = Routes()
-    routes.text("/page", 'gpu_memory_total_bytes{node="a",gpu="0"} -1\n')
+def test_snapshot_of_a_model_the_loader_would_refuse_writes_nothing(
+    tmp_path, capsys, monkeypatch
+) -> None:
+    builder = ModelBuilder()
+    builder.add_node("a")
+    builder.add_gpu("a", 0, memory_total_bytes=-1)  # no reader makes this any more: a stand-in
+    monkeypatch.setattr("advisor.analyze.load_source", lambda *_, **__: builder.build())
     out = tmp_path / "s.json"
-    with serve(routes) as base:
-        assert main(["snapshot", f"{base}/page", "-o", str(out), "--timeout", "2"]) == 2
+    assert main(["snapshot", "any", "-o", str(out), "--timeout", "2"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1
     assert "nodes[0].gpus[0].memory_total_bytes: must be >= 0, got -1" in err
     assert list(tmp_path.iterdir()) == []
+
+
+def test_snapshot_of_a_page_reads_an_impossible_value_as_unknown(tmp_path, caplog) -> None:
+    """A page's impossible value is dropped with a warning, as `analyze` of it does (the
+    exporter_scrape rule); the snapshot written holds null there and loads back."""
+    routes = Routes()
+    routes.text("/page", 'gpu_memory_total_bytes{node="a",gpu="0"} -1\n')
+    out = tmp_path / "s.json"
+    with serve(routes) as base:
+        assert main(["snapshot", f"{base}/page", "-o", str(out), "--timeout", "2"]) == 0
+        assert main(["analyze", f"{base}/page", "--timeout", "2"]) == 0
+    assert json.loads(out.read_text())["nodes"][0]["gpus"][0]["memory_total_bytes"] is None
+    assert np.isnan(snapshot.load(out).gpus.memory_total_bytes[0])
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 2 and "a/gpu0 memory_total_bytes=-1" in warnings[0]
 
 
 @pytest.mark.parametrize(
