@@ -2,13 +2,23 @@
 
 Modules are imported when the parser is built; each exposes `register(subparsers)`, which adds a
 parser and sets `func(args) -> int`. Keep this list the only place that knows every subcommand.
+
+Standard output is handled here for every command (`main`): what a command prints is flushed
+before `main` returns, and a write to it that fails is one line and exit 1 (`> /dev/full`, a
+full disk, an I/O error) instead of a traceback. A reader that stopped reading (`| head`) is no
+error and prints nothing: the exit status is the command's own when it had finished and only
+its output was cut short, and 141 (128 + SIGPIPE, what a shell reports for `seq 1000000 |
+head -1`) when the closed pipe stopped it part way, so `set -o pipefail` never takes an
+unfinished command for a success.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
+from typing import Any, TextIO
 
 from exporter.units import DefaultsFormatter
 
@@ -43,14 +53,81 @@ def _with_defaults(formatter: type[argparse.HelpFormatter]) -> type[argparse.Hel
     return type(f"Defaults{formatter.__name__}", (DefaultsFormatter, formatter), {})
 
 
+SIGPIPE_EXIT = 141  # 128 + SIGPIPE: a command stopped part way by a reader that went away
+
+
+class WatchedStdout:
+    """Standard output while a command runs: remembers the error of a write or flush that
+    failed, so `main` tells a full or closed standard output from any other OSError."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+        self.error: OSError | None = None
+
+    def write(self, text: str) -> int:
+        try:
+            return self.stream.write(text)
+        except OSError as error:
+            self.error = error
+            raise
+
+    def writelines(self, lines: Any) -> None:
+        for line in lines:
+            self.write(line)
+
+    def flush(self) -> None:
+        try:
+            self.stream.flush()
+        except OSError as error:
+            self.error = error
+            raise
+
+    def __getattr__(self, name: str) -> Any:  # fileno, isatty, encoding, buffer, ...
+        return getattr(self.stream, name)
+
+
+def discard_stdout() -> None:
+    """Point standard output's descriptor at the null device, so the interpreter's own flush at
+    exit does not fail a second time with a message of its own."""
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):
+        return  # not a real file (a test's capture): nothing is flushed at exit
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, fd)
+    os.close(null)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    original = sys.stdout
+    watched = None if original is None else WatchedStdout(original)
+    if watched is not None:
+        sys.stdout = watched  # type: ignore[assignment]
+    code, finished = 0, False
     try:
-        return int(args.func(args) or 0)
+        code = int(args.func(args) or 0)
+        finished = True
+        if watched is not None:
+            watched.flush()  # what the command printed reaches its reader here, not at exit
+        return code
     except KeyboardInterrupt:
         return 130
-    except BrokenPipeError:
-        return 0
+    except OSError as error:
+        if watched is None or error is not watched.error:
+            raise  # not standard output's: the command's own failure
+        discard_stdout()
+        if isinstance(error, BrokenPipeError):
+            return code if finished else SIGPIPE_EXIT
+        print(
+            f"gpu-defrag {args.command}: cannot write to standard output: "
+            f"{error.strerror or error}",
+            file=sys.stderr,
+        )
+        return 1
+    finally:
+        if sys.stdout is watched:
+            sys.stdout = original
 
 
 if __name__ == "__main__":

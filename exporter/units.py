@@ -58,7 +58,9 @@ def number(
             value = kind(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{text!r} is not a {word}") from None
-        if not (math.isfinite(value) and low <= value <= high) or (above and value == low):
+        # an int beyond a float's range is out of every bound, not an OverflowError in isfinite
+        finite = kind is int or math.isfinite(value)
+        if not (finite and low <= value <= high) or (above and value == low):
             raise argparse.ArgumentTypeError(f"{text!r}: expected a finite {word} {bounds}")
         return value
 

@@ -34,6 +34,7 @@ DEMO_SIM_START = (
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     # imported here, not at the top: the app's own process imports this module's constants
+    from exporter.backends.sim import MAX_SPEED, speed_flag
     from exporter.sim.presets import PRESETS
     from exporter.units import number
 
@@ -70,10 +71,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     demo.add_argument(
         "--sim-speed",
-        type=number(0, above=True),
+        type=speed_flag,  # the exporter's --sim.speed, which it is passed to
         default=60.0,
         metavar="X",
-        help="simulated seconds per real second (default 60: an hour a minute)",
+        help=f"simulated seconds per real second, at most {MAX_SPEED:g} "
+        "(default 60: an hour a minute)",
     )
     demo.add_argument(
         "--preset", choices=PRESETS, default=DEMO_PRESET, help=f"sim preset (default {DEMO_PRESET})"
@@ -178,10 +180,27 @@ def port_taken(address: str, port: int) -> str:
     return ""
 
 
+def app_address_taken(address: str, port: int) -> str:
+    """One line naming the flag at fault when the app cannot listen on `address`:`port`, ''
+    when it can: `--address` when nothing can be bound there (not an address of this machine,
+    an unknown host name), else `--port`. Checked before Streamlit starts, whose own failure is
+    a traceback of 50 lines."""
+    why = port_taken(address, 0)
+    if why:
+        return f"--address {address}: cannot listen on {address} ({why})"
+    why = port_taken(address, port)
+    if why:
+        return f"--port {port}: cannot listen on {address}:{port} ({why})"
+    return ""
+
+
 def demo_ports_taken(args: argparse.Namespace) -> str:
-    """One line naming the first port asked for that cannot be listened on, '' if none: a
-    server already there would answer the readiness check in the child's place."""
-    wanted = [("--port", args.address, args.port)]
+    """One line naming the first address or port asked for that cannot be listened on, '' if
+    none: a server already there would answer the readiness check in the child's place."""
+    taken = app_address_taken(args.address, args.port)
+    if taken:
+        return taken
+    wanted: list[tuple[str, str, int]] = []
     if args.exporter_port:
         wanted.append(("--exporter-port", "127.0.0.1", args.exporter_port))
     if args.advisor_port and not args.no_advisor:
@@ -240,6 +259,10 @@ def _supervise(children: Sequence[Child]) -> int:
 
 
 def run_app(args: argparse.Namespace) -> int:
+    taken = app_address_taken(args.address, args.port)
+    if taken:
+        print(f"gpu-defrag app: error: {taken}", file=sys.stderr)
+        return 2
     command = streamlit_command(args.address, args.port, args.source)
     children = [("app", subprocess.Popen(command, env=app_env(args.source, args.refresh)))]
     url = url_of(args.address, args.port)

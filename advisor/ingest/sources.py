@@ -2,7 +2,8 @@
 
     sim:PRESET[?seed=42&t=3600&nodes=N&history=1h&step=5m]
                                                   simulated fleet at t seconds (exporter.sim),
-                                                  with usage sampled over the history
+                                                  with usage sampled over the history; seed >= 0,
+                                                  nodes 1 to 10000, t at most 30d
     http://host:9835/metrics[,http://...]         exporter or dcgm-exporter pages, scraped now
     prometheus+http://host:9090[?at=UNIX&history=1h&step=60s]
                                                   Prometheus HTTP API (state + usage history)
@@ -135,15 +136,29 @@ def _prometheus(spec: str, timeout: float) -> ClusterModel:
 
 SIM_OPTIONS = {"seed", "t", "nodes", "history", "step"}
 SIM_LARGE_NODES = 256  # above this a simulated instant costs ~0.5 s to build: less past is stepped
+SIM_MAX_SAMPLES = 7 * 24 * 60  # usage samples of `history`/`step`: a week at one a minute
 
 
 def sim_fleet(
     spec: str, options: set[str] = SIM_OPTIONS, why: str = ""
 ) -> tuple[SimFleet, dict[str, str]]:
     """The simulated fleet of `sim:PRESET[?seed=&nodes=...]` at t=0 and the spec's options;
-    SourceError for an option outside `options` (`why` says why it is refused), an unknown
-    preset or a non-integer seed/nodes."""
+    SourceError as `sim_spec` says."""
     from exporter.sim.fleet import SimFleet  # the simulator is heavy; import only when asked
+
+    preset, seed, nodes, params = sim_spec(spec, options, why)
+    return SimFleet(preset, seed, nodes), params
+
+
+def sim_spec(
+    spec: str, options: set[str] = SIM_OPTIONS, why: str = ""
+) -> tuple[str, int, int | None, dict[str, str]]:
+    """(preset, seed, nodes, options) of `sim:PRESET[?seed=&nodes=...]`, nothing simulated;
+    SourceError for an option outside `options` (`why` says why it is refused), an unknown
+    preset, a seed that is not a whole number >= 0, nodes outside 1..`MAX_NODES` or a `t`
+    beyond `MAX_START_S` (the exporter's `--sim.nodes` and `--sim.start` bounds: the fleet's
+    build grows as nodes², and reaching `t` steps every simulated hour before it)."""
+    from exporter.backends.sim import MAX_NODES, MAX_START_S
     from exporter.sim.presets import PRESETS
 
     preset, _, query = spec.removeprefix("sim:").partition("?")
@@ -151,14 +166,21 @@ def sim_fleet(
     _only(params, options, spec, why)
     if preset not in PRESETS:
         raise SourceError(f"{spec}: unknown preset {preset!r} (known: {', '.join(PRESETS)})")
+    seed = _whole(params.get("seed", "42"), "seed", spec, 0)
+    nodes = _whole(params["nodes"], "nodes", spec, 1, MAX_NODES) if params.get("nodes") else None
+    if seconds(params.get("t", "0"), "t") > MAX_START_S:
+        raise SourceError(
+            f"{spec}: t={params['t']}: at most {units.duration_text(MAX_START_S)} of simulated time"
+        )
+    return preset, seed, nodes, params
+
+
+def _whole(text: str, name: str, spec: str, low: int, high: float = math.inf) -> int:
+    """`name`=`text` of `spec` as a whole number in [low, high], else one SourceError line."""
     try:
-        seed = int(params.get("seed", "42"))
-        nodes = int(params["nodes"]) if params.get("nodes") else None
-    except ValueError:
-        raise SourceError(f"{spec}: seed and nodes must be integers") from None
-    if nodes is not None and nodes < 1:
-        raise SourceError(f"{spec}: nodes must be at least 1, got {nodes}")
-    return SimFleet(preset, seed, nodes), params
+        return units.number(low, high, kind=int)(text)
+    except argparse.ArgumentTypeError as error:
+        raise SourceError(f"{spec}: {name}={error}") from None
 
 
 def _sim(spec: str) -> ClusterModel:
@@ -166,6 +188,12 @@ def _sim(spec: str) -> ClusterModel:
     end = seconds(params.get("t", "0"), "t")
     history = min(seconds(params.get("history", "0"), "history"), end)
     step = max(seconds(params.get("step", "5m"), "step"), 1.0)
+    if history / step > SIM_MAX_SAMPLES:
+        raise SourceError(
+            f"{spec}: history={params['history']} every step={params.get('step', '5m')} is "
+            f"{history / step:,.0f} usage samples; at most {SIM_MAX_SAMPLES:,} (a week at one "
+            "a minute): use a longer step"
+        )
     samples: list[tuple[float, dict[tuple[str, int], tuple[float, float]]]] = []
     for at in np.arange(end - history, end, step) if history > 0 else ():
         fleet.advance(float(at) - fleet.now)

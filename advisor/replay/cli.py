@@ -13,9 +13,19 @@ from advisor.placement import ALL_POLICIES
 from exporter.files import check_directory_target, staged_directory
 from exporter.units import number
 
+# Bounds a study never needs to pass, so a typo is refused at its flag instead of running for
+# days or filling memory: the paper replays 10 seeds (42-51) at 1.3 x capacity; past ~1.3 the
+# cluster is full and every extra arrival is dropped, so a larger ratio only adds time (and
+# arrivals, held in memory, grow with it: 1e6 took 5 GB in 20 s); each worker is a whole Python
+# process (~150 MB).
+MAX_SEEDS = 1000
+MAX_RATIO = 10.0
+MAX_JOBS = 64
+
 
 def parse_seeds(text: str) -> list[int]:
-    """`42-51`, `42,43` or a mix such as `1,5-7`."""
+    """`42-51`, `42,43` or a mix such as `1,5-7`; at most `MAX_SEEDS` seeds in all (a range is
+    counted before it is expanded)."""
     seeds: list[int] = []
     for part in text.split(","):
         part = part.strip()
@@ -27,11 +37,15 @@ def parse_seeds(text: str) -> list[int]:
                 a, b = int(lo), int(hi)
                 if b < a:
                     raise ValueError
-                seeds.extend(range(a, b + 1))
             else:
-                seeds.append(int(part))
+                a = b = int(part)
         except ValueError:
             raise argparse.ArgumentTypeError(f"bad seed range {part!r}") from None
+        if len(seeds) + (b - a + 1) > MAX_SEEDS:
+            raise argparse.ArgumentTypeError(
+                f"{text!r}: at most {MAX_SEEDS} seeds (the paper replays 10)"
+            )
+        seeds.extend(range(a, b + 1))
     if not seeds:
         raise argparse.ArgumentTypeError("no seeds given")
     return seeds
@@ -82,7 +96,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--seeds",
         type=parse_seeds,
         default=parse_seeds("42-51"),
-        help="random seeds of the replays, as 42-51 or 1,2,3 (default: 42-51)",
+        help=f"random seeds of the replays, as 42-51 or 1,2,3; at most {MAX_SEEDS} "
+        "(default: 42-51)",
     )
     p.add_argument(
         "--migration-budget",
@@ -92,15 +107,33 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--ratio",
-        type=number(0, above=True),
+        type=number(0, MAX_RATIO, above=True),
         default=1.3,
-        help="workload inflation, a finite number > 0 (default 1.3)",
+        help=f"workload inflation x GPU capacity, > 0 and at most {MAX_RATIO:g} (past ~1.3 the "
+        "cluster is full: more only adds dropped arrivals) (default 1.3)",
     )
     p.add_argument(
-        "--jobs", type=number(1, kind=int), default=2, help="worker processes (default 2)"
+        "--jobs",
+        type=number(1, MAX_JOBS, kind=int),
+        default=2,
+        help=f"worker processes, 1 to {MAX_JOBS} (each ~150 MB), never more than the replays "
+        "(default 2)",
     )
-    p.add_argument("--out", required=True, type=Path, help="output directory")
+    p.add_argument("--out", required=True, type=_out_folder, help="output directory")
     p.set_defaults(func=run)
+
+
+# The files every replay writes (migration.png only with a migration budget): a file of these
+# names that another command or the user put in --out is refused before the replays.
+REPLAY_FILES = ("curve.csv", "summary.csv", "replay.png")
+
+
+def _out_folder(text: str) -> Path:
+    """--out as a Path, but not from an empty string (Path('') is the current folder, whose
+    files of the same names the results would replace)."""
+    if not text:
+        raise argparse.ArgumentTypeError("an empty path names no folder")
+    return Path(text)
 
 
 def _fail(message: str) -> int:
@@ -128,7 +161,7 @@ def run(args: argparse.Namespace) -> int:
     if len(pods) == 0:  # the trace's workload is learnt from its pods
         return _fail(f"{args.pods}: no pods in the pod list")
     try:  # before the replays, not after them
-        check_directory_target(args.out)
+        check_directory_target(args.out, REPLAY_FILES, writer="replay")
     except OSError as exc:
         return _fail(f"--out {args.out}: {exc.strerror or exc}")
     tasks = [
@@ -137,7 +170,7 @@ def run(args: argparse.Namespace) -> int:
         for policy in args.policies
         for seed in args.seeds
     ]
-    summaries, curves = run_tasks(tasks, processes=args.jobs)
+    summaries, curves = run_tasks(tasks, processes=min(args.jobs, len(tasks)))
     bound = None
     if args.ratio >= 1.0:  # the 100 % bin exists: what no placement or migration can beat there
         from advisor.replay.floor import packing_floor_pct
@@ -148,7 +181,7 @@ def run(args: argparse.Namespace) -> int:
             )
         )
     try:
-        with staged_directory(args.out) as stage:  # all four files or none
+        with staged_directory(args.out, writer="replay") as stage:  # all four files or none
             write_csv(stage / "curve.csv", CURVE_COLUMNS, curves)
             write_csv(stage / "summary.csv", SUMMARY_COLUMNS, summaries)
             plot(curves, stage / "replay.png", title=f"{args.pods.name} on {args.nodes.name}")

@@ -10,6 +10,10 @@ would have seen. A `sim:` source steps its simulated fleet through the span inst
 (`gpu_sim_*`), and a fleet depends only on those, so the same fleet re-simulated hour by hour is
 the past the exporter went through. Other exporter URLs have no past; the history then starts
 with the first run.
+
+Every backfill asks `cancelled()` between instants (a sim steps at most a simulated hour between
+asks), so a SIGTERM or Ctrl-C during a long one stops the start-up within a step. The span is at
+most `MAX_SPAN_S` (`--history.backfill`'s bound).
 """
 
 from __future__ import annotations
@@ -20,12 +24,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from advisor.history import NODE_HOURS
 from advisor.ingest import exporter_scrape as scrape
 from advisor.ingest import prometheus
 from advisor.ingest.exporter_scrape import SourceUnavailable
-from advisor.ingest.sources import SIM_LARGE_NODES, SourceError, prometheus_spec, sim_fleet
+from advisor.ingest.sources import SIM_LARGE_NODES, SourceError, prometheus_spec, sim_spec
 from advisor.model import ClusterModel, ModelError, from_readings
-from advisor.service.loop import redact
+from advisor.service.loop import redact, step_fleet
 
 log = logging.getLogger("advisor.service")
 
@@ -33,6 +38,10 @@ STEP_S = 3600.0  # one instant an hour: the forecast's grid
 SIM_SPAN_S = 7 * 86400.0  # a `sim:` source: the week the app shows of the same spec
 SIM_LARGE_SPAN_S = 72 * 3600.0  # above SIM_LARGE_NODES: a week of 1,000 nodes takes ~76 s
 RECORDED_SPAN_S = 7 * 86400.0  # Prometheus or a sim exporter: a week of hours
+# The longest past the service keeps: `NODE_HOURS` (16 days) per node, the idle windows'
+# `IDLE_MAX_H`; the demand backtest looks back `MAX_ORIGINS` (14 days). An older hour would be
+# read, then dropped.
+MAX_SPAN_S = NODE_HOURS * STEP_S
 
 
 @dataclass
@@ -70,11 +79,14 @@ def default_span_s(spec: str) -> float:
     where stepping a week would delay the first run by a minute or more."""
     spec = spec.strip()
     if spec.startswith("sim:"):
+        from exporter.sim.presets import build_preset
+
         try:
-            nodes = len(sim_fleet(spec)[0].spec.nodes)
+            preset, _, nodes, _ = sim_spec(spec)
         except SourceError:
             return SIM_SPAN_S  # the source itself is refused at start, with its reason
-        return SIM_SPAN_S if nodes <= SIM_LARGE_NODES else SIM_LARGE_SPAN_S
+        count = len(build_preset(preset, nodes).nodes)  # the layout only: 20 ms, not a fleet
+        return SIM_SPAN_S if count <= SIM_LARGE_NODES else SIM_LARGE_SPAN_S
     if spec.startswith(("prometheus+", "http://", "https://")):
         return RECORDED_SPAN_S
     return 0.0
@@ -129,10 +141,17 @@ def from_prometheus(
     return result
 
 
-def from_sim_exporter(spec: str, span_s: float, *, timeout: float = 10.0) -> Backfill | None:
+def from_sim_exporter(
+    spec: str,
+    span_s: float,
+    *,
+    timeout: float = 10.0,
+    cancelled: Callable[[], bool] = lambda: False,
+) -> Backfill | None:
     """The past of the simulated fleet a sim exporter serves, re-simulated one instant an hour
     over `span_s` before its clock (never before the fleet's t = 0), stamped on its clock;
-    None when `spec` is not a single exporter URL whose page (read now) carries a sim clock."""
+    None when `spec` is not a single exporter URL whose page (read now) carries a sim clock.
+    Stops with what was read once `cancelled()`."""
     from exporter.sim import SimFleet
 
     urls = [url.strip() for url in spec.split(",") if url.strip()]
@@ -151,7 +170,9 @@ def from_sim_exporter(spec: str, span_s: float, *, timeout: float = 10.0) -> Bac
         if at < 0:
             result.empty += 1
             continue
-        fleet.advance(at - fleet.now)
+        if not step_fleet(fleet, at, cancelled):
+            result.reason = "stopped"
+            break
         readings = fleet.readings(lambda t: clock.epoch + t)
         result.models.append(from_readings(readings, timestamp=clock.epoch + at, source=spec))
     result.seconds = time.perf_counter() - started
@@ -171,7 +192,7 @@ def past(
         return None
     if spec.strip().startswith("prometheus+"):
         return from_prometheus(spec, span_s, timeout=timeout, cancelled=cancelled)
-    return from_sim_exporter(spec, span_s, timeout=timeout)
+    return from_sim_exporter(spec, span_s, timeout=timeout, cancelled=cancelled)
 
 
 def backfill(
@@ -182,13 +203,16 @@ def backfill(
     timeout: float = 10.0,
     cancelled: Callable[[], bool] = lambda: False,
 ) -> Backfill | None:
-    """The source's past over `span_s`, or None where the source has none to read."""
+    """The source's past over `span_s`, or None where the source has none to read; what was
+    read so far once `cancelled()` (a SIGTERM during start-up)."""
     from advisor.service.loop import LiveSim
 
     if span_s <= 0:
         return None
     if isinstance(ingest, LiveSim):
         started = time.perf_counter()
-        models = ingest.backfill(span_s, STEP_S)
-        return Backfill(spec, span_s, models, seconds=time.perf_counter() - started)
+        models = ingest.backfill(span_s, STEP_S, cancelled)
+        result = Backfill(spec, span_s, models, seconds=time.perf_counter() - started)
+        result.reason = "stopped" if cancelled() else ""
+        return result
     return past(spec, span_s, timeout=timeout, cancelled=cancelled)

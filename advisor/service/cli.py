@@ -17,7 +17,7 @@ import sys
 import threading
 
 from exporter.cli import add_server_arguments, configure_logging
-from exporter.units import duration, number, positive_duration
+from exporter.units import duration, duration_text, number, positive_duration
 
 log = logging.getLogger("advisor.service")
 
@@ -48,8 +48,22 @@ def shapes(text: str) -> tuple:
         raise argparse.ArgumentTypeError(str(error)) from None
 
 
+def backfill_span(text: str) -> float:
+    """`--history.backfill`: a duration of at most `backfill.MAX_SPAN_S`, the 16 days of past
+    the service keeps (a longer one would be stepped through, then dropped)."""
+    from advisor.service.backfill import MAX_SPAN_S
+
+    value = duration(text)
+    if value > MAX_SPAN_S:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: at most {duration_text(MAX_SPAN_S)}, the past the advisor keeps"
+        )
+    return value
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     from advisor.ingest.sources import SOURCE_HELP
+    from advisor.service.backfill import MAX_SPAN_S
 
     parser = subparsers.add_parser(
         "advise",
@@ -124,15 +138,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--history.backfill",
         dest="history_backfill",
-        type=duration,
+        type=backfill_span,
         default=None,
         help="past read into the history at start, one instant an hour, so a restarted advisor "
         "forecasts at once: from a prometheus+ source or a sim exporter's re-simulated fleet, "
         "or by stepping a sim: source (default 7d; 72h for a sim: fleet over 256 nodes); 0 "
-        "turns it off; other exporter URLs have no past",
+        f"turns it off; at most {duration_text(MAX_SPAN_S)}, the past the advisor keeps; "
+        "other exporter URLs have no past",
     )
     parser.add_argument(  # the flag's earlier name, before Prometheus sources had a backfill
-        "--sim.backfill", dest="history_backfill", type=duration, help=argparse.SUPPRESS
+        "--sim.backfill", dest="history_backfill", type=backfill_span, help=argparse.SUPPRESS
     )
     parser.set_defaults(func=run)
 
@@ -192,8 +207,12 @@ def run(args: argparse.Namespace) -> int:
         cancelled=stop.is_set,
     )
     if past is not None:
-        loop.seed_history(past.models)
         log.info("%s", past.summary())
+    if stop.is_set():  # SIGTERM or Ctrl-C during the backfill: no run starts
+        server.close()
+        return 0
+    if past is not None:
+        loop.seed_history(past.models)
     elif span:
         log.info(
             "--history.backfill: %s has no past to read; the history starts now",

@@ -7,6 +7,11 @@ that speed, so they never lie in the future. Each page also says which fleet it 
 clock stands (`gpu_sim_info`, `gpu_sim_time_seconds`, `gpu_sim_epoch_timestamp_seconds`): a
 reading at simulated time t is stamped epoch + t, so a reader (the advisor, the app) keeps its
 history on the simulated clock and can re-simulate the fleet's past up to the start.
+
+The flags are bounded (`MAX_NODES`, `MAX_SPEED`, `MAX_START_S`; a `sim:` source's `nodes=` and
+`t=` take the same bounds) so a typo is refused at its flag instead of a collection that never
+ends: the simulator's cost grows with nodes, and every collection steps `speed` × interval
+simulated seconds, the first one `--sim.start` of them.
 """
 
 from __future__ import annotations
@@ -18,7 +23,32 @@ from collections.abc import Callable
 from exporter.backends.base import Backend
 from exporter.readings import Collection, SimClock
 from exporter.sim import PRESETS, SimFleet
-from exporter.units import duration
+from exporter.units import duration, duration_text, number
+
+# 10,000 nodes (80,000 GPUs, beyond the largest real clusters this models; the bench uses 1,000)
+# take ~20 s and ~330 MB to build for the two scaled presets, whose build grows as nodes².
+MAX_NODES = 10_000
+# An hour a second: a simulated day in 24 real seconds. A 15-s collection then steps 15 simulated
+# hours, ~14 s for 10,000 nodes, inside the collection's 30-s timeout; faster shows nothing a
+# person can follow (the demo runs at 60).
+MAX_SPEED = 3600.0
+# 30 days: twice the 16 days of past the advisor keeps (`--history.backfill`), and every reader
+# of the page re-simulates the fleet from t = 0 (the demo starts at 7d).
+MAX_START_S = 30 * 86400.0
+
+seed_flag = number(0, kind=int)  # numpy's generators take no negative seed
+nodes_flag = number(1, MAX_NODES, kind=int)
+speed_flag = number(0, MAX_SPEED, above=True)  # also `gpu-defrag demo --sim-speed`
+
+
+def start_flag(text: str) -> float:
+    """`--sim.start`: a duration of at most `MAX_START_S`."""
+    value = duration(text)
+    if value > MAX_START_S:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: at most {duration_text(MAX_START_S)} of simulated past"
+        )
+    return value
 
 
 class SimBackend(Backend):
@@ -57,29 +87,37 @@ class SimBackend(Backend):
             help="simulated fleet layout (default: %(default)s)",
         )
         group.add_argument(
-            "--sim.seed", dest="sim_seed", type=int, default=42, help="RNG seed (default: 42)"
+            "--sim.seed",
+            dest="sim_seed",
+            type=seed_flag,
+            default=42,
+            help="RNG seed, a whole number >= 0 (default: 42)",
         )
         group.add_argument(
             "--sim.speed",
             dest="sim_speed",
-            type=float,
+            type=speed_flag,
             default=1.0,
-            help="simulated seconds per real second (default: 1; the demo uses 60)",
+            help=f"simulated seconds per real second, > 0 and at most {MAX_SPEED:g} (an hour a "
+            "second: each collection steps speed x interval simulated seconds and must end "
+            "within its timeout) (default: 1; the demo uses 60)",
         )
         group.add_argument(
             "--sim.nodes",
             dest="sim_nodes",
-            type=int,
+            type=nodes_flag,
             default=None,
-            help="override the preset's node count, keeping its shape (e.g. 1000 for the bench)",
+            help="override the preset's node count, keeping its shape (e.g. 1000 for the bench); "
+            f"1 to {MAX_NODES:,} (the largest fleet builds in ~20 s)",
         )
         group.add_argument(
             "--sim.start",
             dest="sim_start",
-            type=duration,
+            type=start_flag,
             default=0.0,
             help="simulated time the fleet starts at, e.g. 7d: it has that much past, which "
-            "the advisor and the app re-simulate into their history (default: 0)",
+            "the advisor and the app re-simulate into their history; at most "
+            f"{duration_text(MAX_START_S)}, twice the past the advisor keeps (default: 0)",
         )
 
     @classmethod

@@ -328,7 +328,9 @@ def test_sim_source_carries_job_facts() -> None:
     assert same_state(model, load_source("sim:a100-16x8?seed=3&t=600"))  # pure in its inputs
     with pytest.raises(SourceError, match="unknown preset 'nope'"):
         load_source("sim:nope")
-    with pytest.raises(SourceError, match=r"\?nodes=0: nodes must be at least 1, got 0"):
+    with pytest.raises(
+        SourceError, match=r"\?nodes=0: nodes='0': expected a finite whole number >= 1 "
+    ):
         load_source("sim:a100-16x8?nodes=0")
     with pytest.raises(SourceError, match="is not a source"):
         load_source("ftp://x")

@@ -139,7 +139,7 @@ def test_live_sim_advances_by_the_wall_time_between_reads():
     [
         ("sim:a100-16x8?history=1h", "does not apply to the advisor service"),
         ("sim:nope", "unknown preset 'nope'"),
-        ("sim:a100-16x8?seed=x", "seed and nodes must be integers"),
+        ("sim:a100-16x8?seed=x", "seed='x' is not a whole number"),
     ],
 )
 def test_live_sim_rejects_bad_specs_in_one_line(spec, message):
