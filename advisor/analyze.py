@@ -7,7 +7,6 @@ import argparse
 import io
 import json
 import math
-import os
 import sys
 from typing import Any, TextIO
 
@@ -98,32 +97,13 @@ def _fail(message: str) -> int:
 
 
 def _emit(text: str) -> int:
-    """Print the whole result; a closed (`>&-`) or full (`> /dev/full`) standard output is one
-    line and exit 2, like any other write failure, instead of a traceback."""
-    stream = sys.stdout
-    if stream is None:
+    """Print the whole result. A closed standard output (`>&-`: no stream at all) is one line
+    and exit 2; a write that fails (`> /dev/full`, `| head`) is `advisor.cli.main`'s, as for
+    every command: one line and exit 1, or quiet for a reader that stopped."""
+    if sys.stdout is None:
         return _fail("cannot write to standard output: standard output is closed")
-    try:
-        stream.write(text)
-        stream.flush()
-    except BrokenPipeError:
-        raise  # `| head`: the CLI's own rule (a reader that stopped is not an error)
-    except OSError as error:
-        _discard_stdout()
-        return _fail(f"cannot write to standard output: {error.strerror or error}")
+    sys.stdout.write(text)
     return 0
-
-
-def _discard_stdout() -> None:
-    """Point standard output at the null device, so the interpreter's flush at exit does not
-    fail a second time with a traceback of its own."""
-    try:
-        fd = sys.stdout.fileno()
-    except (AttributeError, OSError, ValueError):
-        return  # not a real file (a test's capture): nothing is flushed at exit
-    null = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(null, fd)
-    os.close(null)
 
 
 def run_snapshot(args: argparse.Namespace) -> int:
