@@ -152,6 +152,27 @@ def test_written_snapshots_follow_the_published_json_schema() -> None:
     assert not validator.is_valid({**snapshot.to_dict(_model()), "allocation": []})  # a typo
     with pytest.raises(SnapshotError, match=r"nodes\[0\]\.gpus\[0\]\.index: must be within 0"):
         snapshot.from_dict(doc)  # and the loader agrees
+    # what the loader refuses, the schema refuses too (and what it writes, the schema takes)
+    for path, value in (
+        (("nodes", 0, "gpus", 0, "utilization_ratio"), 2.5),
+        (("nodes", 0, "gpus", 0, "nvlink_island"), -1),
+        (("nodes", 0, "name"), ""),
+        (("nodes", 0, "gpus", 0, "carved_milli"), 1001),
+        (("allocations", 0, "priority"), 2**31),
+    ):
+        bad = snapshot.to_dict(_model())
+        *parents, key = path
+        target = bad
+        for step in parents:
+            target = target[step]
+        target[key] = value
+        assert not validator.is_valid(bad), path
+        with pytest.raises(SnapshotError):
+            snapshot.from_dict(bad)
+    carved = snapshot.to_dict(_model())
+    carved["nodes"][0]["gpus"][0].update(mig_enabled=True, carved_milli=857)
+    validator.validate(carved)
+    assert snapshot.from_dict(carved).gpus.carved_milli[0] == 857
 
 
 def test_failed_save_leaves_the_previous_file_whole(tmp_path) -> None:
