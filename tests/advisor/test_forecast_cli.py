@@ -10,8 +10,9 @@ from tests.advisor.forecast_synth import synthetic_panel
 METRIC_COLUMNS = "series,horizon,model,mae,rmse,wape,smape,mase,pinball_q90,coverage_q90"
 
 
-def _long_csv(tmp_path):
-    p = synthetic_panel(days=21, n_series=2, seed=3)
+def _long_csv(tmp_path, days: int = 21):
+    """Two synthetic series of `days` hourly values with capacity, as the long CSV format."""
+    p = synthetic_panel(days=days, n_series=2, seed=3)
     frame = p.values.stack().rename("value").reset_index()
     frame.columns = ["time", "series", "value"]
     frame["capacity"] = p.capacity.stack().to_numpy()

@@ -16,7 +16,7 @@ import pytest
 
 from advisor.cli import main
 from advisor.forecast import io, rolling
-from tests.advisor.forecast_synth import synthetic_panel
+from tests.advisor.test_forecast_cli import _long_csv
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -186,19 +186,9 @@ def test_a_yearly_demand_history_past_2262_is_one_line_for_the_planner(tmp_path)
     assert "\n" not in str(error.value)
 
 
-def _demand(tmp_path: Path, days: int = 21) -> Path:
-    p = synthetic_panel(days=days, n_series=1, seed=3)
-    frame = p.values.stack().rename("value").reset_index()
-    frame.columns = ["time", "series", "value"]
-    frame["capacity"] = p.capacity.stack().to_numpy()
-    path = tmp_path / "demand.csv"
-    frame.to_csv(path, index=False)
-    return path
-
-
 def test_a_horizon_the_test_part_cannot_score_is_one_line(tmp_path, capsys):
     """h = 168 on the default last 7 days of 21: KeyError 'series' in rolling.advisor_rows."""
-    path = _demand(tmp_path)
+    path = _long_csv(tmp_path)
     out = tmp_path / "out"
     assert (
         main(["backtest", str(path), "--horizons", "168", "--replays", "", "--out", str(out)]) == 2
@@ -215,7 +205,7 @@ def test_a_horizon_the_test_part_cannot_score_is_one_line(tmp_path, capsys):
 @pytest.mark.parametrize("how", ["same", "symlink", "hardlink"])
 def test_an_out_that_is_the_input_is_refused_and_the_input_kept(tmp_path, capsys, how):
     """`forecast in.csv --out in.csv` exited 0 and replaced the trace by its forecast."""
-    path = _demand(tmp_path, days=10)
+    path = _long_csv(tmp_path, days=10)
     before = path.read_bytes()
     out = tmp_path / "out.csv"
     if how == "symlink":
@@ -259,7 +249,7 @@ def _backtest(tmp_path: Path, out: Path, stdout) -> subprocess.Popen:
     """`gpu-defrag backtest` as its own process with unbuffered output, as a terminal or an
     ssh session gives it: every print reaches stdout at once."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    command = [sys.executable, "-m", "advisor.cli", "backtest", str(_demand(tmp_path))]
+    command = [sys.executable, "-m", "advisor.cli", "backtest", str(_long_csv(tmp_path))]
     command += ["--horizons", "1", "--replays", "idle", "--out", str(out)]
     return subprocess.Popen(command, stdout=stdout, stderr=subprocess.PIPE, cwd=ROOT, env=env)
 
