@@ -56,8 +56,33 @@ def _parts(text: str, what: str) -> list[str]:
 
 
 def _quantiles(text: str) -> tuple[float, ...]:
-    """'0.5,0.9': quantile levels, each strictly between 0 and 1."""
-    return tuple(sorted({fraction(part) for part in _parts(text, "quantile")}))
+    """'0.5,0.9': quantile levels, each strictly between 0 and 1. Two levels that print alike
+    (0.5 and 0.50000000001: both columns would be q0.5) are refused, not merged."""
+    levels = sorted({fraction(part) for part in _parts(text, "quantile")})
+    names: dict[str, float] = {}
+    for level in levels:
+        if f"{level:g}" in names:
+            raise argparse.ArgumentTypeError(
+                f"{level!r} and {names[f'{level:g}']!r} are both column q{level:g}; "
+                "give levels that differ in their first 6 digits"
+            )
+        names[f"{level:g}"] = level
+    return tuple(levels)
+
+
+REPLAYS = ("idle", "power", "reservation")
+
+
+def _replays(text: str) -> frozenset[str]:
+    """'idle,power': the decision replays to run ('' for none); an unknown name is refused
+    (a typo such as 'powr' ran nothing and said so nowhere)."""
+    names = {part.strip() for part in text.split(",") if part.strip()}
+    unknown = sorted(names - set(REPLAYS))
+    if unknown:
+        raise argparse.ArgumentTypeError(
+            f"unknown replay {', '.join(map(repr, unknown))}; choose from {','.join(REPLAYS)}"
+        )
+    return frozenset(names)
 
 
 def _hours(text: str) -> tuple[int, ...]:
@@ -183,6 +208,7 @@ def register(subparsers) -> None:
     )
     bt.add_argument(
         "--replays",
+        type=_replays,
         default="idle,power,reservation",
         help="comma list from idle,power,reservation (power: single node-count series only; "
         "reservation: the highest quantile above 0.5); '' for none",
@@ -312,7 +338,7 @@ def _run_backtest(args: argparse.Namespace) -> int:
     )
     paired = significance.paired_table(fc)
     t_demand = time.perf_counter() - t0
-    replays = {r.strip() for r in args.replays.split(",") if r.strip()}
+    replays = args.replays
     decisions = []
     notes = []  # printed with the tables, once --out is written
     if "idle" in replays:

@@ -272,3 +272,37 @@ def test_the_results_reach_out_when_stdout_is_a_full_disk(tmp_path):
         run.stderr.read()
         run.wait(timeout=120)
     assert {p.name for p in out.iterdir()} >= RESULTS
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "message"),
+    [
+        ("--replays", "idle,powr", "unknown replay 'powr'; choose from idle,power,reservation"),
+        ("--quantiles", "0.5,0.50000000001", "are both column q0.5"),
+    ],
+)
+def test_a_replay_typo_or_two_quantiles_in_one_column_are_refused(
+    tmp_path, capsys, flag, value, message
+):
+    """'powr' ran no replay and said nothing; 0.5 and 0.50000000001 became one q0.5 column."""
+    argv = ["backtest", str(_long_csv(tmp_path)), flag, value, "--out", str(tmp_path / "o")]
+    with pytest.raises(SystemExit) as stop:
+        main(argv)
+    assert stop.value.code == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
+
+
+def test_the_replays_flag_takes_none_or_known_names() -> None:
+    from advisor.cli import build_parser
+
+    def replays(value: str):
+        return build_parser().parse_args(["backtest", "x.csv", "--replays", value]).replays
+
+    assert replays("") == frozenset()
+    assert replays(" idle , power") == {"idle", "power"}
+    assert build_parser().parse_args(["backtest", "x.csv"]).replays == {
+        "idle",
+        "power",
+        "reservation",
+    }
