@@ -55,7 +55,13 @@ FLEETS = "a100-16x8,a100-16x8?nodes=64,mixed-h100-a100-v100?nodes=64"
 # --------------------------------------------------------------------------- accuracy
 
 
-def accuracy(fleet_spec: str, seed: int, origins_h: list[float], step_h: float = 1.0):
+def accuracy(
+    fleet_spec: str,
+    seed: int,
+    origins_h: list[float],
+    step_h: float = 1.0,
+    settings: JobEndSettings | None = None,
+):
     """Observe `sim:fleet_spec` every `step_h` from t = 0 to the last origin; at each origin
     score every running job's learned and prior end against its true end. Returns the scored
     rows (origin h; learned, prior and true remaining s; elapsed h; job), the counts of jobs not
@@ -65,7 +71,7 @@ def accuracy(fleet_spec: str, seed: int, origins_h: list[float], step_h: float =
     fleet, _ = sim_fleet(spec)
     epoch = fleet.unix_time - fleet.now
     lifetimes = JobLifetimes()  # History's defaults (5000 finished, 2 h gap)
-    settings = JobEndSettings()
+    settings = settings or JobEndSettings()
     origins = {round(h * HOUR) for h in origins_h}
     rows = []
     kept = []  # the prior's absolute error (h) on the jobs without a learned end
@@ -141,6 +147,14 @@ def errors_line(r: dict[str, float]) -> str:
         f"{r['mean_prior']:.1f} h (ratio {r['mean_learned'] / r['mean_prior']:.2f}); learned "
         f"before the true end {100 * r['early_learned']:.0f} % (prior "
         f"{100 * r['early_prior']:.0f} %); learned closer for {100 * r['learned_better']:.0f} %"
+    )
+
+
+def served_line(errors: list[float]) -> str:
+    e = np.asarray(errors, float)
+    return (
+        f"served end (learned where any, else the prior) over {len(e)} job x origin: "
+        f"median |error| {np.median(e):.2f} h, mean {e.mean():.2f} h"
     )
 
 
@@ -249,6 +263,13 @@ def main() -> None:
     ap.add_argument("--backfill-h", type=float, default=72.0)
     ap.add_argument("--skip-accuracy", action="store_true")
     ap.add_argument("--skip-cost", action="store_true")
+    ap.add_argument(
+        "--min-similar",
+        type=int,
+        default=JobEndSettings().min_similar,
+        help="JobEndSettings.min_similar: finished jobs that must have outlived a job for its "
+        "learned end (fewer: the prior serves)",
+    )
     args = ap.parse_args()
     print(describe())
     started = time.perf_counter()
@@ -260,11 +281,13 @@ def main() -> None:
             f"every {args.every_h:g} h ({len(origins)}), seeds {args.seeds}; absolute error of "
             "the predicted end vs the simulator's true end, in hours, learned vs prior"
         )
+        settings = JobEndSettings(min_similar=args.min_similar)
+        served_all: list[float] = []
         for fleet_spec in [f.strip() for f in args.fleets.split(",") if f.strip()]:
             t0 = time.perf_counter()
             rows, counts, kept = [], defaultdict(int), []
             for seed in seeds:
-                more, c, prior_only, gpus = accuracy(fleet_spec, seed, origins)
+                more, c, prior_only, gpus = accuracy(fleet_spec, seed, origins, settings=settings)
                 rows += more
                 kept += prior_only
                 for key, value in c.items():
@@ -282,6 +305,10 @@ def main() -> None:
                 f"finished jobs learned by {origins[-1]:g} h; {time.perf_counter() - t0:.1f} s"
             )
             print(f"    {errors_line(r)}")
+            # what the service plans on: the learned end where there is one, else the prior
+            served = [abs(row[1] - row[3]) / HOUR for row in rows] + list(kept)
+            served_all += served
+            print(f"    {served_line(served)}")
             if counts["name_clashes"]:
                 print(f"    note: {counts['name_clashes']} running (tenant, job) name clashes")
             if args.by_origin:
@@ -290,6 +317,7 @@ def main() -> None:
                     if mine:
                         o = summary(mine)
                         print(f"      {h:g} h ({o['scored']}): {errors_line(o)}")
+        print(f"  all fleets, min_similar {args.min_similar}: {served_line(served_all)}")
     if not args.skip_cost:
         sizes = [int(n) for n in args.cost_nodes.split(",") if n.strip()]
         print(
