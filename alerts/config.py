@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-import yaml
+from exporter.config_text import load_yaml
 
 CONFIG_PATH = Path(__file__).with_name("config.yaml")
 
@@ -16,7 +16,7 @@ _DURATION = re.compile(r"^(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m(?!s))?(?:(\d+)s)?(?:(\
 
 def load_config(overrides: dict[str, Any] | None = None, path: Path = CONFIG_PATH) -> dict:
     """The config, with `overrides` merged in section by section (for fast test variants)."""
-    config = yaml.safe_load(path.read_text())
+    config = load_yaml(path.read_text())
     return merge(config, overrides or {})
 
 

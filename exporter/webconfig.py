@@ -18,6 +18,7 @@ from pathlib import Path
 import bcrypt
 import yaml
 
+from exporter.config_text import load_yaml, parse_problem
 from exporter.messages import one_line
 
 TOP_LEVEL_KEYS = {"tls_server_config", "http_server_config", "basic_auth_users"}
@@ -94,7 +95,7 @@ def load_web_config(path: str | os.PathLike[str] | None) -> WebConfig:
         return WebConfig()
     file = Path(path)
     try:
-        raw = yaml.safe_load(file.read_text(encoding="utf-8"))
+        raw = load_yaml(file.read_text(encoding="utf-8"))
     except OSError as error:
         raise WebConfigError(f"web config {file}: cannot read: {error.strerror}") from None
     except UnicodeDecodeError as error:
@@ -102,7 +103,7 @@ def load_web_config(path: str | os.PathLike[str] | None) -> WebConfig:
             f"web config {file}: not UTF-8 text: {error.reason} at byte offset {error.start}"
         ) from None
     except yaml.YAMLError as error:
-        raise WebConfigError(f"web config {file}: not valid YAML: {one_line(error)}") from None
+        raise WebConfigError(f"web config {file}: not valid YAML: {parse_problem(error)}") from None
     except RecursionError:
         raise WebConfigError(f"web config {file}: not valid YAML: nested too deeply") from None
     if raw is None:

@@ -36,7 +36,6 @@ come from the model and the goal, not from the policy file.
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -46,7 +45,7 @@ import numpy as np
 
 from advisor.model import UNKNOWN_ISLAND, ClusterModel
 from advisor.planner.actions import DEFAULT_RESTART_S
-from exporter.messages import one_line
+from exporter.config_text import load_json, load_yaml, parse_problem
 
 ANY_MODEL = ""  # quota key for "all GPU models together"
 UNASSIGNED = "(unassigned)"  # lender of the usable GPUs no tenant's quota covers
@@ -206,32 +205,15 @@ def load_policy(path: str | Path) -> Policy:
     except UnicodeDecodeError:
         raise PolicyError(str(path), "not UTF-8 text") from None
     try:
-        if path.suffix.lower() in (".yaml", ".yml"):
-            import yaml
-
-            doc = yaml.safe_load(text)
-        else:
-            doc = json.loads(text)
+        yaml_file = path.suffix.lower() in (".yaml", ".yml")
+        doc = load_yaml(text) if yaml_file else load_json(text)
     except Exception as error:  # any parse error becomes one line
         kind = path.suffix.lstrip(".") or "JSON"
-        raise PolicyError(str(path), f"not valid {kind}: {_parse_problem(error)}") from None
+        raise PolicyError(str(path), f"not valid {kind}: {parse_problem(error)}") from None
     try:
         return policy_from_dict(doc)
     except PolicyError as error:
         raise PolicyError(f"{path}: {error.field}", error.problem) from None
-
-
-def _parse_problem(error: Exception) -> str:
-    """One line for a parse error. PyYAML's message spans lines with the source excerpt and
-    a caret; say where (line, column, 1-based) and what instead, flattened as the web-config
-    loader does."""
-    mark = getattr(error, "problem_mark", None)
-    problem = getattr(error, "problem", None)
-    if mark is None or not problem:
-        return one_line(error)
-    context = getattr(error, "context", None)
-    where = f"line {mark.line + 1}, column {mark.column + 1}"
-    return " ".join(f"{where}: {problem}{f' ({context})' if context else ''}".split())
 
 
 # --------------------------------------------------------------------------- rule helpers
