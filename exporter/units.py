@@ -34,6 +34,19 @@ def positive_duration(text: str) -> float:
     return value
 
 
+def duration_at_most(limit_s: float, why: str) -> Callable[[str], float]:
+    """An argparse type for a duration of at most `limit_s`; `why` ends the error after the
+    bound ("'17d': at most 16d, the past the advisor keeps")."""
+
+    def parse(text: str) -> float:
+        value = duration(text)
+        if value > limit_s:
+            raise argparse.ArgumentTypeError(f"{text!r}: at most {duration_text(limit_s)}{why}")
+        return value
+
+    return parse
+
+
 def size(text: str) -> float:
     """A byte size ("10GiB", "512MiB"; a bare number is bytes)."""
     match = _SIZE.match(text.strip())

@@ -17,7 +17,7 @@ import sys
 import threading
 
 from exporter.cli import add_server_arguments, configure_logging
-from exporter.units import duration, duration_text, number, positive_duration
+from exporter.units import duration, duration_at_most, duration_text, number, positive_duration
 
 log = logging.getLogger("advisor.service")
 
@@ -48,19 +48,6 @@ def shapes(text: str) -> tuple:
         raise argparse.ArgumentTypeError(str(error)) from None
 
 
-def backfill_span(text: str) -> float:
-    """`--history.backfill`: a duration of at most `backfill.MAX_SPAN_S`, the 16 days of past
-    the service keeps (a longer one would be stepped through, then dropped)."""
-    from advisor.service.backfill import MAX_SPAN_S
-
-    value = duration(text)
-    if value > MAX_SPAN_S:
-        raise argparse.ArgumentTypeError(
-            f"{text!r}: at most {duration_text(MAX_SPAN_S)}, the past the advisor keeps"
-        )
-    return value
-
-
 def register(subparsers: argparse._SubParsersAction) -> None:
     from advisor.ingest.sources import SOURCE_HELP
     from advisor.service.backfill import MAX_SPAN_S
@@ -72,6 +59,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         epilog="sources:\n" + SOURCE_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    # a longer past would be stepped through, then dropped: the service keeps 16 days
+    backfill_span = duration_at_most(MAX_SPAN_S, ", the past the advisor keeps")
     parser.add_argument("--source", required=True, help="where the cluster model comes from")
     add_server_arguments(parser, listen=DEFAULT_LISTEN, what="run")
     parser.add_argument(

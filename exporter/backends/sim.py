@@ -23,7 +23,7 @@ from collections.abc import Callable
 from exporter.backends.base import Backend
 from exporter.readings import Collection, SimClock
 from exporter.sim import PRESETS, SimFleet
-from exporter.units import duration, duration_text, number
+from exporter.units import duration_at_most, duration_text, number
 
 # 10,000 nodes (80,000 GPUs, beyond the largest real clusters this models; the bench uses 1,000)
 # take ~20 s and ~330 MB to build for the two scaled presets, whose build grows as nodes².
@@ -39,16 +39,7 @@ MAX_START_S = 30 * 86400.0
 seed_flag = number(0, kind=int)  # numpy's generators take no negative seed
 nodes_flag = number(1, MAX_NODES, kind=int)
 speed_flag = number(0, MAX_SPEED, above=True)  # also `gpu-defrag demo --sim-speed`
-
-
-def start_flag(text: str) -> float:
-    """`--sim.start`: a duration of at most `MAX_START_S`."""
-    value = duration(text)
-    if value > MAX_START_S:
-        raise argparse.ArgumentTypeError(
-            f"{text!r}: at most {duration_text(MAX_START_S)} of simulated past"
-        )
-    return value
+start_flag = duration_at_most(MAX_START_S, " of simulated past")  # `--sim.start`
 
 
 class SimBackend(Backend):
