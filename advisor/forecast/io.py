@@ -536,8 +536,6 @@ def read_openb_pods(path: str | Path, start_day: float = 116) -> Panel:
     return Panel(values, cap, "alibaba", meta={"unit": "GPUs"})
 
 
-POD_GPUS = 64  # the most GPUs one pod may ask for (as advisor.ingest.openb reads a pod list)
-MILLI = 1000  # gpu_milli of a whole GPU
 LAST_SECOND = MAX_STEPS * 60  # a pod list's grid is per minute from the trace start: 3.8 years
 
 
@@ -547,9 +545,12 @@ def _pods(path: str | Path) -> pd.DataFrame:
     (never scheduled) or seconds from 0 to `LAST_SECOND`; a scheduled pod's deletion_time in
     that range too and not before its scheduled_time (an empty, infinite or 1e15 deletion_time
     raised IndexError or asked for 121 TiB)."""
+    from advisor.ingest.openb import MAX_GPUS  # the replay's pod reader bounds num_gpu alike
+    from advisor.model import MILLI
+
     pods = pd.read_csv(path).reset_index(drop=True)
     _whole_rows(path)
-    _amounts(pods["num_gpu"], "num_gpu", POD_GPUS, "more GPUs than one pod may ask for", False)
+    _amounts(pods["num_gpu"], "num_gpu", MAX_GPUS, "more GPUs than one pod may ask for", False)
     _amounts(pods["gpu_milli"], "gpu_milli", MILLI, "more than a whole GPU", False)
     seconds = f"more than {MAX_STEPS:,} minutes after the trace start, the longest grid there is"
     start = _amounts(pods["scheduled_time"], "scheduled_time", LAST_SECOND, seconds)

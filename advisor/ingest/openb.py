@@ -20,6 +20,8 @@ import numpy as np
 from advisor.model import MILLI
 from advisor.snapshot import MAX_EXACT
 
+MAX_GPUS = 64  # the most GPUs a node holds or a pod asks for
+
 NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
 POD_REQUIRED = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli")
 POD_OPTIONAL = (
@@ -198,7 +200,7 @@ def read_nodes(path: str | Path) -> NodeTable:
     header, data = _read_rows(p, NODE_COLUMNS)
     if not data:
         raise OpenbFormatError(f"no nodes in {p}")
-    gpu = _int_column(p, header, data, "gpu", 0, 64)
+    gpu = _int_column(p, header, data, "gpu", 0, MAX_GPUS)
     model = _str_column(header, data, "model")
     for i in range(len(data)):
         if gpu[i] > 0 and model[i] == "":
@@ -224,7 +226,7 @@ def read_pods(path: str | Path) -> PodTable:
     """Read an openb pod list; the six columns after `gpu_milli` are optional."""
     p = Path(path)
     header, data = _read_rows(p, POD_REQUIRED)
-    num_gpu = _int_column(p, header, data, "num_gpu", 0, 64)
+    num_gpu = _int_column(p, header, data, "num_gpu", 0, MAX_GPUS)
     gpu_milli = _int_column(p, header, data, "gpu_milli", 0, MILLI)
     for i in range(len(data)):
         if num_gpu[i] == 0 and gpu_milli[i] != 0:
