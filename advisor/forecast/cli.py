@@ -150,9 +150,9 @@ def _read_by(source: str) -> list[str]:
     if source.startswith(("prometheus+http://", "prometheus+https://")):
         return []
     if os.path.isdir(source):
-        from glob import escape, glob
+        from advisor.forecast.io import helios_files
 
-        return [source, *glob(os.path.join(escape(source), "*", "cluster_sequence_vc.csv"))]
+        return [source, *map(str, helios_files(source))]
     return [source]
 
 

@@ -478,10 +478,17 @@ def read_helios_vc(path: str | Path, name: str | None = None) -> tuple[pd.Series
     ).ffill()
 
 
+def helios_files(path: str | Path) -> list[Path]:
+    """The VC files a Helios INPUT reads: the file itself, or a folder's
+    `<vc>/cluster_sequence_vc.csv` files."""
+    path = Path(path)
+    return [path] if path.is_file() else sorted(path.glob("*/cluster_sequence_vc.csv"))
+
+
 def read_helios(path: str | Path, total: bool = True) -> Panel:
     """A Helios directory of `<vc>/cluster_sequence_vc.csv` (or one such file); adds `<cluster>/total`."""
     path = Path(path)
-    files = [path] if path.is_file() else sorted(path.glob("*/cluster_sequence_vc.csv"))
+    files = helios_files(path)
     if not files:
         raise FileNotFoundError(f"no */cluster_sequence_vc.csv under {path}")
     cluster = (path.parent.parent if path.is_file() else path).name.replace("helios-", "")
