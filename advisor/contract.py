@@ -163,8 +163,9 @@ ADVISOR_METRICS: tuple[MetricSpec, ...] = (
     ),
     _g(
         "gpu_advisor_forecast_idle_gpus",
-        "GPUs forecast to stay free for the whole next window, released at the service's risk "
-        "(risk in /api/forecast); shown only with its backtest.",
+        "GPUs forecast to stay wholly free (nothing allocated on them) for the whole next "
+        "window, released at the service's risk (risk in /api/forecast); shown only with its "
+        "backtest.",
         ("pool", "window"),
     ),
     _g(

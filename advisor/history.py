@@ -13,9 +13,12 @@ observation and gone from the next has finished, and its duration goes into a bo
 that `advisor.service.job_ends` turns into predicted ends for the running jobs.
 
 Per node it keeps hours, not runs (`NodeHours`, `History.node_hours()`): for each of the last
-`NODE_HOURS` hours the node's peak allocated GPUs, its largest usable capacity, and in how many
-of the hour's runs it was seen, beside the times of the hour's runs; the per-node idle windows
-(`advisor.service.forecast.node_panel`) are built from that.
+`NODE_HOURS` hours the node's peak held GPUs (usable GPUs with anything allocated on them), its
+largest usable capacity, and in how many of the hour's runs it was seen, beside the times of the
+hour's runs; the per-node idle windows (`advisor.service.forecast.node_panel`) are built from
+that. Idle windows count held GPUs rather than the allocated share: a GPU with a tenth of it
+handed out cannot be reserved, powered off or given to a whole-GPU job, so the share left on it
+is no free GPU.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ import threading
 from collections import OrderedDict, deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -81,14 +84,18 @@ def headline(result: dict[str, Any]) -> dict[str, float]:
     return row
 
 
+POOL_COLUMNS = ("allocated_gpus", "held_gpus", "capacity_gpus", "pending_gpus")
+
+
 def pool_rows(model: ClusterModel) -> list[dict[str, Any]]:
-    """Per pool: GPUs allocated (demand being served), usable capacity and pending GPUs.
+    """Per pool: GPUs allocated (demand being served), GPUs held (not wholly free: what idle
+    windows count), usable capacity and pending GPUs.
 
     Pending work is counted against the pool whose GPU model it asks for (split evenly when a
     spec allows several pools), so queued demand shows up in the demand forecast too.
     """
     names = sorted(set(model.nodes.pool[model.gpus.node].tolist()))  # pools with GPUs
-    _, _, allocated, capacity = node_rows(model)  # one way to count a node's GPUs
+    nodes = node_rows(model)  # one way to count a node's GPUs
     rows = []
     models_of_pool = {
         pool: set(model.nodes.gpu_model[model.nodes.pool == pool].tolist()) for pool in names
@@ -107,27 +114,39 @@ def pool_rows(model: ClusterModel) -> list[dict[str, Any]]:
         rows.append(
             {
                 "pool": pool or "(none)",
-                "allocated_gpus": float(allocated[on].sum()),
-                "capacity_gpus": float(capacity[on].sum()),
+                "allocated_gpus": float(nodes.allocated[on].sum()),
+                "held_gpus": float(nodes.held[on].sum()),
+                "capacity_gpus": float(nodes.capacity[on].sum()),
                 "pending_gpus": pending_by_pool[pool],
             }
         )
     return rows
 
 
-def node_rows(model: ClusterModel) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Per node: (names, pools, GPUs allocated (GPU share: milli-GPU handed out ÷ MILLI, every
-    GPU), usable GPUs (healthy, not lost, node schedulable; a MIG GPU counts the share its
-    instances carve, since no allocation can reach the rest: a pool of 3g+3g A100s is full at
-    6/7 of its GPUs, and a capacity of whole GPUs would leave demand forever below it));
-    `pool_rows` sums these per pool."""
+class NodeRows(NamedTuple):
+    """`node_rows`: per node of a model, in its node order."""
+
+    names: np.ndarray
+    pools: np.ndarray  # "(none)" for a node without a pool
+    allocated: np.ndarray  # GPU share: milli-GPU handed out ÷ MILLI, every GPU
+    capacity: np.ndarray  # usable GPUs
+    held: np.ndarray  # usable GPUs with anything allocated on them (capacity − wholly free)
+
+
+def node_rows(model: ClusterModel) -> NodeRows:
+    """Per node: GPUs allocated, usable and held (`NodeRows`). Usable: healthy, not lost, node
+    schedulable; a MIG GPU counts the share its instances carve, since no allocation can reach
+    the rest (a pool of 3g+3g A100s is full at 6/7 of its GPUs, and a capacity of whole GPUs
+    would leave demand forever below it), and a held MIG GPU counts that share too, so held ≤
+    capacity. `pool_rows` sums these per pool."""
     n = len(model.nodes.name)
     node = model.gpus.node
     allocated = np.bincount(node, weights=model.gpu_milli_allocated / MILLI, minlength=n)
     usable = np.where(model.gpu_usable, model.gpus.carved_milli / MILLI, 0.0)
     capacity = np.bincount(node, weights=usable, minlength=n)
+    held = np.bincount(node, weights=np.where(model.gpu_is_free, 0.0, usable), minlength=n)
     pools = np.array([p or "(none)" for p in model.nodes.pool.tolist()], dtype=object)
-    return model.nodes.name, pools, allocated, capacity
+    return NodeRows(model.nodes.name, pools, allocated, capacity, held)
 
 
 NODE_HOURS = 16 * 24  # hours kept per node: advisor.service.forecast.IDLE_MAX_H (a test checks)
@@ -136,14 +155,14 @@ NODE_HOURS = 16 * 24  # hours kept per node: advisor.service.forecast.IDLE_MAX_H
 @dataclass(frozen=True)
 class NodeHours:
     """`NodeRecord.snapshot()`: H hours (oldest first; the last one may still be running) × N
-    nodes. `peak` and `capacity` are NaN where the node was not seen in the hour."""
+    nodes. `peak_held` and `capacity` are NaN where the node was not seen in the hour."""
 
     hours: np.ndarray  # int64 (H): hour start, in hours since the epoch
     run_times: np.ndarray  # float64: every run of those hours, epoch seconds, ascending
     runs: np.ndarray  # int64 (H): runs in each hour
     names: tuple[str, ...]
     pools: tuple[str, ...]  # each node's pool at its latest sighting
-    peak: np.ndarray  # float (H, N): the hour's largest allocated GPU share on the node
+    peak_held: np.ndarray  # float (H, N): the hour's most held GPUs on the node (`NodeRows`)
     capacity: np.ndarray  # float (H, N): the hour's largest usable GPU count of the node
     seen: np.ndarray  # int (H, N): runs of the hour that saw the node
 
@@ -152,13 +171,13 @@ class NodeHours:
 class _NodeHour:
     hour: int
     times: list[float]
-    peak: np.ndarray  # float32, NaN unseen
+    peak_held: np.ndarray  # float32, NaN unseen
     capacity: np.ndarray
     seen: np.ndarray  # int32
 
 
 class NodeRecord:
-    """Per node and hour, for the last `max_hours` hours (plus the running one): peak allocated
+    """Per node and hour, for the last `max_hours` hours (plus the running one): peak held
     GPUs, largest capacity and runs that saw it; the hour's run times. Nothing per run is kept
     but the times, so 1,000 nodes × 16 days hold about 5 MB (12 bytes per node and hour).
 
@@ -185,23 +204,25 @@ class NodeRecord:
         timestamp: float,
         names: np.ndarray,
         pools: np.ndarray,
-        allocated: np.ndarray,
+        held: np.ndarray,
         capacity: np.ndarray,
     ) -> None:
         """One run at `timestamp` (runs in time order); per node of it (names unique) its pool,
-        allocated and usable GPUs."""
+        held and usable GPUs (`NodeRows`)."""
         hour = math.floor(timestamp / 3600.0)
         if not self._hours or self._hours[-1].hour != hour:
             self._open(hour)
         columns = self._columns(names, pools)
         current = self._hours[-1]
         width = len(self._names)
-        if len(current.peak) < width:  # nodes new in this hour
-            grow = width - len(current.peak)
-            current.peak = np.concatenate([current.peak, np.full(grow, np.nan, np.float32)])
+        if len(current.peak_held) < width:  # nodes new in this hour
+            grow = width - len(current.peak_held)
+            current.peak_held = np.concatenate(
+                [current.peak_held, np.full(grow, np.nan, np.float32)]
+            )
             current.capacity = np.concatenate([current.capacity, np.full(grow, np.nan, np.float32)])
             current.seen = np.concatenate([current.seen, np.zeros(grow, np.int32)])
-        current.peak[columns] = np.fmax(current.peak[columns], allocated)
+        current.peak_held[columns] = np.fmax(current.peak_held[columns], held)
         current.capacity[columns] = np.fmax(current.capacity[columns], capacity)
         current.seen[columns] += 1
         current.times.append(float(timestamp))
@@ -254,7 +275,7 @@ class NodeRecord:
         self._column = {name: i for i, name in enumerate(self._names)}
         for h in self._hours:
             mine = keep[keep < len(h.seen)]
-            h.peak, h.capacity, h.seen = h.peak[mine], h.capacity[mine], h.seen[mine]
+            h.peak_held, h.capacity, h.seen = h.peak_held[mine], h.capacity[mine], h.seen[mine]
         self._last_names = None
 
     def snapshot(self) -> NodeHours | None:
@@ -276,7 +297,7 @@ class NodeRecord:
             runs=np.array([len(h.times) for h in self._hours], dtype=np.int64),
             names=tuple(self._names),
             pools=tuple(self._pools),
-            peak=dense("peak", np.nan, np.float32),
+            peak_held=dense("peak_held", np.nan, np.float32),
             capacity=dense("capacity", np.nan, np.float32),
             seen=dense("seen", 0, np.int32),
         )
@@ -699,7 +720,7 @@ class History:
             if latest is not None and timestamp <= latest.timestamp:
                 return latest  # another thread recorded a later one meanwhile
             self.jobs.observe(model, jobs)  # in the same order as the points
-            self.nodes.observe(timestamp, *nodes)
+            self.nodes.observe(timestamp, nodes.names, nodes.pools, nodes.held, nodes.capacity)
             self._keep(point)
             self._usage.append((timestamp, keys, util, memory))
             while self._usage and self._usage[0][0] < timestamp - self.usage_window_s:
@@ -721,7 +742,7 @@ class History:
             return None if latest is None else latest.timestamp
 
     def node_hours(self) -> NodeHours | None:
-        """Per node and hour: peak allocated GPUs, capacity, runs that saw it (`NodeRecord`)."""
+        """Per node and hour: peak held GPUs, capacity, runs that saw it (`NodeRecord`)."""
         with self._lock:
             return self.nodes.snapshot()
 
@@ -737,15 +758,14 @@ class History:
         return frame
 
     def pool_demand(self) -> pd.DataFrame:
-        """Long frame `time, pool, allocated_gpus, capacity_gpus, pending_gpus`."""
+        """Long frame `time, pool, allocated_gpus, held_gpus, capacity_gpus, pending_gpus`
+        (`pool_rows`)."""
         rows = [
             {"time": p.timestamp, **pool}
             for p in self.points()
             for pool in p.pools  # one row per pool per observation
         ]
-        frame = pd.DataFrame(
-            rows, columns=["time", "pool", "allocated_gpus", "capacity_gpus", "pending_gpus"]
-        )
+        frame = pd.DataFrame(rows, columns=["time", "pool", *POOL_COLUMNS])
         frame["time"] = pd.to_datetime(frame["time"], unit="s", utc=True)
         return frame
 

@@ -264,9 +264,9 @@ _ALLOCATED_HOURLY = (
     "masked): the forecast's input, not the latest run's value (/api/fragmentation has that)"
 )
 _CURRENT_IDLE = (
-    "GPUs free throughout the last complete hour: capacity minus the hour's peak allocation "
-    "(the hour's low of free GPUs), not the latest run's free GPUs; null when that hour is "
-    "masked"
+    "GPUs wholly free throughout the last complete hour: capacity minus the hour's peak of "
+    "GPUs with any share allocated (the hour's low of free GPUs), not the latest run's free "
+    "GPUs; null when that hour is masked"
 )
 _NUM_OR_NULL = {"type": ["number", "null"]}
 _STR_OR_NULL = {"type": ["string", "null"]}

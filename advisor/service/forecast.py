@@ -32,8 +32,8 @@ pick, its interval and its held-back error come from the same inputs.
 A pool/horizon without enough history for both halves gets no forecast at all (design rule:
 no forecast is shown without a measured error against seasonal naive on held-back data).
 
-Idle windows (GPUs that stay free for the whole next W hours), per pool from the runs panel and
-per node from the history's per-node hours, each with its held-back backtest: `idle_section`.
+Idle windows (GPUs that stay wholly free for the whole next W hours), per pool from the runs
+panel of held GPUs and per node from the history's per-node hours, each with its held-back backtest: `idle_section`.
 """
 
 from __future__ import annotations
@@ -125,9 +125,10 @@ class RunsPanel(Panel):
         return RunsPanel(self.values[keep], self.capacity[keep], self.name)
 
 
-def runs_panel(pool_demand: pd.DataFrame) -> RunsPanel | None:
-    """Allocated GPUs (mean of a run's rows) and capacity (max) per pool at each run's own time,
-    the hour still running left out. None when there is no complete hour yet."""
+def runs_panel(pool_demand: pd.DataFrame, column: str = "allocated_gpus") -> RunsPanel | None:
+    """A pool column of the history (`column`: allocated GPUs for demand, held GPUs for idle
+    windows; mean of a run's rows) and capacity (max) per pool at each run's own time, the hour
+    still running left out. None when there is no complete hour yet."""
     if pool_demand.empty:
         return None
     time = pd.to_datetime(pool_demand["time"], utc=True).dt.tz_localize(None)
@@ -137,10 +138,10 @@ def runs_panel(pool_demand: pd.DataFrame) -> RunsPanel | None:
         return None
     runs_by_pool = (
         frame.groupby(["time", "pool"])
-        .agg(allocated=("allocated_gpus", "mean"), capacity=("capacity_gpus", "max"))
+        .agg(value=(column, "mean"), capacity=("capacity_gpus", "max"))
         .unstack("pool")
     )
-    values, capacity = runs_by_pool["allocated"], runs_by_pool["capacity"]
+    values, capacity = runs_by_pool["value"], runs_by_pool["capacity"]
     values.columns.name = capacity.columns.name = values.index.name = capacity.index.name = None
     return RunsPanel(values.astype(float), capacity.astype(float), "advisor")
 
@@ -161,18 +162,11 @@ def hourly_panel(pool_demand: pd.DataFrame) -> Panel | None:
 
 
 def hourly_of(runs: RunsPanel | None) -> Panel | None:
-    """`hourly_panel` from an already built runs panel; the hourly panel keeps that runs panel
-    in `meta["runs"]`, which `forecast_panel` uses for the idle windows when given no other."""
+    """`hourly_panel` from an already built runs panel."""
     if runs is None:
         return None
     hourly = runs.resample("h")
-    return Panel(
-        hourly.values,
-        hourly.capacity.ffill(),
-        "advisor",
-        meta={"runs": runs},
-        within=hourly.within,
-    )
+    return Panel(hourly.values, hourly.capacity.ffill(), "advisor", within=hourly.within)
 
 
 def _covered(
@@ -223,31 +217,36 @@ def forecast_pools(
     nodes: NodeHours | None = None,
     max_nodes: int = IDLE_MAX_NODES,
 ) -> dict[str, Any]:
-    """The forecast document served at /api/forecast (see the module docstring); `nodes`
-    (`History.node_hours()`) adds the per-node idle windows."""
-    runs = runs_panel(pool_demand)
+    """The forecast document served at /api/forecast (see the module docstring): demand from
+    the pools' allocated GPUs, idle windows from their held GPUs (`advisor.history.NodeRows`:
+    a GPU with any share handed out is not free); `nodes` (`History.node_hours()`) adds the
+    per-node idle windows."""
     return forecast_panel(
-        hourly_of(runs), horizons_h, runs, windows_h, risk, node_panel(nodes), max_nodes
+        hourly_panel(pool_demand),
+        horizons_h,
+        runs_panel(pool_demand, "held_gpus"),
+        windows_h,
+        risk,
+        node_panel(nodes),
+        max_nodes,
     )
 
 
 def forecast_panel(
     panel: Panel | None,
     horizons_h: Sequence[int],
-    runs: RunsPanel | None = None,
+    held: RunsPanel | None,
     windows_h: Sequence[int] = IDLE_WINDOWS_H,
     risk: float = IDLE_RISK,
     nodes: Panel | None = None,
     max_nodes: int = IDLE_MAX_NODES,
 ) -> dict[str, Any]:
-    """`forecast_pools` on an already built hourly panel (demand) and runs panel (idle windows;
-    None: the one the hourly panel was built from, if any, else no idle history), and the
-    hourly node panel (`node_panel`; None: no per-node idle windows)."""
-    if runs is None and panel is not None:
-        runs = panel.meta.get("runs")
+    """`forecast_pools` on an already built hourly panel of allocated GPUs (demand), runs panel
+    of held GPUs (idle windows; None: none) and hourly node panel (`node_panel`; None: no
+    per-node idle windows)."""
     return {
         **demand_section(panel, horizons_h),
-        "idle": _idle_or_error(runs, windows_h, risk, nodes, max_nodes),
+        "idle": _idle_or_error(held, windows_h, risk, nodes, max_nodes),
     }
 
 
@@ -492,7 +491,7 @@ def _idle_head(
 
 def node_panel(record: NodeHours | None) -> Panel | None:
     """Hourly panel of the history's per-node record (`History.node_hours()`): one column per
-    node, values = the hour's peak allocated GPUs, capacity = its largest usable GPUs; complete
+    node, values = the hour's peak held GPUs (`NodeRows`), capacity = its largest usable GPUs; complete
     hours only (the latest run's hour is left out), on a full hourly grid (hours without a run
     are NaN). A node's hour is masked (NaN value) when the hour is thin for the whole fleet, by
     the service's coverage rule on the hour's run times (`_covered`, as the pools' `RunsPanel`:
@@ -515,17 +514,17 @@ def node_panel(record: NodeHours | None) -> Panel | None:
     rows = (hours - grid[0]).astype(int)
     columns = np.flatnonzero(seen_any)
     seen = np.zeros((len(grid), len(columns)), dtype=np.int64)
-    peak = np.full(seen.shape, np.nan)
+    held = np.full(seen.shape, np.nan)
     capacity = np.full(seen.shape, np.nan)
     seen[rows] = record.seen[:done][:, columns]
-    peak[rows] = np.round(record.peak[:done][:, columns].astype(float), 3)
+    held[rows] = np.round(record.peak_held[:done][:, columns].astype(float), 3)
     capacity[rows] = record.capacity[:done][:, columns]
     runs = np.zeros(len(grid), dtype=np.int64)
     runs[rows] = record.runs[:done]
     kept = fleet[:, None] & (seen > 0) & (seen >= MIN_COVERAGE * runs[:, None])
     names = [record.names[j] for j in columns.tolist()]
     return Panel(
-        pd.DataFrame(np.where(kept, peak, np.nan), index=index, columns=names),
+        pd.DataFrame(np.where(kept, held, np.nan), index=index, columns=names),
         pd.DataFrame(np.where(seen > 0, capacity, np.nan), index=index, columns=names),
         "advisor-nodes",
         meta={"pools": {record.names[j]: record.pools[j] for j in columns.tolist()}},
@@ -540,9 +539,9 @@ def idle_section(
     max_nodes: int = IDLE_MAX_NODES,
 ) -> dict[str, Any]:
     """Per pool and window W: the GPUs `advisor.forecast.idle_windows` releases as free for the
-    whole next W hours at `risk` (idle in an hour = capacity − the hour's peak allocation), and
-    how that release did on the history's own held-back hours (`advisor.forecast.idle.backtest`,
-    the same method calibrated on the hours before them: its violation and capture ratios and
+    whole next W hours at `risk` (idle in an hour = capacity − the hour's peak held GPUs: a GPU
+    with any share handed out is not idle), and how that release did on the history's own
+    held-back hours (`advisor.forecast.idle.backtest`, the same method calibrated on the hours before them: its violation and capture ratios and
     those of `IDLE_BASELINE`).
 
     Both see the runs panel of the last `IDLE_MAX_H` complete hours, aggregated by its own

@@ -106,6 +106,7 @@ def test_pool_demand_counts_allocated_capacity_and_queue() -> None:
     assert rows["a100"] == {
         "pool": "a100",
         "allocated_gpus": 2.0,
+        "held_gpus": 2.0,
         "capacity_gpus": 2.0,
         "pending_gpus": 0.0,
     }

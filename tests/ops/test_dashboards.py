@@ -467,6 +467,7 @@ def test_forecast_vs_actual_draws_each_forecast_in_the_hour_it_forecasts():
             "time": times,
             "pool": "a",
             "allocated_gpus": 40 + 8 * np.sin(np.arange(len(times)) / 20.0),
+            "held_gpus": 48.0,
             "capacity_gpus": 64.0,
             "pending_gpus": 0.0,
         }

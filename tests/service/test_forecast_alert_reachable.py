@@ -23,6 +23,7 @@ def _full_pool(hours: int = 96, capacity: float = 128.0) -> pd.DataFrame:
             "time": times,
             "pool": "a100",
             "allocated_gpus": allocated.astype(float),
+            "held_gpus": allocated.astype(float),
             "capacity_gpus": capacity,
             "pending_gpus": 24.0,
         }

@@ -26,6 +26,7 @@ def demand_frame(hours: int, per_hour: int = 4, start: str = "2026-01-05") -> pd
             "time": times,
             "pool": "a100",
             "allocated_gpus": allocated,
+            "held_gpus": np.ceil(allocated),  # idle windows count GPUs with any share held
             "capacity_gpus": 128.0,
             "pending_gpus": 0.0,
         }
@@ -99,6 +100,7 @@ def runs_frame(
             "time": pd.Timestamp(start, tz="UTC") + pd.to_timedelta(seconds, unit="s"),
             "pool": "a100",
             "allocated_gpus": allocated,
+            "held_gpus": np.ceil(allocated),
             "capacity_gpus": 512.0,
             "pending_gpus": 0.0,
         }

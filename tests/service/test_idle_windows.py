@@ -64,6 +64,7 @@ def pools_history(
                     "time": START + pd.to_timedelta(seconds, unit="s"),
                     "pool": f"pool{j}",
                     "allocated_gpus": allocated,
+                    "held_gpus": allocated,  # whole-GPU jobs: every allocated GPU is held
                     "capacity_gpus": cap,
                     "pending_gpus": 0.0,
                 }
@@ -140,7 +141,7 @@ def test_nothing_from_the_running_hour_or_later_is_used(history, doc):
     running = history["time"] >= history["time"].max().floor("h")
     assert running.sum() == 3  # one run per pool in the hour still running
     altered = history.copy()
-    altered.loc[running, "allocated_gpus"] = 0.0  # everything free in the running hour
+    altered.loc[running, ["allocated_gpus", "held_gpus"]] = 0.0  # all free in the running hour
     assert forecast_pools(altered, [1])["idle"] == doc["idle"]
     more = pd.concat(
         [history, history[running].assign(time=history["time"].max() + pd.Timedelta(minutes=20))]
@@ -149,7 +150,9 @@ def test_nothing_from_the_running_hour_or_later_is_used(history, doc):
     # ...but the last complete hour does count
     last_complete = history["time"] >= history["time"].max().floor("h") - pd.Timedelta(hours=1)
     busy = history.copy()
-    busy.loc[last_complete & ~running & (busy["pool"] == "pool0"), "allocated_gpus"] = 64.0
+    busy.loc[
+        last_complete & ~running & (busy["pool"] == "pool0"), ["allocated_gpus", "held_gpus"]
+    ] = 64.0
     moved = windows_of(forecast_pools(busy, [1]))
     assert moved[("pool0", "1h")]["release_gpus"] == 0.0  # nothing was idle at its peak
     assert windows_of(doc)[("pool0", "1h")]["release_gpus"] > 0.0
@@ -165,7 +168,7 @@ def test_backfilled_hours_count_as_observed_and_the_runs_panel_is_what_idle_sees
     assert masked[:72].all() and not masked[72:].any()
     # and the hour's peak use is the max over its runs, not their mean
     hour = history["time"].dt.floor("h").dt.tz_localize(None) == times[100]
-    peak = history[hour & (history["pool"] == "pool1")]["allocated_gpus"].max()
+    peak = history[hour & (history["pool"] == "pool1")]["held_gpus"].max()
     assert idle[100, 1] == 128.0 - peak
 
 
@@ -200,12 +203,27 @@ def test_short_history_gives_each_window_a_reason_instead_of_a_number():
 def test_a_steady_pool_is_released_safely():
     """Always 40 of 64 GPUs allocated: 24 stay free in every window, nothing is violated."""
     frame = pools_history(idle_needs(8) + 10, every=300.0, pools=1)
-    frame["allocated_gpus"] = 40.0
+    frame["allocated_gpus"] = frame["held_gpus"] = 40.0
     doc = forecast_pools(frame, [1])
     for w in doc["idle"]["pools"][0]["windows"]:
         assert w["available"] and 0 < w["release_gpus"] <= 24.0
         assert w["backtest"]["violation_ratio"] == {"advisor": 0.0, IDLE_BASELINE: 0.0}
         assert w["backtest"]["capture_ratio"][IDLE_BASELINE] == 1.0
+
+
+def test_a_gpu_with_any_share_handed_out_is_not_released():
+    """40 of 64 GPUs each half allocated: 20 GPUs of share, but only 24 GPUs wholly free. The
+    release counts whole GPUs (a reservation or a power-down needs the GPU empty); the demand
+    forecast still forecasts the 20 GPUs allocated."""
+    frame = pools_history(idle_needs(8) + 10, every=300.0, pools=1)
+    frame["allocated_gpus"], frame["held_gpus"] = 20.0, 40.0
+    doc = forecast_pools(frame, [1])
+    pool = doc["idle"]["pools"][0]
+    assert pool["current_idle_gpus"] == 24.0
+    for w in pool["windows"]:
+        assert w["available"] and 0 < w["release_gpus"] <= 24.0
+        assert w["backtest"]["violation_ratio"]["advisor"] == 0.0
+    assert doc["pools"][0]["allocated_gpus"] == 20.0
 
 
 def test_the_loop_computes_the_forecast_once_per_completed_hour(monkeypatch):

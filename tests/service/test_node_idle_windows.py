@@ -1,4 +1,4 @@
-"""Idle windows per node: the history keeps each node's hourly peak allocation, capacity and
+"""Idle windows per node: the history keeps each node's hourly peak of held GPUs, capacity and
 coverage (bounded, nothing per run), the service serves per node the same windows, risk, reasons
 and backtest as per pool, with the per-series rules only; the pool section does not change."""
 
@@ -33,7 +33,7 @@ def fleet(
     at: float, *, without: tuple[str, ...] = (), broken: bool = True, pool_b: bool = True
 ) -> ClusterModel:
     """Nodes of 8 GPUs: `busy` always full, `free` always empty, `day` full from 08:00 to 19:59
-    UTC, `half` 4 GPUs at half share each (2 GPUs) and, in pool b, `broken` whose GPUs are all
+    UTC, `half` 4 GPUs at half share each (2 GPUs allocated, 4 held) and, in pool b, `broken` whose GPUs are all
     unhealthy (no capacity)."""
     hour = int(at // HOUR) % 24
     b = ModelBuilder()
@@ -97,18 +97,23 @@ def test_the_record_keeps_peak_capacity_and_coverage_per_node_and_hour(models, h
     assert set(record.names) == {"busy", "free", "day", "half", "broken"}
     assert dict(zip(record.names, record.pools, strict=True))["half"] == "b"
     j = {name: i for i, name in enumerate(record.names)}
-    assert (record.peak[:, j["busy"]] == GPUS).all() and (record.peak[:, j["free"]] == 0).all()
+    held = record.peak_held
+    assert (held[:, j["busy"]] == GPUS).all() and (held[:, j["free"]] == 0).all()
     assert (record.capacity[:, j["broken"]] == 0).all()  # unhealthy GPUs are no capacity
-    assert (record.peak[:, j["half"]] == 2.0).all()  # 4 GPUs at half share = 2 GPUs
+    # 4 GPUs at half share: 2 GPUs allocated, but 4 held (no whole-GPU job can take them)
+    assert (held[:, j["half"]] == 4.0).all()
     assert (record.seen == 1).all()
-    # counted as pool_rows counts: per pool, the nodes' allocated and capacity add up
-    for model, row in zip(models[:3], record.peak[:3], strict=True):
-        names, pools, allocated, capacity = node_rows(model)
+    # counted as pool_rows counts: per pool, the nodes' allocated, held and capacity add up
+    for model, row in zip(models[:3], held[:3], strict=True):
+        nodes = node_rows(model)
         for pool in pool_rows(model):
-            mine = pools == pool["pool"]
-            assert allocated[mine].sum() == pytest.approx(pool["allocated_gpus"])
-            assert capacity[mine].sum() == pool["capacity_gpus"]
-            assert row[[j[n] for n in names[mine]]].sum() == pytest.approx(pool["allocated_gpus"])
+            mine = nodes.pools == pool["pool"]
+            assert nodes.allocated[mine].sum() == pytest.approx(pool["allocated_gpus"])
+            assert nodes.held[mine].sum() == pool["held_gpus"]
+            assert nodes.capacity[mine].sum() == pool["capacity_gpus"]
+            assert row[[j[n] for n in nodes.names[mine]]].sum() == pool["held_gpus"]
+    half = node_rows(models[0]).names.tolist().index("half")
+    assert node_rows(models[0]).allocated[half] == 2.0
 
 
 def test_the_record_is_bounded_to_the_idle_history_and_forgets_gone_nodes():
@@ -124,7 +129,7 @@ def test_the_record_is_bounded_to_the_idle_history_and_forgets_gone_nodes():
     snap = record.snapshot()
     assert snap.hours.tolist() == list(range(6, 12))  # 5 complete hours + the running one
     assert snap.names == ("a",) and snap.runs.tolist() == [3] * 6  # "b" has aged out
-    assert len(snap.run_times) == 18 and snap.peak.shape == (6, 1)
+    assert len(snap.run_times) == 18 and snap.peak_held.shape == (6, 1)
 
 
 def test_a_skipped_observation_costs_no_per_node_or_per_job_work(models, monkeypatch):
@@ -153,7 +158,8 @@ def test_releases_per_node_match_what_must_hold(doc):
     for window in ("1h", "4h", "8h"):
         assert release[("free", window)] == GPUS  # always free: all of it, every window
         assert release[("busy", window)] == 0.0
-        assert release[("half", window)] == GPUS - 2  # 2 of 8 GPUs in use, always
+        # 4 GPUs at half share each: 4 wholly free GPUs, not the 6 GPUs of free share
+        assert release[("half", window)] == GPUS - 4
         assert release[("broken", window)] == 0.0  # no capacity: releases 0
     # from 07:00 the day node is free for one hour, then busy from 08:00 on
     assert release[("day", "4h")] == release[("day", "8h")] == 0.0

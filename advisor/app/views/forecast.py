@@ -137,7 +137,8 @@ else:
     st.caption(
         f"GPUs of each pool that stay free for the whole window starting {idle['valid_from']}, "
         f"released for a target risk of {idle['risk']:.0%} of being wrong (idle in an hour = "
-        "capacity − the hour's peak allocation; the idle column is the last complete hour's). "
+        "capacity − the hour's peak of GPUs with anything allocated on them; the idle column "
+        "is the last complete hour's). "
         "The target is not a measurement: the measured rate is the backtest violations beside "
         "it = share of held-back hours in which the release exceeded what stayed free, which "
         "can be above the target; capture = share of the GPUs that stayed free that it "
@@ -161,7 +162,7 @@ if not nodes_table.empty:
     st.caption(
         f"The same per node: GPUs of each node that stay free for the whole window starting "
         f"{idle['valid_from']} for a target risk of {idle['risk']:.0%}, from "
-        f"{idle['node_history_hours']} complete hours of the node's own peak allocation, each "
+        f"{idle['node_history_hours']} complete hours of the node's own peak of held GPUs, each "
         "node's rule calibrated on its own hours (no pooled model), with the measured held-back "
         f"violations (which can exceed the target) and capture of the {first} window. Most releasable nodes first; {shown} of {idle['nodes_total']} nodes "
         f"have a release (at most {idle['max_nodes']} nodes, those with the most GPUs idle in "
