@@ -15,6 +15,11 @@ does not fail the read of a fleet (the exporter's own rule: keep serving what it
 `gpu-defrag snapshot` of a page writes exactly what `analyze` of it measured, which the
 snapshot loader then accepts. Info series (`*_info`, value always 1) are read by their labels
 whatever their value: a GPU's identity or allocation is not lost to a corrupt sample.
+
+A series (name and label set) given twice on one page is invalid exposition (Prometheus refuses
+such a scrape's clashing samples): copies with different values read the series as unknown, not
+as either value, with one warning per page naming the URL and the first few series; identical
+copies are one sample, and so are an info series' copies whatever their values.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import urlsplit
 
+import numpy as np
 import requests
 
 from advisor.model import MILLI, ClusterModel, from_readings
@@ -118,6 +124,14 @@ OUR_NAMES: tuple[str, ...] = (
 )
 
 
+def impossible(attr: str, value: float | np.ndarray) -> bool | np.ndarray:
+    """Whether (elementwise for an array) a value of GpuReading `attr` is one no GPU can report:
+    outside `POSSIBLE[attr]`, an infinity included. NaN is "no value", never impossible. The
+    one rule for a page, a Prometheus instant vector and a Prometheus history."""
+    low, high = POSSIBLE[attr]
+    return np.less(value, low) | np.greater(value, high)
+
+
 def _int(text: str) -> int | None:
     """A label that holds an index or id (GPU, instance, peer, pid): a whole number >= 0."""
     return int(text) if text.isascii() and text.isdigit() else None
@@ -147,9 +161,9 @@ def drop_impossible(readings: list[NodeReading], already: Sequence[str] = ()) ->
                 notes.append(f"{node.node} GPU index {str(gpu.index)[:20]} (GPU left out)")
                 continue
             kept.append(gpu)
-            for attr, (low, high) in POSSIBLE.items():
+            for attr in POSSIBLE:
                 value = getattr(gpu, attr)
-                if value is not None and not low <= value <= high and not math.isnan(value):
+                if value is not None and impossible(attr, value):
                     notes.append(f"{where} {attr}={value:g}")
                     setattr(gpu, attr, None)
             island = gpu.nvlink_island
@@ -306,11 +320,62 @@ def fetch(url: str, timeout: float, session: requests.Session | None = None) -> 
 
 
 def parse(text: str, url: str) -> list[Sample]:
-    """Samples of any exposition page (ours or dcgm-exporter's), names as written."""
+    """Samples of any exposition page (ours or dcgm-exporter's), names as written, each series
+    once (`drop_duplicates`)."""
     try:
-        return dx.parse_samples(text, url)
+        return drop_duplicates(dx.parse_samples(text, url), url)
     except BackendUnavailable as error:
         raise SourceUnavailable(str(error)) from None
+
+
+def _same(values: Sequence[float]) -> bool:
+    """All equal, NaN equal to NaN (two copies of "no value" agree)."""
+    first = values[0]
+    if math.isnan(first):
+        return all(math.isnan(v) for v in values)
+    return all(v == first for v in values)
+
+
+def _series_text(name: str, labels: Mapping[str, str]) -> str:
+    """The series as exposition text writes it (label values escaped: one line in a log)."""
+    escaped = {
+        k: v.replace("\\", r"\\").replace('"', r"\"").replace("\n", r"\n")
+        for k, v in labels.items()
+    }
+    inner = ",".join(f'{key}="{value}"' for key, value in escaped.items())
+    return f"{name}{{{inner}}}"
+
+
+def drop_duplicates(samples: Sequence[Sample], url: str) -> list[Sample]:
+    """One sample per series (name and label set), in the order of first appearance. Copies
+    with one value (NaN agreeing with NaN) are one sample, as are an info series' copies (its
+    labels are the reading); copies with different values are left out, so the series reads as
+    unknown rather than whichever copy came last, and one warning names the URL and the first
+    few such series with their values."""
+    copies: dict[tuple[str, frozenset[tuple[str, str]]], list[Sample]] = {}
+    for sample in samples:
+        name, labels, _ = sample
+        copies.setdefault((name, frozenset(labels.items())), []).append(sample)
+    if len(copies) == len(samples):
+        return list(samples)
+    kept: list[Sample] = []
+    notes: list[str] = []
+    for (name, _), group in copies.items():
+        values = [value for _, _, value in group]
+        if len(group) == 1 or name.endswith("_info") or _same(values):
+            kept.append(group[0])
+            continue
+        shown = ", ".join(dict.fromkeys(f"{value:g}" for value in values))
+        notes.append(f"{_series_text(name, group[0][1])} ({shown})")
+    if notes:
+        log.warning(
+            "%s: %d series given more than once with different values, read as unknown: %s%s",
+            url,
+            len(notes),
+            "; ".join(notes[:3]),
+            "; ..." if len(notes) > 3 else "",
+        )
+    return kept
 
 
 def sim_clock(samples: Sequence[Sample]) -> SimClock | None:

@@ -3,11 +3,15 @@ query for the usage history. Works with our exporter's names and with dcgm-expor
 
 Only the HTTP calls live in `PrometheusClient`; turning samples into readings is shared with the
 direct scrape (`ingest.exporter_scrape`), so both sources give the same model for the same fleet.
+The history is held to the same values a GPU can report (`exporter_scrape.impossible`): a point
+outside them (a negative or above-1 utilization, a negative or beyond-2^53 byte count, an
+infinity) is a gap like a missing point, with one warning per metric; the rest is read.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
 import time
 from collections import defaultdict
@@ -25,6 +29,7 @@ from advisor.ingest.exporter_scrape import (
     Sample,
     SourceUnavailable,
     dcgm_readings,
+    impossible,
     our_readings,
 )
 from advisor.model import ClusterModel, Usage, from_readings
@@ -36,8 +41,10 @@ DCGM_UTIL = "DCGM_FI_DEV_GPU_UTIL"
 DCGM_FB_USED = "DCGM_FI_DEV_FB_USED"
 STATE_QUERY = f'{{__name__=~"{"|".join(OUR_NAMES)}|DCGM_.+"}}'
 QUERY_SHOWN = 80  # characters of a query an error line quotes (the state query has ~450)
+SHOWN = 3  # impossible history points a warning names
 
 _T = TypeVar("_T")
+log = logging.getLogger(__name__)
 
 
 class NoSeries(SourceUnavailable):
@@ -213,7 +220,8 @@ def _with_history(
     step: float,
     dcgm: bool,
 ) -> ClusterModel:
-    """Attach utilization and memory history on the common step grid (gaps stay NaN)."""
+    """Attach utilization and memory history on the common step grid (gaps stay NaN); a value
+    no GPU can report is a gap too, counted in one warning per metric naming the first few."""
     steps = math.floor((end - start) / step) + 1
     times = start + step * np.arange(steps)
     rows = {
@@ -223,13 +231,22 @@ def _with_history(
     matrices = []
     util_scale = 1.0 / DCGM_COMPAT[DCGM_UTIL][1]
     memory_scale = 1.0 / DCGM_COMPAT[DCGM_FB_USED][1]
-    queries: Sequence[tuple[str, float]] = (
-        ((DCGM_UTIL, util_scale), (DCGM_FB_USED, memory_scale))
+    # (query, scale to the model's unit, the GpuReading attribute whose bounds apply)
+    queries: Sequence[tuple[str, float, str]] = (
+        (
+            (DCGM_UTIL, util_scale, "utilization_ratio"),
+            (DCGM_FB_USED, memory_scale, "memory_used_bytes"),
+        )
         if dcgm
-        else ((UTILIZATION, 1.0), (MEMORY_USED, 1.0))
+        else (
+            (UTILIZATION, 1.0, "utilization_ratio"),
+            (MEMORY_USED, 1.0, "memory_used_bytes"),
+        )
     )
-    for query, scale in queries:
+    for query, scale, attr in queries:
         out = np.full((steps, len(model.gpus)), np.nan, dtype=np.float32)
+        notes: list[str] = []  # the first SHOWN of `dropped` impossible points
+        dropped = 0
         for _, labels, stamps, values in client.range(query, start, end, step):
             if dcgm and labels.get("GPU_I_ID"):
                 continue  # a MIG instance's series, not the whole GPU
@@ -238,6 +255,20 @@ def _with_history(
                 continue
             at = np.rint((stamps - start) / step).astype(np.int64)
             keep = (at >= 0) & (at < steps)
-            out[at[keep], rows[key]] = values[keep] * scale
+            scaled = values[keep] * scale
+            bad = impossible(attr, scaled)
+            dropped += int(bad.sum())
+            for i in np.flatnonzero(bad)[: max(0, SHOWN - len(notes))]:  # a week: many points
+                notes.append(f"{key[0]}/gpu{key[1]}={values[keep][i]:g} at {stamps[keep][i]:.15g}")
+            out[at[keep], rows[key]] = np.where(bad, np.nan, scaled)
+        if dropped:
+            log.warning(
+                "Prometheus at %s: %d impossible value(s) in the %s history read as unknown: %s%s",
+                client.base_url,
+                dropped,
+                query,
+                "; ".join(notes),
+                "; ..." if dropped > len(notes) else "",
+            )
         matrices.append(out)
     return dataclasses.replace(model, usage=Usage(times, matrices[0], matrices[1]), _cache={})

@@ -4,6 +4,7 @@ http.server, plus sim, openb and snapshot sources, all into the same model."""
 from __future__ import annotations
 
 import json
+import logging
 import socket
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,7 +14,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from advisor import snapshot
-from advisor.ingest import prometheus
+from advisor.cli import main
+from advisor.ingest import exporter_scrape, prometheus
 from advisor.ingest.sources import SourceError, load_source
 from advisor.model import from_readings
 from exporter.readings import Collection
@@ -271,6 +273,99 @@ def test_malformed_range_replies_name_the_query(server, values, why) -> None:
     assert str(error.value) == (
         f"Prometheus at {base}: malformed reply to gpu_utilization_ratio ({why})"
     )
+
+
+def _warnings(caplog, logger: str) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == logger and r.levelno >= 30]
+
+
+def test_impossible_history_points_are_gaps_for_analyze_and_snapshot_alike(
+    server, tmp_path, caplog
+) -> None:
+    """The history is held to the bounds of a scraped page: a utilization outside 0-1, a byte
+    count below 0 or beyond 2^53, an infinity is a gap with one warning per metric; NaN is a
+    gap as before, the possible points and the rest of the model are read."""
+    base, routes = server
+    text, readings = our_page(1)
+    at = 1_700_000_000.0
+    gpu0 = {"node": "node-0", "gpu": "0", "instance": "x:1", "job": "gpu-exporter"}
+    gpu1 = {**gpu0, "gpu": "1"}
+    inf = float("inf")
+    util = [
+        (gpu0, [(at - 300, -0.5), (at - 240, 5.0), (at - 180, inf), (at - 120, float("nan"))]),
+        (gpu0, [(at - 60, 1e300), (at, 0.75)]),
+        (gpu1, [(at - 60, 0.0), (at, 1.0)]),  # the bounds themselves are possible
+    ]
+    memory = [(gpu0, [(at - 300, -1.0), (at - 240, 2.0**53 + 2**11), (at - 180, -inf), (at, 8e9)])]
+    history = {"gpu_utilization_ratio": util, "gpu_memory_used_bytes": memory}
+    routes.update(prometheus_api(_series(text, {}), history))
+    source = f"prometheus+{base}?at={at}&history=5m&step=1m"
+    out = tmp_path / "s.json"
+    with caplog.at_level(logging.WARNING):
+        assert main(["analyze", source, "--json", "--timeout", "2"]) == 0
+        assert main(["snapshot", source, "-o", str(out), "--timeout", "2"]) == 0
+        model = load_source(source, timeout=2)
+    assert same_state(model, from_readings(readings))
+    usage = model.usage
+    util0 = usage.utilization_ratio[:, model.gpu_row(0, 0)]
+    assert np.isnan(util0[:5]).all() and util0[5] == 0.75
+    assert usage.utilization_ratio[-2:, model.gpu_row(0, 1)].tolist() == [0.0, 1.0]
+    memory0 = usage.memory_used_bytes[:, model.gpu_row(0, 0)]
+    assert np.isnan(memory0[:5]).all() and memory0[5] == 8e9
+    back = snapshot.load(out)  # the snapshot holds the same gaps and loads back
+    assert np.array_equal(back.usage.utilization_ratio, usage.utilization_ratio, equal_nan=True)
+    notes = _warnings(caplog, prometheus.__name__)
+    assert len(notes) == 6  # per read: one for utilization, one for memory
+    assert notes[0] == (
+        f"Prometheus at {base}: 4 impossible value(s) in the gpu_utilization_ratio history read "
+        "as unknown: node-0/gpu0=-0.5 at 1699999700; node-0/gpu0=5 at 1699999760; "
+        "node-0/gpu0=inf at 1699999820; ..."
+    )
+    assert notes[1].startswith(
+        f"Prometheus at {base}: 3 impossible value(s) in the gpu_memory_used_bytes history"
+    )
+
+
+def test_impossible_dcgm_history_points_are_checked_in_the_model_units(server, caplog) -> None:
+    base, routes = server
+    samples = _series((DCGM_FIXTURES / "a100_k8s.prom").read_text(), {"instance": "10.0.0.7:9400"})
+    at = 1_700_000_000.0
+    gpu2 = {"gpu": "2", "Hostname": "dgx-a100-07", "instance": "10.0.0.7:9400"}
+    util = [(gpu2, [(at - 120, 100.0), (at - 60, 500.0), (at, -5.0)])]  # percent
+    memory = [(gpu2, [(at - 60, 81920.0), (at, 2.0**40)])]  # MiB: 80 GiB, then 2^60 bytes
+    routes.update(
+        prometheus_api(samples, {"DCGM_FI_DEV_GPU_UTIL": util, "DCGM_FI_DEV_FB_USED": memory})
+    )
+    with caplog.at_level(logging.WARNING):
+        model = load_source(f"prometheus+{base}?at={at}&history=2m&step=1m", timeout=2)
+    row = model.gpu_row(0, 2)
+    assert model.usage.utilization_ratio[0, row] == 1.0
+    assert np.isnan(model.usage.utilization_ratio[1:, row]).all()
+    assert model.usage.memory_used_bytes[1, row] == 80 * 2**30
+    assert np.isnan(model.usage.memory_used_bytes[2, row])
+    notes = _warnings(caplog, prometheus.__name__)
+    assert len(notes) == 2 and "DCGM_FI_DEV_GPU_UTIL history" in notes[0]
+    assert "dgx-a100-07/gpu2=500 at 1699999940; dgx-a100-07/gpu2=-5 at 1700000000" in notes[0]
+    assert notes[1].endswith(
+        f"DCGM_FI_DEV_FB_USED history read as unknown: dgx-a100-07/gpu2={2.0**40:g} at 1700000000"
+    )
+
+
+def test_impossible_instant_values_from_prometheus_are_unknown_as_on_a_page(server, caplog) -> None:
+    """The instant vector goes through the scraped page's check (exporter_scrape)."""
+    base, routes = server
+    text, _ = our_page(1)
+    samples = [
+        (name, labels, 5.0 if name == "gpu_utilization_ratio" and labels["gpu"] == "0" else value)
+        for name, labels, value in _series(text, {})
+    ]
+    routes.update(prometheus_api(samples, {}))
+    with caplog.at_level(logging.WARNING):
+        model = load_source(f"prometheus+{base}?at=1700000000&history=0", timeout=2)
+    assert np.isnan(model.gpus.utilization_ratio[model.gpu_row(0, 0)])
+    assert model.gpus.utilization_ratio[model.gpu_row(0, 1)] == 0.5
+    (note,) = _warnings(caplog, exporter_scrape.__name__)
+    assert "node-0/gpu0 utilization_ratio=5" in note
 
 
 # --------------------------------------------------------------------------- files and sim
