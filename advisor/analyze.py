@@ -97,11 +97,9 @@ def _fail(message: str) -> int:
 
 
 def _emit(text: str) -> int:
-    """Print the whole result. A closed standard output (`>&-`: no stream at all) is one line
-    and exit 2; a write that fails (`> /dev/full`, `| head`) is `advisor.cli.main`'s, as for
-    every command: one line and exit 1, or quiet for a reader that stopped."""
-    if sys.stdout is None:
-        return _fail("cannot write to standard output: standard output is closed")
+    """Print the whole result. A write that fails (`> /dev/full`, a closed standard output,
+    `| head`) is `advisor.cli.main`'s, as for every command: one line and exit 1, or quiet for a
+    reader that stopped."""
     sys.stdout.write(text)
     return 0
 

@@ -3,19 +3,25 @@
 Modules are imported when the parser is built; each exposes `register(subparsers)`, which adds a
 parser and sets `func(args) -> int`. Keep this list the only place that knows every subcommand.
 
-Standard output is handled here for every command (`main`): what a command prints is flushed
-before `main` returns, and a write to it that fails is one line and exit 1 (`> /dev/full`, a
-full disk, an I/O error) instead of a traceback. A reader that stopped reading (`| head`) is no
-error and prints nothing: the exit status is the command's own when it had finished and only
-its output was cut short, and 141 (128 + SIGPIPE, what a shell reports for `seq 1000000 |
-head -1`) when the closed pipe stopped it part way, so `set -o pipefail` never takes an
-unfinished command for a success.
+Standard output is handled here for every command (`main`), its `--help` included: what a
+command prints is flushed before `main` returns, and a write to it that fails is one line and
+exit 1 (`> /dev/full`, a full disk, an I/O error) instead of a traceback. A closed standard
+output (`>&-`, where Python has no `sys.stdout` and `print` would drop everything) is such a
+write: `gpu-defrag COMMAND: cannot write to standard output: standard output is closed`, exit 1,
+for a command that writes there; one that never does (a server: `exporter`, `advise`) runs as
+usual, so nothing is refused up front. A reader that stopped reading (`| head`) is no error and
+prints nothing: the exit status is the command's own when it had finished and only its output
+was cut short, and 141 (128 + SIGPIPE, what a shell reports for `seq 1000000 | head -1`) when
+the closed pipe stopped it part way, so `set -o pipefail` never takes an unfinished command for
+a success.
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
+import io
 import os
 import sys
 from typing import Any, TextIO
@@ -86,6 +92,28 @@ class WatchedStdout:
         return getattr(self.stream, name)
 
 
+class ClosedStdout:
+    """Standard output when the process has none (`>&-`): a write fails as one to a closed
+    descriptor does (EBADF), so `main` reports it as any other; writing nothing is no error."""
+
+    encoding = "utf-8"
+    errors = "strict"
+
+    def write(self, text: str) -> int:
+        if not text:
+            return 0
+        raise OSError(errno.EBADF, "standard output is closed")
+
+    def flush(self) -> None:
+        pass  # nothing was ever written
+
+    def isatty(self) -> bool:
+        return False
+
+    def fileno(self) -> int:
+        raise io.UnsupportedOperation("standard output is closed")
+
+
 def discard_stdout() -> None:
     """Point standard output's descriptor at the null device, so the interpreter's own flush at
     exit does not fail a second time with a message of its own."""
@@ -99,35 +127,52 @@ def discard_stdout() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    original = sys.stdout
-    watched = None if original is None else WatchedStdout(original)
-    if watched is not None:
-        sys.stdout = watched  # type: ignore[assignment]
+    argv = sys.argv[1:] if argv is None else argv
+    parser = build_parser()
+    # who speaks, already for a `--help` that cannot be written (no args to name it yet)
+    name = f"gpu-defrag {argv[0]}" if argv and not argv[0].startswith("-") else "gpu-defrag"
+    original, errors = sys.stdout, sys.stderr
+    watched = WatchedStdout(ClosedStdout() if original is None else original)
+    sys.stdout = watched  # type: ignore[assignment]
+    dropped = original is None and errors is None  # `>&- 2>&-`: print(file=None) goes to stdout,
+    if dropped:  # so a command's own message would fail there: dropped instead, as before
+        sys.stderr = io.StringIO()
     code, finished = 0, False
+    stop: SystemExit | None = None
     try:
-        code = int(args.func(args) or 0)
+        try:
+            args = parser.parse_args(argv)
+            name = f"gpu-defrag {args.command}"
+            code = int(args.func(args) or 0)
+        except SystemExit as exiting:  # --help, a usage error: after what argparse printed
+            stop = exiting
         finished = True
-        if watched is not None:
-            watched.flush()  # what the command printed reaches its reader here, not at exit
-        return code
+        if watched.error is not None:
+            raise watched.error  # a failed write caught on the way (argparse ignores its own)
+        watched.flush()  # what the command printed reaches its reader here, not at exit
     except KeyboardInterrupt:
         return 130
     except OSError as error:
-        if watched is None or error is not watched.error:
+        if error is not watched.error:
             raise  # not standard output's: the command's own failure
         discard_stdout()
-        if isinstance(error, BrokenPipeError):
-            return code if finished else SIGPIPE_EXIT
-        print(
-            f"gpu-defrag {args.command}: cannot write to standard output: "
-            f"{error.strerror or error}",
-            file=sys.stderr,
-        )
-        return 1
+        if not isinstance(error, BrokenPipeError):
+            if sys.stderr is not None:  # else print would fall back to the stdout that failed
+                print(
+                    f"{name}: cannot write to standard output: {error.strerror or error}",
+                    file=sys.stderr,
+                )
+            return 1
+        if not finished:
+            return SIGPIPE_EXIT
     finally:
         if sys.stdout is watched:
             sys.stdout = original
+        if dropped:
+            sys.stderr = errors
+    if stop is not None:
+        raise stop
+    return code
 
 
 if __name__ == "__main__":

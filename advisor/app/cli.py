@@ -270,7 +270,11 @@ def run_app(args: argparse.Namespace) -> int:
         _stop(children)
         print(f"gpu-defrag: error: the app did not start on {url}", file=sys.stderr)
         return 1
-    print(f"gpu-defrag app on {url} (source {args.source}); Ctrl-C stops it", flush=True)
+    try:  # a status line that cannot be written (`>&-`, a full disk) must not orphan the app
+        print(f"gpu-defrag app on {url} (source {args.source}); Ctrl-C stops it", flush=True)
+    except BaseException:
+        _stop(children)
+        raise
     return _supervise(children)
 
 
@@ -356,14 +360,14 @@ def run_demo(args: argparse.Namespace) -> int:
             print(f"gpu-defrag: error: the app did not start on {url}", file=sys.stderr)
             _stop(children)
             return 1
-    except BaseException:
+        print(
+            f"\n  gpu-defrag demo: open {url}\n"
+            f"  (the app reads {exporter_url} every {refresh:g} s and keeps its own history"
+            + (f"; advisor API on {advisor_url}api/" if advisor_url else "")
+            + ")\n  Ctrl-C stops everything.\n",
+            flush=True,
+        )
+    except BaseException:  # a status line that cannot be written included: no orphans
         _stop(children)
         raise
-    print(
-        f"\n  gpu-defrag demo: open {url}\n"
-        f"  (the app reads {exporter_url} every {refresh:g} s and keeps its own history"
-        + (f"; advisor API on {advisor_url}api/" if advisor_url else "")
-        + ")\n  Ctrl-C stops everything.\n",
-        flush=True,
-    )
     return _supervise(children)

@@ -114,3 +114,53 @@ def test_demo_flags_are_checked_by_its_own_parser(capsys, args, message) -> None
         build_parser().parse_args(["demo", *args])
     assert exit_.value.code == 2
     assert message in capsys.readouterr().err.strip().splitlines()[-1]
+
+
+class _Child:
+    """A started child that runs until terminated."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        self.terminated = False
+
+    def poll(self):
+        return -15 if self.terminated else None
+
+    def terminate(self) -> None:
+        self.terminated = True
+
+    def wait(self, timeout=None) -> int:
+        return -15
+
+
+class _FailsAtTheLastLine:
+    """A standard output that takes the start-up lines and fails at the last one (the one
+    that says how to stop it)."""
+
+    def write(self, text: str) -> int:
+        if "Ctrl-C" in text:
+            raise OSError(9, "standard output is closed")
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize("argv", [["app"], ["demo"]])
+def test_a_status_line_that_cannot_be_written_stops_every_child(monkeypatch, argv) -> None:
+    """`gpu-defrag demo >&-` (or a full disk) fails at its status line: exit 1 from `main`, and
+    the exporter, advisor and app it started are stopped, not left running unsupervised."""
+    started: list[_Child] = []
+
+    def child(*args, **kwargs) -> _Child:
+        started.append(_Child())
+        return started[-1]
+
+    monkeypatch.setattr(cli.subprocess, "Popen", child)
+    monkeypatch.setattr(cli, "wait_http", lambda *args, **kwargs: True)
+    monkeypatch.setattr(cli, "app_address_taken", lambda *args: "")
+    monkeypatch.setattr(cli, "demo_ports_taken", lambda *args: "")
+    monkeypatch.setattr(cli.sys, "stdout", _FailsAtTheLastLine())
+    args = build_parser().parse_args(argv)
+    with pytest.raises(OSError, match="standard output is closed"):
+        args.func(args)
+    assert started and all(c.terminated for c in started)
