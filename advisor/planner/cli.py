@@ -12,7 +12,10 @@ recommendation kinds (`advisor.planner.recommend`); several plans print one afte
 
 `--solver best` (default) runs the heuristic and, on clusters up to `--exact-max-nodes`, the
 exact solver too, returns the cheaper checked plan and reports the heuristic's gap to the exact
-optimum. Exit status: 0 a plan was found, 1 the goal cannot be reached, 2 bad input.
+optimum. A flag that only some goals read lists them in its help, and with any other goal it
+is refused before the source is read (exit 2): `--tenant` with `--goal recommend` is an error,
+not a recommendation scoped to that tenant.
+Exit status: 0 a plan was found, 1 the goal cannot be reached, 2 bad input.
 """
 
 from __future__ import annotations
@@ -35,6 +38,71 @@ from exporter.units import fraction, number, positive_duration
 
 EXACT_MAX_NODES = 400
 
+# The flags that only some goals read, per goal (the goal is --goal up to its "="): the one place
+# that knows which goal reads which flag. A flag in no row (SOURCE, --goal, --json, --policy)
+# applies to every goal; one in some rows, given on the command line with a goal whose row lacks
+# it, is refused. free-nodes reads --demand only for its before/after measures: the demand's
+# shapes join the jobs-that-fit counts (the plan itself is the same).
+_CONSOLIDATION_FLAGS = (
+    "--solver",
+    "--time-limit",
+    "--workers",
+    "--exact-max-nodes",
+    "--priority",
+    "--tenant",
+)
+_DEMAND_FLAGS = ("--demand", "--demand-model", "--demand-quantile")
+GOAL_FLAGS: dict[str, tuple[str, ...]] = {
+    "job": _CONSOLIDATION_FLAGS,
+    "free-nodes": _CONSOLIDATION_FLAGS + _DEMAND_FLAGS,
+    "forecast": _CONSOLIDATION_FLAGS + _DEMAND_FLAGS,
+    # recommendation kinds (advisor.planner.recommend.GOALS): the model and the policy only
+    **dict.fromkeys(("recommend", "reclaim", "share", "rebalance", "reserve", "borrow"), ()),
+}
+GIVEN = "plan_flags_given"  # the namespace attribute: goal-scoped flags on the command line
+
+
+def goals_reading(flag: str) -> list[str]:
+    """The goals whose row in `GOAL_FLAGS` names `flag` (none: it applies to every goal)."""
+    return [goal for goal, flags in GOAL_FLAGS.items() if flag in flags]
+
+
+class _Given(argparse.Action):
+    """Stores the value, as `store` does, and notes the flag in `GIVEN`: argparse calls an
+    action only for a flag on the command line, so a default is never taken for a choice and a
+    default value given explicitly (`--tenant ""`) still counts as given."""
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        setattr(namespace, self.dest, values)
+        given = getattr(namespace, GIVEN, ())
+        flag = self.option_strings[-1]
+        if flag not in given:
+            setattr(namespace, GIVEN, (*given, flag))
+
+
+def _add_flag(parser: argparse.ArgumentParser, flag: str, **kwargs: Any) -> None:
+    """`parser.add_argument(flag, ...)`; a flag that only some goals read records its use and
+    says in its help which goals read it."""
+    goals = goals_reading(flag)
+    if goals:
+        kwargs["action"] = _Given
+        kwargs["help"] = f"{kwargs['help']} [goals: {', '.join(goals)}]"
+    parser.add_argument(flag, **kwargs)
+
+
+def refused_flag(args: argparse.Namespace) -> str | None:
+    """The error for the first flag on the command line that `--goal` does not read, or None
+    (an unknown goal is left to the goal's own error)."""
+    goal = args.goal.strip()
+    key = goal.partition("=")[0].strip()
+    if key not in GOAL_FLAGS:
+        return None
+    for flag in getattr(args, GIVEN, ()):
+        if flag not in GOAL_FLAGS[key]:
+            goals = ", ".join(goals_reading(flag))
+            return f"{flag} does not apply to --goal {goal} (it applies to: {goals})"
+    return None
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
@@ -51,44 +119,56 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "share | rebalance | reserve[=JOB] | borrow=JOB | borrow=TENANT:GPUS[:PRIORITY]",
     )
     parser.add_argument("--json", action="store_true", help="print the plan as JSON")
-    parser.add_argument(
-        "--solver", choices=("best", "heuristic", "exact"), default="best", help="default: best"
+    _add_flag(
+        parser,
+        "--solver",
+        choices=("best", "heuristic", "exact"),
+        default="best",
+        help="default: best",
     )
-    parser.add_argument(
+    _add_flag(
+        parser,
         "--time-limit",
         type=positive_duration,
         default=10.0,
         help="exact solver time: seconds, or a duration like 30s or 2m (default 10)",
     )
-    parser.add_argument(
-        "--workers", type=number(1, kind=int), default=1, help="exact solver threads"
-    )
-    parser.add_argument(
+    _add_flag(parser, "--workers", type=number(1, kind=int), default=1, help="exact solver threads")
+    _add_flag(
+        parser,
         "--exact-max-nodes",
         type=number(0, kind=int),
         default=EXACT_MAX_NODES,
         help="run the exact solver next to the heuristic on clusters up to this many nodes",
     )
-    parser.add_argument(
+    _add_flag(
+        parser,
         "--priority",
         type=int,
         default=None,
         help="priority of the goal's work; work above it is never moved (default: highest)",
     )
-    parser.add_argument("--tenant", default="", help="tenant the goal job runs as (quotas)")
-    parser.add_argument("--policy", help="YAML/JSON policy: quotas, restart time, locality")
-    parser.add_argument(
+    _add_flag(parser, "--tenant", default="", help="tenant the goal job runs as (quotas)")
+    _add_flag(parser, "--policy", help="YAML/JSON policy: quotas, restart time, locality")
+    _add_flag(
+        parser,
         "--demand",
-        help='demand for forecast=H: JSON {"8": 2, "2x8": 1} (shape: jobs), or a CSV/Parquet '
-        "arrival history (time, series=shape, value=jobs per step) to forecast H ahead",
+        help="demand for forecast=H (for free-nodes=K: more shapes to measure before/after): "
+        'JSON {"8": 2, "2x8": 1} (shape: jobs), or a CSV/Parquet arrival history (time, '
+        "series=shape, value=jobs per step) to forecast H ahead",
     )
-    parser.add_argument(
+    _add_flag(
+        parser,
         "--demand-model",
         default="same_hour_mean_7d",
         help="forecaster for a demand history (advisor.forecast model name, or advisor)",
     )
-    parser.add_argument(
-        "--demand-quantile", type=fraction, default=0.5, help="forecast quantile of arrivals"
+    _add_flag(
+        parser,
+        "--demand-quantile",
+        type=fraction,
+        default=0.5,
+        help="forecast quantile of arrivals",
     )
     parser.set_defaults(func=run)
 
@@ -301,6 +381,10 @@ def run(args: argparse.Namespace) -> int:
     from advisor.ingest.sources import load_source
     from advisor.planner.recommend import GOALS
 
+    refused = refused_flag(args)
+    if refused:  # before the source is read: a flag the goal ignores is no plan for it
+        print(f"gpu-defrag plan: error: {refused}", file=sys.stderr)
+        return 2
     if args.goal.partition("=")[0].strip() in GOALS:  # recommendation kinds (recommend.py)
         return _run_recommendation(args)
     try:
