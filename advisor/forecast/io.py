@@ -172,14 +172,19 @@ SPARSE_STEPS = 10_000
 # The most GPUs or nodes one reading may count: a thousand times the largest fleets (~10⁶ GPUs), so
 # no real reading reaches it, while a typo (1e15, 1e308) is refused before a model squares it.
 MAX_AMOUNT = 1e9
+ABOVE_FLEETS = "more GPUs or nodes than any fleet holds"  # why no reading exceeds it
 # Times must lie in the years 1970–2200: nothing real lies outside, and every grid, origin and
 # target (up to a year's step ahead) then stays inside pandas' nanosecond clock (1677–2262).
 FIRST_TIME, END_TIME = pd.Timestamp("1970-01-01"), pd.Timestamp("2201-01-01")
+OUTSIDE_YEARS = f"outside the years {FIRST_TIME.year}–{END_TIME.year - 1} (a mistyped year?)"
 
 
 def _row(position: int) -> str:
     """Rows are counted from 1 after the header (line n + 1 of a CSV)."""
     return f"row {position + 1}"
+
+
+PLURAL = {"capacity": "capacities"}  # what an error counts, where not the name + "s"
 
 
 def _refuse(bad: pd.Series, raw: pd.Series, what: str, why: Callable[[int], str]) -> None:
@@ -188,7 +193,7 @@ def _refuse(bad: pd.Series, raw: pd.Series, what: str, why: Callable[[int], str]
     if not count:
         return
     first = int(np.flatnonzero(bad.to_numpy())[0])
-    more = "" if count == 1 else f"; {count} bad {what}s in all"
+    more = "" if count == 1 else f"; {count} bad {PLURAL.get(what, what + 's')} in all"
     raise ValueError(f"{what} {str(raw.iloc[first])!r} in {_row(first)} is {why(first)}{more}")
 
 
@@ -206,21 +211,33 @@ def _in_years(times: pd.Series, raw: pd.Series) -> None:
     """A time before `FIRST_TIME` or from `END_TIME` on names its row: a mistyped year (1600,
     9999) would otherwise build a grid of centuries or overflow pandas' nanosecond clock."""
     bad = (times < FIRST_TIME) | (times >= END_TIME)
-    last = END_TIME.year - 1
-    why = f"outside the years {FIRST_TIME.year}–{last} (a mistyped year?)"
-    _refuse(bad, raw, "time", lambda _i: why)
+    _refuse(bad, raw, "time", lambda _i: OUTSIDE_YEARS)
 
 
 def _amounts(
     raw: pd.Series,
     what: str,
     most: float = MAX_AMOUNT,
-    above: str = "more GPUs or nodes than any fleet holds",
+    above: str = ABOVE_FLEETS,
     blank: bool = True,
 ) -> pd.Series:
     """Counts of GPUs or nodes: finite, from 0 to `most` (`above` says why no more). Empty (or
     NaN) is a masked point where `blank`, an error otherwise; anything else that is not such a
     number names its row, since silently masking it would hide a broken file."""
+    numbers, bad, why = bad_amounts(raw, most, above, blank)
+    _refuse(bad, raw, what, why)
+    return numbers.astype(float)
+
+
+def bad_amounts(
+    raw: pd.Series,
+    most: float = MAX_AMOUNT,
+    above: str = ABOVE_FLEETS,
+    blank: bool = True,
+) -> tuple[pd.Series, pd.Series, Callable[[int], str]]:
+    """`_amounts`' check without the refusal, for a reader that names a bad reading otherwise
+    than by its row (the Prometheus input: by series and time): the numbers, which of them are
+    bad, and why the one at position i is ("negative", "infinite", "above 1,000,000,000: …")."""
     numbers = pd.to_numeric(raw, errors="coerce")
     unread = numbers.isna() & raw.notna()
     unread[unread] = raw[unread].astype(str).str.strip().ne("")  # blank: masked
@@ -236,8 +253,7 @@ def _amounts(
             return "infinite"
         return "negative" if x < 0 else f"above {most:,.0f}: {above}"
 
-    _refuse(bad, raw, what, why)
-    return numbers.astype(float)
+    return numbers, bad, why
 
 
 def _whole_rows(path: str | Path) -> None:

@@ -2,7 +2,10 @@
 
 Runs the range queries through `advisor.ingest.prometheus.PrometheusClient` (the one HTTP client)
 and returns a Panel: one series per result series, named by the `by` label (default: all labels),
-capacity matched by the same name. Missing steps stay NaN (masked), as for files.
+capacity matched by the same name. Missing steps stay NaN (masked), as for files, and so does a
+NaN sample (stale, 0/0). The long format's bounds hold for every reading: a value or capacity
+that is negative, infinite or above `MAX_AMOUNT`, or a time outside the years 1970–2200, is one
+line naming the series, the time and the reading (a reply has no rows to name).
 """
 
 from __future__ import annotations
@@ -11,9 +14,18 @@ import argparse
 import time
 from urllib.parse import parse_qs, urlsplit
 
+import numpy as np
 import pandas as pd
 
-from advisor.forecast.io import Panel, from_long
+from advisor.forecast.io import (
+    END_TIME,
+    FIRST_TIME,
+    OUTSIDE_YEARS,
+    PLURAL,
+    Panel,
+    bad_amounts,
+    from_long,
+)
 from exporter.units import duration
 
 
@@ -59,7 +71,21 @@ def _positive(params: dict[str, str], name: str, default: float, parse) -> float
     return value
 
 
+def _refuse(frame: pd.DataFrame, bad: pd.Series, what: str, reading, why) -> None:
+    """One line naming the series of the first bad reading, the reading (`reading(i)`) and why
+    (`why(i)`), and how many are bad; nothing if none. The long format's `_refuse`, by series
+    and time instead of by row."""
+    count = int(bad.sum())
+    if not count:
+        return
+    i = int(np.flatnonzero(bad.to_numpy())[0])
+    more = "" if count == 1 else f"; {count} bad {PLURAL.get(what, what + 's')} in all"
+    raise ValueError(f"series {frame['series'].iloc[i]!r} {reading(i)} is {why(i)}{more}")
+
+
 def _frame(results, by: str | None, column: str) -> pd.DataFrame:
+    """The long frame of one query's reply, its times and readings held to the long format's
+    bounds (a NaN reading is masked)."""
     parts = []
     named: dict[str, dict[str, str]] = {}
     for _metric, labels, times, values in results:
@@ -70,20 +96,32 @@ def _frame(results, by: str | None, column: str) -> pd.DataFrame:
                 f"aggregate them in the query, e.g. sum by ({by or 'pool'}) (…)"
             )
         named[name] = labels
-        parts.append(
-            pd.DataFrame(
-                {
-                    "time": pd.to_datetime(times, unit="s"),
-                    "series": name,
-                    column: values,
-                }
-            )
-        )
-    return (
-        pd.concat(parts, ignore_index=True)
-        if parts
-        else pd.DataFrame(columns=["time", "series", column])
+        parts.append(pd.DataFrame({"seconds": times, "series": name, column: values}))
+    if not parts:
+        return pd.DataFrame(columns=["time", "series", column])
+    frame = pd.concat(parts, ignore_index=True)
+    # on the epoch seconds, before pandas' clock (1677–2262) could overflow on them
+    seconds = frame.pop("seconds")
+    first, end = (t.timestamp() for t in (FIRST_TIME, END_TIME))
+    outside = ~((seconds >= first) & (seconds < end))  # NaN too
+    _refuse(
+        frame,
+        outside,
+        "time",
+        lambda i: f"time {seconds.iloc[i]:.15g} (epoch seconds)",
+        lambda _i: OUTSIDE_YEARS,
     )
+    frame.insert(0, "time", pd.to_datetime(seconds.to_numpy(), unit="s"))
+    readings = frame[column]
+    _numbers, bad, why = bad_amounts(readings)
+    _refuse(
+        frame,
+        bad,
+        column,
+        lambda i: f"{column} {readings.iloc[i]:.15g} at {frame['time'].iloc[i].isoformat()}Z",
+        why,
+    )
+    return frame
 
 
 def read_prometheus(source: str, client=None, now: float | None = None) -> Panel:

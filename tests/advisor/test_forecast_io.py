@@ -178,7 +178,10 @@ def _hourly_rows(n: int = 6, series: str = "a") -> list[str]:
         ),
         ("2024-01-01T09:00:00Z,a,-3,8", "value '-3' in row 4 is negative; 2 bad values in all"),
         ("2024-01-01T09:00:00Z,a,inf,8", "value 'inf' in row 4 is infinite; 2 bad values in all"),
-        ("2024-01-01T09:00:00Z,a,1,lots", "capacity 'lots' in row 4 is not a number; 2 bad"),
+        (
+            "2024-01-01T09:00:00Z,a,1,lots",
+            "capacity 'lots' in row 4 is not a number; 2 bad capacities in all",
+        ),
         ("2024-13-45,a,1,8", "time '2024-13-45' in row 4 is not an ISO 8601 time; 2 bad times"),
         ("2024-01-01T01:00:00Z,a,5,8", "row 4 repeats row 2: series 'a' at 2024-01-01 01:00:00; 2"),
     ],

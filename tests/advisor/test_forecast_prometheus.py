@@ -103,3 +103,146 @@ def test_a_reply_that_is_not_the_api_shape_is_one_input_line(monkeypatch):
         load(source)
     assert str(error.value).startswith(f"{source}: Prometheus at http://prom:9090")
     assert "\n" not in str(error.value)
+
+
+T0 = 1767607200  # 2026-01-05T10:00:00Z
+
+
+def _serve(monkeypatch, answers: dict[str, dict[str, list[str]]]) -> None:
+    """Prometheus answers each range query `answers[query]`, {pool: values as the API writes
+    them ("-3", "+Inf", "NaN")}, hourly from `T0`, so the client's own parsing runs too."""
+    import advisor.ingest.prometheus as prometheus
+
+    class Reply:
+        status_code = 200
+
+        def __init__(self, body):
+            self.body = body
+
+        def json(self):
+            return self.body
+
+    class Session:
+        def get(self, _url, params=None, timeout=None):
+            result = [
+                {"metric": {"pool": pool}, "values": [[T0 + 3600 * i, v] for i, v in enumerate(vs)]}
+                for pool, vs in answers[params["query"]].items()
+            ]
+            return Reply({"status": "success", "data": {"resultType": "matrix", "result": result}})
+
+    monkeypatch.setattr(prometheus.requests, "Session", Session)
+
+
+OK = ["4", "5", "6", "7"]
+
+
+@pytest.mark.parametrize(
+    ("used", "cap", "says"),
+    [
+        (
+            ["1", "-3", "2", "-1"],
+            OK,
+            "series 'h100' value -3 at 2026-01-05T11:00:00Z is negative; 2 bad values in all",
+        ),
+        (
+            ["1", "+Inf", "NaN", "2"],
+            OK,
+            "series 'h100' value inf at 2026-01-05T11:00:00Z is infinite",
+        ),
+        (
+            ["1", "2", "1e+300", "NaN"],
+            OK,
+            "series 'h100' value 1e+300 at 2026-01-05T12:00:00Z is above 1,000,000,000: more GPUs "
+            "or nodes than any fleet holds",
+        ),
+        (
+            OK,
+            ["8", "-1", "-Inf", "8"],
+            "series 'h100' capacity -1 at 2026-01-05T11:00:00Z is negative; 2 bad capacities in all",
+        ),
+        (
+            OK,
+            ["8", "8", "8", "+Inf"],
+            "series 'h100' capacity inf at 2026-01-05T13:00:00Z is infinite",
+        ),
+        (
+            OK,
+            ["1e300", "8", "8", "8"],
+            "series 'h100' capacity 1e+300 at 2026-01-05T10:00:00Z is above 1,000,000,000: more "
+            "GPUs or nodes than any fleet holds",
+        ),
+    ],
+    ids=["negative", "inf", "1e300", "negative-capacity", "inf-capacity", "1e300-capacity"],
+)
+@pytest.mark.parametrize("command", ["backtest", "forecast"])
+def test_an_impossible_prometheus_reading_is_one_line_naming_series_time_and_value(
+    monkeypatch, tmp_path, capsys, command, used, cap, says
+):
+    """They were refused by the long format's check, but as `value '-3.0' in row 6`: a row of
+    the reader's own concatenation of the reply, which names neither the series nor the time."""
+    _serve(monkeypatch, {"used": {"a100": OK, "h100": used}, "cap": {"a100": OK, "h100": cap}})
+    from advisor.cli import main
+
+    source = "prometheus+http://prom:9090/?query=used&capacity=cap&by=pool"
+    out = tmp_path / "out"
+    assert main([command, source, "--out", str(out)]) == 2
+    captured = capsys.readouterr()
+    assert captured.err == f"gpu-defrag {command}: {source}: {says}\n"
+    assert captured.out == "" and not out.exists()
+
+
+def test_a_prometheus_time_outside_1970_2200_is_one_line_naming_the_series():
+    """A time past pandas' clock was "Out of bounds microsecond timestamp: 318857-05-20 …"."""
+
+    class Far(FakeClient):
+        def range(self, query, start, end, step):
+            t = np.array([1e13, 1e13 + 3600.0])
+            return [("", {"pool": "a100"}, t, np.array([1.0, 2.0]))]
+
+    with pytest.raises(ValueError) as error:
+        read_prometheus("prometheus+http://p:9090/?query=used&by=pool", client=Far(), now=7200.0)
+    assert str(error.value) == (
+        "series 'a100' time 10000000000000 (epoch seconds) is outside the years 1970–2200 "
+        "(a mistyped year?); 2 bad times in all"
+    )
+
+
+def test_a_nan_from_prometheus_is_a_masked_point_not_an_error(monkeypatch):
+    """Prometheus writes a stale or 0/0 sample as "NaN": a gap, masked as a file's empty value."""
+    from advisor.forecast.io import load
+
+    _serve(monkeypatch, {"used": {"a100": ["1", "NaN", "3", "4"]}, "cap": {"a100": OK}})
+    panel = load("prometheus+http://prom:9090/?query=used&capacity=cap&by=pool")
+    assert panel.values["a100"].tolist()[0] == 1.0
+    assert np.isnan(panel.values["a100"].iloc[1])
+    assert panel.values["a100"].tolist()[2:] == [3.0, 4.0]
+    assert panel.capacity["a100"].tolist() == [4.0, 5.0, 6.0, 7.0]
+
+
+def test_a_valid_prometheus_series_reads_exactly_as_before(monkeypatch):
+    """Values above their capacity are accepted, as in the long format (forecasts are clipped)."""
+    import pandas as pd
+
+    from advisor.forecast.io import load
+
+    _serve(
+        monkeypatch,
+        {
+            "used": {"a100": ["0", "2.5", "9", "1000000000"], "h100": ["3", "3", "3", "3"]},
+            "cap": {"a100": ["8", "8", "8", "1e9"], "h100": ["0", "4", "4", "4"]},
+        },
+    )
+    panel = load("prometheus+http://prom:9090/?query=used&capacity=cap&by=pool")
+    index = pd.date_range("2026-01-05 10:00", periods=4, freq="h")
+    pd.testing.assert_frame_equal(
+        panel.values,
+        pd.DataFrame({"a100": [0.0, 2.5, 9.0, 1e9], "h100": [3.0] * 4}, index=index),
+        check_freq=False,
+        check_index_type=False,
+    )
+    pd.testing.assert_frame_equal(
+        panel.capacity,
+        pd.DataFrame({"a100": [8.0, 8.0, 8.0, 1e9], "h100": [0.0, 4.0, 4.0, 4.0]}, index=index),
+        check_freq=False,
+        check_index_type=False,
+    )
