@@ -311,6 +311,17 @@ def _one_line(command: str, run) -> int:
         return 1
 
 
+@contextmanager
+def _about(source: str) -> Iterator[None]:
+    """An input error raised past the reader names the INPUT too, as the reader's own do."""
+    from advisor.forecast.io import InputError
+
+    try:
+        yield
+    except InputError as error:
+        raise InputError(f"{source}: {error}") from None
+
+
 def run_backtest(args: argparse.Namespace) -> int:
     from advisor.forecast.threads import bounded
 
@@ -327,15 +338,16 @@ def _run_backtest(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     raw = io.load(args.input)
     panel = io.hourly(raw, args.input)
-    metrics, fc, picks = rolling.run(
-        panel,
-        args.horizons,
-        args.quantiles,
-        args.test_from,
-        args.test_to,
-        criterion=args.select_by,
-        calibrate=args.calibrate,
-    )
+    with _about(args.input):  # a test part or horizon the data cannot give
+        metrics, fc, picks = rolling.run(
+            panel,
+            args.horizons,
+            args.quantiles,
+            args.test_from,
+            args.test_to,
+            criterion=args.select_by,
+            calibrate=args.calibrate,
+        )
     paired = significance.paired_table(fc)
     t_demand = time.perf_counter() - t0
     replays = args.replays

@@ -432,7 +432,15 @@ def score(fc: pd.DataFrame, panel: Panel, test_start: int, quantiles=(0.9,)) -> 
 
 
 def test_window(panel: Panel, test_from=None, test_to=None, default_days: int = 7):
-    """Origins of the test window: explicit, the data set's published split, or the last days.
+    """Origins of the test window (`test_bounds`)."""
+    return _origin_positions(panel.index, *test_bounds(panel, test_from, test_to, default_days))
+
+
+def test_bounds(
+    panel: Panel, test_from=None, test_to=None, default_days: int = 7
+) -> tuple[pd.Timestamp, pd.Timestamp]:
+    """[start, end) of the test window: explicit, the data set's published split, or the last
+    `default_days` whole days (the last day counts when its last hour is there).
 
     A published split that the data does not reach (a file of other dates in the same format)
     falls back to the last days, so a reader's built-in split never empties a run.
@@ -448,7 +456,7 @@ def test_window(panel: Panel, test_from=None, test_to=None, default_days: int = 
             start -= pd.Timedelta(days=1)
     if end is None:
         end = start + pd.Timedelta(days=default_days)
-    return _origin_positions(idx, start, end)
+    return start, end
 
 
 def _check_targets(panel: Panel, origins: np.ndarray, horizons) -> None:
@@ -486,11 +494,13 @@ def run(
 
     Returns (metrics, forecasts incl. `advisor`, picks).
     """
-    origins = test_window(panel, test_from, test_to)
+    start, end = test_bounds(panel, test_from, test_to)
+    origins = _origin_positions(panel.index, start, end)
     if not len(origins):
+        hint = "" if test_from else " (--test-from sets it)"
         raise InputError(
             f"no hour of the data ({panel.index[0]} … {panel.index[-1]}) lies in the test part "
-            f"[{test_from or panel.test_from}, {test_to or panel.test_to})"
+            f"[{start}, {end}){hint}"
         )
     _check_targets(panel, origins, horizons)
     test_start = int(origins[0])

@@ -195,6 +195,7 @@ def test_a_horizon_the_test_part_cannot_score_is_one_line(tmp_path, capsys):
     )
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "h = 168: no test origin from" in err
+    assert err.startswith(f"gpu-defrag backtest: {path}: h = 168")  # names the INPUT
     assert "the longest horizon this test part can score: 167 h" in err
     assert not out.exists()
     panel = io.hourly(io.load(str(path)), str(path))
@@ -306,3 +307,21 @@ def test_the_replays_flag_takes_none_or_known_names() -> None:
         "power",
         "reservation",
     }
+
+
+def test_data_too_short_for_the_test_part_names_the_input_and_the_window(tmp_path, capsys):
+    """Three hours of one day: the default test part (the last 7 whole days) holds none of them.
+    The line named the window as '[None, None)' and not the INPUT."""
+    path = tmp_path / "short.csv"
+    path.write_text(
+        "time,series,value\n" + "".join(f"2026-01-05T{h}:00:00Z,a,{h}\n" for h in (10, 11, 12))
+    )
+    out = tmp_path / "out"
+    assert main(["backtest", str(path), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        f"gpu-defrag backtest: {path}: no hour of the data (2026-01-05 10:00:00 … "
+        "2026-01-05 12:00:00) lies in the test part [2025-12-29 00:00:00, 2026-01-05 00:00:00) "
+        "(--test-from sets it)\n"
+    )
+    assert not out.exists()
