@@ -10,8 +10,12 @@ Bounds are those of the model's columns: integers (GPU index, NVLink island, pri
 the int32 columns that hold them, and numbers must be at most 2^53 in size (`MAX_EXACT`, the
 largest magnitude up to which a float64 holds every whole number; placement converts CPU and
 memory to int64), so a value the model cannot hold is refused here by its path instead of
-overflowing somewhere downstream. A key given twice in one object is refused by its path too:
-Python's json would keep the last one without a word.
+overflowing somewhere downstream. One check spans two fields: a GPU's `memory_used_bytes` is at
+most its `memory_total_bytes` where both are known (more in use than the GPU holds would read as
+negative free memory); JSON Schema cannot compare two fields, so only the loader checks it.
+The usage history is not: its points are float32 (a full GPU's may round above the total). A
+key given twice in one object is refused by its path too: Python's json would keep the last one
+without a word.
 """
 
 from __future__ import annotations
@@ -414,6 +418,13 @@ def from_dict(doc: Any) -> ClusterModel:
                     power_watts=gpu.number("power_watts", minimum=0),
                 ),
             )
+            used = gpu.number("memory_used_bytes", minimum=0)
+            if used > gpu.number("memory_total_bytes", minimum=0):  # False where either is null
+                raise SnapshotError(
+                    f"{gpu.path}.memory_used_bytes",
+                    f"must be at most memory_total_bytes ({_show(gpu.doc['memory_total_bytes'])}),"
+                    f" got {_show(gpu.doc['memory_used_bytes'])}",
+                )
             gpu_count += 1
     for i, raw in enumerate(top.array("allocations")):
         alloc = _Fields(raw, f"allocations[{i}]")

@@ -16,10 +16,24 @@ does not fail the read of a fleet (the exporter's own rule: keep serving what it
 snapshot loader then accepts. Info series (`*_info`, value always 1) are read by their labels
 whatever their value: a GPU's identity or allocation is not lost to a corrupt sample.
 
+Some values are impossible only together (`MEMORY_PARTS`): memory in use, free or reserved
+larger than the GPU's total, a MIG instance's memory larger than its GPU's, its memory in use
+larger than its own total. The part is read as unknown, the total kept (a static size of the
+board, the same at every read, where the part is the moving value an exporter computes), in the
+same warning, which names the GPU and both values.
+
 A series (name and label set) given twice on one page is invalid exposition (Prometheus refuses
 such a scrape's clashing samples): copies with different values read the series as unknown, not
 as either value, with one warning per page naming the URL and the first few series; identical
 copies are one sample, and so are an info series' copies whatever their values.
+
+Several URLs are read as one fleet (`scrape`, `merge`): a URL listed twice is read once; a GPU
+(node and index) that two URLs report, two exporters on one node (ours and dcgm-exporter both
+scraped) or one exporter under two names, is read whole from the first URL listed that reports
+it, with one warning per read naming both URLs and the first few such GPUs. Not a mix of the
+two: they read at different instants, so their values differ without either being wrong, and
+reading every such value as unknown would lose the GPU to a configuration slip; the order of the
+URLs is the user's say in which exporter to believe.
 """
 
 from __future__ import annotations
@@ -27,7 +41,6 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import urlsplit
@@ -106,6 +119,9 @@ POSSIBLE: dict[str, tuple[float, float]] = {
     "memory_reserved_bytes": _AMOUNT,
     "power_watts": _AMOUNT,
 }
+# GpuReading memory attributes that are parts of the framebuffer: none can exceed its total
+# (NVML: total = used + free + reserved, or used including reserved on older drivers).
+MEMORY_PARTS = ("memory_used_bytes", "memory_free_bytes", "memory_reserved_bytes")
 INFO_SERIES = (GPU_INFO, MIG_INFO, LINK_INFO, ALLOCATION_INFO)  # value always 1: labels only
 # Every name `our_readings` reads: the Prometheus ingest asks for exactly these.
 OUR_NAMES: tuple[str, ...] = (
@@ -148,10 +164,48 @@ def _whole(value: float, low: int = 0, high: int = INT32_MAX) -> int | None:
     return int(value) if float(value).is_integer() and low <= value <= high else None
 
 
+def _exact(value: float) -> str:
+    """A byte count as a log line should show it: every digit (a MiB/bytes mix-up is a factor
+    of 2^20 that `:g`'s six digits would blur); Python's shortest form beyond 2^53."""
+    value = float(value)
+    return str(int(value)) if value.is_integer() and abs(value) <= MAX_EXACT else repr(value)
+
+
+def _above(part: float | None, whole: float | None) -> bool:
+    return part is not None and whole is not None and part > whole
+
+
+def _drop_beyond_total(gpu: GpuReading, where: str, notes: list[str]) -> None:
+    """Read as unknown a part of the GPU's memory larger than the whole it is part of: used,
+    free or reserved above the GPU's total; a MIG instance's total above the GPU's, its used
+    above its own total. The whole is kept (`MEMORY_PARTS`)."""
+    total = gpu.memory_total_bytes
+    for attr in MEMORY_PARTS:
+        value = getattr(gpu, attr)
+        if _above(value, total):
+            notes.append(f"{where} {attr}={_exact(value)} > memory_total_bytes={_exact(total)}")
+            setattr(gpu, attr, None)
+    for mig in gpu.mig_instances:
+        at = f"{where}/gi{mig.gpu_instance_id}"
+        if _above(mig.memory_total_bytes, total):
+            notes.append(
+                f"{at} memory_total_bytes={_exact(mig.memory_total_bytes)} > the GPU's "
+                f"memory_total_bytes={_exact(total)}"
+            )
+            mig.memory_total_bytes = None
+        if _above(mig.memory_used_bytes, mig.memory_total_bytes):
+            notes.append(
+                f"{at} memory_used_bytes={_exact(mig.memory_used_bytes)} > "
+                f"memory_total_bytes={_exact(mig.memory_total_bytes)}"
+            )
+            mig.memory_used_bytes = None
+
+
 def drop_impossible(readings: list[NodeReading], already: Sequence[str] = ()) -> None:
     """Read as unknown (None) every value no GPU can report (`POSSIBLE`, an island, priority or
-    `gpu_milli` out of range) and drop GPUs whose index an int32 cannot hold; one warning
-    names how many and the first few, with the `already` notes of the caller's own drops."""
+    `gpu_milli` out of range, a memory part above its total) and drop GPUs whose index an int32
+    cannot hold; one warning names how many and the first few, with the `already` notes of the
+    caller's own drops."""
     notes = list(already)
     for node in readings:
         kept = []
@@ -166,6 +220,7 @@ def drop_impossible(readings: list[NodeReading], already: Sequence[str] = ()) ->
                 if value is not None and impossible(attr, value):
                     notes.append(f"{where} {attr}={value:g}")
                     setattr(gpu, attr, None)
+            _drop_beyond_total(gpu, where, notes)
             island = gpu.nvlink_island
             if island is not None and not 0 <= island <= INT32_MAX:
                 notes.append(f"{where} nvlink_island={island}")
@@ -189,6 +244,14 @@ def drop_impossible(readings: list[NodeReading], already: Sequence[str] = ()) ->
 
 def our_readings(samples: Iterable[Sample]) -> list[NodeReading]:
     """NodeReadings from samples named as in our contract; series without node/gpu are skipped."""
+    notes: list[str] = []
+    readings = _our_readings(samples, notes)
+    drop_impossible(readings, notes)
+    return readings
+
+
+def _our_readings(samples: Iterable[Sample], notes: list[str]) -> list[NodeReading]:
+    """`our_readings` before `drop_impossible`; what it leaves out is added to `notes`."""
     nodes: dict[str, NodeReading] = {}
     gpus: dict[tuple[str, int], GpuReading] = {}
     nvlink_counts: dict[tuple[str, int, int], int] = {}
@@ -206,7 +269,6 @@ def our_readings(samples: Iterable[Sample]) -> list[NodeReading]:
             node_of(node).gpus.append(gpus[key])
         return gpus[key]
 
-    notes: list[str] = []
     for name, labels, value in samples:
         if name == NODE_INFO:
             if labels.get("node"):
@@ -284,9 +346,7 @@ def our_readings(samples: Iterable[Sample]) -> list[NodeReading]:
     for node in nodes.values():
         for link in node.links:
             link.nvlink_count = nvlink_counts.get((node.node, link.gpu, link.peer), 0)
-    readings = list(nodes.values())
-    drop_impossible(readings, notes)
-    return readings
+    return list(nodes.values())
 
 
 def is_dcgm(samples: Sequence[Sample]) -> bool:
@@ -300,15 +360,20 @@ def is_dcgm(samples: Sequence[Sample]) -> bool:
 def dcgm_readings(samples_by_target: Mapping[str, Sequence[Sample]]) -> list[NodeReading]:
     """dcgm-exporter samples per target host -> readings, via the dcgm-exporter backend's own
     grouping (its `Hostname` label names the node, else the target host)."""
+    readings = _dcgm_readings(samples_by_target)
+    drop_impossible(readings)
+    return readings
+
+
+def _dcgm_readings(samples_by_target: Mapping[str, Sequence[Sample]]) -> list[NodeReading]:
+    """`dcgm_readings` before `drop_impossible`."""
     nodes: dict[str, dx._Node] = {}
     for host, samples in samples_by_target.items():
         canonical = [(dx.canonical_name(name), labels, value) for name, labels, value in samples]
         dx._group(canonical, host, nodes)
     backend = dx.DcgmExporterBackend(list(samples_by_target) or ["dcgm-exporter"])
     now = time.time()
-    readings = [backend._reading(node, now) for node in nodes.values()]
-    drop_impossible(readings)
-    return readings
+    return [backend._reading(node, now) for node in nodes.values()]
 
 
 def fetch(url: str, timeout: float, session: requests.Session | None = None) -> str:
@@ -400,6 +465,49 @@ def sim_clock(samples: Sequence[Sample]) -> SimClock | None:
     )
 
 
+def merge(pages: Sequence[tuple[str, list[NodeReading]]]) -> list[NodeReading]:
+    """The readings of several URLs as one fleet, nodes in the order first seen. A GPU (node and
+    index) that more than one URL reports is read whole from the first of them (its values, MIG
+    instances, processes, and the allocations and links of that GPU); the later copies are left
+    out and one warning names the URLs and the first few such GPUs. A node's labels (pool, rack,
+    versions) are the first non-empty ones. The first URL's reading objects are reused."""
+    nodes: dict[str, NodeReading] = {}
+    source: dict[tuple[str, int], str] = {}  # (node, GPU index) -> the URL it is read from
+    clashes: dict[tuple[str, str], list[str]] = {}  # (URL kept, URL left out) -> node/GPUs
+    for url, readings in pages:
+        for node in readings:
+            merged = nodes.setdefault(node.node, node)
+            taken = set()
+            for gpu in node.gpus:
+                first = source.setdefault((node.node, gpu.index), url)
+                if first != url:
+                    clashes.setdefault((first, url), []).append(f"{node.node}/gpu{gpu.index}")
+                else:
+                    taken.add(gpu.index)
+            if merged is node:
+                continue
+            merged.gpus += [gpu for gpu in node.gpus if gpu.index in taken]
+            merged.links += [link for link in node.links if link.gpu in taken]
+            merged.allocations += [a for a in node.allocations if a.gpu in taken]
+            for attr in ("pool", "rack", "driver_version", "cuda_version"):
+                setattr(merged, attr, getattr(merged, attr) or getattr(node, attr))
+    if clashes:
+        count = sum(len(gpus) for gpus in clashes.values())
+        shown = [
+            f"{', '.join(gpus[:3])}{', ...' if len(gpus) > 3 else ''} from {kept} "
+            f"(also reported by {left})"
+            for (kept, left), gpus in clashes.items()
+        ]
+        log.warning(
+            "%d GPU(s) reported by more than one URL, each read from the first URL listed "
+            "that reports it: %s%s",
+            count,
+            "; ".join(shown[:3]),
+            "; ..." if len(shown) > 3 else "",
+        )
+    return list(nodes.values())
+
+
 def scrape(urls: Sequence[str], *, timeout: float = 5.0, source: str = "") -> ClusterModel:
     """One model from every page; each page may be ours or dcgm-exporter's. Any unreachable
     URL fails the whole read: an analysis of a partial fleet would mislead.
@@ -407,18 +515,23 @@ def scrape(urls: Sequence[str], *, timeout: float = 5.0, source: str = "") -> Cl
     The model is stamped with the time of reading, except when every page is a sim exporter's:
     then with the simulated clock (`SimClock.epoch + time_s`), so a fleet simulated faster than
     real time builds a history in simulated hours, continuous with its re-simulated past."""
-    ours: list[Sample] = []
-    dcgm: dict[str, list[Sample]] = defaultdict(list)
+    unique = list(dict.fromkeys(urls))  # a URL listed twice is one page, read once
     # Pages are fetched in parallel (one exporter per node: a fleet is many URLs), then read
     # in the order given so the model does not depend on which answered first.
-    with ThreadPoolExecutor(max_workers=max(1, min(MAX_PARALLEL, len(urls)))) as pool:
-        pages = list(pool.map(lambda url: parse(fetch(url, timeout), url), urls))
-    for url, samples in zip(urls, pages, strict=True):
-        if is_dcgm(samples):
-            dcgm[urlsplit(url).hostname or url].extend(samples)
-        else:
-            ours.extend(samples)
-    readings = our_readings(ours) + (dcgm_readings(dcgm) if dcgm else [])
+    with ThreadPoolExecutor(max_workers=max(1, min(MAX_PARALLEL, len(unique)))) as pool:
+        pages = list(pool.map(lambda url: parse(fetch(url, timeout), url), unique))
+    notes: list[str] = []
+    per_url = [
+        (
+            url,
+            _dcgm_readings({urlsplit(url).hostname or url: samples})
+            if is_dcgm(samples)
+            else _our_readings(samples, notes),
+        )
+        for url, samples in zip(unique, pages, strict=True)
+    ]
+    readings = merge(per_url)
+    drop_impossible(readings, notes)
     clocks = [sim_clock(samples) for samples in pages]
     stamp = (
         max(c.epoch + c.time_s for c in clocks if c is not None)

@@ -222,3 +222,24 @@ def test_save_refuses_what_load_would_refuse_and_writes_nothing(tmp_path) -> Non
         snapshot.save(builder.build(), path)
     assert str(error.value) == "nodes[0].gpus[0].memory_total_bytes: must be >= 0, got -1"
     assert list(tmp_path.iterdir()) == []
+
+
+def test_memory_used_above_the_gpus_total_is_refused_by_its_path(tmp_path) -> None:
+    def over(d):
+        d["nodes"][0]["gpus"][1]["memory_used_bytes"] = 80_000_000_001
+
+    assert _bad(over) == (
+        "nodes[0].gpus[1].memory_used_bytes: must be at most memory_total_bytes "
+        "(80000000000), got 80000000001"
+    )
+    for total, used in ((80e9, 80e9), (None, 1e12), (80e9, None)):  # full; unknown either way
+        doc = snapshot.to_dict(_model())
+        doc["nodes"][0]["gpus"][1].update(memory_total_bytes=total, memory_used_bytes=used)
+        snapshot.from_dict(doc)
+    builder = ModelBuilder()
+    builder.add_node("a")
+    builder.add_gpu("a", 0, memory_total_bytes=1024, memory_used_bytes=1024 * 2**20)
+    path = tmp_path / "s.json"
+    with pytest.raises(SnapshotError, match=r"^nodes\[0\]\.gpus\[0\]\.memory_used_bytes: must"):
+        snapshot.save(builder.build(), path)  # never written, so never refused on load
+    assert list(tmp_path.iterdir()) == []
