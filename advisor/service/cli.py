@@ -148,11 +148,18 @@ def run(args: argparse.Namespace) -> int:
     from advisor.planner.constraints import Policy, PolicyError, load_policy
     from advisor.service.api import Api
     from advisor.service.backfill import backfill, default_span_s
-    from advisor.service.loop import AdvisorLoop, Config, make_ingest, redact
+    from advisor.service.loop import (
+        AdvisorLoop,
+        Config,
+        install_log_filters,
+        make_ingest,
+        redact,
+    )
     from exporter.server import ExporterServer
     from exporter.webconfig import WebConfigError, load_web_config
 
     configure_logging(args.log_level)
+    install_log_filters(logging.getLogger().handlers)
     try:
         web = load_web_config(args.web_config_file or None)
         policy = load_policy(args.policy) if args.policy else Policy()

@@ -97,8 +97,58 @@ class RedactingFilter(logging.Filter):
 
 
 # Every module of the service logs as "advisor.service": its records pass here, whatever
-# handler (the CLI's stderr line, a test's capture) takes them.
+# handler (the CLI's stderr line, a test's capture) takes them. The readers it calls log as
+# their own modules (`advisor.ingest.*`, naming the URL they read): `install_log_filters` puts
+# the same filter on the handlers of the service process, which every record passes.
 log.addFilter(RedactingFilter())
+
+
+class RepeatFilter(logging.Filter):
+    """Shows a warning that repeats word for word (a source that keeps serving the same bad
+    page warns on every run, every few seconds) once per `every_s`; the next one shown after
+    that says how many were held back. Other levels, and a warning that changed, pass."""
+
+    def __init__(
+        self, every_s: float = 3600.0, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        super().__init__()
+        self.every_s, self.clock = every_s, clock
+        self._shown: dict[tuple[str, str], tuple[float, int]] = {}  # -> (when shown, held back)
+        self._lock = threading.Lock()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno != logging.WARNING:
+            return True
+        try:
+            message = record.getMessage()
+        except Exception:
+            return True  # a bad format string: the handler shows it as it would
+        key, now = (record.name, message), self.clock()
+        with self._lock:
+            shown, held = self._shown.get(key, (-math.inf, 0))
+            if now - shown < self.every_s:
+                self._shown[key] = (shown, held + 1)
+                return False
+            self._shown.pop(key, None)  # re-inserted last: the oldest entries go first
+            self._shown[key] = (now, 0)
+            while len(self._shown) > MAX_REPEATS_KEPT:
+                del self._shown[next(iter(self._shown))]
+        if held:
+            every = f"{self.every_s / 3600:g} h" if self.every_s >= 3600 else f"{self.every_s:g} s"
+            record.msg, record.args = f"{message} ({held} more like it held back in {every})", ()
+        return True
+
+
+MAX_REPEATS_KEPT = 1024  # distinct warnings `RepeatFilter` remembers
+
+
+def install_log_filters(handlers: Sequence[logging.Handler], every_s: float = 3600.0) -> None:
+    """The service process's handlers: every record, whichever module logs it, is redacted
+    (`RedactingFilter`), and a warning repeated word for word is shown once per `every_s`."""
+    repeats = RepeatFilter(every_s)
+    for handler in handlers:
+        handler.addFilter(RedactingFilter())
+        handler.addFilter(repeats)
 
 
 def _shown_source(model: ClusterModel) -> ClusterModel:

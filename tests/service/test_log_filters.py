@@ -1,0 +1,61 @@
+"""The service's log: every record is redacted whichever module logs it (the readers name the
+URL they read, password included), and a warning repeated word for word on every run is shown
+once per hour with how many were held back."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import subprocess
+import sys
+import time
+
+from advisor.service.loop import RepeatFilter
+from tests.advisor.test_ingest_duplicates import UTIL0, _page
+from tests.fakes.page_server import Routes, serve
+
+
+def _record(message: str, level: int = logging.WARNING) -> logging.LogRecord:
+    return logging.LogRecord(
+        "advisor.ingest.exporter_scrape", level, __file__, 1, message, (), None
+    )
+
+
+def test_a_repeated_warning_is_shown_once_per_period_with_the_count_held_back():
+    now = [0.0]
+    repeats = RepeatFilter(every_s=3600.0, clock=lambda: now[0])
+    shown = []
+    for t in range(0, 7200 + 1, 5):  # one run every 5 s for two hours
+        now[0] = float(t)
+        record = _record("http://x/metrics: 1 series given more than once")
+        if repeats.filter(record):
+            shown.append((t, record.getMessage()))
+    assert [t for t, _ in shown] == [0, 3600, 7200]
+    assert shown[0][1] == "http://x/metrics: 1 series given more than once"
+    assert shown[1][1].endswith("(719 more like it held back in 1 h)")
+    # a different warning, and anything but a warning, is never held back
+    assert repeats.filter(_record("http://x/metrics: 2 series given more than once"))
+    assert all(repeats.filter(_record("same", logging.ERROR)) for _ in range(3))
+    assert all(repeats.filter(_record("same", logging.INFO)) for _ in range(3))
+
+
+def test_the_service_log_hides_the_sources_password_and_says_a_repeated_warning_once():
+    """A source URL with a password and a page that repeats a series with two values: the
+    reader's warning named the URL with its password, on every run (each second here)."""
+    routes = Routes()
+    routes.text("/metrics", _page(f"{UTIL0} 0.9"))
+    with serve(routes) as base:
+        source = base.replace("http://", "http://admin:s3cret@") + "/metrics"
+        command = [sys.executable, "-m", "advisor.cli", "advise", "--source", source]
+        command += ["--advise.interval", "1s", "--web.listen-address", "127.0.0.1:0"]
+        process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
+        try:
+            time.sleep(6)  # several runs
+        finally:
+            process.send_signal(signal.SIGTERM)
+            _, err = process.communicate(timeout=30)
+    assert "s3cret" not in err
+    warnings = [line for line in err.splitlines() if "given more than once" in line]
+    assert len(warnings) == 1, err
+    assert "http://admin:***@127.0.0.1:" in warnings[0]
+    assert "source=advisor.ingest.exporter_scrape" in warnings[0]
