@@ -40,6 +40,25 @@ from advisor.ingest.sources import (
 from advisor.model import MILLI, ClusterModel
 
 log = logging.getLogger(__name__)
+LOG_FORMAT = "ts=%(asctime)s level=%(levelname)s source=%(name)s msg=%(message)s"  # the servers'
+
+
+def configure_logging() -> None:
+    """The app process's log on standard error, as the service's: every record redacted (a
+    refresh that failed, and the readers' warnings, name the source's URL, password included)
+    and a warning repeated on every refresh shown once an hour. Once per process: Streamlit
+    runs the page script again on every interaction."""
+    from advisor.service.loop import install_log_filters
+
+    root = logging.getLogger()
+    if any(getattr(handler, "gpu_defrag_app", False) for handler in root.handlers):
+        return
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter(LOG_FORMAT))
+    handler.gpu_defrag_app = True  # type: ignore[attr-defined]
+    install_log_filters([handler])
+    root.addHandler(handler)  # at the root's level: warnings and up
+
 
 DEFAULT_REFRESH_S = 15.0
 LOAD_TIMEOUT_S = 10.0

@@ -14,6 +14,7 @@ import streamlit as st
 from advisor.app import data
 
 st.set_page_config(page_title="gpu-defrag · capacity review", page_icon="🧩", layout="wide")
+data.configure_logging()
 
 PAGES = [
     st.Page("views/fleet.py", title="Fleet", icon=":material/grid_view:", default=True),

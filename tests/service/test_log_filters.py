@@ -59,3 +59,27 @@ def test_the_service_log_hides_the_sources_password_and_says_a_repeated_warning_
     assert len(warnings) == 1, err
     assert "http://admin:***@127.0.0.1:" in warnings[0]
     assert "source=advisor.ingest.exporter_scrape" in warnings[0]
+
+
+def test_the_app_process_log_is_redacted_and_set_up_once(capsys):
+    """The app (Streamlit runs its script again on every interaction) logged a failed refresh
+    of `http://admin:s3cret@…` with the password, through Python's last-resort handler."""
+    from advisor.app import data
+
+    root = logging.getLogger()
+    before = list(root.handlers)
+    try:
+        data.configure_logging()
+        data.configure_logging()  # a rerun of the page script
+        added = [h for h in root.handlers if h not in before]
+        assert len(added) == 1
+        for _ in range(3):  # the poller, every refresh
+            logging.getLogger("advisor.app.data").warning(
+                "refresh of %s failed: %s", "http://admin:s3cret@gpu-01:9835/metrics", "timeout"
+            )
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "s3cret" not in err
+        assert "msg=refresh of http://admin:***@gpu-01:9835/metrics failed: timeout" in err
+    finally:
+        for handler in [h for h in root.handlers if h not in before]:
+            root.removeHandler(handler)
