@@ -164,7 +164,7 @@ def _whole(value: float, low: int = 0, high: int = INT32_MAX) -> int | None:
     return int(value) if float(value).is_integer() and low <= value <= high else None
 
 
-def _exact(value: float) -> str:
+def exact_bytes(value: float) -> str:
     """A byte count as a log line should show it: every digit (a MiB/bytes mix-up is a factor
     of 2^20 that `:g`'s six digits would blur); Python's shortest form beyond 2^53."""
     value = float(value)
@@ -183,20 +183,22 @@ def _drop_beyond_total(gpu: GpuReading, where: str, notes: list[str]) -> None:
     for attr in MEMORY_PARTS:
         value = getattr(gpu, attr)
         if _above(value, total):
-            notes.append(f"{where} {attr}={_exact(value)} > memory_total_bytes={_exact(total)}")
+            notes.append(
+                f"{where} {attr}={exact_bytes(value)} > memory_total_bytes={exact_bytes(total)}"
+            )
             setattr(gpu, attr, None)
     for mig in gpu.mig_instances:
         at = f"{where}/gi{mig.gpu_instance_id}"
         if _above(mig.memory_total_bytes, total):
             notes.append(
-                f"{at} memory_total_bytes={_exact(mig.memory_total_bytes)} > the GPU's "
-                f"memory_total_bytes={_exact(total)}"
+                f"{at} memory_total_bytes={exact_bytes(mig.memory_total_bytes)} > the GPU's "
+                f"memory_total_bytes={exact_bytes(total)}"
             )
             mig.memory_total_bytes = None
         if _above(mig.memory_used_bytes, mig.memory_total_bytes):
             notes.append(
-                f"{at} memory_used_bytes={_exact(mig.memory_used_bytes)} > "
-                f"memory_total_bytes={_exact(mig.memory_total_bytes)}"
+                f"{at} memory_used_bytes={exact_bytes(mig.memory_used_bytes)} > "
+                f"memory_total_bytes={exact_bytes(mig.memory_total_bytes)}"
             )
             mig.memory_used_bytes = None
 
@@ -245,12 +247,12 @@ def drop_impossible(readings: list[NodeReading], already: Sequence[str] = ()) ->
 def our_readings(samples: Iterable[Sample]) -> list[NodeReading]:
     """NodeReadings from samples named as in our contract; series without node/gpu are skipped."""
     notes: list[str] = []
-    readings = _our_readings(samples, notes)
+    readings = our_readings_unchecked(samples, notes)
     drop_impossible(readings, notes)
     return readings
 
 
-def _our_readings(samples: Iterable[Sample], notes: list[str]) -> list[NodeReading]:
+def our_readings_unchecked(samples: Iterable[Sample], notes: list[str]) -> list[NodeReading]:
     """`our_readings` before `drop_impossible`; what it leaves out is added to `notes`."""
     nodes: dict[str, NodeReading] = {}
     gpus: dict[tuple[str, int], GpuReading] = {}
@@ -360,12 +362,12 @@ def is_dcgm(samples: Sequence[Sample]) -> bool:
 def dcgm_readings(samples_by_target: Mapping[str, Sequence[Sample]]) -> list[NodeReading]:
     """dcgm-exporter samples per target host -> readings, via the dcgm-exporter backend's own
     grouping (its `Hostname` label names the node, else the target host)."""
-    readings = _dcgm_readings(samples_by_target)
+    readings = dcgm_readings_unchecked(samples_by_target)
     drop_impossible(readings)
     return readings
 
 
-def _dcgm_readings(samples_by_target: Mapping[str, Sequence[Sample]]) -> list[NodeReading]:
+def dcgm_readings_unchecked(samples_by_target: Mapping[str, Sequence[Sample]]) -> list[NodeReading]:
     """`dcgm_readings` before `drop_impossible`."""
     nodes: dict[str, dx._Node] = {}
     for host, samples in samples_by_target.items():
@@ -465,12 +467,17 @@ def sim_clock(samples: Sequence[Sample]) -> SimClock | None:
     )
 
 
-def merge(pages: Sequence[tuple[str, list[NodeReading]]]) -> list[NodeReading]:
+def merge(
+    pages: Sequence[tuple[str, list[NodeReading]]], *, what: str = "URL", order: str = "listed"
+) -> list[NodeReading]:
     """The readings of several URLs as one fleet, nodes in the order first seen. A GPU (node and
     index) that more than one URL reports is read whole from the first of them (its values, MIG
     instances, processes, and the allocations and links of that GPU); the later copies are left
     out and one warning names the URLs and the first few such GPUs. A node's labels (pool, rack,
-    versions) are the first non-empty ones. The first URL's reading objects are reused."""
+    versions) are the first non-empty ones. The first URL's reading objects are reused.
+
+    `what` names a source in the warning and `order` says how `pages` are ordered (Prometheus'
+    scrape targets, `ingest.prometheus`, are sorted by name rather than listed)."""
     nodes: dict[str, NodeReading] = {}
     source: dict[tuple[str, int], str] = {}  # (node, GPU index) -> the URL it is read from
     clashes: dict[tuple[str, str], list[str]] = {}  # (URL kept, URL left out) -> node/GPUs
@@ -499,9 +506,12 @@ def merge(pages: Sequence[tuple[str, list[NodeReading]]]) -> list[NodeReading]:
             for (kept, left), gpus in clashes.items()
         ]
         log.warning(
-            "%d GPU(s) reported by more than one URL, each read from the first URL listed "
+            "%d GPU(s) reported by more than one %s, each read from the first %s %s "
             "that reports it: %s%s",
             count,
+            what,
+            what,
+            order,
             "; ".join(shown[:3]),
             "; ..." if len(shown) > 3 else "",
         )
@@ -524,9 +534,9 @@ def scrape(urls: Sequence[str], *, timeout: float = 5.0, source: str = "") -> Cl
     per_url = [
         (
             url,
-            _dcgm_readings({urlsplit(url).hostname or url: samples})
+            dcgm_readings_unchecked({urlsplit(url).hostname or url: samples})
             if is_dcgm(samples)
-            else _our_readings(samples, notes),
+            else our_readings_unchecked(samples, notes),
         )
         for url, samples in zip(unique, pages, strict=True)
     ]

@@ -5,7 +5,19 @@ Only the HTTP calls live in `PrometheusClient`; turning samples into readings is
 direct scrape (`ingest.exporter_scrape`), so both sources give the same model for the same fleet.
 The history is held to the same values a GPU can report (`exporter_scrape.impossible`): a point
 outside them (a negative or above-1 utilization, a negative or beyond-2^53 byte count, an
-infinity) is a gap like a missing point, with one warning per metric; the rest is read.
+infinity) or a memory-used point above the GPU's total (compared exactly, in float64, before the
+history's float32 rounds it: a full GPU is kept) is a gap like a missing point, with one warning
+per metric; the rest is read.
+
+A GPU that two scrape targets report (one exporter scraped by two jobs, two exporters of one
+kind on one node; Prometheus tells them apart by `instance`, else `job`) follows the direct
+scrape's rule (`exporter_scrape.merge`): the state is read per target, targets in name order, and
+the GPU is read whole from the first that reports it, with one warning naming both targets. Its
+history takes, at each step, the point of the target its state was read from, else of the first
+other target (in name order) that has one there: never two targets' points blended in one step,
+and a target that replaced another (an exporter restarted under a new address) still gives the
+history before it. Our names are preferred over dcgm-exporter's fleet-wide, so our exporter and
+dcgm-exporter on one node never clash: the dcgm series are not read.
 """
 
 from __future__ import annotations
@@ -28,9 +40,12 @@ from advisor.ingest.exporter_scrape import (
     UTILIZATION,
     Sample,
     SourceUnavailable,
-    dcgm_readings,
+    dcgm_readings_unchecked,
+    drop_impossible,
+    exact_bytes,
     impossible,
-    our_readings,
+    merge,
+    our_readings_unchecked,
 )
 from advisor.model import ClusterModel, Usage, from_readings
 from exporter.backends import dcgm_exporter as dx
@@ -42,6 +57,7 @@ DCGM_FB_USED = "DCGM_FI_DEV_FB_USED"
 STATE_QUERY = f'{{__name__=~"{"|".join(OUR_NAMES)}|DCGM_.+"}}'
 QUERY_SHOWN = 80  # characters of a query an error line quotes (the state query has ~450)
 SHOWN = 3  # impossible history points a warning names
+NO_TARGET = "(no instance or job label)"  # the one target of series that name none
 
 _T = TypeVar("_T")
 log = logging.getLogger(__name__)
@@ -163,6 +179,11 @@ def _host(labels: dict[str, str]) -> str:
     return urlsplit(f"//{instance}").hostname or instance or "prometheus"
 
 
+def _target(labels: dict[str, str]) -> str:
+    """The scrape target a series came from: its `instance` label, else its `job` label."""
+    return labels.get("instance") or labels.get("job") or NO_TARGET
+
+
 def _gpu_key(labels: dict[str, str], dcgm: bool) -> tuple[str, int] | None:
     """(node, gpu index) a series belongs to, as the readings name it."""
     index = labels.get("gpu", "")
@@ -193,23 +214,36 @@ def load(
     samples = client.instant(STATE_QUERY, end)
     ours = [s for s in samples if s[0] in OUR_NAMES and "node" in s[1]]
     dcgm = not ours
-    if dcgm:
-        by_host: dict[str, list[Sample]] = defaultdict(list)
-        for name, labels, value in samples:
-            if dx.canonical_name(name).startswith("DCGM_"):
-                by_host[_host(labels)].append((name, labels, value))
-        if not by_host:
-            raise NoSeries(
-                f"Prometheus at {base_url}: no gpu_* (gpu-defrag exporter) or DCGM_* "
-                "(dcgm-exporter) series found"
-            )
-        readings = dcgm_readings(by_host)
-    else:
-        readings = our_readings(ours)
-    model = from_readings(readings, timestamp=end, source=source or f"prometheus+{base_url}")
+    read = ours or [s for s in samples if dx.canonical_name(s[0]).startswith("DCGM_")]
+    if not read:
+        raise NoSeries(
+            f"Prometheus at {base_url}: no gpu_* (gpu-defrag exporter) or DCGM_* "
+            "(dcgm-exporter) series found"
+        )
+    by_target: dict[str, list[Sample]] = defaultdict(list)
+    for sample in read:
+        by_target[_target(sample[1])].append(sample)
+    notes: list[str] = []  # what the readers leave out, for drop_impossible's one warning
+    per_target = [
+        (
+            target,
+            dcgm_readings_unchecked({_host(group[0][1]): group})
+            if dcgm
+            else our_readings_unchecked(group, notes),
+        )
+        for target, group in sorted(by_target.items())
+    ]
+    sources: dict[tuple[str, int], str] = {}  # (node, GPU index) -> the target it is read from
+    for target, readings in per_target:  # before merge, which extends the first's objects
+        for node in readings:
+            for gpu in node.gpus:
+                sources.setdefault((node.node, gpu.index), target)
+    merged = merge(per_target, what="Prometheus scrape target", order="in name order")
+    drop_impossible(merged, notes)
+    model = from_readings(merged, timestamp=end, source=source or f"prometheus+{base_url}")
     if history_s <= 0:
         return model
-    return _with_history(model, client, end - history_s, end, step_s, dcgm)
+    return _with_history(model, client, end - history_s, end, step_s, dcgm, sources)
 
 
 def _with_history(
@@ -219,9 +253,13 @@ def _with_history(
     end: float,
     step: float,
     dcgm: bool,
+    sources: dict[tuple[str, int], str] | None = None,
 ) -> ClusterModel:
     """Attach utilization and memory history on the common step grid (gaps stay NaN); a value
-    no GPU can report is a gap too, counted in one warning per metric naming the first few."""
+    no GPU can report (memory used above the GPU's total included) is a gap too, counted in one
+    warning per metric naming the first few. A GPU's series from several scrape targets give
+    each step the point of its `sources` target, else of the first other target by name."""
+    sources = sources or {}
     steps = math.floor((end - start) / step) + 1
     times = start + step * np.arange(steps)
     rows = {
@@ -245,22 +283,40 @@ def _with_history(
     )
     for query, scale, attr in queries:
         out = np.full((steps, len(model.gpus)), np.nan, dtype=np.float32)
+        # the GPU's total where a point above it is impossible (NaN, unknown: no check)
+        totals = model.gpus.memory_total_bytes if attr == "memory_used_bytes" else None
         notes: list[str] = []  # the first SHOWN of `dropped` impossible points
         dropped = 0
+        found = []  # ((not the state's target, target), GPU, times, values) of each series
         for _, labels, stamps, values in client.range(query, start, end, step):
             if dcgm and labels.get("GPU_I_ID"):
                 continue  # a MIG instance's series, not the whole GPU
             key = _gpu_key(labels, dcgm)
             if key is None or key not in rows:
                 continue
+            target = _target(labels)
+            found.append(((target != sources.get(key, target), target), key, stamps, values))
+        # preferred targets first; a step a series fills is not filled again by a later one
+        for _, key, stamps, values in sorted(found, key=lambda series: series[0]):
+            row = rows[key]
             at = np.rint((stamps - start) / step).astype(np.int64)
             keep = (at >= 0) & (at < steps)
-            scaled = values[keep] * scale
+            stamps, values, at = stamps[keep], values[keep], at[keep]
+            scaled = values * scale  # float64: a byte count exact up to 2^53
             bad = impossible(attr, scaled)
-            dropped += int(bad.sum())
-            for i in np.flatnonzero(bad)[: max(0, SHOWN - len(notes))]:  # a week: many points
-                notes.append(f"{key[0]}/gpu{key[1]}={values[keep][i]:g} at {stamps[keep][i]:.15g}")
-            out[at[keep], rows[key]] = np.where(bad, np.nan, scaled)
+            above = scaled > totals[row] if totals is not None else np.zeros_like(bad)
+            dropped += int((bad | above).sum())
+            for i in np.flatnonzero(bad | above)[: max(0, SHOWN - len(notes))]:  # a week: many
+                where = f"{key[0]}/gpu{key[1]}"
+                if bad[i]:
+                    notes.append(f"{where}={values[i]:g} at {stamps[i]:.15g}")
+                else:
+                    notes.append(
+                        f"{where} {exact_bytes(scaled[i])} > memory_total_bytes="
+                        f"{exact_bytes(totals[row])} at {stamps[i]:.15g}"
+                    )
+            free = np.isnan(out[at, row])
+            out[at[free], row] = np.where(bad | above, np.nan, scaled)[free]
         if dropped:
             log.warning(
                 "Prometheus at %s: %d impossible value(s) in the %s history read as unknown: %s%s",

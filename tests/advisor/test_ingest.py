@@ -368,6 +368,94 @@ def test_impossible_instant_values_from_prometheus_are_unknown_as_on_a_page(serv
     assert "node-0/gpu0 utilization_ratio=5" in note
 
 
+def test_memory_history_above_the_gpus_total_is_a_gap_and_the_total_itself_is_kept(
+    server, caplog
+) -> None:
+    """Compared in float64 before the history's float32: a full GPU whose byte count float32
+    rounds up is kept; one byte more is a gap in the memory warning. No total, no check."""
+    base, routes = server
+    text, _ = our_page(1)
+    totals, total = "gpu_memory_total_bytes", 2.0**36 * 1.25 - 1  # float32 rounds it up
+    samples = [
+        (name, labels, total if (name, labels.get("gpu")) == (totals, "1") else value)
+        for name, labels, value in _series(text, {})
+        if (name, labels.get("gpu")) != (totals, "2")
+    ]
+    at = 1_700_000_000.0
+    gpu = {"node": "node-0", "instance": "x:1", "job": "gpu-exporter"}
+    memory = [
+        ({**gpu, "gpu": "1"}, [(at - 120, total), (at - 60, total + 1), (at, 8e9)]),
+        ({**gpu, "gpu": "2"}, [(at, 1e12)]),  # total unknown: no check
+    ]
+    routes.update(prometheus_api(samples, {"gpu_memory_used_bytes": memory}))
+    with caplog.at_level(logging.WARNING):
+        model = load_source(f"prometheus+{base}?at={at}&history=2m&step=1m", timeout=2)
+    assert model.gpus.memory_total_bytes[model.gpu_row(0, 1)] == total
+    assert np.isnan(model.gpus.memory_total_bytes[model.gpu_row(0, 2)])
+    memory1 = model.usage.memory_used_bytes[:, model.gpu_row(0, 1)]
+    assert float(memory1[0]) == 2.0**36 * 1.25  # kept: float32 holds it as 80 GiB
+    assert np.isnan(memory1[1]) and memory1[2] == 8e9
+    assert model.usage.memory_used_bytes[2, model.gpu_row(0, 2)] == 1e12
+    assert _warnings(caplog, prometheus.__name__) == [
+        f"Prometheus at {base}: 1 impossible value(s) in the gpu_memory_used_bytes history read "
+        "as unknown: node-0/gpu1 85899345920 > memory_total_bytes=85899345919 at 1699999940"
+    ]
+
+
+def _two_targets(server, caplog):
+    """One exporter scraped by two jobs: instance b comes first in the reply, a first by name;
+    a's GPU 0 shows another utilization. The history of GPU 0 comes from a, b and an older
+    instance of the exporter (before a existed)."""
+    base, routes = server
+    text, readings = our_page(1)
+    a = {"instance": "a:9835", "job": "gpu-exporter"}
+    b = {"instance": "b:9835", "job": "gpu-exporter-2"}
+    from_a = [
+        (name, labels, 0.9 if name == "gpu_utilization_ratio" and labels["gpu"] == "0" else value)
+        for name, labels, value in _series(text, a)
+    ]
+    at = 1_700_000_000.0
+    gpu0 = {"node": "node-0", "gpu": "0"}
+    util = [
+        ({**gpu0, **a}, [(at - 120, 0.25), (at - 60, 0.5)]),
+        ({**gpu0, **b}, [(at - 180, 0.1), (at - 120, 0.1), (at - 60, 0.1), (at, 0.1)]),
+        ({**gpu0, "instance": "0-old:9835"}, [(at - 240, 0.3), (at - 180, 0.3), (at - 120, 0.3)]),
+    ]
+    routes.update(prometheus_api(_series(text, b) + from_a, {"gpu_utilization_ratio": util}))
+    with caplog.at_level(logging.WARNING):
+        model = load_source(f"prometheus+{base}?at={at}&history=4m&step=1m", timeout=2)
+    return model, readings
+
+
+def test_a_gpu_two_scrape_targets_report_is_read_whole_from_the_first_by_name(
+    server, caplog
+) -> None:
+    """Read from a (its utilization; the identical series once: nothing doubled), one warning
+    names both instances."""
+    model, readings = _two_targets(server, caplog)
+    single = from_readings(readings)
+    assert len(model.gpus) == len(single.gpus) == 8
+    assert model.gpus.utilization_ratio[model.gpu_row(0, 0)] == pytest.approx(0.9)
+    assert model.allocations.id.tolist() == single.allocations.id.tolist()
+    assert model.allocations.gpu_milli.tolist() == single.allocations.gpu_milli.tolist()
+    (note,) = _warnings(caplog, exporter_scrape.__name__)
+    assert note == (
+        "8 GPU(s) reported by more than one Prometheus scrape target, each read from the first "
+        "Prometheus scrape target in name order that reports it: node-0/gpu0, node-0/gpu1, "
+        "node-0/gpu2, ... from a:9835 (also reported by b:9835)"
+    )
+
+
+def test_the_history_of_a_gpu_two_targets_report_is_the_state_targets_point_at_each_step(
+    server, caplog
+) -> None:
+    """a's point wherever a has one (b's never blended in); where it has none, the first other
+    target by name that has: the older instance before a existed, then b after a's last."""
+    model, _ = _two_targets(server, caplog)
+    history = model.usage.utilization_ratio[:, model.gpu_row(0, 0)]
+    np.testing.assert_allclose(history, [0.3, 0.3, 0.25, 0.5, 0.1])
+
+
 # --------------------------------------------------------------------------- files and sim
 
 
