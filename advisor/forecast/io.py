@@ -187,14 +187,22 @@ def _row(position: int) -> str:
 PLURAL = {"capacity": "capacities"}  # what an error counts, where not the name + "s"
 
 
-def _refuse(bad: pd.Series, raw: pd.Series, what: str, why: Callable[[int], str]) -> None:
-    """One line naming the first bad row, its value and how many rows are bad; nothing if none."""
+def refuse(
+    bad: pd.Series, what: str, named: Callable[[int], str], why: Callable[[int], str]
+) -> None:
+    """One line naming the first bad `what` (`named(i)`: where it is and its value), why it is
+    bad and how many are; nothing if none. The one shape of every reader's error line."""
     count = int(bad.sum())
     if not count:
         return
     first = int(np.flatnonzero(bad.to_numpy())[0])
     more = "" if count == 1 else f"; {count} bad {PLURAL.get(what, what + 's')} in all"
-    raise ValueError(f"{what} {str(raw.iloc[first])!r} in {_row(first)} is {why(first)}{more}")
+    raise ValueError(f"{named(first)} is {why(first)}{more}")
+
+
+def _refuse(bad: pd.Series, raw: pd.Series, what: str, why: Callable[[int], str]) -> None:
+    """`refuse` naming the first bad row of a file and its text."""
+    refuse(bad, what, lambda i: f"{what} {str(raw.iloc[i])!r} in {_row(i)}", why)
 
 
 def _times(raw: pd.Series) -> pd.Series:

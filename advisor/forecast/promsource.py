@@ -14,17 +14,16 @@ import argparse
 import time
 from urllib.parse import parse_qs, urlsplit
 
-import numpy as np
 import pandas as pd
 
 from advisor.forecast.io import (
     END_TIME,
     FIRST_TIME,
     OUTSIDE_YEARS,
-    PLURAL,
     Panel,
     bad_amounts,
     from_long,
+    refuse,
 )
 from exporter.units import duration
 
@@ -72,15 +71,9 @@ def _positive(params: dict[str, str], name: str, default: float, parse) -> float
 
 
 def _refuse(frame: pd.DataFrame, bad: pd.Series, what: str, reading, why) -> None:
-    """One line naming the series of the first bad reading, the reading (`reading(i)`) and why
-    (`why(i)`), and how many are bad; nothing if none. The long format's `_refuse`, by series
-    and time instead of by row."""
-    count = int(bad.sum())
-    if not count:
-        return
-    i = int(np.flatnonzero(bad.to_numpy())[0])
-    more = "" if count == 1 else f"; {count} bad {PLURAL.get(what, what + 's')} in all"
-    raise ValueError(f"series {frame['series'].iloc[i]!r} {reading(i)} is {why(i)}{more}")
+    """`io.refuse` naming the series of the first bad reading and the reading (`reading(i)`):
+    a reply has no rows to name."""
+    refuse(bad, what, lambda i: f"series {frame['series'].iloc[i]!r} {reading(i)}", why)
 
 
 def _frame(results, by: str | None, column: str) -> pd.DataFrame:
