@@ -477,7 +477,8 @@ def merge(
     versions) are the first non-empty ones. The first URL's reading objects are reused.
 
     `what` names a source in the warning and `order` says how `pages` are ordered (Prometheus'
-    scrape targets, `ingest.prometheus`, are sorted by name rather than listed)."""
+    scrape targets, `ingest.prometheus`, are sorted rather than listed: our exporter's first,
+    then dcgm-exporter's, each in name order)."""
     nodes: dict[str, NodeReading] = {}
     source: dict[tuple[str, int], str] = {}  # (node, GPU index) -> the URL it is read from
     clashes: dict[tuple[str, str], list[str]] = {}  # (URL kept, URL left out) -> node/GPUs

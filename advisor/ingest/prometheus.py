@@ -9,15 +9,20 @@ infinity) or a memory-used point above the GPU's total (compared exactly, in flo
 history's float32 rounds it: a full GPU is kept) is a gap like a missing point, with one warning
 per metric; the rest is read.
 
-A GPU that two scrape targets report (one exporter scraped by two jobs, two exporters of one
-kind on one node; Prometheus tells them apart by `instance`, else `job`) follows the direct
-scrape's rule (`exporter_scrape.merge`): the state is read per target, targets in name order, and
-the GPU is read whole from the first that reports it, with one warning naming both targets. Its
-history takes, at each step, the point of the target its state was read from, else of the first
-other target (in name order) that has one there: never two targets' points blended in one step,
-and a target that replaced another (an exporter restarted under a new address) still gives the
-history before it. Our names are preferred over dcgm-exporter's fleet-wide, so our exporter and
-dcgm-exporter on one node never clash: the dcgm series are not read.
+Each scrape target (Prometheus tells them apart by `instance`, else `job`) is read by its own
+kind, as the direct scrape reads each URL: a target with our names is our exporter's (its DCGM_*
+series, `--compat.dcgm-names`, are not read), any other with DCGM_* names dcgm-exporter's, so a
+fleet mid roll-out (some nodes with our exporter, the rest with dcgm-exporter only) is read
+whole. A GPU that two targets report (one exporter scraped by two jobs, our exporter and
+dcgm-exporter on one node, two exporters of one kind) follows the direct scrape's rule
+(`exporter_scrape.merge`): targets ordered our exporter's first, then dcgm-exporter's, each in
+name order (ours carries the allocations, topology and MIG that dcgm-exporter lacks), the GPU is
+read whole from the first that reports it, with one warning naming both targets. Its history is
+read from the series of its state's kind (our names, or dcgm-exporter's in their units; a query
+of a kind only where a target of that kind is read), taking at each step the point of the target
+its state was read from, else of the first other target of that kind (in name order) that has
+one there: never two targets' points blended in one step, and a target that replaced another (an
+exporter restarted under a new address) still gives the history before it.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ import logging
 import math
 import time
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
@@ -58,6 +63,7 @@ STATE_QUERY = f'{{__name__=~"{"|".join(OUR_NAMES)}|DCGM_.+"}}'
 QUERY_SHOWN = 80  # characters of a query an error line quotes (the state query has ~450)
 SHOWN = 3  # impossible history points a warning names
 NO_TARGET = "(no instance or job label)"  # the one target of series that name none
+TARGET_ORDER = "(our exporter's targets first, then dcgm-exporter's, each in name order)"
 
 _T = TypeVar("_T")
 log = logging.getLogger(__name__)
@@ -207,43 +213,47 @@ def load(
 ) -> ClusterModel:
     """The model at `at` (default now) with `history_s` of usage at `step_s` resolution.
 
-    Our names are preferred; dcgm-exporter's are used where none of ours are present.
+    Each scrape target is read by its own kind: our names where it has them, else
+    dcgm-exporter's.
     """
     client = client or PrometheusClient(base_url, timeout)
     end = time.time() if at is None else at
-    samples = client.instant(STATE_QUERY, end)
-    ours = [s for s in samples if s[0] in OUR_NAMES and "node" in s[1]]
-    dcgm = not ours
-    read = ours or [s for s in samples if dx.canonical_name(s[0]).startswith("DCGM_")]
+    by_target: dict[str, list[Sample]] = defaultdict(list)
+    for sample in client.instant(STATE_QUERY, end):
+        by_target[_target(sample[1])].append(sample)
+    kinds: dict[str, bool] = {}  # target -> read as dcgm-exporter's (else as ours)
+    read: dict[str, list[Sample]] = {}
+    for target, group in by_target.items():
+        ours = [s for s in group if s[0] in OUR_NAMES and "node" in s[1]]
+        dcgm = [s for s in group if dx.canonical_name(s[0]).startswith("DCGM_")]
+        if ours or dcgm:
+            kinds[target], read[target] = not ours, ours or dcgm
     if not read:
         raise NoSeries(
             f"Prometheus at {base_url}: no gpu_* (gpu-defrag exporter) or DCGM_* "
             "(dcgm-exporter) series found"
         )
-    by_target: dict[str, list[Sample]] = defaultdict(list)
-    for sample in read:
-        by_target[_target(sample[1])].append(sample)
     notes: list[str] = []  # what the readers leave out, for drop_impossible's one warning
     per_target = [
         (
             target,
-            dcgm_readings_unchecked({_host(group[0][1]): group})
-            if dcgm
-            else our_readings_unchecked(group, notes),
+            dcgm_readings_unchecked({_host(read[target][0][1]): read[target]})
+            if kinds[target]
+            else our_readings_unchecked(read[target], notes),
         )
-        for target, group in sorted(by_target.items())
+        for target in sorted(read, key=lambda target: (kinds[target], target))  # ours first
     ]
     sources: dict[tuple[str, int], str] = {}  # (node, GPU index) -> the target it is read from
     for target, readings in per_target:  # before merge, which extends the first's objects
         for node in readings:
             for gpu in node.gpus:
                 sources.setdefault((node.node, gpu.index), target)
-    merged = merge(per_target, what="Prometheus scrape target", order="in name order")
+    merged = merge(per_target, what="Prometheus scrape target", order=TARGET_ORDER)
     drop_impossible(merged, notes)
     model = from_readings(merged, timestamp=end, source=source or f"prometheus+{base_url}")
     if history_s <= 0:
         return model
-    return _with_history(model, client, end - history_s, end, step_s, dcgm, sources)
+    return _with_history(model, client, end - history_s, end, step_s, kinds, sources)
 
 
 def _with_history(
@@ -252,52 +262,55 @@ def _with_history(
     start: float,
     end: float,
     step: float,
-    dcgm: bool,
-    sources: dict[tuple[str, int], str] | None = None,
+    kinds: Mapping[str, bool],
+    sources: Mapping[tuple[str, int], str],
 ) -> ClusterModel:
     """Attach utilization and memory history on the common step grid (gaps stay NaN); a value
     no GPU can report (memory used above the GPU's total included) is a gap too, counted in one
-    warning per metric naming the first few. A GPU's series from several scrape targets give
-    each step the point of its `sources` target, else of the first other target by name."""
-    sources = sources or {}
+    warning per metric naming the first few. `kinds` says which targets are read as
+    dcgm-exporter's (the rest as ours): each kind's queries run only if a target of it is read,
+    and a GPU's history comes from the series of its `sources` target's kind, each step the
+    point of that target, else of the first other target of that kind by name."""
     steps = math.floor((end - start) / step) + 1
     times = start + step * np.arange(steps)
     rows = {
         (model.nodes.name[n], int(i)): r
         for r, (n, i) in enumerate(zip(model.gpus.node, model.gpus.index, strict=True))
     }
-    matrices = []
+    dcgm_of = {key: kinds[target] for key, target in sources.items()}  # a GPU's kind
+    needed = sorted(set(kinds.values()))  # ours (False) first, then dcgm-exporter's
     util_scale = 1.0 / DCGM_COMPAT[DCGM_UTIL][1]
     memory_scale = 1.0 / DCGM_COMPAT[DCGM_FB_USED][1]
-    # (query, scale to the model's unit, the GpuReading attribute whose bounds apply)
-    queries: Sequence[tuple[str, float, str]] = (
-        (
-            (DCGM_UTIL, util_scale, "utilization_ratio"),
-            (DCGM_FB_USED, memory_scale, "memory_used_bytes"),
-        )
-        if dcgm
-        else (
-            (UTILIZATION, 1.0, "utilization_ratio"),
-            (MEMORY_USED, 1.0, "memory_used_bytes"),
-        )
-    )
-    for query, scale, attr in queries:
+    # the GpuReading attribute whose bounds apply -> (read as dcgm -> query, scale to the
+    # model's unit)
+    metrics: dict[str, dict[bool, tuple[str, float]]] = {
+        "utilization_ratio": {False: (UTILIZATION, 1.0), True: (DCGM_UTIL, util_scale)},
+        "memory_used_bytes": {False: (MEMORY_USED, 1.0), True: (DCGM_FB_USED, memory_scale)},
+    }
+    matrices = []
+    for attr, queries in metrics.items():
         out = np.full((steps, len(model.gpus)), np.nan, dtype=np.float32)
         # the GPU's total where a point above it is impossible (NaN, unknown: no check)
         totals = model.gpus.memory_total_bytes if attr == "memory_used_bytes" else None
         notes: list[str] = []  # the first SHOWN of `dropped` impossible points
         dropped = 0
-        found = []  # ((not the state's target, target), GPU, times, values) of each series
-        for _, labels, stamps, values in client.range(query, start, end, step):
-            if dcgm and labels.get("GPU_I_ID"):
-                continue  # a MIG instance's series, not the whole GPU
-            key = _gpu_key(labels, dcgm)
-            if key is None or key not in rows:
-                continue
-            target = _target(labels)
-            found.append(((target != sources.get(key, target), target), key, stamps, values))
+        named: set[str] = set()  # the queries points were dropped from
+        found = []  # ((not the state's target, target), GPU, times, values, scale, query)
+        for dcgm in needed:
+            query, scale = queries[dcgm]
+            for _, labels, stamps, values in client.range(query, start, end, step):
+                if dcgm and labels.get("GPU_I_ID"):
+                    continue  # a MIG instance's series, not the whole GPU
+                key = _gpu_key(labels, dcgm)
+                if key is None or key not in rows or dcgm_of.get(key) != dcgm:
+                    continue  # not a GPU of the model, or one read from the other kind
+                target = _target(labels)
+                if kinds.get(target, dcgm) != dcgm:
+                    continue  # our exporter's DCGM_* names: not read, as in the state
+                preferred = (target != sources[key], target)
+                found.append((preferred, key, stamps, values, scale, query))
         # preferred targets first; a step a series fills is not filled again by a later one
-        for _, key, stamps, values in sorted(found, key=lambda series: series[0]):
+        for _, key, stamps, values, scale, query in sorted(found, key=lambda series: series[0]):
             row = rows[key]
             at = np.rint((stamps - start) / step).astype(np.int64)
             keep = (at >= 0) & (at < steps)
@@ -306,6 +319,8 @@ def _with_history(
             bad = impossible(attr, scaled)
             above = scaled > totals[row] if totals is not None else np.zeros_like(bad)
             dropped += int((bad | above).sum())
+            if (bad | above).any():
+                named.add(query)
             for i in np.flatnonzero(bad | above)[: max(0, SHOWN - len(notes))]:  # a week: many
                 where = f"{key[0]}/gpu{key[1]}"
                 if bad[i]:
@@ -322,7 +337,7 @@ def _with_history(
                 "Prometheus at %s: %d impossible value(s) in the %s history read as unknown: %s%s",
                 client.base_url,
                 dropped,
-                query,
+                " and ".join(queries[d][0] for d in needed if queries[d][0] in named),
                 "; ".join(notes),
                 "; ..." if dropped > len(notes) else "",
             )

@@ -441,8 +441,9 @@ def test_a_gpu_two_scrape_targets_report_is_read_whole_from_the_first_by_name(
     (note,) = _warnings(caplog, exporter_scrape.__name__)
     assert note == (
         "8 GPU(s) reported by more than one Prometheus scrape target, each read from the first "
-        "Prometheus scrape target in name order that reports it: node-0/gpu0, node-0/gpu1, "
-        "node-0/gpu2, ... from a:9835 (also reported by b:9835)"
+        "Prometheus scrape target (our exporter's targets first, then dcgm-exporter's, each in "
+        "name order) that reports it: node-0/gpu0, node-0/gpu1, node-0/gpu2, ... from a:9835 "
+        "(also reported by b:9835)"
     )
 
 
@@ -454,6 +455,181 @@ def test_the_history_of_a_gpu_two_targets_report_is_the_state_targets_point_at_e
     model, _ = _two_targets(server, caplog)
     history = model.usage.utilization_ratio[:, model.gpu_row(0, 0)]
     np.testing.assert_allclose(history, [0.3, 0.3, 0.25, 0.5, 0.1])
+
+
+class CountingClient(prometheus.PrometheusClient):
+    """The real client, recording each query it sends."""
+
+    def __init__(self, base_url: str) -> None:
+        super().__init__(base_url, timeout=2)
+        self.queries: list[tuple[str, str]] = []
+
+    def instant(self, query, at=None):
+        self.queries.append(("instant", query))
+        return super().instant(query, at)
+
+    def range(self, query, start, end, step):
+        self.queries.append(("range", query))
+        return super().range(query, start, end, step)
+
+
+OURS = {"instance": "node-0:9835", "job": "gpu-exporter"}
+DCGM = {"instance": "10.0.0.7:9400", "job": "dcgm"}
+AT = 1_700_000_000.0
+
+
+def _dcgm_samples(extra: dict[str, str]) -> list:
+    return _series((DCGM_FIXTURES / "a100_k8s.prom").read_text(), extra)
+
+
+def test_a_fleet_mid_roll_out_reads_each_target_by_its_own_kind(server, caplog) -> None:
+    """node-0 runs our exporter, dgx-a100-07 dcgm-exporter only: both nodes are in the model
+    with the values each target gives, and each GPU's history comes from its own kind's query
+    in that kind's unit (the other kind's series for it are not read)."""
+    base, routes = server
+    text, readings = our_page(1)
+    ours_only = from_readings(readings)
+    routes.update(prometheus_api(_dcgm_samples(DCGM), {}))
+    dcgm_only = load_source(f"prometheus+{base}?at={AT}&history=0", timeout=2)
+    gpu0 = {"node": "node-0", "gpu": "0", **OURS}
+    gpu2 = {"gpu": "2", "Hostname": "dgx-a100-07", **DCGM}
+    history = {
+        "gpu_utilization_ratio": [
+            (gpu0, [(AT - 60, 0.25), (AT, 0.75)]),
+            ({"node": "dgx-a100-07", "gpu": "2", "instance": "x:1"}, [(AT - 120, 0.9)]),
+        ],
+        "gpu_memory_used_bytes": [(gpu0, [(AT, 8e9)])],
+        "DCGM_FI_DEV_GPU_UTIL": [
+            (gpu2, [(AT - 60, 40.0)]),  # percent
+            ({**gpu0, "Hostname": "node-0"}, [(AT - 120, 90.0)]),  # our --compat.dcgm-names
+        ],
+        "DCGM_FI_DEV_FB_USED": [(gpu2, [(AT, 1024.0)])],  # MiB
+    }
+    routes.update(prometheus_api(_series(text, OURS) + _dcgm_samples(DCGM), history))
+    with caplog.at_level(logging.WARNING):
+        model = load_source(f"prometheus+{base}?at={AT}&history=2m&step=1m", timeout=2)
+    assert model.nodes.name.tolist() == ["node-0", "dgx-a100-07"]
+    assert len(model.gpus) == len(ours_only.gpus) + len(dcgm_only.gpus) == 16
+    ours_row, dcgm_row = model.gpu_row(0, 0), model.gpu_row(1, 2)
+    assert model.gpus.utilization_ratio[ours_row] == ours_only.gpus.utilization_ratio[0]
+    assert model.gpus.utilization_ratio[dcgm_row] == dcgm_only.gpus.utilization_ratio[2]
+    assert model.gpus.memory_total_bytes[dcgm_row] == dcgm_only.gpus.memory_total_bytes[2]
+    assert model.allocations.id.tolist() == (
+        ours_only.allocations.id.tolist() + dcgm_only.allocations.id.tolist()
+    )
+    usage = model.usage
+    np.testing.assert_allclose(usage.utilization_ratio[:, ours_row], [np.nan, 0.25, 0.75])
+    np.testing.assert_allclose(usage.utilization_ratio[:, dcgm_row], [np.nan, 0.4, np.nan])
+    np.testing.assert_array_equal(usage.memory_used_bytes[:, ours_row], [np.nan, np.nan, 8e9])
+    np.testing.assert_array_equal(usage.memory_used_bytes[:, dcgm_row], [np.nan, np.nan, 2**30])
+    assert _warnings(caplog, exporter_scrape.__name__) == []
+    assert _warnings(caplog, prometheus.__name__) == []
+
+
+def test_impossible_history_points_of_a_mixed_fleet_are_one_warning_per_metric(
+    server, caplog
+) -> None:
+    """Each kind's points are checked in the model's unit (100 % utilization is possible, 150 %
+    is not; dcgm-exporter's MiB against the GPU's total in bytes); the utilization warning names
+    both queries, the memory one the query whose point is above the GPU's total."""
+    base, routes = server
+    text, _ = our_page(1)
+    gpu0 = {"node": "node-0", "gpu": "0", **OURS}
+    gpu2 = {"gpu": "2", "Hostname": "dgx-a100-07", **DCGM}
+    history = {
+        "gpu_utilization_ratio": [(gpu0, [(AT - 60, 1.5), (AT, 1.0)])],
+        "DCGM_FI_DEV_GPU_UTIL": [(gpu2, [(AT - 60, 100.0), (AT, 150.0)])],
+        "DCGM_FI_DEV_FB_USED": [(gpu2, [(AT - 60, 81920.0), (AT, 81921.0)])],  # MiB, of 80 GiB
+    }
+    routes.update(prometheus_api(_series(text, OURS) + _dcgm_samples(DCGM), history))
+    with caplog.at_level(logging.WARNING):
+        model = load_source(f"prometheus+{base}?at={AT}&history=1m&step=1m", timeout=2)
+    usage = model.usage
+    np.testing.assert_array_equal(usage.utilization_ratio[:, model.gpu_row(0, 0)], [np.nan, 1.0])
+    np.testing.assert_array_equal(usage.utilization_ratio[:, model.gpu_row(1, 2)], [1.0, np.nan])
+    memory = usage.memory_used_bytes[:, model.gpu_row(1, 2)]
+    assert memory[0] == 80 * 2**30 and np.isnan(memory[1])  # a full GPU kept, one MiB more not
+    assert _warnings(caplog, prometheus.__name__) == [
+        f"Prometheus at {base}: 2 impossible value(s) in the gpu_utilization_ratio and "
+        "DCGM_FI_DEV_GPU_UTIL history read as unknown: dgx-a100-07/gpu2=150 at 1700000000; "
+        "node-0/gpu0=1.5 at 1699999940",
+        f"Prometheus at {base}: 1 impossible value(s) in the DCGM_FI_DEV_FB_USED history read "
+        f"as unknown: dgx-a100-07/gpu2 {81921 * 2**20} > memory_total_bytes={80 * 2**30} at "
+        "1700000000",
+    ]
+
+
+def test_our_exporter_wins_a_node_dcgm_exporter_also_reports_whatever_the_names(
+    server, caplog
+) -> None:
+    """Both exporters scraped on node-0: dcgm-exporter's target comes first by name, ours is
+    read (allocations, topology, MIG), with one warning naming both; the history is ours."""
+    base, routes = server
+    text, readings = our_page(1)
+    single = from_readings(readings)
+    dcgm = {"Hostname": "node-0", "instance": "node-0:9400", "job": "dcgm"}
+    gpu0 = {"node": "node-0", "gpu": "0", **OURS}
+    history = {
+        "gpu_utilization_ratio": [(gpu0, [(AT, 0.75)])],
+        "DCGM_FI_DEV_GPU_UTIL": [({"gpu": "0", **dcgm}, [(AT - 60, 10.0), (AT, 10.0)])],
+    }
+    routes.update(prometheus_api(_dcgm_samples(dcgm) + _series(text, OURS), history))
+    with caplog.at_level(logging.WARNING):
+        model = load_source(f"prometheus+{base}?at={AT}&history=1m&step=1m", timeout=2)
+    assert same_state(model, single)
+    np.testing.assert_allclose(
+        model.usage.utilization_ratio[:, model.gpu_row(0, 0)], [np.nan, 0.75]
+    )
+    assert _warnings(caplog, exporter_scrape.__name__) == [
+        "8 GPU(s) reported by more than one Prometheus scrape target, each read from the first "
+        "Prometheus scrape target (our exporter's targets first, then dcgm-exporter's, each in "
+        "name order) that reports it: node-0/gpu0, node-0/gpu1, node-0/gpu2, ... from "
+        "node-0:9835 (also reported by node-0:9400)"
+    ]
+
+
+def test_each_kinds_history_queries_run_only_where_a_target_of_that_kind_is_read(server) -> None:
+    """A pure fleet of either kind asks what it asked before (our exporter's DCGM_* names are
+    not read); a mixed one asks both kinds' queries, once each."""
+    base, routes = server
+    text, readings = our_page(1)
+    state = ("instant", prometheus.STATE_QUERY)
+    compat = ("DCGM_FI_DEV_GPU_UTIL", {"gpu": "0", "Hostname": "node-0", **OURS}, 50.0)
+    gpu0 = {"node": "node-0", "gpu": "0", **OURS}
+    gpu2 = {"gpu": "2", "Hostname": "dgx-a100-07", **DCGM}
+    history = {
+        "gpu_utilization_ratio": [(gpu0, [(AT, 0.75)])],
+        "DCGM_FI_DEV_GPU_UTIL": [(gpu2, [(AT, 40.0)]), ({**gpu0, "Hostname": "node-0"}, [(AT, 9)])],
+    }
+    fleets = {
+        "ours": (
+            [*_series(text, OURS), compat],
+            ["gpu_utilization_ratio", "gpu_memory_used_bytes"],
+        ),
+        "dcgm": (_dcgm_samples(DCGM), ["DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED"]),
+        "mixed": (
+            _series(text, OURS) + _dcgm_samples(DCGM),
+            [
+                "gpu_utilization_ratio",
+                "DCGM_FI_DEV_GPU_UTIL",
+                "gpu_memory_used_bytes",
+                "DCGM_FI_DEV_FB_USED",
+            ],
+        ),
+    }
+    models = {}
+    for fleet, (samples, queries) in fleets.items():
+        routes.update(prometheus_api(samples, history))
+        client = CountingClient(base)
+        models[fleet] = prometheus.load(base, at=AT, history_s=60, step_s=60, client=client)
+        assert client.queries == [state] + [("range", query) for query in queries], fleet
+    assert same_state(models["ours"], from_readings(readings))
+    np.testing.assert_array_equal(models["ours"].usage.utilization_ratio[:, 0], [np.nan, 0.75])
+    assert models["dcgm"].nodes.name.tolist() == ["dgx-a100-07"]
+    assert models["dcgm"].usage.utilization_ratio[-1, 2] == pytest.approx(0.4)
+    mixed = models["mixed"].usage.utilization_ratio
+    assert mixed[-1, models["mixed"].gpu_row(0, 0)] == 0.75
+    assert mixed[-1, models["mixed"].gpu_row(1, 2)] == pytest.approx(0.4)
 
 
 # --------------------------------------------------------------------------- files and sim
