@@ -469,12 +469,13 @@ def sim_clock(samples: Sequence[Sample]) -> SimClock | None:
 
 def merge(
     pages: Sequence[tuple[str, list[NodeReading]]], *, what: str = "URL", order: str = "listed"
-) -> list[NodeReading]:
-    """The readings of several URLs as one fleet, nodes in the order first seen. A GPU (node and
-    index) that more than one URL reports is read whole from the first of them (its values, MIG
-    instances, processes, and the allocations and links of that GPU); the later copies are left
-    out and one warning names the URLs and the first few such GPUs. A node's labels (pool, rack,
-    versions) are the first non-empty ones. The first URL's reading objects are reused.
+) -> tuple[list[NodeReading], dict[tuple[str, int], str]]:
+    """The readings of several URLs as one fleet, nodes in the order first seen, and the URL
+    each GPU (node and GPU index) is read from. A GPU that more than one URL reports is read
+    whole from the first of them (its values, MIG instances, processes, and the allocations and
+    links of that GPU); the later copies are left out and one warning names the URLs and the
+    first few such GPUs. A node's labels (pool, rack, versions) are the first non-empty ones.
+    The first URL's reading objects are reused.
 
     `what` names a source in the warning and `order` says how `pages` are ordered (Prometheus'
     scrape targets, `ingest.prometheus`, are sorted rather than listed: our exporter's first,
@@ -516,7 +517,7 @@ def merge(
             "; ".join(shown[:3]),
             "; ..." if len(shown) > 3 else "",
         )
-    return list(nodes.values())
+    return list(nodes.values()), source
 
 
 def scrape(urls: Sequence[str], *, timeout: float = 5.0, source: str = "") -> ClusterModel:
@@ -541,7 +542,7 @@ def scrape(urls: Sequence[str], *, timeout: float = 5.0, source: str = "") -> Cl
         )
         for url, samples in zip(unique, pages, strict=True)
     ]
-    readings = merge(per_url)
+    readings, _ = merge(per_url)
     drop_impossible(readings, notes)
     clocks = [sim_clock(samples) for samples in pages]
     stamp = (

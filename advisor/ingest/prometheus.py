@@ -243,12 +243,7 @@ def load(
         )
         for target in sorted(read, key=lambda target: (kinds[target], target))  # ours first
     ]
-    sources: dict[tuple[str, int], str] = {}  # (node, GPU index) -> the target it is read from
-    for target, readings in per_target:  # before merge, which extends the first's objects
-        for node in readings:
-            for gpu in node.gpus:
-                sources.setdefault((node.node, gpu.index), target)
-    merged = merge(per_target, what="Prometheus scrape target", order=TARGET_ORDER)
+    merged, sources = merge(per_target, what="Prometheus scrape target", order=TARGET_ORDER)
     drop_impossible(merged, notes)
     model = from_readings(merged, timestamp=end, source=source or f"prometheus+{base_url}")
     if history_s <= 0:
