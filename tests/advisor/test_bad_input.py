@@ -16,6 +16,7 @@ from advisor import snapshot
 from advisor.cli import main
 from advisor.ingest import exporter_scrape, openb
 from advisor.ingest.sources import load_source
+from advisor.model import ClusterModel
 from advisor.planner.cli import load_demand
 from advisor.snapshot import SnapshotError
 from exporter.webconfig import WebConfigError, load_web_config
@@ -216,6 +217,14 @@ SERIES = {
 }
 
 
+def read_three_ways(url: str, out) -> ClusterModel:
+    """`url` read as a user and the service read it: `analyze`, `snapshot` into `out` and the
+    source loader, each of which must succeed; the loaded model."""
+    assert main(["analyze", url, "--json", "--timeout", "2"]) == 0
+    assert main(["snapshot", url, "-o", str(out), "--timeout", "2"]) == 0
+    return load_source(url, timeout=2)
+
+
 def _page(**values: str) -> str:
     """Two GPUs on node n1; GPU 0's series as SERIES, with `values` instead where given."""
     lines = [f'gpu_info{{gpu="{i}",node="n1",uuid="GPU-{i}",model="A100"}} 1' for i in (0, 1)]
@@ -243,10 +252,7 @@ def test_an_impossible_page_value_is_unknown_for_analyze_and_snapshot_alike(
     routes.text("/metrics", _page(**{series: value}))
     out = tmp_path / "s.json"
     with caplog.at_level(logging.WARNING), serve(routes) as base:
-        url = f"{base}/metrics"
-        assert main(["analyze", url, "--json", "--timeout", "2"]) == 0
-        assert main(["snapshot", url, "-o", str(out), "--timeout", "2"]) == 0
-        model = load_source(url, timeout=2)
+        model = read_three_ways(f"{base}/metrics", out)
     gpu = json.loads(out.read_text())["nodes"][0]["gpus"][0]
     assert gpu[attribute] is None  # unknown, not the impossible value
     assert gpu["uuid"] == "GPU-0" and len(model.gpus) == 2  # the rest is read

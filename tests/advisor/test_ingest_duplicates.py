@@ -14,6 +14,7 @@ from advisor import snapshot
 from advisor.cli import main
 from advisor.ingest import exporter_scrape
 from advisor.ingest.sources import load_source
+from tests.advisor.test_bad_input import read_three_ways
 from tests.advisor.test_ingest import our_page, same_state
 from tests.fakes.page_server import Routes, serve
 
@@ -44,9 +45,7 @@ def test_a_series_given_twice_with_two_values_is_unknown_for_analyze_and_snapsho
     out = tmp_path / "s.json"
     with caplog.at_level(logging.WARNING), serve(routes) as base:
         url = f"{base}/metrics"
-        assert main(["analyze", url, "--json", "--timeout", "2"]) == 0
-        assert main(["snapshot", url, "-o", str(out), "--timeout", "2"]) == 0
-        model = load_source(url, timeout=2)
+        model = read_three_ways(url, out)
     gpu = json.loads(out.read_text())["nodes"][0]["gpus"][0]
     assert gpu["utilization_ratio"] is None  # neither 0.5 nor 0.9
     assert gpu["power_watts"] == 300 and gpu["uuid"] == "GPU-0"  # the rest of the page is read
@@ -166,9 +165,7 @@ def test_memory_used_above_total_is_unknown_for_analyze_snapshot_and_prometheus(
     out = tmp_path / "s.json"
     with caplog.at_level(logging.WARNING), serve(routes) as base:
         url = f"{base}/metrics"
-        assert main(["analyze", url, "--json", "--timeout", "2"]) == 0
-        assert main(["snapshot", url, "-o", str(out), "--timeout", "2"]) == 0
-        model = load_source(url, timeout=2)
+        model = read_three_ways(url, out)
         prom = load_source(f"prometheus+{base}?at=1.7e9&history=0", timeout=2)
     gpus = json.loads(out.read_text())["nodes"][0]["gpus"]
     assert gpus[0]["memory_used_bytes"] is None and gpus[0]["memory_total_bytes"] == TOTAL
