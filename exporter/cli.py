@@ -20,12 +20,11 @@ log = logging.getLogger("exporter")
 DEFAULT_LISTEN = ":9835"
 
 
+LOG_FORMAT = "ts=%(asctime)s level=%(levelname)s source=%(name)s msg=%(message)s"  # logfmt
+
+
 def configure_logging(level: str) -> None:
-    logging.basicConfig(
-        level=getattr(logging, level.upper()),
-        format="ts=%(asctime)s level=%(levelname)s source=%(name)s msg=%(message)s",
-        stream=sys.stderr,
-    )
+    logging.basicConfig(level=getattr(logging, level.upper()), format=LOG_FORMAT, stream=sys.stderr)
 
 
 def add_server_arguments(parser: argparse.ArgumentParser, *, listen: str, what: str) -> None:

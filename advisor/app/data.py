@@ -40,7 +40,6 @@ from advisor.ingest.sources import (
 from advisor.model import MILLI, ClusterModel
 
 log = logging.getLogger(__name__)
-LOG_FORMAT = "ts=%(asctime)s level=%(levelname)s source=%(name)s msg=%(message)s"  # the servers'
 
 
 def configure_logging() -> None:
@@ -49,6 +48,7 @@ def configure_logging() -> None:
     and a warning repeated on every refresh shown once an hour. Once per process: Streamlit
     runs the page script again on every interaction."""
     from advisor.service.loop import install_log_filters
+    from exporter.cli import LOG_FORMAT
 
     root = logging.getLogger()
     if any(getattr(handler, "gpu_defrag_app", False) for handler in root.handlers):
