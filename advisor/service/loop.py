@@ -78,9 +78,13 @@ class RedactingFilter(logging.Filter):
     arguments, the traceback (whose messages, from urllib or an HTTP library, may name the
     source's URL, causes included) and the stack. The traceback is formatted here once and
     kept as text, and the exception dropped, so no handler formats it again from the
-    exception itself."""
+    exception itself. A record is redacted once: the service's own pass this filter on their
+    logger and again on the process's handlers (`install_log_filters`)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
+        if getattr(record, "redacted", False):
+            return True
+        record.redacted = True
         try:
             message = record.getMessage()
         except Exception:  # a bad format string: shown raw, as a handler would, not raised here

@@ -88,3 +88,22 @@ def test_the_app_process_log_is_redacted_and_set_up_once(capsys):
             root.removeHandler(handler)
         for handler in earlier:
             root.addHandler(handler)
+
+
+def test_a_service_record_is_redacted_once_though_it_passes_two_filters(monkeypatch):
+    """The service's own records pass the filter on `advisor.service` and again on the process's
+    handlers: the second pass re-ran `redact` over every message and traceback."""
+    import io
+
+    from advisor.service import loop
+
+    calls = []
+    monkeypatch.setattr(loop, "redact", lambda text: calls.append(text) or text)
+    handler = logging.StreamHandler(io.StringIO())
+    loop.install_log_filters([handler])
+    loop.log.addHandler(handler)
+    try:
+        loop.log.warning("source %s is down", "http://a:b@x/metrics")
+    finally:
+        loop.log.removeHandler(handler)
+    assert calls == ["source http://a:b@x/metrics is down"]
