@@ -45,7 +45,8 @@ class SelfState:
     errors: dict[str, float]
 
 
-def _escape(value: str) -> str:
+def escape_label(value: str) -> str:
+    """A label value as exposition text writes it (backslash, newline and quote escaped)."""
     if "\\" in value or "\n" in value or '"' in value:
         return value.replace("\\", r"\\").replace("\n", r"\n").replace('"', r"\"")
     return value
@@ -103,7 +104,7 @@ class Families:
             )
             fmt = line.format
             out.extend(
-                fmt(*map(_escape, labels), value=_number(value)) for labels, value in samples
+                fmt(*map(escape_label, labels), value=_number(value)) for labels, value in samples
             )
             if cache is not None:
                 chunk = "".join(out[start:])

@@ -62,6 +62,7 @@ from exporter.readings import (
     SimClock,
     TopologyLink,
 )
+from exporter.render import escape_label
 
 log = logging.getLogger(__name__)
 
@@ -405,11 +406,7 @@ def _same(values: Sequence[float]) -> bool:
 
 def _series_text(name: str, labels: Mapping[str, str]) -> str:
     """The series as exposition text writes it (label values escaped: one line in a log)."""
-    escaped = {
-        k: v.replace("\\", r"\\").replace('"', r"\"").replace("\n", r"\n")
-        for k, v in labels.items()
-    }
-    inner = ",".join(f'{key}="{value}"' for key, value in escaped.items())
+    inner = ",".join(f'{key}="{escape_label(value)}"' for key, value in labels.items())
     return f"{name}{{{inner}}}"
 
 
