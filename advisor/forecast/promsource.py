@@ -19,6 +19,7 @@ import pandas as pd
 from advisor.forecast.io import (
     END_TIME,
     FIRST_TIME,
+    MAX_STEPS,
     OUTSIDE_YEARS,
     Panel,
     bad_amounts,
@@ -123,6 +124,12 @@ def read_prometheus(source: str, client=None, now: float | None = None) -> Panel
     params = _options(parts.query)
     step = _positive(params, "step", 3600.0, duration)
     days = _positive(params, "days", 30.0, float)
+    if days * 86400 / step + 1 > MAX_STEPS:
+        raise ValueError(
+            f"days={params['days']} at step={params.get('step', '3600')} is "
+            f"{days * 86400 / step + 1:,.0f} steps per series; at most {MAX_STEPS:,}: use a "
+            "longer step or fewer days"
+        )
     end = now if now is not None else time.time()
     start = end - days * 86400
     if client is None:

@@ -60,6 +60,8 @@ from exporter.messages import one_line
 DCGM_UTIL = "DCGM_FI_DEV_GPU_UTIL"
 DCGM_FB_USED = "DCGM_FI_DEV_FB_USED"
 STATE_QUERY = f'{{__name__=~"{"|".join(OUR_NAMES)}|DCGM_.+"}}'
+# steps per range query: Prometheus refuses more than 11,000 per series; a margin for its rounding
+MAX_STEPS = 10_000
 QUERY_SHOWN = 80  # characters of a query an error line quotes (the state query has ~450)
 SHOWN = 3  # impossible history points a warning names
 NO_TARGET = "(no instance or job label)"  # the one target of series that name none
@@ -145,9 +147,38 @@ class PrometheusClient:
     def range(
         self, query: str, start: float, end: float, step: float
     ) -> list[tuple[str, dict[str, str], np.ndarray, np.ndarray]]:
-        """(name, labels, times, values) of each series of a range query."""
-        params = {"query": query, "start": start, "end": end, "step": step}
-        return self._results("/api/v1/query_range", params, _range_series)
+        """(name, labels, times, values) of each series of a range query.
+
+        Prometheus refuses a query of more than 11,000 steps ("exceeded maximum resolution"), so
+        a longer one (a week at 15 s, a year hourly) is sent as consecutive pieces of the same
+        grid and each series is joined back in time order, in the order it first appears."""
+        pieces = []
+        for first, last in range_pieces(start, end, step):
+            params = {"query": query, "start": first, "end": last, "step": step}
+            pieces.append(self._results("/api/v1/query_range", params, _range_series))
+        if len(pieces) == 1:
+            return pieces[0]
+        joined: dict[tuple[str, tuple[tuple[str, str], ...]], list] = {}
+        for piece in pieces:
+            for name, labels, stamps, values in piece:
+                key = (name, tuple(sorted(labels.items())))
+                joined.setdefault(key, [name, labels, [], []])
+                joined[key][2].append(stamps)
+                joined[key][3].append(values)
+        return [
+            (name, labels, np.concatenate(stamps), np.concatenate(values))
+            for name, labels, stamps, values in joined.values()
+        ]
+
+
+def range_pieces(start: float, end: float, step: float) -> list[tuple[float, float]]:
+    """[first, last] evaluation times of consecutive range queries of at most `MAX_STEPS` steps
+    each that together cover the grid start, start + step, … ≤ end exactly once."""
+    steps = max(0, math.floor((end - start) / step)) + 1
+    return [
+        (start + k * step, min(end, start + (min(k + MAX_STEPS, steps) - 1) * step))
+        for k in range(0, steps, MAX_STEPS)
+    ]
 
 
 def _problem(error: Exception) -> str:

@@ -94,6 +94,11 @@ def load_source(spec: str, *, timeout: float = DEFAULT_TIMEOUT) -> ClusterModel:
     )
 
 
+# usage samples of `history`/`step` read from Prometheus (in pieces of `prometheus.MAX_STEPS`):
+# a month at one a minute, 0.36 GB of history for 1,000 GPUs
+PROMETHEUS_MAX_SAMPLES = 31 * 24 * 60
+
+
 @dataclasses.dataclass(frozen=True)
 class PrometheusSpec:
     """`prometheus+http(s)://HOST:PORT[?at=&history=&step=]` taken apart."""
@@ -114,11 +119,19 @@ def prometheus_spec(spec: str) -> PrometheusSpec:
         at = float(params["at"]) if params.get("at") else None
     except ValueError:
         raise SourceError(f"{spec}: at={params['at']!r}: expected a Unix time in seconds") from None
+    history_s = seconds(params.get("history", "1h"), "history")
+    step_s = max(seconds(params.get("step", "60s"), "step"), 1.0)
+    if history_s / step_s > PROMETHEUS_MAX_SAMPLES:
+        raise SourceError(
+            f"{spec}: history={params['history']} every step={params.get('step', '60s')} is "
+            f"{history_s / step_s:,.0f} usage samples; at most {PROMETHEUS_MAX_SAMPLES:,} (a "
+            "month at one a minute): use a longer step"
+        )
     return PrometheusSpec(
         base=parts._replace(query="", fragment="").geturl(),
         at=at,
-        history_s=seconds(params.get("history", "1h"), "history"),
-        step_s=max(seconds(params.get("step", "60s"), "step"), 1.0),
+        history_s=history_s,
+        step_s=step_s,
     )
 
 

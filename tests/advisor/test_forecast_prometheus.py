@@ -51,6 +51,10 @@ def test_a_query_without_series_is_one_line_not_a_pandas_error():
         ("query=used&days=-1", "option days='-1': needs a number of days > 0, e.g. days=30"),
         ("query=used&days=nan", "option days='nan': needs a number of days > 0"),
         ("query=", "needs ?query=<PromQL>"),
+        (
+            "query=used&days=1400&step=1m",
+            "days=1400 at step=1m is 2,016,001 steps per series; at most 2,000,000: use a longer",
+        ),
     ],
 )
 def test_a_bad_option_is_named_with_its_accepted_form(options, words):

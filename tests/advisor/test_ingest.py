@@ -16,7 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from advisor import snapshot
 from advisor.cli import main
 from advisor.ingest import exporter_scrape, prometheus
-from advisor.ingest.sources import SourceError, load_source
+from advisor.ingest.sources import SourceError, load_source, prometheus_spec
 from advisor.model import from_readings
 from exporter.readings import Collection
 from exporter.render import SelfState, render_page
@@ -150,14 +150,19 @@ def prometheus_api(
         return ok({"resultType": "vector", "result": result})
 
     def range_(query: dict[str, str]) -> tuple[int, str, str]:
+        start, end, step = (float(query[k]) for k in ("start", "end", "step"))
+        if (end - start) / step > 11_000:  # as Prometheus refuses it
+            error = "exceeded maximum resolution of 11,000 points per timeseries"
+            body = {"status": "error", "errorType": "bad_data", "error": error}
+            return 400, "application/json", json.dumps(body)
         result = [
             {
                 "metric": {"__name__": query["query"], **labels},
-                "values": [[t, str(v)] for t, v in points],
+                "values": [[t, str(v)] for t, v in points if start <= t <= end],
             }
             for labels, points in history.get(query["query"], [])
         ]
-        return ok({"resultType": "matrix", "result": result})
+        return ok({"resultType": "matrix", "result": [r for r in result if r["values"]]})
 
     return {"/api/v1/query": instant, "/api/v1/query_range": range_}
 
@@ -187,6 +192,54 @@ def test_prometheus_instant_and_range_with_our_names(server) -> None:
     )
     assert np.isnan(model.usage.memory_used_bytes).all()
     assert set(model.allocations.job.tolist()) == {"rnd/train-0", "product/idle-1", "product/infer"}
+
+
+def test_a_history_longer_than_prometheus_allows_in_one_query_is_read_in_pieces(server) -> None:
+    """Two weeks at 1 min are 20,161 steps, which Prometheus refuses in one range query."""
+    base, routes = server
+    text, _ = our_page()
+    samples = _series(text, {"instance": "node-0:9400", "job": "gpu-exporter"})
+    at = 1_700_000_000.0
+    steps = 14 * 24 * 60 + 1
+    times = at - 60 * np.arange(steps)[::-1]
+    util = [({"node": "node-1", "gpu": "3"}, [(t, (k % 100) / 100) for k, t in enumerate(times)])]
+    routes.update(prometheus_api(samples, {"gpu_utilization_ratio": util}))
+    sent = []
+    client = prometheus.PrometheusClient(base, 2)
+    original = client._results
+    client._results = lambda path, params, parse: (
+        sent.append(params) or original(path, params, parse)
+    )
+    model = prometheus.load(base, at=at, history_s=14 * 86400, step_s=60, client=client)
+    assert model.usage.times.tolist() == times.tolist()
+    column = model.usage.utilization_ratio[:, model.gpu_row(1, 3)]
+    assert column.tolist() == [np.float32((k % 100) / 100) for k in range(steps)]
+    ranges = [p for p in sent if "step" in p]
+    assert len(ranges) == 2 * 3  # utilization and memory, three pieces each
+    assert all((p["end"] - p["start"]) / p["step"] < prometheus.MAX_STEPS for p in ranges)
+
+
+def test_a_prometheus_history_of_more_than_a_month_of_minutes_is_one_line() -> None:
+    spec = "prometheus+http://127.0.0.1:1?history=32d&step=1m"
+    with pytest.raises(SourceError) as error:
+        load_source(spec, timeout=1)
+    assert str(error.value) == (
+        f"{spec}: history=32d every step=1m is 46,080 usage samples; at most 44,640 (a month "
+        "at one a minute): use a longer step"
+    )
+    assert prometheus_spec(spec.replace("32d", "31d")).history_s == 31 * 86400
+
+
+@pytest.mark.parametrize(
+    ("span", "step"), [(0, 60), (59, 60), (9_999 * 60, 60), (10_000 * 60, 60), (3e7, 7), (1e5, 1)]
+)
+def test_range_pieces_cover_the_grid_once(span, step) -> None:
+    start = 1_700_000_000.0
+    pieces = prometheus.range_pieces(start, start + span, step)
+    grid = [start + k * step for k in range(int(span // step) + 1)]
+    covered = [t for first, last in pieces for t in np.arange(first, last + step / 2, step)]
+    assert covered == pytest.approx(grid)
+    assert all(round((last - first) / step) + 1 <= prometheus.MAX_STEPS for first, last in pieces)
 
 
 def test_prometheus_with_dcgm_names_and_history_in_percent(server) -> None:

@@ -44,6 +44,11 @@ def _expected(text: str) -> dict[str, list[float]]:
     }
 
 
+def _runs(values: list[float]) -> list[float]:
+    """The values with consecutive repeats collapsed: the hourly readings a minute grid shows."""
+    return [v for i, v in enumerate(values) if i == 0 or v != values[i - 1]]
+
+
 def test_backtest_reads_days_of_demand_from_a_real_prometheus(tmp_path):
     procs = stack.Processes(tmp_path)
     end = math.floor(time.time() / 60) * 60 - 60
@@ -66,6 +71,14 @@ def test_backtest_reads_days_of_demand_from_a_real_prometheus(tmp_path):
             assert len(got) >= DAYS * 24 - 2
             assert got == shown[-len(got) :]
             assert (panel.capacity[node].dropna() == 8).all()
+        # at 1 min the 17 days are 24,481 steps, over Prometheus' 11,000 for one query; each
+        # hourly reading shows for 59 of them (the lookback)
+        minute = load(spec.replace("step=3600", "step=60"))
+        for node, shown in expected.items():
+            got = minute.values[node].dropna().tolist()
+            assert len(got) >= (DAYS * 24 - 2) * 59
+            changes = _runs(got)
+            assert any(_runs(shown)[i : i + len(changes)] == changes for i in range(len(shown)))
         out = tmp_path / "out"
         started = time.perf_counter()
         flags = ["--horizons", "1,24", "--quantiles", "0.5,0.9", "--replays", "idle"]
