@@ -26,6 +26,7 @@ import os
 import sys
 from typing import Any, TextIO
 
+from advisor.logs import redact_last_resort
 from exporter.units import DefaultsFormatter
 
 SUBCOMMAND_MODULES: tuple[str, ...] = (
@@ -128,6 +129,7 @@ def discard_stdout() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    redact_last_resort()  # a one-shot command's warnings name the URL it read, password included
     parser = build_parser()
     # who speaks, already for a `--help` that cannot be written (no args to name it yet)
     name = f"gpu-defrag {argv[0]}" if argv and not argv[0].startswith("-") else "gpu-defrag"

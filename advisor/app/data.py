@@ -47,7 +47,7 @@ def configure_logging() -> None:
     refresh that failed, and the readers' warnings, name the source's URL, password included)
     and a warning repeated on every refresh shown once an hour. Once per process: Streamlit
     runs the page script again on every interaction."""
-    from advisor.service.loop import install_log_filters
+    from advisor.logs import install_log_filters
     from exporter.cli import LOG_FORMAT
 
     root = logging.getLogger()

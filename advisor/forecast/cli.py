@@ -298,16 +298,18 @@ def print_decisions(decisions) -> None:
 
 def _one_line(command: str, run) -> int:
     """Run a subcommand; an unreadable INPUT or an unusable option is one line on stderr, exit 2;
-    results that could not be written, one line, exit 1."""
+    results that could not be written, one line, exit 1. The line shows a `prometheus+http://`
+    INPUT's password as `redact` does."""
     from advisor.forecast.io import InputError
+    from advisor.logs import redact
 
     try:
         return run()
     except InputError as error:
-        print(f"gpu-defrag {command}: {error}", file=sys.stderr)
+        print(f"gpu-defrag {command}: {redact(str(error))}", file=sys.stderr)
         return 2
     except OutputError as error:
-        print(f"gpu-defrag {command}: {error}", file=sys.stderr)
+        print(f"gpu-defrag {command}: {redact(str(error))}", file=sys.stderr)
         return 1
 
 

@@ -28,6 +28,7 @@ import numpy as np
 from advisor import snapshot
 from advisor.ingest import exporter_scrape, openb, prometheus
 from advisor.ingest.exporter_scrape import SourceUnavailable
+from advisor.logs import redact
 from advisor.model import MILLI, ClusterModel, ModelBuilder, ModelError, Usage, from_readings
 from exporter import units
 from exporter.readings import NodeReading
@@ -68,8 +69,18 @@ def _only(params: dict[str, str], allowed: set[str], spec: str, why: str = "") -
 
 
 def load_source(spec: str, *, timeout: float = DEFAULT_TIMEOUT) -> ClusterModel:
-    """The cluster model named by `spec` (see the module docstring for the forms)."""
-    spec = spec.strip()
+    """The cluster model named by `spec` (see the module docstring for the forms). A password in
+    the spec is read with, but shown (the model's `source`, which reports, snapshots and the
+    API print, and every SourceError) as `redact` shows it."""
+    try:
+        model = _load(spec.strip(), timeout)
+    except SourceError as error:
+        raise SourceError(redact(str(error))) from None
+    source = redact(model.source)
+    return model if source == model.source else dataclasses.replace(model, source=source, _cache={})
+
+
+def _load(spec: str, timeout: float) -> ClusterModel:
     try:
         if spec.startswith("sim:"):
             return _sim(spec)

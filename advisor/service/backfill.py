@@ -29,8 +29,9 @@ from advisor.ingest import exporter_scrape as scrape
 from advisor.ingest import prometheus
 from advisor.ingest.exporter_scrape import SourceUnavailable
 from advisor.ingest.sources import SIM_LARGE_NODES, SourceError, prometheus_spec, sim_spec
+from advisor.logs import redact
 from advisor.model import ClusterModel, ModelError, from_readings
-from advisor.service.loop import redact, step_fleet
+from advisor.service.loop import step_fleet
 
 log = logging.getLogger("advisor.service")
 

@@ -145,16 +145,11 @@ def run(args: argparse.Namespace) -> int:
     from advisor.fragmentation import measures
     from advisor.history import History
     from advisor.ingest.sources import SourceError
+    from advisor.logs import install_log_filters, redact
     from advisor.planner.constraints import Policy, PolicyError, load_policy
     from advisor.service.api import Api
     from advisor.service.backfill import backfill, default_span_s
-    from advisor.service.loop import (
-        AdvisorLoop,
-        Config,
-        install_log_filters,
-        make_ingest,
-        redact,
-    )
+    from advisor.service.loop import AdvisorLoop, Config, make_ingest
     from exporter.server import ExporterServer
     from exporter.webconfig import WebConfigError, load_web_config
 

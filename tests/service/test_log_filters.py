@@ -10,7 +10,8 @@ import subprocess
 import sys
 import time
 
-from advisor.service.loop import RepeatFilter
+from advisor import logs
+from advisor.logs import RepeatFilter
 from tests.advisor.test_ingest_duplicates import UTIL0, _page
 from tests.fakes.page_server import Routes, serve
 
@@ -98,12 +99,53 @@ def test_a_service_record_is_redacted_once_though_it_passes_two_filters(monkeypa
     from advisor.service import loop
 
     calls = []
-    monkeypatch.setattr(loop, "redact", lambda text: calls.append(text) or text)
+    monkeypatch.setattr(logs, "redact", lambda text: calls.append(text) or text)
     handler = logging.StreamHandler(io.StringIO())
-    loop.install_log_filters([handler])
+    logs.install_log_filters([handler])
     loop.log.addHandler(handler)
     try:
         loop.log.warning("source %s is down", "http://a:b@x/metrics")
     finally:
         loop.log.removeHandler(handler)
     assert calls == ["source http://a:b@x/metrics is down"]
+
+
+def test_a_one_shot_commands_warning_hides_the_sources_password():
+    """`analyze` and `snapshot` configure no log handler: the reader's warning went out through
+    Python's last-resort handler with the password of the URL."""
+    routes = Routes()
+    routes.text("/metrics", _page(f"{UTIL0} 0.9"))
+    with serve(routes) as base:
+        source = base.replace("http://", "http://admin:s3cret@") + "/metrics"
+        for command in (["analyze", source], ["snapshot", source]):
+            run = subprocess.run(
+                [sys.executable, "-m", "advisor.cli", *command],
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+            assert run.returncode == 0, run.stderr
+            assert "s3cret" not in run.stderr + run.stdout
+            assert "http://admin:***@127.0.0.1:" in run.stderr
+            assert "given more than once" in run.stderr
+
+
+def test_a_one_shot_commands_error_line_hides_the_sources_password():
+    from tests.integration.stack import free_port
+
+    down = f"admin:s3cret@127.0.0.1:{free_port()}"
+    commands = {
+        "analyze": ["analyze", f"http://{down}/metrics"],
+        "plan": ["plan", f"prometheus+http://{down}", "--goal", "recommend"],
+        "backtest": ["backtest", f"prometheus+http://{down}/?query=up"],
+    }
+    for name, command in commands.items():
+        run = subprocess.run(
+            [sys.executable, "-m", "advisor.cli", *command],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert run.returncode != 0 and run.stderr.count("\n") == 1, (name, run.stderr)
+        assert "unreachable" in run.stderr and "admin:***@127.0.0.1" in run.stderr, run.stderr
+        assert "s3cret" not in run.stderr, run.stderr
