@@ -24,6 +24,7 @@ import argparse
 import json
 import math
 import sys
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -91,8 +92,9 @@ def _add_flag(parser: argparse.ArgumentParser, flag: str, **kwargs: Any) -> None
 
 
 def refused_flag(args: argparse.Namespace) -> str | None:
-    """The error for the first flag on the command line that `--goal` does not read, or None
-    (an unknown goal is left to the goal's own error)."""
+    """The error for the first flag on the command line that `--goal` does not read, or that
+    the other flags leave unread (`FLAG_NEEDS`), or None (an unknown goal is left to the goal's
+    own error)."""
     goal = args.goal.strip()
     key = goal.partition("=")[0].strip()
     if key not in GOAL_FLAGS:
@@ -101,7 +103,40 @@ def refused_flag(args: argparse.Namespace) -> str | None:
         if flag not in GOAL_FLAGS[key]:
             goals = ", ".join(goals_reading(flag))
             return f"{flag} does not apply to --goal {goal} (it applies to: {goals})"
+        if flag in FLAG_NEEDS:
+            reads, needs = FLAG_NEEDS[flag]
+            if not reads(args):
+                return f"{flag} is not read {needs}"
     return None
+
+
+def is_history(path: str) -> bool:
+    """A `--demand` that is an arrival history to forecast (else a JSON of jobs per shape)."""
+    return Path(path).suffix.lower() in (".csv", ".parquet", ".pq")
+
+
+def _forecasts_demand(args: argparse.Namespace) -> bool:
+    return bool(args.demand) and is_history(args.demand)
+
+
+# Flags a goal reads only with certain other flags: flag -> (read?, the condition in words).
+# The exact solver runs with --solver exact, or best below --exact-max-nodes nodes.
+FLAG_NEEDS: dict[str, tuple[Callable[[argparse.Namespace], bool], str]] = {
+    "--time-limit": (lambda a: a.solver != "heuristic", "with --solver heuristic"),
+    "--workers": (lambda a: a.solver != "heuristic", "with --solver heuristic"),
+    "--exact-max-nodes": (
+        lambda a: a.solver == "best",
+        "unless --solver is best (it caps the nodes best gives the exact solver)",
+    ),
+    "--demand-model": (
+        _forecasts_demand,
+        "unless --demand is an arrival history (CSV/Parquet) to forecast",
+    ),
+    "--demand-quantile": (
+        _forecasts_demand,
+        "unless --demand is an arrival history (CSV/Parquet) to forecast",
+    ),
+}
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -183,7 +218,7 @@ def load_demand(
     """Shapes from a JSON mapping shape -> number of jobs, or forecast from an arrival history
     (CSV/Parquet); ValueError names the bad entry, or a shape with more jobs than
     `capacity_gpus` GPUs could ever hold (the list would only grow, never plan)."""
-    if Path(path).suffix.lower() in (".csv", ".parquet", ".pq"):
+    if is_history(path):
         return demand_from_history(path, horizon_s, model, quantile, capacity_gpus)
     try:
         doc = parse_json(Path(path).read_text(encoding="utf-8"))

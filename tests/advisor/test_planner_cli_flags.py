@@ -1,5 +1,6 @@
 """`gpu-defrag plan` refuses a flag that the chosen goal does not read (`GOAL_FLAGS` in
-advisor/planner/cli.py), before it reads the source; and that table says what the code reads."""
+advisor/planner/cli.py), or that the other flags leave unread (`FLAG_NEEDS`), before it reads
+the source; and those tables say what the code reads."""
 
 from __future__ import annotations
 
@@ -236,6 +237,7 @@ def test_the_flags_a_goal_is_refused_do_not_change_its_result(
     probes = {**{f: PROBE[f][1] for f in ignored}, "--demand": ["--demand", "{history}"]}
     extra = [a for flag in ignored for a in probes[flag]]
     monkeypatch.setitem(GOAL_FLAGS, goal, tuple(SCOPED))  # nothing refused
+    monkeypatch.setattr(plan_cli, "FLAG_NEEDS", {})
     without = _observe(capsys, monkeypatch, source, _fill(args, files))
     with_flags = _observe(capsys, monkeypatch, source, _fill([*args, *extra], files))
     assert with_flags == without
@@ -262,3 +264,58 @@ def test_recommendation_goals_read_no_scoped_flag(capsys, goal) -> None:
     dests = {flag.removeprefix("--").replace("-", "_") for flag in SCOPED}
     assert not dests & args.__dict__["_read"]
     assert {"goal", "source", "policy", "json"} <= args.__dict__["_read"]
+
+
+# --------------------------------------------------------------------------- flags that need others
+
+# (goal's arguments, the flag's arguments, the line): the flag's condition in FLAG_NEEDS is false
+UNREAD = [
+    (
+        ["--goal", "job=4", "--solver", "heuristic"],
+        ["--time-limit", "3"],
+        "with --solver heuristic",
+    ),
+    (["--goal", "job=4", "--solver", "heuristic"], ["--workers", "2"], "with --solver heuristic"),
+    (
+        ["--goal", "job=4", "--solver", "exact"],
+        ["--exact-max-nodes", "1"],
+        "unless --solver is best (it caps the nodes best gives the exact solver)",
+    ),
+    (
+        ["--goal", "free-nodes=1", "--solver", "heuristic"],
+        ["--exact-max-nodes", "1"],
+        "unless --solver is best (it caps the nodes best gives the exact solver)",
+    ),
+    (
+        ["--goal", "forecast=2h", "--demand", "{demand3}"],
+        ["--demand-model", "naive"],
+        "unless --demand is an arrival history (CSV/Parquet) to forecast",
+    ),
+    (
+        ["--goal", "free-nodes=1"],
+        ["--demand-quantile", "0.9"],
+        "unless --demand is an arrival history (CSV/Parquet) to forecast",
+    ),
+]
+
+
+@pytest.mark.parametrize(("args", "flag_args", "why"), UNREAD)
+def test_a_flag_the_other_flags_leave_unread_is_refused(capsys, files, args, flag_args, why):
+    code, out, err = _plan(capsys, MISSING, *_fill([*args, *flag_args], files))
+    assert code == 2 and not out
+    assert err == f"gpu-defrag plan: error: {flag_args[0]} is not read {why}\n"
+
+
+@pytest.mark.parametrize(("args", "flag_args", "why"), UNREAD)
+def test_a_flag_refused_for_the_other_flags_does_not_change_the_result(
+    capsys, monkeypatch, files, args, flag_args, why
+) -> None:
+    """The table's other side: let the flag through, and the plan is the one without it."""
+    monkeypatch.setattr(plan_cli, "FLAG_NEEDS", {})
+    without = _observe(capsys, monkeypatch, ISLANDS, _fill(args, files))
+    with_flag = _observe(capsys, monkeypatch, ISLANDS, _fill([*args, *flag_args], files))
+    assert with_flag == without
+
+
+def test_every_flag_with_a_condition_is_scoped() -> None:
+    assert set(plan_cli.FLAG_NEEDS) <= set(SCOPED)
