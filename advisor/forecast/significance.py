@@ -59,6 +59,8 @@ def day_bootstrap(
     ratio = np.divide(
         sum_a[draw].sum(axis=1), total_b, out=np.full(samples, np.nan), where=total_b > 0
     )
+    if np.isnan(ratio).all():  # the baseline exact on every day drawn (a pool never used)
+        return np.nan, np.nan
     lo, hi = np.nanpercentile(100 * (ratio - 1), [2.5, 97.5])
     return float(lo), float(hi)
 

@@ -115,3 +115,15 @@ def test_paired_table_flags_the_best_baseline_and_signs_the_difference():
     assert naive["best_baseline"] and naive["diff_pct"] < 0 and naive["p_value"] < 0.01
     assert naive["boot_lo_pct"] < naive["diff_pct"] < naive["boot_hi_pct"]
     assert not table.set_index("baseline").loc["seasonal_naive_24", "best_baseline"]
+
+
+def test_a_baseline_exact_on_every_day_has_no_interval_and_no_warning():
+    """A pool never used (all zeros): the baseline's error is 0 on every day, so MAE ratios are
+    undefined; numpy warned "All-NaN slice encountered" on the backtest's standard error."""
+    import warnings
+
+    days = np.repeat(pd.date_range("2020-05-25", periods=7, freq="D"), 24)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        lo, hi = day_bootstrap(np.ones(len(days)), np.zeros(len(days)), days)
+    assert np.isnan(lo) and np.isnan(hi)
