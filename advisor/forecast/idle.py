@@ -597,11 +597,13 @@ def release_scores_per_series(rel, truth, mean_idle=None):
     r, m = np.where(valid, rel, 0.0), np.where(valid, truth, 0.0)
     seen = ~np.isnan(truth)
     t = np.where(seen, truth, 0.0)
+    if mean_idle is None:  # np.nanmean's sum and count; NaN, without its warning, for a
+        # column never seen (an all-masked series)
+        counts = seen.sum(axis=0)
+        mean_idle = [float(t[:, j].sum() / c) if c else np.nan for j, c in enumerate(counts)]
     bound = 2.0**52 / max(len(truth), 1)
     if not all((x == np.floor(x)).all() and np.abs(x).max(initial=0) <= bound for x in (r, m, t)):
         scores = [M.release_scores(rel[:, j], truth[:, j]) for j in range(rel.shape[1])]
-        if mean_idle is None:
-            mean_idle = [float(np.nanmean(truth[:, j])) for j in range(truth.shape[1])]
         return scores, mean_idle
     n = valid.sum(axis=0)
     total = m.sum(axis=0)
@@ -609,8 +611,6 @@ def release_scores_per_series(rel, truth, mean_idle=None):
         capture = 100 * np.minimum(r, m).sum(axis=0) / total
         violation = 100 * ((r > m).sum(axis=0).astype(float) / n)
         shortfall = np.maximum(r - m, 0).sum(axis=0) / n
-        if mean_idle is None:
-            mean_idle = [float(x) for x in t.sum(axis=0) / seen.sum(axis=0)]
     scores = [
         {
             "capture": float(capture[j]) if total[j] > 0 else np.nan,

@@ -315,9 +315,11 @@ def test_release_scores_of_all_series_at_once_are_the_per_series_figures(whole):
     rel[rng.uniform(size=rel.shape) < 0.1] = np.inf  # no capacity: left out as unscored
     truth[:, 3] = np.nan  # nothing scored
     truth[:, 4] = np.where(np.isnan(truth[:, 4]), np.nan, 0.0)  # nothing idle
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # column 3: the mean of nothing
+    with warnings.catch_warnings():  # column 3 (an all-masked series): no warning printed
+        warnings.simplefilter("error")
         scores, mean_idle = idle.release_scores_per_series(rel, truth)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # column 3: numpy's mean of nothing
         want_mean = [float(np.nanmean(truth[:, j])) for j in range(5)]
     for j in range(5):
         assert scores[j].keys() == M.release_scores(rel[:, j], truth[:, j]).keys()
