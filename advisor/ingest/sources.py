@@ -120,6 +120,25 @@ class PrometheusSpec:
     step_s: float
 
 
+def _check_samples(
+    spec: str,
+    params: dict[str, str],
+    history_s: float,
+    step_s: float,
+    default_step: str,
+    most: int,
+    span: str,
+) -> None:
+    """SourceError when `history`/`step` asks for more than `most` usage samples (`span` at one
+    a minute): the history is held in memory for every GPU."""
+    if history_s / step_s > most:
+        raise SourceError(
+            f"{spec}: history={params['history']} every step={params.get('step', default_step)} "
+            f"is {history_s / step_s:,.0f} usage samples; at most {most:,} ({span} at one a "
+            "minute): use a longer step"
+        )
+
+
 def prometheus_spec(spec: str) -> PrometheusSpec:
     """SourceError for an unknown option or a malformed value."""
     url = spec.strip().removeprefix("prometheus+")
@@ -132,12 +151,7 @@ def prometheus_spec(spec: str) -> PrometheusSpec:
         raise SourceError(f"{spec}: at={params['at']!r}: expected a Unix time in seconds") from None
     history_s = seconds(params.get("history", "1h"), "history")
     step_s = max(seconds(params.get("step", "60s"), "step"), 1.0)
-    if history_s / step_s > PROMETHEUS_MAX_SAMPLES:
-        raise SourceError(
-            f"{spec}: history={params['history']} every step={params.get('step', '60s')} is "
-            f"{history_s / step_s:,.0f} usage samples; at most {PROMETHEUS_MAX_SAMPLES:,} (a "
-            "month at one a minute): use a longer step"
-        )
+    _check_samples(spec, params, history_s, step_s, "60s", PROMETHEUS_MAX_SAMPLES, "a month")
     return PrometheusSpec(
         base=parts._replace(query="", fragment="").geturl(),
         at=at,
@@ -212,12 +226,7 @@ def _sim(spec: str) -> ClusterModel:
     end = seconds(params.get("t", "0"), "t")
     history = min(seconds(params.get("history", "0"), "history"), end)
     step = max(seconds(params.get("step", "5m"), "step"), 1.0)
-    if history / step > SIM_MAX_SAMPLES:
-        raise SourceError(
-            f"{spec}: history={params['history']} every step={params.get('step', '5m')} is "
-            f"{history / step:,.0f} usage samples; at most {SIM_MAX_SAMPLES:,} (a week at one "
-            "a minute): use a longer step"
-        )
+    _check_samples(spec, params, history, step, "5m", SIM_MAX_SAMPLES, "a week")
     samples: list[tuple[float, dict[tuple[str, int], tuple[float, float]]]] = []
     for at in np.arange(end - history, end, step) if history > 0 else ():
         fleet.advance(float(at) - fleet.now)
