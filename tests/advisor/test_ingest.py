@@ -228,6 +228,13 @@ def test_a_prometheus_history_of_more_than_a_month_of_minutes_is_one_line() -> N
         "at one a minute): use a longer step"
     )
     assert prometheus_spec(spec.replace("32d", "31d")).history_s == 31 * 86400
+    sim = "sim:a100-16x8?t=8d&history=8d&step=1m"
+    with pytest.raises(SourceError) as error:
+        load_source(sim)
+    assert str(error.value) == (
+        f"{sim}: history=8d every step=1m is 11,520 usage samples; at most 10,080 (a week at one "
+        "a minute): use a longer step"
+    )
 
 
 @pytest.mark.parametrize(
