@@ -2,10 +2,10 @@
 on every run shows once an hour.
 
 A source spec may carry credentials (`http://user:pass@host`); the readers name the URL they
-read in their warnings and errors. `redact` is the one way a source is shown. The servers (`advise`,
-`app`) put both filters on their handlers (`install_log_filters`); a one-shot command (`analyze`,
-`snapshot`, `plan`, `backtest`), which configures no handler, has its warnings printed by
-Python's last-resort handler, which `redact_last_resort` filters.
+read in their warnings and errors. `redact` is the one way a source is shown. The servers
+(`advise`, `app`) put both filters on their handlers (`install_log_filters`); a one-shot command
+(`analyze`, `snapshot`, `plan`, `backtest`), which configures no handler, has its warnings
+printed by Python's last-resort handler, which `redact_last_resort` filters.
 """
 
 from __future__ import annotations
