@@ -313,6 +313,32 @@ def parse_json(text: str) -> Any:
     return json.loads(text, object_pairs_hook=_object)
 
 
+class JsonFileError(ValueError):
+    """A file's text is no JSON the readers take; the message says why, in one line."""
+
+
+def read_json(path: str | Path) -> Any:
+    """`parse_json` of a file; JsonFileError for text that is not UTF-8, not JSON, nested deeper
+    than the reader goes or holding an integer of more digits than Python converts (OSError,
+    a file that cannot be read, is left to the caller, which names what it was reading)."""
+    try:
+        with open(path, encoding="utf-8") as stream:
+            return parse_json(stream.read())
+    except json.JSONDecodeError as error:
+        raise JsonFileError(
+            f"not JSON: {error.msg} at line {error.lineno} column {error.colno}"
+        ) from None
+    except UnicodeDecodeError as error:
+        raise JsonFileError(
+            f"not UTF-8 text: {error.reason} at byte offset {error.start}"
+        ) from None
+    except RecursionError:
+        raise JsonFileError("JSON nested too deeply") from None
+    except ValueError as error:  # an integer of more digits than Python converts
+        reason = str(error).split(";")[0]  # not the hint to raise Python's own limit
+        raise JsonFileError(f"JSON integer too long: {reason}") from None
+
+
 def repeated_key(doc: Any) -> str | None:
     """The key an object read by `parse_json` gave twice, or None."""
     return doc.repeated if isinstance(doc, _RepeatedKeys) else None
@@ -500,21 +526,9 @@ def load(path: str | Path) -> ClusterModel:
     """Read a snapshot file; SnapshotError (a ValueError) says which field is wrong and why:
     also for a file that is not UTF-8, not JSON, or nested deeper than the reader goes."""
     try:
-        with open(path, encoding="utf-8") as stream:
-            doc = parse_json(stream.read())
-    except json.JSONDecodeError as error:
-        raise SnapshotError(
-            "(file)", f"not JSON: {error.msg} at line {error.lineno} column {error.colno}"
-        ) from None
-    except UnicodeDecodeError as error:
-        raise SnapshotError(
-            "(file)", f"not UTF-8 text: {error.reason} at byte offset {error.start}"
-        ) from None
-    except RecursionError:
-        raise SnapshotError("(file)", "not JSON a snapshot can hold: nested too deeply") from None
-    except ValueError as error:  # an integer of more digits than Python converts
-        reason = str(error).split(";")[0]  # not the hint to raise Python's own limit
-        raise SnapshotError("(file)", f"not JSON a snapshot can hold: {reason}") from None
+        doc = read_json(path)
+    except JsonFileError as error:
+        raise SnapshotError("(file)", str(error)) from None
     except OSError as error:
         raise SnapshotError("(file)", f"cannot read {path}: {error.strerror}") from None
     return from_dict(doc)

@@ -34,7 +34,7 @@ from advisor.model import ClusterModel
 from advisor.planner.actions import CostWeights, Plan
 from advisor.planner.consolidate import Goal, parse_goal, plan_heuristic
 from advisor.planner.constraints import Policy, PolicyError, load_policy
-from advisor.snapshot import parse_json, repeated_key
+from advisor.snapshot import JsonFileError, read_json, repeated_key
 from exporter.units import fraction, number, positive_duration
 
 EXACT_MAX_NODES = 400
@@ -221,22 +221,11 @@ def load_demand(
     if is_history(path):
         return demand_from_history(path, horizon_s, model, quantile, capacity_gpus)
     try:
-        doc = parse_json(Path(path).read_text(encoding="utf-8"))
+        doc = read_json(path)
     except OSError as error:
         raise ValueError(f"{path}: cannot read demand: {error.strerror or error}") from None
-    except json.JSONDecodeError as error:
-        raise ValueError(
-            f"{path}: cannot read demand: not JSON: {error.msg} at line {error.lineno} "
-            f"column {error.colno}"
-        ) from None
-    except UnicodeDecodeError as error:
-        raise ValueError(
-            f"{path}: cannot read demand: not UTF-8 text: {error.reason} at byte offset {error.start}"
-        ) from None
-    except RecursionError:
-        raise ValueError(f"{path}: cannot read demand: JSON nested too deeply") from None
-    except ValueError as error:  # an integer of more digits than Python converts
-        raise ValueError(f"{path}: cannot read demand: {str(error).split(';')[0]}") from None
+    except JsonFileError as error:
+        raise ValueError(f"{path}: cannot read demand: {error}") from None
     if not isinstance(doc, dict):
         raise ValueError(f'{path}: expected a JSON object like {{"8": 2}}')
     if repeated_key(doc) is not None:

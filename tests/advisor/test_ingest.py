@@ -219,22 +219,26 @@ def test_a_history_longer_than_prometheus_allows_in_one_query_is_read_in_pieces(
     assert all((p["end"] - p["start"]) / p["step"] < prometheus.MAX_STEPS for p in ranges)
 
 
-def test_a_prometheus_history_of_more_than_a_month_of_minutes_is_one_line() -> None:
-    spec = "prometheus+http://127.0.0.1:1?history=32d&step=1m"
+@pytest.mark.parametrize(
+    ("spec", "samples", "cap"),
+    [
+        ("prometheus+http://127.0.0.1:1?history=32d&step=1m", "46,080", "44,640 (a month"),
+        ("sim:a100-16x8?t=8d&history=8d&step=1m", "11,520", "10,080 (a week"),
+    ],
+)
+def test_a_usage_history_of_too_many_samples_is_one_line(spec, samples, cap) -> None:
+    history = spec.split("history=")[1].split("&")[0]
     with pytest.raises(SourceError) as error:
         load_source(spec, timeout=1)
     assert str(error.value) == (
-        f"{spec}: history=32d every step=1m is 46,080 usage samples; at most 44,640 (a month "
-        "at one a minute): use a longer step"
+        f"{spec}: history={history} every step=1m is {samples} usage samples; at most {cap} at "
+        "one a minute): use a longer step"
     )
-    assert prometheus_spec(spec.replace("32d", "31d")).history_s == 31 * 86400
-    sim = "sim:a100-16x8?t=8d&history=8d&step=1m"
-    with pytest.raises(SourceError) as error:
-        load_source(sim)
-    assert str(error.value) == (
-        f"{sim}: history=8d every step=1m is 11,520 usage samples; at most 10,080 (a week at one "
-        "a minute): use a longer step"
-    )
+
+
+def test_a_prometheus_history_of_a_month_of_minutes_is_read() -> None:
+    spec = "prometheus+http://127.0.0.1:1?history=31d&step=1m"
+    assert prometheus_spec(spec).history_s == 31 * 86400
 
 
 @pytest.mark.parametrize(
