@@ -178,7 +178,7 @@ def _staged(target: str | Path, writer: str) -> Iterator[Path]:
         stage = _fresh_folder(target / f"{_STAGE}.{uuid.uuid4().hex}")
     else:
         target.parent.mkdir(parents=True, exist_ok=True)
-        stage = _fresh_folder(target.with_name(f".{target.name}.{uuid.uuid4().hex}"))
+        stage = _fresh_folder(_beside(target))
     try:
         yield stage
         names = {p.name for p in stage.iterdir()} - {MANIFEST}
@@ -193,6 +193,11 @@ def _staged(target: str | Path, writer: str) -> Iterator[Path]:
             _merge(stage, target, names, writer, owners)
     finally:
         shutil.rmtree(stage, ignore_errors=True)
+
+
+def _beside(target: Path) -> Path:
+    """A new hidden name beside `target`, in its folder (a rename to or from it is atomic)."""
+    return target.with_name(f".{target.name}.{uuid.uuid4().hex}")
 
 
 def _fresh_folder(folder: Path) -> Path:
@@ -277,7 +282,7 @@ def _swap(stage: Path, target: Path, names: set[str], writer: str) -> bool:
     os.chmod(stage, stat.S_IMODE(target.stat().st_mode))
     for path in stage.iterdir():
         _keep_mode(target / path.name, path)
-    old = _fresh_folder(target.with_name(f".{target.name}.{uuid.uuid4().hex}"))
+    old = _fresh_folder(_beside(target))
     try:
         os.rename(target, old)  # onto the new, empty folder: rename replaces it
     except BaseException as error:

@@ -382,9 +382,8 @@ def _run_backtest(args: argparse.Namespace) -> int:
     decisions = [d for d in decisions if len(d)]
     decisions_df = pd.concat(decisions, ignore_index=True) if decisions else pd.DataFrame()
     elapsed = time.perf_counter() - t0
-    if (
-        args.out is not None
-    ):  # first: a stdout that fails (a closed pipe, a full disk) must not lose the run
+    # written first: a stdout that fails (a closed pipe, a full disk) must not lose the run
+    if args.out is not None:
         _write_backtest(args.out, metrics, fc, picks, paired, decisions_df)
     for note in notes:
         print(note)

@@ -149,6 +149,16 @@ def impossible(attr: str, value: float | np.ndarray) -> bool | np.ndarray:
     return np.less(value, low) | np.greater(value, high)
 
 
+SHOWN = 3  # the notes a warning shows; "..." says there were more
+
+
+def first_few(notes: Sequence[str], count: int | None = None, sep: str = "; ") -> str:
+    """The first `SHOWN` of `notes` for a warning line, with "..." when there are more (`count`:
+    how many in all, where `notes` holds only the first few)."""
+    more = (len(notes) if count is None else count) > SHOWN
+    return sep.join(notes[:SHOWN]) + (f"{sep}..." if more else "")
+
+
 def _int(text: str) -> int | None:
     """A label that holds an index or id (GPU, instance, peer, pid): a whole number >= 0."""
     return int(text) if text.isascii() and text.isdigit() else None
@@ -238,10 +248,9 @@ def drop_impossible(readings: list[NodeReading], already: Sequence[str] = ()) ->
                 alloc.gpu_milli = None
     if notes:
         log.warning(
-            "%d impossible value(s) in the GPU series read as unknown: %s%s",
+            "%d impossible value(s) in the GPU series read as unknown: %s",
             len(notes),
-            "; ".join(notes[:3]),
-            "; ..." if len(notes) > 3 else "",
+            first_few(notes),
         )
 
 
@@ -433,11 +442,10 @@ def drop_duplicates(samples: Sequence[Sample], url: str) -> list[Sample]:
         notes.append(f"{_series_text(name, group[0][1])} ({shown})")
     if notes:
         log.warning(
-            "%s: %d series given more than once with different values, read as unknown: %s%s",
+            "%s: %d series given more than once with different values, read as unknown: %s",
             url,
             len(notes),
-            "; ".join(notes[:3]),
-            "; ..." if len(notes) > 3 else "",
+            first_few(notes),
         )
     return kept
 
@@ -500,19 +508,17 @@ def merge(
     if clashes:
         count = sum(len(gpus) for gpus in clashes.values())
         shown = [
-            f"{', '.join(gpus[:3])}{', ...' if len(gpus) > 3 else ''} from {kept} "
-            f"(also reported by {left})"
+            f"{first_few(gpus, sep=', ')} from {kept} (also reported by {left})"
             for (kept, left), gpus in clashes.items()
         ]
         log.warning(
             "%d GPU(s) reported by more than one %s, each read from the first %s %s "
-            "that reports it: %s%s",
+            "that reports it: %s",
             count,
             what,
             what,
             order,
-            "; ".join(shown[:3]),
-            "; ..." if len(shown) > 3 else "",
+            first_few(shown),
         )
     return list(nodes.values()), source
 

@@ -42,12 +42,14 @@ import requests
 from advisor.ingest.exporter_scrape import (
     MEMORY_USED,
     OUR_NAMES,
+    SHOWN,
     UTILIZATION,
     Sample,
     SourceUnavailable,
     dcgm_readings_unchecked,
     drop_impossible,
     exact_bytes,
+    first_few,
     impossible,
     merge,
     our_readings_unchecked,
@@ -63,7 +65,6 @@ STATE_QUERY = f'{{__name__=~"{"|".join(OUR_NAMES)}|DCGM_.+"}}'
 # steps per range query: Prometheus refuses more than 11,000 per series; a margin for its rounding
 MAX_STEPS = 10_000
 QUERY_SHOWN = 80  # characters of a query an error line quotes (the state query has ~450)
-SHOWN = 3  # impossible history points a warning names
 NO_TARGET = "(no instance or job label)"  # the one target of series that name none
 TARGET_ORDER = "(our exporter's targets first, then dcgm-exporter's, each in name order)"
 
@@ -344,10 +345,11 @@ def _with_history(
             scaled = values * scale  # float64: a byte count exact up to 2^53
             bad = impossible(attr, scaled)
             above = scaled > totals[row] if totals is not None else np.zeros_like(bad)
-            dropped += int((bad | above).sum())
-            if (bad | above).any():
+            drop = bad | above
+            dropped += int(drop.sum())
+            if drop.any():
                 named.add(query)
-            for i in np.flatnonzero(bad | above)[: max(0, SHOWN - len(notes))]:  # a week: many
+            for i in np.flatnonzero(drop)[: max(0, SHOWN - len(notes))]:  # a week: many
                 where = f"{key[0]}/gpu{key[1]}"
                 if bad[i]:
                     notes.append(f"{where}={values[i]:g} at {stamps[i]:.15g}")
@@ -357,15 +359,14 @@ def _with_history(
                         f"{exact_bytes(totals[row])} at {stamps[i]:.15g}"
                     )
             free = np.isnan(out[at, row])
-            out[at[free], row] = np.where(bad | above, np.nan, scaled)[free]
+            out[at[free], row] = np.where(drop, np.nan, scaled)[free]
         if dropped:
             log.warning(
-                "Prometheus at %s: %d impossible value(s) in the %s history read as unknown: %s%s",
+                "Prometheus at %s: %d impossible value(s) in the %s history read as unknown: %s",
                 client.base_url,
                 dropped,
                 " and ".join(queries[d][0] for d in needed if queries[d][0] in named),
-                "; ".join(notes),
-                "; ..." if dropped > len(notes) else "",
+                first_few(notes, dropped),
             )
         matrices.append(out)
     return dataclasses.replace(model, usage=Usage(times, matrices[0], matrices[1]), _cache={})
