@@ -33,7 +33,8 @@ A pool/horizon without enough history for both halves gets no forecast at all (d
 no forecast is shown without a measured error against seasonal naive on held-back data).
 
 Idle windows (GPUs that stay wholly free for the whole next W hours), per pool from the runs
-panel of held GPUs and per node from the history's per-node hours, each with its held-back backtest: `idle_section`.
+panel of held GPUs and per node from the history's per-node hours, each with its held-back
+backtest: `idle_section`.
 """
 
 from __future__ import annotations
@@ -490,15 +491,14 @@ def _idle_head(
 
 
 def node_panel(record: NodeHours | None) -> Panel | None:
-    """Hourly panel of the history's per-node record (`History.node_hours()`): one column per
-    node, values = the hour's peak held GPUs (`NodeRows`), capacity = its largest usable GPUs; complete
-    hours only (the latest run's hour is left out), on a full hourly grid (hours without a run
-    are NaN). A node's hour is masked (NaN value) when the hour is thin for the whole fleet, by
-    the service's coverage rule on the hour's run times (`_covered`, as the pools' `RunsPanel`:
-    a backfilled hour of one run is observed), or when fewer than `MIN_COVERAGE` of the hour's
-    runs saw the node; its capacity stays wherever a run saw it (as for pools). Nodes no
-    complete hour saw are left out. `meta["pools"]`: each node's pool. None: no complete
-    hour."""
+    """Hourly panel of the history's per-node record (`History.node_hours()`): one column per node,
+    values = the hour's peak held GPUs (`NodeRows`), capacity = its largest usable GPUs; complete
+    hours only (the latest run's hour is left out), on a full hourly grid (hours without a run are
+    NaN). A node's hour is masked (NaN value) when the hour is thin for the whole fleet, by the
+    service's coverage rule on the hour's run times (`_covered`, as the pools' `RunsPanel`: a
+    backfilled hour of one run is observed), or when fewer than `MIN_COVERAGE` of the hour's runs
+    saw the node; its capacity stays wherever a run saw it (as for pools). Nodes no complete hour
+    saw are left out. `meta["pools"]`: each node's pool. None: no complete hour."""
     if record is None or len(record.hours) < 2:
         return None
     done = len(record.hours) - 1  # the last hour is the latest run's: still running
@@ -541,8 +541,8 @@ def idle_section(
     """Per pool and window W: the GPUs `advisor.forecast.idle_windows` releases as free for the
     whole next W hours at `risk` (idle in an hour = capacity − the hour's peak held GPUs: a GPU
     with any share handed out is not idle), and how that release did on the history's own
-    held-back hours (`advisor.forecast.idle.backtest`, the same method calibrated on the hours before them: its violation and capture ratios and
-    those of `IDLE_BASELINE`).
+    held-back hours (`advisor.forecast.idle.backtest`, the same method calibrated on the hours
+    before them: its violation and capture ratios and those of `IDLE_BASELINE`).
 
     Both see the runs panel of the last `IDLE_MAX_H` complete hours, aggregated by its own
     coverage rule (`RunsPanel`). The release is decided at the end of the last complete hour
