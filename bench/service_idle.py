@@ -5,7 +5,8 @@ the demand forecast on a synthetic history of D days × P pools × a run every S
 `--nodes N` times the per-node part instead: N nodes of 8 GPUs × `--node-days` (16) days of
 hourly runs through the history's per-node record (`NodeRecord.observe`, and its cost per run
 at N nodes), `node_panel`, and the per-node idle windows (release + backtest, per-series rules)
-for every node, for the service's default limit (`IDLE_MAX_NODES`) and for none (0: what listing
+for every node, for the service's default limit (`IDLE_MAX_NODES`; above it the rules also
+learn from up to that many nodes picked by name, `_pool_nodes`) and for none (0: what listing
 the nodes with their reasons costs alone).
 
 Usage: python bench/service_idle.py [--days 14] [--pools 20] [--every 30] [--uncapped-days 21]
@@ -100,7 +101,7 @@ def bench_nodes(days: int, nodes: int) -> None:
     record.observe(start + len(levels) * 3600.0 + 60.0, names, pools, levels[-1], capacity)
     t_record = time.perf_counter() - t0
     snap = record.snapshot()
-    size = sum(a.nbytes for a in (snap.peak, snap.capacity, snap.seen))
+    size = sum(a.nbytes for a in (snap.peak_held, snap.capacity, snap.seen))
     print(
         f"nodes: {nodes} x {days} days of hourly runs: NodeRecord.observe "
         f"{1e3 * t_record / (len(levels) + 1):.2f} ms per run, record {size / 2**20:.1f} MiB"
@@ -111,7 +112,7 @@ def bench_nodes(days: int, nodes: int) -> None:
         t_idle, doc = timed(F.idle_section, None, F.IDLE_WINDOWS_H, F.IDLE_RISK, panel, limit)
         computed = [n for n in doc["nodes"] if any(w["available"] for w in n["windows"])]
         print(
-            f"  per-node idle windows, {min(limit, nodes)} of {nodes} nodes computed "
+            f"  per-node idle windows, {min(limit, nodes)} of {nodes} nodes served "
             f"(release + backtest, windows {F.IDLE_WINDOWS_H}, {doc['node_history_hours']} h): "
             f"{t_idle:.2f} s"
         )

@@ -81,10 +81,13 @@ def _and_yesterday(past: np.ndarray, w: int) -> np.ndarray:
 
 
 class IdleModel:
-    """Low-quantile gradient boosting of the window minimum, as a change from the current idle count."""
+    """Low-quantile gradient boosting of the window minimum, as a change from the current idle count.
 
-    def __init__(self, w: int, risk: float = 0.05, seed: int = 0) -> None:
-        self.w, self.risk, self.seed = w, risk, seed
+    `pool` (a boolean mask over the series; None: all): the series it learns from. It forecasts
+    every series; a caller that serves a data-dependent set of series learns from a fixed one."""
+
+    def __init__(self, w: int, risk: float = 0.05, seed: int = 0, pool=None) -> None:
+        self.w, self.risk, self.seed, self.pool = w, risk, seed, pool
         self._model = None
         self._cache = None
 
@@ -98,8 +101,9 @@ class IdleModel:
         X, last, s = self._features(idle, cap, times)
         truth = window_min(idle, self.w)
         rows = np.arange(0, until - self.w + 1)
-        target = ((truth[rows] - last[rows]) / s[rows]).reshape(-1)
-        Xr = X[rows].reshape(-1, X.shape[-1])
+        cols = slice(None) if self.pool is None else np.flatnonzero(self.pool)
+        target = ((truth[rows][:, cols] - last[rows][:, cols]) / s[rows][:, cols]).reshape(-1)
+        Xr = X[rows][:, cols].reshape(-1, X.shape[-1])
         ok = np.isfinite(target)
         if ok.sum() < 50:
             self._model = None  # too little history: the past-minimum rules still apply
@@ -348,14 +352,15 @@ def _check(rel, truth, risk) -> tuple[bool, float, float]:
     return bool(within), float(np.median(capture)), float(np.median(per_series))
 
 
-def _calibrated_rules(idle, cap, times, scale, truth, val, w, risk, levels=None):
+def _calibrated_rules(idle, cap, times, scale, truth, val, w, risk, levels=None, pool=None):
     """Each series' rule and parameter calibrated on the origins `val` (the model-based rule only
     with a week of history before them). Under a day of calibration hours there is nothing to
-    calibrate on: half the past-W minimum, the note's safe rule. Returns (model or None, rules,
+    calibrate on: half the past-W minimum, the note's safe rule. The model and the margin learn
+    from the series of `pool` (a boolean mask; None: all). Returns (model or None, rules,
     params, margin)."""
     model = None
     if len(val) and int(val[0]) - w > 7 * 24:
-        model = IdleModel(w, risk).fit(idle, cap, times, int(val[0]) - w)
+        model = IdleModel(w, risk, pool=pool).fit(idle, cap, times, int(val[0]) - w)
     if len(val) < 24:
         return model, ["past_min*factor"] * idle.shape[1], np.full(idle.shape[1], 0.5), 1.0
     bases = candidate_bases(idle, cap, times, val, w, model, levels)
@@ -363,21 +368,24 @@ def _calibrated_rules(idle, cap, times, scale, truth, val, w, risk, levels=None)
     # any (`with_capacity`) it does not dilute the pooled share, and whether a series that has
     # none yet is in the panel at all (it gains capacity later) then changes nothing here
     counted = ~(feat.ffill(cap)[val] <= 0)
+    if pool is not None:
+        counted &= pool
     margin = choose_margin(bases, scale[val], truth[val], risk, counted=counted)
     rule, param = calibrate_rules(bases, scale[val], truth[val], risk * margin)
     return model, rule, param, margin
 
 
 def _rule_advisor(
-    idle, cap, times, scale, truth, o, start, w, risk, refit_every, recalibrate_every
+    idle, cap, times, scale, truth, o, start, w, risk, refit_every, recalibrate_every, pool=None
 ):
     """The per-series rules (fallback): rule and parameter picked per series on the last
     `CALIBRATION_DAYS` of the training part, optionally re-picked every `recalibrate_every`
-    origins on the trailing days of known outcomes. Returns (releases, params per series)."""
+    origins on the trailing days of known outcomes; model and margin learn from `pool`
+    (`_calibrated_rules`). Returns (releases, params per series)."""
     val = np.arange(max(48, start - CALIBRATION_DAYS * 24 - w), start - w)
     levels = rule_levels(idle, w)
     model, rule, param, margin = _calibrated_rules(
-        idle, cap, times, scale, truth, val, w, risk, levels
+        idle, cap, times, scale, truth, val, w, risk, levels, pool
     )
     # the release levels each rule gave at every origin, each from the model in force then:
     # the training origins from the calibration model, the test origins from the refits
@@ -511,6 +519,7 @@ def backtest(
     recalibrate_every: int | None = None,
     releases: dict | None = None,
     method: str = "auto",
+    pooled_over=None,
 ) -> pd.DataFrame:
     """Hourly release decisions over the test window for the advisor and the baseline rules.
 
@@ -522,7 +531,8 @@ def backtest(
     kept. With too little history the per-series rules are used instead (`_rule_advisor`).
     `releases`, if given, receives per window the advisor's decisions as a frame (origins ×
     series). `method`: "auto" (as above), "quantile" (the model wherever it has the history)
-    or "rules" (the per-series rules only).
+    or "rules" (the per-series rules only). `pooled_over` (with "rules"; None: every series):
+    the series whose hours the rules' pooled model and margin learn from (`pool_mask`).
     """
     from advisor.forecast.rolling import test_window
 
@@ -530,6 +540,7 @@ def backtest(
     if not known:  # idle = capacity − use: nothing to say without a capacity
         return pd.DataFrame()
     panel = panel.select(known)
+    pool = pool_mask(panel.series, pooled_over, method)
     idle, cap, times = hourly_idle(panel)
     hourly = Panel(
         pd.DataFrame(idle, index=times, columns=panel.series),
@@ -554,7 +565,7 @@ def backtest(
         args = (idle, cap, times, truth, o, start, w, risk, refit_every, recalibrate_every)
         picked = None if method == "rules" else _quantile_advisor(panel, *args, method=method)
         if picked is None:
-            picked = _rule_advisor(idle, cap, times, scale, *args[3:])
+            picked = _rule_advisor(idle, cap, times, scale, *args[3:], pool=pool)
         adv, params = picked
         # never more than capacity, nor more than a shorter window's release at the same origin
         # (the minimum over a longer window cannot exceed the minimum over a shorter one)
@@ -624,6 +635,18 @@ def release_scores_per_series(rel, truth, mean_idle=None):
     return scores, mean_idle
 
 
+def pool_mask(series: list[str], pooled_over, method: str) -> np.ndarray | None:
+    """The series (a boolean mask; None: all) whose hours the per-series rules' pooled model and
+    margin learn from. A caller that serves a set of series chosen by their latest hours (the
+    nodes most idle now) names a set chosen without them, so that a held-back origin's release
+    does not depend on which series the hours after it put in the served set."""
+    if pooled_over is None:
+        return None
+    if method != "rules":
+        raise ValueError(f"pooled_over needs method 'rules', not {method!r}")
+    return np.isin(np.asarray(series, dtype=object), list(pooled_over))
+
+
 def with_capacity(panel: Panel) -> list[str]:
     """The series that ever had capacity. A pool with none has nothing to release and cannot be
     wrong, so it stays out of the pooled model and its λ: its hours would only dilute the pooled
@@ -636,7 +659,7 @@ def with_capacity(panel: Panel) -> list[str]:
 
 
 def idle_windows(
-    panel: Panel, windows=(1, 4, 8), risk: float = 0.05, method: str = "auto"
+    panel: Panel, windows=(1, 4, 8), risk: float = 0.05, method: str = "auto", pooled_over=None
 ) -> pd.DataFrame:
     """Live use: units safe to release now per series and window.
 
@@ -644,7 +667,8 @@ def idle_windows(
     (refit weekly backwards from now) with λ picked on its out-of-sample forecasts of the history,
     where the last week says it beats the per-series rules; otherwise, and with too little
     history for it, the per-series rules. A series without capacity releases 0 (rule "no_capacity").
-    `method`: "auto" (as above) or "rules" (the per-series rules only, as `backtest`'s)."""
+    `method`: "auto" (as above) or "rules" (the per-series rules only, as `backtest`'s);
+    `pooled_over` as `backtest`'s."""
     if method not in ("auto", "rules"):
         raise ValueError(f"idle_windows method must be 'auto' or 'rules', not {method!r}")
     known = with_capacity(panel)
@@ -665,13 +689,16 @@ def idle_windows(
             for s in empty
         ]
         found = (
-            idle_windows(panel.select(known), windows, risk, method) if known else pd.DataFrame()
+            idle_windows(panel.select(known), windows, risk, method, pooled_over)
+            if known
+            else pd.DataFrame()
         )
         out = pd.concat([found, pd.DataFrame(rows)], ignore_index=True)
         rank = {"window_h": {w: i for i, w in enumerate(windows)}}
         rank["series"] = {s: i for i, s in enumerate(panel.series)}
         out = out.sort_values(["window_h", "series"], key=lambda c: c.map(rank[c.name]))
         return out.reset_index(drop=True)
+    pool = pool_mask(panel.series, pooled_over, method)
     idle, cap, times = hourly_idle(panel)
     last = len(idle) - 1
     scale = feat.scale_of(idle, cap)
@@ -689,7 +716,7 @@ def idle_windows(
         if picked is not None:
             rel, rules = picked[0][0], [r.split(",")[0] for r in picked[1]]
         else:
-            rel, rules = _rule_release_now(idle, cap, times, scale, truth, last, w, risk)
+            rel, rules = _rule_release_now(idle, cap, times, scale, truth, last, w, risk, pool)
         # a longer window never releases more than a shorter one (its minimum cannot be higher)
         rel = np.minimum(np.minimum(rel, capf), bound)
         bound = np.fmin(bound, rel)
@@ -713,12 +740,15 @@ def idle_windows(
     return pd.DataFrame(out)
 
 
-def _rule_release_now(idle, cap, times, scale, truth, last, w, risk):
-    """The per-series rules' release at the last hour (short histories)."""
+def _rule_release_now(idle, cap, times, scale, truth, last, w, risk, pool=None):
+    """The per-series rules' release at the last hour (short histories); model and margin learn
+    from `pool` (`_calibrated_rules`)."""
     now = np.array([last])
     val = np.arange(max(48, last - CALIBRATION_DAYS * 24 - w), last - w + 1)
     levels = rule_levels(idle, w)
-    model, rule, param, _ = _calibrated_rules(idle, cap, times, scale, truth, val, w, risk, levels)
+    model, rule, param, _ = _calibrated_rules(
+        idle, cap, times, scale, truth, val, w, risk, levels, pool
+    )
     if model is not None:
         model.fit(idle, cap, times, last)
     b = candidate_bases(idle, cap, times, now, w, model, levels)

@@ -39,6 +39,7 @@ backtest: `idle_section`.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -89,7 +90,7 @@ IDLE_MIN_TEST = 24  # held-back origins with an observed outcome needed to show 
 IDLE_TEST_H = 7 * 24  # at most this many origins are held back
 IDLE_MAX_H = 16 * 24  # the history idle windows see (cost, and the method the backtest measures)
 IDLE_MAX_NODES = 1000  # nodes whose idle windows are computed each hour (~1.2 s on 2 cores)
-IDLE_NODE_METHOD = "rules"  # per node: the per-series rules only (no pooled model, no pooled λ)
+IDLE_NODE_METHOD = "rules"  # per node: the per-series rules only (no quantile model, no pooled λ)
 
 log = logging.getLogger("advisor.service")
 
@@ -595,12 +596,17 @@ def _node_idle(
     chosen = sorted(order[: max(0, int(max_nodes))])
     entries: list[dict[str, Any]] = []
     if chosen:
+        served = [names[j] for j in chosen]
+        pool = _pool_nodes(nodes, _held_back_start(len(times), windows), int(max_nodes))
+        computed = set(served) | set(pool)
         hours, _, entries = _idle_series(
-            nodes.select([names[j] for j in chosen]),
+            nodes.select([name for name in names if name in computed]),
             windows,
             risk,
             "node",
             IDLE_NODE_METHOD,
+            pooled_over=pool,
+            serve=served,
         )
     else:
         hours = len(times)
@@ -632,13 +638,47 @@ def _node_idle(
         doc.update(origin=_label(times[-1]), valid_from=_label(times[-1] + pd.Timedelta(hours=1)))
 
 
+def _held_back_start(hours: int, windows: Sequence[int]) -> int:
+    """The first held-back origin of `_idle_series`' backtest on `hours` complete hours (`hours`
+    where no window has enough of them: nothing is held back)."""
+    ready = [w for w in windows if hours >= idle_needs(w)]
+    if not ready:
+        return hours
+    widest = max(ready)
+    return max(IDLE_FIRST_H + IDLE_MIN_CALIBRATION_H + widest, hours - widest - IDLE_TEST_H)
+
+
+def _pool_nodes(nodes: Panel, before: int, limit: int) -> list[str]:
+    """The nodes the per-node rules' pooled model and margin learn from: those with a reading
+    in the first `before` hours (before the held-back part), at most `limit` of them, picked by
+    a hash of the name. Neither depends on an hour after a held-back origin, as the served nodes
+    (the most idle now) do; on a fleet of at most `limit` nodes that all have such a reading they
+    are the served nodes, and the releases are those of a pool of all nodes."""
+    seen = np.isfinite(nodes.values.to_numpy(float)[:before]).any(axis=0)
+    names = [name for name, s in zip(nodes.series, seen, strict=True) if s]
+    if len(names) <= limit:
+        return names
+
+    def by_hash(name: str) -> tuple[bytes, str]:
+        return hashlib.blake2b(name.encode(), digest_size=8).digest(), name
+
+    return sorted(names, key=by_hash)[:limit]
+
+
 def _idle_series(
-    panel: Panel, windows: list[int], risk: float, kind: str, method: str = "auto"
+    panel: Panel,
+    windows: list[int],
+    risk: float,
+    kind: str,
+    method: str = "auto",
+    pooled_over: Sequence[str] | None = None,
+    serve: Sequence[str] | None = None,
 ) -> tuple[int, pd.DatetimeIndex, list[dict[str, Any]]]:
     """Per series (a pool or a node: `kind`) of an idle panel and window: the release and its
-    held-back backtest, as `idle_section` serves them. `method`: `idle_windows`' and
-    `backtest`'s ("auto": theirs; "rules": the per-series rules only). Returns (complete hours
-    seen, their times, one entry per series)."""
+    held-back backtest, as `idle_section` serves them. `method` and `pooled_over`:
+    `idle_windows`' and `backtest`'s ("auto": theirs; "rules": the per-series rules only).
+    `serve`: the series to return (None: all); the others only feed the pooled model. Returns
+    (complete hours seen, their times, one entry per served series)."""
     idle, cap, times = I.hourly_idle(panel)
     hours, last = len(times), len(times) - 1
     ready = [w for w in windows if hours >= idle_needs(w)]
@@ -647,10 +687,9 @@ def _idle_series(
     counts: dict[tuple[str, int], int] = {}
     test_from = None
     if ready:
-        for row in idle_windows(panel, ready, risk, method).to_dict("records"):
+        for row in idle_windows(panel, ready, risk, method, pooled_over).to_dict("records"):
             released[(row["series"], int(row["window_h"]))] = row
-        widest = max(ready)
-        start = max(IDLE_FIRST_H + IDLE_MIN_CALIBRATION_H + widest, hours - widest - IDLE_TEST_H)
+        start = _held_back_start(hours, windows)
         test_from = times[start]
         decisions: dict[int, pd.DataFrame] = {}
         table = I.backtest(
@@ -661,6 +700,7 @@ def _idle_series(
             test_to=times[last] + pd.Timedelta(hours=1),
             releases=decisions,
             method=method,
+            pooled_over=pooled_over,
         )
         for row in table.to_dict("records"):
             if row["model"] in ("advisor", IDLE_BASELINE):
@@ -673,7 +713,10 @@ def _idle_series(
             for j, series in enumerate(frame.columns):
                 counts[(str(series), int(w))] = int(scored[:, j].sum())
     entries = []
+    wanted = None if serve is None else set(serve)
     for j, series in enumerate(panel.series):
+        if wanted is not None and series not in wanted:
+            continue
         entry: dict[str, Any] = {
             kind: series,
             "capacity_gpus": _last_finite(cap[:, j]),

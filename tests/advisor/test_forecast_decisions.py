@@ -342,3 +342,45 @@ def test_rolling_minima_are_pandas_rolling_minima_in_their_layout():
         got = idle.window_min(x, w)
         np.testing.assert_array_equal(got, ahead)
         assert got.strides == ahead.strides
+
+
+def _hourly_pools(days: int, n: int, seed: int) -> Panel:
+    """`n` 8-GPU pools whose hourly use jumps at random, more often by day."""
+    rng = np.random.default_rng(seed)
+    idx = pd.date_range("2024-03-04", periods=days * 24, freq="h")
+    day = np.sin(2 * np.pi * np.asarray(idx.hour) / 24)
+    level, rows = rng.integers(0, 9, n), []
+    for h in range(len(idx)):
+        jump = rng.uniform(size=n) < 0.15 + 0.1 * day[h]
+        level = np.where(jump, rng.integers(0, 9, n), level)
+        rows.append(level)
+    names = [f"p{j}" for j in range(n)]
+    return Panel(
+        pd.DataFrame(np.array(rows, float), index=idx, columns=names),
+        pd.DataFrame(8.0, index=idx, columns=names),
+        "t",
+        idx[-2 * 24],
+        idx[-1] + pd.Timedelta(hours=1),
+    )
+
+
+def test_rules_pooled_over_a_set_of_series_learn_nothing_from_the_others():
+    """`pooled_over`: the rules' pooled model and margin learn from the named series only, so a
+    series outside the set changes no other series' release; without it, it does."""
+    panel = _hourly_pools(24, 4, seed=5)
+    changed = panel.values.copy()
+    changed["p3"] = 8.0 - changed["p3"]  # p3's whole history turned over
+
+    def releases(values, **kw):
+        out: dict = {}
+        p = Panel(values, panel.capacity, panel.name, panel.test_from, panel.test_to)
+        idle.backtest(p, (1,), method="rules", releases=out, **kw)
+        now = idle.idle_windows(p, (1,), method="rules", **kw)
+        return out, now[now.series != "p3"].reset_index(drop=True)
+
+    for kw, same in (({"pooled_over": ["p0", "p1", "p2"]}, True), ({}, False)):
+        (a, now_a), (b, now_b) = releases(panel.values, **kw), releases(changed, **kw)
+        held_back = [a[w].drop(columns="p3").equals(b[w].drop(columns="p3")) for w in a]
+        assert (held_back, now_a.equals(now_b)) == ([same], same), kw
+    with pytest.raises(ValueError, match="pooled_over needs method 'rules'"):
+        idle.backtest(panel, (1,), pooled_over=["p0"])
