@@ -22,7 +22,6 @@ import argparse
 import contextlib
 import dataclasses
 import logging
-import re
 import socket
 import threading
 import time
@@ -33,8 +32,9 @@ from typing import Any, NamedTuple
 from exporter.attribution.base import Attribution, NoAttribution, node_allocations
 from exporter.backends.base import Backend, BackendUnavailable
 from exporter.backends.nvml_calls import GpuLost, NvmlCalls
+from exporter.backends.nvml_device import cpu_list, read_live, read_mig
 from exporter.backends.nvml_events import FATAL_XIDS, XidWatcher
-from exporter.backends.nvml_fields import FieldReader, number, read_counters, scaled
+from exporter.backends.nvml_fields import FieldReader, read_counters
 from exporter.backends.nvml_gpm import GPU_METRICS, MIG_METRICS, GpmSampler
 from exporter.backends.nvml_pcie import PcieSampler
 from exporter.backends.nvml_processes import ProcessReader
@@ -49,10 +49,8 @@ from exporter.backends.nvml_rescan import (
 from exporter.backends.nvml_topology import PciKey, discover_links, pci_key
 from exporter.messages import one_line
 from exporter.readings import (
-    CLOCK_EVENT_REASONS,
     Collection,
     GpuReading,
-    MigInstance,
     NodeReading,
     TopologyLink,
 )
@@ -61,22 +59,7 @@ from exporter.units import duration
 
 log = logging.getLogger(__name__)
 
-# Clock-event reason bits, in the order of CLOCK_EVENT_REASONS.
-_REASON_BITS = (
-    "nvmlClocksEventReasonGpuIdle",
-    "nvmlClocksEventReasonApplicationsClocksSetting",
-    "nvmlClocksEventReasonSwPowerCap",
-    "nvmlClocksEventReasonHwSlowdown",
-    "nvmlClocksEventReasonSyncBoost",
-    "nvmlClocksEventReasonSwThermalSlowdown",
-    "nvmlClocksEventReasonHwThermalSlowdown",
-    "nvmlClocksEventReasonHwPowerBrakeSlowdown",
-    "nvmlClocksEventReasonDisplayClockSetting",
-)
 _CPU_SET_WORDS = 16  # 64-bit words of CPU affinity asked for: up to 1024 CPUs
-# "... MIG 3g.40gb", or "... MIG 1c.3g.40gb" for a compute instance smaller than its GPU
-# instance: the GPU instance's profile is the part after the "Nc." prefix.
-_MIG_PROFILE = re.compile(r"MIG\s+(?:\d+c\.)?(\S+)")
 # A GPU no longer listed stays `gpu_lost 1` this long: GpuLost (for: 1m) fires, then it goes.
 GONE_RETENTION_S = 600.0
 _PROBE_SLACK_S = 10.0  # the child process's start-up, on top of the nvmlInit timeout
@@ -711,141 +694,28 @@ class NvmlBackend(Backend):
         gpu.mig_state = state
 
     def _read_live(self, gpu: _Gpu, r: GpuReading) -> None:
-        nvml, calls, h, s = self._nvml, self._calls, gpu.handle, gpu.scope
-        util = calls(s, "nvmlDeviceGetUtilizationRates", h)
-        if util is not None:
-            r.utilization_ratio = util.gpu / 100.0
-            r.memory_utilization_ratio = util.memory / 100.0
-        enc = calls(s, "nvmlDeviceGetEncoderUtilization", h)
-        r.encoder_utilization_ratio = enc[0] / 100.0 if enc is not None else None
-        dec = calls(s, "nvmlDeviceGetDecoderUtilization", h)
-        r.decoder_utilization_ratio = dec[0] / 100.0 if dec is not None else None
-        self._read_memory(gpu, r)
-        r.temperature_celsius = number(
-            calls(s, "nvmlDeviceGetTemperature", h, nvml.NVML_TEMPERATURE_GPU)
-        )
-        r.power_watts = scaled(calls(s, "nvmlDeviceGetPowerUsage", h), 1e-3)
-        r.power_limit_watts = scaled(calls(s, "nvmlDeviceGetEnforcedPowerLimit", h), 1e-3)
-        r.sm_clock_hertz = scaled(
-            calls(s, "nvmlDeviceGetClockInfo", h, nvml.NVML_CLOCK_SM, key="clock_sm"), 1e6
-        )
-        r.memory_clock_hertz = scaled(
-            calls(s, "nvmlDeviceGetClockInfo", h, nvml.NVML_CLOCK_MEM, key="clock_mem"), 1e6
-        )
-        reasons = calls(s, "nvmlDeviceGetCurrentClocksEventReasons", h)
-        if reasons is None and not calls.supported(s, "nvmlDeviceGetCurrentClocksEventReasons"):
-            reasons = calls(s, "nvmlDeviceGetCurrentClocksThrottleReasons", h)
-        if reasons is not None:
-            r.clock_event_active = {
-                name: bool(int(reasons) & getattr(nvml, bit, 0))
-                for name, bit in zip(CLOCK_EVENT_REASONS, _REASON_BITS, strict=True)
-            }
-
-    def _read_memory(self, gpu: _Gpu, r: GpuReading) -> None:
-        """v2 (driver >= 515: `used` excludes reserved memory), else the v1 struct."""
-        calls, s = self._calls, gpu.scope
-        version = getattr(self._nvml, "nvmlMemory_v2", None)
-        memory = None
-        if version is not None and calls.supported(s, "memory_v2"):
-            memory = calls(
-                s, "nvmlDeviceGetMemoryInfo", gpu.handle, version=version, key="memory_v2"
-            )
-            if memory is not None:
-                r.memory_reserved_bytes = float(memory.reserved)
-        if memory is None and (version is None or not calls.supported(s, "memory_v2")):
-            memory = calls(s, "nvmlDeviceGetMemoryInfo", gpu.handle)
-        if memory is not None:
-            r.memory_total_bytes = float(memory.total)
-            r.memory_used_bytes = float(memory.used)
-            r.memory_free_bytes = float(memory.free)
+        read_live(self._nvml, self._calls, gpu.scope, gpu.handle, r)
 
     def _read_fields(self, gpu: _Gpu, r: GpuReading) -> None:
         read_counters(self._fields, self._calls, gpu.scope, gpu.handle, r)
 
     def _read_mig(self, gpu: _Gpu, r: GpuReading, gpm_keys: list[tuple[int, int | None]]) -> None:
-        nvml, calls, h, s = self._nvml, self._calls, gpu.handle, gpu.scope
-        mode = calls(s, "nvmlDeviceGetMigMode", h)
-        if mode is None:
-            return
-        r.mig_enabled = mode[0] == nvml.NVML_DEVICE_MIG_ENABLE
-        if not r.mig_enabled:
-            return
-        slots = calls(s, "nvmlDeviceGetMaxMigDeviceCount", h) or 0
-        mig_scope = f"{s}/mig"
-        absent = (nvml.NVML_ERROR_NOT_FOUND, nvml.NVML_ERROR_INVALID_ARGUMENT)
-        # A MIG device is one compute instance; memory and GPM belong to its GPU instance, so
-        # they are read once per GPU instance however many compute instances it holds.
-        by_gi: dict[int, MigInstance] = {}
-        for slot in range(slots):
-            mh = calls(
-                s, "nvmlDeviceGetMigDeviceHandleByIndex", h, slot, key="mig_handle", quiet=absent
-            )
-            if mh is None:
-                continue
-            gi = calls(mig_scope, "nvmlDeviceGetGpuInstanceId", mh)
-            if gi is None:
-                continue
-            ci = calls(mig_scope, "nvmlDeviceGetComputeInstanceId", mh)
-            ci_id = int(ci) if ci is not None else 0
-            uuid = calls(mig_scope, "nvmlDeviceGetUUID", mh) or ""
-            instance = by_gi.get(int(gi))
-            if instance is None:
-                memory = calls(mig_scope, "nvmlDeviceGetMemoryInfo", mh)
-                instance = by_gi[int(gi)] = MigInstance(
-                    gpu_instance_id=int(gi),
-                    compute_instance_id=ci_id,
-                    profile=self._mig_profile(mig_scope, mh),
-                    uuid=uuid,
-                    memory_total_bytes=float(memory.total) if memory is not None else None,
-                    memory_used_bytes=float(memory.used) if memory is not None else None,
-                )
-            elif ci_id < instance.compute_instance_id:  # the lowest one names the instance
-                instance.compute_instance_id, instance.uuid = ci_id, uuid
-            instance.compute_instances[ci_id] = uuid
+        """`nvml_device.read_mig`, each GPU instance's SM activity sampled through GPM."""
+        by_gi = read_mig(self._nvml, self._calls, gpu.scope, gpu.handle, r)
         for gi_id, instance in by_gi.items():
             if gpu.gpm:
                 key = (gpu.index, gi_id)
                 gpm_keys.append(key)
-                values = self._gpm.sample(calls, s, h, key, MIG_METRICS, gi_id)
+                values = self._gpm.sample(
+                    self._calls, gpu.scope, gpu.handle, key, MIG_METRICS, gi_id
+                )
                 instance.sm_active_ratio = values.get("sm_active_ratio")
             r.mig_instances.append(instance)
-
-    def _mig_profile(self, scope: str, mig_handle: Any) -> str:
-        """ "1g.10gb" from the MIG device name, else from its slice count and memory size."""
-        name = self._calls(scope, "nvmlDeviceGetName", mig_handle) or ""
-        match = _MIG_PROFILE.search(name)
-        if match:
-            return match.group(1)
-        attrs = self._calls(scope, "nvmlDeviceGetAttributes", mig_handle)
-        if attrs is None:
-            return ""
-        gib = -(-int(attrs.memorySizeMB) // 1024)  # NVIDIA rounds the size up in names
-        return f"{int(attrs.gpuInstanceSliceCount)}g.{gib}gb"
 
     def _read_processes(self, gpu: _Gpu, r: GpuReading) -> None:
         r.processes = self._processes.read(
             self._calls, gpu.index, gpu.handle, self.attribution, utilization=not r.mig_enabled
         )
-
-
-def cpu_list(words: Any) -> str:
-    """Render NVML's CPU-affinity bitmask (64-bit words, lowest first) as "0-31,64-95"."""
-    cpus = [
-        word_index * 64 + bit
-        for word_index, word in enumerate(words)
-        for bit in range(64)
-        if int(word) >> bit & 1
-    ]
-    ranges: list[str] = []
-    start = prev = None
-    for cpu in [*cpus, None]:
-        if start is not None and cpu == prev + 1:
-            prev = cpu
-            continue
-        if start is not None:
-            ranges.append(str(start) if start == prev else f"{start}-{prev}")
-        start = prev = cpu
-    return ",".join(ranges)
 
 
 def _text(value: Any) -> str:

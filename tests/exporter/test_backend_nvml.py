@@ -14,7 +14,8 @@ import pytest
 
 from exporter.attribution.base import Owner
 from exporter.backends.base import BackendUnavailable
-from exporter.backends.nvml import NvmlBackend, cpu_list
+from exporter.backends.nvml import NvmlBackend
+from exporter.backends.nvml_device import cpu_list
 from exporter.backends.nvml_pcie import PcieSampler
 from exporter.backends.registry import backend_class
 from exporter.readings import Allocation, Collection
