@@ -8,7 +8,7 @@ our server (pre-rendered page) and for prometheus_client's own HTTP server with 
 that builds the same families on every scrape (the baseline, measured in the same run), plus
 the CPU time of one collection cycle (backend collect + render) in the collector thread.
 
-Usage: .venv/bin/python bench/exporter.py [--quick]
+Usage: .venv/bin/python bench/exporter.py [--quick] [--sim-nodes 1000]
 """
 
 from __future__ import annotations
@@ -228,6 +228,12 @@ def run_case(
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer scrapes")
+    parser.add_argument(
+        "--sim-nodes",
+        type=int,
+        default=1000,
+        help="nodes of the sim case (1000; fewer: a smoke run)",
+    )
     args = parser.parse_args()
     print(f"# exporter benchmark — {describe()}")
     run_case("one node: 8 GPUs × 7 MIG, 20 processes", [one_node()], 200 if args.quick else 2000)
@@ -236,13 +242,21 @@ def main() -> int:
 
     sim = SimBackend.from_args(
         argparse.Namespace(
-            sim_preset="a100-16x8", sim_seed=42, sim_speed=1.0, sim_nodes=1000, node_name="bench"
+            sim_preset="a100-16x8",
+            sim_seed=42,
+            sim_speed=1.0,
+            sim_nodes=args.sim_nodes,
+            node_name="bench",
         )
     )
     sim.start()
     # prometheus_client needs ~10-20 s to render this page per scrape: fewer baseline scrapes.
     run_case(
-        "sim: 1,000 nodes × 8 GPUs", [], 10 if args.quick else 50, backend=sim, baseline_scrapes=5
+        f"sim: {args.sim_nodes:,} nodes × 8 GPUs",
+        [],
+        10 if args.quick else 50,
+        backend=sim,
+        baseline_scrapes=5,
     )
     return 0
 

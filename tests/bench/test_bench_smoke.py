@@ -1,0 +1,256 @@
+"""Smoke runs of every benchmark under bench/, at the smallest size that still goes through its
+main code paths: the benches are not part of any other test, so without these they rot
+unnoticed (bench/service_idle.py --nodes once crashed on a renamed attribute).
+
+Each bench runs as `make bench` runs it (a subprocess, repo root as the working directory) with
+OMP_NUM_THREADS=1, TMPDIR in the test's tmp_path and no bytecode written, and must exit 0, print
+its machine line (bench/machine.py `describe`) and the figure lines of each path it went
+through. The figures themselves are not checked: at these sizes they mean nothing.
+
+Inputs come from ../shared/data (as the benches read them by default); a missing input or tool
+fails, it never skips. Where a bench has no small size of its own, the test cuts its input into
+tmp_path (forecast: 13 days of Philly; replay: the first 450 GPU nodes of openb). Measured
+on the 2-core machine these were written on: about 30 s for the whole file.
+
+bench/app.py runs with --no-browser: the browser part starts two Streamlit servers and a
+headless chromium even at 16 nodes (12.8 s measured, a third of this file's budget); the app
+in a real browser is tested by tests/integration/test_app_browser.py.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from bench.machine import describe
+from tests.integration import stack
+
+ROOT = Path(__file__).resolve().parents[2]
+SHARED = ROOT.parent / "shared" / "data"
+PHILLY = SHARED / "forecast" / "philly" / "philly_node_sequence.csv"
+EARTH = SHARED / "forecast" / "helios-earth"
+OPENB = SHARED / "openb"
+TAIL = 3000  # characters of stderr / stdout shown when a bench fails
+
+
+def philly_13_days(tmp: Path) -> list[str]:
+    """Nov 20 to Dec 2 of Philly: the published test split (from Dec 1) still has origins, so the
+    backtest runs in ~1 s instead of ~8 s on the whole trace."""
+    lines = PHILLY.read_text().splitlines(keepends=True)
+    keep = [line for line in lines[1:] if "2017-11-20" <= line[:10] < "2017-12-03"]
+    path = tmp / "philly_node_sequence.csv"
+    path.write_text(lines[0] + "".join(keep))
+    return ["--philly", str(path)]
+
+
+def openb_450_nodes(tmp: Path) -> list[str]:
+    """The first 450 GPU nodes and the whole default pod list: a replay is ~5x faster, and the
+    130 % arrival order still holds more than the 3,000 pods the scoring part fills first."""
+    data = tmp / "openb"
+    data.mkdir()
+    nodes = (OPENB / "openb_node_list_gpu_node.csv").read_text().splitlines(keepends=True)
+    (data / "openb_node_list_gpu_node.csv").write_text("".join(nodes[:451]))
+    shutil.copy(OPENB / "openb_pod_list_default.csv", data)
+    return ["--data", str(data)]
+
+
+@dataclass(frozen=True)
+class Case:
+    """One bench run: its script, smallest arguments, and the figure lines it must print."""
+
+    script: str
+    args: tuple[str, ...]
+    figures: tuple[str, ...]  # regexes, each matching some line of stdout
+    inputs: tuple[Path, ...] = ()  # shared data it reads
+    tools: tuple[str, ...] = ()  # binaries it starts
+    prepare: Callable[[Path], list[str]] | None = None  # cuts inputs into tmp_path: more args
+    timeout_s: float = 60.0
+    marks: tuple[pytest.MarkDecorator, ...] = ()
+
+
+CASES: dict[str, Case] = {
+    "app": Case(  # ~1.2 s
+        "app.py",
+        ("--nodes", "16", "--repeat", "1", "--no-browser"),
+        (r"^server +\d+\.\d+ s +\(read source", r"^apptest +\d+\.\d+ s"),
+    ),
+    "exporter": Case(  # ~3 s: 200 scrapes of one node, 10 + 5 of the sim case
+        "exporter.py",
+        ("--quick", "--sim-nodes", "2"),
+        (
+            r"^## sim: 2 nodes × 8 GPUs: \d+ series",
+            r"^\| prometheus_client render-on-scrape \| \d+\.\d+ \|",
+            r"^ratio ours/baseline: median \d+\.\d+",
+        ),
+    ),
+    "forecast": Case(  # ~2.3 s
+        "forecast.py",
+        ("--series", "2", "--days", "7"),
+        (r"^  gbm +\d+\.\d+ s", r"^  full +\d+\.\d+ s", r"^  h=24: advisor MAE \d"),
+        (PHILLY,),
+        prepare=philly_13_days,
+    ),
+    "idle_tracking": Case(  # ~5.3 s: the Earth week's backtest (all 8 cells: 18.6 s)
+        "idle_tracking.py",
+        ("--quick",),
+        (r"^earth 2020-05-18 W=4h +\d", r"^decision: .*--quick: 2 of 8 cells"),
+        (EARTH,),
+        marks=(pytest.mark.slow,),
+    ),
+    "job_ends": Case(  # ~1.2 s: one fleet, seed and origin; 16 nodes with ~70 finished jobs
+        "job_ends.py",
+        (
+            *("--fleets", "a100-16x8", "--seeds", "42", "--from-h", "72", "--to-h", "72"),
+            *("--by-origin", "--cost-nodes", "16", "--runs", "1", "--warmup", "1"),
+            *("--backfill-h", "24"),
+        ),
+        (
+            r"^    median \|error\| \d+\.\d h learned",
+            r"^      72 h \(\d+\): median \|error\|",
+            r"^  16 nodes .* [1-9]\d* predicted.*: job ends \d+\.\d ms",
+        ),
+    ),
+    "job_ends_trace": Case(  # ~0.6 s
+        "job_ends_trace.py",
+        (
+            *("--trace", str(OPENB / "openb_pod_list_default.csv"), "--every-h", "48"),
+            *("--clipped", "--examples", "2"),
+        ),
+        (r"^pairs \(task x origin running\): \d+", r"^post hoc: every pair", r"^examples"),
+        (OPENB,),
+    ),
+    "model": Case(  # ~0.2 s
+        "model.py",
+        ("--nodes", "50", "--repeat", "1"),
+        (r"^speed-up +: +\d+\.\d x +\(results equal\)", r"^snapshot save / load"),
+    ),
+    "planner": Case(  # ~0.8 s: exact and heuristic on 10 nodes
+        "planner.py",
+        ("--sizes", "10", "--exact-max", "10", "--seeds", "1", "--time-limit", "5"),
+        (r"^synthetic n=10 seed=0 +job=4x8 +True +\d+ +\d+\.\d+ .*optimal",),
+    ),
+    "replay": Case(  # ~3 s: the six-policy sweep on one seed, in a pool of 2
+        "replay.py",
+        ("--seeds", "42-42", "--jobs", "2", "--score-pods", "2"),
+        (
+            r"^one replay .*: \d+\.\d+ s wall",
+            r"^FGD scoring of one pod over all nodes: vectorised \d",
+            r"^sweep: 6 policies x 1 seeds = 6 replays",
+            r"^ +fgd: unallocated at 100% mean \d",
+        ),
+        (OPENB,),
+        prepare=openb_450_nodes,
+    ),
+    "service_backfill": Case(  # ~1.1 s: 1 node, 2 hours into a real Prometheus
+        "service_backfill.py",
+        ("--nodes", "1", "--hours", "2"),
+        (r"^live read \(median of 5\): \d+ ms", r"^backfill per hour: \d+ ms"),
+        tools=("prometheus", "promtool"),
+        marks=(pytest.mark.integration,),
+    ),
+    "service_candidates": Case(  # ~2.6 s: one 'now' on Philly, 6 days (the picks are served)
+        "service_candidates.py",
+        ("--inputs", "philly", "--ends", "1", "--days", "6"),
+        (
+            r"^philly +\S+ \S+ \+ learned +1 +\d+\.\d +\d+\.\dx +\d+ of [1-9]",
+            r"^all: \+ learned +\d+\.\d s",
+        ),
+        (PHILLY,),
+    ),
+    # ~4.7 s: 6 days for a held-back backtest; 18 uncapped days are the fewest on which idle
+    # windows use the pooled quantile model the uncapped figure is about (3.7 s of the 4.7)
+    "service_idle-pools": Case(
+        "service_idle.py",
+        ("--days", "6", "--pools", "1", "--every", "600", "--uncapped-days", "18"),
+        (
+            r"^  idle_section \(release \+ backtest.* \d+\.\d\d s",
+            r"^  8h: pool-mean held-back violations \d",
+            r"^uncapped idle_windows on 18 days x 1 pools at 60 s: \d+\.\d s \(rule: quantile",
+        ),
+        marks=(pytest.mark.slow,),
+    ),
+    "service_idle-nodes": Case(  # ~1.6 s: one node over the served limit, 6 days for a backtest
+        "service_idle.py",
+        ("--nodes", "1001", "--node-days", "6"),
+        (
+            r"^  node_panel \d+\.\d\d s \(144 h x 1001 nodes\)",
+            r"^  per-node idle windows, 1000 of 1001 nodes served",
+            r"^    8h: node-mean held-back violations \d",
+        ),
+    ),
+}
+
+
+def tail(text: str | None) -> str:
+    return (text or "")[-TAIL:]
+
+
+def run(
+    command: list[str], env: dict[str, str], timeout_s: float
+) -> subprocess.CompletedProcess[str]:
+    """`command` in its own process group; past `timeout_s` the group gets SIGINT, so the bench's
+    `finally` stops what it started in sessions of their own (Prometheus), then SIGKILL."""
+    with subprocess.Popen(
+        command,
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    ) as process:
+        try:
+            out, err = process.communicate(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGINT)
+            try:
+                out, err = process.communicate(timeout=10)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                out, err = process.communicate()
+            pytest.fail(
+                f"{' '.join(command[1:])} ran past {timeout_s:g} s\n"
+                f"--- stderr tail:\n{tail(err)}\n--- stdout tail:\n{tail(out)}"
+            )
+    return subprocess.CompletedProcess(command, process.returncode, out, err)
+
+
+@pytest.mark.parametrize(
+    "case", [pytest.param(c, id=name, marks=c.marks) for name, c in CASES.items()]
+)
+def test_bench_runs_and_prints_figures(case: Case, tmp_path: Path) -> None:
+    """The bench exits 0 and prints its machine line and its figures, at its smallest size."""
+    for path in case.inputs:
+        if not path.exists():
+            pytest.fail(f"bench/{case.script} reads {path}, which is missing (../shared/data)")
+    for tool in case.tools:
+        stack.binary(tool)  # fails with the package to install
+    args = [*case.args, *(case.prepare(tmp_path) if case.prepare else [])]
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "TMPDIR": str(tmp_path),  # tempfile's: model.py's snapshot, Prometheus' TSDB
+        "PYTHONDONTWRITEBYTECODE": "1",
+    }
+    command = [sys.executable, f"bench/{case.script}", *args]
+    done = run(command, env, case.timeout_s)
+    shown = f"{' '.join(command[1:])}\n--- stderr tail:\n{tail(done.stderr)}"
+    assert done.returncode == 0, f"exit {done.returncode}: {shown}"
+    shown += f"\n--- stdout tail:\n{tail(done.stdout)}"
+    lines = done.stdout.splitlines()
+    # the same machine and Python as this process; load differs, OMP_NUM_THREADS is ours
+    machine = describe().split(", load ")[0]
+    assert any(machine in line and "OMP_NUM_THREADS=1" in line for line in lines), (
+        f"no machine line ({machine}, …, OMP_NUM_THREADS=1): {shown}"
+    )
+    for figure in case.figures:
+        assert any(re.search(figure, line) for line in lines), f"no line /{figure}/: {shown}"
