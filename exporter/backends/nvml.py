@@ -658,8 +658,8 @@ class NvmlBackend(Backend):
             # MIG first: its state decides what else the GPU supports (see `_follow_mig`).
             self._read_mig(gpu, reading, gpm_keys)
             self._follow_mig(gpu, reading)
-            self._read_live(gpu, reading)
-            self._read_fields(gpu, reading)
+            read_live(self._nvml, self._calls, gpu.scope, gpu.handle, reading)
+            read_counters(self._fields, self._calls, gpu.scope, gpu.handle, reading)
             if self._pcie is not None:
                 tx, rx = self._pcie.latest(gpu.index)
                 reading.pcie_tx_bytes_per_second = tx
@@ -692,12 +692,6 @@ class NvmlBackend(Backend):
         if gpu.mig_state is not None and state != gpu.mig_state:
             self._calls.forget(gpu.scope)
         gpu.mig_state = state
-
-    def _read_live(self, gpu: _Gpu, r: GpuReading) -> None:
-        read_live(self._nvml, self._calls, gpu.scope, gpu.handle, r)
-
-    def _read_fields(self, gpu: _Gpu, r: GpuReading) -> None:
-        read_counters(self._fields, self._calls, gpu.scope, gpu.handle, r)
 
     def _read_mig(self, gpu: _Gpu, r: GpuReading, gpm_keys: list[tuple[int, int | None]]) -> None:
         """`nvml_device.read_mig`, each GPU instance's SM activity sampled through GPM."""
