@@ -45,7 +45,9 @@ class Alert:
     condition: str  # appended to the signal, e.g. "== 0"; "" when `expr` is given
     summary: str
     description: str
-    component: str  # "gpu" (node-level, inhibited when the exporter is down), "exporter", "advisor"
+    # "gpu" (node-level, inhibited when the exporter is down), "exporter", "advisor" (capacity
+    # findings, for the planners) or "advisor-service" (the advisor's own health, for the SREs)
+    component: str
     expr: str = ""  # full expression when it is not `(signal) condition`
     labels: dict[str, str] = field(default_factory=dict)
     absent: bool = False  # an absent() alert: its expression must be empty while data exists
@@ -61,6 +63,7 @@ def params(config: dict) -> dict[str, object]:
         **t,
         "collection_stale_s": int(seconds(t["collection_stale"])),
         "xid_window_s": int(seconds(t["xid_window"])),
+        "advisor_stale_s": int(seconds(t["advisor_stale"])),
     }
     return values
 
@@ -206,7 +209,11 @@ def alert_definitions(config: dict) -> list[Alert]:
             "gpu-defrag-health",
             "warning",
             "gpu_missing",
-            "max_over_time(gpu_node_gpus{%(E)s}[%(gpu_missing_lookback)s]) - gpu_node_gpus{%(E)s}",
+            # `max by`: a series of the node that changed a label in the lookback (the exporter
+            # pod's `pod` under a ServiceMonitor that keeps it, after a restart) still counts
+            "max by (job, instance, node) "
+            "(max_over_time(gpu_node_gpus{%(E)s}[%(gpu_missing_lookback)s]))\n"
+            "- max by (job, instance, node) (gpu_node_gpus{%(E)s})",
             "> 0",
             "A node shows fewer GPUs than before.",
             "Node {{ $labels.node }} shows {{ $value }} GPU(s) fewer than within the last "
@@ -314,7 +321,8 @@ def alert_definitions(config: dict) -> list[Alert]:
             "%(idle_window)s",
             # One series per allocation: the GPU's peak utilization over the window, with the
             # holder's labels. The `for` equal to the window means allocated for the window too.
-            "max_over_time(gpu_utilization_ratio{%(E)s}[%(idle_window)s])\n"
+            "max by (" + GPU_LABELS + ") "
+            "(max_over_time(gpu_utilization_ratio{%(E)s}[%(idle_window)s]))\n"
             "* on (" + GPU_LABELS + ") group_right ()\n"
             "gpu_allocation_info{%(E)s}",
             "",  # the condition is in `expr`, which adds the MIG instances
@@ -322,18 +330,21 @@ def alert_definitions(config: dict) -> list[Alert]:
             "GPU {{ $labels.gpu }} on node {{ $labels.node }} is held by "
             "{{ $labels.namespace }}/{{ $labels.pod }} (tenant {{ $labels.tenant }}) but its "
             "utilization (a MIG instance's: its SM activity) stayed at or below "
-            "{{ $value | humanizePercentage }} for %(idle_window)s; reclaim it or ask the owner.",
+            "{{ $value | humanizePercentage }} for about 2 × %(idle_window)s (a window under the "
+            "threshold, held for a window); reclaim it or ask the owner.",
             "gpu",
             # a MIG GPU has no utilization of its own: an allocation of a GPU instance is idle
             # by that instance's SM activity (GPM), joined on gpu_instance_id
             expr="(\n"
-            "  max_over_time(gpu_utilization_ratio{%(E)s}[%(idle_window)s])\n"
+            "  max by (" + GPU_LABELS + ") "
+            "(max_over_time(gpu_utilization_ratio{%(E)s}[%(idle_window)s]))\n"
             "  * on (" + GPU_LABELS + ") group_right ()\n"
             '  gpu_allocation_info{%(E)s, gpu_instance_id=""}\n'
             ") < %(idle_utilization_ratio)s\n"
             "or\n"
             "(\n"
-            "  max_over_time(gpu_mig_sm_active_ratio{%(E)s}[%(idle_window)s])\n"
+            "  max by (" + GPU_LABELS + ", gpu_instance_id) "
+            "(max_over_time(gpu_mig_sm_active_ratio{%(E)s}[%(idle_window)s]))\n"
             "  * on (" + GPU_LABELS + ", gpu_instance_id) group_right ()\n"
             '  gpu_allocation_info{%(E)s, gpu_instance_id!=""}\n'
             ") < %(idle_utilization_ratio)s",
@@ -424,9 +435,11 @@ def alert_definitions(config: dict) -> list[Alert]:
             "gpu_advisor_forecast_backtest_coverage_origins{%(A)s}\n"
             ">= %(forecast_coverage_min_origins)s",
         ),
+    ]
+    advisor = [
         Alert(
             "GpuAdvisorDown",
-            "gpu-defrag-capacity",
+            "gpu-defrag-advisor",
             "warning",
             "advisor_down",
             "up{%(A)s}",
@@ -434,11 +447,11 @@ def alert_definitions(config: dict) -> list[Alert]:
             "GPU defrag advisor is down.",
             "Prometheus cannot scrape the advisor {{ $labels.instance }}: fragmentation, "
             "forecast and recommendation panels and alerts have no data.",
-            "advisor",
+            "advisor-service",
         ),
         Alert(
             "GpuAdvisorSourceDown",
-            "gpu-defrag-capacity",
+            "gpu-defrag-advisor",
             "warning",
             "advisor_source_down",
             "gpu_advisor_source_up{%(A)s}",
@@ -446,10 +459,42 @@ def alert_definitions(config: dict) -> list[Alert]:
             "GPU defrag advisor cannot read a source.",
             "The advisor {{ $labels.instance }} fails to ingest from {{ $labels.source }}; its "
             "recommendations are based on old data.",
-            "advisor",
+            "advisor-service",
+        ),
+        Alert(
+            "GpuAdvisorStale",
+            "gpu-defrag-advisor",
+            "warning",
+            "advisor_stale",
+            # ingest or analysis failing (each run keeps the last good results): the source's own
+            # alert says why when it is the ingest; an analysis failure has no other alert
+            "time() - gpu_advisor_last_success_timestamp_seconds{%(A)s}",
+            "> %(advisor_stale_s)s",
+            "GPU defrag advisor serves old results.",
+            "The last successful run of the advisor {{ $labels.instance }} was "
+            "{{ $value | humanizeDuration }} ago: its fragmentation, forecast and recommendations "
+            "are from then (GET /health says why).",
+            "advisor-service",
+        ),
+        Alert(
+            "GpuAdvisorStageFailing",
+            "gpu-defrag-advisor",
+            "warning",
+            "advisor_stage_failing",
+            # the forecast or plan stage keeps its previous answer marked stale while the run
+            # itself succeeds, so only the stage's error count shows it
+            'increase(gpu_advisor_run_errors_total{%(A)s, stage=~"forecast|plan"}'
+            "[%(advisor_stage_window)s])",
+            "> 0",
+            "A GPU defrag advisor stage keeps failing.",
+            "The {{ $labels.stage }} stage of the advisor {{ $labels.instance }} failed "
+            '{{ $value | printf "%%.0f" }} time(s) in the last %(advisor_stage_window)s: it '
+            "serves that stage's previous answer, marked stale, with the error (the advisor's "
+            "log and its /api answer's `error` say what).",
+            "advisor-service",
         ),
     ]
-    return [*exporter, *health, *capacity]
+    return [*exporter, *health, *capacity, *advisor]
 
 
 @dataclass(frozen=True, slots=True)

@@ -383,7 +383,8 @@ def fleet_overview(config: dict) -> dict:
                     [
                         target(
                             f"bottomk({d['top_idle']}, "
-                            f"max_over_time(gpu_utilization_ratio{{{FLEET}}}[{idle}]) "
+                            f"max by (job, instance, node, gpu) "
+                            f"(max_over_time(gpu_utilization_ratio{{{FLEET}}}[{idle}])) "
                             f"* on (job, instance, node, gpu) group_right () "
                             f"gpu_allocation_info{{{FLEET}}})",
                             instant=True,

@@ -23,6 +23,15 @@ from exporter.render import Page, SelfState, TextCache, render_page
 
 log = logging.getLogger(__name__)
 
+# The loop's own failure kinds, counted from 0 on the first page so that `increase()` and
+# `rate()` see the first failure (a counter born at 1 hides it).
+LOOP_CALLS = ("collect", "collect_timeout", "collect_hung")
+# Retries of a failing backend back off, but no further than this many intervals (and 5 min):
+# a backend that is back (a DCGM restart, a driver reload) must be seen within a minute at the
+# default 15 s, not after up to 5 min more of a red /health and no GPU series.
+MAX_BACKOFF_INTERVALS = 4
+MAX_BACKOFF_S = 300.0
+
 
 @dataclass(frozen=True, slots=True)
 class Health:
@@ -61,7 +70,7 @@ class CollectorLoop:
         self.extra_error_sources = extra_error_sources
         self.clock = clock
         self.tracker = IdleTracker(idle_policy or IdlePolicy())
-        self.errors: Counter[str] = Counter()
+        self.errors: Counter[str] = Counter(dict.fromkeys(LOOP_CALLS, 0))
         self.collections = 0
         self.up = False
         self.last_error = "no collection yet"
@@ -189,7 +198,8 @@ class CollectorLoop:
         self.collections += 1
         self.up = False
         self.last_error = message
-        self._backoff_s = min(max(self._backoff_s * 2, self.interval_s), 300.0)
+        longest = max(self.interval_s, min(MAX_BACKOFF_INTERVALS * self.interval_s, MAX_BACKOFF_S))
+        self._backoff_s = min(max(self._backoff_s * 2, self.interval_s), longest)
         # A short outage keeps the last good GPU series; once they are older than the
         # staleness limit they are dropped, so nobody graphs old numbers as current.
         if self.last_success_ts is None or self.clock() - self.last_success_ts > self.stale_after_s:

@@ -81,3 +81,21 @@ def test_backend_bug_is_contained():
     loop.run_once()
     assert value(loop, "gpu_exporter_backend_up") == 0
     assert "\n" not in loop.health().reason
+
+
+def test_backoff_stops_at_four_intervals_so_a_recovered_backend_is_seen_soon():
+    now = [1_700_000_000.0]
+    _backend, loop = make(["down"] * 8, now)
+    waits = []
+    for _ in range(8):
+        loop.run_once()
+        waits.append(loop._backoff_s)
+    assert waits == [10, 20, 40, 40, 40, 40, 40, 40]  # interval 10 s: at most 4 intervals
+
+
+def test_loop_failure_counters_exist_at_zero_before_the_first_failure():
+    now = [1_700_000_000.0]
+    _backend, loop = make(["ok"], now)
+    loop.run_once()
+    for call in ("collect", "collect_timeout", "collect_hung"):
+        assert value(loop, "gpu_exporter_collection_errors_total", call=call) == 0

@@ -151,7 +151,7 @@ def test_idle_gpu_and_unschedulable_shape_alerts_reach_their_receivers(tmp_path)
                 f"GPU 3 on node a100-node-02 is held by rnd-llm/{labels['pod']} (tenant rnd)"
                 in annotations["description"]
             )
-            assert f"for {IDLE_WINDOW}" in annotations["description"]
+            assert f"for about 2 × {IDLE_WINDOW}" in annotations["description"]
             assert annotations["runbook_url"].endswith("/alerts/runbook.md#gpuallocatedidle")
 
             # Every alerted GPU is one the exporter counts as allocated and idle; busy ones never.
@@ -207,8 +207,9 @@ def test_idle_gpu_and_unschedulable_shape_alerts_reach_their_receivers(tmp_path)
 
 
 def check_inhibitions(alertmanager: str) -> None:
-    """The shipped inhibit rules, on the real Alertmanager: exporter down silences its node."""
-    instance, other = "10.9.9.1:9835", "10.9.9.2:9835"
+    """The shipped inhibit rules, on the real Alertmanager: exporter down silences its node, and
+    an advisor whose source is down is not also paged as stale."""
+    instance, other, advisor = "10.9.9.1:9835", "10.9.9.2:9835", "10.9.9.3:9836"
     base = {"cluster": "e2e", "job": "gpu-exporter"}
     alerts = [
         {
@@ -233,6 +234,19 @@ def check_inhibitions(alertmanager: str) -> None:
             "node": "n2",
             "gpu": "0",
         },
+        {
+            "alertname": "GpuAdvisorSourceDown",
+            "severity": "warning",
+            "component": "advisor-service",
+            "instance": advisor,
+            "source": "prometheus",
+        },
+        {
+            "alertname": "GpuAdvisorStale",
+            "severity": "warning",
+            "component": "advisor-service",
+            "instance": advisor,
+        },
     ]
     body = json.dumps([{"labels": {**base, **labels}} for labels in alerts]).encode()
     request = urllib.request.Request(
@@ -250,17 +264,19 @@ def check_inhibitions(alertmanager: str) -> None:
         found = {
             (a["labels"]["alertname"], a["labels"].get("instance")): a["status"]
             for a in listed
-            if a["labels"].get("instance") in {instance, other}
+            if a["labels"].get("instance") in {instance, other, advisor}
         }
-        if len(found) < 3:
+        if len(found) < 5:
             return None
         # The inhibitor learns of source alerts asynchronously: wait until it has applied the
-        # rule to the target, then check that it silenced exactly that one.
-        target = found[("GpuTemperatureHigh", instance)]
-        return found if target["state"] == "suppressed" else None
+        # rules to the targets, then check that they silenced exactly those.
+        targets = (found[("GpuTemperatureHigh", instance)], found[("GpuAdvisorStale", advisor)])
+        return found if all(t["state"] == "suppressed" for t in targets) else None
 
     found = stack.poll(states, 15, "the injected alerts in Alertmanager, the target suppressed")
     assert found[("GpuExporterDown", instance)]["inhibitedBy"] == []
     assert found[("GpuTemperatureHigh", instance)]["state"] == "suppressed"
     assert found[("GpuTemperatureHigh", instance)]["inhibitedBy"]
     assert found[("GpuTemperatureHigh", other)]["inhibitedBy"] == [], "other nodes still alert"
+    assert found[("GpuAdvisorSourceDown", advisor)]["inhibitedBy"] == []
+    assert found[("GpuAdvisorStale", advisor)]["inhibitedBy"]

@@ -58,6 +58,10 @@ def test_amtool_check_config_passes():
             {"alertname": "GpuAllocatedIdle", "severity": "warning", "component": "gpu"},
             "gpu-team-queue",
         ),
+        (
+            {"alertname": "GpuAdvisorStale", "severity": "warning", "component": "advisor-service"},
+            "gpu-team-queue",
+        ),
         ({"alertname": "GpuXidApplicationError", "severity": "info"}, "gpu-team-chat"),
         ({"alertname": "SomethingElse"}, "gpu-team-queue"),
     ],

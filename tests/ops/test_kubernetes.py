@@ -169,6 +169,12 @@ def test_service_monitors_select_services_and_their_ports():
     # the exporter's pod/namespace/container labels name each GPU's holder, and the Operator adds
     # the exporter pod's own under the same names: without honorLabels ours become exported_*
     assert exporter["spec"]["endpoints"][0]["honorLabels"] is True
+    # ... and the exporter pod's own are dropped, so a GPU series without a holder gets no
+    # `pod` that changes at each exporter restart (GpuMissing, GpuAllocatedIdle compare in time)
+    dropped = [
+        r for r in exporter["spec"]["endpoints"][0]["relabelings"] if r.get("action") == "labeldrop"
+    ]
+    assert [r["regex"] for r in dropped] == ["pod|namespace|container"]
 
 
 def test_prometheus_rule_carries_the_generated_groups():

@@ -99,7 +99,9 @@ def test_alerts_follow_mixin_conventions():
         name = rule["alert"]
         assert re.fullmatch(r"Gpu[A-Z][A-Za-z]+", name), name
         assert rule["labels"]["severity"] in SEVERITIES, name
-        assert rule["labels"]["component"] in {"gpu", "exporter", "advisor"}, name
+        assert rule["labels"]["component"] in {"gpu", "exporter", "advisor", "advisor-service"}, (
+            name
+        )
         annotations = rule["annotations"]
         assert set(annotations) == {"summary", "description", "runbook_url"}, name
         assert "{{" in annotations["description"], f"{name}: description shows no label or value"
