@@ -405,6 +405,25 @@ def parse(text: str, url: str) -> list[Sample]:
         raise SourceUnavailable(str(error)) from None
 
 
+def backend_down(url: str, samples: Sequence[Sample], readings: Sequence[NodeReading]) -> None:
+    """SourceUnavailable when our exporter's page says its backend is down and holds no GPU: an
+    exporter that cannot reach NVML/DCGM serves only its own series, and reading that as a node
+    without GPUs would shrink the fleet silently. The last good GPU series it keeps for a few
+    intervals of an outage are still read."""
+    if readings:
+        return
+    down = [
+        labels.get("backend", "")
+        for name, labels, value in samples
+        if name == "gpu_exporter_backend_up" and value == 0
+    ]
+    if down:
+        raise SourceUnavailable(
+            f"{url}: the exporter's {down[0] or 'GPU'} backend is down "
+            "(gpu_exporter_backend_up 0) and it serves no GPU; its /health says why"
+        )
+
+
 def _same(values: Sequence[float]) -> bool:
     """All equal, NaN equal to NaN (two copies of "no value" agree)."""
     first = values[0]
@@ -545,6 +564,8 @@ def scrape(urls: Sequence[str], *, timeout: float = 5.0, source: str = "") -> Cl
         )
         for url, samples in zip(unique, pages, strict=True)
     ]
+    for (url, read), samples in zip(per_url, pages, strict=True):
+        backend_down(url, samples, read)
     readings, _ = merge(per_url)
     drop_impossible(readings, notes)
     clocks = [sim_clock(samples) for samples in pages]

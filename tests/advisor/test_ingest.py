@@ -768,3 +768,16 @@ def test_sim_history_fills_the_usage_matrix_up_to_now() -> None:
     np.testing.assert_allclose(
         model.usage.utilization_ratio[-1], latest.gpus.utilization_ratio.astype(np.float32)
     )
+
+
+def test_an_exporter_whose_backend_is_down_is_a_source_error_not_an_empty_node(server) -> None:
+    base, routes = server
+    down = SelfState("0.1.0", "nvml", False, 0.01, 1.7e9, 3, {"collect": 2})
+    routes.text("/down", render_page(None, [], down).body.decode())
+    routes.text("/ours", our_page(1)[0])
+    with pytest.raises(SourceError, match=r"/down: the exporter's nvml backend is down \("):
+        load_source(f"{base}/ours,{base}/down", timeout=2)
+    # within its grace the exporter still serves the last good GPU series: they are read
+    readings = [readings_factory.node("node-0")]
+    routes.text("/grace", render_page(Collection(readings, 1.7e9), [], down).body.decode())
+    assert same_state(load_source(f"{base}/grace", timeout=2), from_readings(readings))
