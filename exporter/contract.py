@@ -136,7 +136,7 @@ METRICS: tuple[MetricSpec, ...] = (
     ),
     _g(
         "gpu_mig_sm_active_ratio",
-        "SM activity of the MIG GPU instance (GPM, Hopper and later).",
+        "SM activity of the MIG GPU instance (NVML GPM: Hopper and later; DCGM DCP: A100 too).",
         (*GPU, "gpu_instance_id"),
     ),
     # --- topology ---
