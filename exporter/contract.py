@@ -159,13 +159,31 @@ METRICS: tuple[MetricSpec, ...] = (
     # --- processes and allocations ---
     _g(
         "gpu_process_memory_used_bytes",
-        "GPU memory held by a process.",
-        (*GPU, "pid", "process_name", "pod", "namespace", "container", "slurm_job"),
+        'GPU memory held by a process (gpu_instance_id: its MIG instance, "" without MIG).',
+        (
+            *GPU,
+            "gpu_instance_id",
+            "pid",
+            "process_name",
+            "pod",
+            "namespace",
+            "container",
+            "slurm_job",
+        ),
     ),
     _g(
         "gpu_process_sm_utilization_ratio",
         "SM utilization of one process on a shared (time-sliced) GPU.",
-        (*GPU, "pid", "process_name", "pod", "namespace", "container", "slurm_job"),
+        (
+            *GPU,
+            "gpu_instance_id",
+            "pid",
+            "process_name",
+            "pod",
+            "namespace",
+            "container",
+            "slurm_job",
+        ),
     ),
     _i(
         "gpu_allocation_info",

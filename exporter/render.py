@@ -227,6 +227,7 @@ def add_node(families: Families, node: NodeReading) -> None:
         for process in gpu.processes:
             labels = (
                 *base,
+                "" if process.gpu_instance_id is None else str(process.gpu_instance_id),
                 str(process.pid),
                 process.name,
                 process.pod,

@@ -79,6 +79,17 @@ def node(name: str = "node-a", gpus: int = 8) -> NodeReading:
         )
         for gi in range(7)
     ]
+    mig_gpu.processes = [
+        GpuProcess(
+            pid=4444,
+            name="tritonserver",
+            memory_used_bytes=GiB,
+            gpu_instance_id=3,
+            pod="infer",
+            namespace="product",
+            container="server",
+        )
+    ]
     readings[0].processes = [
         GpuProcess(
             pid=4242,

@@ -210,3 +210,15 @@ def test_text_cache_reuses_unchanged_families_and_tracks_changes():
     assert static in cold
     assert cache["gpu_topology_link_info"][1] is static  # the static chunk was reused, not redone
     assert cache["gpu_utilization_ratio"][1] is not changed  # the changed family was re-rendered
+
+
+def test_a_process_names_its_mig_instance_so_it_joins_the_instances_series():
+    by_name = samples(rendered())
+    processes = {
+        (s.labels["gpu"], s.labels["pid"]): s.labels["gpu_instance_id"]
+        for s in by_name["gpu_process_memory_used_bytes"]
+    }
+    assert processes[("7", "4444")] == "3"  # on the MIG GPU, in GPU instance 3
+    assert processes[("0", "4242")] == ""  # a whole GPU: no instance
+    instances = {s.labels["gpu_instance_id"] for s in by_name["gpu_mig_memory_used_bytes"]}
+    assert "3" in instances
