@@ -45,13 +45,15 @@ ADVISOR_METRICS: tuple[MetricSpec, ...] = (
     _g("gpu_advisor_shape_gpus", "GPUs one job of this shape needs.", ("shape",)),
     _g(
         "gpu_advisor_schedulable_jobs",
-        "How many jobs of this shape could start now without moving anything.",
-        ("shape",),
+        "How many jobs of this shape could start now in this pool without moving anything "
+        "(sum by shape: the fleet).",
+        ("pool", "shape"),
     ),
     _g(
         "gpu_advisor_stranded_gpus",
-        "Free GPUs that no job of this shape can use (on nodes with too few free GPUs).",
-        ("shape",),
+        "Free GPUs of the pool that no job of this shape can use (on nodes with too few free "
+        "GPUs).",
+        ("pool", "shape"),
     ),
     _g("gpu_advisor_largest_schedulable_job_gpus", "Largest single-node job that fits now."),
     _g(

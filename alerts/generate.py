@@ -370,7 +370,8 @@ def alert_definitions(config: dict) -> list[Alert]:
             "gpu-defrag-capacity",
             "warning",
             "shape_unschedulable",
-            "gpu_advisor_schedulable_jobs{%(A)s}\n"
+            # jobs that fit in any pool (each pool on its own: a job is placed in one)
+            "sum by (job, instance, shape) (gpu_advisor_schedulable_jobs{%(A)s})\n"
             "and on (job, instance, shape)\n"
             "(\n  gpu_advisor_shape_gpus{%(A)s}\n"
             "  <= on (job, instance) group_left ()\n"

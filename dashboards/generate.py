@@ -891,25 +891,44 @@ def fragmentation_advisor(config: dict) -> dict:
                 ),
                 bargauge(
                     "Stranded GPUs per job shape",
-                    "Free GPUs no job of the shape can use (on nodes with too few free GPUs).",
-                    [target(f"gpu_advisor_stranded_gpus{{{ADV}}}", "{{shape}}", instant=True)],
+                    "Free GPUs of the selected pools no job of the shape can use (on nodes "
+                    "with too few free GPUs).",
+                    [
+                        target(
+                            f"sum by (shape) (gpu_advisor_stranded_gpus{{{ADV_POOL}}})",
+                            "{{shape}}",
+                            instant=True,
+                        )
+                    ],
                     "none",
                     thresholds=steps((1, ORANGE)),
                     w=8,
                 ),
                 bargauge(
                     "Schedulable jobs per shape",
-                    "How many jobs of each shape could start now without moving anything "
-                    "(alert GpuJobShapeUnschedulable at 0 while enough GPUs are free).",
-                    [target(f"gpu_advisor_schedulable_jobs{{{ADV}}}", "{{shape}}", instant=True)],
+                    "How many jobs of each shape could start now in the selected pools without "
+                    "moving anything (alert GpuJobShapeUnschedulable at 0 in every pool while "
+                    "one pool has enough GPUs free).",
+                    [
+                        target(
+                            f"sum by (shape) (gpu_advisor_schedulable_jobs{{{ADV_POOL}}})",
+                            "{{shape}}",
+                            instant=True,
+                        )
+                    ],
                     "none",
                     thresholds=steps((1, GREEN), base=RED),
                     w=8,
                 ),
                 timeseries(
                     "Schedulable jobs per shape over time",
-                    "Jobs of each shape that fit now, over time.",
-                    [target(f"gpu_advisor_schedulable_jobs{{{ADV}}}", "{{shape}}")],
+                    "Jobs of each shape that fit now in the selected pools, over time.",
+                    [
+                        target(
+                            f"sum by (shape) (gpu_advisor_schedulable_jobs{{{ADV_POOL}}})",
+                            "{{shape}}",
+                        )
+                    ],
                     "none",
                     w=8,
                 ),

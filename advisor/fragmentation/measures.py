@@ -158,6 +158,26 @@ def jobs_that_fit(model: ClusterModel, shape: Shape, groups: np.ndarray | None =
     return int((per_group // shape.tasks).sum())
 
 
+def jobs_that_fit_by_part(
+    model: ClusterModel, shape: Shape, parts: np.ndarray, groups: np.ndarray | None = None
+) -> dict[str, int]:
+    """`jobs_that_fit` of each part of the fleet on its own (nodes labelled by `parts`, e.g.
+    their pools, as scheduling domains): a multi-node job never spans two parts, so the parts'
+    counts add up to the fleet's, or less where a rack of one GPU model spans parts."""
+    per_node = tasks_per_node(model, shape)
+    if shape.tasks > 1:
+        groups = _rack_groups(model) if groups is None else groups
+    out: dict[str, int] = {}
+    for part in sorted(set(parts.tolist())):
+        on = parts == part
+        if shape.tasks == 1:
+            out[part] = int(per_node[on].sum())
+        else:
+            per_group = np.bincount(groups[on], weights=per_node[on].astype(np.float64))
+            out[part] = int((per_group // shape.tasks).sum())
+    return out
+
+
 # --------------------------------------------------------------------------- spatial
 
 

@@ -89,6 +89,7 @@ def fragmentation_doc(state: RunState, nodes: bool = False) -> dict[str, Any]:
         **analysis,
         "pools": results.pools,
         "shapes": results.shapes,
+        "pool_shapes": results.pool_shapes,
         "gpu_models": results.gpu_models,
     }
     if nodes:
@@ -560,6 +561,14 @@ def _schemas() -> dict[str, Any]:
             "stranded_gpus": {"type": ["integer", "null"]},
         }
     )
+    pool_shape = _obj(
+        {
+            "pool": {"type": "string"},
+            "shape": {"type": "string"},
+            "schedulable_jobs": count,
+            "stranded_gpus": {"type": ["integer", "null"]},
+        }
+    )
     gpu_model = _obj(
         {
             "gpu_model": {"type": "string"},
@@ -607,6 +616,7 @@ def _schemas() -> dict[str, Any]:
             ),
             "pools": {"type": "array", "items": _ref("Pool")},
             "shapes": {"type": "array", "items": _ref("Shape")},
+            "pool_shapes": {"type": "array", "items": _ref("PoolShape")},
             "gpu_models": {"type": "array", "items": _ref("GpuModel")},
             "nodes": {"type": "array", "items": _ref("Node")},
         },
@@ -622,6 +632,7 @@ def _schemas() -> dict[str, Any]:
             "fgd",
             "pools",
             "shapes",
+            "pool_shapes",
             "gpu_models",
         ],
     )
@@ -855,6 +866,7 @@ def _schemas() -> dict[str, Any]:
         "Meta": meta,
         "Pool": pool,
         "Shape": shape,
+        "PoolShape": pool_shape,
         "GpuModel": gpu_model,
         "Node": node,
         "Fragmentation": fragmentation,

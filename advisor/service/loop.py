@@ -191,6 +191,7 @@ def analyze_model(
         analysis=analysis,
         shapes=R.shape_table(analysis, settings.shapes),
         pools=R.pool_table(model, analysis, idle),
+        pool_shapes=R.pool_shape_table(model, settings.shapes),
         gpu_models=R.type_table(model, idle),
         gpu_states=R.gpu_state_codes(model, idle),
     )

@@ -41,10 +41,11 @@ def _fragmentation(families: Families, state: RunState) -> None:
         _add(families, "gpu_advisor_gpus", pool, row["healthy_gpus"])
         _add(families, "gpu_advisor_allocated_gpus", pool, row["allocated_gpus"])
     for row in results.shapes:
-        shape = (row["shape"],)
-        _add(families, "gpu_advisor_shape_gpus", shape, row["gpus_per_job"])
-        _add(families, "gpu_advisor_schedulable_jobs", shape, row["schedulable_jobs"])
-        _add(families, "gpu_advisor_stranded_gpus", shape, row["stranded_gpus"])
+        _add(families, "gpu_advisor_shape_gpus", (row["shape"],), row["gpus_per_job"])
+    for row in results.pool_shapes:
+        labels = (row["pool"], row["shape"])
+        _add(families, "gpu_advisor_schedulable_jobs", labels, row["schedulable_jobs"])
+        _add(families, "gpu_advisor_stranded_gpus", labels, row["stranded_gpus"])
     largest = results.analysis["spatial"]["largest_job"]["single_node_gpus"]
     _add(families, "gpu_advisor_largest_schedulable_job_gpus", (), largest)
     model = results.model

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from advisor.contract import GPU_STATE_CODES
+from advisor.fragmentation import measures
 from advisor.fragmentation.measures import Shape
 from advisor.model import MILLI, ClusterModel
 
@@ -143,6 +144,32 @@ def shape_table(analysis: dict[str, Any], shapes: tuple[Shape, ...]) -> list[dic
     return rows
 
 
+def pool_shape_table(model: ClusterModel, shapes: tuple[Shape, ...]) -> list[dict[str, Any]]:
+    """Per pool and shape: jobs that could start now in that pool alone, and the pool's free
+    whole GPUs no such job can use (None for a fractional shape). A pool is a scheduling
+    domain: a job is placed in one, so a pool whose free GPUs are scattered shows here even
+    when another pool could take the job."""
+    pools = pool_names(model)
+    free = measures.free_whole_per_node(model)
+    rows = []
+    for shape in shapes:
+        fits = measures.jobs_that_fit_by_part(model, shape, pools)
+        whole = shape.gpu_milli == MILLI
+        for pool, fit in fits.items():
+            free_whole = int(free[pools == pool].sum())
+            rows.append(
+                {
+                    "pool": pool,
+                    "shape": shape_label(shape),
+                    "schedulable_jobs": fit,
+                    "stranded_gpus": free_whole - fit * shape.tasks * shape.num_gpu
+                    if whole
+                    else None,
+                }
+            )
+    return rows
+
+
 def node_rows(model: ClusterModel, analysis: dict[str, Any]) -> list[dict[str, Any]]:
     """The per-node heatmap table of `measures.analyze`, as JSON-ready rows."""
     nodes = analysis["nodes"]
@@ -194,6 +221,7 @@ class Results:
     analysis: dict[str, Any]  # measures.analyze(model)
     shapes: list[dict[str, Any]]
     pools: list[dict[str, Any]]
+    pool_shapes: list[dict[str, Any]]  # pool_shape_table
     gpu_models: list[dict[str, Any]]
     gpu_states: np.ndarray  # int8 (G), GPU_STATE_CODES
     forecast: dict[str, Any] = field(default_factory=dict)

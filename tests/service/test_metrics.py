@@ -164,8 +164,13 @@ def test_values_agree_with_the_analysis(islands_state):
         results.model.gpu_usable.sum()
     )
     assert sum(states.values()) == len(results.model.gpus)
-    fit = {s.labels["shape"]: s.value for s in by_name["gpu_advisor_schedulable_jobs"]}
+    fit: Counter[str] = Counter()
+    for sample in by_name["gpu_advisor_schedulable_jobs"]:
+        fit[sample.labels["shape"]] += sample.value  # one series per pool and shape
+    pools = {row["pool"] for row in results.pools}
+    assert {s.labels["pool"] for s in by_name["gpu_advisor_schedulable_jobs"]} == pools
     assert fit["8"] == 0 and fit["1"] == analysis["spatial"]["shapes"][1]["jobs_that_fit"]
+    assert fit == {row["shape"]: row["schedulable_jobs"] for row in results.shapes}
     largest = by_name["gpu_advisor_largest_schedulable_job_gpus"][0].value
     assert largest == analysis["spatial"]["largest_job"]["single_node_gpus"]
 
