@@ -271,9 +271,21 @@ def our_readings_unchecked(samples: Iterable[Sample], notes: list[str]) -> list[
     def node_of(name: str) -> NodeReading:
         return nodes.get(name) or nodes.setdefault(name, NodeReading(name))
 
-    def gpu_of(labels: Mapping[str, str]) -> GpuReading | None:
+    unread: set[tuple[str, str]] = set()  # (node, gpu label) of our series left out
+
+    def gpu_of(name: str, labels: Mapping[str, str]) -> GpuReading | None:
         node, index = labels.get("node", ""), _int(labels.get("gpu", ""))
         if not node or index is None:
+            # a node-level or self series has no gpu label; one of ours that names a GPU
+            # without a node, or a GPU that is no index, is left out with a note
+            if name in OUR_NAMES and "gpu" in labels and (node, labels["gpu"]) not in unread:
+                unread.add((node, labels["gpu"]))
+                shown = labels["gpu"][:20]
+                notes.append(
+                    f"{node}/gpu {shown!r} (not a GPU index: left out)"
+                    if node
+                    else f"GPU {shown!r} without a node label (left out)"
+                )
             return None
         key = (node, index)
         if key not in gpus:
@@ -287,7 +299,7 @@ def our_readings_unchecked(samples: Iterable[Sample], notes: list[str]) -> list[
                 reading = node_of(labels["node"])
                 reading.pool, reading.rack = labels.get("pool", ""), labels.get("rack", "")
             continue
-        gpu = gpu_of(labels)
+        gpu = gpu_of(name, labels)
         if gpu is None:
             continue
         if name in INFO_SERIES:
@@ -405,12 +417,13 @@ def parse(text: str, url: str) -> list[Sample]:
         raise SourceUnavailable(str(error)) from None
 
 
-def backend_down(url: str, samples: Sequence[Sample], readings: Sequence[NodeReading]) -> None:
-    """SourceUnavailable when our exporter's page says its backend is down and holds no GPU: an
-    exporter that cannot reach NVML/DCGM serves only its own series, and reading that as a node
-    without GPUs would shrink the fleet silently. The last good GPU series it keeps for a few
-    intervals of an outage are still read."""
-    if readings:
+def no_gpu(url: str, samples: Sequence[Sample], readings: Sequence[NodeReading]) -> None:
+    """SourceUnavailable for a page that holds no GPU: read as a node without GPUs (or as no
+    node), it would shrink the fleet silently. Our exporter whose backend is down serves only
+    its own series, and says so (the last good GPU series it keeps for a few intervals of an
+    outage are still read); any other page is not a GPU exporter's (node_exporter's, a wrong
+    port) or names no node."""
+    if any(node.gpus for node in readings):
         return
     down = [
         labels.get("backend", "")
@@ -422,6 +435,10 @@ def backend_down(url: str, samples: Sequence[Sample], readings: Sequence[NodeRea
             f"{url}: the exporter's {down[0] or 'GPU'} backend is down "
             "(gpu_exporter_backend_up 0) and it serves no GPU; its /health says why"
         )
+    raise SourceUnavailable(
+        f"{url}: no GPU series (gpu_* of gpu-defrag's exporter with node and gpu labels, "
+        "or DCGM_* of dcgm-exporter)"
+    )
 
 
 def _same(values: Sequence[float]) -> bool:
@@ -565,7 +582,7 @@ def scrape(urls: Sequence[str], *, timeout: float = 5.0, source: str = "") -> Cl
         for url, samples in zip(unique, pages, strict=True)
     ]
     for (url, read), samples in zip(per_url, pages, strict=True):
-        backend_down(url, samples, read)
+        no_gpu(url, samples, read)
     readings, _ = merge(per_url)
     drop_impossible(readings, notes)
     clocks = [sim_clock(samples) for samples in pages]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import socket
 from collections.abc import Iterator
 from pathlib import Path
@@ -781,3 +782,22 @@ def test_an_exporter_whose_backend_is_down_is_a_source_error_not_an_empty_node(s
     readings = [readings_factory.node("node-0")]
     routes.text("/grace", render_page(Collection(readings, 1.7e9), [], down).body.decode())
     assert same_state(load_source(f"{base}/grace", timeout=2), from_readings(readings))
+
+
+def test_a_page_without_gpu_series_is_a_source_error_and_a_bad_gpu_label_a_note(
+    server, caplog
+) -> None:
+    base, routes = server
+    routes.text("/node-exporter", "up 1\nnode_load1 0.5\n")
+    with pytest.raises(SourceError, match=r"/node-exporter: no GPU series \(gpu_\* of"):
+        load_source(f"{base}/node-exporter", timeout=2)
+    text, _readings = our_page(1)
+    routes.text("/no-node", text.replace('node="node-0"', 'node=""'))
+    with pytest.raises(SourceError, match=r"/no-node: no GPU series"):
+        load_source(f"{base}/no-node", timeout=2)
+    # GPU 3's series with a label that is no index: the GPU is left out, with one note
+    routes.text("/bad-index", re.sub(r'(?<![_a-z])gpu="3"', 'gpu="abc"', text))
+    with caplog.at_level(logging.WARNING):
+        model = load_source(f"{base}/bad-index", timeout=2)
+    assert sorted(model.gpus.index.tolist()) == [0, 1, 2, 4, 5, 6, 7]
+    assert "node-0/gpu 'abc' (not a GPU index: left out)" in caplog.text
