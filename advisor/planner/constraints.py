@@ -108,10 +108,15 @@ _BORROW_KEYS = {
 
 
 def _number(value: Any, where: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):
-        raise PolicyError(where, f"expected a number >= 0, got {value!r}")
-    if value < 0:
-        raise PolicyError(where, f"expected a number >= 0, got {value!r}")
+    """A finite number >= 0: YAML's `.inf` (JSON's `Infinity`) is no quota, cost or ratio a plan
+    can add up or print; leave a key out for no limit."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or value < 0
+    ):
+        raise PolicyError(where, f"expected a finite number >= 0, got {value!r}")
     return float(value)
 
 

@@ -174,8 +174,15 @@ def test_action_json_round_trip_and_validation() -> None:
 def test_policy_file_errors_name_the_field(tmp_path) -> None:
     path = tmp_path / "policy.yaml"
     path.write_text("quotas:\n  rnd: 64\n  product: {A100: 32, H100: -1}\n")
-    with pytest.raises(PolicyError, match=r"quotas\.product\.H100: expected a number >= 0"):
+    with pytest.raises(PolicyError, match=r"quotas\.product\.H100: expected a finite number >= 0"):
         load_policy(path)
+    # YAML's .inf and JSON's Infinity: no sum or print of a plan could use them
+    path.write_text("default_restart_s: .inf\n")
+    with pytest.raises(PolicyError, match=r"default_restart_s: expected a finite number >= 0"):
+        load_policy(path)
+    (tmp_path / "inf.json").write_text('{"quotas": {"rnd": Infinity}}')
+    with pytest.raises(PolicyError, match=r"quotas\.rnd: expected a finite number >= 0"):
+        load_policy(tmp_path / "inf.json")
     path.write_text("quotas:\n  rnd: 64\n  product: {A100: 32}\ndefault_restart_s: 120\n")
     policy = load_policy(path)
     assert policy.quotas == {("rnd", ""): 64.0, ("product", "A100"): 32.0}
