@@ -893,11 +893,12 @@ def _without(inst: Instance, moved: Mapping[int, np.ndarray]) -> Instance:
 def needs_for(goal: Goal, demand: Sequence[Shape] | None) -> list[Need]:
     if goal.kind != "forecast":
         return needs_of(goal)
-    if not demand:
+    if demand is None:
         raise ValueError(
             f"{goal.text} needs a forecast source: pass the forecast demand as job shapes "
             "(gpu-defrag plan --demand FILE)"
         )
+    # an empty demand (no job forecast in the window) needs nothing: a plan without moves
     shapes = sorted(demand, key=lambda s: -s.gpus)
     return [Need(s.tasks, s.num_gpu, False, s.tasks > 1, s.gpu_spec) for s in shapes]
 

@@ -250,6 +250,23 @@ def test_forecast_goal_from_an_arrival_history(tmp_path, capsys) -> None:
     assert doc["after"]["free_nodes"] == 6
 
 
+def test_a_forecast_of_no_jobs_is_a_plan_with_nothing_to_do(tmp_path, capsys) -> None:
+    """`--demand` given but empty (no job in the window, or a history of zeros): feasible, no
+    action; not the "needs --demand" error of a missing flag."""
+    import pandas as pd
+
+    empty = tmp_path / "none.json"
+    empty.write_text("{}")
+    zeros = tmp_path / "zeros.csv"
+    times = pd.date_range("2026-01-01", periods=24 * 7, freq="h")
+    pd.DataFrame({"time": times, "series": "8", "value": 0.0}).to_csv(zeros, index=False)
+    for demand in (empty, zeros):
+        args = ["plan", str(SEED_16X8), "--goal", "forecast=6h", "--demand", str(demand)]
+        assert main([*args, "--json"]) == 0, demand.name
+        doc = json.loads(capsys.readouterr().out)
+        assert doc["feasible"] is True and doc["actions"] == [], demand.name
+
+
 def test_exact_solver_plans_several_forecast_jobs_at_once() -> None:
     model = snapshot.load(SEED_16X8)
     demand = [measures.parse_shape(s) for s in ("8", "8", "8", "8", "8", "4", "4", "2x8")]
