@@ -362,7 +362,10 @@ def _usage(doc: Any, gpu_count: int) -> tuple[list[float], np.ndarray, np.ndarra
                 f"times must ascend, got {_show(value)} after {_show(times[t - 1])}",
             )
     matrices = []
-    for key in ("utilization_ratio", "memory_used_bytes"):
+    # the values a GPU can report (as `ingest.exporter_scrape.POSSIBLE`): a point outside them
+    # would count as idle or busy in the idle window; every reader writes a gap (null) instead
+    bounds = {"utilization_ratio": (0, 1), "memory_used_bytes": (0, MAX_EXACT)}
+    for key, (low, high) in bounds.items():
         rows = fields.array(key)
         if len(rows) != len(times):
             raise SnapshotError(f"usage.{key}", f"has {len(rows)} rows for {len(times)} times")
@@ -379,10 +382,10 @@ def _usage(doc: Any, gpu_count: int) -> tuple[list[float], np.ndarray, np.ndarra
                     raise SnapshotError(
                         f"usage.{key}[{t}][{g}]", f"expected a number or null, got {_show(value)}"
                     )
-                if abs(value) > MAX_EXACT:  # a float32 would hold it as infinity
+                if not low <= value <= high:  # (and a float32 would hold beyond 2^53 as inf)
                     raise SnapshotError(
                         f"usage.{key}[{t}][{g}]",
-                        f"must be within {-MAX_EXACT}..{MAX_EXACT}, got {_show(value)}",
+                        f"must be within {low}..{high}, got {_show(value)}",
                     )
                 out[t, g] = value
         matrices.append(out)

@@ -113,6 +113,22 @@ def test_errors_name_the_field_and_the_problem() -> None:
 
     assert _bad(ragged) == "usage.utilization_ratio[1]: expected an array of 3 numbers or nulls"
 
+    # a history point no GPU can report would count as idle (or busy) in the idle window
+    def negative_use(d):
+        d["usage"]["utilization_ratio"][1][0] = -5.0
+
+    assert _bad(negative_use) == "usage.utilization_ratio[1][0]: must be within 0..1, got -5.0"
+
+    def over_full(d):
+        d["usage"]["utilization_ratio"][0][2] = 1.5
+
+    assert _bad(over_full) == "usage.utilization_ratio[0][2]: must be within 0..1, got 1.5"
+
+    def negative_memory(d):
+        d["usage"]["memory_used_bytes"][0][0] = -1
+
+    assert _bad(negative_memory).startswith("usage.memory_used_bytes[0][0]: must be within 0..")
+
     def boolean(d):
         d["nodes"][0]["schedulable"] = "yes"
 
