@@ -63,7 +63,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="free memory below this on a shared GPU is stranded (default 10)",
     )
     analyze.add_argument(
-        "--top", type=int, default=10, metavar="N", help="most fragmented nodes shown (table)"
+        "--top",
+        type=number(0, kind=int),
+        default=10,
+        metavar="N",
+        help="most fragmented nodes shown (table; 0: none)",
     )
     _timeout(analyze)
     analyze.set_defaults(func=run_analyze)

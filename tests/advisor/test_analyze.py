@@ -138,6 +138,8 @@ def test_an_impossible_shape_names_its_text_and_why(text, why, capsys) -> None:
         "--min-request-memory=-1",
         "--min-request-memory=nan",
         "--min-request-memory=inf",
+        "--top=-1",
+        "--top=1.5",
     ],
 )
 def test_out_of_range_settings_are_refused_at_their_flag(flag, capsys) -> None:

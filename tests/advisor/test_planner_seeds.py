@@ -166,6 +166,11 @@ def test_cli_table_forecast_and_errors(tmp_path, capsys) -> None:
         (["--goal", "reserve=nojob"], "no job 'nojob' in the model"),
         (["--goal", "borrow=nojob"], "no pending job 'nojob' in the model"),
         (["--goal", "job=0"], "bad shape '0': a shape takes at least one task"),
+        (
+            ["--goal", "nope"],
+            "bad goal 'nope': expected job=8x8, job=4, free-nodes=8, forecast=6h, "
+            "recommend, reclaim, share, rebalance, reserve[=JOB] or borrow=JOB|TENANT:GPUS",
+        ),
         (["--goal", "job=8x0"], "bad shape '8x0'"),
         (
             ["--goal", "forecast=6h", "--demand", "{demand}", "--demand-quantile", "1.5"],
