@@ -80,7 +80,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     snap.add_argument("source", metavar="SOURCE", help="where the cluster comes from (below)")
-    snap.add_argument("-o", "--output", metavar="FILE", help="write here instead of stdout")
+    snap.add_argument(
+        "-o", "--output", metavar="FILE", help="write here instead of stdout (`-`: stdout)"
+    )
     _timeout(snap)
     snap.set_defaults(func=run_snapshot)
 
@@ -111,7 +113,7 @@ def _emit(text: str) -> int:
 def run_snapshot(args: argparse.Namespace) -> int:
     try:
         model = load_source(args.source, timeout=args.timeout)
-        if args.output:
+        if args.output and args.output != "-":  # `-o -`: standard output, as without -o
             snapshot.save(model, args.output)
             return 0
         text = snapshot.dumps(model)

@@ -149,6 +149,15 @@ def test_out_of_range_settings_are_refused_at_their_flag(flag, capsys) -> None:
     assert f"argument {flag.split('=')[0]}:" in capsys.readouterr().err
 
 
+def test_snapshot_output_dash_is_standard_output_not_a_file_named_dash(
+    tmp_path, monkeypatch, capsys
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert main(["snapshot", "sim:a100-16x8?seed=2", "-o", "-"]) == 0
+    assert json.loads(capsys.readouterr().out)["schema"]
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_snapshot_to_a_closed_stdout_is_one_line(monkeypatch, capsys) -> None:
     monkeypatch.setattr(sys, "stdout", None)
     assert main(["snapshot", "sim:a100-16x8?seed=2"]) == 1  # as every command (advisor.cli)
