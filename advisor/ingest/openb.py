@@ -242,6 +242,15 @@ def read_pods(path: str | Path) -> PodTable:
                 f"{p} line {i + 2}, column gpu_milli: {gpu_milli[i]} with num_gpu "
                 f"{num_gpu[i]}; multi-GPU requests must be whole GPUs (1000)"
             )
+    created = _time_column(p, header, data, "creation_time")
+    deleted = _time_column(p, header, data, "deletion_time")
+    backwards = np.flatnonzero(deleted < created)  # NaN (unknown) compares false: kept
+    if backwards.size:
+        i = int(backwards[0])
+        raise OpenbFormatError(
+            f"{p} line {i + 2}, column deletion_time: {deleted[i]:g} is before the pod's "
+            f"creation_time {created[i]:g}"
+        )
     return PodTable(
         name=_str_column(header, data, "name"),
         cpu_milli=_int_column(p, header, data, "cpu_milli", 0),
@@ -251,8 +260,8 @@ def read_pods(path: str | Path) -> PodTable:
         gpu_spec=_str_column(header, data, "gpu_spec"),
         qos=_str_column(header, data, "qos"),
         pod_phase=_str_column(header, data, "pod_phase"),
-        creation_time=_time_column(p, header, data, "creation_time"),
-        deletion_time=_time_column(p, header, data, "deletion_time"),
+        creation_time=created,
+        deletion_time=deleted,
         scheduled_time=_time_column(p, header, data, "scheduled_time"),
         source=str(p),
     )

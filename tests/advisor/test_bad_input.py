@@ -210,6 +210,12 @@ def test_openb_empty_node_names_and_infinite_times_are_refused(tmp_path, capsys)
     for command in ("analyze", "snapshot"):  # both refuse: a snapshot cannot hold infinity
         assert main([command, f"openb:{nodes},{pods}"]) == 2
         _one_error_line(capsys, f"{pods} line 2, column deletion_time: 'inf'")
+    # deleted before it was created: a broken export, not a pod that ran for negative time
+    pods.write_text(header + "p0,1000,1024,1,1000,0,\np1,1000,1024,1,1000,500,100\n")
+    assert main(["analyze", f"openb:{nodes},{pods}"]) == 2
+    _one_error_line(
+        capsys, f"{pods} line 3, column deletion_time: 100 is before the pod's creation_time 500"
+    )
 
 
 # --------------------------------------------------------------------------- 6: scraped pages
