@@ -47,13 +47,15 @@ class SourceError(ValueError):
     """A source spec that cannot be read; the message is one line."""
 
 
-def seconds(text: str, name: str) -> float:
-    """'90', '90s', '15m', '1h', '2d' -> seconds (`exporter.units.duration`)."""
+def seconds(text: str, name: str, spec: str = "") -> float:
+    """'90', '90s', '15m', '1h', '2d' -> seconds (`exporter.units.duration`); the SourceError
+    names `spec`, as every other bad option of a source does."""
     try:
         return units.duration(text)
     except argparse.ArgumentTypeError:
+        where = f"{spec}: " if spec else ""
         raise SourceError(
-            f"{name}={text!r}: expected a duration such as 60, 60s, 15m or 1h"
+            f"{where}{name}={text!r}: expected a duration such as 60, 60s, 15m or 1h"
         ) from None
 
 
@@ -149,8 +151,8 @@ def prometheus_spec(spec: str) -> PrometheusSpec:
         at = float(params["at"]) if params.get("at") else None
     except ValueError:
         raise SourceError(f"{spec}: at={params['at']!r}: expected a Unix time in seconds") from None
-    history_s = seconds(params.get("history", "1h"), "history")
-    step_s = max(seconds(params.get("step", "60s"), "step"), 1.0)
+    history_s = seconds(params.get("history", "1h"), "history", spec)
+    step_s = max(seconds(params.get("step", "60s"), "step", spec), 1.0)
     _check_samples(spec, params, history_s, step_s, "60s", PROMETHEUS_MAX_SAMPLES, "a month")
     return PrometheusSpec(
         base=parts._replace(query="", fragment="").geturl(),
@@ -206,7 +208,7 @@ def sim_spec(
         raise SourceError(f"{spec}: unknown preset {preset!r} (known: {', '.join(PRESETS)})")
     seed = _whole(params.get("seed", "42"), "seed", spec, 0)
     nodes = _whole(params["nodes"], "nodes", spec, 1, MAX_NODES) if params.get("nodes") else None
-    if seconds(params.get("t", "0"), "t") > MAX_START_S:
+    if seconds(params.get("t", "0"), "t", spec) > MAX_START_S:
         raise SourceError(
             f"{spec}: t={params['t']}: at most {units.duration_text(MAX_START_S)} of simulated time"
         )
@@ -223,9 +225,9 @@ def _whole(text: str, name: str, spec: str, low: int, high: float = math.inf) ->
 
 def _sim(spec: str) -> ClusterModel:
     fleet, params = sim_fleet(spec)
-    end = seconds(params.get("t", "0"), "t")
-    history = min(seconds(params.get("history", "0"), "history"), end)
-    step = max(seconds(params.get("step", "5m"), "step"), 1.0)
+    end = seconds(params.get("t", "0"), "t", spec)
+    history = min(seconds(params.get("history", "0"), "history", spec), end)
+    step = max(seconds(params.get("step", "5m"), "step", spec), 1.0)
     _check_samples(spec, params, history, step, "5m", SIM_MAX_SAMPLES, "a week")
     samples: list[tuple[float, dict[tuple[str, int], tuple[float, float]]]] = []
     for at in np.arange(end - history, end, step) if history > 0 else ():

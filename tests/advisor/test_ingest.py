@@ -756,6 +756,11 @@ def test_sim_source_carries_job_facts() -> None:
         SourceError, match=r"\?nodes=0: nodes='0': expected a finite whole number >= 1 "
     ):
         load_source("sim:a100-16x8?nodes=0")
+    for spec in ("sim:a100-16x8?t=-5", "prometheus+http://127.0.0.1:1?history=-1h"):
+        with pytest.raises(SourceError) as bad:  # the spec leads, as for every other option
+            load_source(spec)
+        assert str(bad.value).startswith(f"{spec}: "), str(bad.value)
+        assert str(bad.value).endswith("expected a duration such as 60, 60s, 15m or 1h")
     with pytest.raises(SourceError, match="is not a source"):
         load_source("ftp://x")
 
