@@ -187,6 +187,12 @@ def _headers(file: Path, section: object) -> dict[str, str]:
     if not isinstance(section, dict):
         raise WebConfigError(f"web config {file}: http_server_config must be a mapping")
     _no_unknown(file, "http_server_config", section, HTTP_KEYS)
+    # accepted for exporter-toolkit files (where it is HTTP/2's switch); we serve HTTP/1.1 either way
+    if "http2" in section and not isinstance(section["http2"], bool):
+        raise WebConfigError(
+            f"web config {file}: http_server_config.http2 must be true or false, "
+            f"got {section['http2']!r}"
+        )
     headers = section.get("headers") or {}
     if not isinstance(headers, dict):
         raise WebConfigError(f"web config {file}: http_server_config.headers must be a mapping")

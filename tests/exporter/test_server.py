@@ -136,6 +136,7 @@ def test_tls_with_basic_auth(loop, tls_files, tmp_path):
         ("bogus: 1\n", "unknown key 'bogus'"),
         ("tls_server_config:\n  cert_file: missing.pem\n  key_file: missing.key\n", "cannot load"),
         ("http_server_config:\n  headers:\n    Authorization: x\n", "cannot be overridden"),
+        ('http_server_config:\n  http2: "yes"\n', "http2 must be true or false, got 'yes'"),
         ("basic_auth_users: [\n", "not valid YAML"),
     ],
 )
