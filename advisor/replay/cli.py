@@ -160,6 +160,8 @@ def run(args: argparse.Namespace) -> int:
         return _fail(f"{args.nodes}: no GPUs in the node list")
     if len(pods) == 0:  # the trace's workload is learnt from its pods
         return _fail(f"{args.pods}: no pods in the pod list")
+    if not (pods.num_gpu > 0).any():  # arrivals are drawn until GPU demand reaches --ratio
+        return _fail(f"{args.pods}: no pod asks for a GPU: no GPU demand to replay")
     try:  # before the replays, not after them
         check_directory_target(args.out, REPLAY_FILES, writer="replay")
     except OSError as exc:
