@@ -232,6 +232,8 @@ def load_demand(
         raise ValueError(f"{path}: {repeated_key(doc)}: shape given twice (only one may stay)")
     shapes: list[Shape] = []
     for key, count in doc.items():
+        if isinstance(count, float) and count.is_integer():  # 2.0 or 1e3: a whole number
+            count = int(count)
         if isinstance(count, bool) or not isinstance(count, int) or count < 0:
             raise ValueError(f"{path}: {key}: expected a whole number of jobs, got {count!r}")
         try:

@@ -205,6 +205,13 @@ def test_cli_refuses_demand_the_cluster_can_never_hold(tmp_path, capsys) -> None
     demand.write_text(json.dumps({"2x8": 8}))  # exactly what fits stays a plan request
     assert main([*args, "--solver", "heuristic"]) in (0, 1)
     assert "jobs of shape" not in capsys.readouterr().err
+    # JSON's 1e12 is a whole number written as a float: too many jobs, not "not whole"
+    demand.write_text('{"8": 1e12}')
+    assert main(args) == 2
+    assert "1000000000000 jobs of shape 8 GPU" in capsys.readouterr().err
+    demand.write_text('{"8": 2.5}')
+    assert main(args) == 2
+    assert "8: expected a whole number of jobs, got 2.5" in capsys.readouterr().err
 
 
 def test_plans_with_chained_moves_are_ordered_and_checked() -> None:
