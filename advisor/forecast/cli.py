@@ -360,7 +360,13 @@ def _run_backtest(args: argparse.Namespace) -> int:
         if idle_df.empty:
             notes.append("idle-window replay skipped: the input has no capacity column")
         decisions.append(idle_df)
-    if "power" in replays and len(raw.series) == 1 and raw.meta.get("unit") == "nodes":
+    if "power" in replays and not _power_input(raw):
+        unit = raw.meta.get("unit")
+        got = f"{len(raw.series)} series " + (f"of {unit}" if unit else "of an unknown unit")
+        notes.append(
+            f"power-down replay skipped: needs one series of nodes in use (Philly), got {got}"
+        )
+    elif "power" in replays:
         kw = {}
         if args.test_from:
             kw["test_from"] = args.test_from
@@ -392,6 +398,12 @@ def _run_backtest(args: argparse.Namespace) -> int:
     if args.out is not None:
         print(f"wrote {args.out}/metrics.csv, decisions.csv, forecast.png")
     return 0
+
+
+def _power_input(raw) -> bool:
+    """The power-down replay models whole nodes powered off: one series of nodes in use (the
+    Philly reader's); GPUs of a Helios VC or a long-format series (no unit) are not nodes."""
+    return len(raw.series) == 1 and raw.meta.get("unit") == "nodes"
 
 
 def _print_backtest(metrics, picks, paired, decisions_df) -> None:

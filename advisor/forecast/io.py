@@ -10,8 +10,9 @@ Long format (CSV or Parquet), one row per observation::
     time,series,value[,capacity]
     2024-05-01T00:00:00Z,cluster-a/A100,41,64
 
-`value` empty or NaN marks a masked point; `capacity` is the known pool size at that time
-(forecasts are clipped to it and models see it as a covariate, including its future schedule).
+`series` is read as text exactly as written (`007` stays `007`; a blank one is an error, see
+`_names`); `value` empty or NaN marks a masked point; `capacity` is the known pool size at that
+time (forecasts are clipped to it and models see it as a covariate, including its future schedule).
 Any other row that cannot be read (a bad time or one outside the years 1970–2200, a value that
 is not a count from 0 to `MAX_AMOUNT`, a repeated (time, series), a row with fewer fields than the
 header) is an error naming the first such row: it is never masked or averaged silently. The Philly,
@@ -184,7 +185,7 @@ def _row(position: int) -> str:
     return f"row {position + 1}"
 
 
-PLURAL = {"capacity": "capacities"}  # what an error counts, where not the name + "s"
+PLURAL = {"capacity": "capacities", "series": "series"}  # where not the name + "s"
 
 
 def refuse(
@@ -203,6 +204,46 @@ def refuse(
 def _refuse(bad: pd.Series, raw: pd.Series, what: str, why: Callable[[int], str]) -> None:
     """`refuse` naming the first bad row of a file and its text."""
     refuse(bad, what, lambda i: f"{what} {str(raw.iloc[i])!r} in {_row(i)}", why)
+
+
+def _names(raw: pd.Series) -> pd.Series:
+    """Series names as text, exactly as written: a CSV's `series` column is read as text (see
+    `_read_long_csv`), so `007`, `1e3` and `NA` stay those names. A whole number (a Parquet or
+    frame column of integers) becomes its decimal text, as a CSV writes it (`8`). A blank name
+    (empty, spaces only, or a missing value) and any other kind of value (a float such as 8.0,
+    a bool: which name would it be?) name their row."""
+    if isinstance(raw.dtype, pd.StringDtype) or pd.api.types.is_integer_dtype(raw.dtype):
+        text = raw.astype(str).where(raw.notna())
+        other = pd.Series(False, index=raw.index)
+    else:
+        values = raw.astype(object)
+        text = values.map(_name_text)
+        other = text.isna() & values.notna()
+    blank = text.isna() & ~other
+    blank |= text.fillna("x").astype(str).str.strip().eq("")
+
+    def named(i: int) -> str:
+        if blank.iloc[i]:
+            return f"series in {_row(i)}"
+        return f"series {str(raw.iloc[i])!r} in {_row(i)}"
+
+    def why(i: int) -> str:
+        if blank.iloc[i]:
+            return "blank"
+        kind = type(raw.iloc[i]).__name__
+        return f"a {kind}, not text or a whole number: store the series names as text"
+
+    refuse(blank | other, "series", named, why)
+    return text.astype(str)
+
+
+def _name_text(value: object) -> str | None:
+    """A name's text: a string as it is, a whole number in decimal; None for anything else."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, int | np.integer) and not isinstance(value, bool | np.bool_):
+        return str(value)
+    return None
 
 
 def _times(raw: pd.Series) -> pd.Series:
@@ -382,7 +423,7 @@ def from_long(
         )
     df = frame.reset_index(drop=True)
     df["time"] = _times(df["time"])
-    df["series"] = df["series"].astype(str)
+    df["series"] = _names(df["series"])
     df["value"] = _amounts(df["value"], "value")
     if "capacity" in df.columns:
         df["capacity"] = _amounts(df["capacity"], "capacity")
@@ -461,11 +502,33 @@ def read_long(path: str | Path, freq: str | None = None) -> Panel:
     """Read the documented long CSV/Parquet format."""
     path = Path(path)
     if path.suffix in {".parquet", ".pq"}:
-        frame = pd.read_parquet(path)
+        # opened here, so a missing or unreadable file says why ("No such file or directory")
+        # as the CSV reader does: pyarrow's FileNotFoundError held only the path
+        with open(path, "rb") as stream:
+            frame = pd.read_parquet(stream)
     else:
-        frame = pd.read_csv(path)
+        frame = _read_long_csv(path)
         _whole_rows(path)
     return from_long(frame, name=path.stem, freq=freq)
+
+
+try:  # the strings `read_csv` reads as missing by default (NA, null, NaN, empty, …)
+    from pandas._libs.parsers import STR_NA_VALUES as PANDAS_NA
+except ImportError:  # pragma: no cover - the same list, as pandas documents it
+    PANDAS_NA = {
+        *("", "#N/A", "#N/A N/A", "#NA", "-1.#IND", "-1.#QNAN", "-NaN", "-nan", "1.#IND"),
+        *("1.#QNAN", "<NA>", "N/A", "NA", "NULL", "NaN", "None", "n/a", "nan", "null"),
+    }
+
+
+def _read_long_csv(path: Path) -> pd.DataFrame:
+    """A long CSV with its `series` column as text exactly as written: pandas' inference made
+    `007` the series 7, `1e3` 1000.0, `NA` and `null` missing (a series called nan) and, with
+    one blank cell, `8` 8.0. Every other column keeps `read_csv`'s defaults (an empty, `NaN` or
+    `NA` value or capacity is a masked point)."""
+    header = pd.read_csv(path, nrows=0).columns
+    missing = {str(column): list(PANDAS_NA) for column in header if column != "series"}
+    return pd.read_csv(path, dtype={"series": str}, keep_default_na=False, na_values=missing)
 
 
 def read_philly(path: str | Path) -> Panel:
@@ -518,7 +581,13 @@ def read_helios(path: str | Path, total: bool = True) -> Panel:
     cluster = (path.parent.parent if path.is_file() else path).name.replace("helios-", "")
     vals, caps = {}, {}
     for f in files:
-        v, c = read_helios_vc(f)
+        try:
+            v, c = read_helios_vc(f)
+        except (OSError, ValueError, KeyError) as error:
+            if path.is_file():
+                raise  # the INPUT is the file: `load` names it
+            # a folder's error names the VC file at fault, not only the folder
+            raise InputError(f"{f}: {one_line(error)}") from error
         vals[f"{cluster}/{v.name}"] = v
         caps[f"{cluster}/{v.name}"] = c
     values = pd.DataFrame(vals)
@@ -611,13 +680,16 @@ def load(source: str, freq: str | None = None) -> Panel:
     CSV/Parquet, or prometheus+http(s)://.
 
     Every way a source can be unreadable (missing file, wrong columns, unparsable values, an
-    unreachable Prometheus, no data at all) becomes one `InputError` line naming the source,
-    so the CLI can say what is wrong instead of printing a traceback.
+    unreachable Prometheus, no data at all) becomes one `InputError` line naming the source
+    (for a Helios folder, the VC file at fault), so the CLI can say what is wrong instead of
+    printing a traceback.
     """
     from advisor.ingest.exporter_scrape import SourceUnavailable
 
     try:
         panel = _open(source, freq)
+    except InputError:
+        raise  # already names the file at fault (a Helios folder's VC file)
     except (OSError, ValueError, KeyError, SourceUnavailable) as error:
         raise InputError(f"{source}: {one_line(error)}") from error
     return _with_readings(panel, f"{source}: no readings")

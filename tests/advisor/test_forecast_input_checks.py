@@ -36,11 +36,13 @@ def _philly(tmp_path: Path, bad: str | None = None, at: int = 2, n: int = 240) -
     return path
 
 
-def _one_line_error(source: Path | str) -> str:
+def _one_line_error(source: Path | str, named: Path | str | None = None) -> str:
+    """The one line `load(source)` raises, which starts with the file at fault (`named`, by
+    default the source)."""
     with pytest.raises(io.InputError) as error:
         io.load(str(source))
     text = str(error.value)
-    assert text.startswith(f"{source}: ") and "\n" not in text
+    assert text.startswith(f"{named or source}: ") and "\n" not in text
     return text
 
 
@@ -117,8 +119,29 @@ def _helios(tmp_path: Path, bad: str | None = None, n: int = 240) -> Path:
     ],
 )
 def test_a_bad_helios_row_is_one_line_naming_it(tmp_path, bad, says):
+    """In a folder the line names the VC file at fault, not only the folder."""
     folder = _helios(tmp_path, bad)
-    assert says in _one_line_error(folder)
+    vc = folder / "vcB" / "cluster_sequence_vc.csv"
+    assert says in _one_line_error(folder, named=vc)
+    assert says in _one_line_error(vc)  # the file as the INPUT: named once
+
+
+def test_a_bad_helios_vc_file_is_named_by_the_cli(tmp_path, capsys):
+    """`forecast hel5` said `hel5: total_gpu_num 'abc' in row 199 is not a number`."""
+    folder = _helios(tmp_path, "2020-05-01 00:01:00,abc,14,0")
+    (folder / "vcA" / "cluster_sequence_vc.csv").write_text("")
+    for command in ("forecast", "backtest"):
+        assert main([command, str(folder)]) == 2
+        assert capsys.readouterr().err == (
+            f"gpu-defrag {command}: {folder}/vcA/cluster_sequence_vc.csv: "
+            "No columns to parse from file\n"
+        )
+    (folder / "vcA" / "cluster_sequence_vc.csv").unlink()
+    assert main(["forecast", str(folder)]) == 2
+    assert capsys.readouterr().err == (
+        f"gpu-defrag forecast: {folder}/vcB/cluster_sequence_vc.csv: "
+        "total_gpu_num 'abc' in row 2 is not a number\n"
+    )
 
 
 def _pods(tmp_path: Path, deletion: str = "7200", scheduled: str = "60", **fields) -> Path:
@@ -184,6 +207,47 @@ def test_a_yearly_demand_history_past_2262_is_one_line_for_the_planner(tmp_path)
         demand_from_history(str(path), 6 * 3600)
     assert "time '2201-01-01' in row 178 is outside the years 1970–2200" in str(error.value)
     assert "\n" not in str(error.value)
+
+
+@pytest.mark.parametrize(
+    ("name", "rows", "says"),
+    [
+        (
+            "blank.csv",
+            "2024-01-01 00:00:00,8,1\n2024-01-01 00:00:00,,1\n2024-01-01 01:00:00,8,2\n",
+            "series in row 2 is blank",
+        ),
+        ("nope.parquet", None, "[Errno 2] No such file or directory: '{path}'"),
+        ("nope.pq", None, "[Errno 2] No such file or directory: '{path}'"),
+    ],
+)
+def test_a_bad_demand_history_is_one_line_for_the_planner(tmp_path, capsys, name, rows, says):
+    """`plan --demand` with a blank series said `bad shape 'nan'` (or planned a series 8.0);
+    a missing Parquet file said only its path."""
+    path = tmp_path / name
+    if rows is not None:
+        path.write_text("time,series,value\n" + rows)
+    seed = ROOT / "examples" / "seed-16x8-a100.json"
+    assert main(["plan", str(seed), "--goal", "forecast=6h", "--demand", str(path)]) == 2
+    assert capsys.readouterr().err == (
+        f"gpu-defrag plan: {path}: cannot read demand history: {says.format(path=path)}\n"
+    )
+
+
+def test_a_power_down_replay_the_input_cannot_give_is_a_skip_note(tmp_path, capsys):
+    """`--replays power` on GPUs of two series ran nothing and said nothing, while the idle and
+    reservation replays say why they skip."""
+    path = _long_csv(tmp_path)
+    out = tmp_path / "out"
+    argv = ["backtest", str(path), "--horizons", "1", "--quantiles", "0.5"]
+    assert main([*argv, "--replays", "power", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[0] == (
+        "power-down replay skipped: needs one series of nodes in use (Philly), "
+        "got 2 series of an unknown unit"
+    )
+    assert pd.read_csv(out / "metrics.csv")["model"].eq("advisor").any()
+    assert (out / "decisions.csv").read_text().strip() == ""  # no replay ran
 
 
 def test_a_horizon_the_test_part_cannot_score_is_one_line(tmp_path, capsys):

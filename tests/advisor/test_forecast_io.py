@@ -275,3 +275,85 @@ def test_a_reader_error_of_several_lines_is_one_line_keeping_all_of_it(monkeypat
         io.load("trace.csv")
     assert "\n" not in str(raised.value)
     assert str(raised.value).startswith("trace.csv: Error tokenizing data. C error")
+
+
+def _two_series(first: str, second: str, hours: int = 3) -> list[str]:
+    times = pd.date_range("2024-01-01", periods=hours, freq="h").strftime("%Y-%m-%d %H:%M:%S")
+    return [f"{t},{name},{h}" for h, t in enumerate(times) for name in (first, second)]
+
+
+@pytest.mark.parametrize(
+    ("first", "second"), [("007", "08"), ("1e3", "2"), ("NA", "null"), ("None", "nan")]
+)
+def test_long_csv_series_names_stay_as_written(tmp_path, first, second):
+    """pandas read `007` as 7, `1e3` as 1000.0, and `NA`/`null` as missing: a series `nan`."""
+    path = _write_long(tmp_path, _two_series(first, second), header="time,series,value")
+    p = io.load(path)
+    assert sorted(p.series) == sorted([first, second])
+    assert p.values[first].tolist() == [0, 1, 2] == p.values[second].tolist()
+
+
+def test_a_blank_long_series_is_one_line_naming_its_row(tmp_path):
+    """One blank series cell turned `1`, `8` into `1.0`, `8.0` and forecast a series `nan`; two
+    blank cells at one time raised IndexError in `_no_repeats`."""
+    rows = _two_series("8", "1")
+    rows[2] = rows[2].replace(",8,", ",,")
+    path = _write_long(tmp_path, rows, header="time,series,value")
+    with pytest.raises(io.InputError) as error:
+        io.load(path)
+    assert str(error.value) == f"{path}: series in row 3 is blank"
+    both = ["2024-01-01 00:00:00,,1", "2024-01-01 00:00:00, ,2", *_two_series("a", "b")[2:]]
+    path = _write_long(tmp_path, both, header="time,series,value")
+    with pytest.raises(io.InputError) as error:
+        io.load(path)
+    assert str(error.value) == f"{path}: series in row 1 is blank; 2 bad series in all"
+
+
+def test_empty_and_na_values_and_capacities_stay_masked_beside_text_series(tmp_path):
+    """Only the series column is read as text: an empty, `NA` or `null` value or capacity is
+    still a masked or unknown point."""
+    rows = _hourly_rows(4, series="NA")
+    rows[1] = "2024-01-01T01:00:00Z,NA,NA,null"
+    rows[2] = "2024-01-01T02:00:00Z,NA,,"
+    p = io.load(_write_long(tmp_path, rows))
+    assert p.series == ["NA"]
+    assert np.isnan(p.values["NA"].iloc[1:3]).all() and p.values["NA"].iloc[3] == 4
+
+
+def _parquet(tmp_path, series, name: str = "d.parquet"):
+    frame = pd.DataFrame(
+        {"time": pd.date_range("2024-01-01", periods=3, freq="h"), "series": series, "value": 1}
+    )
+    path = tmp_path / name
+    try:
+        frame.to_parquet(path)
+    except ImportError:
+        skip_or_fail("no parquet engine (pip install pyarrow)")
+    return path
+
+
+def test_parquet_series_of_whole_numbers_become_their_text_and_others_are_refused(tmp_path):
+    """A Parquet series column of whole numbers reads as the CSV writes them (`8`); a float
+    column (8.0, or whole numbers with a null) is refused: which name would 8.0 be?"""
+    assert io.load(str(_parquet(tmp_path, [8, 8, 8]))).series == ["8"]
+    nullable = pd.array([8, None, 8], dtype="Int64")
+    path = _parquet(tmp_path, nullable)
+    with pytest.raises(io.InputError) as error:
+        io.load(str(path))
+    assert str(error.value) == f"{path}: series in row 2 is blank"
+    path = _parquet(tmp_path, [8.0, 8.0, 8.0])
+    with pytest.raises(io.InputError) as error:
+        io.load(str(path))
+    assert str(error.value) == (
+        f"{path}: series '8.0' in row 1 is a float64, not text or a whole number: store the "
+        "series names as text; 3 bad series in all"
+    )
+
+
+@pytest.mark.parametrize("name", ["nope.parquet", "nope.pq", "nope.csv"])
+def test_a_missing_long_file_says_no_such_file(tmp_path, name):
+    """A missing Parquet file said only its path twice (`nope.parquet: nope.parquet`)."""
+    path = tmp_path / name
+    with pytest.raises(io.InputError) as error:
+        io.load(str(path))
+    assert str(error.value) == f"{path}: [Errno 2] No such file or directory: '{path}'"
