@@ -284,7 +284,11 @@ def demand_from_history(
     shapes: list[Shape] = []
     for series, total in table.groupby("series")[column].sum().items():
         count = math.ceil(max(0.0, float(total)) - 1e-9)
-        shapes += _jobs(parse_shape(str(series)), count, capacity_gpus, path)
+        try:
+            shape = parse_shape(str(series))
+        except ValueError as error:  # a series of a demand history names a job shape
+            raise ValueError(f"{path}: series {str(series)!r}: {error}") from None
+        shapes += _jobs(shape, count, capacity_gpus, path)
     return shapes
 
 

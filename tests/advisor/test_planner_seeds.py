@@ -279,6 +279,20 @@ def test_a_forecast_of_no_jobs_is_a_plan_with_nothing_to_do(tmp_path, capsys) ->
         assert doc["feasible"] is True and doc["actions"] == [], demand.name
 
 
+def test_a_demand_history_series_that_is_no_shape_names_the_file(tmp_path, capsys) -> None:
+    import pandas as pd
+
+    history = tmp_path / "regions.csv"
+    times = pd.date_range("2026-01-01", periods=48, freq="h")
+    pd.DataFrame({"time": times, "series": "EU", "value": 1.0}).to_csv(history, index=False)
+    args = ["plan", str(SEED_16X8), "--goal", "forecast=6h", "--demand", str(history)]
+    assert main(args) == 2
+    assert capsys.readouterr().err == (
+        f"gpu-defrag plan: {history}: series 'EU': bad shape 'EU': expected e.g. 0.5, 1, 8, "
+        "2x8 or 4@A100\n"
+    )
+
+
 def test_exact_solver_plans_several_forecast_jobs_at_once() -> None:
     model = snapshot.load(SEED_16X8)
     demand = [measures.parse_shape(s) for s in ("8", "8", "8", "8", "8", "4", "4", "2x8")]
