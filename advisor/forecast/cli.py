@@ -240,7 +240,7 @@ def register(subparsers) -> None:
     fc.add_argument("--horizons", type=_hours, default=tuple(range(1, 25)), help=HORIZONS_HELP)
     fc.add_argument("--quantiles", type=_quantiles, default=(0.1, 0.5, 0.9), help=QUANTILES_HELP)
     fc.add_argument("--model", type=_model, default="advisor", help="advisor or one candidate")
-    fc.add_argument("--out", default=None, help="CSV file (default: stdout)")
+    fc.add_argument("--out", default=None, help="CSV file (default or `-`: stdout)")
     fc.set_defaults(func=run_forecast)
 
 
@@ -467,6 +467,8 @@ def _run_forecast(args: argparse.Namespace) -> int:
     from advisor.forecast import api, io
     from exporter.files import write_text_atomic
 
+    if args.out == "-":  # standard output, as without --out (not a file named "-")
+        args.out = None
     _check_out(args.out, directory=False, source=args.input)
     panel = io.hourly(io.load(args.input), args.input)
     frame = api.forecast(panel, args.horizons, args.quantiles, model=args.model)

@@ -302,6 +302,17 @@ def test_a_failed_write_is_one_line_and_keeps_the_previous_results(tmp_path, cap
     assert not csv.exists()
 
 
+def test_forecast_out_dash_is_standard_output_not_a_file_named_dash(tmp_path, capsys, monkeypatch):
+    path = _long_csv(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    args = ["forecast", str(path), "--horizons", "1", "--model", "naive"]
+    assert main([*args, "--out", "-"]) == 0
+    dashed = capsys.readouterr().out
+    assert main(args) == 0
+    assert dashed == capsys.readouterr().out and dashed.startswith("series,")
+    assert not (tmp_path / "-").exists()
+
+
 def test_an_input_without_a_usable_hour_is_an_error_not_an_empty_table(tmp_path, capsys):
     """Ten readings a minute apart at the start of each hour: every hour holds less than half
     its minutes, so every hour is masked; the forecast would be all NaN."""
