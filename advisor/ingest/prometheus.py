@@ -55,6 +55,7 @@ from advisor.ingest.exporter_scrape import (
     our_readings_unchecked,
 )
 from advisor.model import ClusterModel, Usage, from_readings
+from exporter import bounded_get, units
 from exporter.backends import dcgm_exporter as dx
 from exporter.contract import DCGM_COMPAT
 from exporter.messages import one_line
@@ -64,6 +65,12 @@ DCGM_FB_USED = "DCGM_FI_DEV_FB_USED"
 STATE_QUERY = f'{{__name__=~"{"|".join(OUR_NAMES)}|DCGM_.+"}}'
 # steps per range query: Prometheus refuses more than 11,000 per series; a margin for its rounding
 MAX_STEPS = 10_000
+# The most one reply may hold. The largest is a range query piece (at most MAX_STEPS steps):
+# a point is 20-40 bytes of JSON (`[1700000060,"0.45"],` to `[1700000060.5,"0.4499999999"],`
+# with a long float), so 1,000 GPUs x 10,000 steps is 200-400 MB. 512 MiB reads that; a larger
+# reply is a broken server or a fleet beyond one query, refused rather than read until memory
+# runs out.
+MAX_REPLY_BYTES = 512 * 2**20
 QUERY_SHOWN = 80  # characters of a query an error line quotes (the state query has ~450)
 NO_TARGET = "(no instance or job label)"  # the one target of series that name none
 TARGET_ORDER = "(our exporter's targets first, then dcgm-exporter's, each in name order)"
@@ -85,15 +92,27 @@ class PrometheusClient:
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self.timeout = timeout
-        self.session = session or requests.Session()
+        self.session = session or bounded_get.new_session()
 
     def _get(self, path: str, params: dict[str, Any]) -> dict[str, Any]:
         url = f"{self.base_url}{path}"
         try:
-            response = self.session.get(url, params=params, timeout=self.timeout)
+            response = bounded_get.get(
+                url, self.timeout, cap=MAX_REPLY_BYTES, session=self.session, params=params
+            )
         except requests.Timeout:
             raise SourceUnavailable(
                 f"Prometheus at {self.base_url} unreachable: no answer within {self.timeout:g} s"
+            ) from None
+        except bounded_get.AnswerTooSlow:
+            raise SourceUnavailable(
+                f"Prometheus at {self.base_url}: no complete reply to {path} "
+                f"within {self.timeout:g} s"
+            ) from None
+        except bounded_get.AnswerTooLarge:
+            raise SourceUnavailable(
+                f"Prometheus at {self.base_url}: reply to {path} larger than "
+                f"{units.size_text(MAX_REPLY_BYTES)}"
             ) from None
         except requests.RequestException as error:
             raise SourceUnavailable(

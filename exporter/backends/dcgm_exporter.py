@@ -17,6 +17,7 @@ from urllib.parse import urlsplit
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
+from exporter import bounded_get, units
 from exporter.backends.base import Backend, BackendUnavailable
 from exporter.backends.dcgm_common import XID_FIELD, XidTracker, apply_fields, is_blank
 from exporter.readings import Allocation, Collection, GpuReading, MigInstance, NodeReading
@@ -89,6 +90,11 @@ MIG_OWN_FIELDS = frozenset(
     }
 )
 MIB = 2.0**20
+# The most a /metrics page may hold. dcgm-exporter's page of an 8-GPU node is ~90 KB, with MIG
+# and profiling fields a few hundred KB; our exporter's page of a big node a few MB. 64 MiB is
+# ten times the largest real page, and still parses in bounded time and memory: more is a
+# broken or hostile target (an endless page), refused rather than read until memory runs out.
+MAX_PAGE_BYTES = 64 * 2**20
 
 
 def _label(labels: dict[str, str], *names: str) -> str:
@@ -174,11 +180,18 @@ def parse_exposition(text: str, url: str) -> list[tuple[str, dict[str, str], flo
 
 def fetch_page(url: str, timeout: float, session: requests.Session | None = None) -> str:
     """The text of one /metrics page; BackendUnavailable with one line naming the URL on any
-    HTTP failure (timeout, refused, non-200)."""
+    HTTP failure (timeout, refused, non-200, a page not complete within `timeout` or over
+    `MAX_PAGE_BYTES`)."""
     try:
-        response = (session or requests).get(url, timeout=timeout)
+        response = bounded_get.get(url, timeout, cap=MAX_PAGE_BYTES, session=session)
     except requests.Timeout:
         raise BackendUnavailable(f"{url}: no answer within {timeout:g} s") from None
+    except bounded_get.AnswerTooSlow:
+        raise BackendUnavailable(f"{url}: no complete answer within {timeout:g} s") from None
+    except bounded_get.AnswerTooLarge:
+        raise BackendUnavailable(
+            f"{url}: page larger than {units.size_text(MAX_PAGE_BYTES)}"
+        ) from None
     except requests.RequestException as error:
         raise BackendUnavailable(f"{url}: unreachable ({type(error).__name__})") from None
     if response.status_code != 200:
@@ -239,7 +252,7 @@ class DcgmExporterBackend(Backend):
             type=float,
             default=5.0,
             metavar="SECONDS",
-            help="HTTP timeout per target (default 5)",
+            help="HTTP timeout per target, for its whole page (default 5)",
         )
 
     @classmethod
@@ -261,7 +274,7 @@ class DcgmExporterBackend(Backend):
 
     def start(self) -> None:
         if self._session is None:
-            self._session = requests.Session()
+            self._session = bounded_get.new_session()
 
     def close(self) -> None:
         if self._session is not None:

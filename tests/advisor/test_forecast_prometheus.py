@@ -97,11 +97,10 @@ def test_a_reply_that_is_not_the_api_shape_is_one_input_line(monkeypatch):
         def json(self):
             return ["not", "an", "API", "reply"]
 
-    class Session:
-        def get(self, *_args, **_kw):
-            return Reply()
+    def get(*_args, **_kw):  # the client's one HTTP call (exporter.bounded_get.get)
+        return Reply()
 
-    monkeypatch.setattr(prometheus.requests, "Session", Session)
+    monkeypatch.setattr(prometheus.bounded_get, "get", get)
     source = "prometheus+http://prom:9090/?query=used"
     with pytest.raises(InputError) as error:
         load(source)
@@ -126,15 +125,14 @@ def _serve(monkeypatch, answers: dict[str, dict[str, list[str]]]) -> None:
         def json(self):
             return self.body
 
-    class Session:
-        def get(self, _url, params=None, timeout=None):
-            result = [
-                {"metric": {"pool": pool}, "values": [[T0 + 3600 * i, v] for i, v in enumerate(vs)]}
-                for pool, vs in answers[params["query"]].items()
-            ]
-            return Reply({"status": "success", "data": {"resultType": "matrix", "result": result}})
+    def get(_url, _timeout, *, cap, session=None, params=None):  # exporter.bounded_get.get
+        result = [
+            {"metric": {"pool": pool}, "values": [[T0 + 3600 * i, v] for i, v in enumerate(vs)]}
+            for pool, vs in answers[params["query"]].items()
+        ]
+        return Reply({"status": "success", "data": {"resultType": "matrix", "result": result}})
 
-    monkeypatch.setattr(prometheus.requests, "Session", Session)
+    monkeypatch.setattr(prometheus.bounded_get, "get", get)
 
 
 OK = ["4", "5", "6", "7"]

@@ -3,10 +3,12 @@ http.server, plus sim, openb and snapshot sources, all into the same model."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import logging
 import re
 import socket
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,7 +24,16 @@ from advisor.model import from_readings
 from exporter.readings import Collection
 from exporter.render import SelfState, render_page
 from tests.exporter import readings_factory
-from tests.fakes.page_server import Route, Routes, serve
+from tests.fakes.page_server import (
+    Route,
+    Routes,
+    endless,
+    fixed,
+    head,
+    serve,
+    serve_raw,
+    trickle,
+)
 
 DCGM_FIXTURES = Path(__file__).parent.parent / "fixtures" / "dcgm_exporter"
 STATE = SelfState("0.1.0", "test", True, 0.01, 1.7e9, 1, {})
@@ -287,6 +298,61 @@ def test_prometheus_errors_name_the_server(server) -> None:
         load_source(f"prometheus+{base}?foo=1")
     with pytest.raises(SourceError, match=r"\?at=abc: at='abc': expected a Unix time"):
         load_source(f"prometheus+{base}?at=abc")
+
+
+def _raw_reply(body: bytes, **headers: str) -> bytes:
+    return head(Content_Type="application/json", Content_Length=str(len(body)), **headers) + body
+
+
+INSTANT = json.dumps(
+    {
+        "status": "success",
+        "data": {
+            "resultType": "vector",
+            "result": [{"metric": {"__name__": "up", "job": "gpu"}, "value": [1.7e9, "1"]}],
+        },
+    }
+).encode()
+
+
+def test_a_prometheus_reply_that_trickles_ends_at_the_timeout_in_one_line() -> None:
+    reply = _raw_reply(INSTANT)
+    with serve_raw(trickle(reply, 0.1, start=len(reply) - 40)) as base:
+        started = time.monotonic()
+        with pytest.raises(SourceError) as error:
+            load_source(f"prometheus+{base}", timeout=1)
+        took = time.monotonic() - started
+    assert (
+        str(error.value) == f"Prometheus at {base}: no complete reply to /api/v1/query within 1 s"
+    )
+    assert 0.9 < took < 2.0
+
+
+def test_a_prometheus_reply_over_the_cap_is_refused(monkeypatch) -> None:
+    monkeypatch.setattr(prometheus, "MAX_REPLY_BYTES", 2**20)
+    with (
+        serve_raw(endless(head(Transfer_Encoding="chunked"))) as base,
+        pytest.raises(SourceError) as error,
+    ):
+        load_source(f"prometheus+{base}", timeout=10)
+    assert str(error.value) == f"Prometheus at {base}: reply to /api/v1/query larger than 1MiB"
+
+
+def test_a_prometheus_content_length_over_the_cap_is_refused_without_reading() -> None:
+    declared = head(Content_Length=str(prometheus.MAX_REPLY_BYTES + 1))
+    with serve_raw(lambda conn, stop: (conn.sendall(declared), stop.wait(10))) as base:
+        started = time.monotonic()
+        with pytest.raises(prometheus.SourceUnavailable) as error:
+            prometheus.PrometheusClient(base, 5).instant("up")
+        assert time.monotonic() - started < 1
+    assert str(error.value) == f"Prometheus at {base}: reply to /api/v1/query larger than 512MiB"
+
+
+def test_a_gzip_prometheus_reply_is_read_as_the_plain_one() -> None:
+    zipped = _raw_reply(gzip.compress(INSTANT), Content_Encoding="gzip")
+    with serve_raw(fixed(zipped)) as base:
+        samples = prometheus.PrometheusClient(base, 2).instant("up")
+    assert samples == [("up", {"job": "gpu"}, 1.0)]
 
 
 def _reply(body) -> Route:

@@ -3,19 +3,33 @@
 from __future__ import annotations
 
 import argparse
+import gzip
 import re
 import socket
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import requests
 
+from exporter.backends import dcgm_exporter
 from exporter.backends.base import BackendUnavailable
 from exporter.backends.dcgm_common import XidTracker, is_blank
-from exporter.backends.dcgm_exporter import DcgmExporterBackend, first_bad_line
+from exporter.backends.dcgm_exporter import DcgmExporterBackend, fetch_page, first_bad_line
 from exporter.backends.registry import backend_class
 from exporter.readings import GpuReading
-from tests.fakes.page_server import Routes, serve
+from tests.fakes.page_server import (
+    EXPOSITION,
+    Answer,
+    Routes,
+    endless,
+    fixed,
+    head,
+    serve,
+    serve_raw,
+    trickle,
+)
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "dcgm_exporter"
 MIB = 2**20
@@ -562,3 +576,107 @@ def test_a_page_without_gpu_series_is_not_dcgm_exporter(server):
     with pytest.raises(BackendUnavailable, match="no per-GPU series") as caught:
         _collect([url])
     assert url in str(caught.value)
+
+
+# --- bounded answers: one deadline for the whole answer, a cap on its size --------------------
+
+
+def _fetch_error(answer: Answer, timeout: float = 1.0) -> tuple[str, str, float]:
+    """(URL, the one-line error, seconds taken) of fetching a page `answer` serves."""
+    with serve_raw(answer) as base:
+        url = base + "/metrics"
+        started = time.monotonic()
+        with pytest.raises(BackendUnavailable) as caught:
+            fetch_page(url, timeout)
+        return url, str(caught.value), time.monotonic() - started
+
+
+def _page(body: bytes, content_type: str = EXPOSITION, **headers: str) -> bytes:
+    """A page with its length (and its type, unless that is empty)."""
+    typed = {"Content_Type": content_type} if content_type else {}
+    return head(**typed, Content_Length=str(len(body)), **headers) + body
+
+
+A100 = (FIXTURES / "a100_k8s.prom").read_bytes()
+
+
+def test_a_page_that_trickles_ends_at_the_timeout_in_one_line():
+    """A byte every 0.1 s never trips requests' wait between bytes; the deadline ends it."""
+    answer = _page(A100)
+    url, error, took = _fetch_error(trickle(answer, 0.1, start=len(answer) - 1000))
+    assert error == f"{url}: no complete answer within 1 s"
+    assert 0.9 < took < 2.0
+
+
+def test_trickled_headers_end_at_the_timeout():
+    url, error, took = _fetch_error(trickle(_page(A100), 0.1, start=10))
+    assert error == f"{url}: no answer within 1 s"
+    assert took < 2.0
+
+
+def test_a_page_read_to_the_close_is_not_taken_whole_when_the_deadline_cuts_it():
+    """No Content-Length: the end of the page is the close, which the deadline must not fake."""
+    answer = head(Content_Type=EXPOSITION, Connection="close") + A100
+    url, error, took = _fetch_error(trickle(answer, 0.1, start=len(answer) - 1000))
+    assert error == f"{url}: no complete answer within 1 s"
+    assert took < 2.0
+
+
+def test_an_endless_page_is_refused_at_the_cap(monkeypatch):
+    monkeypatch.setattr(dcgm_exporter, "MAX_PAGE_BYTES", 2**20)
+    url, error, took = _fetch_error(endless(head(Transfer_Encoding="chunked")), timeout=10)
+    assert error == f"{url}: page larger than 1MiB"
+    assert took < 5
+
+
+def test_a_content_length_over_the_cap_is_refused_without_reading():
+    """The server sends the head and then nothing: only a refusal at the head ends it early."""
+    declared = head(Content_Length=str(dcgm_exporter.MAX_PAGE_BYTES + 1))
+    url, error, took = _fetch_error(lambda conn, stop: (conn.sendall(declared), stop.wait(10)), 5)
+    assert error == f"{url}: page larger than 64MiB"
+    assert took < 1
+
+
+def test_a_page_of_exactly_the_cap_is_read(monkeypatch):
+    monkeypatch.setattr(dcgm_exporter, "MAX_PAGE_BYTES", len(A100))
+    with serve_raw(fixed(_page(A100))) as base:
+        assert fetch_page(base + "/metrics", 2) == A100.decode()
+    monkeypatch.setattr(dcgm_exporter, "MAX_PAGE_BYTES", len(A100) - 1)
+    url, error, _ = _fetch_error(fixed(head(Content_Type=EXPOSITION) + A100))
+    assert error == f"{url}: page larger than {len(A100) - 1}B"
+
+
+def test_a_gzip_page_is_read_as_the_plain_one():
+    with (
+        serve_raw(fixed(_page(A100))) as plain,
+        serve_raw(fixed(_page(gzip.compress(A100), Content_Encoding="gzip"))) as zipped,
+    ):
+        assert fetch_page(zipped + "/metrics", 2) == fetch_page(plain + "/metrics", 2)
+        assert _gpus(_collect([zipped + "/metrics"])) == _gpus(_collect([plain + "/metrics"]))
+
+
+@pytest.mark.parametrize(
+    "content_type",
+    [EXPOSITION, "text/plain; charset=utf-8", "application/octet-stream", ""],
+)
+def test_the_text_is_decoded_as_requests_decodes_it(content_type):
+    """Charset from Content-Type, text/* without one as ISO-8859-1, else detected: as ever."""
+    body = 'gpu_info{gpu="0",model="NVIDIA H100 80GB HBM3 — ünïcode"} 1\n'.encode() * 50
+    with serve_raw(fixed(_page(body, content_type))) as base:
+        assert fetch_page(base + "/metrics", 2) == requests.get(base + "/metrics", timeout=2).text
+
+
+def test_a_trickling_target_does_not_stop_the_others(server):
+    base, pages = server
+    good = base + pages.fixture("a100_k8s.prom")
+    with serve_raw(trickle(_page(A100), 0.1, start=100)) as slow_base:
+        slow = slow_base + "/metrics"
+        backend = DcgmExporterBackend([slow, good], timeout=1.0)
+        started = time.monotonic()
+        try:
+            collection = backend.collect()
+        finally:
+            backend.close()
+        assert time.monotonic() - started < 2.0
+    assert [node.node for node in collection.nodes] == ["dgx-a100-07"]
+    assert collection.errors == {f"scrape {slow}": 1}
