@@ -14,6 +14,17 @@ from typing import Literal
 Kind = Literal["gauge", "counter", "info"]
 
 GPU = ("node", "gpu")  # every per-GPU series carries these two stable, low-cardinality labels
+# a process on a GPU (its MIG instance "" without MIG) and who runs it
+PROCESS = (
+    *GPU,
+    "gpu_instance_id",
+    "pid",
+    "process_name",
+    "pod",
+    "namespace",
+    "container",
+    "slurm_job",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,30 +171,12 @@ METRICS: tuple[MetricSpec, ...] = (
     _g(
         "gpu_process_memory_used_bytes",
         'GPU memory held by a process (gpu_instance_id: its MIG instance, "" without MIG).',
-        (
-            *GPU,
-            "gpu_instance_id",
-            "pid",
-            "process_name",
-            "pod",
-            "namespace",
-            "container",
-            "slurm_job",
-        ),
+        PROCESS,
     ),
     _g(
         "gpu_process_sm_utilization_ratio",
         "SM utilization of one process on a shared (time-sliced) GPU.",
-        (
-            *GPU,
-            "gpu_instance_id",
-            "pid",
-            "process_name",
-            "pod",
-            "namespace",
-            "container",
-            "slurm_job",
-        ),
+        PROCESS,
     ),
     _i(
         "gpu_allocation_info",
