@@ -417,10 +417,12 @@ def run(args: argparse.Namespace) -> int:
         return 2
     if args.goal.partition("=")[0].strip() in GOALS:  # recommendation kinds (recommend.py)
         return _run_recommendation(args)
-    if args.goal.partition("=")[0].strip() not in ("job", "free-nodes", "forecast"):
+    key = args.goal.partition("=")[0].strip()
+    if key not in ("job", "free-nodes", "forecast"):
         print(
-            f"gpu-defrag plan: bad goal {args.goal!r}: expected job=8x8, job=4, free-nodes=8, "
-            "forecast=6h, recommend, reclaim, share, rebalance, reserve[=JOB] or borrow=JOB|TENANT:GPUS",
+            f"gpu-defrag plan: bad goal {args.goal!r}: unknown goal {key!r} (job=8x8, job=4, "
+            "free-nodes=8, forecast=6h, recommend, reclaim, share, rebalance, reserve[=JOB] or "
+            "borrow=JOB|TENANT:GPUS)",
             file=sys.stderr,
         )
         return 2

@@ -168,8 +168,8 @@ def test_cli_table_forecast_and_errors(tmp_path, capsys) -> None:
         (["--goal", "job=0"], "bad shape '0': a shape takes at least one task"),
         (
             ["--goal", "nope"],
-            "bad goal 'nope': expected job=8x8, job=4, free-nodes=8, forecast=6h, "
-            "recommend, reclaim, share, rebalance, reserve[=JOB] or borrow=JOB|TENANT:GPUS",
+            "bad goal 'nope': unknown goal 'nope' (job=8x8, job=4, free-nodes=8, forecast=6h, "
+            "recommend, reclaim, share, rebalance, reserve[=JOB] or borrow=JOB|TENANT:GPUS)",
         ),
         (["--goal", "job=8x0"], "bad shape '8x0'"),
         (
