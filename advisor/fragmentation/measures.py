@@ -151,11 +151,18 @@ def jobs_that_fit(model: ClusterModel, shape: Shape, groups: np.ndarray | None =
     """How many jobs of `shape` could start now, each on its own free capacity (not jointly
     with other shapes). Multi-node jobs need `tasks` tasks within one rack and one GPU model."""
     per_node = tasks_per_node(model, shape)
-    if shape.tasks == 1:
+    if shape.tasks > 1:
+        groups = _rack_groups(model) if groups is None else groups
+    return _jobs_of(per_node, shape.tasks, groups)
+
+
+def _jobs_of(per_node: np.ndarray, tasks: int, groups: np.ndarray | None) -> int:
+    """Whole jobs of `tasks` tasks from the tasks that fit per node, each multi-node job
+    within one group (rack and GPU model)."""
+    if tasks == 1:
         return int(per_node.sum())
-    groups = _rack_groups(model) if groups is None else groups
     per_group = np.bincount(groups, weights=per_node.astype(np.float64))
-    return int((per_group // shape.tasks).sum())
+    return int((per_group // tasks).sum())
 
 
 def jobs_that_fit_by_part(
@@ -170,11 +177,7 @@ def jobs_that_fit_by_part(
     out: dict[str, int] = {}
     for part in sorted(set(parts.tolist())):
         on = parts == part
-        if shape.tasks == 1:
-            out[part] = int(per_node[on].sum())
-        else:
-            per_group = np.bincount(groups[on], weights=per_node[on].astype(np.float64))
-            out[part] = int((per_group // shape.tasks).sum())
+        out[part] = _jobs_of(per_node[on], shape.tasks, None if groups is None else groups[on])
     return out
 
 

@@ -151,12 +151,13 @@ def pool_shape_table(model: ClusterModel, shapes: tuple[Shape, ...]) -> list[dic
     when another pool could take the job."""
     pools = pool_names(model)
     free = measures.free_whole_per_node(model)
+    free_in = {pool: int(free[pools == pool].sum()) for pool in set(pools.tolist())}
     rows = []
     for shape in shapes:
         fits = measures.jobs_that_fit_by_part(model, shape, pools)
         whole = shape.gpu_milli == MILLI
         for pool, fit in fits.items():
-            free_whole = int(free[pools == pool].sum())
+            free_whole = free_in[pool]
             rows.append(
                 {
                     "pool": pool,
