@@ -32,7 +32,7 @@ from typing import Any
 from advisor.fragmentation.measures import Shape, parse_shape
 from advisor.model import ClusterModel
 from advisor.planner.actions import CostWeights, Plan
-from advisor.planner.consolidate import Goal, parse_goal, plan_heuristic
+from advisor.planner.consolidate import GOAL_KINDS, Goal, parse_goal, plan_heuristic
 from advisor.planner.constraints import Policy, PolicyError, load_policy
 from advisor.snapshot import JsonFileError, read_json, repeated_key
 from exporter.units import fraction, number, positive_duration
@@ -415,10 +415,10 @@ def run(args: argparse.Namespace) -> int:
     if refused:  # before the source is read: a flag the goal ignores is no plan for it
         print(f"gpu-defrag plan: error: {refused}", file=sys.stderr)
         return 2
-    if args.goal.partition("=")[0].strip() in GOALS:  # recommendation kinds (recommend.py)
-        return _run_recommendation(args)
     key = args.goal.partition("=")[0].strip()
-    if key not in ("job", "free-nodes", "forecast"):
+    if key in GOALS:  # recommendation kinds (recommend.py)
+        return _run_recommendation(args)
+    if key not in GOAL_KINDS:
         print(
             f"gpu-defrag plan: bad goal {args.goal!r}: unknown goal {key!r} (job=8x8, job=4, "
             "free-nodes=8, forecast=6h, recommend, reclaim, share, rebalance, reserve[=JOB] or "

@@ -43,6 +43,9 @@ CHAIN_ALWAYS_NODES = 2000  # up to this size the chained search always runs (it 
 # --------------------------------------------------------------------------- goals
 
 
+GOAL_KINDS = ("job", "free-nodes", "forecast")  # what parse_goal reads
+
+
 @dataclass(frozen=True)
 class Goal:
     """What the plan must make possible. `priority` None = the highest priority in the model."""
@@ -81,7 +84,7 @@ def parse_goal(text: str, *, priority: int | None = None, tenant: str = "") -> G
             raise ValueError(f"bad goal {text!r}: forecast needs a horizon like 6h or 90m")
         seconds = float(match.group(1)) * _UNIT[match.group(2)]
         return Goal(text, "forecast", horizon_s=seconds, priority=priority, tenant=tenant)
-    raise ValueError(f"bad goal {text!r}: unknown goal {key!r} (job, free-nodes, forecast)")
+    raise ValueError(f"bad goal {text!r}: unknown goal {key!r} ({', '.join(GOAL_KINDS)})")
 
 
 # --------------------------------------------------------------------------- instance
