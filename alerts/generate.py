@@ -313,6 +313,12 @@ def alert_definitions(config: dict) -> list[Alert]:
             "gpu",
         ),
     ]
+    # each GPU's peak utilization over the idle window; `max by`: a series of the GPU that
+    # changed a label within it (the exporter pod's `pod` after a restart) joins as one
+    held_peak = (
+        "max by (" + GPU_LABELS + ") "
+        "(max_over_time(gpu_utilization_ratio{%(E)s}[%(idle_window)s]))\n"
+    )
     capacity = [
         Alert(
             "GpuAllocatedIdle",
@@ -321,10 +327,7 @@ def alert_definitions(config: dict) -> list[Alert]:
             "%(idle_window)s",
             # One series per allocation: the GPU's peak utilization over the window, with the
             # holder's labels. The `for` equal to the window means allocated for the window too.
-            "max by (" + GPU_LABELS + ") "
-            "(max_over_time(gpu_utilization_ratio{%(E)s}[%(idle_window)s]))\n"
-            "* on (" + GPU_LABELS + ") group_right ()\n"
-            "gpu_allocation_info{%(E)s}",
+            held_peak + "* on (" + GPU_LABELS + ") group_right ()\ngpu_allocation_info{%(E)s}",
             "",  # the condition is in `expr`, which adds the MIG instances
             "GPU is allocated but idle.",
             "GPU {{ $labels.gpu }} on node {{ $labels.node }} is held by "
@@ -336,9 +339,7 @@ def alert_definitions(config: dict) -> list[Alert]:
             # a MIG GPU has no utilization of its own: an allocation of a GPU instance is idle
             # by that instance's SM activity (GPM), joined on gpu_instance_id
             expr="(\n"
-            "  max by (" + GPU_LABELS + ") "
-            "(max_over_time(gpu_utilization_ratio{%(E)s}[%(idle_window)s]))\n"
-            "  * on (" + GPU_LABELS + ") group_right ()\n"
+            "  " + held_peak + "  * on (" + GPU_LABELS + ") group_right ()\n"
             '  gpu_allocation_info{%(E)s, gpu_instance_id=""}\n'
             ") < %(idle_utilization_ratio)s\n"
             "or\n"

@@ -650,8 +650,8 @@ def node_detail(config: dict) -> dict:
                 ),
                 table(
                     "Processes and pods on each GPU",
-                    "Every process holding GPU memory, with its MIG instance, pod, namespace, container or "
-                    "Slurm job.",
+                    "Every process holding GPU memory, with its MIG instance, pod, namespace, "
+                    "container or Slurm job.",
                     [target(f"gpu_process_memory_used_bytes{{{NODE}}}", instant=True, table=True)],
                     "bytes",
                     transformations=[organize([*_HIDE, "node"], {"Value": "memory used"})],
