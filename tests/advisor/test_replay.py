@@ -378,23 +378,22 @@ def test_cli_refuses_fewer_than_one_job(tmp_path: Path, jobs: str) -> None:
     assert stop.value.code == 2
 
 
-def test_cli_header_only_pod_list_is_one_line(tmp_path: Path, capsys) -> None:
+@pytest.mark.parametrize(
+    ("rows", "says"),
+    [
+        ("", "no pods"),  # header only
+        ("p1,1000,1024,0,0\n", "no pod asks for a GPU"),  # no GPU demand to replay
+    ],
+)
+def test_cli_a_pod_list_with_nothing_to_replay_is_one_line(
+    tmp_path: Path, capsys, rows: str, says: str
+) -> None:
     nodes, pods = _write_trace(tmp_path)
-    pods.write_text("name,cpu_milli,memory_mib,num_gpu,gpu_milli\n")
+    pods.write_text("name,cpu_milli,memory_mib,num_gpu,gpu_milli\n" + rows)
     rc = main(["replay", "--nodes", str(nodes), "--pods", str(pods), "--jobs", "1",
                "--out", str(tmp_path / "r")])  # fmt: skip
     err = capsys.readouterr().err
-    assert rc == 2 and err.count("\n") == 1 and f"{pods}: no pods" in err
-    assert not (tmp_path / "r").exists()
-
-
-def test_cli_a_pod_list_without_gpu_demand_is_one_line(tmp_path: Path, capsys) -> None:
-    nodes, pods = _write_trace(tmp_path)
-    pods.write_text("name,cpu_milli,memory_mib,num_gpu,gpu_milli\np1,1000,1024,0,0\n")
-    rc = main(["replay", "--nodes", str(nodes), "--pods", str(pods), "--jobs", "1",
-               "--out", str(tmp_path / "r")])  # fmt: skip
-    err = capsys.readouterr().err
-    assert rc == 2 and err.count("\n") == 1 and f"{pods}: no pod asks for a GPU" in err
+    assert rc == 2 and err.count("\n") == 1 and f"{pods}: {says}" in err
     assert not (tmp_path / "r").exists()
 
 
