@@ -136,9 +136,10 @@ def _out_folder(text: str) -> Path:
     return Path(text)
 
 
-def _fail(message: str) -> int:
+def _fail(message: str, status: int = 2) -> int:
+    """One line; exit 2 for bad input or flags, 1 for results that could not be written."""
     print(f"gpu-defrag replay: {message}", file=sys.stderr)
-    return 2
+    return status
 
 
 def run(args: argparse.Namespace) -> int:
@@ -194,8 +195,8 @@ def run(args: argparse.Namespace) -> int:
                     title=f"{args.pods.name}: migrations",
                     bound=bound,
                 )
-    except OSError as exc:
-        return _fail(f"cannot write {args.out}: {exc.strerror or exc}")
+    except OSError as exc:  # staged: the previous run's files stay whole
+        return _fail(f"cannot write {args.out}: {exc.strerror or exc}", status=1)
     for row in summaries:
         print(
             f"{row['policy']:>16} seed {row['seed']}: unallocated {row['unalloc_100']:.2f}% "

@@ -63,12 +63,40 @@ def test_errors_are_one_line_and_exit_2(capsys) -> None:
     assert "cannot read missing.json" in capsys.readouterr().err
 
 
-def test_snapshot_to_an_unwritable_path_is_one_line(tmp_path, capsys) -> None:
-    source = tmp_path / "two.json"
-    snapshot.save(two_nodes().build(), source)
-    assert main(["snapshot", str(source), "-o", str(tmp_path / "no" / "dir" / "x.json")]) == 2
+def test_snapshot_to_an_unwritable_path_is_refused_before_the_source_is_read(
+    tmp_path, capsys, monkeypatch
+) -> None:
+    import advisor.analyze as analyze
+
+    monkeypatch.setattr(analyze, "load_source", lambda *a, **k: pytest.fail("read first"))
+    target = tmp_path / "no" / "dir" / "x.json"
+    assert main(["snapshot", "sim:a100-16x8", "-o", str(target)]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("gpu-defrag: error: cannot write ") and err.count("\n") == 1
+    assert err == f"gpu-defrag: error: -o {target}: {target.parent} does not exist\n"
+
+
+def test_snapshot_a_write_that_fails_is_exit_1_and_keeps_the_old_file(
+    tmp_path, capsys, monkeypatch
+) -> None:
+    """A full disk mid-write is no bad input (exit 1, as for the other commands' results and
+    standard output), and the file that was there stays whole."""
+    import errno
+
+    import exporter.files as files
+
+    source, target = tmp_path / "two.json", tmp_path / "out.json"
+    snapshot.save(two_nodes().build(), source)
+    target.write_text("previous")
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(files.os, "replace", full)
+    assert main(["snapshot", str(source), "-o", str(target)]) == 1
+    err = capsys.readouterr().err
+    assert err == f"gpu-defrag: error: cannot write {target}: No space left on device\n"
+    assert target.read_text() == "previous"
+    assert {p.name for p in tmp_path.iterdir()} == {"two.json", "out.json"}  # no temporary
 
 
 def test_json_has_no_nan_or_infinity() -> None:

@@ -411,6 +411,33 @@ def test_cli_checks_out_before_replaying(tmp_path: Path, capsys, monkeypatch) ->
     assert out.read_text() == "keep"
 
 
+def test_cli_a_write_that_fails_is_exit_1_and_keeps_the_previous_run(
+    tmp_path: Path, capsys, monkeypatch
+) -> None:
+    """A full disk after the replays is no bad input: exit 1 (as for the other commands'
+    results), one line, and the previous run's files stay whole."""
+    import errno
+
+    import advisor.replay.output as output
+
+    nodes, pods = _write_trace(tmp_path)
+    out = tmp_path / "run"
+    base = ["replay", "--nodes", str(nodes), "--pods", str(pods), "--policies", "fgd",
+            "--seeds", "1", "--jobs", "1", "--out", str(out)]  # fmt: skip
+    assert main(base) == 0
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(output, "plot", full)
+    capsys.readouterr()
+    assert main(base) == 1
+    err = capsys.readouterr().err
+    assert err == f"gpu-defrag replay: cannot write {out}: No space left on device\n"
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+
+
 def test_cli_a_new_run_leaves_no_file_of_the_previous_one(tmp_path: Path) -> None:
     nodes, pods = _write_trace(tmp_path)
     out = tmp_path / "mix"
