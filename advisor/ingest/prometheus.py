@@ -23,6 +23,9 @@ of a kind only where a target of that kind is read), taking at each step the poi
 its state was read from, else of the first other target of that kind (in name order) that has
 one there: never two targets' points blended in one step, and a target that replaced another (an
 exporter restarted under a new address) still gives the history before it.
+
+A GPU exporter Prometheus cannot scrape, or whose backend is down, has no GPU series to read:
+the fleet is read without its node, and one warning names it (`warn_left_out`).
 """
 
 from __future__ import annotations
@@ -71,6 +74,9 @@ MAX_STEPS = 10_000
 # reply is a broken server or a fleet beyond one query, refused rather than read until memory
 # runs out.
 MAX_REPLY_BYTES = 512 * 2**20
+# Targets Prometheus cannot scrape, and exporters whose GPU backend is down: a GPU exporter's
+# among them is a node this read leaves out (its series went stale), said in one warning.
+DOWN_QUERY = "up == 0 or gpu_exporter_backend_up == 0"
 QUERY_SHOWN = 80  # characters of a query an error line quotes (the state query has ~450)
 NO_TARGET = "(no instance or job label)"  # the one target of series that name none
 TARGET_ORDER = "(our exporter's targets first, then dcgm-exporter's, each in name order)"
@@ -294,12 +300,49 @@ def load(
         )
         for target in sorted(read, key=lambda target: (kinds[target], target))  # ours first
     ]
+    warn_left_out(client, read, end)
     merged, sources = merge(per_target, what="Prometheus scrape target", order=TARGET_ORDER)
     drop_impossible(merged, notes)
     model = from_readings(merged, timestamp=end, source=source or f"prometheus+{base_url}")
     if history_s <= 0:
         return model
     return _with_history(model, client, end - history_s, end, step_s, kinds, sources)
+
+
+def warn_left_out(
+    client: PrometheusClient, read: Mapping[str, list[Sample]], at: float
+) -> list[str]:
+    """Warn once naming the GPU exporters this read leaves out, and return them: a target of a
+    job that serves GPUs here which Prometheus cannot scrape (`up` 0), or one whose backend is
+    down and that serves no GPU (its last good series, kept a few intervals, are read). A direct
+    scrape refuses such a fleet; here one node of hundreds down is routine, so the rest is read,
+    but the analysis must not pass a smaller fleet off as the whole one. The query is advisory:
+    its failure is logged, not raised (the state query has already answered)."""
+    try:
+        samples = client.instant(DOWN_QUERY, at)
+    except SourceUnavailable as error:
+        log.info("cannot tell which GPU exporters are down: %s", error)
+        return []
+    jobs = {labels.get("job") for group in read.values() for _, labels, _ in group}
+    down: dict[str, str] = {}
+    for name, labels, _ in samples:
+        target = _target(labels)
+        if target in read:
+            continue  # its GPUs were read
+        if name == "up" and labels.get("job") in jobs:
+            down[target] = f"{target} (job {labels['job']}: not scraped)"
+        elif name == "gpu_exporter_backend_up":
+            down[target] = f"{target} ({labels.get('backend') or 'GPU'} backend down)"
+    left = [down[target] for target in sorted(down)]
+    if left:
+        log.warning(
+            "Prometheus at %s: %d GPU exporter target(s) down, their nodes are not in this read: "
+            "%s",
+            client.base_url,
+            len(left),
+            first_few(left),
+        )
+    return left
 
 
 def _with_history(

@@ -141,15 +141,20 @@ def _series(text: str, extra: dict[str, str]) -> list[tuple[str, dict[str, str],
 
 
 def prometheus_api(
-    samples, history: dict[str, list[tuple[dict, list[tuple[float, float]]]]]
+    samples, history: dict[str, list[tuple[dict, list[tuple[float, float]]]]], down=()
 ) -> dict[str, Route]:
-    """A tiny Prometheus: the state query returns `samples`; range queries return `history`."""
+    """A tiny Prometheus: the state query returns `samples`, the query for down targets `down`;
+    range queries return `history`."""
 
     def ok(data) -> tuple[int, str, str]:
         return 200, "application/json", json.dumps({"status": "success", "data": data})
 
     def instant(query: dict[str, str]) -> tuple[int, str, str]:
-        if query.get("query") != prometheus.STATE_QUERY:
+        if query.get("query") == prometheus.DOWN_QUERY:
+            answer = down
+        elif query.get("query") == prometheus.STATE_QUERY:
+            answer = samples
+        else:
             return (
                 400,
                 "application/json",
@@ -157,7 +162,7 @@ def prometheus_api(
             )
         result = [
             {"metric": {"__name__": name, **labels}, "value": [float(query["time"]), str(value)]}
-            for name, labels, value in samples
+            for name, labels, value in answer
         ]
         return ok({"resultType": "vector", "result": result})
 
@@ -724,7 +729,7 @@ def test_each_kinds_history_queries_run_only_where_a_target_of_that_kind_is_read
     not read); a mixed one asks both kinds' queries, once each."""
     base, routes = server
     text, readings = our_page(1)
-    state = ("instant", prometheus.STATE_QUERY)
+    state = [("instant", prometheus.STATE_QUERY), ("instant", prometheus.DOWN_QUERY)]
     compat = ("DCGM_FI_DEV_GPU_UTIL", {"gpu": "0", "Hostname": "node-0", **OURS}, 50.0)
     gpu0 = {"node": "node-0", "gpu": "0", **OURS}
     gpu2 = {"gpu": "2", "Hostname": "dgx-a100-07", **DCGM}
@@ -753,7 +758,7 @@ def test_each_kinds_history_queries_run_only_where_a_target_of_that_kind_is_read
         routes.update(prometheus_api(samples, history))
         client = CountingClient(base)
         models[fleet] = prometheus.load(base, at=AT, history_s=60, step_s=60, client=client)
-        assert client.queries == [state] + [("range", query) for query in queries], fleet
+        assert client.queries == state + [("range", query) for query in queries], fleet
     assert same_state(models["ours"], from_readings(readings))
     np.testing.assert_array_equal(models["ours"].usage.utilization_ratio[:, 0], [np.nan, 0.75])
     assert models["dcgm"].nodes.name.tolist() == ["dgx-a100-07"]
@@ -872,3 +877,50 @@ def test_a_page_without_gpu_series_is_a_source_error_and_a_bad_gpu_label_a_note(
         model = load_source(f"{base}/bad-index", timeout=2)
     assert sorted(model.gpus.index.tolist()) == [0, 1, 2, 4, 5, 6, 7]
     assert "node-0/gpu 'abc' (not a GPU index: left out)" in caplog.text
+
+
+def test_gpu_exporters_prometheus_cannot_read_are_named_once(server, caplog) -> None:
+    """node-0's exporter is read; of the down targets, one of its job (not scraped) and one
+    whose backend is down and serves no GPU are named in one warning, while a down target of
+    another job (node_exporter) and node-0's own backend flag (its kept series are read) are
+    not. The fleet read is node-0's."""
+    base, routes = server
+    text, readings = our_page(1)
+    down = [
+        ("up", {"instance": "node-9:9835", "job": "gpu-exporter"}, 0.0),
+        ("up", {"instance": "node-9:9100", "job": "node"}, 0.0),
+        (
+            "gpu_exporter_backend_up",
+            {"instance": "node-4:9835", "job": "gpu-exporter", "backend": "nvml"},
+            0.0,
+        ),
+        ("gpu_exporter_backend_up", {**OURS, "backend": "nvml"}, 0.0),
+    ]
+    routes.update(prometheus_api(_series(text, OURS), {}, down))
+    with caplog.at_level(logging.WARNING):
+        model = load_source(f"prometheus+{base}?at={AT}&history=0", timeout=2)
+    assert same_state(model, from_readings(readings))
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert warnings == [
+        f"Prometheus at {base}: 2 GPU exporter target(s) down, their nodes are not in this "
+        "read: node-4:9835 (nvml backend down); node-9:9835 (job gpu-exporter: not scraped)"
+    ]
+
+
+def test_a_prometheus_that_cannot_answer_the_down_query_still_gives_the_fleet(
+    server, caplog
+) -> None:
+    base, routes = server
+    text, readings = our_page(1)
+    routes.update(prometheus_api(_series(text, OURS), {}))
+    state = routes["/api/v1/query"]
+    routes["/api/v1/query"] = lambda query: (
+        (503, "text/plain", "overloaded")
+        if query.get("query") == prometheus.DOWN_QUERY
+        else state(query)
+    )
+    with caplog.at_level(logging.INFO):
+        model = load_source(f"prometheus+{base}?at={AT}&history=0", timeout=2)
+    assert same_state(model, from_readings(readings))
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert any("cannot tell which GPU exporters are down" in r.getMessage() for r in caplog.records)

@@ -166,14 +166,15 @@ def start_advisor(
 
 def start_prometheus(
     procs: Processes,
-    scrape: dict[str, str],
+    scrape: dict[str, str | list[str]],
     rule_files: list[Path],
     *,
     alertmanager: str | None = None,
     cluster: str = "integration",
     extra: Sequence[str] = (),
 ) -> str:
-    """Debian's Prometheus scraping `scrape` (job -> host:port) every second; returns its URL.
+    """Debian's Prometheus scraping `scrape` (job -> host:port, or a list of them) every second;
+    returns its URL.
     Its data lives in `procs.workdir / "tsdb"` (blocks put there first are served too)."""
     port = free_port()
     config: dict[str, Any] = {
@@ -185,7 +186,10 @@ def start_prometheus(
         },
         "rule_files": [str(p) for p in rule_files],
         "scrape_configs": [
-            {"job_name": job, "static_configs": [{"targets": [target]}]}
+            {
+                "job_name": job,
+                "static_configs": [{"targets": [target] if isinstance(target, str) else target}],
+            }
             for job, target in scrape.items()
         ],
     }
