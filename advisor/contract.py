@@ -216,6 +216,12 @@ ADVISOR_METRICS: tuple[MetricSpec, ...] = (
     _i("gpu_advisor_build_info", "Advisor build; value is always 1.", ("version",)),
     _g("gpu_advisor_source_up", "1 if the last ingest from the source worked.", ("source",)),
     _g(
+        "gpu_advisor_source_left_out_targets",
+        "GPU exporters the source knows but could not read (down, or their backend down) when "
+        "the served fleet was read: their nodes are in no figure. 0 for a whole fleet.",
+        ("source",),
+    ),
+    _g(
         "gpu_advisor_last_success_timestamp_seconds",
         "Unix time of the last complete advisor run.",
     ),

@@ -166,6 +166,9 @@ class ClusterModel:
     usage: Usage
     timestamp: float = math.nan
     source: str = ""
+    # Scrape targets known to serve GPUs whose GPUs this read lacks (down, or their backend
+    # down), one line each: the model is then part of the fleet, and every view says so.
+    left_out: tuple[str, ...] = ()
     _cache: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:

@@ -1115,7 +1115,17 @@ def fragmentation_advisor(config: dict) -> dict:
                     [target(f"gpu_advisor_source_up{{{ADV}}}", "{{source}}")],
                     "none",
                     thresholds=steps((1, GREEN), base=RED),
-                    w=8,
+                    w=4,
+                ),
+                stat(
+                    "Exporters left out",
+                    "GPU exporters the advisor's source knows but could not read (a Prometheus "
+                    "target down, or its GPU backend down): their nodes are in none of the "
+                    "advisor's figures. The advisor's log and /api meta name them.",
+                    [target(f"gpu_advisor_source_left_out_targets{{{ADV}}}", "{{source}}")],
+                    "none",
+                    thresholds=steps((1, ORANGE), base=GREEN),
+                    w=4,
                 ),
                 stat(
                     "Last successful run",

@@ -285,7 +285,18 @@ def current() -> SourceState:
             f"{time.strftime('%H:%M:%S', time.localtime(state.loaded_at))}.",
             icon=":material/sync_problem:",
         )
+    if state.model.left_out:
+        st.warning(left_out_text(state.model.left_out), icon=":material/dns:")
     return state
+
+
+def left_out_text(left_out: tuple[str, ...]) -> str:
+    """The line every page shows when the read lacks GPU exporters the source knows."""
+    more = f" and {len(left_out) - 5} more" if len(left_out) > 5 else ""
+    return (
+        f"{len(left_out)} GPU exporter(s) could not be read, so their nodes are in no figure "
+        f"here: {'; '.join(left_out[:5])}{more}."
+    )
 
 
 # --------------------------------------------------------------------------- fleet frame

@@ -267,11 +267,13 @@ def load(
     step_s: float = 60.0,
     source: str = "",
     client: PrometheusClient | None = None,
+    check_left_out: bool = True,
 ) -> ClusterModel:
     """The model at `at` (default now) with `history_s` of usage at `step_s` resolution.
 
     Each scrape target is read by its own kind: our names where it has them, else
-    dcgm-exporter's.
+    dcgm-exporter's. `check_left_out` False skips asking which GPU exporters were down (a
+    backfill of past hours: the targets down then are no news now).
     """
     client = client or PrometheusClient(base_url, timeout)
     end = time.time() if at is None else at
@@ -300,10 +302,11 @@ def load(
         )
         for target in sorted(read, key=lambda target: (kinds[target], target))  # ours first
     ]
-    warn_left_out(client, read, end)
+    left_out = tuple(warn_left_out(client, read, end)) if check_left_out else ()
     merged, sources = merge(per_target, what="Prometheus scrape target", order=TARGET_ORDER)
     drop_impossible(merged, notes)
     model = from_readings(merged, timestamp=end, source=source or f"prometheus+{base_url}")
+    model = dataclasses.replace(model, left_out=left_out, _cache={})
     if history_s <= 0:
         return model
     return _with_history(model, client, end - history_s, end, step_s, kinds, sources)

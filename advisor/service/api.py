@@ -530,6 +530,13 @@ def _schemas() -> dict[str, Any]:
             "observed_at": _NUM_OR_NULL,
             "last_success_timestamp": _NUM_OR_NULL,
             "runs": count,
+            "source_left_out": {
+                "type": "array",
+                "items": {"type": "string"},
+                "description": "GPU exporters the source knows but could not read when the "
+                "served fleet was read (a Prometheus target down, or its GPU backend down): "
+                "their nodes are not in any figure. Empty for a whole fleet.",
+            },
         }
     )
     pool = _obj(

@@ -125,7 +125,9 @@ def from_prometheus(
             result.reason = result.reason or "stopped"
             break
         try:
-            model = prometheus.load(target.base, at=at, history_s=0, client=client, source=spec)
+            model = prometheus.load(
+                target.base, at=at, history_s=0, client=client, source=spec, check_left_out=False
+            )
         except prometheus.NoSeries:
             result.empty += 1
             continue

@@ -424,4 +424,6 @@ def describe(state: RunState) -> dict[str, Any]:
         "observed_at": results.observed_at if results else None,
         "last_success_timestamp": state.last_success_ts,
         "runs": state.runs,
+        # the GPU exporters the served fleet lacks (down when it was read)
+        "source_left_out": list(results.model.left_out) if results else [],
     }

@@ -234,6 +234,9 @@ def _recommendations(families: Families, state: RunState, top_actions: int) -> N
 def _self(families: Families, state: RunState) -> None:
     _add(families, "gpu_advisor_build_info", (__version__,), 1.0)
     _add(families, "gpu_advisor_source_up", (state.source,), 1.0 if state.source_up else 0.0)
+    if state.results is not None:
+        left_out = len(state.results.model.left_out)
+        _add(families, "gpu_advisor_source_left_out_targets", (state.source,), left_out)
     _add(families, "gpu_advisor_last_success_timestamp_seconds", (), state.last_success_ts)
     _add(families, "gpu_advisor_run_duration_seconds", (), state.last_duration_s)
     _add(families, "gpu_advisor_runs_total", (), state.runs)

@@ -215,3 +215,23 @@ def test_cleared_pollers_stop(monkeypatch: pytest.MonkeyPatch) -> None:
     assert not poller._stop.is_set()
     st.cache_resource.clear()
     assert poller._stop.is_set()
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_a_read_that_left_exporters_out_says_so_on_every_page(
+    monkeypatch: pytest.MonkeyPatch, page: str | None
+) -> None:
+    """A `prometheus+` read that lacks GPU exporters (their targets down) is a part of the
+    fleet: each page says which, above figures that still show what was read."""
+    from dataclasses import replace
+
+    whole = data.load_model
+    left = tuple(f"node-{i}:9835 (job gpu-exporter: not scraped)" for i in range(7))
+    monkeypatch.setattr(data, "load_model", lambda spec: replace(whole(spec), left_out=left))
+    at = open_app("sim:a100-16x8", page)
+    assert [w.value for w in at.warning] == [
+        "7 GPU exporter(s) could not be read, so their nodes are in no figure here: "
+        + "; ".join(left[:5])
+        + " and 2 more."
+    ]
+    assert at.metric  # the page goes on with the fleet it has

@@ -154,6 +154,7 @@ SAMPLES: dict[str, list[tuple[tuple[str, ...], float]]] = {
     "gpu_advisor_job_end_running_jobs": [(("learned",), 37.0), (("fallback",), 5.0)],
     "gpu_advisor_build_info": [(("0.1.0-standin",), 1.0)],
     "gpu_advisor_source_up": [(("exporter",), 1.0)],
+    "gpu_advisor_source_left_out_targets": [(("exporter",), 1.0)],
     "gpu_advisor_last_success_timestamp_seconds": [((), 0.0)],  # set at render time
     "gpu_advisor_run_duration_seconds": [((), 0.8)],
     "gpu_advisor_runs_total": [((), 42.0)],

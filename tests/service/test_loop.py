@@ -285,3 +285,24 @@ def test_a_password_in_the_source_is_never_shown(islands, caplog):
         assert "s3cret" not in text, text
     assert describe(bad)["source"] == secret.replace("s3cret", "***")
     assert "admin:***@" in shown[0] and "admin:***@" in caplog.text
+
+
+def test_gpu_exporters_the_source_left_out_are_counted_and_named(islands, scripted):
+    """A read that lacks GPU exporters (a `prometheus+` target down) serves their count on
+    /metrics and their names in every API answer's meta; a whole fleet serves 0 and []."""
+    from dataclasses import replace
+
+    from advisor.service.loop import describe
+
+    partial = replace(islands, left_out=("node-9:9835 (job gpu-exporter: not scraped)",))
+    loop = AdvisorLoop("snap", scripted(partial, islands), Config(interval_s=10), clock=Clock())
+    state = loop.run_once()
+    assert lines(loop, "gpu_advisor_source_left_out_targets") == [
+        'gpu_advisor_source_left_out_targets{source="snap"} 1.0'
+    ]
+    assert describe(state)["source_left_out"] == ["node-9:9835 (job gpu-exporter: not scraped)"]
+    state = loop.run_once()
+    assert lines(loop, "gpu_advisor_source_left_out_targets") == [
+        'gpu_advisor_source_left_out_targets{source="snap"} 0.0'
+    ]
+    assert describe(state)["source_left_out"] == []
