@@ -180,7 +180,10 @@ class SourceState:
 
     @property
     def version(self) -> str:
-        return f"{self.spec}@{self.loaded_at:.6f}"
+        """What the open page was drawn from: a new read, or a refresh that failed (so the page
+        says so at the next watch, not only at a reload), changes it."""
+        failed = f"!{self.refresh_error}" if self.refresh_error else ""
+        return f"{self.spec}@{self.loaded_at:.6f}{failed}"
 
     def cached(self, key: str, compute: Callable[[], Any]) -> Any:
         """Derived data (frames, figures' inputs) computed once per loaded model."""

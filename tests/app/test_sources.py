@@ -101,9 +101,14 @@ def test_poller_keeps_history_and_the_last_good_model(monkeypatch: pytest.Monkey
         assert len(state.history) == 3
         assert len(state.model.usage.times) == 3  # idle is judged over the kept samples
         assert state.history.trend()["free_gpus"].iloc[-1] == state.result["spatial"]["free_gpus"]
+        shown = state.version
         failing["now"] = True
         poller.poll_once()
         assert poller.state() is state and "connection reset" in state.refresh_error
+        assert state.version != shown  # the open page's watch reruns it to say so
+        failed = state.version
+        poller.poll_once()
+        assert state.version == failed  # the same failure again: no rerun each refresh
     finally:
         poller.stop()
 

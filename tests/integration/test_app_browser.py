@@ -18,11 +18,12 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
-from advisor.app.cli import free_port, streamlit_command
+from advisor.app.cli import app_env, free_port, streamlit_command
 from tests.ci import skip_or_fail
 
 pytestmark = pytest.mark.integration
@@ -65,6 +66,13 @@ def _healthy(url: str) -> bool:
 
 @pytest.fixture(scope="module")
 def app_url() -> Iterator[str]:
+    with _streamlit(SOURCE, "streamlit-browser-test.log") as url:
+        yield url
+
+
+@contextmanager
+def _streamlit(source: str, log_name: str, refresh: float | None = None) -> Iterator[str]:
+    """`gpu-defrag app`'s Streamlit server on a free port of 127.0.0.1, healthy; its URL."""
     if not Path(CHROMIUM).exists():
         _need(f"{CHROMIUM} not installed (make system)")
     if importlib.util.find_spec("playwright") is None:
@@ -72,12 +80,13 @@ def app_url() -> Iterator[str]:
     port = free_port()
     log = (ROOT / "test-output").resolve()
     log.mkdir(parents=True, exist_ok=True)
-    with open(log / "streamlit-browser-test.log", "wb") as out:
+    with open(log / log_name, "wb") as out:
         process = subprocess.Popen(
-            streamlit_command("127.0.0.1", port, SOURCE),  # exactly what `gpu-defrag app` runs
+            streamlit_command("127.0.0.1", port, source),  # exactly what `gpu-defrag app` runs
             cwd=ROOT,
             stdout=out,
             stderr=subprocess.STDOUT,
+            env=app_env(source, refresh),
         )
         try:
             url = f"http://127.0.0.1:{port}/"
@@ -138,6 +147,34 @@ def test_page_renders_without_exception(
         raise
     finally:
         page.close()
+
+
+def test_an_open_page_says_when_its_live_source_goes_away(tmp_path: Path, browser) -> None:
+    """The Fleet page open on a live exporter, the exporter stopped: within a few refreshes,
+    without a reload, the page says the last refresh failed and keeps the last good figures."""
+    from tests.integration import stack
+
+    procs = stack.Processes(tmp_path)
+    try:
+        exporter = stack.start_exporter(procs)
+        source = f"http://{exporter}/metrics"
+        with _streamlit(source, "streamlit-outage-test.log", refresh=1.0) as url:
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            try:
+                page.goto(url, wait_until="domcontentloaded")
+                page.wait_for_selector(PLOT, timeout=60_000)
+                assert page.locator('[data-testid="stAlertContentWarning"]').count() == 0
+                procs.stop_all()
+                warning = page.locator(
+                    '[data-testid="stAlertContentWarning"]', has_text="Last refresh failed"
+                )
+                warning.wait_for(timeout=20_000)
+                assert page.locator(PLOT).count() > 0  # the last good figures stay
+                assert page.locator('[data-testid="stException"]').count() == 0
+            finally:
+                page.close()
+    finally:
+        procs.stop_all()
 
 
 def test_demo_starts_exporter_advisor_and_app_and_ctrl_c_stops_them(tmp_path: Path) -> None:
