@@ -145,6 +145,11 @@ def run_analyze(args: argparse.Namespace) -> int:
         model = load_source(args.source, timeout=args.timeout)
     except SourceError as error:
         return _fail(str(error))
+    try:
+        for shape in shapes:
+            measures.check_models(model, shape)
+    except ValueError as error:
+        return _fail(str(error))
     settings = measures.Settings(
         shapes=shapes,
         idle=measures.IdlePolicy(args.idle_threshold, args.idle_window),

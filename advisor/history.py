@@ -35,7 +35,7 @@ import numpy as np
 import pandas as pd
 
 from advisor.fragmentation import measures
-from advisor.model import MILLI, ClusterModel, Usage
+from advisor.model import MILLI, ClusterModel, Usage, spec_models, spec_parts
 
 TREND_COLUMNS: tuple[str, ...] = (
     "fragment_rate",
@@ -105,8 +105,8 @@ def pool_rows(model: ClusterModel) -> list[dict[str, Any]]:
     waiting = np.flatnonzero(allocs.node < 0)
     for row in waiting.tolist():
         need = float(allocs.num_gpu[row]) * float(allocs.gpu_milli[row]) / MILLI
-        allowed = {s for s in str(allocs.gpu_spec[row]).split("|") if s}
-        targets = [p for p in names if not allowed or models_of_pool[p] & allowed]
+        spec = str(allocs.gpu_spec[row])
+        targets = [p for p in names if not spec_parts(spec) or spec_models(spec, models_of_pool[p])]
         for pool in targets:
             pending_by_pool[pool] += need / len(targets)
     for pool in names:

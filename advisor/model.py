@@ -13,6 +13,7 @@ not placed (pending, or a trace task before replay).
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections import Counter, defaultdict
@@ -27,6 +28,36 @@ from exporter.topology import nvlink_islands
 
 MILLI = 1000  # milli-GPU in one whole GPU
 UNKNOWN_ISLAND = -1
+_WORD_BREAK = re.compile(r"[\s_-]+")
+
+
+def spec_parts(spec: str) -> list[str]:
+    """The GPU models a `gpu_spec` names ("A|B"; [] = any model)."""
+    return [part for part in spec.split("|") if part]
+
+
+@functools.lru_cache(maxsize=4096)
+def model_matches(part: str, gpu_model: str) -> bool:
+    """Whether one GPU model a spec names is `gpu_model`: its name, or the words of it in order,
+    case ignored, so a shape or goal typed as `8@A100` asks for "NVIDIA A100-SXM4-80GB" (and
+    every other A100) instead of matching nothing. Words break at spaces, `-` and `_`: "A10"
+    is not "A100", and a trace's names ("V100M16") match only themselves."""
+    if part == gpu_model:
+        return True
+    have = iter(w for w in _WORD_BREAK.split(gpu_model.casefold()) if w)
+    want = [w for w in _WORD_BREAK.split(part.casefold()) if w]
+    return bool(want) and all(any(w == h for h in have) for w in want)
+
+
+def spec_allows(spec: str, gpu_model: str) -> bool:
+    """Whether a `gpu_spec` ("A|B", "" = any) allows `gpu_model` (`model_matches`)."""
+    parts = spec_parts(spec)
+    return not parts or any(model_matches(part, gpu_model) for part in parts)
+
+
+def spec_models(spec: str, names: Iterable[str]) -> list[str]:
+    """The names in `names` a `gpu_spec` allows, in their order."""
+    return [name for name in names if spec_allows(spec, name)]
 
 
 class ModelError(ValueError):

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from advisor.fragmentation import fgd
-from advisor.model import MILLI, UNKNOWN_ISLAND, ClusterModel
+from advisor.model import MILLI, UNKNOWN_ISLAND, ClusterModel, spec_models, spec_parts
 
 # --------------------------------------------------------------------------- shapes
 
@@ -96,10 +96,22 @@ def parse_shape(text: str) -> Shape:
 def _spec_mask(model: ClusterModel, spec: str) -> np.ndarray:
     """bool (N): nodes whose GPU model the spec allows."""
     models = model.nodes.gpu_model
-    allowed = [s for s in spec.split("|") if s]
-    if not allowed:
+    if not spec_parts(spec):
         return np.ones(len(models), dtype=bool)
+    allowed = spec_models(spec, sorted(set(models.tolist())))
     return np.isin(models, np.array(allowed, dtype=object))
+
+
+def check_models(model: ClusterModel, shape: Shape) -> None:
+    """ValueError naming a GPU model the shape asks for that no GPU of the fleet is
+    (`advisor.model.model_matches`): a typo must not read as "no such job can start"."""
+    names = sorted(set(model.nodes.gpu_model.tolist()) - {""})
+    unknown = [part for part in spec_parts(shape.gpu_spec) if not spec_models(part, names)]
+    if unknown:
+        raise ValueError(
+            f"{shape.name}: no GPU model here matches {unknown[0]!r} (models: "
+            f"{', '.join(names) or 'none'})"
+        )
 
 
 def _per_node(model: ClusterModel, values: np.ndarray) -> np.ndarray:
@@ -299,7 +311,7 @@ def by_gpu_model(model: ClusterModel) -> dict[str, list[dict[str, Any]]]:
     free_by_model = {row["gpu_model"]: row["free_capacity_gpus"] for row in rows}
     demand_rows = []
     for spec in sorted(demand):
-        allowed = [s for s in spec.split("|") if s] or list(free_by_model)
+        allowed = spec_models(spec, free_by_model)
         free = sum(free_by_model.get(m, 0.0) for m in allowed)
         demand_rows.append(
             {

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from advisor.model import MILLI, Allocations, ClusterModel, Placements
+from advisor.model import MILLI, Allocations, ClusterModel, Placements, spec_allows
 from advisor.planner.actions import MOVING_KINDS, Action
 from advisor.planner.constraints import (
     ANY_MODEL,
@@ -39,7 +39,6 @@ from advisor.planner.constraints import (
     Policy,
     island_size_per_node,
     islands_ok,
-    spec_allows,
 )
 
 RESERVATION_QOS = "reservation"

@@ -29,7 +29,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from advisor.fragmentation.measures import Shape, parse_shape
+from advisor.fragmentation.measures import Shape, check_models, parse_shape
 from advisor.model import ClusterModel
 from advisor.planner.actions import CostWeights, Plan
 from advisor.planner.consolidate import GOAL_KINDS, Goal, parse_goal, plan_heuristic
@@ -431,6 +431,8 @@ def run(args: argparse.Namespace) -> int:
         check_forecast_goal(goal, args.demand)
         policy = load_policy(args.policy) if args.policy else Policy()
         model = load_source(args.source)
+        if goal.shape is not None:
+            check_models(model, goal.shape)
         demand = (
             load_demand(
                 args.demand,

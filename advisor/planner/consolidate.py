@@ -32,10 +32,10 @@ import numpy as np
 
 from advisor.fragmentation import measures
 from advisor.fragmentation.measures import DEFAULT_SHAPES, Shape, parse_shape
-from advisor.model import MILLI, UNKNOWN_ISLAND, ClusterModel
+from advisor.model import MILLI, UNKNOWN_ISLAND, ClusterModel, spec_allows
 from advisor.planner.actions import Action, Benefit, Cost, CostWeights, GpuSet, Plan, move_cost
 from advisor.planner.check import apply_plan, check_plan
-from advisor.planner.constraints import Policy, island_size_per_node, spec_allows
+from advisor.planner.constraints import Policy, island_size_per_node
 
 GOAL_JOB = "goal"
 CHAIN_ALWAYS_NODES = 2000  # up to this size the chained search always runs (it is cheap there)

@@ -224,12 +224,6 @@ def load_policy(path: str | Path) -> Policy:
 # --------------------------------------------------------------------------- rule helpers
 
 
-def spec_allows(spec: str, gpu_model: str) -> bool:
-    """Whether an allocation's `gpu_spec` ("A|B", "" = any) allows `gpu_model`."""
-    allowed = [s for s in spec.split("|") if s]
-    return not allowed or gpu_model in allowed
-
-
 def node_islands(model: ClusterModel, node: int) -> np.ndarray:
     """int32 island id per GPU of `node` (in GPU-row order), -1 where unknown."""
     start, stop = model.nodes.gpu_offset[node], model.nodes.gpu_offset[node + 1]

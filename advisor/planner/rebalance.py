@@ -37,10 +37,10 @@ from typing import Any
 import numpy as np
 
 from advisor.fragmentation.measures import Shape
-from advisor.model import MILLI, ClusterModel
+from advisor.model import MILLI, ClusterModel, spec_allows
 from advisor.planner.actions import Action, GpuSet, Plan, move_cost
 from advisor.planner.check import check_plan
-from advisor.planner.constraints import Policy, island_size_per_node, spec_allows
+from advisor.planner.constraints import Policy, island_size_per_node
 from advisor.planner.observed import HISTORY_HINT, history_s, observe
 from advisor.planner.outcome import outcome, shapes_with
 

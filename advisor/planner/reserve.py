@@ -36,11 +36,11 @@ from typing import Any
 import numpy as np
 
 from advisor.fragmentation.measures import Shape
-from advisor.model import MILLI, ClusterModel
+from advisor.model import MILLI, ClusterModel, spec_allows
 from advisor.planner.actions import Action, Cost, GpuSet, Plan
 from advisor.planner.check import check_plan
 from advisor.planner.consolidate import summary
-from advisor.planner.constraints import ANY_MODEL, Policy, island_size_per_node, spec_allows
+from advisor.planner.constraints import ANY_MODEL, Policy, island_size_per_node
 from advisor.planner.observed import DurationPrior, end_source, expected_end, now_of
 from advisor.planner.outcome import outcome, shapes_with
 

@@ -17,7 +17,7 @@ import numpy as np
 from advisor.contract import GPU_STATE_CODES
 from advisor.fragmentation import measures
 from advisor.fragmentation.measures import Shape
-from advisor.model import MILLI, ClusterModel
+from advisor.model import MILLI, ClusterModel, spec_models
 
 STAGES: tuple[str, ...] = ("ingest", "analyze", "forecast", "plan")
 NO_POOL = "(none)"  # label of nodes whose source names no pool (same as advisor.history)
@@ -105,7 +105,7 @@ def type_table(model: ClusterModel, idle: np.ndarray) -> list[dict[str, Any]]:
     need = allocs.num_gpu * allocs.gpu_milli / MILLI
     for row in np.flatnonzero(allocs.node < 0).tolist():
         spec = str(allocs.gpu_spec[row])
-        allowed = [s for s in spec.split("|") if s in names] if spec else names
+        allowed = spec_models(spec, names)
         for name in allowed:
             pending[name] += float(need[row]) / len(allowed)
     rows = []

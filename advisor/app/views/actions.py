@@ -5,6 +5,7 @@ from __future__ import annotations
 import streamlit as st
 
 from advisor.app import data, figures, plans
+from advisor.fragmentation import measures
 from advisor.planner.consolidate import parse_goal
 from advisor.planner.constraints import PolicyError
 
@@ -50,6 +51,9 @@ others = st.checkbox(
 try:
     policy = plans.policy_from(policy_path)
     shapes = [parse_goal(goal).shape] if goal.strip() else []
+    for shape in shapes:
+        if shape is not None:
+            measures.check_models(model, shape)
     recs = state.cached(
         str(("plans", goal, policy_path, exact, others)),
         lambda: plans.recommendations(model, policy, goal.strip(), exact, others),

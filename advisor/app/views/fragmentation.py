@@ -94,6 +94,7 @@ with left:
     if other.strip():
         try:
             shape = data.shape_from_text(other)
+            measures.check_models(state.model, shape)
         except ValueError as error:
             st.warning(str(error))
         else:
