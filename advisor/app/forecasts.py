@@ -1,6 +1,7 @@
 """Forecast data for the app: per-pool demand forecasts with their backtest (the same code the
 advisor service serves at /api/forecast), idle windows per pool and per node, and per-node
-predicted free GPUs.
+predicted free GPUs on the running jobs' ends the service learns from the jobs its history saw
+finish (`learned_job_ends`, which the What-if page's start times use too).
 
 Demand forecasts come only with their measured error: `advisor.service.forecast.forecast_pools`
 picks a model on the earlier half of a rolling-origin backtest and scores it, the seasonal-naive
@@ -14,7 +15,7 @@ snapshot.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -263,14 +264,49 @@ def hourly_demand(history: History) -> pd.DataFrame:
     return frame[columns].sort_values(["pool", "hour"], ignore_index=True)
 
 
-def node_free_times(model: ClusterModel) -> tuple[pd.DataFrame, str]:
+def learned_job_ends(
+    model: ClusterModel, history: History
+) -> tuple[dict[str, float], dict[str, Any]]:
+    """The running jobs' ends as the advisor service learns them, and its document saying where
+    they come from: `advisor.service.job_ends.predict` over the jobs `history` saw finish, with
+    the starts the history used for the model's jobs (the plan stage's call, with the service's
+    default `JobEndSettings`). Below `min_finished` finished jobs the mapping is empty, and a job
+    without a basis is left out of it: those keep the planner's fallback, as in the service."""
+    from advisor.service.job_ends import JobEndSettings, predict
+
+    return predict(
+        model,
+        history.finished_jobs(),
+        JobEndSettings(),
+        running=history.jobs.running(model.timestamp),
+    )
+
+
+def job_ends_text(doc: dict[str, Any]) -> str:
+    """Where the job ends come from, in markdown, from `learned_job_ends`'s document: the
+    service's `source` line, with how many finished jobs the ends were learned from and for
+    how many running jobs, or why the planner's fallback is used."""
+    reason = f" ({doc['reason']})" if doc.get("reason") else ""
+    if not doc.get("predicted_allocations"):
+        return f"**{doc['source']}**{reason}"
+    return (
+        f"**{doc['source']} learned from {doc['finished_jobs']} finished jobs**, for "
+        f"{doc['predicted_jobs']} of {doc['running_jobs']} running jobs{reason}"
+    )
+
+
+def node_free_times(
+    model: ClusterModel, job_end: Mapping[str, float] | None = None
+) -> tuple[pd.DataFrame, str]:
     """Per node: GPUs free now (in the current snapshot, unlike the idle tables' last complete
     hour) and predicted free within each of `FREE_IN_H` hours (without moving anything), from
-    the planner's predicted job ends, and where those ends come from."""
-    from advisor.planner.observed import end_source, expected_end, now_of
+    the planner's predicted job ends (`job_end`: {allocation id: end}, the learned ends of
+    `learned_job_ends`; the planner's fallback for every allocation it leaves out), and where
+    those ends come from (`end_source`)."""
+    from advisor.planner.observed import DurationPrior, end_source, expected_end, now_of
     from advisor.planner.reserve import gpu_ready_times
 
-    ready = gpu_ready_times(model, expected_end(model))
+    ready = gpu_ready_times(model, expected_end(model, DurationPrior(), job_end))
     now = now_of(model)
     nodes = model.nodes
     columns: dict[str, Any] = {
@@ -287,4 +323,4 @@ def node_free_times(model: ClusterModel) -> tuple[pd.DataFrame, str]:
             model.gpus.node, weights=free, minlength=len(nodes)
         ).astype(int)
     frame = pd.DataFrame(columns)
-    return frame, end_source(model)
+    return frame, end_source(model, DurationPrior(), job_end)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import math
 import shlex
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -393,9 +393,13 @@ def whatif(
     policy: Policy | None = None,
     tenant: str = "",
     exact: bool = False,
+    job_end: Mapping[str, float] | Callable[[], Mapping[str, float]] | None = None,
 ) -> WhatIf:
     """Can a job of `nodes` x `num_gpu` GPUs on `gpu_model` start now; if not, the cheapest
-    plan to make room, and when it would start without moving anything."""
+    plan to make room, and when it would start without moving anything: on the running jobs'
+    ends in `job_end` ({allocation id: end}, `forecasts.learned_job_ends`, as the service's
+    reservations use them), the planner's fallback for every allocation it leaves out. A
+    callable `job_end` is called only then (learning the ends may simulate a fleet's past)."""
     policy = policy or Policy()
     shape = Shape(num_gpu, tasks=nodes, gpu_spec=gpu_model)
     fits = measures.jobs_that_fit(model, shape)
@@ -406,10 +410,11 @@ def whatif(
         f"job={size}" + (f"@{gpu_model}" if gpu_model else ""), "job", shape=shape, tenant=tenant
     )
     plan = consolidation_plan(model, goal, policy, exact)
-    from advisor.planner.reserve import Request, plan_reservations
+    from advisor.planner.reserve import Outlook, Request, plan_reservations
 
     request = Request(WHATIF_JOB, tenant, None, nodes, num_gpu, gpu_model)
-    waits = plan_reservations(model, policy, [request])
+    ends = job_end() if callable(job_end) else job_end
+    waits = plan_reservations(model, policy, [request], Outlook(job_end=dict(ends or {})))
     return WhatIf(shape, fits, plan, waits[0] if waits else None)
 
 

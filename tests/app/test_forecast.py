@@ -124,6 +124,28 @@ def test_node_free_times_count_up_to_the_node_size() -> None:
     cols = ["free now", "free within 1 h", "free within 6 h", "free within 24 h"]
     assert (free[cols].diff(axis=1).iloc[:, 1:] >= 0).all().all()  # only ever more free
     assert (free["free within 24 h"] <= free["GPUs"]).all()
+    # a single instant: no job seen to finish, so the planner's fallback, and the caption says so
+    (caption,) = [c.value for c in at.caption if "Job ends come from" in c.value]
+    assert "0 finished job(s) seen, fewer than 30: the planner's fallback is used" in caption
+
+
+def test_node_free_times_rest_on_the_ends_the_service_learns() -> None:
+    """A simulated fleet two days in: its re-simulated past holds enough finished jobs, so the
+    table plans on the ends the service's `predict` learns from them, and the caption says so."""
+    from advisor.service.job_ends import JobEndSettings, predict
+
+    source = "sim:a100-16x8?t=2d"
+    model, history = load_source(source), data.sim_trend(source)
+    running = history.jobs.running(model.timestamp)
+    ends, doc = predict(model, history.finished_jobs(), JobEndSettings(), running=running)
+    assert ends and doc["finished_jobs"] >= JobEndSettings().min_finished
+    at = open_app(source, PAGE)
+    free = frame_with(at, "free within 24 h")
+    expected, _ = forecasts.node_free_times(model, ends)
+    pd.testing.assert_frame_equal(free.reset_index(drop=True), expected, check_dtype=False)
+    learned = f"forecast job ends learned from {doc['finished_jobs']} finished jobs"
+    (caption,) = [c.value for c in at.caption if "Job ends come from" in c.value]
+    assert learned in caption and "duration prior (Pareto" not in caption
 
 
 def test_coarse_simulated_history_is_not_forecast() -> None:

@@ -50,3 +50,25 @@ def test_a_job_no_plan_can_start_now_says_when_it_would() -> None:
     text = " ".join(m.value for m in at.markdown)
     assert answer.wait.extra["ends_from"] in text  # the estimate says what it rests on
     assert metrics(at)["Starts in"] == plans.hours(answer.wait.extra["starts_in_s"])
+
+
+def test_the_wait_rests_on_the_job_ends_the_service_learns() -> None:
+    """Two simulated days in, enough jobs have been seen to finish: the wait is planned on the
+    ends the service's `predict` learns from the same history, and the page says so."""
+    from advisor.app import data
+    from advisor.service.job_ends import JobEndSettings, predict
+
+    source = "sim:a100-16x8?t=2d"
+    model, history = load_source(source), data.sim_trend(source)
+    running = history.jobs.running(model.timestamp)
+    ends, doc = predict(model, history.finished_jobs(), JobEndSettings(), running=running)
+    assert ends and doc["finished_jobs"] >= JobEndSettings().min_finished
+    at = open_app(source, PAGE)  # 2 x 8 GPUs: cannot start now
+    answer = plans.whatif(model, 8, 2, job_end=ends)
+    assert answer.fits_now == 0 and answer.wait is not None and answer.wait.feasible
+    assert metrics(at)["Starts in"] == plans.hours(answer.wait.extra["starts_in_s"])
+    fallback = plans.whatif(model, 8, 2).wait
+    assert fallback is not None
+    assert metrics(at)["Starts in"] != plans.hours(fallback.extra["starts_in_s"])
+    text = " ".join(m.value for m in at.markdown)
+    assert f"forecast job ends learned from {doc['finished_jobs']} finished jobs" in text

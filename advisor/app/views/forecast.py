@@ -1,6 +1,7 @@
 """Forecast: demand per pool with its interval, next to its backtest error against the
 seasonal-naive baseline and naive; idle GPUs that stay free for the next W hours, per pool and per node,
-with their held-back violations and capture; predicted free GPUs per node."""
+with their held-back violations and capture; predicted free GPUs per node, on the job ends
+learned from the jobs the history saw finish."""
 
 from __future__ import annotations
 
@@ -173,10 +174,12 @@ for reason in forecasts.idle_node_reasons(doc):
     st.caption(f"No per-node release for {reason}.")
 
 st.subheader("Predicted free GPUs per node")
-free, source = state.cached("node_free", lambda: forecasts.node_free_times(state.model))
+ends, ends_doc = state.cached("job_ends", lambda: forecasts.learned_job_ends(state.model, history))
+free, _ = state.cached("node_free", lambda: forecasts.node_free_times(state.model, ends))
 st.caption(
     f"Without moving anything: GPUs free now (the current snapshot, unlike the last complete "
     f"hour's low in the idle tables above) and by each horizon, from the predicted ends of "
-    f"the jobs on them. Job ends come from **{source}**."
+    f"the jobs on them. Job ends come from {forecasts.job_ends_text(ends_doc)}, the ends "
+    "the advisor service's reservations plan on too."
 )
 st.dataframe(free, hide_index=True, key="node_free")
