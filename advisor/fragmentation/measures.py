@@ -173,8 +173,26 @@ def _jobs_of(per_node: np.ndarray, tasks: int, groups: np.ndarray | None) -> int
     within one group (rack and GPU model)."""
     if tasks == 1:
         return int(per_node.sum())
-    per_group = np.bincount(groups, weights=per_node.astype(np.float64))
-    return int((per_group // tasks).sum())
+    order = np.argsort(groups, kind="stable")
+    bounds = np.flatnonzero(np.diff(groups[order])) + 1
+    return sum(_distinct_jobs(part, tasks) for part in np.split(per_node[order], bounds))
+
+
+def _distinct_jobs(per_node: np.ndarray, tasks: int) -> int:
+    """Most jobs of `tasks` tasks on distinct nodes of one group, `per_node` tasks fitting on
+    each: J jobs fit exactly when the nodes, each giving at most one task to a job, hold
+    tasks x J (sum of min(fits, J) >= tasks x J). A node holding two tasks still gives a job
+    one: two free halves of one node are not a 2-node job. Fewer jobs always fit where more
+    do, so the largest J is found by bisection."""
+    fits = per_node[per_node > 0].astype(np.int64)
+    low, high = 0, int(fits.sum()) // tasks
+    while low < high:
+        mid = (low + high + 1) // 2
+        if int(np.minimum(fits, mid).sum()) >= tasks * mid:
+            low = mid
+        else:
+            high = mid - 1
+    return low
 
 
 def jobs_that_fit_by_part(

@@ -86,6 +86,49 @@ def test_multi_node_jobs_count_within_one_rack() -> None:
     assert m.jobs_that_fit(model, m.parse_shape("2x8@A100")) == 0
 
 
+def test_a_multi_node_job_takes_one_task_per_node() -> None:
+    """Two 4-GPU halves of one free node are no 2x4 job: its tasks run on distinct nodes. r1:
+    n1 (8 free) and n2 (4 free) give one 2x4 job (n1's other half has no second node). r2: n3
+    alone, 8 free, gives none. The old count summed a rack's tasks (3 in r1, 2 in r2: 2 jobs)."""
+    b = ModelBuilder()
+    for name, rack in {"n1": "r1", "n2": "r1", "n3": "r2"}.items():
+        b.add_node(name, rack=rack, gpu_model="H100")
+        for i in range(8):
+            b.add_gpu(name, i)
+    b.add_allocation("x", num_gpu=4, node="n2", gpus=[0, 1, 2, 3])
+    model = b.build()
+    assert m.jobs_that_fit(model, m.parse_shape("2x4")) == 1
+    assert m.jobs_that_fit(model, m.parse_shape("2x2")) == 2  # each on n1 and n2 (2 tasks)
+    assert m.jobs_that_fit(model, m.parse_shape("3x2")) == 0  # r1 has two nodes
+    assert m.jobs_that_fit_by_part(model, m.parse_shape("2x4"), model.nodes.rack) == {
+        "r1": 1,
+        "r2": 0,
+    }
+
+
+def _greedy_jobs(fits: list[int], tasks: int) -> int:
+    """The oracle: start jobs one by one, each on the `tasks` nodes with the most room left
+    (optimal for tasks on distinct nodes)."""
+    room, jobs = sorted(fits, reverse=True), 0
+    while len(room) >= tasks and room[tasks - 1] > 0:
+        for i in range(tasks):
+            room[i] -= 1
+        room.sort(reverse=True)
+        jobs += 1
+    return jobs
+
+
+def test_distinct_node_job_counts_agree_with_a_greedy_oracle() -> None:
+    rng = np.random.default_rng(7)
+    for _ in range(500):
+        fits = rng.integers(0, 6, size=int(rng.integers(0, 9))).tolist()
+        tasks = int(rng.integers(2, 5))
+        groups = np.zeros(len(fits), dtype=np.int64)
+        assert m._jobs_of(np.array(fits, dtype=np.int64), tasks, groups) == _greedy_jobs(
+            fits, tasks
+        ), (fits, tasks)
+
+
 def test_multi_node_jobs_need_one_gpu_model_within_the_rack() -> None:
     """r1: one A100 and one H100 node, all free: no 2x8 job (not one model). r2: two A100 and
     two H100 nodes, all free: one 2x8 job per model. A rack-only grouping would count 3."""
