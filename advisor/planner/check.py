@@ -17,7 +17,9 @@ at this step (after `src` was given back); as many GPUs as the task needs at its
 model allowed by `gpu_spec` (and unchanged unless rebalance or policy allows); NVLink island
 locality; rack locality of multi-node jobs and rack-local reservations; CPU and memory of the
 target node where known (checked for what the step requests, so a node the source reports as
-over-committed still takes work that requests none); tenant quotas (a step may not raise a tenant above its quota);
+over-committed still takes work that requests none); tenant quotas (a step may not raise a
+tenant above its quota, nor above what it held before the step when it is over already: a
+tenant over quota may still move what it holds);
 borrowing conserves quota per GPU model and leaves the lender within its own use (usable GPUs
 beyond the sum of quotas are lent by the pseudo-tenant `UNASSIGNED`).
 """
@@ -106,6 +108,7 @@ class _Replay:
         self.holders: dict[str, _Holder | None] = {}  # None = reclaimed
         self.quota = dict(policy.quotas)
         self.usage: dict[tuple[str, str], float] = defaultdict(float)
+        self.step_usage: dict[tuple[str, str], float] = {}  # usage before the current step
         node_model = model.nodes.gpu_model
         placed = allocs.node >= 0
         share = allocs.num_gpu * allocs.gpu_milli / MILLI
@@ -193,6 +196,7 @@ class _Replay:
     # ---- one step
     def step(self, action: Action) -> str | None:
         """Apply `action`; return why it is not allowed (state is then undefined)."""
+        self.step_usage = dict(self.usage)  # a step may not raise a tenant above its quota
         if action.kind == "borrow":
             return self._borrow(action)
         if action.kind == "reserve":
@@ -372,7 +376,10 @@ class _Replay:
         for key in ((tenant, ANY_MODEL), (tenant, gpu_model)):
             self.usage[key] += gpus
             limit = self.quota.get(key)
-            if gpus > 0 and limit is not None and self.usage[key] > limit + 1e-9:
+            # above the quota and above what the tenant held before this step: a migration
+            # of a tenant already over quota (the source said so) keeps what it holds
+            before = self.step_usage.get(key, 0.0)
+            if gpus > 0 and limit is not None and self.usage[key] > max(limit, before) + 1e-9:
                 scope = f" on {key[1]}" if key[1] else ""
                 return (
                     f"tenant {tenant!r} would hold {self.usage[key]:g} GPUs{scope}, "

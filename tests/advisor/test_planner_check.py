@@ -138,6 +138,19 @@ def test_reserve_reclaim_and_quota() -> None:
     assert "r0" in list(after.allocations.id)
 
 
+def test_a_tenant_over_quota_may_move_what_it_holds_but_not_take_more() -> None:
+    """t1 holds 9 GPUs against a quota of 4 (the source says so): moving its task `a` keeps 9
+    and is allowed; a reservation for t1 then raises it to 11 and is refused."""
+    model = cluster()
+    policy = Policy(quotas={("t1", ""): 4})
+    move = [mv("a", "n1", (0, 1), "n2", (5, 6))]
+    assert check_plan(model, move, policy).ok
+    more = [*move, Action("reserve", alloc="r0", tenant="t1", dst=GpuSet("n3", (2, 3)))]
+    result = check_plan(model, more, policy, goal_priority=100)
+    assert result.violation.step == 2
+    assert result.violation.reason == "tenant 't1' would hold 11 GPUs, above its quota of 4"
+
+
 def test_borrow_moves_quota_and_conserves_it() -> None:
     model = cluster()
     policy = Policy(quotas={("t1", ""): 9, ("t9", ""): 0})  # t1 uses 9 GPUs
