@@ -76,7 +76,12 @@ OTHER_KINDS_MAX_NODES = 300  # recommend() can take tens of seconds on trace-siz
 
 
 def recommendations(
-    model: ClusterModel, policy: Policy, goal: str, exact: bool = False, others: bool = True
+    model: ClusterModel,
+    policy: Policy,
+    goal: str,
+    exact: bool = False,
+    others: bool = True,
+    job_end: Mapping[str, float] | None = None,
 ) -> list[Plan]:
     """What the Actions page lists: a consolidation plan for `goal` (migrations), then (with
     `others`) every other kind `recommend()` finds (reservations, loans, reclaim, sharing,
@@ -86,8 +91,10 @@ def recommendations(
     plans = []
     if goal:
         plans.append(consolidation_plan(model, parse_goal(goal), policy, exact))
-    if others:
-        plans += recommend(model, policy)
+    if others:  # reservations and loans on the learned job ends, as the service's
+        from advisor.service.job_ends import outlook
+
+        plans += recommend(model, policy, outlook(job_end or {}))
     return plans
 
 

@@ -135,3 +135,16 @@ def test_whatif_learns_no_ends_for_a_job_that_fits_now(learned) -> None:
 
     answer = plans.whatif(model, 8, 1, job_end=never)  # n3 is empty
     assert answer.fits_now == 1 and answer.wait is None
+
+
+def test_the_actions_pages_reservations_are_the_services(learned) -> None:
+    """The Actions page's other kinds (reservations for the waiting `big` job) plan on the
+    learned ends: the same reservation plans as the service's, not the fallback's."""
+    model, history = learned
+    ends, _ = forecasts.learned_job_ends(model, history)
+    _, recs = service_job_ends(model, history)
+    app = plans.recommendations(model, Policy(), "", others=True, job_end=ends)
+    fallback = plans.recommendations(model, Policy(), "", others=True)
+    reserve = [p.to_dict() for p in app if p.goal.startswith("reserve")]
+    assert reserve and reserve == [p for p in recs["plans"] if p["goal"].startswith("reserve")]
+    assert reserve != [p.to_dict() for p in fallback if p.goal.startswith("reserve")]
