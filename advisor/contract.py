@@ -63,7 +63,8 @@ ADVISOR_METRICS: tuple[MetricSpec, ...] = (
     ),
     _g(
         "gpu_advisor_gpu_state",
-        "GPU state for heatmaps: 0 free, 1 allocated and busy, 2 allocated but idle, 3 unhealthy.",
+        "GPU state for heatmaps: 0 free, 1 allocated and busy, 2 allocated but idle, 3 unhealthy, "
+        "4 MIG mode with nothing allocated (room for MIG instances, not a free whole GPU).",
         ("node", "gpu", "pool"),
     ),
     # --- temporal, type and memory fragmentation ---
@@ -232,4 +233,11 @@ ADVISOR_METRICS: tuple[MetricSpec, ...] = (
 
 ADVISOR_BY_NAME: dict[str, MetricSpec] = {spec.name: spec for spec in ADVISOR_METRICS}
 
-GPU_STATE_CODES: dict[str, int] = {"free": 0, "busy": 1, "allocated_idle": 2, "unhealthy": 3}
+# 4: a usable MIG-mode GPU with nothing allocated: room for MIG instances, not a free whole GPU
+GPU_STATE_CODES: dict[str, int] = {
+    "free": 0,
+    "busy": 1,
+    "allocated_idle": 2,
+    "unhealthy": 3,
+    "mig_free": 4,
+}

@@ -233,16 +233,23 @@ class ClusterModel:
 
     @property
     def gpu_free_milli(self) -> np.ndarray:
-        """int64 (G): allocatable milli-GPU left; 0 on unusable GPUs."""
+        """int64 (G): allocatable milli-GPU left; 0 on unusable GPUs. A MIG GPU hands out only
+        what its instances carve (`carved_milli`): its uncarved slice is no capacity."""
+        carved = self.gpus.carved_milli.astype(np.int64)
         return self._cached(
             "free",
-            lambda: np.where(self.gpu_usable, MILLI - self.gpu_milli_allocated, 0).clip(0),
+            lambda: np.where(self.gpu_usable, carved - self.gpu_milli_allocated, 0).clip(0),
         )
 
     @property
     def gpu_is_free(self) -> np.ndarray:
-        """bool (G): usable and nothing allocated on it."""
-        return self._cached("is_free", lambda: self.gpu_usable & (self.gpu_milli_allocated == 0))
+        """bool (G): a whole GPU a job can take: usable, nothing allocated, not in MIG mode. A
+        MIG GPU runs only work that fits its instances (its room is in `gpu_free_milli`); a
+        whole-GPU job needs MIG turned off first, which drains and resets the GPU."""
+        return self._cached(
+            "is_free",
+            lambda: self.gpu_usable & (self.gpu_milli_allocated == 0) & ~self.gpus.mig_enabled,
+        )
 
     @property
     def node_cpu_allocated(self) -> np.ndarray:

@@ -63,12 +63,19 @@ NODE_POWER = "node:gpu_power_watts:sum"
 NODE_ALLOCATED = "node:gpu_allocated:count"  # GPUs with an allocation (MIG instances: one GPU)
 _RECORDED = "from the recording rule {} (alerts/prometheus_rules.yaml)"
 
-STATE_COLORS = {"free": GREEN, "busy": BLUE, "allocated_idle": ORANGE, "unhealthy": RED}
+STATE_COLORS = {
+    "free": GREEN,
+    "busy": BLUE,
+    "allocated_idle": ORANGE,
+    "unhealthy": RED,
+    "mig_free": "light-green",  # room for MIG instances only, not a free whole GPU
+}
 STATE_TEXT = {
     "free": "free",
     "busy": "busy",
     "allocated_idle": "allocated, idle",
     "unhealthy": "unhealthy",
+    "mig_free": "MIG, free instances",
 }
 
 _HIDE = ["Time", "__name__", "job", "instance"]
@@ -845,7 +852,8 @@ def fragmentation_advisor(config: dict) -> dict:
                 ),
                 table(
                     "Fragmentation map (node × GPU)",
-                    "Every GPU now, one row per node: free, busy, allocated but idle, unhealthy.",
+                    "Every GPU now, one row per node: free, busy, allocated but idle, unhealthy, "
+                    "MIG mode with free instances (not a free whole GPU).",
                     [target(f"gpu_advisor_gpu_state{{{ADV_POOL}}}", instant=True, table=True)],
                     "none",
                     transformations=[matrix("node", "gpu")],

@@ -72,6 +72,7 @@ STATE_LABELS: dict[str, str] = {
     "busy": "allocated, busy",
     "allocated_idle": "allocated, idle",
     "unhealthy": "unhealthy / unavailable",
+    "mig_free": "MIG, free instances",
     "reserved": "reserved (planned)",
 }
 
@@ -305,16 +306,6 @@ def left_out_text(left_out: tuple[str, ...]) -> str:
 # --------------------------------------------------------------------------- fleet frame
 
 
-def gpu_state_codes(model: ClusterModel, idle: np.ndarray) -> np.ndarray:
-    """int8 (G): GPU_STATE_CODES per GPU. Unhealthy or lost GPUs, and unallocated GPUs a
-    scheduler may not use (cordoned node), are 3; allocated GPUs idle by `idle` are 2."""
-    allocated = model.gpu_milli_allocated > 0
-    codes = np.where(allocated, GPU_STATE_CODES["busy"], GPU_STATE_CODES["free"])
-    codes = np.where(allocated & idle, GPU_STATE_CODES["allocated_idle"], codes)
-    broken = ~model.gpus.healthy | model.gpus.lost | (~model.gpu_usable & ~allocated)
-    return np.where(broken, GPU_STATE_CODES["unhealthy"], codes).astype(np.int8)
-
-
 def _holders(model: ClusterModel) -> tuple[list[str], list[str]]:
     """Per GPU: the jobs and tenants on it, comma-joined (several when shared)."""
     jobs: list[list[str]] = [[] for _ in range(len(model.gpus))]
@@ -339,7 +330,7 @@ def gpu_frame(model: ClusterModel, idle: np.ndarray) -> pd.DataFrame:
     used = gpus.memory_used_bytes
     with np.errstate(invalid="ignore", divide="ignore"):
         memory_ratio = np.where(total > 0, used / total, np.nan)
-    codes = gpu_state_codes(model, idle)
+    codes = measures.gpu_state_codes(model, idle)
     return pd.DataFrame(
         {
             "node": nodes.name[gpus.node].astype(str),

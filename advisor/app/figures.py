@@ -23,6 +23,7 @@ STATE_COLORS: dict[str, str] = {
     "busy": "#1f77b4",
     "allocated_idle": "#ff7f0e",
     "unhealthy": "#d62728",
+    "mig_free": "#98df8a",  # light green: room, but only for MIG instances
     "reserved": "#9467bd",  # planned states only (Actions page): held for a goal job
 }
 COLOR_BY: dict[str, str] = {

@@ -5,8 +5,9 @@ fits. Temporal: allocated-but-idle GPUs. Type: idle capacity by GPU model agains
 model. Memory: free GPU memory no typical request can use. Plus the FGD fragment amount (the
 paper's measure, from `advisor.fragmentation.fgd`) and a per-node score for heatmaps.
 
-"Free" always means usable (healthy, not lost, on a schedulable node) and unallocated: a lost or
-unhealthy GPU is neither free nor allocatable. Unknown CPU or memory capacity is no constraint;
+"Free" always means usable (healthy, not lost, on a schedulable node), unallocated and not in
+MIG mode (a MIG GPU is room for MIG instances only, what they carve): a lost or unhealthy GPU is
+neither free nor allocatable. Unknown CPU or memory capacity is no constraint;
 unknown utilization is never "idle".
 """
 
@@ -21,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from advisor.contract import GPU_STATE_CODES
 from advisor.fragmentation import fgd
 from advisor.model import MILLI, UNKNOWN_ISLAND, ClusterModel, spec_models, spec_parts
 
@@ -209,6 +211,20 @@ def jobs_that_fit_by_part(
         on = parts == part
         out[part] = _jobs_of(per_node[on], shape.tasks, None if groups is None else groups[on])
     return out
+
+
+def gpu_state_codes(model: ClusterModel, idle: np.ndarray) -> np.ndarray:
+    """int8 (G): `GPU_STATE_CODES` per GPU, for the heatmaps of the app and the dashboards.
+    Allocated GPUs are busy, or idle by `idle` (a cordoned node's still run their jobs);
+    unhealthy or lost GPUs, and unallocated ones a scheduler may not use (cordoned), are
+    unhealthy; an unallocated usable MIG GPU is `mig_free`: room for MIG instances, not a free
+    whole GPU (`free` is exactly `model.gpu_is_free`)."""
+    allocated = model.gpu_milli_allocated > 0
+    codes = np.where(allocated, GPU_STATE_CODES["busy"], GPU_STATE_CODES["free"])
+    codes = np.where(allocated & idle, GPU_STATE_CODES["allocated_idle"], codes)
+    codes = np.where(~allocated & model.gpus.mig_enabled, GPU_STATE_CODES["mig_free"], codes)
+    broken = ~model.gpus.healthy | model.gpus.lost | (~model.gpu_usable & ~allocated)
+    return np.where(broken, GPU_STATE_CODES["unhealthy"], codes).astype(np.int8)
 
 
 # --------------------------------------------------------------------------- spatial

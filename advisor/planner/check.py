@@ -13,7 +13,9 @@ Stable API:
 Rules, per step, in this order (see `advisor.planner.actions` for what each kind does):
 known allocation and kind; not marked non-migratable; priority not above the goal's; `src`
 is exactly what the allocation holds now; `dst` GPUs exist, are usable and have `milli` free
-at this step (after `src` was given back); as many GPUs as the task needs at its share; GPU
+at this step (after `src` was given back; a MIG GPU gives what its instances carve) and are
+in MIG mode exactly when the task runs in MIG instances (whole-GPU work and reservations never
+take a MIG GPU); as many GPUs as the task needs at its share; GPU
 model allowed by `gpu_spec` (and unchanged unless rebalance or policy allows); NVLink island
 locality; rack locality of multi-node jobs and rack-local reservations; CPU and memory of the
 target node where known (checked for what the step requests, so a node the source reports as
@@ -81,6 +83,7 @@ class _Holder:
     spec: str
     cpu: float
     memory: float
+    mig: bool = False  # runs in MIG instances (held MIG GPUs in the model): MIG GPUs only
 
 
 class _Replay:
@@ -167,6 +170,7 @@ class _Replay:
             cpu=float(allocs.cpu_milli[row]),
             memory=float(allocs.memory_mib[row]),
         )
+        holder.mig = bool(self.model.gpus.mig_enabled[holder.gpus].any())
         self.holders[alloc] = holder
         return holder
 
@@ -284,6 +288,13 @@ class _Replay:
         for row, index in zip(rows, dst.gpus, strict=True):
             if not self.usable[row]:
                 return f"{dst.node}/gpu{index} is not usable (unhealthy, lost or cordoned)"
+            if bool(model.gpus.mig_enabled[row]) != holder.mig:
+                return (
+                    f"{dst.node}/gpu{index} is in MIG mode; {action.alloc!r} takes whole GPUs"
+                    if not holder.mig
+                    else f"{dst.node}/gpu{index} is not in MIG mode; {action.alloc!r} runs in "
+                    "MIG instances"
+                )
             if self.free[row] < dst.milli:
                 return (
                     f"{dst.node}/gpu{index} has {int(self.free[row])} milli free at this step, "

@@ -94,13 +94,14 @@ class Slot:
 
 
 def gpu_ready_times(model: ClusterModel, ends: np.ndarray) -> np.ndarray:
-    """float64 (G): when each GPU is wholly free (now, a predicted end, or inf if unusable)."""
+    """float64 (G): when each GPU is wholly free (now, a predicted end, or inf if unusable, or
+    in MIG mode: its instances ending leave a MIG GPU, not a whole one)."""
     now = now_of(model)
     places = model.placements
     ready = np.full(len(model.gpus), now, dtype=np.float64)
     if len(places):
         np.maximum.at(ready, places.gpu, np.maximum(ends[places.alloc], now))
-    ready[~model.gpu_usable] = np.inf
+    ready[~model.gpu_usable | model.gpus.mig_enabled] = np.inf
     return ready
 
 

@@ -193,7 +193,7 @@ def analyze_model(
         pools=R.pool_table(model, analysis, idle),
         pool_shapes=R.pool_shape_table(model, settings.shapes),
         gpu_models=R.type_table(model, idle),
-        gpu_states=R.gpu_state_codes(model, idle),
+        gpu_states=measures.gpu_state_codes(model, idle),
     )
 
 

@@ -14,7 +14,6 @@ from typing import Any
 
 import numpy as np
 
-from advisor.contract import GPU_STATE_CODES
 from advisor.fragmentation import measures
 from advisor.fragmentation.measures import Shape
 from advisor.model import MILLI, ClusterModel, spec_models
@@ -35,17 +34,6 @@ def pool_names(model: ClusterModel) -> np.ndarray:
     """object (N): each node's pool, `(none)` where the source names none."""
     pools = model.nodes.pool.astype(object)
     return np.where(pools == "", NO_POOL, pools)
-
-
-def gpu_state_codes(model: ClusterModel, idle: np.ndarray) -> np.ndarray:
-    """int8 (G): 0 free, 1 allocated and busy, 2 allocated but idle, 3 unhealthy (or lost,
-    or on an unschedulable node: capacity nobody can use now)."""
-    allocated = model.gpu_milli_allocated > 0
-    codes = np.full(len(model.gpus), GPU_STATE_CODES["free"], dtype=np.int8)
-    codes[allocated] = GPU_STATE_CODES["busy"]
-    codes[allocated & idle] = GPU_STATE_CODES["allocated_idle"]
-    codes[~model.gpu_usable] = GPU_STATE_CODES["unhealthy"]
-    return codes
 
 
 def idle_power_watts(model: ClusterModel, idle: np.ndarray, on_gpu: np.ndarray) -> float | None:

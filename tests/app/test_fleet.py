@@ -31,9 +31,13 @@ def test_fleet_page_matches_the_analysis(source: str) -> None:
 def test_state_codes_follow_the_contract() -> None:
     model = load_source("sim:mixed-h100-a100-v100")
     idle = measures.allocated_idle(model)
-    codes = data.gpu_state_codes(model, idle)
+    codes = measures.gpu_state_codes(model, idle)
     allocated = model.gpu_milli_allocated > 0
     assert np.array_equal(codes == GPU_STATE_CODES["free"], model.gpu_is_free)
+    # the preset's MIG node: its GPUs with no instance in use are room for MIG work only
+    mig_free = ~allocated & model.gpus.mig_enabled & model.gpu_usable
+    assert mig_free.any()
+    assert np.array_equal(codes == GPU_STATE_CODES["mig_free"], mig_free)
     assert np.array_equal(codes == GPU_STATE_CODES["allocated_idle"], allocated & idle)
     assert np.array_equal(codes == GPU_STATE_CODES["busy"], allocated & ~idle & model.gpus.healthy)
 
@@ -49,7 +53,7 @@ def test_unhealthy_and_cordoned_gpus_are_not_free() -> None:
             builder.add_gpu(node, i, healthy=not (node == "a" and i == 1), utilization_ratio=0.5)
     builder.add_allocation("job", num_gpu=1, node="b", gpus=[0], tenant="t")
     model = builder.build(timestamp=1.0)
-    codes = data.gpu_state_codes(model, measures.allocated_idle(model)).tolist()
+    codes = measures.gpu_state_codes(model, measures.allocated_idle(model)).tolist()
     # a/0 free, a/1 unhealthy, b/0 allocated and busy (cordoning does not evict), b/1 cordoned
     assert codes == [0, 3, 1, 3]
 

@@ -17,9 +17,12 @@ st.caption(
 )
 
 counts = data.state_counts(frame)
-cols = st.columns(5)
+shown = ["free", "busy", "allocated_idle", "unhealthy"] + (
+    ["mig_free"] if counts["mig_free"] else []
+)
+cols = st.columns(1 + len(shown))
 cols[0].metric("GPUs", f"{cluster['gpus']:,}")
-for col, name in zip(cols[1:], ("free", "busy", "allocated_idle", "unhealthy"), strict=True):
+for col, name in zip(cols[1:], shown, strict=True):
     col.metric(data.STATE_LABELS[name].capitalize(), f"{counts[name]:,}")
 
 left, mid, right, colour = st.columns([1, 1, 1, 1])
