@@ -1,9 +1,12 @@
 """Quota borrowing: a job blocked only by its tenant's quota borrows unused quota of others.
 
 `plan_borrow(model, policy, request)` for a job (`reserve.Request`, or a pending job in the
-model via `request_for_job`):
+model via `request_for_job`), or for GPUs a tenant asks for (`split_gpus`: the parts of one job,
+whole nodes and a remainder task on one node):
 
-1. find GPUs free now for it (`reserve.earliest_slot` on free GPUs; none: no loan helps now);
+1. find GPUs free now for it (`reserve.earliest_slot` on free GPUs, each part on GPUs the ones
+   before left, all parts in one GPU model and, under rack locality, one rack; none: no loan
+   helps now, and the reason gives the free GPUs the job may use against the GPUs it needs);
 2. for each quota scope of the borrower (all models, and the slot's model) the shortfall is
    its use + the job - its quota; none: the job needs no loan;
 3. the borrower's rules (`Policy.borrow_rules`) must exist (no `borrowing` section: no loan is
@@ -26,17 +29,18 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from advisor.model import MILLI, ClusterModel
+from advisor.model import MILLI, ClusterModel, spec_allows
 from advisor.planner.actions import Action, Cost, GpuSet, Plan
 from advisor.planner.check import check_plan
 from advisor.planner.constraints import ANY_MODEL, UNASSIGNED, Policy
 from advisor.planner.observed import DurationPrior, now_of
 from advisor.planner.outcome import outcome, shapes_with
-from advisor.planner.reserve import Request, earliest_slot, pending_requests
+from advisor.planner.reserve import Request, Slot, earliest_slot, pending_requests
 
 
 def request_for_job(model: ClusterModel, job: str) -> Request:
@@ -45,6 +49,24 @@ def request_for_job(model: ClusterModel, job: str) -> Request:
         if request.job == job:
             return request
     raise KeyError(f"no pending job {job!r} in the model")
+
+
+def split_gpus(
+    model: ClusterModel, tenant: str, gpus: int, priority: int | None = None, job: str = ""
+) -> tuple[Request, ...]:
+    """`gpus` GPUs for `tenant` as real work would take them: one task when they fit a node
+    (the largest node's GPU count), else whole-node tasks plus, for what is left, one task on
+    one more node (30 on 8-GPU nodes: 3 x 8 and 1 x 6). The parts are one job (`job`, default
+    `TENANT-request`) for `plan_borrow`."""
+    if gpus < 1:
+        raise ValueError(f"a borrow request needs at least 1 GPU, not {gpus}")
+    job = job or f"{tenant}-request"
+    node_gpus = int(model.nodes.gpu_count.max(initial=0))
+    whole, left = divmod(gpus, node_gpus) if node_gpus and gpus > node_gpus else (0, gpus)
+    parts = [Request(job, tenant, priority, whole, node_gpus)] if whole else []
+    if left:
+        parts.append(Request(job, tenant, priority, 1, left))
+    return tuple(parts)
 
 
 def usage_by_scope(model: ClusterModel) -> dict[tuple[str, str], float]:
@@ -110,41 +132,119 @@ def blocked_by_quota(model: ClusterModel, policy: Policy) -> list[Request]:
     return out
 
 
+def _slots(model: ClusterModel, policy: Policy, parts: Sequence[Request]) -> list[Slot] | None:
+    """Free GPUs now for every part of one job, or None. One part: `earliest_slot` as for any
+    job. Several: one GPU model (and one rack under rack locality) holds them all, each part on
+    the GPUs the ones before left (whole nodes first, so the remainder takes what they leave);
+    the groups with the fewest free GPUs are tried first (the tightest fit)."""
+    ready = _free_now(model)
+    if len(parts) == 1:
+        slot = earliest_slot(model, ready, parts[0], policy)
+        return [slot] if slot is not None and math.isfinite(slot.start) else None
+    nodes = model.nodes
+    keys = [
+        (str(nodes.rack[n]) if policy.rack_locality else "", str(nodes.gpu_model[n]))
+        for n in range(len(nodes))
+    ]
+    names = sorted(set(keys))
+    index = {k: i for i, k in enumerate(names)}
+    group_of_node = np.array([index[k] for k in keys], dtype=np.int64)
+    group_of_gpu = group_of_node[model.gpus.node]
+    free = np.bincount(group_of_gpu[np.isfinite(ready)], minlength=len(names))
+    need = sum(p.gpus for p in parts)
+    order = sorted((int(free[g]), names[g], g) for g in range(len(names)) if free[g] >= need)
+    for _free, (rack, _model), group in order:
+        if policy.rack_locality and not rack:
+            continue  # a multi-node job cannot use nodes whose rack is unknown
+        left = np.where(group_of_gpu == group, ready, np.inf)
+        slots = []
+        for part in parts:
+            slot = earliest_slot(model, left, part, policy)
+            if slot is None or not math.isfinite(slot.start):
+                break
+            slots.append(slot)
+            for _node, rows in slot.nodes:
+                left[list(rows)] = np.inf
+        else:
+            return slots
+    return None
+
+
+def _shape_text(parts: Sequence[Request]) -> str:
+    """How the job takes its GPUs: "3 x 8 + 1 x 6 GPUs, each task on one node"."""
+    sizes = " + ".join(f"{p.tasks} x {p.num_gpu}" for p in parts)
+    if sum(p.tasks for p in parts) == 1:
+        return f"{parts[0].num_gpu} GPUs on one node"
+    return f"{sizes} GPUs, each task on one node"
+
+
+def _no_room(model: ClusterModel, policy: Policy, parts: Sequence[Request]) -> str:
+    """Why no free GPUs hold the job now: too few free on the models it may use, or not in a
+    shape it can take (the free count and the shape named either way)."""
+    spec = parts[0].gpu_spec
+    models = model.nodes.gpu_model[model.gpus.node].astype(str)
+    allowed = np.array([spec_allows(spec, m) for m in models.tolist()], dtype=bool)
+    free = int((model.gpu_is_free & allowed).sum())
+    need = sum(p.gpus for p in parts)
+    on = f" on the GPU models {spec!r} allows" if spec else ""
+    if free < need:
+        return f"not enough free GPUs now: only {free} free{on}, {need} needed"
+    where = ""
+    if sum(p.tasks for p in parts) > 1:
+        where = " in one rack and GPU model" if policy.rack_locality else " in one GPU model"
+    return (
+        f"not enough free GPUs now in the job's shape: {free} free{on}, but not as "
+        f"{_shape_text(parts)}{where}"
+    )
+
+
 def plan_borrow(
     model: ClusterModel,
     policy: Policy,
-    request: Request,
+    request: Request | Sequence[Request],
     prior: DurationPrior | None = None,
 ) -> Plan:
-    """A checked loan + placement for `request`, or an infeasible plan saying why."""
-    goal = f"borrow quota for {request.job} ({request.gpus} GPUs of {request.tenant!r})"
+    """A checked loan + placement for `request` (a job, or the parts of one from
+    `split_gpus`), or an infeasible plan saying why."""
+    parts = (request,) if isinstance(request, Request) else tuple(request)
+    if not parts:
+        raise ValueError("plan_borrow needs a request")
+    head = parts[0]
+    gpus = sum(p.gpus for p in parts)
+    goal = f"borrow quota for {head.job} ({gpus} GPUs of {head.tenant!r})"
     now = now_of(model)
-    slot = earliest_slot(model, _free_now(model), request, policy)
-    if slot is None or not math.isfinite(slot.start):
-        return Plan(goal, False, reason="not enough free GPUs now: a loan would not start it")
-    gpu_model = str(model.nodes.gpu_model[slot.nodes[0][0]])
+    slots = _slots(model, policy, parts)
+    if slots is None:
+        return Plan(
+            goal, False, reason=f"{_no_room(model, policy, parts)}; a loan would not start it"
+        )
+    gpu_model = str(model.nodes.gpu_model[slots[0].nodes[0][0]])
     usage = usage_by_scope(model)
     shortfall = {}
     for scope in (ANY_MODEL, gpu_model):
-        limit = policy.quotas.get((request.tenant, scope))
+        limit = policy.quotas.get((head.tenant, scope))
         if limit is not None:
-            short = usage[(request.tenant, scope)] + request.gpus - limit
+            short = usage[(head.tenant, scope)] + gpus - limit
             if short > 1e-9:
                 shortfall[scope] = short
-    place = _placement(model, policy, request, slot, now)
+    place = _placement(model, policy, parts, slots)
     if not shortfall:
-        return _finish(model, policy, request, goal, place, [], {}, "no loan needed: within quota")
-    rules = policy.borrow_rules(request.tenant)
+        return _finish(model, policy, parts, goal, place, [], {}, "no loan needed: within quota")
+    rules = policy.borrow_rules(head.tenant)
     if rules is None:
         return Plan(goal, False, reason="the policy has no borrowing rules: no loan is proposed")
-    priority = request.priority if request.priority is not None else 0
+    priority = head.priority if head.priority is not None else 0
     if priority < rules.priority_threshold:
+        unset = " (the request gives none: 0 assumed)" if head.priority is None else ""
         return Plan(
             goal,
             False,
-            reason=f"priority {priority} is under the borrowing threshold {rules.priority_threshold}",
+            reason=(
+                f"priority {priority}{unset} is under the borrowing threshold "
+                f"{rules.priority_threshold}"
+            ),
         )
-    duration = request.duration_s or math.sqrt(2.0) * (prior or DurationPrior()).median_s
+    duration = head.duration_s or math.sqrt(2.0) * (prior or DurationPrior()).median_s
     if not rules.preemption and duration > rules.auto_return_s:
         return Plan(
             goal,
@@ -156,19 +256,21 @@ def plan_borrow(
         )
     loans: list[Action] = []
     for scope, short in shortfall.items():
-        own = policy.quotas[(request.tenant, scope)]
+        own = policy.quotas[(head.tenant, scope)]
         if short > rules.max_borrow_ratio * own + 1e-9:
             return Plan(
                 goal,
                 False,
                 reason=(
-                    f"needs {short:g} GPUs more than its quota of {own:g}; it may borrow at most "
-                    f"{rules.max_borrow_ratio:g} x {own:g} = {rules.max_borrow_ratio * own:g}"
+                    f"{head.tenant!r} needs {short:g} GPUs more than its quota of {own:g}"
+                    f"{f' on {scope}' if scope else ''}; it may borrow at most "
+                    f"{rules.max_borrow_ratio:g} x {own:g} = {rules.max_borrow_ratio * own:g} "
+                    "(max_borrow_ratio x quota)"
                 ),
             )
         lenders = []
         for (tenant, s), limit in policy.quotas.items():
-            if s != scope or tenant in (request.tenant, UNASSIGNED):
+            if s != scope or tenant in (head.tenant, UNASSIGNED):
                 continue
             lender_rules = policy.borrow_rules(tenant)
             spare = limit - usage[(tenant, scope)]
@@ -189,16 +291,16 @@ def plan_borrow(
             loans.append(
                 Action(
                     "borrow",
-                    job=request.job,
-                    tenant=request.tenant,
-                    quota=((request.tenant, scope, amount), (tenant, scope, -amount)),
+                    job=head.job,
+                    tenant=head.tenant,
+                    quota=((head.tenant, scope, amount), (tenant, scope, -amount)),
                     reason=(
                         f"{who} lends {amount:g} of {spare:g} unused GPUs{where} to "
-                        f"{request.tenant!r} so {request.job} can start"
+                        f"{head.tenant!r} so {head.job} can start"
                     ),
                     cost=Cost(
-                        jobs=(request.job,),
-                        tenants=tuple(t for t in (request.tenant, tenant) if t != UNASSIGNED),
+                        jobs=(head.job,),
+                        tenants=tuple(t for t in (head.tenant, tenant) if t != UNASSIGNED),
                     ),
                 )
             )
@@ -221,7 +323,7 @@ def plan_borrow(
     ]
     due = now + min(duration, rules.auto_return_s)
     back = {
-        "when": f"when {request.job} ends, at the latest {rules.auto_return_s / 3600:g} h from now",
+        "when": f"when {head.job} ends, at the latest {rules.auto_return_s / 3600:g} h from now",
         "due_at": due,
         "auto_return_at": now + rules.auto_return_s,
         "grace_s": rules.grace_s,
@@ -233,46 +335,52 @@ def plan_borrow(
         ),
         "actions": returns,
     }
-    return _finish(model, policy, request, goal, place, loans, back, "")
+    return _finish(model, policy, parts, goal, place, loans, back, "")
 
 
 def _placement(
-    model: ClusterModel, policy: Policy, request: Request, slot, now: float
+    model: ClusterModel, policy: Policy, parts: Sequence[Request], slots: Sequence[Slot]
 ) -> list[Action]:
+    request = parts[0]
+    rack_local = sum(p.tasks for p in parts) > 1 and policy.rack_locality
     actions = []
-    for node, rows in slot.nodes:
-        name = str(model.nodes.name[node])
-        actions.append(
-            Action(
-                "reserve",
-                alloc=f"start:{request.job}:{name}",
-                job=request.job,
-                tenant=request.tenant,
-                dst=GpuSet(name, tuple(int(model.gpus.index[r]) for r in rows)),
-                priority=request.priority,
-                rack_local=request.tasks > 1 and policy.rack_locality,
-                reason=f"start {request.job} on {name} (free now)",
-                cost=Cost(jobs=(request.job,), tenants=(request.tenant,) if request.tenant else ()),
+    for slot in slots:
+        for node, rows in slot.nodes:
+            name = str(model.nodes.name[node])
+            actions.append(
+                Action(
+                    "reserve",
+                    alloc=f"start:{request.job}:{name}",
+                    job=request.job,
+                    tenant=request.tenant,
+                    dst=GpuSet(name, tuple(int(model.gpus.index[r]) for r in rows)),
+                    priority=request.priority,
+                    rack_local=rack_local,
+                    reason=f"start {request.job} on {name} (free now)",
+                    cost=Cost(
+                        jobs=(request.job,), tenants=(request.tenant,) if request.tenant else ()
+                    ),
+                )
             )
-        )
     return actions
 
 
 def _finish(
     model: ClusterModel,
     policy: Policy,
-    request: Request,
+    parts: Sequence[Request],
     goal: str,
     place: list[Action],
     loans: list[Action],
     back: dict[str, Any],
     note: str,
 ) -> Plan:
+    request = parts[0]
     actions = loans + place
     result = check_plan(model, actions, policy, request.priority)
     if not result.ok:
         return Plan(goal, False, reason=f"replay refused: {result}", method="borrow")
-    before, after, benefit = outcome(model, place, shapes_with([request.shape]))
+    before, after, benefit = outcome(model, place, shapes_with([p.shape for p in parts]))
     extra = {
         "job": request.job,
         "borrower": request.tenant,

@@ -32,7 +32,7 @@ from typing import Any
 
 from advisor.model import ClusterModel
 from advisor.planner.actions import Plan
-from advisor.planner.borrow import blocked_by_quota, plan_borrow, request_for_job
+from advisor.planner.borrow import blocked_by_quota, plan_borrow, request_for_job, split_gpus
 from advisor.planner.constraints import Policy
 from advisor.planner.observed import HISTORY_HINT
 from advisor.planner.rebalance import RebalanceSettings, plan_rebalance
@@ -129,11 +129,12 @@ def nothing_recommended(notes: list[str]) -> str:
 _SIZE = re.compile(r"^(?:(\d+)x)?(\d+)$")
 
 
-def _borrow_request(model: ClusterModel, value: str) -> Request:
+def _borrow_request(model: ClusterModel, value: str) -> tuple[Request, ...]:
     """`JOB` (pending in the model), `TENANT:GPUS[:PRIORITY]` or `JOB:TENANT:GPUS`; GPUS is
-    `KxG` (K tasks of G) or a count (split into whole nodes when it exceeds one node)."""
+    `KxG` (K tasks of G) or a count: GPUs the tenant wants to run, split as work takes them
+    (`borrow.split_gpus`: one task when it fits a node, else whole nodes and a remainder task)."""
     if ":" not in value:
-        return request_for_job(model, value)
+        return (request_for_job(model, value),)
     parts = value.split(":")
     bad = ValueError(
         f"bad borrow goal {value!r}: expected JOB, TENANT:GPUS[:PRIORITY] or JOB:TENANT:GPUS"
@@ -148,14 +149,12 @@ def _borrow_request(model: ClusterModel, value: str) -> Request:
     if not tenant or not match or (priority and not priority.lstrip("-").isdigit()):
         raise bad
     tasks, per = int(match.group(1) or 1), int(match.group(2))
-    node_gpus = int(model.nodes.gpu_count.max(initial=0))
-    if match.group(1) is None and node_gpus and per > node_gpus and per % node_gpus == 0:
-        tasks, per = per // node_gpus, node_gpus
     if tasks < 1 or per < 1:
         raise bad
-    return Request(
-        job or f"{tenant}-request", tenant, int(priority) if priority else None, tasks, per
-    )
+    level = int(priority) if priority else None
+    if match.group(1) is None:
+        return split_gpus(model, tenant, per, level, job)
+    return (Request(job or f"{tenant}-request", tenant, level, tasks, per),)
 
 
 def plan_for_goal(
