@@ -34,7 +34,11 @@ ADVISOR_METRICS: tuple[MetricSpec, ...] = (
         "FGD fragment amount: expected free GPUs the arriving workload cannot use.",
         ("pool",),
     ),
-    _g("gpu_advisor_free_gpus", "Healthy GPUs with no allocation.", ("pool",)),
+    _g(
+        "gpu_advisor_free_gpus",
+        "Usable GPUs with no allocation, not in MIG mode: whole GPUs a job can take.",
+        ("pool",),
+    ),
     _g("gpu_advisor_gpus", "Healthy GPUs.", ("pool",)),
     _g(
         "gpu_advisor_allocated_gpus",

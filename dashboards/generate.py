@@ -822,7 +822,7 @@ def fragmentation_advisor(config: dict) -> dict:
                 ),
                 stat(
                     "Free GPUs",
-                    "Healthy GPUs with no allocation.",
+                    "Usable GPUs with no allocation, not in MIG mode: whole GPUs a job can take.",
                     [target(f"sum(gpu_advisor_free_gpus{{{ADV_POOL}}})", "free")],
                     "none",
                 ),
