@@ -314,6 +314,9 @@ def trend_figure(trend: pd.DataFrame) -> go.Figure:
             "overlaying": "y",
             "side": "right",
             "rangemode": "tozero",
+            # its own round ticks, not ones synced to the rate axis' grid (17, 33.9, 50.9, …)
+            "tickmode": "auto",
+            "showgrid": False,
         },
         legend={"orientation": "h", "y": 1.12},
     )
