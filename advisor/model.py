@@ -233,23 +233,25 @@ class ClusterModel:
 
     @property
     def gpu_free_milli(self) -> np.ndarray:
-        """int64 (G): allocatable milli-GPU left; 0 on unusable GPUs. A MIG GPU hands out only
-        what its instances carve (`carved_milli`): its uncarved slice is no capacity."""
-        carved = self.gpus.carved_milli.astype(np.int64)
-        return self._cached(
-            "free",
-            lambda: np.where(self.gpu_usable, carved - self.gpu_milli_allocated, 0).clip(0),
-        )
+        """int64 (G): allocatable milli-GPU left; 0 on unusable GPUs (`gpu_room`)."""
+        return self._cached("free", lambda: self.gpu_room(self.gpu_milli_allocated)[1])
 
     @property
     def gpu_is_free(self) -> np.ndarray:
-        """bool (G): a whole GPU a job can take: usable, nothing allocated, not in MIG mode. A
-        MIG GPU runs only work that fits its instances (its room is in `gpu_free_milli`); a
-        whole-GPU job needs MIG turned off first, which drains and resets the GPU."""
-        return self._cached(
-            "is_free",
-            lambda: self.gpu_usable & (self.gpu_milli_allocated == 0) & ~self.gpus.mig_enabled,
-        )
+        """bool (G): a whole GPU a job can take (`gpu_room`)."""
+        return self._cached("is_free", lambda: self.gpu_room(self.gpu_milli_allocated)[0])
+
+    def gpu_room(self, allocated: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(whole GPU free: bool (G), free milli-GPU: int64 (G)) with `allocated` milli-GPU on
+        each GPU: the model's own state, or a planner's trial one. A whole free GPU is usable,
+        has nothing allocated and is not in MIG mode: a MIG GPU runs only work that fits its
+        instances, and a whole-GPU job needs MIG turned off first (a drain and a reset). Free
+        milli is what a usable GPU can still hand out: on a MIG GPU only what its instances
+        carve (`carved_milli`), its uncarved slice being no capacity."""
+        usable = self.gpu_usable
+        whole = usable & (allocated == 0) & ~self.gpus.mig_enabled
+        carved = self.gpus.carved_milli.astype(np.int64)
+        return whole, np.where(usable, carved - allocated, 0).clip(0)
 
     @property
     def node_cpu_allocated(self) -> np.ndarray:

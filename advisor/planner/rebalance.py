@@ -15,7 +15,8 @@ the job: each action says the figures it used.
 `plan_rebalance(model, policy, settings)`:
 - scarce models are those with queued demand they cannot hold (pending tasks that allow the
   model, beyond its free GPUs); without any queue, models at least `scarce_ratio` allocated;
-  the GPUs to free per scarce model are its shortfall (or what brings it back under the ratio);
+  the GPUs to free per scarce model are its shortfall (or what brings it back under the ratio),
+  which bounds the candidate moves;
 - idle models are those with free GPUs and no shortfall of their own;
 - eligible: placed single-task jobs (whole GPUs), migratable, `gpu_spec` allowing the target,
   priority at most the goal's and at most the highest priority queued for its model (never
@@ -24,14 +25,26 @@ the job: each action says the figures it used.
 - the cheapest eligible moves (smallest slowdown, then fewest GPUs) are taken while the scarce
   model still needs GPUs and the idle model has a node with room; each is a `rebalance` action
   onto free GPUs of one node (inside one NVLink island when it fits one), checked by
-  `check_plan`; a move the replay refuses is dropped and the rest planned again.
+  `check_plan`; a move the replay refuses is dropped and the rest planned again;
+- with a queue, only moves that let a waiting task start are kept: a GPU count freed is not a
+  task served (one GPU here and two there start no 4-GPU task). The queue's shapes are its
+  tasks' (GPUs, share, `gpu_spec`; one task each); what the queue gets is, per shape, how many
+  of its waiting tasks could start together on the model after the plan (a greedy best-fit
+  packing of the whole queue, largest first, on free GPUs as `measures.jobs_that_fit` counts
+  them, so never more tasks than wait). Moves are dropped, costliest first and until none
+  can be, while the plan without the move starts no fewer tasks of any shape and passes
+  `check_plan`: removing any kept move leaves some queued task unable to start, and no move
+  only makes room beyond the queue. Each kept move names the queued tasks it lets start; the
+  dropped ones are `extra.not_needed`, and `extra.queue` gives the waiting tasks per shape
+  and how many could start before and after;
+- without a queue the moves free the GPUs that bring a scarce model back under `scarce_ratio`.
 """
 
 from __future__ import annotations
 
 import math
 from collections import Counter, defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -39,7 +52,7 @@ import numpy as np
 from advisor.fragmentation.measures import Shape
 from advisor.model import MILLI, ClusterModel, spec_allows
 from advisor.planner.actions import Action, GpuSet, Plan, move_cost
-from advisor.planner.check import check_plan
+from advisor.planner.check import apply_plan, check_plan
 from advisor.planner.constraints import Policy, island_size_per_node
 from advisor.planner.observed import HISTORY_HINT, history_s, observe
 from advisor.planner.outcome import outcome, shapes_with
@@ -207,6 +220,134 @@ def _memory_of(model: ClusterModel, gpu_model: str) -> np.ndarray:
     return model.gpus.memory_total_bytes[model.nodes.gpu_model[model.gpus.node] == gpu_model]
 
 
+def _queued_shapes(model: ClusterModel) -> Counter[Shape]:
+    """The shape of each waiting task (its GPUs and share, its `gpu_spec`; one task) and how
+    many tasks of it wait."""
+    allocs = model.allocations
+    pending = (allocs.node < 0) & (allocs.num_gpu > 0)
+    queued: Counter[Shape] = Counter()
+    for k, milli, spec in zip(
+        allocs.num_gpu[pending].tolist(),
+        allocs.gpu_milli[pending].tolist(),
+        allocs.gpu_spec[pending].tolist(),
+        strict=True,
+    ):
+        if 0 < milli <= MILLI and (k == 1 or milli == MILLI):
+            queued[Shape(int(k), int(milli), 1, gpu_spec=str(spec))] += 1
+    return queued
+
+
+def _rows(model: ClusterModel, action: Action) -> tuple[list[int], list[int], int]:
+    """GPU rows a move gives back and takes, and its milli per GPU."""
+    assert action.src is not None and action.dst is not None
+    src, dst = action.src, action.dst
+    give, take = model.node_index(src.node), model.node_index(dst.node)
+    return (
+        [model.gpu_row(give, i) for i in src.gpus],
+        [model.gpu_row(take, i) for i in dst.gpus],
+        dst.milli,
+    )
+
+
+def _room(
+    model: ClusterModel, moves: list[tuple[list[int], list[int], int]]
+) -> tuple[np.ndarray, np.ndarray]:
+    """(whole GPU free, free milli) per GPU after checked `moves` (`_rows` of each), as
+    `ClusterModel.gpu_room` reads them on `apply_plan`'s model, without building that model:
+    each move gives its source GPUs back and takes its target ones."""
+    allocated = model.gpu_milli_allocated.copy()
+    for give, take, milli in moves:
+        allocated[give] -= milli
+        allocated[take] += milli
+    return model.gpu_room(allocated)
+
+
+def _served(
+    model: ClusterModel, queued: Counter[Shape], room: tuple[np.ndarray, np.ndarray] | None = None
+) -> dict[Shape, int]:
+    """Per queued shape, how many of its waiting tasks could start together with the rest of
+    the queue on `model` (or on the free GPUs `room` gives, see `_room`): a greedy packing,
+    largest shapes first, each onto the allowed nodes (whole GPUs) or GPUs (a share) with the
+    least room that holds it (best fit). Never more than fit together, nor more than wait;
+    GPUs only, as `measures.jobs_that_fit` counts them."""
+    is_free, free_milli = room or (model.gpu_is_free, model.gpu_free_milli)
+    node_model, gpu_node = model.nodes.gpu_model, model.gpus.node
+    names = sorted(set(node_model.tolist()))
+    whole = np.bincount(gpu_node[is_free], minlength=len(model.nodes))
+    milli: np.ndarray | None = None  # free milli per GPU, once the whole-GPU shapes are packed
+    served: dict[Shape, int] = {}
+    for shape in sorted(queued, key=lambda s: (-s.gpus, s.name)):  # shares (< 1 GPU) last
+        ok = [name for name in names if spec_allows(shape.gpu_spec, name)]
+        allowed = np.isin(node_model, np.array(ok, dtype=object))
+        if shape.gpu_milli == MILLI:
+            space, size, on = whole, shape.num_gpu, allowed
+        else:
+            if milli is None:  # whole-GPU tasks took all but `whole` free GPUs of each node
+                milli = free_milli.astype(np.int64, copy=True)
+                free = np.flatnonzero(is_free)  # GPU rows are grouped by node, in node order
+                node = gpu_node[free]
+                rank = np.arange(len(free)) - np.searchsorted(node, node)
+                milli[free[rank >= whole[node]]] = 0
+            space, size, on = milli, shape.gpu_milli, allowed[gpu_node]
+        fits = np.where(on, space // size, 0)
+        order = np.argsort(space, kind="stable")  # least room first
+        order = order[fits[order] > 0]
+        before = np.cumsum(fits[order]) - fits[order]
+        take = np.clip(queued[shape] - before, 0, fits[order])
+        space[order] -= take * size
+        served[shape] = int(take.sum())
+    return served
+
+
+def _keep_needed(
+    model: ClusterModel,
+    actions: list[Action],
+    policy: Policy,
+    goal_priority: int | None,
+    queued: Counter[Shape],
+    check_each: bool = False,
+) -> tuple[list[Action], list[str], dict[str, list[tuple[Shape, int]]]]:
+    """Drop, costliest first and until none can be, every move whose removal starts no fewer
+    queued tasks of any shape and keeps the plan checked. Returns the kept moves, the dropped
+    allocations and, per kept move, the queued tasks it lets start (shape, how many fewer
+    could start without it). Dropping a move of a checked plan only leaves GPUs, CPU, memory
+    and quota unused, so the kept plan is checked once at the end; should it fail, the moves
+    are dropped again with a check before each drop (`check_each`)."""
+    keep = list(actions)
+    rows = {a.alloc: _rows(model, a) for a in keep}
+    served = _served(model, queued, _room(model, [rows[a.alloc] for a in keep]))
+    dropped: list[str] = []
+    serves: dict[str, list[tuple[Shape, int]]] = {}
+    changed = True
+    while changed:  # a pass that drops nothing ends it; its findings are the kept moves'
+        changed = False
+        serves = {}
+        for action in sorted(keep, key=lambda a: (-a.cost.score(), -a.cost.gpu_hours, a.alloc)):
+            rest = [a for a in keep if a is not action]
+            without = _served(model, queued, _room(model, [rows[a.alloc] for a in rest]))
+            lost = [(s, served[s] - without[s]) for s in queued if without[s] < served[s]]
+            if lost or (check_each and not check_plan(model, rest, policy, goal_priority).ok):
+                serves[action.alloc] = lost
+                continue
+            keep, served = rest, without
+            dropped.append(action.alloc)
+            changed = True
+    if not check_each and not check_plan(model, keep, policy, goal_priority).ok:
+        return _keep_needed(model, actions, policy, goal_priority, queued, True)  # pragma: no cover
+    return keep, dropped, serves
+
+
+def _serves_text(model_name: str, k: int, node: str, lost: list[tuple[Shape, int]]) -> str:
+    """What a kept move frees and the queued tasks that could not start without it."""
+    if not lost:  # pragma: no cover - dropping a move never breaks the replay of the others
+        return f"frees {k} {model_name} on {node}; kept as the plan without it fails the check"
+    shapes = " and ".join(f"{n} queued {s.name} task{'s' if n > 1 else ''}" for s, n in lost)
+    return (
+        f"frees {k} {model_name} on {node} for the queue: without this move {shapes} "
+        "could not start"
+    )
+
+
 def plan_rebalance(
     model: ClusterModel,
     policy: Policy | None = None,
@@ -234,23 +375,38 @@ def plan_rebalance(
         dropped.add(result.violation.action.alloc)
     else:  # pragma: no cover - each round drops one job
         actions = []
-    pending = model.allocations.node < 0
-    extra_shapes = {
-        Shape(int(k), MILLI, 1, gpu_spec=str(spec))
-        for k, milli, spec in zip(
-            model.allocations.num_gpu[pending].tolist(),
-            model.allocations.gpu_milli[pending].tolist(),
-            model.allocations.gpu_spec[pending].tolist(),
-            strict=True,
-        )
-        if k > 0 and milli == MILLI
-    }
-    before, after, benefit = outcome(model, actions, shapes_with(sorted(extra_shapes, key=str)))
+    waiting = _queued_shapes(model)
+    has_queue = bool(((model.allocations.node < 0) & (model.allocations.num_gpu > 0)).any())
+    not_needed: list[str] = []
+    serves: dict[str, list[tuple[Shape, int]]] = {}
+    queue: dict[str, dict[str, int]] = {}
+    if has_queue:  # keep only the moves that let a queued task start
+        actions, not_needed, serves = _keep_needed(model, actions, policy, goal_priority, waiting)
+        start = _served(model, waiting)
+        end = _served(apply_plan(model, actions), waiting) if actions else start
+        queue = {
+            s.name: {"waiting": n, "could_start_before": start[s], "could_start_after": end[s]}
+            for s, n in sorted(waiting.items(), key=lambda kv: kv[0].name)
+        }
+    node_model = model.nodes.gpu_model
+    for i, a in enumerate(actions):
+        assert a.src is not None
+        source = str(node_model[model.node_index(a.src.node)])
+        k = len(a.src.gpus)
+        if has_queue:
+            tail = _serves_text(source, k, a.src.node, serves[a.alloc])
+        else:
+            tail = (
+                f"frees {k} {source} on {a.src.node}, a model at least "
+                f"{settings.scarce_ratio:.0%} allocated with no queue"
+            )
+        actions[i] = replace(a, reason=f"{a.reason}; {tail}")
+    before, after, benefit = outcome(model, actions, shapes_with(sorted(waiting, key=str)))
     moved = {a.alloc for a in actions}
     freed: Counter[str] = Counter()
     for a in actions:
         assert a.src is not None
-        freed[str(model.nodes.gpu_model[model.node_index(a.src.node)])] += len(a.src.gpus)
+        freed[str(node_model[model.node_index(a.src.node)])] += len(a.src.gpus)
     extra = {
         "freed_gpus": dict(freed),
         "models": {
@@ -266,6 +422,8 @@ def plan_rebalance(
             if c["gpu_model"] in scarce
         ],
         "dropped_by_replay": sorted(dropped),
+        "not_needed": sorted(not_needed),
+        "queue": queue,
     }
     note = ""
     no_history = history_s(model, settings.window_s) <= 0 and settings.min_samples > 1
@@ -278,6 +436,15 @@ def plan_rebalance(
         note = "no GPU model is scarce: nothing to rebalance"
     elif not actions and not idle:
         note = f"{', '.join(sorted(scarce))} scarce, but no GPU model idles to take its light jobs"
+    elif not actions and not_needed:
+        shapes = ", ".join(f"{n} x {s.name}" for s, n in sorted(waiting.items(), key=str))
+        names = sorted(not_needed)
+        listed = ", ".join(names[:5]) + (f", ... ({len(names)} in all)" if len(names) > 5 else "")
+        note = (
+            f"moving the light jobs that fit an idle model ({listed}) would let no more queued "
+            f"tasks start: the GPUs they would free make no room the queue can use ({shapes} "
+            "waiting)"
+        )
     elif not actions:
         note = "no light job on a scarce model fits an idle model"
     return Plan(goal, True, tuple(actions), before, after, note, "rebalance", benefit, extra)
@@ -319,7 +486,7 @@ def _plan_moves(model, policy, settings, table, scarce, idle, found, dropped) ->
             f"{alloc} used p95 {c['util_p95']:.0%} of {k} {c['gpu_model']}; at relative "
             f"throughput {throughput(c['gpu_model']):g} vs {throughput(target):g} it needs "
             f"{c['util_p95'] * throughput(c['gpu_model']) / throughput(target):.0%} of a {target}: "
-            f"estimated slowdown {factor:.2f}x; frees {k} {c['gpu_model']} for the queue"
+            f"estimated slowdown {factor:.2f}x"
         )
         actions.append(
             Action(
