@@ -35,7 +35,7 @@ from advisor.fragmentation.measures import DEFAULT_SHAPES, Shape, parse_shape
 from advisor.model import MILLI, UNKNOWN_ISLAND, ClusterModel, spec_allows
 from advisor.planner.actions import Action, Benefit, Cost, CostWeights, GpuSet, Plan, move_cost
 from advisor.planner.check import apply_plan, check_plan
-from advisor.planner.constraints import Policy, island_size_per_node
+from advisor.planner.constraints import ANY_MODEL, Policy, island_size_per_node
 
 GOAL_JOB = "goal"
 CHAIN_ALWAYS_NODES = 2000  # up to this size the chained search always runs (it is cheap there)
@@ -837,6 +837,10 @@ def plan_heuristic(
         needs = needs_for(goal, demand)
     except ValueError as error:
         return _infeasible(model, goal, inst, str(error), "heuristic")
+    over = over_quota(model, goal, policy)
+    if over:
+        plan = _infeasible(model, goal, inst, over, "heuristic")
+        return replace(plan, extra={**plan.extra, "over_quota": True})
     blocked = np.zeros(len(model.gpus), dtype=bool)
     windows_all: list[list[Window]] = []
     targets_all: dict[int, np.ndarray] = {}
@@ -941,6 +945,28 @@ def _shapes_for(goal: Goal, demand: Sequence[Shape] | None) -> list[Shape]:
         if shape is not None and shape not in shapes:
             shapes.append(shape)
     return shapes
+
+
+def over_quota(model: ClusterModel, goal: Goal, policy: Policy | None) -> str:
+    """Why the goal's job cannot be within its tenant's quota whatever moves ("" if it can):
+    moving work never lowers what the tenant holds, so what it holds plus the job must fit
+    the quota over all models (the scope a job of any model counts against)."""
+    if not goal.tenant or goal.shape is None or policy is None:
+        return ""
+    limit = policy.quotas.get((goal.tenant, ANY_MODEL))
+    if limit is None:
+        return ""
+    from advisor.planner.borrow import usage_by_scope  # borrow plans on this module's results
+
+    held = usage_by_scope(model).get((goal.tenant, ANY_MODEL), 0.0)
+    job = goal.shape.gpus
+    if held + job <= limit + 1e-9:
+        return ""
+    return (
+        f"tenant {goal.tenant!r} holds {held:g} GPUs; the job's {job:g} would make "
+        f"{held + job:g}, above its quota of {limit:g} (no move lowers it; a loan may: "
+        f"borrow={goal.tenant}:{job:g})"
+    )
 
 
 def _infeasible(model: ClusterModel, goal: Goal, inst: Instance, why: str, method: str) -> Plan:
