@@ -233,7 +233,7 @@ def compare(
             "free whole nodes": int(
                 (result["nodes"]["free_gpus"] == result["nodes"]["gpus"]).sum()
             ),
-            "fragmentation rate": round(result["fgd"]["fragment_rate"], 4),
+            "fragmentation rate (%)": round(100 * result["fgd"]["fragment_rate"], 1),
             "fragmented GPUs": round(result["fgd"]["fragment_gpus"], 2),
             "largest job on one node": result["spatial"]["largest_job"]["single_node_gpus"],
         }
