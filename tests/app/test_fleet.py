@@ -106,8 +106,15 @@ def test_filters_narrow_the_heatmap() -> None:
     assert not at.exception
     caption = " ".join(c.value for c in at.caption)
     assert f"{int((model.nodes.pool == pool).sum())} nodes shown" in caption
-
+    # the metric row counts the GPUs the filters select, not the whole fleet
     frame = data.gpu_frame(model, measures.allocated_idle(model))
+    selected = data.filter_frame(frame, pools=[pool])
+    counts = data.state_counts(selected)
+    shown = metrics(at)
+    assert shown["GPUs shown"] == f"{len(selected):,}" and len(selected) < len(frame)
+    assert shown["Free"] == f"{counts['free']:,}"
+    assert shown["Allocated, busy"] == f"{counts['busy']:,}"
+
     tenant = data.tenants_of(frame)[0]
     kept = data.filter_frame(frame, tenants=[tenant])
     holds = kept["tenants"].str.split(", ").map(lambda names: tenant in names)

@@ -16,14 +16,10 @@ st.caption(
     + (f" · at {data.when(state)}" if data.when(state) else "")
 )
 
-counts = data.state_counts(frame)
-shown = ["free", "busy", "allocated_idle", "unhealthy"] + (
-    ["mig_free"] if counts["mig_free"] else []
-)
-cols = st.columns(1 + len(shown))
-cols[0].metric("GPUs", f"{cluster['gpus']:,}")
-for col, name in zip(cols[1:], shown, strict=True):
-    col.metric(data.STATE_LABELS[name].capitalize(), f"{counts[name]:,}")
+states = ["free", "busy", "allocated_idle", "unhealthy"]
+if data.state_counts(frame)["mig_free"]:
+    states.append("mig_free")
+cols = st.columns(1 + len(states))  # filled below, from the GPUs the filters select
 
 left, mid, right, colour = st.columns([1, 1, 1, 1])
 pools = left.multiselect("Pool", sorted(frame["pool"].unique()), key="fleet_pools")
@@ -38,6 +34,11 @@ color_by = colour.radio(
 )
 
 shown = data.filter_frame(frame, pools, models, tenants)
+counts = data.state_counts(shown)
+filtered = bool(pools or models or tenants)
+cols[0].metric("GPUs shown" if filtered else "GPUs", f"{len(shown):,}")
+for col, name in zip(cols[1:], states, strict=True):
+    col.metric(data.STATE_LABELS[name].capitalize(), f"{counts[name]:,}")
 if shown.empty:
     st.info("No GPU matches these filters.")
 else:
