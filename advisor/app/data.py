@@ -286,7 +286,7 @@ def current() -> SourceState:
     if state.refresh_error:
         st.warning(
             f"Last refresh failed ({state.refresh_error}); showing data from "
-            f"{time.strftime('%H:%M:%S', time.localtime(state.loaded_at))}.",
+            f"{wall_clock(state.loaded_at)}.",
             icon=":material/sync_problem:",
         )
     if state.model.left_out:
@@ -585,6 +585,12 @@ def file_spec(path: str) -> str:
     if path.endswith(".csv") or os.path.isdir(path):
         return f"openb:{path}"
     return path
+
+
+def wall_clock(timestamp: float) -> str:
+    """When the app read something, as UTC text marked as the wall clock: beside a simulated
+    fleet's own time (`when`), which may be days apart, the two must not be confused."""
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC (wall clock)", time.gmtime(timestamp))
 
 
 def when(state: SourceState) -> str:

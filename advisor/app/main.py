@@ -7,8 +7,6 @@ treat as a legacy multipage folder) and read everything through `advisor.app.dat
 
 from __future__ import annotations
 
-import time
-
 import streamlit as st
 
 from advisor.app import data
@@ -103,7 +101,7 @@ def status_line() -> None:
     state, _ = data.get_state(spec)
     if state is None:
         return
-    when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(state.loaded_at))
+    when = data.wall_clock(state.loaded_at)
     if not state.live:
         st.sidebar.caption(f"Static source, read {when}.")
         return

@@ -206,7 +206,8 @@ def test_snapshot_file_source(tmp_path: Path) -> None:
     result = measures.analyze(load_source(str(path)))
     assert metrics(at)["Free"] == f"{result['spatial']['free_gpus']:,}"
     assert metrics(at)["Allocated, idle"] == f"{result['temporal']['allocated_idle_gpus']:,}"
-    assert any("Static source" in c.value for c in at.sidebar.caption)
+    read = [c.value for c in at.sidebar.caption if c.value.startswith("Static source")]
+    assert len(read) == 1 and read[0].endswith(" UTC (wall clock).")  # not the fleet's own time
     assert at.sidebar.selectbox(key="source_kind").value == "file"
 
 
