@@ -222,6 +222,7 @@ class AdvisorLoop:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._forecast_cache: tuple[Any, dict[str, Any]] | None = None
+        self._unmatched: set[str] = set()  # --shapes models no GPU matched, each said once
 
     # --- what the HTTP side reads (PageSource protocol + the API's view) ---
     def state(self) -> RunState:
@@ -298,6 +299,7 @@ class AdvisorLoop:
                 observed_at = model.timestamp if not math.isnan(model.timestamp) else self.clock()
                 model = self.history.with_usage(model)
                 results = analyze_model(model, self.config.settings, observed_at)
+                self._say_unmatched_shapes(model)
                 if not math.isnan(model.timestamp):
                     self.history.append(model, results.analysis)
             except Exception as error:
@@ -359,6 +361,19 @@ class AdvisorLoop:
             log.info("source %s is back; results are fresh again", previous.source)
         log.debug("run %d took %.3fs (%s)", state.runs, duration, timings)
         return state
+
+    def _say_unmatched_shapes(self, model: ClusterModel) -> None:
+        """Warn once per shape whose GPU model no GPU of the fleet matches (`--shapes
+        8@B200`): its count is 0 by a typo, not by fragmentation, until such GPUs appear."""
+        for shape in self.config.settings.shapes:
+            try:
+                measures.check_models(model, shape)
+            except ValueError as error:
+                if shape.name not in self._unmatched:
+                    self._unmatched.add(shape.name)
+                    log.warning("--shapes: %s; its jobs count 0 until such GPUs appear", error)
+            else:
+                self._unmatched.discard(shape.name)
 
     def _forecast(self) -> dict[str, Any]:
         """The forecast (demand and idle windows per pool and per node), recomputed only when

@@ -306,3 +306,22 @@ def test_gpu_exporters_the_source_left_out_are_counted_and_named(islands, script
         'gpu_advisor_source_left_out_targets{source="snap"} 0.0'
     ]
     assert describe(state)["source_left_out"] == []
+
+
+def test_a_shape_whose_model_no_gpu_matches_is_said_once(islands, scripted, caplog) -> None:
+    """`--shapes 8@B200` on a fleet without B200: one warning naming the fleet's models, not
+    one a run (and the shape still counts 0, as the contract serves it)."""
+    import logging
+
+    from advisor.fragmentation import measures
+
+    shapes = (measures.parse_shape("8@B200"), measures.parse_shape("8"))
+    config = Config(interval_s=10, settings=measures.Settings(shapes=shapes))
+    loop = AdvisorLoop("snap", scripted(islands), config, clock=Clock())
+    with caplog.at_level(logging.WARNING, logger=loop_module.__name__):
+        loop.run_once()
+        loop.run_once()
+    said = [r.getMessage() for r in caplog.records if "B200" in r.getMessage()]
+    assert len(said) == 1 and said[0].startswith(
+        "--shapes: 8 GPU [B200]: no GPU model here matches 'B200' (models: "
+    )
