@@ -198,7 +198,7 @@ ADVISOR_METRICS: tuple[MetricSpec, ...] = (
     ),
     _g(
         "gpu_advisor_action_cost_gpu_seconds",
-        "GPU-seconds of work an action costs (GPU-hours x 3600).",
+        "GPU-seconds an action costs: work lost to restarts plus GPUs a reservation holds idle.",
         ("rank",),
     ),
     _g(

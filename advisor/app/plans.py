@@ -151,12 +151,14 @@ def actions_frame(plan: Plan) -> pd.DataFrame:
                 "to": _where(action.dst),
                 "restarts": action.cost.restarts,
                 "restart min": round(action.cost.restart_s / 60.0, 1),
-                "GPU-hours": round(action.cost.gpu_hours, 3),
+                "GPU-hours lost": round(action.cost.gpu_hours, 3),
+                "GPU-hours held idle": round(action.cost.idle_gpu_hours, 3),
                 "why": action.reason,
             }
         )
     columns = ["step", "kind", "job", "tenant", "from", "to", "restarts", "restart min"]
-    return pd.DataFrame(rows, columns=[*columns, "GPU-hours", "why"])
+    costs = ["GPU-hours lost", "GPU-hours held idle"]
+    return pd.DataFrame(rows, columns=[*columns, *costs, "why"])
 
 
 def plans_frame(plans: Sequence[Plan]) -> pd.DataFrame:
@@ -172,7 +174,8 @@ def plans_frame(plans: Sequence[Plan]) -> pd.DataFrame:
                 "kinds": "/".join(sorted({a.kind for a in plan.actions})) or "-",
                 "steps": len(plan.actions),
                 "restarts": cost.restarts,
-                "GPU-hours cost": round(cost.gpu_hours, 2),
+                "GPU-hours lost": round(cost.gpu_hours, 2),
+                "GPU-hours held idle": round(cost.idle_gpu_hours, 2),
                 "jobs touched": len(cost.jobs),
                 "benefit": benefit_text(plan),
             }

@@ -73,6 +73,10 @@ class Cost:
     gpu_hours: float = 0.0  # GPU-hours of work lost to restarts (GPUs held x restart time)
     jobs: tuple[str, ...] = ()
     tenants: tuple[str, ...] = ()
+    # GPU-hours of capacity held idle: free GPUs a reservation holds until its job starts. No
+    # work is lost, but nobody else runs there meanwhile; kept apart from `gpu_hours` so a
+    # plan's "GPU-hours lost" means lost work only.
+    idle_gpu_hours: float = 0.0
 
     def __add__(self, other: Cost) -> Cost:
         return Cost(
@@ -81,6 +85,7 @@ class Cost:
             self.gpu_hours + other.gpu_hours,
             _union(self.jobs, other.jobs),
             _union(self.tenants, other.tenants),
+            self.idle_gpu_hours + other.idle_gpu_hours,
         )
 
     def score(self, weights: CostWeights | None = None) -> float:
@@ -89,7 +94,7 @@ class Cost:
         return (
             w.migration * self.restarts
             + w.restart_hour * self.restart_s / 3600.0
-            + w.gpu_hour * self.gpu_hours
+            + w.gpu_hour * (self.gpu_hours + self.idle_gpu_hours)  # a GPU-hour either way
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -97,6 +102,7 @@ class Cost:
             "restarts": self.restarts,
             "restart_s": self.restart_s,
             "gpu_hours": self.gpu_hours,
+            "idle_gpu_hours": self.idle_gpu_hours,
             "jobs": list(self.jobs),
             "tenants": list(self.tenants),
         }
@@ -224,6 +230,7 @@ class Action:
                 float(cost.get("gpu_hours", 0.0)),
                 tuple(cost.get("jobs", ())),
                 tuple(cost.get("tenants", ())),
+                float(cost.get("idle_gpu_hours", 0.0)),
             ),
         )
 

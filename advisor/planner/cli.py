@@ -377,7 +377,9 @@ def render_table(plan: Plan) -> str:
     if plan.feasible:
         lines.append(
             f"cost: {cost.restarts} restarts, {cost.restart_s:g} s restart time, "
-            f"{cost.gpu_hours:.3f} GPU-hours lost; jobs touched {len(cost.jobs)}, "
+            f"{cost.gpu_hours:.3f} GPU-hours lost"
+            + (f", {cost.idle_gpu_hours:.3f} GPU-hours held idle" if cost.idle_gpu_hours else "")
+            + f"; jobs touched {len(cost.jobs)}, "
             f"tenants touched {len(cost.tenants)} ({', '.join(cost.tenants) or '-'})"
         )
     before, after = doc["before"], doc["after"]

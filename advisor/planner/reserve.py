@@ -409,7 +409,7 @@ def _reservation_plan(
                         f"(starts in {(start - now) / 3600:.1f} h by {source})"
                     ),
                     cost=Cost(
-                        gpu_hours=len(gpus) * (start - now) / 3600.0,
+                        idle_gpu_hours=len(gpus) * (start - now) / 3600.0,
                         jobs=(request.job,),
                         tenants=(request.tenant,) if request.tenant else (),
                     ),

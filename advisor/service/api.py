@@ -500,6 +500,7 @@ def _plan_schemas() -> dict[str, Any]:
                 "restarts": _COUNT,
                 "restart_s": _GPUS,
                 "gpu_hours": _GPUS,
+                "idle_gpu_hours": _GPUS,
                 "jobs": _STRINGS,
                 "tenants": _STRINGS,
             }
@@ -655,6 +656,7 @@ def _schemas() -> dict[str, Any]:
             "target": {"type": "string"},
             "summary": {"type": "string"},
             "cost_gpu_hours": gpus,
+            "cost_idle_gpu_hours": gpus,
             "restarts": count,
             "benefit_gpus": gpus,
         }

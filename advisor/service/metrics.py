@@ -214,7 +214,8 @@ def _recommendations(families: Families, state: RunState, top_actions: int) -> N
             families,
             "gpu_advisor_action_cost_gpu_seconds",
             (str(row["rank"]),),
-            row["cost_gpu_hours"] * 3600.0,  # Prometheus' base unit: seconds
+            # work lost plus GPUs held idle (a reservation's cost), in seconds, the base unit
+            (row["cost_gpu_hours"] + row["cost_idle_gpu_hours"]) * 3600.0,
         )
     for row in top:
         _add(families, "gpu_advisor_action_benefit_gpus", (str(row["rank"]),), row["benefit_gpus"])

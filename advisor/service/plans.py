@@ -143,6 +143,7 @@ def ranked_actions(
                     "target": str(action.dst) if action.dst else "",
                     "summary": _summary(action, plan),
                     "cost_gpu_hours": float(action.cost.gpu_hours),
+                    "cost_idle_gpu_hours": float(action.cost.idle_gpu_hours),
                     "restarts": int(action.cost.restarts),
                     "benefit_gpus": float(benefit),
                 }

@@ -81,6 +81,11 @@ def test_earliest_start_with_least_idle_time() -> None:
     assert plan.extra["ends_from"] == "known end times"
     assert check_plan(model, plan.actions, Policy(), 5).ok
     assert all(a.rack_local and a.priority == 5 for a in plan.actions)
+    # holding GPUs idle loses no work: its cost is held-idle GPU-hours (the free-now GPUs from
+    # now to the start: 4 x 2 h on n0, 8 x 2 h on n3), not GPU-hours lost
+    assert plan.cost.gpu_hours == 0 and plan.cost.restarts == 0
+    assert plan.cost.idle_gpu_hours == pytest.approx(24.0)
+    assert plan.to_dict()["cost"]["idle_gpu_hours"] == pytest.approx(24.0)
 
 
 def test_fits_now_needs_no_reservation_and_single_node_islands() -> None:

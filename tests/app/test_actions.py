@@ -26,7 +26,7 @@ def test_default_goal_is_the_next_big_job_and_its_plan_is_shown() -> None:
 
     at = open_app(SOURCE, PAGE)
     assert at.text_input(key="actions_goal").value == "job=5x8"
-    overview = frame_with(at, "GPU-hours cost")
+    overview = frame_with(at, "GPU-hours held idle")
     assert overview["goal"].iloc[0] == "job=5x8"
     assert overview["restarts"].iloc[0] == expected.cost.restarts
     shown = metrics(at)
@@ -76,7 +76,7 @@ def test_bad_goal_is_a_message() -> None:
 def test_recommend_kinds_from_a_snapshot() -> None:
     source = "examples/seed-mixed-fleet.json"
     at = open_app(source, PAGE)
-    kinds = frame_with(at, "GPU-hours cost")["kinds"].tolist()
+    kinds = frame_with(at, "GPU-hours held idle")["kinds"].tolist()
     assert any("share" in k for k in kinds) and any("rebalance" in k for k in kinds)
 
 
@@ -122,7 +122,7 @@ def test_exact_solver_is_opt_in_and_never_costlier() -> None:
     at = open_app(SOURCE, PAGE)
     at.checkbox(key="actions_exact").check().run()
     assert not at.exception
-    overview = frame_with(at, "GPU-hours cost")
+    overview = frame_with(at, "GPU-hours held idle")
     assert overview["restarts"].iloc[0] <= heuristic.cost.restarts
 
 
@@ -130,4 +130,4 @@ def test_slow_recommendation_kinds_are_opt_in_on_large_clusters() -> None:
     assert open_app(SOURCE, PAGE).checkbox(key="actions_others").value
     at = open_app("sim:a100-16x8?nodes=320", PAGE)
     assert not at.checkbox(key="actions_others").value
-    assert frame_with(at, "GPU-hours cost")["goal"].tolist()[0].startswith("job=")
+    assert frame_with(at, "GPU-hours held idle")["goal"].tolist()[0].startswith("job=")

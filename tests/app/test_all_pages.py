@@ -37,7 +37,7 @@ def test_every_page_agrees_with_the_advisor(preset: str) -> None:
     goal = plans.next_big_job(model)
     recs = plans.recommendations(model, Policy(), plans.goal_text(goal) if goal else "")
     if recs:
-        overview = frame_with(at, "GPU-hours cost")
+        overview = frame_with(at, "GPU-hours held idle")
         assert overview["goal"].tolist() == [p.goal for p in recs]
         assert overview["steps"].tolist() == [len(p.actions) for p in recs]
     else:

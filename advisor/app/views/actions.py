@@ -130,11 +130,16 @@ if not outcome.check.ok:
 
 chosen = [plan.actions[i - 1] for i in sorted(steps)]
 cost = plans.Plan(plan.goal, True, tuple(chosen)).cost
-cols = st.columns(4)
+cols = st.columns(5)
 cols[0].metric("Steps", len(chosen))
 cols[1].metric("Restarts", cost.restarts)
-cols[2].metric("GPU-hours lost", f"{cost.gpu_hours:.2f}")
-cols[3].metric("Jobs touched", len(cost.jobs))
+cols[2].metric("GPU-hours lost", f"{cost.gpu_hours:.2f}", help="work lost to restarts")
+cols[3].metric(
+    "GPU-hours held idle",
+    f"{cost.idle_gpu_hours:.2f}",
+    help="free GPUs a reservation holds until its job starts: no work lost, no one else runs",
+)
+cols[4].metric("Jobs touched", len(cost.jobs))
 
 st.subheader("Before and after")
 st.dataframe(outcome.table, hide_index=True, key="compare_table")
