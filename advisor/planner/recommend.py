@@ -220,8 +220,10 @@ def render_notes(plan: Plan) -> str:
     if "start_at" in extra:
         lines.append(
             f"starts in {extra['starts_in_s'] / 3600:.1f} h on {', '.join(extra['nodes'])} "
-            f"({extra['ends_from']}); {extra['idle_gpu_hours']:.1f} GPU-hours idle waiting; "
-            f"{len(extra['schedule'])} GPU(s) held later; {extra['release']['why']}"
+            f"({extra['ends_from']}); {extra['idle_gpu_hours']:.1f} GPU-hours idle waiting "
+            f"({plan.cost.idle_gpu_hours:.1f} on the GPUs held now, the rest on "
+            f"{len(extra['schedule'])} GPU(s) held later as they free up); "
+            f"{extra['release']['why']}"
         )
     for conflict in extra.get("conflicts", []):
         lines.append(f"conflict: {conflict['why']} ({', '.join(conflict['with'])})")
