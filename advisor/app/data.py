@@ -511,6 +511,17 @@ def trend_history(state: SourceState) -> History:
     return state.history
 
 
+def job_ends(state: SourceState) -> tuple[dict[str, float], dict[str, Any]]:
+    """The running jobs' ends the advisor service would learn from this state's history, and
+    where they come from (`forecasts.learned_job_ends`): computed once per loaded model, for
+    the Forecast, What-if and Actions pages alike."""
+    from advisor.app import forecasts
+
+    return state.cached(
+        "job_ends", lambda: forecasts.learned_job_ends(state.model, trend_history(state))
+    )
+
+
 # --------------------------------------------------------------------------- sidebar specs
 
 SOURCE_KINDS: tuple[str, ...] = ("sim", "exporters", "prometheus", "file")

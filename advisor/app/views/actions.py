@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from advisor.app import data, figures, forecasts, plans
+from advisor.app import data, figures, plans
 from advisor.fragmentation import measures
 from advisor.planner.consolidate import parse_goal
 from advisor.planner.constraints import PolicyError
@@ -54,13 +54,7 @@ try:
     for shape in shapes:
         if shape is not None:
             measures.check_models(model, shape)
-    ends = (
-        state.cached(
-            "job_ends", lambda: forecasts.learned_job_ends(model, data.trend_history(state))
-        )[0]
-        if others
-        else {}
-    )
+    ends = data.job_ends(state)[0] if others else {}
     recs = state.cached(
         str(("plans", goal, policy_path, exact, others)),
         lambda: plans.recommendations(model, policy, goal.strip(), exact, others, ends),

@@ -174,7 +174,7 @@ for reason in forecasts.idle_node_reasons(doc):
     st.caption(f"No per-node release for {reason}.")
 
 st.subheader("Predicted free GPUs per node")
-ends, ends_doc = state.cached("job_ends", lambda: forecasts.learned_job_ends(state.model, history))
+ends, ends_doc = data.job_ends(state)
 free, _ = state.cached("node_free", lambda: forecasts.node_free_times(state.model, ends))
 st.caption(
     f"Without moving anything: GPUs free now (the current snapshot, unlike the last complete "

@@ -27,14 +27,6 @@ tenant = cols[3].selectbox(
 )
 
 
-def job_ends() -> tuple[dict[str, float], dict]:
-    """The running jobs' ends the advisor service learns from the same history as the Forecast
-    page's (shared with it), asked for only when the job cannot start now."""
-    return state.cached(
-        "job_ends", lambda: forecasts.learned_job_ends(model, data.trend_history(state))
-    )
-
-
 exact = st.checkbox(
     "Also run the exact solver for the plan (CP-SAT, up to 5 s) and keep the cheaper one",
     key="wi_exact",
@@ -48,7 +40,7 @@ answer = state.cached(
         "" if gpu_model == "any" else gpu_model,
         tenant="" if tenant == "(none)" else tenant,
         exact=exact,
-        job_end=lambda: job_ends()[0],
+        job_end=lambda: data.job_ends(state)[0],  # only when the job cannot start now
     ),
 )
 job = f"{nodes} x {num_gpu} GPUs" + ("" if gpu_model == "any" else f" on {gpu_model}")
@@ -96,6 +88,6 @@ else:
     st.metric("Starts in", plans.hours(extra["starts_in_s"]), help=f"at {start}")
     st.markdown(
         f"On **{', '.join(extra['nodes'])}**, at about {start}. Job ends come from "
-        f"{forecasts.job_ends_text(job_ends()[1])}; holding the GPUs until then leaves "
+        f"{forecasts.job_ends_text(data.job_ends(state)[1])}; holding the GPUs until then leaves "
         f"{extra['idle_gpu_hours']:.1f} GPU-hours idle (other jobs may backfill them)."
     )
