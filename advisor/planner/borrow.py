@@ -28,16 +28,15 @@ tenant's quota: the ones to try.
 from __future__ import annotations
 
 import math
-from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from advisor.model import MILLI, ClusterModel, spec_allows
+from advisor.model import ClusterModel, spec_allows
 from advisor.planner.actions import Action, Cost, GpuSet, Plan
 from advisor.planner.check import check_plan
-from advisor.planner.constraints import ANY_MODEL, UNASSIGNED, Policy
+from advisor.planner.constraints import ANY_MODEL, UNASSIGNED, Policy, usage_by_scope
 from advisor.planner.observed import DurationPrior, now_of
 from advisor.planner.outcome import outcome, shapes_with
 from advisor.planner.reserve import Request, Slot, earliest_slot, pending_requests
@@ -67,23 +66,6 @@ def split_gpus(
     if left:
         parts.append(Request(job, tenant, priority, 1, left))
     return tuple(parts)
-
-
-def usage_by_scope(model: ClusterModel) -> dict[tuple[str, str], float]:
-    """GPUs held per (tenant, scope), scope "" = all models (as the checker counts them)."""
-    allocs = model.allocations
-    placed = allocs.node >= 0
-    share = allocs.num_gpu * allocs.gpu_milli / MILLI
-    out: dict[tuple[str, str], float] = defaultdict(float)
-    for tenant, node, gpus in zip(
-        allocs.tenant[placed].tolist(),
-        allocs.node[placed].tolist(),
-        share[placed].tolist(),
-        strict=True,
-    ):
-        out[(tenant, ANY_MODEL)] += gpus
-        out[(tenant, str(model.nodes.gpu_model[node]))] += gpus
-    return out
 
 
 def unassigned(model: ClusterModel, policy: Policy, scope: str, usage) -> float:

@@ -43,6 +43,7 @@ from advisor.planner.constraints import (
     Policy,
     island_size_per_node,
     islands_ok,
+    usage_by_scope,
 )
 
 RESERVATION_QOS = "reservation"
@@ -110,19 +111,8 @@ class _Replay:
         self._bounds = np.searchsorted(places.alloc[self._order], np.arange(len(allocs) + 1))
         self.holders: dict[str, _Holder | None] = {}  # None = reclaimed
         self.quota = dict(policy.quotas)
-        self.usage: dict[tuple[str, str], float] = defaultdict(float)
+        self.usage = usage_by_scope(model)
         self.step_usage: dict[tuple[str, str], float] = {}  # usage before the current step
-        node_model = model.nodes.gpu_model
-        placed = allocs.node >= 0
-        share = allocs.num_gpu * allocs.gpu_milli / MILLI
-        for tenant, node, gpus in zip(
-            allocs.tenant[placed].tolist(),
-            allocs.node[placed].tolist(),
-            share[placed].tolist(),
-            strict=True,
-        ):
-            self.usage[(tenant, ANY_MODEL)] += gpus
-            self.usage[(tenant, str(node_model[node]))] += gpus
         self._unassigned_quota(model)
         self.reserve_racks: dict[str, tuple[str, str]] = {}
         self._job_rows: dict[str, np.ndarray] = {}

@@ -35,7 +35,7 @@ from advisor.fragmentation.measures import DEFAULT_SHAPES, Shape, parse_shape
 from advisor.model import MILLI, UNKNOWN_ISLAND, ClusterModel, spec_allows
 from advisor.planner.actions import Action, Benefit, Cost, CostWeights, GpuSet, Plan, move_cost
 from advisor.planner.check import apply_plan, check_plan
-from advisor.planner.constraints import ANY_MODEL, Policy, island_size_per_node
+from advisor.planner.constraints import ANY_MODEL, Policy, island_size_per_node, usage_by_scope
 
 GOAL_JOB = "goal"
 CHAIN_ALWAYS_NODES = 2000  # up to this size the chained search always runs (it is cheap there)
@@ -956,8 +956,6 @@ def over_quota(model: ClusterModel, goal: Goal, policy: Policy | None) -> str:
     limit = policy.quotas.get((goal.tenant, ANY_MODEL))
     if limit is None:
         return ""
-    from advisor.planner.borrow import usage_by_scope  # borrow plans on this module's results
-
     held = usage_by_scope(model).get((goal.tenant, ANY_MODEL), 0.0)
     job = goal.shape.gpus
     if held + job <= limit + 1e-9:

@@ -37,13 +37,14 @@ come from the model and the goal, not from the policy file.
 from __future__ import annotations
 
 import math
+from collections import defaultdict
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from advisor.model import UNKNOWN_ISLAND, ClusterModel
+from advisor.model import MILLI, UNKNOWN_ISLAND, ClusterModel
 from advisor.planner.actions import DEFAULT_RESTART_S
 from exporter.config_text import load_json, load_yaml, parse_problem
 
@@ -222,6 +223,24 @@ def load_policy(path: str | Path) -> Policy:
 
 
 # --------------------------------------------------------------------------- rule helpers
+
+
+def usage_by_scope(model: ClusterModel) -> dict[tuple[str, str], float]:
+    """GPUs held per (tenant, scope), scope "" = all models: what quotas are checked against
+    (the checker's starting use, borrowing's shortfalls, a goal job's quota)."""
+    allocs = model.allocations
+    placed = allocs.node >= 0
+    share = allocs.num_gpu * allocs.gpu_milli / MILLI
+    out: dict[tuple[str, str], float] = defaultdict(float)
+    for tenant, node, gpus in zip(
+        allocs.tenant[placed].tolist(),
+        allocs.node[placed].tolist(),
+        share[placed].tolist(),
+        strict=True,
+    ):
+        out[(tenant, ANY_MODEL)] += gpus
+        out[(tenant, str(model.nodes.gpu_model[node]))] += gpus
+    return out
 
 
 def node_islands(model: ClusterModel, node: int) -> np.ndarray:

@@ -16,7 +16,7 @@ from advisor import snapshot
 from advisor.cli import main
 from advisor.fragmentation.measures import free_whole_per_node
 from advisor.planner.actions import Action
-from advisor.planner.borrow import blocked_by_quota, plan_borrow, request_for_job, usage_by_scope
+from advisor.planner.borrow import blocked_by_quota, plan_borrow, request_for_job
 from advisor.planner.check import check_plan
 from advisor.planner.constraints import (
     UNASSIGNED,
@@ -25,6 +25,7 @@ from advisor.planner.constraints import (
     PolicyError,
     load_policy,
     policy_from_dict,
+    usage_by_scope,
 )
 from advisor.planner.recommend import plan_for_goal, recommend
 from advisor.planner.reserve import Request, pending_requests
