@@ -33,7 +33,8 @@ from typing import Any
 
 import numpy as np
 
-from advisor.model import ClusterModel, spec_allows
+from advisor.fragmentation import measures
+from advisor.model import ClusterModel
 from advisor.planner.actions import Action, Cost, GpuSet, Plan
 from advisor.planner.check import check_plan
 from advisor.planner.constraints import ANY_MODEL, UNASSIGNED, Policy, usage_by_scope
@@ -164,8 +165,7 @@ def _no_room(model: ClusterModel, policy: Policy, parts: Sequence[Request]) -> s
     """Why no free GPUs hold the job now: too few free on the models it may use, or not in a
     shape it can take (the free count and the shape named either way)."""
     spec = parts[0].gpu_spec
-    models = model.nodes.gpu_model[model.gpus.node].astype(str)
-    allowed = np.array([spec_allows(spec, m) for m in models.tolist()], dtype=bool)
+    allowed = measures._spec_mask(model, spec)[model.gpus.node]  # per GPU, by its node's model
     free = int((model.gpu_is_free & allowed).sum())
     need = sum(p.gpus for p in parts)
     on = f" on the GPU models {spec!r} allows" if spec else ""
