@@ -20,7 +20,8 @@ why (`KIND: note`); `gpu-defrag plan --goal recommend` prints them on one line
 `plan_for_goal(model, policy, goal, forecast)` is what `gpu-defrag plan --goal` calls for these
 kinds: `recommend`, `reclaim`, `share`, `rebalance`, `reserve` (every waiting job) or
 `reserve=JOB`, and `borrow=JOB`, `borrow=TENANT:GPUS[:PRIORITY]` or `borrow=JOB:TENANT:GPUS`
-(GPUS `KxG` or a count, `_borrow_request`; a job that is not in the model). It returns None for other goals (consolidation handles those).
+(GPUS `KxG` or a count, `_borrow_request`; a job that is not in the model). It returns None for
+other goals (consolidation handles those).
 """
 
 from __future__ import annotations
