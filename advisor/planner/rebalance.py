@@ -52,7 +52,7 @@ import numpy as np
 from advisor.fragmentation.measures import Shape
 from advisor.model import MILLI, ClusterModel, spec_allows
 from advisor.planner.actions import Action, GpuSet, Plan, move_cost
-from advisor.planner.check import apply_plan, check_plan
+from advisor.planner.check import check_plan
 from advisor.planner.constraints import Policy, island_size_per_node
 from advisor.planner.observed import HISTORY_HINT, history_s, observe
 from advisor.planner.outcome import outcome, shapes_with
@@ -306,11 +306,11 @@ def _keep_needed(
     goal_priority: int | None,
     queued: Counter[Shape],
     check_each: bool = False,
-) -> tuple[list[Action], list[str], dict[str, list[tuple[Shape, int]]]]:
+) -> tuple[list[Action], list[str], dict[str, list[tuple[Shape, int]]], dict[Shape, int]]:
     """Drop, costliest first and until none can be, every move whose removal starts no fewer
     queued tasks of any shape and keeps the plan checked. Returns the kept moves, the dropped
-    allocations and, per kept move, the queued tasks it lets start (shape, how many fewer
-    could start without it). Dropping a move of a checked plan only leaves GPUs, CPU, memory
+    allocations, per kept move the queued tasks it lets start (shape, how many fewer could
+    start without it), and per shape how many queued tasks could start after the kept moves. Dropping a move of a checked plan only leaves GPUs, CPU, memory
     and quota unused, so the kept plan is checked once at the end; should it fail, the moves
     are dropped again with a check before each drop (`check_each`)."""
     keep = list(actions)
@@ -334,7 +334,7 @@ def _keep_needed(
             changed = True
     if not check_each and not check_plan(model, keep, policy, goal_priority).ok:
         return _keep_needed(model, actions, policy, goal_priority, queued, True)  # pragma: no cover
-    return keep, dropped, serves
+    return keep, dropped, serves, served
 
 
 def _serves_text(model_name: str, k: int, node: str, lost: list[tuple[Shape, int]]) -> str:
@@ -381,9 +381,10 @@ def plan_rebalance(
     serves: dict[str, list[tuple[Shape, int]]] = {}
     queue: dict[str, dict[str, int]] = {}
     if has_queue:  # keep only the moves that let a queued task start
-        actions, not_needed, serves = _keep_needed(model, actions, policy, goal_priority, waiting)
+        actions, not_needed, serves, end = _keep_needed(
+            model, actions, policy, goal_priority, waiting
+        )
         start = _served(model, waiting)
-        end = _served(apply_plan(model, actions), waiting) if actions else start
         queue = {
             s.name: {"waiting": n, "could_start_before": start[s], "could_start_after": end[s]}
             for s, n in sorted(waiting.items(), key=lambda kv: kv[0].name)
