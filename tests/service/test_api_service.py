@@ -125,9 +125,10 @@ def test_unreachable_source_is_a_metric_a_log_line_and_503s():
     url = f"http://127.0.0.1:{port}/metrics"
     with advisor_process("--source", url, "--advise.interval", "1s") as (base, process):
 
-        def counted():
+        def counted():  # the first run has failed its ingest (the counter starts at 0.0)
             page = requests.get(f"{base}/metrics", timeout=5).text
-            return 'gpu_advisor_run_errors_total{stage="ingest"}' in page and page
+            failed = 'gpu_advisor_run_errors_total{stage="ingest"} 0.0' not in page
+            return 'gpu_advisor_run_errors_total{stage="ingest"}' in page and failed and page
 
         page = wait_for(lambda: "gpu_advisor_runs_total 1.0" not in (counted() or "") and counted())
         assert f'gpu_advisor_source_up{{source="{url}"}} 0.0' in page
