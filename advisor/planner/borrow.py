@@ -37,7 +37,13 @@ from advisor.fragmentation import measures
 from advisor.model import ClusterModel
 from advisor.planner.actions import Action, Cost, GpuSet, Plan
 from advisor.planner.check import check_plan
-from advisor.planner.constraints import ANY_MODEL, UNASSIGNED, Policy, usage_by_scope
+from advisor.planner.constraints import (
+    ANY_MODEL,
+    UNASSIGNED,
+    Policy,
+    unassigned_quota,
+    usage_by_scope,
+)
 from advisor.planner.observed import DurationPrior, now_of
 from advisor.planner.outcome import outcome, shapes_with
 from advisor.planner.reserve import Request, Slot, earliest_slot, pending_requests
@@ -67,22 +73,6 @@ def split_gpus(
     if left:
         parts.append(Request(job, tenant, priority, 1, left))
     return tuple(parts)
-
-
-def unassigned(model: ClusterModel, policy: Policy, scope: str, usage) -> float:
-    """Unused GPUs no tenant's quota covers in `scope` (as the checker's UNASSIGNED lends)."""
-    if (UNASSIGNED, scope) in policy.quotas:
-        limit = policy.quotas[(UNASSIGNED, scope)]
-        holders = {t for (t, s) in policy.quotas if s == scope}
-    else:
-        gpu_model = model.nodes.gpu_model[model.gpus.node]
-        on = model.gpu_usable if scope == ANY_MODEL else model.gpu_usable & (gpu_model == scope)
-        holders = {t for (t, s) in policy.quotas if s == scope}
-        limit = max(
-            0.0, float(on.sum()) - sum(v for (t, s), v in policy.quotas.items() if s == scope)
-        )
-    used = sum(v for (t, s), v in usage.items() if s == scope and t not in holders)
-    return max(0.0, limit - used)
 
 
 def _free_now(model: ClusterModel) -> np.ndarray:
@@ -259,7 +249,8 @@ def plan_borrow(
             if spare > 1e-9 and lender_rules is not None and lender_rules.lend:
                 lenders.append((-spare, tenant, spare))
         lenders.sort()
-        spare_unassigned = unassigned(model, policy, scope, usage)
+        limit, used = unassigned_quota(model, policy.quotas, scope, usage)
+        spare_unassigned = max(0.0, limit - used)
         if spare_unassigned > 1e-9:
             lenders.append((0.0, UNASSIGNED, spare_unassigned))
         left = short

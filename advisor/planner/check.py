@@ -43,6 +43,7 @@ from advisor.planner.constraints import (
     Policy,
     island_size_per_node,
     islands_ok,
+    unassigned_quota,
     usage_by_scope,
 )
 
@@ -123,19 +124,11 @@ class _Replay:
         in that scope hold; it lends like a tenant (borrow), so loans out of spare capacity
         keep total quota conserved too."""
         scopes = {scope for (tenant, scope) in self.quota if tenant != UNASSIGNED}
-        if not scopes:
-            return
-        gpu_model = model.nodes.gpu_model[model.gpus.node]
+        quotas = dict(self.quota)  # the policy's, before UNASSIGNED's scopes are added
         for scope in scopes:
-            if (UNASSIGNED, scope) in self.quota:
-                continue  # the policy names it: keep the file's number
-            on = model.gpu_usable if scope == ANY_MODEL else model.gpu_usable & (gpu_model == scope)
-            holders = {t for (t, s) in self.quota if s == scope}
-            assigned = sum(v for (t, s), v in self.quota.items() if s == scope)
-            self.quota[(UNASSIGNED, scope)] = max(0.0, float(on.sum()) - assigned)
-            self.usage[(UNASSIGNED, scope)] = sum(
-                v for (t, s), v in list(self.usage.items()) if s == scope and t not in holders
-            )
+            limit, used = unassigned_quota(model, quotas, scope, self.usage)
+            self.quota[(UNASSIGNED, scope)] = limit
+            self.usage[(UNASSIGNED, scope)] = used
 
     # ---- state lookups
     def holder(self, alloc: str) -> _Holder | None:

@@ -243,6 +243,28 @@ def usage_by_scope(model: ClusterModel) -> dict[tuple[str, str], float]:
     return out
 
 
+def unassigned_quota(
+    model: ClusterModel,
+    quotas: dict[tuple[str, str], float],
+    scope: str,
+    usage: dict[tuple[str, str], float],
+) -> tuple[float, float]:
+    """(quota, use) of the pseudo-tenant UNASSIGNED in `scope`: the usable GPUs the tenants'
+    quotas leave over (or the policy's own number for it), and what tenants without a quota in
+    that scope hold, which comes out of it. The checker lends from it and borrowing offers its
+    spare, so both read it here."""
+    holders = {t for (t, s) in quotas if s == scope}
+    if (UNASSIGNED, scope) in quotas:
+        limit = float(quotas[(UNASSIGNED, scope)])
+    else:
+        gpu_model = model.nodes.gpu_model[model.gpus.node]
+        on = model.gpu_usable if scope == ANY_MODEL else model.gpu_usable & (gpu_model == scope)
+        assigned = sum(v for (t, s), v in quotas.items() if s == scope)
+        limit = max(0.0, float(on.sum()) - assigned)
+    used = sum(v for (t, s), v in usage.items() if s == scope and t not in holders)
+    return limit, float(used)
+
+
 def node_islands(model: ClusterModel, node: int) -> np.ndarray:
     """int32 island id per GPU of `node` (in GPU-row order), -1 where unknown."""
     start, stop = model.nodes.gpu_offset[node], model.nodes.gpu_offset[node + 1]

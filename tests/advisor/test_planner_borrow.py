@@ -214,6 +214,25 @@ def test_checker_lends_only_spare_unassigned_capacity(model) -> None:
     assert not check_plan(model, [loan(20)], shared).ok
 
 
+def test_a_named_unassigned_quota_is_spare_only_beyond_what_unquoted_tenants_hold(model) -> None:
+    """A policy may give the pseudo-tenant its own number; tenants without a quota still use
+    it up, for the checker and for borrowing alike (they once disagreed: the checker lent the
+    whole named number)."""
+    quotas = {k: v for k, v in load_policy(RULES).quotas.items() if k[0] != "product"}
+    named = replace(load_policy(RULES), quotas={**quotas, (UNASSIGNED, ""): 20.0})
+
+    def loan(n):
+        return Action("borrow", quota=(("rnd", "", n), (UNASSIGNED, "", -n)))
+
+    assert check_plan(model, [loan(5)], named).ok  # 20 named, 15 held by product: 5 spare
+    refused = check_plan(model, [loan(6)], named)
+    assert not refused.ok and "lender" in refused.violation.reason
+    plan = plan_borrow(model, named, request_for_job(model, "rnd-pretrain"))
+    lent = {a.quota[1][0]: -a.quota[1][2] for a in plan.actions if a.kind == "borrow"}
+    assert lent.get(UNASSIGNED, 0) <= 5, lent
+    assert not plan.feasible or check_plan(model, plan.actions, named, 80).ok
+
+
 @st.composite
 def short_of_quota(draw, m, request: Request) -> Policy:
     """Quotas that leave `request`'s tenant 1 to `request.gpus` GPUs short of starting it, the
