@@ -297,13 +297,13 @@ def job_ends_text(doc: dict[str, Any]) -> str:
 
 def node_free_times(
     model: ClusterModel, job_end: Mapping[str, float] | None = None
-) -> tuple[pd.DataFrame, str]:
+) -> pd.DataFrame:
     """Per node: GPUs free now (in the current snapshot, unlike the idle tables' last complete
     hour) and predicted free within each of `FREE_IN_H` hours (without moving anything), from
     the planner's predicted job ends (`job_end`: {allocation id: end}, the learned ends of
-    `learned_job_ends`; the planner's fallback for every allocation it leaves out), and where
-    those ends come from (`end_source`)."""
-    from advisor.planner.observed import DurationPrior, end_source, expected_end, now_of
+    `learned_job_ends`; the planner's fallback for every allocation it leaves out). Where those
+    ends come from is the job-end document's `source` (`job_ends_text`)."""
+    from advisor.planner.observed import DurationPrior, expected_end, now_of
     from advisor.planner.reserve import gpu_ready_times
 
     ready = gpu_ready_times(model, expected_end(model, DurationPrior(), job_end))
@@ -322,5 +322,4 @@ def node_free_times(
         columns[f"free within {h} h"] = np.bincount(
             model.gpus.node, weights=free, minlength=len(nodes)
         ).astype(int)
-    frame = pd.DataFrame(columns)
-    return frame, end_source(model, DurationPrior(), job_end)
+    return pd.DataFrame(columns)

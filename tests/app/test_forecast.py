@@ -141,7 +141,7 @@ def test_node_free_times_rest_on_the_ends_the_service_learns() -> None:
     assert ends and doc["finished_jobs"] >= JobEndSettings().min_finished
     at = open_app(source, PAGE)
     free = frame_with(at, "free within 24 h")
-    expected, _ = forecasts.node_free_times(model, ends)
+    expected = forecasts.node_free_times(model, ends)
     pd.testing.assert_frame_equal(free.reset_index(drop=True), expected, check_dtype=False)
     learned = f"forecast job ends learned from {doc['finished_jobs']} finished jobs"
     (caption,) = [c.value for c in at.caption if "Job ends come from" in c.value]

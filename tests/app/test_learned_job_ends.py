@@ -64,8 +64,7 @@ def test_node_free_times_use_the_learned_ends(learned) -> None:
     model, history = learned
     service_ends, _ = service_job_ends(model, history)
     ends, _ = forecasts.learned_job_ends(model, history)
-    free, source = forecasts.node_free_times(model, ends)
-    assert source == "forecast job ends"
+    free = forecasts.node_free_times(model, ends)
     # every GPU whose allocations all end (by the service's ends) within h hours is counted
     now = model.timestamp
     places = model.placements
@@ -75,7 +74,7 @@ def test_node_free_times_use_the_learned_ends(learned) -> None:
         busy[places.gpu[alloc_end > now + h * 3600.0]] = True
         expected = np.bincount(model.gpus.node, weights=~busy, minlength=len(model.nodes))
         assert free[f"free within {h} h"].tolist() == expected.astype(int).tolist()
-    fallback, _ = forecasts.node_free_times(model)
+    fallback = forecasts.node_free_times(model)
     assert not free.equals(fallback)  # the learned ends are not the duration prior's
 
 
@@ -107,9 +106,8 @@ def test_without_enough_finished_jobs_the_fallback_stays_and_says_so(unlearned) 
     assert text.startswith(f"**{end_source(model)}**")
     assert "duration prior" in text and "learned" not in text
     assert f"fewer than {JobEndSettings().min_finished}: the planner's fallback is used" in text
-    free, source = forecasts.node_free_times(model, ends)
-    fallback, fallback_source = forecasts.node_free_times(model)
-    assert free.equals(fallback) and source == fallback_source == end_source(model)
+    free = forecasts.node_free_times(model, ends)
+    assert free.equals(forecasts.node_free_times(model))
     wait = plans.whatif(model, 8, 2, job_end=ends).wait
     before = plans.whatif(model, 8, 2).wait
     assert wait is not None and before is not None

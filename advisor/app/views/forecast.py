@@ -175,7 +175,7 @@ for reason in forecasts.idle_node_reasons(doc):
 
 st.subheader("Predicted free GPUs per node")
 ends, ends_doc = data.job_ends(state)
-free, _ = state.cached("node_free", lambda: forecasts.node_free_times(state.model, ends))
+free = state.cached("node_free", lambda: forecasts.node_free_times(state.model, ends))
 st.caption(
     f"Without moving anything: GPUs free now (the current snapshot, unlike the last complete "
     f"hour's low in the idle tables above) and by each horizon, from the predicted ends of "
