@@ -2,15 +2,25 @@
 
 requests' `timeout` bounds each wait on the socket, not the answer: a server that trickles a byte
 a second never times out, and an endless page is read until memory runs out. `get` streams the
-body and stops at the first of: the deadline (`timeout` after the call, for connect, headers and
-body together, on `time.monotonic`), more than `cap` bytes (decoded: gzip is undone first), or a
-Content-Length above `cap` (refused before any of the body is read).
+body and stops at the first of: the deadline (`timeout` after the call, for name lookup, connect,
+headers and body together, on `time.monotonic`), more than `cap` bytes (decoded: gzip is undone
+first), or a Content-Length above `cap` (refused before any of the body is read).
 
 Reads that block inside the libraries (http.client reads a header line, urllib3 a whole chunk)
 are ended by a watchdog timer that shuts the connection's socket down at the deadline. The
 socket is known from the moment it connects through the connection classes `DeadlineAdapter`
 mounts on the session; behind a SOCKS proxy or another session's adapter only once the headers
 have come, with each wait before still bounded by `timeout`.
+
+A host name is looked up before there is a socket to shut down, and a resolver that hangs (a
+dead DNS server: glibc waits 5 s per try and server) would hold the caller past the deadline.
+So those connection classes run `socket.getaddrinfo` in a daemon thread and wait for it only
+until the deadline (an IP address or "localhost" is looked up in the calling thread: no wait);
+a lookup still running then is left to finish on its own, and a later request for the same
+name waits on it rather than starting another. urllib3 then connects to each address in turn
+(with its own options and errors), each connect bounded by the time left too. Through an HTTP proxy the proxy's name is the
+one looked up, the same way; a SOCKS proxy looks names up in its own connection classes,
+outside this bound.
 
 The answer comes back as the usual `requests.Response` with its body read, so `.text` and
 `.json()` decode it exactly as they always did (charset from Content-Type, else detected).
@@ -20,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import http.client
+import ipaddress
 import socket
 import threading
 import time
@@ -30,6 +41,8 @@ import urllib3
 from requests.adapters import HTTPAdapter
 from urllib3.connection import HTTPConnection, HTTPSConnection
 from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
+from urllib3.exceptions import ConnectTimeoutError, NewConnectionError
+from urllib3.util.connection import allowed_gai_family
 
 from exporter.units import size_text
 
@@ -48,6 +61,8 @@ class _Watch:
     """Shuts down the sockets of one request when its deadline passes, unless it finished."""
 
     def __init__(self, seconds: float) -> None:
+        self.deadline = time.monotonic() + max(0.0, seconds)
+        self.unresolved: str | None = None  # the host whose name lookup did not end in time
         self._lock = threading.Lock()
         self._socks: list[socket.socket] = []  # duplicates: shutting one down ends the read
         self._fired = False
@@ -59,6 +74,14 @@ class _Watch:
     @property
     def fired(self) -> bool:
         return self._fired
+
+    @property
+    def expired(self) -> bool:
+        """The deadline has passed (the timer may not have fired yet)."""
+        return self._fired or time.monotonic() >= self.deadline
+
+    def left(self) -> float:
+        return self.deadline - time.monotonic()
 
     def add(self, sock: Any) -> None:
         """Watch `sock` too. A duplicate of its descriptor is kept: the original may be
@@ -106,15 +129,112 @@ def _watch_current(sock: Any) -> None:
         watch.add(sock)
 
 
+class _LookupUnfinished(Exception):
+    """The name lookup did not end by the deadline."""
+
+
+class _Lookup:
+    """One `socket.getaddrinfo` call in a daemon thread, that callers wait on while they may."""
+
+    def __init__(self) -> None:
+        self.done = threading.Event()
+        self.answer: list[Any] = []
+        self.error: Exception | None = None
+
+
+_lookups: dict[tuple[str, int, int], _Lookup] = {}  # running: (host, port, family) -> lookup
+_lookups_lock = threading.Lock()
+
+
+def _resolve(host: str, port: int, family: int, left: float) -> list[Any]:
+    """getaddrinfo's answer for `host`, waited for at most `left` seconds (_LookupUnfinished
+    after that). An IP address or "localhost" is looked up here and now: nothing to wait on."""
+    if host.lower() == "localhost" or _is_address(host):
+        return socket.getaddrinfo(host, port, family, socket.SOCK_STREAM)
+    if left <= 0:
+        raise _LookupUnfinished
+    key = (host, port, int(family))
+    with _lookups_lock:
+        lookup = _lookups.get(key)
+        if lookup is None:
+            lookup = _lookups[key] = _Lookup()
+            worker = threading.Thread(
+                target=_look_up, args=(key, lookup), name=f"getaddrinfo {host}", daemon=True
+            )
+            try:
+                worker.start()
+            except BaseException:
+                del _lookups[key]  # no thread: no one would ever end it
+                raise
+    if not lookup.done.wait(left):
+        raise _LookupUnfinished
+    if lookup.error is not None:
+        raise lookup.error
+    return lookup.answer
+
+
+def _look_up(key: tuple[str, int, int], lookup: _Lookup) -> None:
+    host, port, family = key
+    try:
+        lookup.answer = socket.getaddrinfo(host, port, family, socket.SOCK_STREAM)
+    except Exception as error:  # handed to the callers waiting
+        lookup.error = error
+    finally:
+        with _lookups_lock:
+            if _lookups.get(key) is lookup:
+                del _lookups[key]
+        lookup.done.set()
+
+
+def _is_address(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
+
+
 class _Watched:
     """Hands each socket to the calling thread's watch: a new one as soon as it connects (so a
-    slow TLS handshake is bounded too), a reused one when its answer is awaited."""
+    slow TLS handshake is bounded too), a reused one when its answer is awaited. Within a
+    watched request the host's name lookup and the connect end at the deadline too."""
 
     sock: Any
+    host: str
+    _dns_host: str  # urllib3's name to connect to (the proxy's, through a proxy)
+    port: int
+    timeout: Any
 
     def _new_conn(self) -> socket.socket:
-        sock = super()._new_conn()  # type: ignore[misc]
-        _watch_current(sock)
+        watch: _Watch | None = getattr(_local, "watch", None)
+        if watch is None:
+            return super()._new_conn()  # type: ignore[misc]
+        name = self._dns_host
+        try:
+            answer = _resolve(name.strip("[]"), self.port, allowed_gai_family(), watch.left())
+        except _LookupUnfinished:
+            watch.unresolved = self.host
+            raise ConnectTimeoutError(self, f"name lookup of {name} did not finish") from None
+        except (OSError, UnicodeError):
+            answer = []  # urllib3 looks it up again and raises its own error
+        # urllib3 connects to each address in turn (an address needs no lookup), with its own
+        # errors, options and source address; each connect also ends at the deadline
+        addresses = list(dict.fromkeys(info[4][0] for info in answer)) or [name]
+        timeout = self.timeout
+        try:
+            for i, address in enumerate(addresses):
+                self._dns_host = address
+                if isinstance(timeout, (int, float)):
+                    self.timeout = max(0.001, min(timeout, watch.left()))
+                try:
+                    sock = super()._new_conn()  # type: ignore[misc]
+                    break
+                except (ConnectTimeoutError, NewConnectionError):
+                    if i == len(addresses) - 1 or watch.expired:
+                        raise
+        finally:
+            self._dns_host, self.timeout = name, timeout
+        watch.add(sock)
         return sock
 
     def getresponse(self) -> Any:
@@ -188,15 +308,20 @@ def get(
     own = session is None
     session = session or new_session()
     _mount(session)
-    deadline = time.monotonic() + timeout
     watch = _Watch(timeout)
+    deadline = watch.deadline
     outer, _local.watch = getattr(_local, "watch", None), watch
     response: requests.Response | None = None
     try:
         try:
             response = session.get(url, params=params, timeout=timeout, stream=True)
         except requests.RequestException:
-            if watch.fired:  # the watchdog ended a read: the deadline, not the server
+            if watch.unresolved is not None:  # the resolver, not the server: say so
+                raise requests.Timeout(
+                    f"no answer within {timeout:g} s "
+                    f"(name lookup of {watch.unresolved} did not finish)"
+                ) from None
+            if watch.expired:  # the watchdog ended a read, or connect met the deadline
                 raise requests.Timeout(f"no answer within {timeout:g} s") from None
             raise
         if watch.fired:  # cut off mid-headers, which http.client may take for their end
