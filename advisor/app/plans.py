@@ -324,7 +324,13 @@ def kubectl_commands(actions: Sequence[Action]) -> str:
                 f"kubectl {_ns(ns)}annotate pod {q(pod)} --overwrite "
                 f"gpu-defrag.io/target-node={q(a.dst.node)} "
                 f"gpu-defrag.io/target-gpus={','.join(map(str, a.dst.gpus))}"
-                + (f" gpu-defrag.io/gpu-milli={a.dst.milli}" if a.dst.milli < 1000 else ""),
+                + (
+                    f" gpu-defrag.io/mig-profile={q(a.dst.mig_profile)}"
+                    if a.dst.mig_profile
+                    else f" gpu-defrag.io/gpu-milli={a.dst.milli}"
+                    if a.dst.milli < 1000
+                    else ""
+                ),
                 f"# pin its controller's pod template to the target: nodeSelector "
                 f"kubernetes.io/hostname={a.dst.node}; checkpoint, then:",
                 f"kubectl {_ns(ns)}delete pod {q(pod)} --wait=false",

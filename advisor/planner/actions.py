@@ -3,12 +3,16 @@
 Stable API (other recommendation kinds build on it):
 
 - `KINDS` — migrate, reserve, reclaim, share, borrow, rebalance.
-- `GpuSet(node, gpus, milli)` — device indices on one node, `milli` per GPU (1000 = whole).
+- `GpuSet(node, gpus, milli, mig_profile=None)` — device indices on one node, `milli` per GPU
+  (1000 = whole); a share target may name the MIG profile (`mig_profiles`) of the instance the
+  task runs in on each GPU, `milli` then being that profile's share (see `check`: the first
+  such step onto a plain, idle GPU switches it to MIG mode).
 - `Action(kind, alloc, job, tenant, src, dst, ...)` — one step. Its effect on the model is
   uniform for every kind, which is what lets one checker replay them all:
   `src` (if set) is given back by allocation `alloc`, then `dst` (if set) is taken by it.
   * migrate / share / rebalance: an existing allocation leaves `src` for `dst` (share = a
-    fractional `dst.milli`; rebalance = `dst` on another GPU model, allowed by `gpu_spec`);
+    fractional `dst.milli`, or a MIG instance of `dst.mig_profile`; rebalance = `dst` on
+    another GPU model, allowed by `gpu_spec`);
   * reclaim: an existing allocation gives back `src` (stopped or preempted), no `dst`;
   * reserve: a new holder `alloc` (not in the model; `num_gpu`/`priority` in the action)
     takes `dst`; several reserve actions with one `job` form a multi-node job;
@@ -38,11 +42,13 @@ DEFAULT_RESTART_S = 300.0  # checkpoint + restart time assumed where the source 
 
 @dataclass(frozen=True)
 class GpuSet:
-    """GPUs `gpus` (device indices) of node `node`, `milli` (1..1000) of each."""
+    """GPUs `gpus` (device indices) of node `node`, `milli` (1..1000) of each; `mig_profile`
+    (a share target only) the MIG instance the task gets on each, None: a plain GPU share."""
 
     node: str
     gpus: tuple[int, ...]
     milli: int = MILLI
+    mig_profile: str | None = None
 
     def __post_init__(self) -> None:
         if not self.gpus:
@@ -53,14 +59,25 @@ class GpuSet:
             raise ValueError(f"GpuSet milli must be within 1..1000, got {self.milli}")
 
     def to_dict(self) -> dict[str, Any]:
-        return {"node": self.node, "gpus": list(self.gpus), "milli": self.milli}
+        doc: dict[str, Any] = {"node": self.node, "gpus": list(self.gpus), "milli": self.milli}
+        if self.mig_profile is not None:  # absent otherwise: plain targets keep their form
+            doc["mig_profile"] = self.mig_profile
+        return doc
 
     @staticmethod
     def from_dict(doc: dict[str, Any]) -> GpuSet:
-        return GpuSet(str(doc["node"]), tuple(int(g) for g in doc["gpus"]), int(doc["milli"]))
+        profile = doc.get("mig_profile")
+        return GpuSet(
+            str(doc["node"]),
+            tuple(int(g) for g in doc["gpus"]),
+            int(doc["milli"]),
+            None if profile is None else str(profile),
+        )
 
     def __str__(self) -> str:
         share = "" if self.milli == MILLI else f"@{self.milli / MILLI:g}"
+        if self.mig_profile is not None:
+            share = f"@MIG {self.mig_profile}"
         return f"{self.node}[{','.join(str(g) for g in self.gpus)}]{share}"
 
 

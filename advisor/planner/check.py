@@ -15,7 +15,13 @@ known allocation and kind; not marked non-migratable; priority not above the goa
 is exactly what the allocation holds now; `dst` GPUs exist, are usable and have `milli` free
 at this step (after `src` was given back; a MIG GPU gives what its instances carve) and are
 in MIG mode exactly when the task runs in MIG instances (whole-GPU work and reservations never
-take a MIG GPU); as many GPUs as the task needs at its share; GPU
+take a MIG GPU); a share step that names a MIG profile (`dst.mig_profile`, a profile of the
+target's model whose share `milli_of` is `dst.milli`) takes a MIG instance: onto a plain GPU
+only when that GPU holds nothing else at this step (after `src` was given back), which switches
+it to MIG mode from this step on (its room then being only the instances the plan carves:
+later MIG-profile steps enter it while the compute and memory slices of its instances fit the
+GPU's, plain work never does), and onto a GPU in MIG mode in the model where its carved room
+has the profile's milli free; as many GPUs as the task needs at its share; GPU
 model allowed by `gpu_spec` (and unchanged unless rebalance or policy allows); NVLink island
 locality; rack locality of multi-node jobs and rack-local reservations; CPU and memory of the
 target node where known (checked for what the step requests, so a node the source reports as
@@ -35,7 +41,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from advisor.model import MILLI, Allocations, ClusterModel, Placements, spec_allows
+from advisor.model import MILLI, Allocations, ClusterModel, Gpus, Placements, spec_allows
 from advisor.planner.actions import MOVING_KINDS, Action
 from advisor.planner.constraints import (
     ANY_MODEL,
@@ -46,6 +52,7 @@ from advisor.planner.constraints import (
     unassigned_quota,
     usage_by_scope,
 )
+from advisor.planner.mig_profiles import MigProfile, milli_of, profile_named
 
 RESERVATION_QOS = "reservation"
 
@@ -117,6 +124,13 @@ class _Replay:
         self._unassigned_quota(model)
         self.reserve_racks: dict[str, tuple[str, str]] = {}
         self._job_rows: dict[str, np.ndarray] = {}
+        # MIG mode per GPU as the plan goes: GPUs a MIG-profile share switches (row -> step)
+        # hold only the instances the plan carves (row -> alloc -> profile); their free milli
+        # stays 0, as an instance is carved for the task that takes it and goes with it
+        self.mig = model.gpus.mig_enabled.copy()
+        self.switched: dict[int, int] = {}
+        self.instances: dict[int, dict[str, MigProfile]] = {}
+        self.step_no = 0  # 1-based number of the step being replayed (messages)
 
     def _unassigned_quota(self, model: ClusterModel) -> None:
         """The pseudo-tenant UNASSIGNED holds, per quota scope (all models, or one model), the
@@ -235,6 +249,8 @@ class _Replay:
             return f"{action.alloc!r} does not hold exactly GPUs {list(src.gpus)} of {src.node}"
         old_node = holder.node
         for row, milli in zip(holder.gpus, holder.milli, strict=True):
+            if self.instances.get(row, {}).pop(action.alloc, None) is not None:
+                continue  # its instance on a GPU switched by the plan goes with it
             self.free[row] += milli if self.usable[row] else 0
         old_model = str(self.model.nodes.gpu_model[old_node])
         old_share = sum(holder.milli) / MILLI
@@ -268,12 +284,23 @@ class _Replay:
                 )
         if action.kind == "share" and len(rows) != holder.num_gpu:
             return f"target has {len(rows)} GPUs, {action.alloc!r} needs {holder.num_gpu}"
+        if dst.mig_profile is not None and action.kind != "share":
+            return f"only a share step may name a MIG profile, not a {action.kind}"
         for row, index in zip(rows, dst.gpus, strict=True):
             if not self.usable[row]:
                 return f"{dst.node}/gpu{index} is not usable (unhealthy, lost or cordoned)"
-            if bool(model.gpus.mig_enabled[row]) != holder.mig:
+            if dst.mig_profile is not None:
+                why = self._mig_rule(action, row, f"{dst.node}/gpu{index}")
+                if why:
+                    return why
+                continue
+            if bool(self.mig[row]) != holder.mig:
+                switched = (
+                    f" (switched at step {self.switched[row]})" if row in self.switched else ""
+                )
                 return (
-                    f"{dst.node}/gpu{index} is in MIG mode; {action.alloc!r} takes whole GPUs"
+                    f"{dst.node}/gpu{index} is in MIG mode{switched}; {action.alloc!r} takes "
+                    + ("whole GPUs" if dst.milli == MILLI else "a plain GPU share, no MIG profile")
                     if not holder.mig
                     else f"{dst.node}/gpu{index} is not in MIG mode; {action.alloc!r} runs in "
                     "MIG instances"
@@ -289,8 +316,7 @@ class _Replay:
             if old_node is not None:
                 self._node_resources(old_node, holder, +1)
             self._node_resources(node, holder, -1)
-            for row in rows:
-                self.free[row] -= dst.milli
+            self._occupy(action, holder, rows)
             holder.node, holder.gpus, holder.milli = node, rows, [dst.milli] * len(rows)
             self._charge(holder.tenant, gpu_model, share)
             return None
@@ -316,8 +342,7 @@ class _Replay:
                 return f"{dst.node} lacks the CPU or memory {action.alloc!r} requests"
         elif old_node is None and not self._node_resources(node, holder, -1):
             return f"{dst.node} lacks the CPU or memory {action.alloc!r} requests"
-        for row in rows:
-            self.free[row] -= dst.milli
+        self._occupy(action, holder, rows)
         holder.node, holder.gpus, holder.milli = node, rows, [dst.milli] * len(rows)
         rack = str(model.nodes.rack[node])
         if self.policy.rack_locality:
@@ -325,6 +350,70 @@ class _Replay:
             if why:
                 return why
         return self._charge(holder.tenant, gpu_model, share)
+
+    def _profile(self, row: int, name: str) -> MigProfile | None:
+        model = self.model
+        gpu_model = str(model.nodes.gpu_model[model.gpus.node[row]])
+        return profile_named(gpu_model, float(model.gpus.memory_total_bytes[row]), name)
+
+    def _mig_rule(self, action: Action, row: int, where: str) -> str | None:
+        """Why a share step may not take a MIG instance of `dst.mig_profile` on GPU `row`."""
+        dst = action.dst
+        assert dst is not None and dst.mig_profile is not None
+        profile = self._profile(row, dst.mig_profile)
+        if profile is None:
+            gpu_model = self.model.nodes.gpu_model[self.model.gpus.node[row]]
+            return f"{where} ({gpu_model or 'unknown model'}) has no MIG profile {dst.mig_profile}"
+        if dst.milli != milli_of(profile):
+            return (
+                f"MIG {profile.name} is {milli_of(profile)} milli of a GPU; the step says "
+                f"{dst.milli}"
+            )
+        if not self.mig[row]:  # a plain GPU: the step switches it to MIG mode, idle only
+            held = int(self.model.gpus.carved_milli[row]) - int(self.free[row])
+            if held > 0:
+                return (
+                    f"{where} holds other work at this step ({held} milli): switching it to MIG "
+                    f"mode for a {profile.name} instance of {action.alloc!r} needs it idle"
+                )
+            return None
+        if row in self.instances:  # switched by the plan: the carved instances must fit
+            have = list(self.instances[row].values())
+            compute = sum(p.compute_slices for p in have) + profile.compute_slices
+            memory = sum(p.memory_slices for p in have) + profile.memory_slices
+            if compute > profile.compute_total or memory > profile.memory_total:
+                carved = " + ".join(p.name for p in have)
+                return (
+                    f"{where} in MIG mode has {carved} carved; {profile.name} beside them "
+                    f"needs {compute}/{profile.compute_total} compute and "
+                    f"{memory}/{profile.memory_total} memory slices"
+                )
+            return None
+        if self.free[row] < dst.milli:  # in MIG mode already: the room its instances carve
+            return (
+                f"{where} has {int(self.free[row])} milli free at this step, the step needs "
+                f"{dst.milli}"
+            )
+        return None
+
+    def _occupy(self, action: Action, holder: _Holder, rows: list[int]) -> None:
+        """Take `dst.milli` of each GPU; a MIG-profile step onto a plain GPU switches it."""
+        dst = action.dst
+        assert dst is not None
+        for row in rows:
+            if dst.mig_profile is not None and not self.mig[row]:
+                self.mig[row] = True
+                self.switched[row] = self.step_no
+                self.instances[row] = {}
+                self.free[row] = 0  # its room is only the instances carved from here on
+            if dst.mig_profile is not None and row in self.instances:
+                profile = self._profile(row, dst.mig_profile)
+                assert profile is not None  # _mig_rule checked it
+                self.instances[row][action.alloc] = profile
+            else:
+                self.free[row] -= dst.milli
+        if dst.mig_profile is not None:
+            holder.mig = True
 
     def _rack_rule(self, action: Action, holder: _Holder, rack: str, gpu_model: str) -> str | None:
         if holder.row < 0:
@@ -412,6 +501,7 @@ def check_plan(
     """Replay `actions` in order; the first broken rule, with its step, or OK."""
     replay = _Replay(model, policy or Policy(), goal_priority)
     for step, action in enumerate(actions, start=1):
+        replay.step_no = step
         reason = replay.step(action)
         if reason is not None:
             return CheckResult(False, Violation(step, action, reason), step - 1, replay.free)
@@ -420,11 +510,13 @@ def check_plan(
 
 def apply_plan(model: ClusterModel, actions: Sequence[Action]) -> ClusterModel:
     """The model after `actions` (replayed without rule checks beyond the model's own
-    validation; run `check_plan` first)."""
+    validation; run `check_plan` first). A GPU a MIG-profile share switched is in MIG mode
+    there, carving exactly the instances of the tasks on it (`carved_milli`)."""
     replay = _Replay(model, Policy(), None, enforce=False)
     for step, action in enumerate(actions, start=1):
         if action.kind == "borrow":
             continue
+        replay.step_no = step
         reason = replay.step(action)
         if reason is not None:
             raise ValueError(f"step {step}: {reason}")
@@ -462,8 +554,25 @@ def apply_plan(model: ClusterModel, actions: Sequence[Action]) -> ClusterModel:
         milli=np.concatenate(p_milli).astype(np.int32),
     )
     return replace(
-        model, allocations=new_allocs, placements=new_places, _cache={}
+        model,
+        gpus=_switched_gpus(model, replay),
+        allocations=new_allocs,
+        placements=new_places,
+        _cache={},
     )  # __post_init__ validates the result
+
+
+def _switched_gpus(model: ClusterModel, replay: _Replay) -> Gpus:
+    """The GPUs with those the plan switched to MIG mode: carving their instances (MILLI, as
+    the model has it for a MIG GPU of unknown layout, where none is left)."""
+    if not replay.instances:
+        return model.gpus
+    mig = model.gpus.mig_enabled.copy()
+    carved = model.gpus.carved_milli.copy()
+    for row, instances in replay.instances.items():
+        mig[row] = True
+        carved[row] = sum(milli_of(p) for p in instances.values()) if instances else MILLI
+    return replace(model.gpus, mig_enabled=mig, carved_milli=carved)
 
 
 def _append_reservations(allocs: Allocations, rows: list[tuple[str, _Holder]]) -> Allocations:

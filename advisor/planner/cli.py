@@ -347,6 +347,8 @@ def _gpus(doc: dict | None) -> str:
     if not doc:
         return "-"
     share = "" if doc["milli"] == 1000 else f"@{doc['milli'] / 1000:g}"
+    if doc.get("mig_profile"):
+        share = f"@MIG {doc['mig_profile']}"
     return f"{doc['node']}[{','.join(map(str, doc['gpus']))}]{share}"
 
 

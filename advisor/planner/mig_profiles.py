@@ -9,6 +9,7 @@ slices each add up to at most the GPU's": NVIDIA's placement rules forbid a few 
 - `profiles_for(gpu_model, memory_bytes)` — the profiles of that model (empty: no MIG).
 - `smallest_profile(gpu_model, memory_bytes, compute, memory_bytes_needed)` — the smallest
   profile with at least `compute` (fraction of the GPU's SMs) and that much memory.
+- `profile_named(gpu_model, memory_bytes, name)` — that model's profile called `name`, or None.
 - `milli_of(profile)` — the profile's share in milli-GPU (compute slices; rounded down so that
   any set of profiles that fits adds up to at most 1000).
 """
@@ -129,6 +130,13 @@ def smallest_profile(
         if p.compute_fraction >= compute - 1e-9 and p.memory_bytes >= memory_needed
     ]
     return min(fits, key=lambda p: (p.compute_slices, p.memory_slices), default=None)
+
+
+def profile_named(gpu_model: str, memory_bytes: float, name: str) -> MigProfile | None:
+    """The profile `name` (e.g. "1g.10gb") of this GPU model and memory size; None if that
+    model has no such profile (or no MIG). Names are per family: an A100 40 GB's 1g.10gb
+    takes two memory slices, an 80 GB's one."""
+    return next((p for p in profiles_for(gpu_model, memory_bytes) if p.name == name), None)
 
 
 def milli_of(profile: MigProfile) -> int:

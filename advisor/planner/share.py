@@ -14,11 +14,23 @@ Tasks of one GPU model (and memory size) are then bin-packed (best-fit decreasin
 dimensions: compute and memory, e.g. 0.3 + 0.5 + 0.4 -> two GPUs) preferring a bin on the
 task's own node. Each bin with two or more tasks becomes `share` actions: its largest task is
 resized in place first, then the others move onto that GPU, so every target has room at its
-step. The plan is replayed by `check_plan`; a task whose step is refused is left alone and the
-rest packed again. `extra` lists the right-sizing of every candidate, the bins, the whole GPUs
-freed (`gpus_freed`) and the GPU share given back (`gpu_share_freed`: each task's old share
-minus its new one, summed; the whole GPUs plus the room left on the shared ones), and the GPU
-memory that no request of `min_request_bytes` can use, before and after (stranded memory).
+step.
+
+A bin sized by MIG profiles runs in MIG instances, and the GPUs these tasks hold are plain (a
+MIG GPU never holds whole-GPU work): its anchor GPU is switched to MIG mode. The anchor's step
+says so (its target names its profile, `GpuSet.mig_profile`, and its reason begins with the
+switch and the instances carved): the switch needs the GPU idle, which it is once the anchor's
+own task has stopped for its resize. The other members' steps take an instance of their
+profile on it. The checker replays the switch (the GPU must hold nothing else at that step and
+runs MIG work only from then on) and `apply_plan`'s model has that GPU in MIG mode carving
+exactly those instances, so its uncarved slices are no free room.
+
+The plan is replayed by `check_plan`; a task whose step is refused is left alone and the rest
+packed again. `extra` lists the right-sizing of every candidate, the bins, the GPUs switched to
+MIG mode (`mig_switches`), the whole GPUs freed (`gpus_freed`) and the GPU share given back
+(`gpu_share_freed`: free milli after minus before, on `apply_plan`'s model: the whole GPUs plus
+the room left on shared plain GPUs; a switched GPU leaves none), and the GPU memory that no
+request of `min_request_bytes` can use, before and after (stranded memory).
 """
 
 from __future__ import annotations
@@ -175,15 +187,17 @@ def rightsize(
 
 def _bins_to_actions(
     model: ClusterModel, rows: list[dict[str, Any]], bins: list[list[int]], policy: Policy
-) -> tuple[list[Action], list[dict[str, Any]]]:
+) -> tuple[list[Action], list[dict[str, Any]], list[dict[str, Any]]]:
+    """The share actions of the bins (anchors first), the shared GPUs and the MIG switches."""
     anchors: list[Action] = []
     movers: list[Action] = []
     shared = []
-    for members in bins:
-        if len(members) < 2:
-            continue
+    switches = []
+    multi = [members for members in bins if len(members) >= 2]
+    for members in multi:
         anchor = rows[members[0]]
         names = [rows[i]["alloc"] for i in members]
+        where = f"{anchor['node']}/gpu{anchor['gpu']}"
         shared.append(
             {
                 "node": anchor["node"],
@@ -193,32 +207,67 @@ def _bins_to_actions(
                 "milli": sum(rows[i]["milli"] for i in members),
             }
         )
+        profiles = [rows[i]["mig_profile"] for i in members]
+        mig = all(p is not None for p in profiles)
+        switch_step = len(anchors) + 1  # anchors come first, in bin order
+        if mig:
+            switches.append(
+                {
+                    "node": anchor["node"],
+                    "gpu": anchor["gpu"],
+                    "gpu_model": anchor["gpu_model"],
+                    "step": switch_step,
+                    "profiles": profiles,
+                    "allocs": names,
+                    "carved_milli": sum(rows[i]["milli"] for i in members),
+                }
+            )
         for i in members:
             r = rows[i]
             others = ", ".join(n for n in names if n != r["alloc"])
-            reason = (
+            used = (
                 f"{r['alloc']} used p95 {r['util_p95']:.0%} of a {r['gpu_model']} and "
                 f"{r['memory_peak_bytes'] / 2**30:.1f} of {r['memory_total_bytes'] / 2**30:.0f} GiB:"
-                f" {r['offer']} is enough; shares {anchor['node']}/gpu{anchor['gpu']} with {others}"
+                f" {r['offer']} is enough"
             )
+            if not mig:
+                reason = f"{used}; shares {where} with {others}"
+            elif i == members[0]:
+                reason = (
+                    f"switch {where} to MIG mode (the GPU must be idle: its one task, "
+                    f"{r['alloc']}, stops for this resize) and carve {' + '.join(profiles)}; "
+                    f"{used}; runs in the {r['mig_profile']} instance, shares {where} with "
+                    f"{others}"
+                )
+            else:
+                reason = (
+                    f"{used}; moves into a MIG {r['mig_profile']} instance of {where} "
+                    f"(switched to MIG mode at step {switch_step}), shares it with {others}"
+                )
             action = Action(
                 "share",
                 alloc=r["alloc"],
                 job=r["job"],
                 tenant=r["tenant"],
                 src=GpuSet(r["node"], (r["gpu"],)),
-                dst=GpuSet(anchor["node"], (anchor["gpu"],), r["milli"]),
+                dst=GpuSet(
+                    anchor["node"],
+                    (anchor["gpu"],),
+                    r["milli"],
+                    r["mig_profile"] if mig else None,
+                ),
                 reason=reason,
                 cost=move_cost(model, r["row"], policy.default_restart_s),
             )
             (anchors if i == members[0] else movers).append(action)
-    return anchors + movers, shared
+    return anchors + movers, shared, switches
 
 
 def _stranded_after(
     model: ClusterModel, after: ClusterModel, rows: list[dict[str, Any]], shared, minimum: float
 ) -> float:
-    """Stranded memory after the plan: packed GPUs hold the peaks of their tasks."""
+    """Stranded memory after the plan: packed GPUs hold the peaks of their tasks; a GPU
+    switched to MIG mode has no room left beyond its instances, so all its free memory is."""
     before = stranded_memory_bytes(model, minimum)
     out = stranded_memory_bytes(after, minimum)
     moved = {r["gpu_row"] for r in rows if any(r["alloc"] in b["allocs"] for b in shared)}
@@ -228,7 +277,9 @@ def _stranded_after(
     for b in shared:
         row = model.gpu_row(model.node_index(b["node"]), b["gpu"])
         free = float(model.gpus.memory_total_bytes[row]) - sum(peaks[a] for a in b["allocs"])
-        full = after.gpu_milli_allocated[row] >= MILLI
+        full = after.gpu_milli_allocated[row] >= MILLI or bool(
+            after.gpus.mig_enabled[row] and after.gpu_free_milli[row] <= 0
+        )
         out[row] = max(free, 0.0) if (full or free < minimum) else 0.0
     return float(out.sum())
 
@@ -244,6 +295,7 @@ def plan_share(
     excluded: set[str] = set()
     actions: list[Action] = []
     shared: list[dict[str, Any]] = []
+    switches: list[dict[str, Any]] = []
     for _ in range(len(rows) + 1):
         use = [r for r in rows if r["alloc"] not in excluded]
         groups: dict[tuple, list[int]] = defaultdict(list)
@@ -254,14 +306,14 @@ def plan_share(
         for key, members in sorted(groups.items()):
             items = [Item(use[i]["alloc"], use[i]["size"], use[i]["node"]) for i in members]
             bins += [[members[j] for j in b] for b in pack(items, key[2])]
-        actions, shared = _bins_to_actions(model, use, bins, policy)
+        actions, shared, switches = _bins_to_actions(model, use, bins, policy)
         result = check_plan(model, actions, policy)
         if result.ok:
             break
         assert result.violation is not None
         excluded.add(result.violation.action.alloc)
     else:  # pragma: no cover - each round excludes one task, so this ends
-        actions, shared = [], []
+        actions, shared, switches = [], [], []
     before, after, benefit = outcome(model, actions)
     after_model = apply_plan(model, actions) if actions else model
     minimum = settings.min_request_bytes
@@ -277,6 +329,7 @@ def plan_share(
             for r in sizing
         ],
         "shared_gpus": shared,
+        "mig_switches": switches,
         "gpus_freed": freed,
         "gpu_share_freed": given_back,
         "stranded_memory": {
@@ -294,4 +347,11 @@ def plan_share(
         )
     elif not actions:
         note = "no tasks small enough to share a GPU"
+    elif switches:
+        note = (
+            f"{len(switches)} GPU(s) switch to MIG mode (mig_switches): each must be idle at "
+            "its switch, its one task stopped for the resize; on Kubernetes NVIDIA's MIG "
+            "manager applies a node's layout and evicts that node's GPU pods while it does; "
+            "a MIG GPU's uncarved slices are not counted as free"
+        )
     return Plan(goal, True, tuple(actions), before, after, note, "share", benefit, extra)

@@ -421,7 +421,13 @@ def _plan_schemas() -> dict[str, Any]:
             "node": {"type": "string"},
             "gpus": {"type": "array", "items": _COUNT},
             "milli": {"type": "integer", "minimum": 1, "maximum": 1000},
-        }
+            "mig_profile": {
+                "type": "string",
+                "description": "a share target's MIG instance profile (e.g. 1g.10gb); absent "
+                "for a plain GPU share",
+            },
+        },
+        required=["node", "gpus", "milli"],
     )
     measures = _obj(
         {

@@ -13,8 +13,10 @@ that the plan then reserves, a reservation the share of its GPUs that was free a
 consolidation plan's actions sum to the job's GPUs, a reservation or loan plan's to the GPUs it
 holds now); a reclaim or rebalance counts the GPU share it gives back (a rebalance: the scarce
 model's GPUs it leaves), a share its old share minus its new one (a resize in place included; a
-share plan's actions sum to its `gpu_share_freed`); a quota loan counts none, and so does a
-share held on a GPU nobody can use.
+share plan's actions sum to its `gpu_share_freed`; a share into a MIG instance on a GPU the plan
+switches to MIG mode: the switching step takes the whole GPU, its uncarved room being no
+capacity, and the instances after it take nothing more); a quota loan counts none, and so does
+a share held on a GPU nobody can use.
 
 Reservations plan on the running jobs' ends that `advisor.service.job_ends` learns from the
 jobs the service saw finish; `job_ends` in the document says which source the plans used.
@@ -74,6 +76,32 @@ def _benefits(actions: Sequence[Action], model: ClusterModel | None = None) -> l
             return 0.0
         return sum(gpus.milli for g in gpus.gpus if usable(gpus.node, g)) / MILLI
 
+    def mig_on(node: str, gpu: int) -> bool:
+        if model is None:
+            return False
+        try:
+            return bool(model.gpus.mig_enabled[model.gpu_row(model.node_index(node), gpu)])
+        except KeyError:
+            return False
+
+    switched: set[tuple[str, int]] = set()  # GPUs a MIG-profile share switched to MIG mode
+
+    def taken(gpus: GpuSet) -> float:
+        """The share a step takes on its target; on a GPU it switches to MIG mode, all of it."""
+        if gpus.mig_profile is None:
+            return share(gpus)
+        out = 0.0
+        for g in gpus.gpus:
+            key = (gpus.node, g)
+            if key in switched or not usable(*key):
+                continue  # an instance carved on a switched GPU: its room was taken already
+            if mig_on(*key):
+                out += gpus.milli / MILLI
+            else:
+                switched.add(key)
+                out += 1.0
+        return out
+
     reserved = {
         (a.dst.node, g): a.dst.milli / MILLI
         for a in actions
@@ -102,7 +130,7 @@ def _benefits(actions: Sequence[Action], model: ClusterModel | None = None) -> l
         elif action.kind in ("reclaim", "rebalance"):  # gives back its GPUs (the scarce ones)
             out.append(share(action.src))
         else:  # share, migrate: the share it gives back, old - new (a resize in place too)
-            out.append(max(0.0, share(action.src) - share(action.dst)))
+            out.append(max(0.0, share(action.src) - (taken(action.dst) if action.dst else 0.0)))
     return out
 
 

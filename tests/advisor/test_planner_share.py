@@ -10,7 +10,8 @@ from hypothesis import HealthCheck, given, settings
 
 from advisor import snapshot
 from advisor.fragmentation import measures
-from advisor.model import ModelBuilder
+from advisor.model import MILLI, ModelBuilder
+from advisor.planner.actions import Action, GpuSet
 from advisor.planner.check import apply_plan, check_plan
 from advisor.planner.constraints import Policy
 from advisor.planner.mig_profiles import milli_of, profiles_for, smallest_profile
@@ -75,19 +76,164 @@ def test_seed_16gb_packs_more_jobs_and_reports_stranded_memory() -> None:
     assert sizing["train-a"]["guaranteed"] == 0.75 and sizing["notebook-d"]["guaranteed"] == 0.15
     assert sizing["notebook-a"]["limit"] >= sizing["notebook-a"]["guaranteed"]
     assert sizing["train-a"]["mig_profile"] is None  # V100: fractions, not MIG
+    # the fractional route names no MIG profile and switches nothing
+    assert plan.extra["mig_switches"] == [] and not plan.reason
+    assert all("mig_profile" not in a.to_dict()["to"] for a in plan.actions)
+    assert all(a.dst.mig_profile is None and "MIG" not in a.reason for a in plan.actions)
 
 
-def _a100(jobs, migratable=True):
+def _a100(jobs, migratable=True, spare=0):
+    """Node n1 (A100 80 GB): task j{i} alone on GPU i with usage (util, GiB) jobs[i], then
+    `spare` GPUs holding nothing; four samples of history."""
     b = ModelBuilder()
     b.add_node("n1", gpu_model="NVIDIA A100-SXM4-80GB")
-    for i in range(len(jobs)):
+    for i in range(len(jobs) + spare):
         b.add_gpu("n1", i, memory_total_bytes=80 * GIB)
     for i, _ in enumerate(jobs):
         b.add_allocation(f"j{i}", num_gpu=1, node="n1", gpus=[i], migratable=migratable or i > 0)
     times = [0.0, 600.0, 1200.0, 1800.0]
-    util = np.array([[u for u, _ in jobs]] * 4, dtype=np.float32)
-    mem = np.array([[g * GIB for _, g in jobs]] * 4, dtype=np.float32)
+    util = np.array([[u for u, _ in jobs] + [0.0] * spare] * 4, dtype=np.float32)
+    mem = np.array([[g * GIB for _, g in jobs] + [0.0] * spare] * 4, dtype=np.float32)
     return b.build(timestamp=1800.0, usage=(times, util, mem))
+
+
+SMALL_THREE = [(0.1, 5.0), (0.1, 5.0), (0.25, 15.0)]  # 1g.10gb, 1g.10gb, 2g.20gb
+
+
+def test_a_mig_share_switches_its_anchor_gpu_to_mig_mode() -> None:
+    """Three small A100 tasks fit one GPU as 2g.20gb + 1g.10gb + 1g.10gb: the plan says the
+    anchor's GPU switches to MIG mode (idle: its one task stops for the resize), the checker
+    passes it, and the model after it has that GPU in MIG mode carving just those instances."""
+    model = _a100(SMALL_THREE)
+    plan = plan_share(model)
+    assert [a.alloc for a in plan.actions] == ["j2", "j0", "j1"]
+    anchor, *movers = plan.actions
+    assert anchor.src == GpuSet("n1", (2,)) and anchor.dst == GpuSet("n1", (2,), 285, "2g.20gb")
+    assert anchor.reason.startswith(
+        "switch n1/gpu2 to MIG mode (the GPU must be idle: its one task, j2, stops for this "
+        "resize) and carve 2g.20gb + 1g.10gb + 1g.10gb; j2 used p95 25%"
+    )
+    for mover in movers:
+        assert mover.dst == GpuSet("n1", (2,), 142, "1g.10gb")
+        assert "moves into a MIG 1g.10gb instance of n1/gpu2 (switched to MIG mode at step 1)" in (
+            mover.reason
+        )
+        assert not mover.reason.startswith("switch")
+    assert plan.extra["mig_switches"] == [
+        {
+            "node": "n1",
+            "gpu": 2,
+            "gpu_model": "NVIDIA A100-SXM4-80GB",
+            "step": 1,
+            "profiles": ["2g.20gb", "1g.10gb", "1g.10gb"],
+            "allocs": ["j2", "j0", "j1"],
+            "carved_milli": 569,
+        }
+    ]
+    assert plan.reason.startswith("1 GPU(s) switch to MIG mode")
+    assert check_plan(model, plan.actions, Policy()).ok
+    after = apply_plan(model, plan.actions)
+    gpu2 = after.gpu_row(0, 2)
+    assert after.gpus.mig_enabled.tolist() == [False, False, True]
+    assert int(after.gpus.carved_milli[gpu2]) == 569 == int(after.gpu_milli_allocated[gpu2])
+    assert int(after.gpu_free_milli[gpu2]) == 0 and not after.gpu_is_free[gpu2]
+    assert after.gpu_is_free.tolist() == [True, True, False]
+    # the uncarved 3 slices are no room: two whole GPUs are given back, nothing more
+    assert plan.extra["gpus_freed"] == 2 and plan.extra["gpu_share_freed"] == 2.0
+    assert plan.after["free_gpus"] == 2
+    # the JSON form names the profile on the target, and reads back
+    doc = anchor.to_dict()
+    assert doc["to"] == {"node": "n1", "gpus": [2], "milli": 285, "mig_profile": "2g.20gb"}
+    assert Action.from_dict(doc) == anchor
+    assert str(anchor.dst) == "n1[2]@MIG 2g.20gb"
+
+
+def _share(alloc, src_gpu, dst_gpu, milli, profile=None, node="n1"):
+    return Action(
+        "share",
+        alloc=alloc,
+        src=GpuSet(node, (src_gpu,)),
+        dst=GpuSet(node, (dst_gpu,), milli, profile),
+    )
+
+
+def test_a_mig_step_onto_a_gpu_that_holds_other_work_is_refused() -> None:
+    model = _a100(SMALL_THREE)
+    # j0 into a 1g.10gb instance of GPU 2 before j2, its one task, has been resized there
+    early = _share("j0", 0, 2, 142, "1g.10gb")
+    result = check_plan(model, [early], Policy())
+    assert not result.ok and result.violation.step == 1
+    assert result.violation.reason == (
+        "n1/gpu2 holds other work at this step (1000 milli): switching it to MIG mode for a "
+        "1g.10gb instance of 'j0' needs it idle"
+    )
+    # the plan's own order (anchor first) passes
+    plan = plan_share(model)
+    assert check_plan(model, plan.actions, Policy()).ok
+    # a fractional share on GPU 1 still holds it: no switch under it either
+    fraction = _share("j1", 1, 1, 300)
+    switch = _share("j0", 0, 1, 142, "1g.10gb")
+    reason = check_plan(model, [fraction, switch], Policy()).violation.reason
+    assert reason.startswith("n1/gpu1 holds other work at this step (300 milli)")
+
+
+def test_a_switched_gpu_takes_only_mig_instances_that_fit() -> None:
+    model = _a100([*SMALL_THREE, (0.1, 5.0)], spare=1)  # j3 on GPU 3, GPU 4 holds nothing
+    plan = list(_a100_switch_plan())
+    assert check_plan(model, plan, Policy()).ok
+    # plain work may not enter it: a time-sliced fraction, or a whole GPU
+    fraction = _share("j3", 3, 2, 300)
+    result = check_plan(model, [*plan, fraction], Policy())
+    assert result.violation.step == 4
+    assert result.violation.reason == (
+        "n1/gpu2 is in MIG mode (switched at step 1); 'j3' takes a plain GPU share, no MIG profile"
+    )
+    whole = Action("migrate", alloc="j3", src=GpuSet("n1", (3,)), dst=GpuSet("n1", (2,)))
+    reason = check_plan(model, [*plan, whole], Policy()).violation.reason
+    assert reason == "n1/gpu2 is in MIG mode (switched at step 1); 'j3' takes whole GPUs"
+    hold = Action("reserve", alloc="r", dst=GpuSet("n1", (2,)))
+    assert "is in MIG mode" in check_plan(model, [*plan, hold], Policy()).violation.reason
+    # a MIG instance that fits the slices left (2+1+1 of 7 compute, 2+1+1 of 8 memory) enters
+    assert check_plan(model, [*plan, _share("j3", 3, 2, 428, "3g.40gb")], Policy()).ok
+    too_big = _share("j3", 3, 2, 571, "4g.40gb")  # 4 + 4 > 7 compute slices
+    reason = check_plan(model, [*plan, too_big], Policy()).violation.reason
+    assert reason == (
+        "n1/gpu2 in MIG mode has 2g.20gb + 1g.10gb + 1g.10gb carved; 4g.40gb beside them "
+        "needs 8/7 compute and 8/8 memory slices"
+    )
+    # the capacity a MIG step needs is its profile's, on a profile the GPU model has
+    wrong = _share("j3", 3, 4, 300, "1g.10gb")
+    reason = check_plan(model, [*plan, wrong], Policy()).violation.reason
+    assert reason == "MIG 1g.10gb is 142 milli of a GPU; the step says 300"
+    unknown = _share("j3", 3, 4, 142, "1g.12gb")
+    reason = check_plan(model, [*plan, unknown], Policy()).violation.reason
+    assert reason == "n1/gpu4 (NVIDIA A100-SXM4-80GB) has no MIG profile 1g.12gb"
+    # a task in a MIG instance may not go back to a plain GPU without a profile
+    back = _share("j0", 2, 4, 142)
+    reason = check_plan(model, [*plan, back], Policy()).violation.reason
+    assert reason == "n1/gpu4 is not in MIG mode; 'j0' runs in MIG instances"
+    # an instance leaves with its task: the slices it held are room again
+    leave = _share("j0", 2, 4, 142, "1g.10gb")  # switches GPU 4, idle, for j0
+    after_leave = [*plan, leave, _share("j3", 3, 2, 428, "3g.40gb")]
+    assert check_plan(model, after_leave, Policy()).ok
+    after = apply_plan(model, after_leave)
+    assert after.gpus.carved_milli[[2, 4]].tolist() == [285 + 142 + 428, 142]
+    assert after.gpus.mig_enabled.tolist() == [False, False, True, False, True]
+
+
+def _a100_switch_plan():
+    yield _share("j2", 2, 2, 285, "2g.20gb")
+    yield _share("j0", 0, 2, 142, "1g.10gb")
+    yield _share("j1", 1, 2, 142, "1g.10gb")
+
+
+def test_a_mig_profile_only_on_share_steps() -> None:
+    model = _a100(SMALL_THREE, spare=1)
+    move = Action(
+        "migrate", alloc="j0", src=GpuSet("n1", (0,)), dst=GpuSet("n1", (3,), MILLI, "7g.80gb")
+    )
+    reason = check_plan(model, [move], Policy()).violation.reason
+    assert reason == "only a share step may name a MIG profile, not a migrate"
 
 
 def test_mig_sizing_and_packing_on_a100() -> None:
@@ -125,4 +271,13 @@ def test_every_share_plan_passes_the_check(m, policy) -> None:
     if plan.actions:
         after = apply_plan(m, plan.actions)
         assert (after.gpu_milli_allocated <= 1000).all()
+        assert (after.gpu_milli_allocated <= after.gpus.carved_milli).all()
         assert after.gpu_is_free.sum() >= m.gpu_is_free.sum()
+        switched = after.gpus.mig_enabled & ~m.gpus.mig_enabled
+        assert int(switched.sum()) == len(plan.extra["mig_switches"])
+        for switch in plan.extra["mig_switches"]:
+            row = after.gpu_row(after.node_index(switch["node"]), switch["gpu"])
+            assert switched[row] and after.gpus.carved_milli[row] == switch["carved_milli"]
+            assert after.gpu_free_milli[row] == 0
+            anchor = plan.actions[switch["step"] - 1]
+            assert anchor.alloc == switch["allocs"][0] and anchor.reason.startswith("switch")

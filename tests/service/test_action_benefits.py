@@ -139,16 +139,18 @@ def test_the_cases_cover_every_action_kind(states) -> None:
 
 def test_a_share_counts_the_share_it_gives_back(states) -> None:
     """seed-mixed-fleet: two H100 tasks need a MIG 1g slice (1/7) each; one is resized in
-    place, the other moves onto its GPU: each gives back 6/7 of a GPU, 12/7 in all (one whole
-    GPU freed and 5/7 of the shared one), not 1 + 1."""
+    place, which switches its GPU to MIG mode, the other moves into an instance there. The
+    switched GPU's uncarved slices are no free room, so the resize gives back nothing and the
+    move its whole GPU: 1 in all (the one whole GPU freed), not 12/7 nor 1 + 1."""
     recs = states["seed-mixed-fleet"].results.recommendations
     shares = [a for a in recs["actions"] if a["kind"] == "share"]
     assert len(shares) == 2
-    for row in shares:
-        _, _, new = row["target"].partition("@")
-        assert row["benefit_gpus"] == pytest.approx(1 - float(new))
-    assert sum(row["source"] == row["target"].partition("@")[0] for row in shares) == 1  # resize
-    assert sum(row["benefit_gpus"] for row in shares) == pytest.approx(2 - 2 / 7, abs=0.01)
+    assert all("@MIG 1g." in row["target"] for row in shares)
+    (resized,) = (r for r in shares if r["source"] == r["target"].partition("@")[0])
+    (moved,) = (r for r in shares if r is not resized)
+    assert resized["benefit_gpus"] == 0.0 and moved["benefit_gpus"] == 1.0
+    (plan,) = (p for p in recs["plans"] if p["method"] == "share")
+    assert plan["gpu_share_freed"] == pytest.approx(1.0) and plan["gpus_freed"] == 1
 
 
 def test_two_tasks_leaving_one_reserved_gpu_count_half_each(states) -> None:

@@ -321,8 +321,9 @@ def test_idle_supply_and_busy_allocations_fit_in_the_fleet(spec):
 
 def test_action_benefit_of_a_share_is_the_share_it_gives_back():
     """seed-mixed-fleet: two H100 tasks need a MIG 1g slice (1/7 of a GPU) each; one is resized
-    in place, the other moves onto its GPU. Each gives back 6/7 of a GPU (the plan: one whole
-    GPU freed, 32 -> 33, and 5/7 of the shared one), not 1 + 1 for a plan that frees 1."""
+    in place, switching its GPU to MIG mode, the other moves into an instance there. The switched
+    GPU's uncarved slices are no free room: the resize gives back nothing, the move its whole GPU
+    (the plan: one whole GPU freed, 32 -> 33), not 1 + 1 nor 6/7 + 6/7."""
     from pathlib import Path
 
     from advisor.ingest.sources import load_source
@@ -337,10 +338,10 @@ def test_action_benefit_of_a_share_is_the_share_it_gives_back():
     }
     shares = {rank: labels for rank, labels in info.items() if labels["kind"] == "share"}
     assert len(shares) == 2
-    for rank, labels in shares.items():
-        assert benefit[rank] == pytest.approx(1 - float(labels["target"].partition("@")[2]))
+    assert all("@MIG 1g." in labels["target"] for labels in shares.values())
     (resized,) = (r for r, lab in shares.items() if lab["source"] == lab["target"].split("@")[0])
-    assert benefit[resized] == pytest.approx(0.858)
+    assert benefit[resized] == pytest.approx(0.0)
+    assert sum(benefit[r] for r in shares) == pytest.approx(1.0)
     (plan,) = (p for p in state.results.recommendations["plans"] if p["method"] == "share")
     assert plan["gpus_freed"] == 1 and plan["after"]["free_gpus"] == plan["before"]["free_gpus"] + 1
     assert sum(benefit[r] for r in shares) == pytest.approx(plan["gpu_share_freed"])
