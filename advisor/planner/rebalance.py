@@ -28,13 +28,14 @@ the job: each action says the figures it used.
   `check_plan`; a move the replay refuses is dropped and the rest planned again;
 - with a queue, only moves that let a waiting task start are kept: a GPU count freed is not a
   task served (one GPU here and two there start no 4-GPU task). The queue's shapes are its
-  tasks' (GPUs, share, `gpu_spec`; one task each); what the queue gets is, per shape, how many
-  of its waiting tasks could start together on the model after the plan (a greedy best-fit
-  packing of the whole queue, largest first, on free GPUs as `measures.jobs_that_fit` counts
-  them, so never more tasks than wait). Moves are dropped, costliest first and until none
-  can be, while the plan without the move starts no fewer tasks of any shape and passes
-  `check_plan`: removing any kept move leaves some queued task unable to start, and no move
-  only makes room beyond the queue. Each kept move names the queued tasks it lets start; the
+  tasks' (GPUs, share, `gpu_spec`; one task each); what the queue gets is, per shape and
+  priority, how many of its waiting tasks could start together on the model after the plan (a
+  greedy best-fit packing of the whole queue, higher priority first, then largest first, on
+  free GPUs as `measures.jobs_that_fit` counts them, so never more tasks than wait). Moves are
+  dropped, costliest first and until none can be, while the plan without the move starts no
+  fewer tasks of the moved job's priority or above, of any shape, and passes `check_plan`:
+  removing any kept move leaves some queued task of at least its priority unable to start,
+  and no move only makes room beyond the queue or for lower-priority demand. Each kept move names the queued tasks it lets start; the
   dropped ones are `extra.not_needed`, and `extra.queue` gives the waiting tasks per shape
   and how many could start before and after;
 - without a queue the moves free the GPUs that bring a scarce model back under `scarce_ratio`.
@@ -220,21 +221,32 @@ def _memory_of(model: ClusterModel, gpu_model: str) -> np.ndarray:
     return model.gpus.memory_total_bytes[model.nodes.gpu_model[model.gpus.node] == gpu_model]
 
 
-def _queued_shapes(model: ClusterModel) -> Counter[Shape]:
-    """The shape of each waiting task (its GPUs and share, its `gpu_spec`; one task) and how
-    many tasks of it wait."""
+Queued = tuple[Shape, int]  # a waiting task's shape and its priority
+
+
+def _queue(model: ClusterModel) -> Counter[Queued]:
+    """The shape of each waiting task (its GPUs and share, its `gpu_spec`; one task) and its
+    priority, and how many tasks of each wait."""
     allocs = model.allocations
     pending = (allocs.node < 0) & (allocs.num_gpu > 0)
-    queued: Counter[Shape] = Counter()
-    for k, milli, spec in zip(
+    queued: Counter[Queued] = Counter()
+    for k, milli, spec, priority in zip(
         allocs.num_gpu[pending].tolist(),
         allocs.gpu_milli[pending].tolist(),
         allocs.gpu_spec[pending].tolist(),
+        allocs.priority[pending].tolist(),
         strict=True,
     ):
         if 0 < milli <= MILLI and (k == 1 or milli == MILLI):
-            queued[Shape(int(k), int(milli), 1, gpu_spec=str(spec))] += 1
+            queued[(Shape(int(k), int(milli), 1, gpu_spec=str(spec)), int(priority))] += 1
     return queued
+
+
+def _by_shape(counts: dict[Queued, int]) -> Counter[Shape]:
+    out: Counter[Shape] = Counter()
+    for (shape, _), n in counts.items():
+        out[shape] += n
+    return out
 
 
 def _rows(model: ClusterModel, action: Action) -> tuple[list[int], list[int], int]:
@@ -263,11 +275,12 @@ def _room(
 
 
 def _served(
-    model: ClusterModel, queued: Counter[Shape], room: tuple[np.ndarray, np.ndarray] | None = None
-) -> dict[Shape, int]:
-    """Per queued shape, how many of its waiting tasks could start together with the rest of
-    the queue on `model` (or on the free GPUs `room` gives, see `_room`): a greedy packing,
-    largest shapes first, each onto the allowed nodes (whole GPUs) or GPUs (a share) with the
+    model: ClusterModel, queued: Counter[Queued], room: tuple[np.ndarray, np.ndarray] | None = None
+) -> dict[Queued, int]:
+    """Per queued shape and priority, how many of its waiting tasks could start together with
+    the rest of the queue on `model` (or on the free GPUs `room` gives, see `_room`): a greedy
+    packing, higher priority first (as a priority scheduler starts them), then largest shapes
+    first, each onto the allowed nodes (whole GPUs) or GPUs (a share) with the
     least room that holds it (best fit). Never more than fit together, nor more than wait;
     GPUs only, as `measures.jobs_that_fit` counts them."""
     is_free, free_milli = room or (model.gpu_is_free, model.gpu_free_milli)
@@ -275,8 +288,10 @@ def _served(
     names = sorted(set(node_model.tolist()))
     whole = np.bincount(gpu_node[is_free], minlength=len(model.nodes))
     milli: np.ndarray | None = None  # free milli per GPU, once the whole-GPU shapes are packed
-    served: dict[Shape, int] = {}
-    for shape in sorted(queued, key=lambda s: (-s.gpus, s.name)):  # shares (< 1 GPU) last
+    served: dict[Queued, int] = {}
+    # shares (< 1 GPU) last: they take the room whole-GPU tasks leave
+    for key in sorted(queued, key=lambda q: (q[0].gpu_milli < MILLI, -q[1], -q[0].gpus, q[0].name)):
+        shape = key[0]
         ok = [name for name in names if spec_allows(shape.gpu_spec, name)]
         allowed = np.isin(node_model, np.array(ok, dtype=object))
         if shape.gpu_milli == MILLI:
@@ -293,9 +308,9 @@ def _served(
         order = np.argsort(space, kind="stable")  # least room first
         order = order[fits[order] > 0]
         before = np.cumsum(fits[order]) - fits[order]
-        take = np.clip(queued[shape] - before, 0, fits[order])
+        take = np.clip(queued[key] - before, 0, fits[order])
         space[order] -= take * size
-        served[shape] = int(take.sum())
+        served[key] = int(take.sum())
     return served
 
 
@@ -304,20 +319,25 @@ def _keep_needed(
     actions: list[Action],
     policy: Policy,
     goal_priority: int | None,
-    queued: Counter[Shape],
+    queued: Counter[Queued],
     check_each: bool = False,
-) -> tuple[list[Action], list[str], dict[str, list[tuple[Shape, int]]], dict[Shape, int]]:
+) -> tuple[list[Action], list[str], dict[str, list[tuple[Queued, int]]], dict[Queued, int]]:
     """Drop, costliest first and until none can be, every move whose removal starts no fewer
-    queued tasks of any shape and keeps the plan checked. Returns the kept moves, the dropped
-    allocations, per kept move the queued tasks it lets start (shape, how many fewer could
-    start without it), and per shape how many queued tasks could start after the kept moves. Dropping a move of a checked plan only leaves GPUs, CPU, memory
-    and quota unused, so the kept plan is checked once at the end; should it fail, the moves
-    are dropped again with a check before each drop (`check_each`)."""
+    queued tasks of its own priority or above, of any shape, and keeps the plan checked (work
+    is never moved for lower-priority demand). Returns the kept moves, the dropped
+    allocations, per kept move the queued tasks it lets start (shape and priority, how many
+    fewer could start without it), and per shape and priority how many queued tasks could
+    start after the kept moves. Dropping a move of a checked plan only leaves GPUs, CPU,
+    memory and quota unused, so the kept plan is checked once at the end; should it fail, the
+    moves are dropped again with a check before each drop (`check_each`)."""
     keep = list(actions)
     rows = {a.alloc: _rows(model, a) for a in keep}
+    allocs = model.allocations
+    row_of = {str(a): r for r, a in enumerate(allocs.id.tolist())}
+    own = {a.alloc: int(allocs.priority[row_of[a.alloc]]) for a in keep}
     served = _served(model, queued, _room(model, [rows[a.alloc] for a in keep]))
     dropped: list[str] = []
-    serves: dict[str, list[tuple[Shape, int]]] = {}
+    serves: dict[str, list[tuple[Queued, int]]] = {}
     changed = True
     while changed:  # a pass that drops nothing ends it; its findings are the kept moves'
         changed = False
@@ -325,7 +345,11 @@ def _keep_needed(
         for action in sorted(keep, key=lambda a: (-a.cost.score(), -a.cost.gpu_hours, a.alloc)):
             rest = [a for a in keep if a is not action]
             without = _served(model, queued, _room(model, [rows[a.alloc] for a in rest]))
-            lost = [(s, served[s] - without[s]) for s in queued if without[s] < served[s]]
+            lost = [
+                (q, served[q] - without[q])
+                for q in queued
+                if without[q] < served[q] and q[1] >= own[action.alloc]
+            ]
             if lost or (check_each and not check_plan(model, rest, policy, goal_priority).ok):
                 serves[action.alloc] = lost
                 continue
@@ -337,11 +361,15 @@ def _keep_needed(
     return keep, dropped, serves, served
 
 
-def _serves_text(model_name: str, k: int, node: str, lost: list[tuple[Shape, int]]) -> str:
+def _serves_text(model_name: str, k: int, node: str, lost: list[tuple[Queued, int]]) -> str:
     """What a kept move frees and the queued tasks that could not start without it."""
     if not lost:  # pragma: no cover - dropping a move never breaks the replay of the others
         return f"frees {k} {model_name} on {node}; kept as the plan without it fails the check"
-    shapes = " and ".join(f"{n} queued {s.name} task{'s' if n > 1 else ''}" for s, n in lost)
+    by_shape = _by_shape(dict(lost))
+    shapes = " and ".join(
+        f"{n} queued {s.name} task{'s' if n > 1 else ''}"
+        for s, n in sorted(by_shape.items(), key=lambda kv: (-kv[0].gpus, kv[0].name))
+    )
     return (
         f"frees {k} {model_name} on {node} for the queue: without this move {shapes} "
         "could not start"
@@ -375,19 +403,19 @@ def plan_rebalance(
         dropped.add(result.violation.action.alloc)
     else:  # pragma: no cover - each round drops one job
         actions = []
-    waiting = _queued_shapes(model)
+    waiting = _queue(model)
     has_queue = bool(((model.allocations.node < 0) & (model.allocations.num_gpu > 0)).any())
     not_needed: list[str] = []
-    serves: dict[str, list[tuple[Shape, int]]] = {}
+    serves: dict[str, list[tuple[Queued, int]]] = {}
     queue: dict[str, dict[str, int]] = {}
     if has_queue:  # keep only the moves that let a queued task start
         actions, not_needed, serves, end = _keep_needed(
             model, actions, policy, goal_priority, waiting
         )
-        start = _served(model, waiting)
+        start, after = _by_shape(_served(model, waiting)), _by_shape(end)
         queue = {
-            s.name: {"waiting": n, "could_start_before": start[s], "could_start_after": end[s]}
-            for s, n in sorted(waiting.items(), key=lambda kv: kv[0].name)
+            s.name: {"waiting": n, "could_start_before": start[s], "could_start_after": after[s]}
+            for s, n in sorted(_by_shape(waiting).items(), key=lambda kv: kv[0].name)
         }
     node_model = model.nodes.gpu_model
     for i, a in enumerate(actions):
@@ -402,7 +430,8 @@ def plan_rebalance(
                 f"{settings.scarce_ratio:.0%} allocated with no queue"
             )
         actions[i] = replace(a, reason=f"{a.reason}; {tail}")
-    before, after, benefit = outcome(model, actions, shapes_with(sorted(waiting, key=str)))
+    shapes = sorted(_by_shape(waiting), key=str)
+    before, after, benefit = outcome(model, actions, shapes_with(shapes))
     moved = {a.alloc for a in actions}
     freed: Counter[str] = Counter()
     for a in actions:
@@ -438,13 +467,15 @@ def plan_rebalance(
     elif not actions and not idle:
         note = f"{', '.join(sorted(scarce))} scarce, but no GPU model idles to take its light jobs"
     elif not actions and not_needed:
-        shapes = ", ".join(f"{n} x {s.name}" for s, n in sorted(waiting.items(), key=str))
+        shapes_text = ", ".join(
+            f"{n} x {s.name}" for s, n in sorted(_by_shape(waiting).items(), key=str)
+        )
         names = sorted(not_needed)
         listed = ", ".join(names[:5]) + (f", ... ({len(names)} in all)" if len(names) > 5 else "")
         note = (
             f"moving the light jobs that fit an idle model ({listed}) would let no more queued "
-            f"tasks start: the GPUs they would free make no room the queue can use ({shapes} "
-            "waiting)"
+            "tasks of their priority or above start: the GPUs they would free make no room "
+            f"the queue can use ({shapes_text} waiting)"
         )
     elif not actions:
         note = "no light job on a scarce model fits an idle model"

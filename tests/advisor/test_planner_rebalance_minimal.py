@@ -127,13 +127,17 @@ def test_no_move_helps_the_queue_gives_no_plan_with_a_reason() -> None:
     assert plan.cost.restarts == 0
     assert plan.extra["not_needed"] == sorted(OLD_FIVE)
     assert plan.extra["freed_gpus"] == {}
-    assert "would let no more queued tasks start" in plan.reason
+    assert "would let no more queued tasks of their priority or above start" in plan.reason
     assert f"3 x 8 GPU [{A100}]" in plan.reason and f"2 x 8 GPU [{H100}]" in plan.reason
     assert not plan.benefit.newly_schedulable()
 
 
-def _all_light(queue: list[float]) -> ClusterModel:
-    """Two A100 nodes full of light 1-GPU jobs, two idle V100 nodes, `queue` A100 tasks."""
+def _all_light(
+    queue: list[float], queue_priority: list[int] | None = None, running_priority: int = 0
+) -> ClusterModel:
+    """Two A100 nodes full of light 1-GPU jobs, two idle V100 nodes, `queue` A100 tasks (of
+    `queue_priority`, else 0; the running jobs of `running_priority`)."""
+    priorities = queue_priority or [0] * len(queue)
     b = ModelBuilder()
     for name, gpu_model, gib in (("a0", A100, 80), ("a1", A100, 80), ("v0", V100, 32)):
         b.add_node(name, gpu_model=gpu_model)
@@ -144,12 +148,20 @@ def _all_light(queue: list[float]) -> ClusterModel:
         b.add_gpu("v1", i, memory_total_bytes=32 * 2**30)
     for node in ("a0", "a1"):
         for i in range(8):
-            b.add_allocation(f"{node}-j{i}", num_gpu=1, node=node, gpus=[i])
-    for k, size in enumerate(queue):
+            b.add_allocation(
+                f"{node}-j{i}", num_gpu=1, node=node, gpus=[i], priority=running_priority
+            )
+    for k, (size, priority) in enumerate(zip(queue, priorities, strict=True)):
         if size < 1:
-            b.add_allocation(f"q{k}", num_gpu=1, gpu_milli=round(size * MILLI), gpu_spec=A100)
+            b.add_allocation(
+                f"q{k}",
+                num_gpu=1,
+                gpu_milli=round(size * MILLI),
+                gpu_spec=A100,
+                priority=priority,
+            )
         else:
-            b.add_allocation(f"q{k}", num_gpu=int(size), gpu_spec=A100)
+            b.add_allocation(f"q{k}", num_gpu=int(size), gpu_spec=A100, priority=priority)
     times = [0.0, 600.0, 1200.0]
     levels = np.array([0.2] * 16 + [0.0] * 16, dtype=np.float32)
     u = np.tile(levels, (3, 1))
@@ -183,6 +195,41 @@ def test_the_queue_is_served_together_not_shape_by_shape() -> None:
         assert any(without[name] < full[name] for name in full)
 
 
+def test_no_move_is_kept_for_a_queued_task_of_lower_priority() -> None:
+    """An 8-GPU task of priority 100 and a 1-GPU task of priority 0 wait; the light jobs run at
+    priority 50. Eight moves start the 8-GPU task; a ninth would start only the priority-0 one,
+    moving priority-50 work for lower-priority demand, so it is not made."""
+    model = _all_light([8, 1], queue_priority=[100, 0], running_priority=50)
+    plan = plan_rebalance(model)
+    assert_checked(model, plan, Policy())
+    assert len(plan.actions) == 8 and len(plan.extra["not_needed"]) == 1
+    assert plan.extra["queue"] == {
+        f"1 GPU [{A100}]": {"waiting": 1, "could_start_before": 0, "could_start_after": 0},
+        f"8 GPU [{A100}]": {"waiting": 1, "could_start_before": 0, "could_start_after": 1},
+    }
+    assert all(f"1 queued 8 GPU [{A100}] task could not start" in a.reason for a in plan.actions)
+    # with the small task at priority 50 too, the ninth move serves it and stays
+    same = plan_rebalance(_all_light([8, 1], queue_priority=[100, 50], running_priority=50))
+    assert len(same.actions) == 9 and not same.extra["not_needed"]
+
+
+def test_higher_priority_queued_tasks_are_packed_first() -> None:
+    """Room for one of two 1-GPU tasks: the priority-100 one gets it, as a scheduler would."""
+    model = _all_light([1, 1], queue_priority=[0, 100])
+    served = rebalance._served(model, rebalance._queue(model), _one_free_a100(model))
+    assert served == {(_shape(1), 100): 1, (_shape(1), 0): 0}
+
+
+def _shape(gpus: int) -> Shape:
+    return Shape(gpus, MILLI, 1, gpu_spec=A100)
+
+
+def _one_free_a100(model: ClusterModel) -> tuple[np.ndarray, np.ndarray]:
+    allocated = model.gpu_milli_allocated.copy()
+    allocated[0] = 0  # a0's first GPU given back
+    return model.gpu_room(allocated)
+
+
 def test_moves_beyond_what_waits_are_not_made() -> None:
     """Two 1-GPU tasks wait and 2 GPUs are short: two moves, none past the queue."""
     plan = plan_rebalance(_all_light([1, 1]))
@@ -208,7 +255,7 @@ def test_room_matches_apply_plan() -> None:
 def test_every_kept_move_lets_a_queued_task_start(m, policy) -> None:
     plan = plan_rebalance(m, policy, RebalanceSettings(max_slowdown=10.0, min_samples=1))
     assert_checked(m, plan, policy)
-    queue = rebalance._queued_shapes(m)
+    queue = rebalance._queue(m)
     if not queue:
         return
     whole, milli = rebalance._room(m, [rebalance._rows(m, a) for a in plan.actions])
@@ -216,11 +263,14 @@ def test_every_kept_move_lets_a_queued_task_start(m, policy) -> None:
     assert np.array_equal(whole, after.gpu_is_free)
     assert np.array_equal(milli, after.gpu_free_milli)
     full = rebalance._served(after, queue)
-    assert all(full[s] <= n for s, n in queue.items())
+    assert all(full[q] <= n for q, n in queue.items())
+    row_of = {a: r for r, a in enumerate(m.allocations.id.tolist())}
     for i, action in enumerate(plan.actions):
         rest = plan.actions[:i] + plan.actions[i + 1 :]
         without = rebalance._served(apply_plan(m, list(rest)) if rest else m, queue)
-        assert any(without[s] < full[s] for s in queue), action.alloc
+        own = int(m.allocations.priority[row_of[action.alloc]])
+        # a queued task of the moved job's priority or above loses its start without it
+        assert any(without[q] < full[q] and q[1] >= own for q in queue), action.alloc
         assert "could not start" in action.reason
 
 
