@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import shlex
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -311,14 +312,62 @@ def _gpus_text(gpus: Any) -> str:
     return f"GPUs {','.join(str(g) for g in gpus.gpus)} of {gpus.node}"
 
 
+def _mig_switches(actions: Sequence[Action]) -> dict[int, tuple[str, int, dict[int, Counter]]]:
+    """Per step that switches a GPU to MIG mode (the first MIG-profile share onto it): (node,
+    GPU, the node's MIG layout once every switch so far is made: GPU -> profile counts, the
+    instances of the whole plan carved at once, as a layout is applied in one go)."""
+    layout: dict[str, dict[int, Counter]] = {}
+    first: dict[tuple[str, int], int] = {}
+    for step, a in enumerate(actions, start=1):
+        if a.kind == "share" and a.dst is not None and a.dst.mig_profile:
+            for gpu in a.dst.gpus:
+                first.setdefault((a.dst.node, gpu), step)
+                layout.setdefault(a.dst.node, {}).setdefault(gpu, Counter())[a.dst.mig_profile] += 1
+    out = {}
+    for (node, gpu), step in first.items():
+        so_far = {g: c for g, c in layout[node].items() if first[(node, g)] <= step}
+        out[step] = (node, gpu, so_far)
+    return out
+
+
+def _mig_parted_config(name: str, gpus: dict[int, Counter]) -> list[str]:
+    """The mig-parted config (YAML, as comments) for the GPUs switched on one node; the node's
+    other GPUs are for the operator to list as they are (a plain GPU: `mig-enabled: false`)."""
+    lines = [f"#   {name}:"]
+    for gpu, counts in sorted(gpus.items()):
+        devices = ", ".join(f'"{p}": {n}' for p, n in sorted(counts.items()))
+        lines.append(f"#     - devices: [{gpu}]")
+        lines.append("#       mig-enabled: true")
+        lines.append(f"#       mig-devices: {{{devices}}}")
+    return lines
+
+
 def kubectl_commands(actions: Sequence[Action]) -> str:
     """The kubectl an operator would run for each step. Kubernetes places pods on nodes, not
     on GPU indices (the device plugin picks those), so the target GPUs are annotations."""
     lines = ["# gpu-defrag: generated, not executed. Review, then run step by step.", ""]
+    switches = _mig_switches(actions)
     for step, a in enumerate(actions, start=1):
         lines.append(f"# step {step}: {a.kind} {a.alloc or ''} — {a.reason}".rstrip())
         ns, pod = _pod(a.alloc)
         q = shlex.quote
+        if step in switches:
+            node, gpu, layout = switches[step]
+            config = f"gpu-defrag-{node}"
+            lines += [
+                f"# switch {node} GPU {gpu} to MIG mode with NVIDIA's MIG manager: add this "
+                "config to its mig-parted ConfigMap,",
+                *_mig_parted_config(config, layout),
+                "#     (and the node's other GPUs as they are now)",
+                f"# then label the node (the MIG manager evicts {node}'s GPU pods while it "
+                "applies the layout):",
+                f"kubectl label node {q(node)} --overwrite nvidia.com/mig.config={q(config)}",
+            ]
+        if a.kind == "share" and a.dst is not None and a.dst.mig_profile:
+            lines.append(
+                f"# its pod template requests nvidia.com/mig-{a.dst.mig_profile}: 1 instead of "
+                "nvidia.com/gpu (the device plugin's mixed strategy)"
+            )
         if a.kind in ("migrate", "share", "rebalance") and a.dst is not None:
             lines += [
                 f"kubectl {_ns(ns)}annotate pod {q(pod)} --overwrite "
@@ -361,6 +410,7 @@ def kubectl_commands(actions: Sequence[Action]) -> str:
 def slurm_commands(actions: Sequence[Action]) -> str:
     """The scontrol/scancel/sacctmgr an operator would run for each step (JOB = job id)."""
     lines = ["# gpu-defrag: generated, not executed. Review, then run step by step.", ""]
+    switches = _mig_switches(actions)
     for step, a in enumerate(actions, start=1):
         lines.append(f"# step {step}: {a.kind} {a.alloc or ''} — {a.reason}".rstrip())
         job = shlex.quote(a.job or a.alloc)
@@ -368,6 +418,17 @@ def slurm_commands(actions: Sequence[Action]) -> str:
             lines += [
                 f"scontrol hold {job}",
                 f"scontrol requeue {job}  # after its checkpoint",
+            ]
+            if step in switches:  # the GPU is idle once its one job is requeued
+                node, gpu, layout = switches[step]
+                profiles = ",".join(p for p, n in sorted(layout[gpu].items()) for _ in range(n))
+                lines += [
+                    f"# on {node}, GPU {gpu} now idle:",
+                    f"nvidia-smi -i {gpu} -mig 1",
+                    f"nvidia-smi mig -i {gpu} -cgi {profiles} -C",
+                    "# gres.conf: AutoDetect=nvml makes the instances gres; restart slurmd",
+                ]
+            lines += [
                 f"scontrol update JobId={job} ReqNodeList={shlex.quote(a.dst.node)}",
                 f"scontrol release {job}",
             ]

@@ -12,6 +12,7 @@ from advisor.fragmentation.measures import Shape
 from advisor.ingest.sources import load_source
 from advisor.planner.consolidate import parse_goal
 from advisor.planner.constraints import Policy
+from advisor.planner.share import plan_share
 from tests.app.conftest import frame_with, metrics, open_app
 
 PAGE = "views/actions.py"
@@ -96,6 +97,38 @@ def test_commands_cover_every_kind() -> None:
     assert "ReservationName=gpu-defrag-goal-1" in slurm and "Nodes=n1 TRES=gres/gpu=2" in slurm
     assert "scancel idle" in slurm
     assert "sacctmgr modify account borrower set GrpTRES=gres/gpu=<limit+8>" in slurm
+
+
+def test_commands_switch_a_gpu_to_mig_mode_before_its_instances() -> None:
+    """A share plan that switches a GPU to MIG mode: the commands apply a MIG layout at the
+    switching step (mig-parted config and node label; nvidia-smi under Slurm) and ask the
+    moved pods for MIG instances."""
+    model = load_source("examples/seed-mixed-fleet.json")
+    plan = plan_share(model, Policy())
+    (switch,) = plan.extra["mig_switches"]
+    node, gpu, step = switch["node"], switch["gpu"], switch["step"]
+    kube = plans.kubectl_commands(plan.actions)
+    at_step = kube.split(f"# step {step}:")[1].split("# step ")[0]
+    assert f"kubectl label node {node} --overwrite nvidia.com/mig.config=gpu-defrag-{node}" in (
+        at_step
+    )
+    assert f"#     - devices: [{gpu}]" in at_step and "#       mig-enabled: true" in at_step
+    counts = {p: switch["profiles"].count(p) for p in switch["profiles"]}
+    layout = ", ".join(f'"{p}": {n}' for p, n in sorted(counts.items()))
+    assert f"#       mig-devices: {{{layout}}}" in at_step
+    assert kube.count("nvidia.com/mig.config=") == 1  # one switch, one label
+    for a in plan.actions:
+        assert f"nvidia.com/mig-{a.dst.mig_profile}: 1" in kube
+    slurm = plans.slurm_commands(plan.actions)
+    profiles = ",".join(sorted(switch["profiles"]))
+    switched = slurm.index(
+        f"nvidia-smi -i {gpu} -mig 1\nnvidia-smi mig -i {gpu} -cgi {profiles} -C"
+    )
+    # the GPU is switched once its one job is requeued, before that job is released
+    job = plan.actions[step - 1].job
+    assert (
+        slurm.index(f"scontrol requeue {job}") < switched < slurm.index(f"scontrol release {job}")
+    )
 
 
 def test_after_heatmap_shows_the_held_gpus() -> None:
