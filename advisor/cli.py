@@ -24,7 +24,7 @@ import importlib
 import io
 import os
 import sys
-from typing import Any, TextIO
+from typing import Any, NoReturn, TextIO
 
 from advisor.logs import redact_last_resort
 from exporter.units import DefaultsFormatter
@@ -40,8 +40,16 @@ SUBCOMMAND_MODULES: tuple[str, ...] = (
 )
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, but a bad flag is one line on stderr (exit 2), not the usage block first: the
+    line names the flag and the problem and points to --help. Subcommands inherit the class."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="gpu-defrag",
         description="GPU observability and defragmentation advisor.",
     )
