@@ -3,7 +3,8 @@
 Routes (all GET, all JSON, all carrying a `meta` freshness block):
 `/api/snapshot` (the cluster model, in the snapshot file format), `/api/fragmentation`
 (`?nodes=true` adds the per-node table), `/api/recommendations` (`?limit=N` bounds the ranked
-actions), `/api/forecast`, and `/api/openapi.json` (this description). Before the first good
+actions), `/api/forecast`, `/api/openapi.json` (this description), and `/api/` (an index of
+these routes, also at `/api`, so the address the demo prints answers). Before the first good
 run every data route answers 503 with the reason; afterwards the last good results are served
 with `meta.stale` true while the source fails.
 
@@ -134,7 +135,9 @@ class Api:
         self._lock = threading.Lock()
         self._cache_key: RunState | None = None
         self._cache: dict[tuple[str, Any], bytes] = {}
-        self._openapi = _encode(openapi_document())
+        document = openapi_document()
+        self._openapi = _encode(document)
+        self._index = _encode(index_doc(document))
 
     def _cached(self, state: RunState, key: tuple[str, Any], build: Callable[[], Any]) -> bytes:
         with self._lock:
@@ -187,8 +190,13 @@ class Api:
     def openapi(self, query: str) -> Response:
         return Response(HTTPStatus.OK, self._openapi, JSON)
 
+    def index(self, query: str) -> Response:
+        return Response(HTTPStatus.OK, self._index, JSON)
+
     def routes(self) -> dict[str, Route]:
         return {
+            "/api": self.index,
+            "/api/": self.index,
             "/api/snapshot": self.snapshot,
             "/api/fragmentation": self.fragmentation,
             "/api/recommendations": self.recommendations,
@@ -893,6 +901,15 @@ def _schemas() -> dict[str, Any]:
         "TenantDemand": tenants,
         "SnapshotResponse": _obj({"meta": _ref("Meta"), "snapshot": _ref("Snapshot")}),
         "Error": error,
+        "Index": _obj(
+            {
+                "title": {"type": "string"},
+                "version": {"type": "string"},
+                "openapi": {"type": "string"},
+                "routes": {"type": "object", "additionalProperties": {"type": "string"}},
+            },
+            additionalProperties=False,
+        ),
         **_analysis_schemas(),
         **_plan_schemas(),
         **_snapshot_schemas(),
@@ -927,6 +944,16 @@ def _operation(summary: str, schema: str, parameters: list[dict] | None = None) 
     if parameters:
         responses["400"] = _body("Error", "a query parameter has a value the route rejects")
     return {"get": {"summary": summary, "parameters": parameters or [], "responses": responses}}
+
+
+def index_doc(document: dict[str, Any]) -> dict[str, Any]:
+    """What `/api/` answers: every route with its summary, from the OpenAPI document."""
+    return {
+        "title": document["info"]["title"],
+        "version": document["info"]["version"],
+        "openapi": "/api/openapi.json",
+        "routes": {path: item["get"]["summary"] for path, item in document["paths"].items()},
+    }
 
 
 def openapi_document() -> dict[str, Any]:
@@ -977,6 +1004,18 @@ def openapi_document() -> dict[str, Any]:
                 "their backtests",
                 "Forecast",
             ),
+            "/api/": {
+                "get": {
+                    "summary": "This index: every route with its summary (also at /api)",
+                    "responses": {
+                        "200": {
+                            "description": "the routes",
+                            "content": {JSON: {"schema": _ref("Index")}},
+                        },
+                        "500": {"$ref": "#/components/responses/InternalError"},
+                    },
+                }
+            },
             "/api/openapi.json": {
                 "get": {
                     "summary": "This document",

@@ -112,6 +112,7 @@ def test_openapi_document_lists_every_route(service):
     status, doc = get_json(f"{service}/api/openapi.json")
     assert status == 200 and doc["openapi"].startswith("3.1")
     assert set(doc["paths"]) == {
+        "/api/",
         "/api/snapshot",
         "/api/fragmentation",
         "/api/recommendations",

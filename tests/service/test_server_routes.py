@@ -115,6 +115,27 @@ def test_errors_under_api_are_the_error_schema_in_json(advisor):
     assert [a.headers["Content-Type"] for a in plain] == ["text/plain; charset=utf-8"] * 2
 
 
+def test_the_api_index_lists_every_route_the_api_serves(advisor):
+    """`/api/` (the address the demo prints) and `/api` answer an index of the routes."""
+    routes = Api(advisor.state).routes()
+    server = start(advisor, load_web_config(None), routes)
+    base = f"http://127.0.0.1:{server.port}"
+    try:
+        answers = [requests.get(f"{base}{path}", timeout=5) for path in ("/api/", "/api")]
+        listed = answers[0].json()["routes"]
+        served = {p: requests.get(f"{base}{p}", timeout=5).status_code for p in listed}
+    finally:
+        server.close()
+    doc = openapi_document()
+    schema = {**doc["components"]["schemas"]["Index"], "components": doc["components"]}
+    for answer in answers:
+        assert answer.status_code == 200
+        jsonschema.validate(answer.json(), schema)
+    assert answers[0].json() == answers[1].json()
+    assert set(listed) == set(doc["paths"]) == set(routes) - {"/api"}
+    assert all(code == 200 for code in served.values()), served
+
+
 def test_the_openapi_document_declares_the_error_answers():
     doc = openapi_document()
     declared = doc["components"]["responses"]
