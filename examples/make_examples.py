@@ -10,6 +10,9 @@
 `sim-a100-16x8.json`    the simulated fleet `sim:a100-16x8` at t=0 (68 GPUs busy: 8 free nodes
                         are impossible by counting, 7 are not).
 `sim-nvlink-islands.json`  the simulated fleet `sim:nvlink-islands` at t=0.
+`arrivals.csv`          three weeks of hourly job arrivals per shape (`time,series,value`:
+                        8-GPU jobs by day, one 2x8 job every 6 h), a demand history for
+                        `--goal forecast=6h --demand`.
 """
 
 from __future__ import annotations
@@ -86,7 +89,21 @@ def sim(preset: str) -> ClusterModel:
     return load_source(f"sim:{preset}?t=0")
 
 
+def arrivals_csv() -> str:
+    """Arrivals per hour, 2026-01-05 to 2026-01-25: 8-GPU jobs follow the working day (one an
+    hour from 08:00 to 18:00 on weekdays, none otherwise), a 2x8 job comes every 6 hours."""
+    rows = ["time,series,value"]
+    for day in range(21):
+        for hour in range(24):
+            time = f"2026-01-{5 + day:02d}T{hour:02d}:00:00Z"
+            working = day % 7 < 5 and 8 <= hour < 18
+            rows.append(f"{time},8,{1 if working else 0}")
+            rows.append(f"{time},2x8,{1 if hour % 6 == 0 else 0}")
+    return "\n".join(rows) + "\n"
+
+
 def main() -> None:
+    (ROOT / "arrivals.csv").write_text(arrivals_csv())
     snapshot.save(seed_16x8(), ROOT / "seed-16x8-a100.json")
     snapshot.save(seed_nvlink_islands(), ROOT / "seed-nvlink-islands.json")
     for preset in ("a100-16x8", "nvlink-islands"):

@@ -316,3 +316,21 @@ def test_shipped_seed_snapshots_match_their_generator() -> None:
     for build, path in ((module.seed_16x8, SEED_16X8), (module.seed_nvlink_islands, SEED_ISLANDS)):
         built = json.loads(json.dumps(snapshot.to_dict(build())))
         assert built == json.loads(path.read_text()), f"{path.name}: run examples/make_examples.py"
+
+
+def test_the_shipped_arrival_history_matches_its_generator_and_plans(capsys) -> None:
+    """examples/arrivals.csv is what make_examples.py writes, and the examples README's
+    forecast command plans on it: the next 6 h after a Sunday night bring one 2x8 job."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("make_examples", EXAMPLES / "make_examples.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    arrivals = EXAMPLES / "arrivals.csv"
+    assert arrivals.read_text() == module.arrivals_csv(), "run examples/make_examples.py"
+    args = ["plan", str(SEED_16X8), "--goal", "forecast=6h", "--demand", str(arrivals), "--json"]
+    assert main(args) == 0
+    doc = json.loads(capsys.readouterr().out)
+    reserves = [a for a in doc["actions"] if a["kind"] == "reserve"]
+    assert len(reserves) == 2 and len({a["job"] for a in reserves}) == 1
+    assert all(len(a["to"]["gpus"]) == 8 for a in reserves)
