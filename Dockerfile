@@ -9,7 +9,7 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 
 WORKDIR /opt/gpu-defrag
-COPY pyproject.toml README.md constraints.txt ./
+COPY pyproject.toml README.md LICENSE constraints.txt ./
 COPY exporter ./exporter
 COPY advisor ./advisor
 RUN pip install -c constraints.txt . && rm -rf build *.egg-info
