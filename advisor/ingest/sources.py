@@ -3,7 +3,8 @@
     sim:PRESET[?seed=42&t=3600&nodes=N&history=1h&step=5m]
                                                   simulated fleet at t seconds (exporter.sim),
                                                   with usage sampled over the history; seed >= 0,
-                                                  nodes 1 to 10000, t at most 30d
+                                                  nodes 1 to 10000, t at most 30d (default 0, the
+                                                  start: the history is cut at t)
     http://host:9835/metrics[,http://...]         exporter or dcgm-exporter pages, scraped now
     prometheus+http://host:9090[?at=UNIX&history=1h&step=60s]
                                                   Prometheus HTTP API (state + usage history)
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import logging
 import math
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -35,6 +37,8 @@ from exporter.readings import NodeReading
 
 if TYPE_CHECKING:
     from exporter.sim.fleet import SimFleet
+
+log = logging.getLogger(__name__)
 
 DEFAULT_TIMEOUT = 10.0
 OPENB_NODES = "openb_node_list_gpu_node.csv"
@@ -226,9 +230,18 @@ def _whole(text: str, name: str, spec: str, low: int, high: float = math.inf) ->
 def _sim(spec: str) -> ClusterModel:
     fleet, params = sim_fleet(spec)
     end = seconds(params.get("t", "0"), "t", spec)
-    history = min(seconds(params.get("history", "0"), "history", spec), end)
+    asked = seconds(params.get("history", "0"), "history", spec)
+    history = min(asked, end)
     step = max(seconds(params.get("step", "5m"), "step", spec), 1.0)
     _check_samples(spec, params, history, step, "5m", SIM_MAX_SAMPLES, "a week")
+    if asked > end:  # the simulation starts at t=0: there is no past before it
+        log.warning(
+            "%s: history=%s reaches before the simulation's start (t=0): %s; use t=%s or later",
+            spec,
+            params["history"],
+            f"only {units.duration_text(end)} of it exists" if end > 0 else "none of it exists",
+            units.duration_text(asked),
+        )
     samples: list[tuple[float, dict[tuple[str, int], tuple[float, float]]]] = []
     for at in np.arange(end - history, end, step) if history > 0 else ():
         fleet.advance(float(at) - fleet.now)

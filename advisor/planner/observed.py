@@ -38,7 +38,8 @@ def now_of(model: ClusterModel) -> float:
 
 
 HISTORY_HINT = (
-    "read the source with usage history (history=24h on a sim: or prometheus+ source, "
+    "read the source with usage history (history=24h on a prometheus+ source; on a sim: source "
+    "also t at least the history, as its past starts at t=0: sim:a100-16x8?t=2d&history=24h; "
     "docs/analyze.md; or a snapshot that carries usage)"
 )
 

@@ -847,6 +847,35 @@ def test_sim_history_fills_the_usage_matrix_up_to_now() -> None:
     )
 
 
+@pytest.mark.parametrize(
+    ("spec", "got"),
+    [
+        ("sim:a100-16x8?history=24h&step=1h", "none of it exists"),
+        ("sim:a100-16x8?t=6h&history=24h&step=1h", "only 6h of it exists"),
+    ],
+)
+def test_a_sim_history_reaching_before_the_start_is_one_warning(spec, got, caplog) -> None:
+    """The simulation has no past before t=0 (t's default): the history is cut at t, and the
+    reader says so instead of the planners later finding no (or too little) history."""
+    from advisor.ingest import sources
+
+    with caplog.at_level(logging.WARNING):
+        model = load_source(spec)
+    assert _warnings(caplog, sources.__name__) == [
+        f"{spec}: history=24h reaches before the simulation's start (t=0): {got}; use t=1d or later"
+    ]
+    assert len(model.usage.times) == (7 if "t=6h" in spec else 0)
+
+
+@pytest.mark.parametrize("spec", ["sim:a100-16x8?t=1d&history=24h&step=1h", "sim:a100-16x8?t=1h"])
+def test_a_sim_history_within_t_reads_without_a_warning(spec, caplog) -> None:
+    from advisor.ingest import sources
+
+    with caplog.at_level(logging.WARNING):
+        load_source(spec)
+    assert _warnings(caplog, sources.__name__) == []
+
+
 def test_an_exporter_whose_backend_is_down_is_a_source_error_not_an_empty_node(server) -> None:
     base, routes = server
     down = SelfState("0.1.0", "nvml", False, 0.01, 1.7e9, 3, {"collect": 2})
