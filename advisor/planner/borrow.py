@@ -188,7 +188,10 @@ def plan_borrow(
     slots = _slots(model, policy, parts)
     if slots is None:
         return Plan(
-            goal, False, reason=f"{_no_room(model, policy, parts)}; a loan would not start it"
+            goal,
+            False,
+            reason=f"{_no_room(model, policy, parts)}; a loan would not start it",
+            method="borrow",
         )
     gpu_model = str(model.nodes.gpu_model[slots[0].nodes[0][0]])
     usage = usage_by_scope(model)
@@ -204,7 +207,12 @@ def plan_borrow(
         return _finish(model, policy, parts, goal, place, [], {}, "no loan needed: within quota")
     rules = policy.borrow_rules(head.tenant)
     if rules is None:
-        return Plan(goal, False, reason="the policy has no borrowing rules: no loan is proposed")
+        return Plan(
+            goal,
+            False,
+            reason="the policy has no borrowing rules: no loan is proposed",
+            method="borrow",
+        )
     priority = head.priority if head.priority is not None else 0
     if priority < rules.priority_threshold:
         unset = " (the request gives none: 0 assumed)" if head.priority is None else ""
@@ -215,6 +223,7 @@ def plan_borrow(
                 f"priority {priority}{unset} is under the borrowing threshold "
                 f"{rules.priority_threshold}"
             ),
+            method="borrow",
         )
     duration = head.duration_s or math.sqrt(2.0) * (prior or DurationPrior()).median_s
     if not rules.preemption and duration > rules.auto_return_s:
@@ -225,6 +234,7 @@ def plan_borrow(
                 f"expected run {duration / 3600:.1f} h exceeds the auto-return "
                 f"{rules.auto_return_s / 3600:.1f} h and preemption is not allowed"
             ),
+            method="borrow",
         )
     loans: list[Action] = []
     for scope, short in shortfall.items():
@@ -239,6 +249,7 @@ def plan_borrow(
                     f"{rules.max_borrow_ratio:g} x {own:g} = {rules.max_borrow_ratio * own:g} "
                     "(max_borrow_ratio x quota)"
                 ),
+                method="borrow",
             )
         lenders = []
         for (tenant, s), limit in policy.quotas.items():
@@ -283,6 +294,7 @@ def plan_borrow(
                 goal,
                 False,
                 reason=f"lenders have only {short - left:g} unused GPUs{where}, {short:g} needed",
+                method="borrow",
             )
     returns = [
         Action(

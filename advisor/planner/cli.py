@@ -352,21 +352,36 @@ def _gpus(doc: dict | None) -> str:
     return f"{doc['node']}[{','.join(map(str, doc['gpus']))}]{share}"
 
 
+def _quota(doc: dict, sign: int) -> str:
+    """A borrow action's lenders (`sign` -1) or borrower (+1): 'algorithms quota -10'."""
+    parts = [
+        f"{tenant}{f' {scope}' if scope else ''} quota {delta:+g}"
+        for tenant, scope, delta in doc["quota"]
+        if delta * sign > 0
+    ]
+    return ", ".join(parts) or "-"
+
+
 def render_table(plan: Plan) -> str:
+    """The plan as text: a header, one row per action (a borrow's row: the job, the quota
+    lent and the quota taken), the cost and what changes; `goal priority` only for the goals
+    that have one (the consolidation goals: job, free-nodes, forecast)."""
     doc = plan.to_dict()
-    lines = [f"goal: {plan.goal}   method: {plan.method}   feasible: {plan.feasible}"]
+    method = f"method: {plan.method}   " if plan.method else ""
+    lines = [f"goal: {plan.goal}   {method}feasible: {plan.feasible}"]
     if not plan.feasible:
         lines.append(f"why: {plan.reason}")
     rows = [("#", "kind", "task", "from", "to", "restart s", "GPU-h lost")]
     for i, action in enumerate(doc["actions"], start=1):
         cost = action["cost"]
+        loan = action["kind"] == "borrow"
         rows.append(
             (
                 str(i),
                 action["kind"],
-                action["alloc"],
-                _gpus(action["from"]),
-                _gpus(action["to"]),
+                action["job"] if loan else action["alloc"],
+                _quota(action, -1) if loan else _gpus(action["from"]),
+                _quota(action, +1) if loan else _gpus(action["to"]),
                 f"{cost['restart_s']:g}" if cost["restarts"] else "-",
                 f"{cost['gpu_hours']:.3f}" if cost["restarts"] else "-",
             )
@@ -407,7 +422,8 @@ def render_table(plan: Plan) -> str:
         )
     elif doc.get("exact"):
         lines.append(doc["exact"])
-    lines.append(f"goal priority: {doc.get('goal_priority')} (work above it is never moved)")
+    if doc.get("goal_priority") is not None:
+        lines.append(f"goal priority: {doc['goal_priority']} (work above it is never moved)")
     return "\n".join(lines)
 
 

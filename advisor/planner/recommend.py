@@ -184,8 +184,11 @@ def plan_for_goal(
         if value:
             plans = [p for p in plans if p.extra.get("job") == value]
             if not plans:
-                return [Plan(goal, False, reason=f"{value!r} needs no reservation or is unknown")]
-        return plans or [Plan(goal, True, reason=_nothing_to_hold(ReserveSettings()))]
+                why = f"{value!r} needs no reservation or is unknown"
+                return [Plan(goal, False, reason=why, method="reserve")]
+        return plans or [
+            Plan(goal, True, reason=_nothing_to_hold(ReserveSettings()), method="reserve")
+        ]
     if not value:
         raise ValueError("borrow needs a job: borrow=JOB or borrow=TENANT:GPUS[:PRIORITY]")
     try:

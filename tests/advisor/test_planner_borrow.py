@@ -152,6 +152,26 @@ def test_goal_forms_and_cli(model, capsys) -> None:
     assert main(["plan", str(SEED), "--goal", "borrow=a:b:c:d"]) == 2
 
 
+def test_the_table_shows_each_loan_and_a_refusal_names_its_method(model, capsys) -> None:
+    """A loan's row names the job, the lender's quota and the borrower's (the columns were
+    empty), and a refused loan's header says `method: borrow` (it was `method:` and nothing)."""
+    assert main(["plan", str(SEED), "--goal", "borrow=rnd-pretrain", "--policy", str(RULES)]) == 0
+    rows = [line.split() for line in capsys.readouterr().out.splitlines()]
+    loans = [row[2:] for row in rows if row[:1] != ["goal:"] and row[1:2] == ["borrow"]]
+    assert loans == [
+        ["rnd-pretrain", "algorithms", "quota", "-10", "rnd", "quota", "+10", "-", "-"],
+        ["rnd-pretrain", "product", "quota", "-5", "rnd", "quota", "+5", "-", "-"],
+        ["rnd-pretrain", UNASSIGNED, "quota", "-12", "rnd", "quota", "+12", "-", "-"],
+    ]
+    assert main(["plan", str(SEED), "--goal", "borrow=rnd-pretrain", "--policy", str(QUOTAS_ONLY)])
+    header = capsys.readouterr().out.splitlines()[0]
+    assert header.endswith("   method: borrow   feasible: False"), header
+    for rules in (BorrowRules(max_borrow_ratio=0.5), BorrowRules(priority_threshold=90)):
+        policy = replace(load_policy(RULES), borrowing={"": rules})
+        plan = plan_borrow(model, policy, request_for_job(model, "rnd-pretrain"))
+        assert not plan.feasible and plan.method == "borrow"
+
+
 def test_policy_file_borrowing_section(tmp_path) -> None:
     policy = policy_from_dict(
         {"borrowing": {"max_borrow_ratio": 0.3, "tenants": {"prod": {"lend": False}}}}

@@ -15,7 +15,10 @@ def test_nothing_to_recommend_is_one_line_with_each_kinds_reason(capsys) -> None
         assert f"; {kind}: " in out
     assert "reclaim: the source has no usage history" in out
     assert "share: the source has no usage history" in out
-    assert out.count("history=24h") == 1  # how to read history, said once
+    assert out.count("with usage history (") == 1  # how to read history, said once
+    # a sim: source's past starts at t=0: the hint says t must reach back as far as the history
+    assert "on a sim: source also t at least the history" in out
+    assert "sim:a100-16x8?t=2d&history=24h" in out
     assert main(["plan", SIM, "--goal", "recommend", "--json"]) == 0
     assert capsys.readouterr().out.strip() == "[]"
 
@@ -24,7 +27,27 @@ def test_reclaim_without_history_names_the_missing_history(capsys) -> None:
     assert main(["plan", SIM, "--goal", "reclaim"]) == 0
     out = capsys.readouterr().out
     assert "note: the source has no usage history" in out and "history=24h" in out
+    assert "t=2d&history=24h" in out
     assert "idle long enough" not in out
+
+
+def test_the_header_names_the_method_and_goal_priority_only_where_there_is_one(capsys) -> None:
+    """`--goal reserve` with nothing to hold printed `method:    feasible: True` and `goal
+    priority: None`: the recommendation kinds name their method and have no goal priority;
+    the consolidation goals keep theirs."""
+    from advisor.ingest.sources import load_source
+
+    running = str(load_source(SIM).allocations.job[0])  # needs no reservation: it runs
+    for goal in ("reserve", f"reserve={running}", "reclaim", "share", "rebalance"):
+        main(["plan", SIM, "--goal", goal])
+        out = capsys.readouterr().out
+        method = goal.partition("=")[0]
+        assert f"   method: {method}   feasible: " in out.splitlines()[0], out
+        assert "goal priority" not in out
+    main(["plan", SIM, "--goal", "free-nodes=1"])
+    out = capsys.readouterr().out
+    assert "   method: heuristic   " in out.splitlines()[0]
+    assert "\ngoal priority: " in out and "None" not in out
 
 
 def test_notes_name_only_the_kinds_without_a_plan() -> None:
