@@ -167,13 +167,8 @@ def run(args: argparse.Namespace) -> int:
         signal.signal(sig, lambda *_: stop.set())
     loop.start()
     server.start()
-    scheme = "https" if web.tls else "http"
     log.info(
-        "serving backend=%s on %s://%s/metrics every %.3gs",
-        backend.name,
-        scheme,
-        args.listen_address,
-        args.collect_interval,
+        "serving backend=%s on %s every %.3gs", backend.name, server.url(), args.collect_interval
     )
     stop.wait()
     server.close()

@@ -314,12 +314,24 @@ class ExporterServer:
         routes: Mapping[str, Route] | None = None,
     ) -> None:
         host, port = parse_listen_address(address)
+        self._host = host
         self._httpd = _Server((host, port), source, web, title, routes)
         self._thread = threading.Thread(target=self._httpd.serve_forever, name="http", daemon=True)
 
     @property
     def port(self) -> int:
         return self._httpd.server_address[1]
+
+    def url(self, path: str = "/metrics") -> str:
+        """Where the server answers `path`, as its start-up log line names it: the scheme (https
+        with TLS), the host of the listen address and the port bound. An address without a host
+        (`:9835`), 0.0.0.0 or :: listens on every interface: `http://0.0.0.0:9835/metrics (all
+        interfaces)`, not `http://:9835/metrics`, which no client can open."""
+        scheme = "https" if self._httpd.web.tls else "http"
+        host = self._host or "0.0.0.0"
+        shown = f"[{host}]" if ":" in host else host
+        every = " (all interfaces)" if host in ("0.0.0.0", "::") else ""
+        return f"{scheme}://{shown}:{self.port}{path}{every}"
 
     def start(self) -> ExporterServer:
         self._thread.start()

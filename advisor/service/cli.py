@@ -210,13 +210,11 @@ def run(args: argparse.Namespace) -> int:
             args.source,  # the logger's RedactingFilter hides its credentials
         )
     loop.start()
-    scheme = "https" if web.tls else "http"
     log.info(
-        "advising on %s every %.3gs; serving %s://%s/metrics and /api/",
+        "advising on %s every %.3gs; serving /metrics and /api/ at %s",
         args.source,
         args.interval,
-        scheme,
-        args.listen_address,
+        server.url(""),
     )
     stop.wait()
     server.close()

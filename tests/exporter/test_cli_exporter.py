@@ -56,6 +56,7 @@ def test_sim_exporter_serves_the_preset_and_stops_cleanly():
         assert sum(1 for v in free_per_node if v == 8) < 8
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=15) == 0
+        assert f"serving backend=sim on {base}/metrics every 1s" in process.stderr.read()
 
 
 def test_nvml_without_a_gpu_serves_backend_down_instead_of_crashing():

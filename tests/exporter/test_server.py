@@ -108,6 +108,7 @@ def test_tls_with_basic_auth(loop, tls_files, tmp_path):
     )
     server = serve(loop, load_web_config(config))
     url = f"https://127.0.0.1:{server.port}/metrics"
+    assert server.url() == url
     try:
         ok = requests.get(url, auth=("prometheus", "s3cret"), verify=str(cert), timeout=5)
         assert ok.status_code == 200 and "gpu_info" in ok.text
@@ -155,6 +156,26 @@ def test_listen_address_forms():
     assert parse_listen_address("[::1]:9835") == ("::1", 9835)
     with pytest.raises(ValueError, match="expected"):
         parse_listen_address("9835")
+
+
+@pytest.mark.parametrize(
+    ("address", "shown"),
+    [
+        (":0", "http://0.0.0.0:{port}/metrics (all interfaces)"),
+        ("0.0.0.0:0", "http://0.0.0.0:{port}/metrics (all interfaces)"),
+        ("127.0.0.1:0", "http://127.0.0.1:{port}/metrics"),
+        ("localhost:0", "http://localhost:{port}/metrics"),
+    ],
+)
+def test_the_url_the_start_up_line_names_can_be_opened(loop, address, shown):
+    """`:9835` was logged as `http://:9835/metrics`; the URL names a host and the bound port."""
+    server = ExporterServer(address, loop, load_web_config(None)).start()
+    try:
+        assert server.url() == shown.format(port=server.port)
+        assert server.url("") == shown.format(port=server.port).replace("/metrics", "")
+        assert requests.get(server.url().split(" ")[0], timeout=5).status_code == 200
+    finally:
+        server.close()
 
 
 def _hang_up_after(port: int, path: str, read: int) -> None:

@@ -141,6 +141,7 @@ def test_unreachable_source_is_a_metric_a_log_line_and_503s():
         _, stderr = process.communicate(timeout=15)
     warnings = [line for line in stderr.splitlines() if "level=WARNING" in line]
     assert warnings and all(url in line for line in warnings)
+    assert f"every 1s; serving /metrics and /api/ at {base}" in stderr  # the URL it answers on
     assert "Traceback" not in stderr
 
 
