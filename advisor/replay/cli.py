@@ -81,7 +81,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description=(
             "Shuffle pods by seed, inflate to --ratio x GPU capacity, place arrivals one by one "
             "(a pod that fits nowhere is dropped); write DIR/curve.csv, DIR/summary.csv and "
-            "DIR/replay.png."
+            "DIR/replay.png, and DIR/migration.png with a migration budget above 0."
         ),
     )
     p.add_argument("--nodes", required=True, type=Path, help="openb node list CSV")
@@ -123,9 +123,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-# The files every replay writes (migration.png only with a migration budget): a file of these
+# The files every replay writes, and the one it adds with a migration budget: a file of these
 # names that another command or the user put in --out is refused before the replays.
 REPLAY_FILES = ("curve.csv", "summary.csv", "replay.png")
+BUDGET_FILE = "migration.png"
 
 
 def _out_folder(text: str) -> Path:
@@ -163,8 +164,10 @@ def run(args: argparse.Namespace) -> int:
         return _fail(f"{args.pods}: no pods in the pod list")
     if not (pods.num_gpu > 0).any():  # arrivals are drawn until GPU demand reaches --ratio
         return _fail(f"{args.pods}: no pod asks for a GPU: no GPU demand to replay")
+    budgeted = any(b > 0 for b in args.migration_budget)
+    files = [*REPLAY_FILES, *([BUDGET_FILE] if budgeted else [])]
     try:  # before the replays, not after them
-        check_directory_target(args.out, REPLAY_FILES, writer="replay")
+        check_directory_target(args.out, files, writer="replay")
     except OSError as exc:
         return _fail(f"--out {args.out}: {exc.strerror or exc}")
     tasks = [
@@ -184,14 +187,14 @@ def run(args: argparse.Namespace) -> int:
             )
         )
     try:
-        with staged_directory(args.out, writer="replay") as stage:  # all four files or none
+        with staged_directory(args.out, writer="replay") as stage:  # all its files or none
             write_csv(stage / "curve.csv", CURVE_COLUMNS, curves)
             write_csv(stage / "summary.csv", SUMMARY_COLUMNS, summaries)
             plot(curves, stage / "replay.png", title=f"{args.pods.name} on {args.nodes.name}")
-            if any(b > 0 for b in args.migration_budget):
+            if budgeted:
                 plot_budget(
                     summaries,
-                    stage / "migration.png",
+                    stage / BUDGET_FILE,
                     title=f"{args.pods.name}: migrations",
                     bound=bound,
                 )
@@ -205,5 +208,5 @@ def run(args: argparse.Namespace) -> int:
         )
     if bound is not None:
         print(f"packing bound at 100%: no placement, with any moves, below {bound:.2f}% (mean)")
-    print(f"wrote {args.out / 'curve.csv'}, {args.out / 'summary.csv'}, {args.out / 'replay.png'}")
+    print(f"wrote {', '.join(str(args.out / name) for name in files)}")
     return 0

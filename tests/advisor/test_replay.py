@@ -211,7 +211,7 @@ def _write_trace(tmp_path: Path) -> tuple[Path, Path]:
     return nodes, pods
 
 
-def test_cli_writes_curve_summary_and_plot(tmp_path: Path) -> None:
+def test_cli_writes_curve_summary_and_plot(tmp_path: Path, capsys) -> None:
     nodes, pods = _write_trace(tmp_path)
     out = tmp_path / "out"
     rc = main(
@@ -232,6 +232,11 @@ def test_cli_writes_curve_summary_and_plot(tmp_path: Path) -> None:
         "policy", "seed", "migration_budget", "migrated_pods", "unalloc_100", "unalloc_130"
     ]  # fmt: skip
     assert (out / "replay.png").stat().st_size > 1000
+    wrote = capsys.readouterr().out.splitlines()[-1]
+    assert wrote == f"wrote {out / 'curve.csv'}, {out / 'summary.csv'}, {out / 'replay.png'}"
+    assert sorted(p.name for p in out.iterdir() if not p.name.startswith(".")) == sorted(
+        ["curve.csv", "summary.csv", "replay.png"]
+    )
 
 
 def test_cli_migration_budget_labels_rows(tmp_path: Path, capsys) -> None:
@@ -247,7 +252,12 @@ def test_cli_migration_budget_labels_rows(tmp_path: Path, capsys) -> None:
     assert [r["policy"] for r in rows] == ["fgd", "fgd+mig0.05"]
     assert (out / "migration.png").stat().st_size > 1000
     assert int(rows[1]["migrated_pods"]) <= 0.05 * int(rows[1]["placed"]) + 1
-    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("packing bound"))
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[-1] == (  # every file it wrote, migration.png too
+        f"wrote {out / 'curve.csv'}, {out / 'summary.csv'}, {out / 'replay.png'}, "
+        f"{out / 'migration.png'}"
+    )
+    line = next(x for x in printed if x.startswith("packing bound"))
     bound = float(line.split("below ")[1].split("%")[0])
     assert all(float(r["unalloc_100"]) >= bound - 0.005 for r in rows)  # printed to 2 decimals
 
@@ -449,6 +459,25 @@ def test_cli_a_new_run_leaves_no_file_of_the_previous_one(tmp_path: Path) -> Non
     assert not (out / "migration.png").exists()
     with (out / "summary.csv").open() as fh:
         assert [r["seed"] for r in csv.DictReader(fh)] == ["2"]
+
+
+def test_cli_a_users_migration_png_is_refused_before_replaying_with_a_budget(
+    tmp_path: Path, capsys, monkeypatch
+) -> None:
+    """migration.png is written only with a budget: a file of that name the user keeps in
+    --out was refused only after the replays; it is checked first, as the other three are."""
+    import advisor.replay.sweep as sweep
+
+    nodes, pods = _write_trace(tmp_path)
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "migration.png").write_text("keep")
+    monkeypatch.setattr(sweep, "run_tasks", lambda *a, **k: pytest.fail("replayed first"))
+    rc = main(["replay", "--nodes", str(nodes), "--pods", str(pods), "--jobs", "1",
+               "--migration-budget", "0.05", "--out", str(out)])  # fmt: skip
+    err = capsys.readouterr().err
+    assert rc == 2 and err.count("\n") == 1 and "migration.png" in err, err
+    assert (out / "migration.png").read_text() == "keep"
 
 
 def test_cli_out_below_a_file_is_refused_before_replaying(tmp_path: Path, capsys) -> None:
