@@ -15,7 +15,9 @@ Long format (CSV or Parquet), one row per observation::
 time (forecasts are clipped to it and models see it as a covariate, including its future schedule).
 Any other row that cannot be read (a bad time or one outside the years 1970–2200, a value that
 is not a count from 0 to `MAX_AMOUNT`, a repeated (time, series), a row with fewer fields than the
-header) is an error naming the first such row: it is never masked or averaged silently. The Philly,
+header) is an error naming the first such row: it is never masked or averaged silently. A file
+pandas cannot split into the header's fields, or that is not UTF-8 text, is one line saying which
+line, and, without the format's header, that it is in none of the formats read. The Philly,
 Helios and openb readers make the same checks on their own columns (`_per_minute`,
 `read_openb_pods`).
 """
@@ -23,6 +25,7 @@ Helios and openb readers make the same checks on their own columns (`_per_minute
 from __future__ import annotations
 
 import csv
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -507,9 +510,62 @@ def read_long(path: str | Path, freq: str | None = None) -> Panel:
         with open(path, "rb") as stream:
             frame = pd.read_parquet(stream)
     else:
-        frame = _read_long_csv(path)
-        _whole_rows(path)
+        try:
+            frame = _read_long_csv(path)
+            _whole_rows(path)
+        except (pd.errors.ParserError, UnicodeDecodeError) as error:
+            raise ValueError(_not_long(path, error)) from None
     return from_long(frame, name=path.stem, freq=freq)
+
+
+LONG_COLUMNS = ("time", "series", "value")
+
+
+def _not_long(path: Path, error: pd.errors.ParserError | UnicodeDecodeError) -> str:
+    """Why a file the long reader was left with cannot be read, in its words, not pandas':
+    a file of another shape (/etc/passwd, a binary) is `not a CSV of the long format (...),
+    Philly, Helios or openb: line 24 has 4 fields where the header has 1`; a long CSV with the
+    format's header says only what is wrong at which line."""
+    problem = _not_text(path) if isinstance(error, UnicodeDecodeError) else _unparsable(error)
+    try:
+        header = {str(column) for column in pd.read_csv(path, nrows=0).columns}
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError):
+        header = set()
+    if set(LONG_COLUMNS) <= header:
+        return problem
+    return (
+        "not a CSV of the long format (time,series,value[,capacity]), Philly, Helios or "
+        f"openb: {problem}"
+    )
+
+
+def _not_text(path: Path) -> str:
+    """`line 3 is not UTF-8 text (byte 0xff)`: the first line that does not decode (pandas'
+    error counts from the chunk it decoded, not from the file's start)."""
+    with open(path, "rb") as stream:
+        for number, raw in enumerate(stream, start=1):
+            try:
+                raw.decode("utf-8")
+            except UnicodeDecodeError as error:
+                return f"line {number} is not UTF-8 text (byte {raw[error.start]:#04x})"
+    return "not UTF-8 text"  # pragma: no cover - pandas found a byte that does not decode
+
+
+_TOO_MANY_FIELDS = re.compile(r"Expected (\d+) fields in line (\d+), saw (\d+)")
+_OPEN_QUOTE = re.compile(r"EOF inside string starting at row (\d+)")
+
+
+def _unparsable(error: pd.errors.ParserError) -> str:
+    """pandas' tokenizer error in the reader's words: `line 24 has 4 fields where the header has
+    1` for its `Expected 1 fields in line 24, saw 4`, `row 2 opens a quote that is never closed`
+    for `EOF inside string starting at row 2`; any other, on one line as it is."""
+    text = str(error)
+    if found := _TOO_MANY_FIELDS.search(text):
+        width, line, seen = found.groups()
+        return f"line {line} has {seen} fields where the header has {width}"
+    if found := _OPEN_QUOTE.search(text):
+        return f"row {found[1]} opens a quote that is never closed"
+    return one_line(error)
 
 
 try:  # the strings `read_csv` reads as missing by default (NA, null, NaN, empty, …)
@@ -690,6 +746,8 @@ def load(source: str, freq: str | None = None) -> Panel:
         panel = _open(source, freq)
     except InputError:
         raise  # already names the file at fault (a Helios folder's VC file)
+    except pd.errors.ParserError as error:  # a Philly or openb CSV pandas cannot split
+        raise InputError(f"{source}: {_unparsable(error)}") from error
     except (OSError, ValueError, KeyError, SourceUnavailable) as error:
         raise InputError(f"{source}: {one_line(error)}") from error
     return _with_readings(panel, f"{source}: no readings")

@@ -123,9 +123,12 @@ def test_unreadable_inputs_are_one_line_and_write_nothing(tmp_path, capsys):
     philly.write_text("time,active,total\n2017-10-03 00:00:00,abc,420\n")
     timeless = tmp_path / "openb_pod_list_multigpu20.csv"
     timeless.write_text("name,cpu_milli,memory_mib,num_gpu,gpu_milli\np-0,1000,1,1,1000\n")
+    passwd = tmp_path / "passwd"
+    passwd.write_text("root:x:0:0::/root:/bin/sh\nbin:x:1:1::/:/bin/sh\npg:x:2:2:A,,,:/:/bin/sh\n")
     out = tmp_path / "out"
     for source, words in [
         (str(tmp_path / "missing.csv"), "No such file"),
+        (str(passwd), "not a CSV of the long format (time,series,value[,capacity]), Philly, "),
         (str(timeless), "no times to forecast"),
         (str(wrong), "missing"),
         (str(philly), "active 'abc' in row 1 is not a number"),

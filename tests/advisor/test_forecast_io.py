@@ -277,6 +277,45 @@ def test_a_reader_error_of_several_lines_is_one_line_keeping_all_of_it(monkeypat
     assert str(raised.value).startswith("trace.csv: Error tokenizing data. C error")
 
 
+NOT_LONG = "not a CSV of the long format (time,series,value[,capacity]), Philly, Helios or openb"
+
+
+@pytest.mark.parametrize(
+    ("content", "says"),
+    [
+        # /etc/passwd: one field in the header (no comma), four where a GECOS field has commas
+        (
+            b"root:x:0:0:root:/root:/bin/bash\nbin:x:1:1:bin:/bin:/sbin/nologin\n"
+            b"pg:x:101:104:PostgreSQL administrator,,,:/var/lib/postgresql:/bin/bash\n",
+            f"{NOT_LONG}: line 3 has 4 fields where the header has 1",
+        ),
+        (b'a,b\n1,2\n"x,3\n', f"{NOT_LONG}: row 2 opens a quote that is never closed"),
+        (b"\x7fELF\x02\x01\x01\x00\xd0\x00", f"{NOT_LONG}: line 1 is not UTF-8 text (byte 0xd0)"),
+        # the long format's header: what is wrong, and where, without the list of formats
+        (b'time,series,value\n2024-01-01,a,1\n"2024-01-01,b,3\n', "row 2 opens a quote"),
+        (b"time,series,value\n2024-01-01,a,1\n2024-01-01,b,\xff\n", "line 3 is not UTF-8 text"),
+    ],
+)
+def test_a_file_in_no_known_format_says_what_was_expected(tmp_path, content, says):
+    """pandas' `Error tokenizing data. C error: Expected 1 fields in line 24, saw 4` (and a
+    codec error for a binary) was the whole message: the line says what the reader expected."""
+    path = tmp_path / "passwd"
+    path.write_bytes(content)
+    with pytest.raises(io.InputError) as raised:
+        io.load(str(path))
+    assert str(raised.value).startswith(f"{path}: {says}")
+    assert "\n" not in str(raised.value) and "tokenizing" not in str(raised.value)
+    assert (NOT_LONG in str(raised.value)) == says.startswith(NOT_LONG)
+
+
+def test_a_philly_row_of_too_many_fields_names_its_line(tmp_path):
+    path = tmp_path / "philly_node_sequence.csv"
+    path.write_text("time,active,total\n2017-10-03 00:00:00,3,420\n2017-10-03 00:01:00,3,420,5\n")
+    with pytest.raises(io.InputError) as raised:
+        io.load(str(path))
+    assert str(raised.value) == f"{path}: line 3 has 4 fields where the header has 3"
+
+
 def _two_series(first: str, second: str, hours: int = 3) -> list[str]:
     times = pd.date_range("2024-01-01", periods=hours, freq="h").strftime("%Y-%m-%d %H:%M:%S")
     return [f"{t},{name},{h}" for h, t in enumerate(times) for name in (first, second)]
