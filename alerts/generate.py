@@ -1,6 +1,6 @@
 """Render the alerting and recording rules from `config.yaml` (monitoring-mixin style).
 
-    python -m alerts.generate           # writes the committed outputs
+    python -m alerts.generate           # writes the committed outputs that changed, one line
     python -m alerts.generate --check   # exit 1 if a committed output is out of date
 
 Outputs: `alerts/prometheus_alerts.yaml`, `alerts/prometheus_rules.yaml` and the Prometheus
@@ -625,18 +625,33 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="fail if outputs are out of date")
     args = parser.parse_args(argv)
-    stale = []
+    stale, current = [], []
     for path, text in outputs(load_config()).items():
-        if args.check:
-            if not path.exists() or path.read_text() != text:
-                stale.append(str(path.relative_to(ROOT)))
+        name = str(path.relative_to(ROOT))
+        if path.is_file() and path.read_text(encoding="utf-8") == text:
+            current.append(name)
         else:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            write_text_atomic(path, text)
+            stale.append(name)
+            if not args.check:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                write_text_atomic(path, text)
+    if args.check:  # silent when current, as a linter is; the stale files on stderr, exit 1
+        if stale:
+            print(
+                "out of date, run `python -m alerts.generate`: " + ", ".join(stale),
+                file=sys.stderr,
+            )
+        return 1 if stale else 0
     if stale:
-        print("out of date, run `python -m alerts.generate`: " + ", ".join(stale), file=sys.stderr)
-        return 1
+        done = f"wrote {', '.join(stale)}" + (f"; {_files(len(current))}" if current else "")
+    else:
+        done = f"{_files(len(current))} ({', '.join(current)})"
+    print(f"alerts: {done}")
     return 0
+
+
+def _files(n: int) -> str:
+    return f"{n} file{'' if n == 1 else 's'} up to date"
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """Generate the Grafana dashboards from code (plain dicts, see grafana.py).
 
-    python -m dashboards.generate           # writes dashboards/json/*.json
+    python -m dashboards.generate           # writes dashboards/json/*.json that changed, one line
     python -m dashboards.generate --check   # exit 1 if a committed dashboard is out of date
 
 Thresholds come from alerts/config.yaml, the same config the alert rules use, so a panel turns
@@ -1380,22 +1380,31 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="fail if outputs are out of date")
     args = parser.parse_args(argv)
-    stale = []
+    stale, current = [], []
     OUT_DIR.mkdir(exist_ok=True)
     for name, document in render_all().items():
         path = OUT_DIR / name
         text = dumps(document)
-        if args.check:
-            if not path.exists() or path.read_text() != text:
-                stale.append(name)
+        if path.is_file() and path.read_text(encoding="utf-8") == text:
+            current.append(name)
         else:
-            write_text_atomic(path, text)
-    if stale:
-        print(
-            "out of date, run `python -m dashboards.generate`: " + ", ".join(stale), file=sys.stderr
-        )
-        return 1
+            stale.append(name)
+            if not args.check:
+                write_text_atomic(path, text)
+    if args.check:  # silent when current, as a linter is; the stale files on stderr, exit 1
+        if stale:
+            print(
+                "out of date, run `python -m dashboards.generate`: " + ", ".join(stale),
+                file=sys.stderr,
+            )
+        return 1 if stale else 0
+    done = f"wrote {', '.join(stale)}" + (f"; {_files(len(current))}" if current else "")
+    print(f"{OUT_DIR.parent.name}/{OUT_DIR.name}: {done if stale else _files(len(current))}")
     return 0
+
+
+def _files(n: int) -> str:
+    return f"{n} file{'' if n == 1 else 's'} up to date"
 
 
 if __name__ == "__main__":

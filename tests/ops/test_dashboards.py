@@ -542,3 +542,28 @@ def test_the_fleet_overview_reads_the_node_recording_rules():
     for title in ("Power draw", "Power by node", "Power against the limit"):
         assert any("node:gpu_power_watts:sum{" in e for e in exprs[title]), title
     assert any("sum(node:gpu_allocated:count{" in e for e in exprs["GPUs by state"])
+
+
+def test_generate_says_what_it_did_in_one_line_and_check_keeps_quiet(tmp_path, monkeypatch, capsys):
+    """`python -m dashboards.generate` printed nothing, whether it wrote or not: one line now;
+    a current file is not rewritten; `--check` writes nothing and prints only what is stale."""
+    out = tmp_path / "dashboards" / "json"
+    out.parent.mkdir()
+    monkeypatch.setattr(generate, "OUT_DIR", out)
+    names = list(generate.DASHBOARDS)
+    assert generate.main([]) == 0
+    assert capsys.readouterr().out == f"dashboards/json: wrote {', '.join(names)}\n"
+    assert generate.main([]) == 0
+    assert capsys.readouterr().out == "dashboards/json: 4 files up to date\n"
+    (out / names[1]).write_text("{}")
+    kept = (out / names[0]).stat().st_mtime_ns
+    assert generate.main(["--check"]) == 1
+    assert capsys.readouterr() == (
+        "",
+        f"out of date, run `python -m dashboards.generate`: {names[1]}\n",
+    )
+    assert (out / names[1]).read_text() == "{}"
+    assert generate.main([]) == 0
+    assert capsys.readouterr().out == f"dashboards/json: wrote {names[1]}; 3 files up to date\n"
+    assert (out / names[0]).stat().st_mtime_ns == kept  # up to date: not rewritten
+    assert generate.main(["--check"]) == 0 and capsys.readouterr() == ("", "")

@@ -156,3 +156,28 @@ def test_fast_variant_keeps_the_rules_and_shortens_windows(tmp_path):
     path.write_text(generate.dump(rendered))
     result = run(promtool(), "check", "rules", str(path))
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_generate_says_what_it_did_in_one_line_and_check_keeps_quiet(tmp_path, monkeypatch, capsys):
+    """`python -m alerts.generate` printed nothing, whether it wrote or not: one line now;
+    a current file is not rewritten; `--check` writes nothing and prints only what is stale."""
+    monkeypatch.setattr(generate, "ROOT", tmp_path)
+    names = ["alerts/prometheus_alerts.yaml", "alerts/prometheus_rules.yaml", "deploy/rule.yaml"]
+    for attribute, name in zip(("ALERTS_FILE", "RULES_FILE", "OPERATOR_FILE"), names, strict=True):
+        monkeypatch.setattr(generate, attribute, tmp_path / name)
+    assert generate.main([]) == 0
+    assert capsys.readouterr().out == f"alerts: wrote {', '.join(names)}\n"
+    assert generate.main([]) == 0
+    assert capsys.readouterr().out == f"alerts: 3 files up to date ({', '.join(names)})\n"
+    (tmp_path / names[1]).write_text("groups: []\n")
+    kept = (tmp_path / names[0]).stat().st_mtime_ns
+    assert generate.main(["--check"]) == 1
+    assert capsys.readouterr() == (
+        "",
+        f"out of date, run `python -m alerts.generate`: {names[1]}\n",
+    )
+    assert (tmp_path / names[1]).read_text() == "groups: []\n"
+    assert generate.main([]) == 0
+    assert capsys.readouterr().out == f"alerts: wrote {names[1]}; 2 files up to date\n"
+    assert (tmp_path / names[0]).stat().st_mtime_ns == kept  # up to date: not rewritten
+    assert generate.main(["--check"]) == 0 and capsys.readouterr() == ("", "")
