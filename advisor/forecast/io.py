@@ -310,12 +310,15 @@ def bad_amounts(
 
 def _whole_rows(path: str | Path) -> None:
     """A row with fewer fields than the header (a line cut short, a lost comma) names its row:
-    `read_csv` would fill the missing fields with NaN, masking or dropping them silently. Blank
-    lines are skipped, as `read_csv` skips them, so row n is the frame's row n."""
+    `read_csv` would fill the missing fields with NaN, masking or dropping them silently. So
+    does a row with more (a stray comma): where the first row has them, `read_csv` takes the
+    extra leading fields for an index and every column shifts. Blank lines are skipped, as
+    `read_csv` skips them, so row n is the frame's row n."""
     with open(path, newline="", encoding="utf-8") as stream:
         rows = csv.reader(stream)
         width = len(next(rows, []))
         first, count, position = None, 0, 0
+        longer: tuple[int, int] | None = None
         for fields in rows:
             if not fields:
                 continue
@@ -324,10 +327,17 @@ def _whole_rows(path: str | Path) -> None:
                 count += 1
                 if first is None:
                     first = (position, len(fields))
+            elif len(fields) > width and longer is None:
+                longer = (position, len(fields))
     if first is not None:
         more = "" if count == 1 else f"; {count} short rows in all"
         raise ValueError(
             f"row {first[0]} has {first[1]} of the header's {width} fields (cut short?){more}"
+        )
+    if longer is not None:
+        raise ValueError(
+            f"row {longer[0]} has {longer[1]} fields, more than the header's {width} "
+            "(a stray comma?)"
         )
 
 

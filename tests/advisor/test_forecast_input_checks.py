@@ -196,6 +196,16 @@ def test_the_long_format_bounds_values_dates_and_row_length(tmp_path, row, says)
     assert says in _one_line_error(path)
 
 
+def test_a_first_row_with_more_fields_than_the_header_names_it(tmp_path):
+    """pandas took the extra leading fields of a first row for an index and every column
+    shifted: `time '1' in row 1 is not an ISO 8601 time`."""
+    path = tmp_path / "d.csv"
+    path.write_text("time,series,value\n2024-01-01T00:00:00Z,a,1,2,3\n")
+    assert "row 1 has 5 fields, more than the header's 3 (a stray comma?)" in (
+        _one_line_error(path)
+    )
+
+
 def test_a_yearly_demand_history_past_2262_is_one_line_for_the_planner(tmp_path):
     """`plan --goal forecast=6h --demand` with yearly rows 2024…2263: OverflowError in _buckets."""
     from advisor.planner.cli import demand_from_history
