@@ -23,7 +23,7 @@ from pathlib import Path
 import yaml
 
 from alerts.config import load_config, seconds
-from exporter.files import write_text_atomic
+from exporter.files import sync_generated
 
 ROOT = Path(__file__).resolve().parent.parent
 ALERTS_FILE = ROOT / "alerts" / "prometheus_alerts.yaml"
@@ -625,33 +625,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="fail if outputs are out of date")
     args = parser.parse_args(argv)
-    stale, current = [], []
-    for path, text in outputs(load_config()).items():
-        name = str(path.relative_to(ROOT))
-        if path.is_file() and path.read_text(encoding="utf-8") == text:
-            current.append(name)
-        else:
-            stale.append(name)
-            if not args.check:
-                path.parent.mkdir(parents=True, exist_ok=True)
-                write_text_atomic(path, text)
-    if args.check:  # silent when current, as a linter is; the stale files on stderr, exit 1
-        if stale:
-            print(
-                "out of date, run `python -m alerts.generate`: " + ", ".join(stale),
-                file=sys.stderr,
-            )
-        return 1 if stale else 0
-    if stale:
-        done = f"wrote {', '.join(stale)}" + (f"; {_files(len(current))}" if current else "")
-    else:
-        done = f"{_files(len(current))} ({', '.join(current)})"
-    print(f"alerts: {done}")
-    return 0
-
-
-def _files(n: int) -> str:
-    return f"{n} file{'' if n == 1 else 's'} up to date"
+    files = {
+        str(path.relative_to(ROOT)): (path, text) for path, text in outputs(load_config()).items()
+    }
+    return sync_generated(files, "alerts", "python -m alerts.generate", args.check)
 
 
 if __name__ == "__main__":

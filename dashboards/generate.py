@@ -41,7 +41,7 @@ from dashboards.grafana import (
     timeseries,
     value_mappings,
 )
-from exporter.files import write_text_atomic
+from exporter.files import sync_generated
 
 OUT_DIR = Path(__file__).resolve().parent / "json"
 TAG = "gpu-defrag"
@@ -1380,31 +1380,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="fail if outputs are out of date")
     args = parser.parse_args(argv)
-    stale, current = [], []
-    OUT_DIR.mkdir(exist_ok=True)
-    for name, document in render_all().items():
-        path = OUT_DIR / name
-        text = dumps(document)
-        if path.is_file() and path.read_text(encoding="utf-8") == text:
-            current.append(name)
-        else:
-            stale.append(name)
-            if not args.check:
-                write_text_atomic(path, text)
-    if args.check:  # silent when current, as a linter is; the stale files on stderr, exit 1
-        if stale:
-            print(
-                "out of date, run `python -m dashboards.generate`: " + ", ".join(stale),
-                file=sys.stderr,
-            )
-        return 1 if stale else 0
-    done = f"wrote {', '.join(stale)}" + (f"; {_files(len(current))}" if current else "")
-    print(f"{OUT_DIR.parent.name}/{OUT_DIR.name}: {done if stale else _files(len(current))}")
-    return 0
-
-
-def _files(n: int) -> str:
-    return f"{n} file{'' if n == 1 else 's'} up to date"
+    files = {name: (OUT_DIR / name, dumps(doc)) for name, doc in render_all().items()}
+    label = f"{OUT_DIR.parent.name}/{OUT_DIR.name}"
+    return sync_generated(files, label, "python -m dashboards.generate", args.check)
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ import shutil
 import stat
 import sys
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 
@@ -21,6 +21,35 @@ from pathlib import Path
 MANIFEST = ".gpu-defrag-files"
 # The hidden folder a mount point's new files are staged in, inside it (the same file system).
 _STAGE = ".gpu-defrag-stage"
+
+
+def sync_generated(
+    outputs: Mapping[str, tuple[Path, str]], label: str, command: str, check: bool
+) -> int:
+    """Bring generated files up to date, one line on what was done: `outputs` maps each file's
+    name (as shown) to its path and text. A file whose text is already there is not rewritten.
+    With `check` nothing is written: silent when current, as a linter is; else the stale names
+    on stderr and exit status 1 (`command` says how to regenerate them)."""
+    stale = [name for name, (path, text) in outputs.items() if not _holds(path, text)]
+    current = [name for name in outputs if name not in stale]
+    if check:
+        if stale:
+            print(f"out of date, run `{command}`: {', '.join(stale)}", file=sys.stderr)
+        return 1 if stale else 0
+    for name in stale:
+        path, text = outputs[name]
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(path, text)
+    up_to_date = f"{len(current)} file{'' if len(current) == 1 else 's'} up to date"
+    if stale:
+        print(f"{label}: wrote {', '.join(stale)}" + (f"; {up_to_date}" if current else ""))
+    else:
+        print(f"{label}: {up_to_date} ({', '.join(current)})")
+    return 0
+
+
+def _holds(path: Path, text: str) -> bool:
+    return path.is_file() and path.read_text(encoding="utf-8") == text
 
 
 def write_text_atomic(path: str | Path, text: str) -> None:

@@ -554,7 +554,7 @@ def test_generate_says_what_it_did_in_one_line_and_check_keeps_quiet(tmp_path, m
     assert generate.main([]) == 0
     assert capsys.readouterr().out == f"dashboards/json: wrote {', '.join(names)}\n"
     assert generate.main([]) == 0
-    assert capsys.readouterr().out == "dashboards/json: 4 files up to date\n"
+    assert capsys.readouterr().out == f"dashboards/json: 4 files up to date ({', '.join(names)})\n"
     (out / names[1]).write_text("{}")
     kept = (out / names[0]).stat().st_mtime_ns
     assert generate.main(["--check"]) == 1
