@@ -22,7 +22,7 @@ import yaml
 from advisor.fragmentation import measures
 from advisor.fragmentation.measures import Shape
 from advisor.model import ClusterModel
-from advisor.planner.actions import Action, Plan
+from advisor.planner.actions import Action, Plan, mig_switch_steps
 from advisor.planner.check import CheckResult, apply_plan, check_plan
 from advisor.planner.consolidate import Goal, parse_goal
 from advisor.planner.constraints import Policy, load_policy
@@ -316,12 +316,11 @@ def _mig_switches(actions: Sequence[Action]) -> dict[int, tuple[str, int, dict[i
     """Per step that switches a GPU to MIG mode (the first MIG-profile share onto it): (node,
     GPU, the node's MIG layout once every switch so far is made: GPU -> profile counts, the
     instances of the whole plan carved at once, as a layout is applied in one go)."""
+    first = mig_switch_steps(actions)
     layout: dict[str, dict[int, Counter]] = {}
-    first: dict[tuple[str, int], int] = {}
-    for step, a in enumerate(actions, start=1):
+    for a in actions:
         if a.kind == "share" and a.dst is not None and a.dst.mig_profile:
             for gpu in a.dst.gpus:
-                first.setdefault((a.dst.node, gpu), step)
                 layout.setdefault(a.dst.node, {}).setdefault(gpu, Counter())[a.dst.mig_profile] += 1
     out = {}
     for (node, gpu), step in first.items():

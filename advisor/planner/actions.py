@@ -18,6 +18,7 @@ Stable API (other recommendation kinds build on it):
     takes `dst`; several reserve actions with one `job` form a multi-node job;
   * borrow: no GPUs change hands; `quota` lists (tenant, gpu_model, delta GPUs) changes to
     quota limits (the lender's limit goes down by what the borrower's goes up).
+- `mig_switch_steps(actions)` — per GPU a share names a MIG profile on, the first such step.
 - `Cost` — restarts, restart seconds, GPU-hours lost, jobs and tenants touched; `+` adds.
 - `Benefit` — job shapes schedulable and fragmentation before → after.
 - `Plan` — goal text, feasibility, ordered actions, before/after measures; `to_dict()` is the
@@ -29,7 +30,7 @@ Stable API (other recommendation kinds build on it):
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -140,6 +141,19 @@ class CostWeights:
     migration: float = 1.0
     restart_hour: float = 0.0
     gpu_hour: float = 0.1
+
+
+def mig_switch_steps(actions: Sequence[Action]) -> dict[tuple[str, int], int]:
+    """Per (node, GPU index) that a share step names a MIG profile on, the first such step
+    (1-based): on a plain GPU, the step that switches it to MIG mode (the checker's rule), the
+    later ones carving instances beside it. What the service's benefits and the app's
+    command exports read; the checker replays the same rule itself."""
+    first: dict[tuple[str, int], int] = {}
+    for step, action in enumerate(actions, start=1):
+        if action.kind == "share" and action.dst is not None and action.dst.mig_profile:
+            for gpu in action.dst.gpus:
+                first.setdefault((action.dst.node, gpu), step)
+    return first
 
 
 def _union(a: tuple[str, ...], b: tuple[str, ...]) -> tuple[str, ...]:

@@ -33,7 +33,7 @@ import pandas as pd
 from advisor.fragmentation.measures import Shape
 from advisor.history import RunningJob
 from advisor.model import MILLI, ClusterModel
-from advisor.planner.actions import KINDS, Action, GpuSet, Plan
+from advisor.planner.actions import KINDS, Action, GpuSet, Plan, mig_switch_steps
 from advisor.planner.consolidate import parse_goal, plan_heuristic
 from advisor.planner.constraints import Policy
 from advisor.planner.recommend import recommend
@@ -84,21 +84,21 @@ def _benefits(actions: Sequence[Action], model: ClusterModel | None = None) -> l
         except KeyError:
             return False
 
-    switched: set[tuple[str, int]] = set()  # GPUs a MIG-profile share switched to MIG mode
+    switches = mig_switch_steps(actions)
 
-    def taken(gpus: GpuSet) -> float:
-        """The share a step takes on its target; on a GPU it switches to MIG mode, all of it."""
+    def taken(gpus: GpuSet, step: int) -> float:
+        """The share a step takes on its target; on a GPU it switches to MIG mode, all of it
+        (an instance carved there later takes nothing more: its room was taken already)."""
         if gpus.mig_profile is None:
             return share(gpus)
         out = 0.0
         for g in gpus.gpus:
             key = (gpus.node, g)
-            if key in switched or not usable(*key):
-                continue  # an instance carved on a switched GPU: its room was taken already
+            if not usable(*key):
+                continue
             if mig_on(*key):
                 out += gpus.milli / MILLI
-            else:
-                switched.add(key)
+            elif switches[key] == step:
                 out += 1.0
         return out
 
@@ -115,7 +115,7 @@ def _benefits(actions: Sequence[Action], model: ClusterModel | None = None) -> l
                 if (a.src.node, g) in reserved:
                     vacated[(a.src.node, g)] += a.src.milli / MILLI
     out = []
-    for action in actions:
+    for step, action in enumerate(actions, start=1):
         if action.kind == "reserve" and action.dst:  # the share of its GPUs free already
             gpus = [(action.dst.node, g) for g in action.dst.gpus]
             out.append(sum(max(0.0, reserved[k] - vacated[k]) for k in gpus))
@@ -130,7 +130,9 @@ def _benefits(actions: Sequence[Action], model: ClusterModel | None = None) -> l
         elif action.kind in ("reclaim", "rebalance"):  # gives back its GPUs (the scarce ones)
             out.append(share(action.src))
         else:  # share, migrate: the share it gives back, old - new (a resize in place too)
-            out.append(max(0.0, share(action.src) - (taken(action.dst) if action.dst else 0.0)))
+            out.append(
+                max(0.0, share(action.src) - (taken(action.dst, step) if action.dst else 0.0))
+            )
     return out
 
 
