@@ -187,12 +187,7 @@ def plan_borrow(
     now = now_of(model)
     slots = _slots(model, policy, parts)
     if slots is None:
-        return Plan(
-            goal,
-            False,
-            reason=f"{_no_room(model, policy, parts)}; a loan would not start it",
-            method="borrow",
-        )
+        return _refused(goal, f"{_no_room(model, policy, parts)}; a loan would not start it")
     gpu_model = str(model.nodes.gpu_model[slots[0].nodes[0][0]])
     usage = usage_by_scope(model)
     shortfall = {}
@@ -207,49 +202,38 @@ def plan_borrow(
         return _finish(model, policy, parts, goal, place, [], {}, "no loan needed: within quota")
     rules = policy.borrow_rules(head.tenant)
     if rules is None:
-        return Plan(
-            goal,
-            False,
-            reason="the policy has no borrowing rules: no loan is proposed",
-            method="borrow",
-        )
+        return _refused(goal, "the policy has no borrowing rules: no loan is proposed")
     priority = head.priority if head.priority is not None else 0
     if priority < rules.priority_threshold:
         unset = " (the request gives none: 0 assumed)" if head.priority is None else ""
-        return Plan(
+        return _refused(
             goal,
-            False,
-            reason=(
+            (
                 f"priority {priority}{unset} is under the borrowing threshold "
                 f"{rules.priority_threshold}"
             ),
-            method="borrow",
         )
     duration = head.duration_s or math.sqrt(2.0) * (prior or DurationPrior()).median_s
     if not rules.preemption and duration > rules.auto_return_s:
-        return Plan(
+        return _refused(
             goal,
-            False,
-            reason=(
+            (
                 f"expected run {duration / 3600:.1f} h exceeds the auto-return "
                 f"{rules.auto_return_s / 3600:.1f} h and preemption is not allowed"
             ),
-            method="borrow",
         )
     loans: list[Action] = []
     for scope, short in shortfall.items():
         own = policy.quotas[(head.tenant, scope)]
         if short > rules.max_borrow_ratio * own + 1e-9:
-            return Plan(
+            return _refused(
                 goal,
-                False,
-                reason=(
+                (
                     f"{head.tenant!r} needs {short:g} GPUs more than its quota of {own:g}"
                     f"{f' on {scope}' if scope else ''}; it may borrow at most "
                     f"{rules.max_borrow_ratio:g} x {own:g} = {rules.max_borrow_ratio * own:g} "
                     "(max_borrow_ratio x quota)"
                 ),
-                method="borrow",
             )
         lenders = []
         for (tenant, s), limit in policy.quotas.items():
@@ -290,11 +274,8 @@ def plan_borrow(
             )
         if left > 1e-9:
             where = f" on {scope}" if scope else ""
-            return Plan(
-                goal,
-                False,
-                reason=f"lenders have only {short - left:g} unused GPUs{where}, {short:g} needed",
-                method="borrow",
+            return _refused(
+                goal, f"lenders have only {short - left:g} unused GPUs{where}, {short:g} needed"
             )
     returns = [
         Action(
@@ -321,6 +302,11 @@ def plan_borrow(
         "actions": returns,
     }
     return _finish(model, policy, parts, goal, place, loans, back, "")
+
+
+def _refused(goal: str, reason: str) -> Plan:
+    """A borrow plan that cannot be made, and why."""
+    return Plan(goal, False, reason=reason, method="borrow")
 
 
 def _placement(
@@ -364,7 +350,7 @@ def _finish(
     actions = loans + place
     result = check_plan(model, actions, policy, request.priority)
     if not result.ok:
-        return Plan(goal, False, reason=f"replay refused: {result}", method="borrow")
+        return _refused(goal, f"replay refused: {result}")
     before, after, benefit = outcome(model, place, shapes_with([p.shape for p in parts]))
     extra = {
         "job": request.job,

@@ -35,9 +35,9 @@ the job: each action says the figures it used.
   dropped, costliest first and until none can be, while the plan without the move starts no
   fewer tasks of the moved job's priority or above, of any shape, and passes `check_plan`:
   removing any kept move leaves some queued task of at least its priority unable to start,
-  and no move only makes room beyond the queue or for lower-priority demand. Each kept move names the queued tasks it lets start; the
-  dropped ones are `extra.not_needed`, and `extra.queue` gives the waiting tasks per shape
-  and how many could start before and after;
+  and no move only makes room beyond the queue or for lower-priority demand. Each kept move
+  names the queued tasks it lets start; the dropped ones are `extra.not_needed`, and
+  `extra.queue` gives the waiting tasks per shape and how many could start before and after;
 - without a queue the moves free the GPUs that bring a scarce model back under `scarce_ratio`.
 """
 
@@ -404,6 +404,7 @@ def plan_rebalance(
     else:  # pragma: no cover - each round drops one job
         actions = []
     waiting = _queue(model)
+    waiting_shapes = _by_shape(waiting)
     has_queue = bool(((model.allocations.node < 0) & (model.allocations.num_gpu > 0)).any())
     not_needed: list[str] = []
     serves: dict[str, list[tuple[Queued, int]]] = {}
@@ -412,10 +413,14 @@ def plan_rebalance(
         actions, not_needed, serves, end = _keep_needed(
             model, actions, policy, goal_priority, waiting
         )
-        start, after = _by_shape(_served(model, waiting)), _by_shape(end)
+        start, end_shapes = _by_shape(_served(model, waiting)), _by_shape(end)
         queue = {
-            s.name: {"waiting": n, "could_start_before": start[s], "could_start_after": after[s]}
-            for s, n in sorted(_by_shape(waiting).items(), key=lambda kv: kv[0].name)
+            s.name: {
+                "waiting": n,
+                "could_start_before": start[s],
+                "could_start_after": end_shapes[s],
+            }
+            for s, n in sorted(waiting_shapes.items(), key=lambda kv: kv[0].name)
         }
     node_model = model.nodes.gpu_model
     for i, a in enumerate(actions):
@@ -430,8 +435,7 @@ def plan_rebalance(
                 f"{settings.scarce_ratio:.0%} allocated with no queue"
             )
         actions[i] = replace(a, reason=f"{a.reason}; {tail}")
-    shapes = sorted(_by_shape(waiting), key=str)
-    before, after, benefit = outcome(model, actions, shapes_with(shapes))
+    before, after, benefit = outcome(model, actions, shapes_with(sorted(waiting_shapes, key=str)))
     moved = {a.alloc for a in actions}
     freed: Counter[str] = Counter()
     for a in actions:
@@ -467,15 +471,13 @@ def plan_rebalance(
     elif not actions and not idle:
         note = f"{', '.join(sorted(scarce))} scarce, but no GPU model idles to take its light jobs"
     elif not actions and not_needed:
-        shapes_text = ", ".join(
-            f"{n} x {s.name}" for s, n in sorted(_by_shape(waiting).items(), key=str)
-        )
+        shapes = ", ".join(f"{n} x {s.name}" for s, n in sorted(waiting_shapes.items(), key=str))
         names = sorted(not_needed)
         listed = ", ".join(names[:5]) + (f", ... ({len(names)} in all)" if len(names) > 5 else "")
         note = (
             f"moving the light jobs that fit an idle model ({listed}) would let no more queued "
             "tasks of their priority or above start: the GPUs they would free make no room "
-            f"the queue can use ({shapes_text} waiting)"
+            f"the queue can use ({shapes} waiting)"
         )
     elif not actions:
         note = "no light job on a scarce model fits an idle model"
