@@ -41,6 +41,20 @@ PAIRED_COLUMNS = [
 ]
 
 
+INTERVAL_COLUMNS = [
+    "series",
+    "horizon",
+    "level",
+    "coverage",
+    "coverage_lo",
+    "coverage_hi",
+    "coverage_baseline",
+    "diff_pct",
+    "boot_lo_pct",
+    "boot_hi_pct",
+]
+
+
 MAX_HORIZON = 168  # hours: up to 7 days ahead, for capacity reviews (docs/forecasting.md)
 
 
@@ -229,7 +243,8 @@ def register(subparsers) -> None:
     bt.add_argument(
         "--out",
         default=None,
-        help="write metrics.csv, decisions.csv, picks.csv, forecasts.csv, significance.csv, forecast.png here",
+        help="write metrics.csv, decisions.csv, picks.csv, forecasts.csv, significance.csv, "
+        "interval_significance.csv, forecast.png here",
     )
     bt.set_defaults(func=run_backtest)
 
@@ -351,6 +366,7 @@ def _run_backtest(args: argparse.Namespace) -> int:
             calibrate=args.calibrate,
         )
     paired = significance.paired_table(fc)
+    intervals = significance.interval_table(fc, args.quantiles)
     t_demand = time.perf_counter() - t0
     replays = args.replays
     decisions = []
@@ -390,10 +406,10 @@ def _run_backtest(args: argparse.Namespace) -> int:
     elapsed = time.perf_counter() - t0
     # written first: a stdout that fails (a closed pipe, a full disk) must not lose the run
     if args.out is not None:
-        _write_backtest(args.out, metrics, fc, picks, paired, decisions_df)
+        _write_backtest(args.out, metrics, fc, picks, paired, intervals, decisions_df)
     for note in notes:
         print(note)
-    _print_backtest(metrics, picks, paired, decisions_df)
+    _print_backtest(metrics, picks, paired, intervals, decisions_df)
     print(f"\ndemand backtest {t_demand:.1f} s, total {elapsed:.1f} s")
     if args.out is not None:
         print(f"wrote {args.out}/metrics.csv, decisions.csv, forecast.png")
@@ -406,7 +422,7 @@ def _power_input(raw) -> bool:
     return len(raw.series) == 1 and raw.meta.get("unit") == "nodes"
 
 
-def _print_backtest(metrics, picks, paired, decisions_df) -> None:
+def _print_backtest(metrics, picks, paired, intervals, decisions_df) -> None:
     import pandas as pd
 
     with pd.option_context(
@@ -424,6 +440,12 @@ def _print_backtest(metrics, picks, paired, decisions_df) -> None:
                 " interval of the difference; best = lowest baseline MAE on the test part):"
             )
             print(shown[PAIRED_COLUMNS].round(3).to_string(index=False))
+        if len(intervals):
+            print(
+                "\nthe advisor's upper quantiles against naive + empirical quantile (coverage with"
+                " its 95 % day-bootstrap interval; pinball difference in %, with its interval):"
+            )
+            print(intervals[INTERVAL_COLUMNS].round(3).to_string(index=False))
         print_decisions(decisions_df)
 
 
@@ -437,11 +459,12 @@ BACKTEST_FILES = (
     "forecasts.csv",
     "decisions.csv",
     "significance.csv",
+    "interval_significance.csv",
     "forecast.png",
 )
 
 
-def _write_backtest(out: str, metrics, fc, picks, paired, decisions_df) -> None:
+def _write_backtest(out: str, metrics, fc, picks, paired, intervals, decisions_df) -> None:
     """Every result file of a backtest into the folder `out`, or none of them."""
     from advisor.forecast.plot import plot_backtest, plot_power_pareto
     from exporter.files import staged_directory
@@ -454,6 +477,7 @@ def _write_backtest(out: str, metrics, fc, picks, paired, decisions_df) -> None:
         fc.to_csv(stage / "forecasts.csv", index=False)
         decisions_df.to_csv(stage / "decisions.csv", index=False)
         paired.to_csv(stage / "significance.csv", index=False)
+        intervals.to_csv(stage / "interval_significance.csv", index=False)
         plot_backtest(fc, stage / "forecast.png")
         if len(decisions_df) and (decisions_df["replay"] == "power_down").any():
             plot_power_pareto(decisions_df, stage / "powerdown.png")

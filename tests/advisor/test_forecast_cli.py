@@ -72,8 +72,20 @@ def test_backtest_cli_writes_metrics_decisions_and_plot(tmp_path, capsys):
     paired = pd.read_csv(out / "significance.csv")
     assert set(paired["horizon"]) == {1, 24} and "naive" in set(paired["baseline"])
     assert paired.groupby(["series", "horizon"])["best_baseline"].sum().eq(1).all()
+    # the upper quantile's coverage and pinball, each as metrics.csv has it, with their intervals
+    intervals = pd.read_csv(out / "interval_significance.csv").set_index(["series", "horizon"])
+    scored = metrics.set_index(["series", "horizon", "model"])
+    assert set(intervals["level"]) == {0.9} and len(intervals) == 2 * metrics["series"].nunique()
+    for (series, h), row in intervals.iterrows():
+        assert row["coverage"] == pytest.approx(scored.loc[(series, h, "advisor"), "coverage_q90"])
+        assert row["pinball_baseline"] == pytest.approx(
+            scored.loc[(series, h, "naive"), "pinball_q90"]
+        )
+        # a one-day test part leaves no day to resample: no interval rather than a false one
+        assert row["days"] == 1 and np.isnan(row["coverage_lo"]) and np.isnan(row["boot_hi_pct"])
     printed = capsys.readouterr().out
     assert "advisor" in printed and "paired tests of the advisor's MAE" in printed
+    assert "upper quantiles against naive + empirical quantile" in printed
 
 
 def test_the_reservation_replay_costs_the_upper_quantile(tmp_path, capsys):

@@ -316,6 +316,7 @@ RESULTS = {
     "metrics_full.csv",
     "picks.csv",
     "significance.csv",
+    "interval_significance.csv",
     "summary.csv",
 }
 

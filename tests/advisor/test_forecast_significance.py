@@ -1,12 +1,20 @@
 """Paired tests of MAE differences: DM-HLN equals the paired t test at h = 1, overlapping
-forecasts widen it, the day bootstrap brackets the observed difference."""
+forecasts widen it, the day bootstrap brackets the observed difference; the upper quantile's
+coverage and pinball loss get the same day bootstrap."""
 
 import numpy as np
 import pandas as pd
 import pytest
 from scipy import stats
 
-from advisor.forecast.significance import day_bootstrap, diebold_mariano, paired_table
+from advisor.forecast.significance import (
+    coverage_bootstrap,
+    day_bootstrap,
+    diebold_mariano,
+    interval_table,
+    paired_table,
+    pinball_bootstrap,
+)
 
 
 def test_at_one_step_dm_with_the_hln_correction_is_the_paired_t_test():
@@ -127,3 +135,95 @@ def test_a_baseline_exact_on_every_day_has_no_interval_and_no_warning():
         warnings.simplefilter("error")
         lo, hi = day_bootstrap(np.ones(len(days)), np.zeros(len(days)), days)
     assert np.isnan(lo) and np.isnan(hi)
+
+
+DAYS_14 = np.repeat(pd.date_range("2024-01-01", periods=14), 24)
+
+
+def test_misses_bunched_into_days_make_coverage_uncertain_and_spread_misses_do_not():
+    """Both forecasts cover 0.9 of the hours. Misses spread evenly (every day covers 0.9) leave
+    nothing to resample: the interval is the point. Misses bunched into whole days, as
+    overlapping 24-h errors are, give a wide interval around 0.9."""
+    actual = np.zeros(len(DAYS_14))
+    hour = np.tile(np.arange(24), 14)
+    # 0.9 of each day: 21.6 hours, so miss hours 0-1 on every day and hour 2 on 14 × 0.4 ≈ 6 days
+    spread = np.where((hour < 2) | ((hour == 2) & (np.arange(len(hour)) // 24 < 5)), -1.0, 1.0)
+    assert np.mean(actual <= spread) == pytest.approx(1 - (2 * 14 + 5) / 336)
+    lo, hi = coverage_bootstrap(actual, spread, DAYS_14)
+    assert 0.88 < lo <= hi < 0.92 and hi - lo < 0.02
+    day = np.arange(len(hour)) // 24
+    bunched = np.where(day < 1, -1.0, 1.0)  # every hour of day 0 missed: 13 / 14 = 0.929
+    full = np.mean(actual <= bunched)
+    lo, hi = coverage_bootstrap(actual, bunched, DAYS_14)
+    assert full == pytest.approx(13 / 14)
+    assert lo < 0.80 and hi == 1.0 and lo < full < hi
+    assert (lo, hi) == coverage_bootstrap(actual, bunched, DAYS_14)  # repeatable (fixed seed)
+
+
+def test_one_day_or_no_known_point_has_no_coverage_interval():
+    one_day = np.repeat(pd.date_range("2024-01-01", periods=1), 24)
+    assert np.isnan(coverage_bootstrap(np.zeros(24), np.ones(24), one_day)).all()
+    nan = np.full(len(DAYS_14), np.nan)
+    assert np.isnan(coverage_bootstrap(nan, np.ones(len(DAYS_14)), DAYS_14)).all()
+
+
+def test_pinball_bootstrap_brackets_the_observed_difference_and_is_zero_for_one_forecast():
+    rng = np.random.default_rng(5)
+    actual = 50 + rng.normal(0, 3, len(DAYS_14))
+    tight = actual + 3.84 + rng.normal(0, 0.5, len(actual))  # about the true q0.9 of N(0, 3)
+    wide = actual + 3.84 + rng.normal(0, 4.0, len(actual))
+    pin = {
+        n: np.mean(np.maximum(0.9 * (actual - f), -0.1 * (actual - f)))
+        for n, f in (("tight", tight), ("wide", wide))
+    }
+    observed = 100 * (pin["tight"] / pin["wide"] - 1)
+    lo, hi = pinball_bootstrap(actual, tight, wide, 0.9, DAYS_14)
+    assert lo < observed < hi < 0
+    assert pinball_bootstrap(actual, wide, wide, 0.9, DAYS_14) == (0.0, 0.0)
+
+
+def _quantile_rows(origins, actual, model: str, q9) -> pd.DataFrame:
+    return pd.DataFrame(
+        {
+            "origin": origins,
+            "series": "pool-a",
+            "horizon": 24,
+            "model": model,
+            "point": actual,
+            "actual": actual,
+            "q0.5": actual,
+            "q0.9": q9,
+        }
+    )
+
+
+def test_interval_table_scores_the_advisor_against_naive_per_level():
+    origins = pd.date_range("2024-01-01", periods=7 * 24, freq="h")
+    actual = np.arange(len(origins), dtype=float) % 10
+    advisor = actual + np.where(np.arange(len(origins)) % 10 == 0, -1.0, 0.5)  # misses 1 in 10
+    naive = actual + 3.0  # never misses, three units of headroom
+    fc = pd.concat(
+        [
+            _quantile_rows(origins, actual, "advisor", advisor),
+            _quantile_rows(origins, actual, "naive", naive),
+        ]
+    )
+    table = interval_table(fc, (0.5, 0.9))
+    assert len(table) == 1  # the median is no interval
+    row = table.iloc[0]
+    assert row["level"] == 0.9 and row["days"] == 7 and row["baseline"] == "naive"
+    misses = np.mean(np.arange(len(origins)) % 10 == 0)
+    assert row["coverage"] == pytest.approx(1 - misses)
+    assert row["coverage_baseline"] == 1.0 and row["coverage_baseline_lo"] == 1.0
+    assert row["coverage_lo"] <= row["coverage"] <= row["coverage_hi"]
+    pin_advisor = np.mean(np.where(np.arange(len(origins)) % 10 == 0, 0.9, 0.1 * 0.5))
+    assert row["pinball"] == pytest.approx(pin_advisor)
+    assert row["pinball_baseline"] == pytest.approx(0.3)
+    assert row["diff_pct"] == pytest.approx(100 * (pin_advisor / 0.3 - 1))
+    assert row["boot_lo_pct"] <= row["diff_pct"] <= row["boot_hi_pct"]
+
+
+def test_interval_table_skips_a_series_without_the_baseline():
+    origins = pd.date_range("2024-01-01", periods=48, freq="h")
+    actual = np.ones(48)
+    assert interval_table(_quantile_rows(origins, actual, "advisor", actual), (0.9,)).empty
