@@ -51,6 +51,37 @@ def timed(fn, *args, **kw) -> tuple[float, object]:
     return time.perf_counter() - t0, out
 
 
+def whole_command(philly: str, horizons, t_demand: float) -> None:
+    """The command a user runs, with both decision replays: the idle replay runs in a second
+    process beside the demand backtest (`forecast.cli.IdleReplayJob`); the baseline is the two
+    run one after the other in this process."""
+    import subprocess
+    import tempfile
+
+    from advisor.forecast import idle, powerdown
+
+    raw = io.load(philly)
+    t_idle, _ = timed(idle.backtest, raw, (1, 4), 0.05)
+    t_power, _ = timed(powerdown.replay, raw)
+    with tempfile.TemporaryDirectory() as out:
+        command = [sys.executable, "-m", "advisor.cli", "backtest", philly]
+        command += ["--horizons", ",".join(map(str, horizons)), "--quantiles", "0.5,0.9"]
+        command += ["--out", out]
+        t_cli, _ = timed(subprocess.run, command, check=True, capture_output=True)
+    print(
+        "\nthe whole command (gpu-defrag backtest PHILLY --out DIR, idle, power and reservation replays):"
+    )
+    one_by_one = t_demand + t_idle + t_power
+    print(
+        f"  demand {t_demand:.2f} s + idle {t_idle:.2f} s + power-down {t_power:.2f} s, "
+        f"one after the other in this process: {one_by_one:7.2f} s"
+    )
+    print(
+        f"  whole command (its own process, start-up and writing included), idle replay beside "
+        f"the demand backtest: {t_cli:7.2f} s (ratio {t_cli / one_by_one:.2f}; target < 60 s)"
+    )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--series", type=int, default=1000)
@@ -86,6 +117,7 @@ def main() -> None:
             print(
                 f"  h={h}: advisor MAE {mae.loc[h, 'advisor']:.2f} vs naive {mae.loc[h, 'naive']:.2f}"
             )
+        whole_command(args.philly, horizons, t_full)
     else:
         print(f"\nPhilly file not found at {args.philly}; skipped the backtest timing")
 

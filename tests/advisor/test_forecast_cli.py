@@ -88,6 +88,37 @@ def test_backtest_cli_writes_metrics_decisions_and_plot(tmp_path, capsys):
     assert "upper quantiles against naive + empirical quantile" in printed
 
 
+def test_the_idle_replay_in_its_second_process_writes_what_a_run_here_gives(tmp_path, capsys):
+    """The CLI runs the idle-window replay beside the demand backtest, in a worker process; its
+    rows are exactly those of `idle.backtest` called here, and no worker is left behind."""
+    import multiprocessing
+
+    from advisor.forecast import idle, io
+
+    path = _long_csv(tmp_path)
+    out = tmp_path / "out"
+    args = ["backtest", str(path), "--horizons", "1", "--test-from", "2024-01-18"]
+    assert main([*args, "--replays", "idle", "--windows", "1,4", "--out", str(out)]) == 0
+    written = pd.read_csv(out / "decisions.csv")
+    here = idle.backtest(io.load(str(path)), (1, 4), 0.05, "2024-01-18", None)
+    assert len(here) and set(here["window_h"]) == {1, 4}
+    here.to_csv(tmp_path / "here.csv", index=False)
+    pd.testing.assert_frame_equal(written, pd.read_csv(tmp_path / "here.csv"))
+    assert multiprocessing.active_children() == []
+
+
+def test_a_failed_demand_backtest_stops_the_idle_replay_worker(tmp_path, capsys):
+    """h = 168 has no test origin to score: one line, exit 2, and the idle replay started beside
+    it is ended, not left running to finish for nobody."""
+    import multiprocessing
+
+    path = _long_csv(tmp_path)
+    assert main(["backtest", str(path), "--horizons", "168", "--out", str(tmp_path / "o")]) == 2
+    assert "no test origin" in capsys.readouterr().err
+    assert multiprocessing.active_children() == []
+    assert not (tmp_path / "o").exists()
+
+
 def test_the_reservation_replay_costs_the_upper_quantile(tmp_path, capsys):
     """Reserving at the P90: units held above use and hours short, per series, horizon and model,
     consistent with the forecasts the run wrote; skipped with a line when no upper quantile."""
