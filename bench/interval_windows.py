@@ -89,12 +89,15 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--horizon", type=int, default=24)
     ap.add_argument("--cases", default="philly,earth")
+    ap.add_argument("--philly", help="the Philly node file (default: ../shared's)")
+    ap.add_argument("--earth", help="a Helios Earth folder of VCs (default: ../shared's)")
     args = ap.parse_args()
     print(describe())
     wanted = set(args.cases.split(","))
     for name, path, start, end, days in CASES:
         if name not in wanted:
             continue
+        path = getattr(args, name) or path
         t0 = time.perf_counter()
         panel = io.hourly(io.load(str(path)), str(path))
         _, fc, picks = rolling.run(panel, (args.horizon,), (0.5, 0.9), start, end)

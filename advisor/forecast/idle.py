@@ -23,6 +23,7 @@ from advisor.forecast import features as feat
 from advisor.forecast import idle_quantile as iq
 from advisor.forecast import metrics as M
 from advisor.forecast.io import Panel
+from advisor.forecast.significance import release_bootstrap
 from advisor.forecast.threads import bounded
 
 CALIBRATION_DAYS = 14
@@ -579,6 +580,7 @@ def backtest(
         if releases is not None:
             releases[w] = pd.DataFrame(decisions["advisor"], index=times[o], columns=series)
         mean_idle = None
+        days = times[o].normalize()
         for name, rel in decisions.items():
             scores, mean_idle = release_scores_per_series(rel, truth[o], mean_idle)
             for j, s in enumerate(series):
@@ -591,6 +593,7 @@ def backtest(
                         **scores[j],
                         "mean_idle": mean_idle[j],
                         "params": params[j] if name == "advisor" else "",
+                        **release_bootstrap(rel[:, j], truth[o, j], days),
                     }
                 )
     return pd.DataFrame(rows)

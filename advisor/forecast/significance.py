@@ -116,6 +116,27 @@ def pinball_bootstrap(
     return _interval(_ratio(total_a, total_b) - 1, scale=100)
 
 
+def release_bootstrap(
+    released, truth, days, samples: int = BOOTSTRAP_SAMPLES, seed: int = 0
+) -> dict[str, float]:
+    """95 % intervals of an idle-window release's capture Σmin(R, m)/Σm and violation share
+    (R > m), both in percent, resampling whole days (`capture_lo` … `violation_hi`; NaN with
+    fewer than two days of known outcomes)."""
+    r, m = np.asarray(released, float), np.asarray(truth, float)
+    ok = np.isfinite(r) & np.isfinite(m)
+    none = dict.fromkeys(("capture_lo", "capture_hi", "violation_lo", "violation_hi"), np.nan)
+    if len(np.unique(np.asarray(days)[ok])) < 2:
+        return none
+    sums = _per_day(
+        [np.minimum(r[ok], m[ok]), m[ok], (r[ok] > m[ok]).astype(float), np.ones(ok.sum())],
+        np.asarray(days)[ok],
+    )
+    kept, idle, missed, hours = resample_days(sums, samples, seed)
+    capture = _interval(_ratio(kept, idle), scale=100)
+    violation = _interval(_ratio(missed, hours), scale=100)
+    return dict(zip(none, (*capture, *violation), strict=True))
+
+
 def _pinball_each(y: np.ndarray, fq: np.ndarray, q: float) -> np.ndarray:
     d = y - fq
     return np.maximum(q * d, (q - 1) * d)

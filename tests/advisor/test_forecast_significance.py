@@ -14,6 +14,7 @@ from advisor.forecast.significance import (
     interval_table,
     paired_table,
     pinball_bootstrap,
+    release_bootstrap,
 )
 
 
@@ -227,3 +228,21 @@ def test_interval_table_skips_a_series_without_the_baseline():
     origins = pd.date_range("2024-01-01", periods=48, freq="h")
     actual = np.ones(48)
     assert interval_table(_quantile_rows(origins, actual, "advisor", actual), (0.9,)).empty
+
+
+def test_release_bootstrap_brackets_capture_and_violations_and_needs_two_days():
+    """A release that overshoots the window minimum on the hours of one day in four: the
+    violation share is 25 % of the hours, all on whole days, so its interval is wide; capture is
+    Σmin(R, m)/Σm in percent, and its interval brackets it."""
+    days = np.repeat(pd.date_range("2024-01-01", periods=8), 24)
+    truth = np.full(len(days), 10.0)
+    day = np.arange(len(days)) // 24
+    released = np.where(day % 4 == 0, 12.0, 8.0)  # days 0 and 4 overshoot
+    got = release_bootstrap(released, truth, days)
+    capture = 100 * np.minimum(released, truth).sum() / truth.sum()
+    assert got["capture_lo"] <= capture <= got["capture_hi"] and got["capture_hi"] <= 100
+    assert got["violation_lo"] < 25.0 < got["violation_hi"]
+    assert got["violation_lo"] >= 0 and got["violation_hi"] <= 100
+    assert got == release_bootstrap(released, truth, days)  # repeatable
+    one_day = release_bootstrap(released[:24], truth[:24], days[:24])
+    assert all(np.isnan(v) for v in one_day.values())

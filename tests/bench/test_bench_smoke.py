@@ -63,6 +63,14 @@ def openb_450_nodes(tmp: Path) -> list[str]:
     return ["--data", str(data)]
 
 
+def earth_two_vcs(tmp: Path) -> list[str]:
+    """Two of the eight Earth VCs: the same protocol on a quarter of the series."""
+    folder = tmp / "helios-earth"
+    for vc in ("vc3sl", "vc8Sj"):
+        shutil.copytree(EARTH / vc, folder / vc)
+    return ["--earth", str(folder)]
+
+
 @dataclass(frozen=True)
 class Case:
     """One bench run: its script, smallest arguments, and the figure lines it must print."""
@@ -92,12 +100,28 @@ CASES: dict[str, Case] = {
             r"^ratio ours/baseline: median \d+\.\d+",
         ),
     ),
-    "forecast": Case(  # ~2.3 s
+    "forecast": Case(  # ~8 s, the whole command on 13 days of Philly included
         "forecast.py",
         ("--series", "2", "--days", "7"),
-        (r"^  gbm +\d+\.\d+ s", r"^  full +\d+\.\d+ s", r"^  h=24: advisor MAE \d"),
+        (
+            r"^  gbm +\d+\.\d+ s",
+            r"^  full +\d+\.\d+ s",
+            r"^  h=24: advisor MAE \d",
+            r"^  whole command .*: +\d+\.\d+ s \(ratio \d+\.\d+",
+        ),
         (PHILLY,),
         prepare=philly_13_days,
+    ),
+    "interval_windows": Case(  # ~4 s: Earth's training part with two of its VCs
+        "interval_windows.py",
+        ("--cases", "earth"),
+        (
+            r"^earth: 7-day windows of origins 2020-05-10",
+            r"^earth/vc3sl +2020-05-17 +\d\.\d+",
+            r"^median over the VCs: coverage \d",
+        ),
+        (EARTH,),
+        prepare=earth_two_vcs,
     ),
     "idle_tracking": Case(  # ~5.3 s: the Earth week's backtest (all 8 cells: 18.6 s)
         "idle_tracking.py",
