@@ -32,23 +32,26 @@ def forecast(
 ) -> pd.DataFrame:
     """Forecast every series from its last observation: one row per series × horizon.
 
-    Columns: series, origin, horizon, target_time, model, q<level>… (clipped to capacity, sorted),
-    capacity; for the advisor also backtest_mae (its validation MAE) beside naive's and seasonal
-    naive's, so no forecast is shown without its measured error. `model="advisor"` uses the
-    per-series picks (from `picks`, or chosen now by a backtest on the trailing history).
+    The origin is the last hour in which any series is observed; later rows (no value, a
+    capacity) are known capacity changes: each forecast is clipped to the capacity at its target
+    and the models see the change. Columns: series, origin, horizon, target_time, model,
+    q<level>… (clipped to capacity, sorted), capacity (at the target); for the advisor also
+    backtest_mae (its validation MAE) beside naive's and seasonal naive's, so no forecast is shown
+    without its measured error. `model="advisor"` uses the per-series picks (from `picks`, or
+    chosen now by a backtest on the trailing history).
     """
     panel = _panel(series)
     y = panel.values.to_numpy(float)
     cap = panel.capacity.reindex_like(panel.values).to_numpy(float)
     within = _feat.within_arrays(panel.within, panel.values)
     times = panel.index
-    origin = len(y) - 1
+    origin = max(_feat.last_observed(y), 0)
     horizons = tuple(horizons)
     quantiles = tuple(sorted(set(quantiles) | {0.5}))
     qcols = [f"q{q:g}" for q in quantiles]
     if model == "advisor":
         if picks is None:
-            picks = _bt.select(panel, horizons, quantiles, test_start=len(y))
+            picks = _bt.select(panel, horizons, quantiles, test_start=origin + 1)
         source = {}
         for r in picks.to_dict("records"):
             key = (r["series"], int(r["horizon"]))
@@ -92,7 +95,7 @@ def forecast(
                 "model": f"advisor:{pick}" if model == "advisor" else pick,
             }
             rec.update({c: float(v) for c, v in zip(qcols, qv, strict=True)})
-            rec["capacity"] = float(capf[origin, j])
+            rec["capacity"] = float(capf[min(origin + h, len(capf) - 1), j])
             if val is not None:
                 # the measured error behind the forecast (validation part of the history)
                 r = val.loc[(s, h)] if (s, h) in val.index else pd.Series(dtype=float)

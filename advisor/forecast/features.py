@@ -20,6 +20,13 @@ def ffill(y: np.ndarray) -> np.ndarray:
     return pd.DataFrame(y).ffill().to_numpy()
 
 
+def last_observed(y: np.ndarray) -> int:
+    """The last row in which any series is observed (−1 if none). Rows after it may still carry
+    known capacity (a scheduled resize): they are the future, not the origin."""
+    seen = np.flatnonzero(np.isfinite(np.asarray(y, float)).any(axis=1))
+    return int(seen[-1]) if len(seen) else -1
+
+
 def past_min(a: np.ndarray, w: int) -> np.ndarray:
     """Minimum over rows t − w + 1 … t (fewer at the start): the past-W minimum, causal.
 

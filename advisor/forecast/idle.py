@@ -661,12 +661,29 @@ def with_capacity(panel: Panel) -> list[str]:
     return [s for s, h in zip(series, has, strict=True) if h]
 
 
+def known_capacity_drop(cap: np.ndarray, last: int, w: int) -> np.ndarray:
+    """Per series, how far the capacity known for the next `w` rows after `last` falls below the
+    capacity at `last` (0 where it does not fall, or nothing is known yet). Idle is capacity −
+    use, so a scheduled shrink lowers what stays free one for one; the models and rules learned
+    idle from the past and cannot see it."""
+    capf = feat.ffill(cap)
+    ahead = capf[last + 1 : last + 1 + w]
+    if not len(ahead):
+        return np.zeros(cap.shape[1])
+    with np.errstate(invalid="ignore"):
+        lowest = np.fmin.reduce(ahead, axis=0)
+    drop = capf[last] - lowest
+    return np.where(np.isfinite(drop), np.maximum(drop, 0.0), 0.0)
+
+
 def idle_windows(
     panel: Panel, windows=(1, 4, 8), risk: float = 0.05, method: str = "auto", pooled_over=None
 ) -> pd.DataFrame:
     """Live use: units safe to release now per series and window.
 
-    The same choice as `backtest` with the last hour as the origin: the pooled quantile model
+    The same choice as `backtest` with the last observed hour as the origin (rows after it that
+    carry only capacity are a known resize: a shrink within the window lowers the release by as
+    much, `known_capacity_drop`): the pooled quantile model
     (refit weekly backwards from now) with λ picked on its out-of-sample forecasts of the history,
     where the last week says it beats the per-series rules; otherwise, and with too little
     history for it, the per-series rules. A series without capacity releases 0 (rule "no_capacity").
@@ -677,7 +694,8 @@ def idle_windows(
     known = with_capacity(panel)
     if len(known) < len(panel.series):
         empty = [s for s in panel.series if s not in known]
-        as_of = panel.resample("h").index[-1]
+        hourly = panel.resample("h")
+        as_of = hourly.index[max(feat.last_observed(hourly.values.to_numpy(float)), 0)]
         rows = [
             {
                 "series": s,
@@ -703,7 +721,7 @@ def idle_windows(
         return out.reset_index(drop=True)
     pool = pool_mask(panel.series, pooled_over, method)
     idle, cap, times = hourly_idle(panel)
-    last = len(idle) - 1
+    last = max(feat.last_observed(idle), 0)  # later rows: known capacity, no use yet
     scale = feat.scale_of(idle, cap)
     now = np.array([last])
     capf = np.nan_to_num(feat.ffill(cap)[last], nan=np.inf)
@@ -720,6 +738,7 @@ def idle_windows(
             rel, rules = picked[0][0], [r.split(",")[0] for r in picked[1]]
         else:
             rel, rules = _rule_release_now(idle, cap, times, scale, truth, last, w, risk, pool)
+        rel = np.maximum(rel - known_capacity_drop(cap, last, w), 0.0)
         # a longer window never releases more than a shorter one (its minimum cannot be higher)
         rel = np.minimum(np.minimum(rel, capf), bound)
         bound = np.fmin(bound, rel)
