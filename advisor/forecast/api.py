@@ -83,9 +83,21 @@ def forecast(
             # sorted with a missing level (no interval: too few errors) left in its place
             qv = sort_known([values[(source[(s, h, c)], h)][c][j] for c in qcols])
             if model == "advisor":
-                # the median is the picked point model's; the other levels come from their picks
+                # the median is the picked point model's; the other levels come from their picks,
+                # never on the wrong side of that median (as the backtest's `advisor_rows`)
+                own = values[(pick, h)]
                 qv = sort_known(
-                    [values[(pick, h)][c][j] if c == "q0.5" else qv[i] for i, c in enumerate(qcols)]
+                    [
+                        own[c][j]
+                        if c == "q0.5"
+                        else _bt.coherent_quantile(
+                            float(c[1:]),
+                            values[(source[(s, h, c)], h)][c][j],
+                            own[c][j],
+                            own["q0.5"][j],
+                        )
+                        for c in qcols
+                    ]
                 )
             rec = {
                 "series": s,

@@ -385,7 +385,8 @@ def calibrate_rows(
 
 def advisor_rows(fc: pd.DataFrame, picks: pd.DataFrame) -> pd.DataFrame:
     """The advisor's forecast: per series × horizon the point (and median) of the model picked on
-    the training part, each other quantile from its own pick; quantiles re-sorted so none cross."""
+    the training part, each other quantile from its own pick (`coherent_quantile`: never on the
+    wrong side of the median); quantiles re-sorted so none cross."""
     key = ["origin", "series", "horizon"]
     chosen = fc.merge(picks[["series", "horizon", "pick"]], on=["series", "horizon"])
     out = chosen[chosen["model"] == chosen["pick"]].drop(columns="pick").set_index(key)
@@ -396,11 +397,26 @@ def advisor_rows(fc: pd.DataFrame, picks: pd.DataFrame) -> pd.DataFrame:
             continue
         src = fc.merge(picks[["series", "horizon", pcol]], on=["series", "horizon"])
         src = src[src["model"] == src[pcol]].set_index(key)[col]
-        out[col] = src.reindex(out.index)
+        out[col] = coherent_quantile(
+            float(col[1:]), src.reindex(out.index).to_numpy(), out[col].to_numpy(), out["q0.5"]
+        )
     if qcols:
         levels = sorted(qcols, key=lambda c: float(c[1:]))
         out[levels] = np.sort(out[levels].to_numpy(), axis=1)
     return out.reset_index().assign(model="advisor")
+
+
+def coherent_quantile(level: float, source, own, median) -> np.ndarray:
+    """The advisor's quantile at `level` from its picked source, unless the source lies on the
+    wrong side of the advisor's median (an upper quantile at or below it, a lower one at or above
+    it): then the median model's own quantile. Quantiles picked from different models than the
+    median can cross it, and sorting alone turns the upper bound into the median (a zero-width
+    interval that a reservation would read as certainty). A NaN source (no interval) stays NaN."""
+    source, own, median = (np.asarray(a, dtype=float) for a in (source, own, median))
+    if level == 0.5:
+        return source
+    wrong = source <= median if level > 0.5 else source >= median
+    return np.where(wrong & np.isfinite(source), own, source)
 
 
 def score(fc: pd.DataFrame, panel: Panel, test_start: int, quantiles=(0.9,)) -> pd.DataFrame:
