@@ -56,6 +56,7 @@ INTERVAL_COLUMNS = [
 
 
 MAX_HORIZON = 168  # hours: up to 7 days ahead, for capacity reviews (docs/forecasting.md)
+IDLE_RISK = 0.05  # `forecast --idle`'s default risk, as `idle_windows`' and the service's
 
 
 class OutputError(Exception):
@@ -249,12 +250,31 @@ def register(subparsers) -> None:
     bt.set_defaults(func=run_backtest)
 
     fc = subparsers.add_parser(
-        "forecast", help="forecast demand per series with quantiles", description=INPUT_FORMS
+        "forecast",
+        help="forecast demand per series with quantiles, or (--idle) the idle windows",
+        description=INPUT_FORMS,
     )
     fc.add_argument("input", metavar="INPUT", help="the series to forecast (forms above)")
     fc.add_argument("--horizons", type=_hours, default=tuple(range(1, 25)), help=HORIZONS_HELP)
     fc.add_argument("--quantiles", type=_quantiles, default=(0.1, 0.5, 0.9), help=QUANTILES_HELP)
     fc.add_argument("--model", type=_model, default="advisor", help="advisor or one candidate")
+    fc.add_argument(
+        "--idle",
+        type=_hours,
+        default=None,
+        metavar="WINDOWS",
+        help=f"write the idle-window table instead of the demand forecast: per series and "
+        f"window W (comma list of whole hours, 1 to {MAX_HORIZON}), the units that stay free "
+        "for the whole next W hours at --risk (needs a capacity: idle = capacity - use; "
+        "--horizons, --quantiles and --model are not used)",
+    )
+    fc.add_argument(
+        "--risk",
+        type=fraction,
+        default=None,
+        help="with --idle: the risk of being wrong, the share of hours in which the release may "
+        f"exceed what stays free, strictly between 0 and 1 (default {IDLE_RISK:g})",
+    )
     fc.add_argument("--out", default=None, help="CSV file (default or `-`: stdout)")
     fc.set_defaults(func=run_forecast)
 
@@ -540,14 +560,38 @@ def _run_forecast(args: argparse.Namespace) -> int:
     from advisor.forecast import api, io
     from exporter.files import write_text_atomic
 
+    if args.risk is not None and args.idle is None:  # it would change nothing: said, not ignored
+        raise io.InputError("--risk is the idle windows' risk: it needs --idle")
     if args.out == "-":  # standard output, as without --out (not a file named "-")
         args.out = None
     _check_out(args.out, directory=False, source=args.input)
-    panel = io.hourly(io.load(args.input), args.input)
-    frame = api.forecast(panel, args.horizons, args.quantiles, model=args.model)
+    if args.idle is not None:
+        frame = _idle_table(args.input, args.idle, IDLE_RISK if args.risk is None else args.risk)
+    else:
+        panel = io.hourly(io.load(args.input), args.input)
+        frame = api.forecast(panel, args.horizons, args.quantiles, model=args.model)
     if args.out is not None:
         with _writing(args.out):
             write_text_atomic(args.out, frame.to_csv(index=False))
     else:
         frame.to_csv(sys.stdout, index=False)
     return 0
+
+
+def _idle_table(source: str, windows: tuple[int, ...], risk: float) -> pd.DataFrame:
+    """`api.idle_windows` on the INPUT at its own resolution (idle is measured against each
+    hour's peak), on bounded threads as the backtest's idle replay. An input without a usable
+    hour, or without any capacity to measure idle against, is an `InputError`."""
+    from advisor.forecast import api, io
+    from advisor.forecast.idle import with_capacity
+    from advisor.forecast.threads import bounded
+
+    raw = io.load(source)
+    io.hourly(raw, source)  # no hour holds enough readings: one line, as for the demand forecast
+    if not with_capacity(raw):
+        raise io.InputError(
+            f"{source}: no capacity (a capacity column with a value above 0): the idle windows "
+            "need one, idle = capacity - use"
+        )
+    with bounded(), _about(source):
+        return api.idle_windows(raw, windows, risk)

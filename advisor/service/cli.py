@@ -17,7 +17,14 @@ import sys
 import threading
 
 from exporter.cli import add_server_arguments, configure_logging
-from exporter.units import duration, duration_at_most, duration_text, number, positive_duration
+from exporter.units import (
+    duration,
+    duration_at_most,
+    duration_text,
+    fraction,
+    number,
+    positive_duration,
+)
 
 log = logging.getLogger("advisor.service")
 
@@ -34,6 +41,25 @@ def horizons(text: str) -> tuple[int, ...]:
             raise argparse.ArgumentTypeError(f"{part!r} is not a horizon like 1h or 24h") from None
         if seconds < 3600 or seconds % 3600:
             raise argparse.ArgumentTypeError(f"{part!r}: horizons are whole hours (1h, 6h, 24h)")
+        out.append(int(seconds // 3600))
+    return tuple(sorted(set(out)))
+
+
+MAX_IDLE_WINDOW_H = 168  # a week, as `gpu-defrag forecast --idle` and the demand horizons
+
+
+def idle_windows(text: str) -> tuple[int, ...]:
+    """'1h,4h,8h' -> (1, 4, 8): the idle windows W, whole hours from 1 to a week."""
+    out = []
+    for part in (p.strip() for p in text.split(",")):
+        try:
+            seconds = duration(part)
+        except argparse.ArgumentTypeError:
+            raise argparse.ArgumentTypeError(f"{part!r} is not a window like 1h or 8h") from None
+        if seconds < 3600 or seconds % 3600 or seconds > MAX_IDLE_WINDOW_H * 3600:
+            raise argparse.ArgumentTypeError(
+                f"{part!r}: idle windows are whole hours from 1h to {MAX_IDLE_WINDOW_H}h"
+            )
         out.append(int(seconds // 3600))
     return tuple(sorted(set(out)))
 
@@ -99,6 +125,22 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=None,
         help="nodes whose idle windows are computed each hour, those with the most GPUs idle "
         "first (default 1000, about 1.2 s on 2 cores; 0: pools only)",
+    )
+    parser.add_argument(
+        "--forecast.idle-windows",
+        dest="idle_windows",
+        type=idle_windows,
+        default=None,
+        help="idle windows W: GPUs forecast to stay free for the whole next W hours, "
+        f"comma-separated whole hours from 1h to {MAX_IDLE_WINDOW_H}h (default 1h,4h,8h)",
+    )
+    parser.add_argument(
+        "--forecast.idle-risk",
+        dest="idle_risk",
+        type=fraction,
+        default=None,
+        help="the idle windows' risk of being wrong: the share of hours in which the release "
+        "may exceed what stays free, strictly between 0 and 1 (default 0.05)",
     )
     parser.add_argument(
         "--forecast.max-tenants",
@@ -173,6 +215,8 @@ def run(args: argparse.Namespace) -> int:
         horizons_h=args.horizons,
         stale_intervals=args.stale_intervals,
         **({} if args.idle_max_nodes is None else {"idle_max_nodes": args.idle_max_nodes}),
+        **({} if args.idle_windows is None else {"idle_windows_h": args.idle_windows}),
+        **({} if args.idle_risk is None else {"idle_risk": args.idle_risk}),
         **({} if args.max_tenants is None else {"max_tenants": args.max_tenants}),
     )
     loop = AdvisorLoop(args.source, ingest, config, History(max_points=args.history_points))

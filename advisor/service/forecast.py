@@ -80,7 +80,8 @@ MAX_ORIGINS = 14 * 24  # bound the backtest's cost on a long history
 MIN_COVERAGE = 0.5  # an hour with fewer of its expected runs is masked (as Panel.resample)
 SPACING_RUNS = 11  # trailing runs whose median gap sets the spacing (`_covered`)
 
-# Idle windows (`idle_section`)
+# Idle windows (`idle_section`); the service's defaults of --forecast.idle-windows and
+# --forecast.idle-risk (`Config.idle_windows_h`, `Config.idle_risk`)
 IDLE_WINDOWS_H: tuple[int, ...] = (1, 4, 8)
 IDLE_RISK = 0.05  # the violation budget: share of hours a release may exceed what stays free
 IDLE_BASELINE = "min_past_w"  # release what stayed free over the past W hours

@@ -37,7 +37,14 @@ from advisor.logs import RedactingFilter, redact
 from advisor.model import ClusterModel
 from advisor.planner.constraints import Policy
 from advisor.service import results as R
-from advisor.service.forecast import IDLE_MAX_NODES, MAX_TENANTS, forecast_pools, tenant_section
+from advisor.service.forecast import (
+    IDLE_MAX_NODES,
+    IDLE_RISK,
+    IDLE_WINDOWS_H,
+    MAX_TENANTS,
+    forecast_pools,
+    tenant_section,
+)
 from advisor.service.job_ends import JobEndSettings
 from advisor.service.plans import recommend_service
 from exporter.collector import Health
@@ -175,6 +182,8 @@ class Config:
     stale_intervals: float = 3.0
     job_ends: JobEndSettings = field(default_factory=JobEndSettings)
     idle_max_nodes: int = IDLE_MAX_NODES  # nodes whose idle windows are computed each hour
+    idle_windows_h: tuple[int, ...] = IDLE_WINDOWS_H  # idle windows W, whole hours
+    idle_risk: float = IDLE_RISK  # the idle windows' violation budget
     max_tenants: int = MAX_TENANTS  # tenants whose demand is forecast each hour
 
 
@@ -381,13 +390,16 @@ class AdvisorLoop:
         has completed. Between those, nothing is built: runs added or dropped from the history's
         start within the hour do not change what is served (the hour still running is never
         used). The per-node idle windows come from the history's per-node hours
-        (`History.node_hours()`), at most `Config.idle_max_nodes` nodes."""
+        (`History.node_hours()`), at most `Config.idle_max_nodes` nodes; the windows and risk are
+        `Config.idle_windows_h` and `Config.idle_risk`."""
         latest = self.history.latest_timestamp()
         hour = None if latest is None else math.floor(latest / 3600.0)
         if self._forecast_cache is None or self._forecast_cache[0] != hour:
             doc = forecast_pools(
                 self.history.pool_demand(),
                 self.config.horizons_h,
+                windows_h=self.config.idle_windows_h,
+                risk=self.config.idle_risk,
                 nodes=self.history.node_hours(),
                 max_nodes=self.config.idle_max_nodes,
             )
