@@ -3,10 +3,11 @@
 Routes (all GET, all JSON, all carrying a `meta` freshness block):
 `/api/snapshot` (the cluster model, in the snapshot file format), `/api/fragmentation`
 (`?nodes=true` adds the per-node table), `/api/recommendations` (`?limit=N` bounds the ranked
-actions), `/api/forecast`, `/api/openapi.json` (this description), and `/api/` (an index of
-these routes, also at `/api`, so the address the demo prints answers). Before the first good
-run every data route answers 503 with the reason; afterwards the last good results are served
-with `meta.stale` true while the source fails.
+actions), `/api/forecast`, `/api/job-ends` (per running job its expected end, learned or the
+planner's fallback; `?tenant=`, `?node=`, `?limit=N`), `/api/openapi.json` (this description),
+and `/api/` (an index of these routes, also at `/api`, so the address the demo prints answers).
+Before the first good run every data route answers 503 with the reason; afterwards the last good
+results are served with `meta.stale` true while the source fails.
 
 The handlers are pure functions of the loop's `RunState` and the query string (see `routes`);
 `exporter.server.ExporterServer` serves them beside /metrics, TLS and basic auth included.
@@ -27,6 +28,7 @@ from advisor import snapshot
 from advisor.planner.actions import KINDS
 from advisor.service import results as R
 from advisor.service.forecast import MIN_COVERAGE_ORIGINS, MIN_INTERVAL_ERRORS
+from advisor.service.job_ends import LISTED_QUANTILES
 from advisor.service.loop import RunState, describe
 from exporter import __version__
 from exporter.server import Response, Route
@@ -64,6 +66,12 @@ def _boolean(name: str) -> Callable[[str], bool]:
         raise BadRequest(f"{name}={text!r}: expected true or false")
 
     return parse
+
+
+def _node(text: str) -> str:
+    if not text:
+        raise BadRequest("node='': expected a node name")
+    return text
 
 
 def _limit(text: str) -> int:
@@ -112,7 +120,42 @@ def recommendations_doc(state: RunState, limit: int | None = None) -> dict[str, 
         "total_actions": len(actions),
         "actions": actions if limit is None else actions[:limit],
         "plans": recs.get("plans", []),
-        "job_ends": recs.get("job_ends"),
+        "job_ends": _job_ends_summary(recs.get("job_ends")),
+    }
+
+
+def _job_ends_summary(doc: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The plans' job-end document without its per-job list (`/api/job-ends` serves that)."""
+    return None if doc is None else {k: v for k, v in doc.items() if k != "jobs"}
+
+
+def job_ends_doc(
+    state: RunState, tenant: str | None = None, node: str | None = None, limit: int | None = None
+) -> dict[str, Any]:
+    """Per running job its expected end as the plan stage predicted it (`job_ends.predict`'s
+    `jobs`), sorted by that end; the summary fields are its document's."""
+    assert state.results is not None
+    recs = state.results.recommendations
+    ends = recs.get("job_ends") or {}
+    rows = R.job_end_rows(state.results.model, ends.get("jobs", []), tenant, node)
+    by_source = {source: 0 for source in R.JOB_END_SOURCES}
+    for row in rows:
+        by_source[row["source"]] += 1
+    return {
+        "meta": describe(state),
+        "stale": bool(recs.get("stale", False)),
+        "error": recs.get("error") or None,
+        "as_of": ends.get("as_of"),
+        "source": ends.get("source"),
+        "quantile": ends.get("quantile"),
+        "listed_quantiles": list(LISTED_QUANTILES),
+        "finished_jobs": ends.get("finished_jobs", 0),
+        "min_finished": ends.get("min_finished"),
+        "by": ends.get("by", []),
+        "running_jobs": len(ends.get("jobs", [])),
+        "total_jobs": len(rows),
+        "by_source": by_source,
+        "jobs": rows if limit is None else rows[:limit],
     }
 
 
@@ -187,6 +230,10 @@ class Api:
     def forecast(self, query: str) -> Response:
         return self._serve("forecast", query, {}, forecast_doc)
 
+    def job_ends(self, query: str) -> Response:
+        allowed = {"tenant": str, "node": _node, "limit": _limit}
+        return self._serve("job_ends", query, allowed, job_ends_doc)
+
     def openapi(self, query: str) -> Response:
         return Response(HTTPStatus.OK, self._openapi, JSON)
 
@@ -201,6 +248,7 @@ class Api:
             "/api/fragmentation": self.fragmentation,
             "/api/recommendations": self.recommendations,
             "/api/forecast": self.forecast,
+            "/api/job-ends": self.job_ends,
             "/api/openapi.json": self.openapi,
         }
 
@@ -704,10 +752,120 @@ def _schemas() -> dict[str, Any]:
             "median_duration_h": _NUM_OR_NULL,
             "median_censor_s": _NUM_OR_NULL,
             "reason": {"type": "string"},
+            "as_of": {**_NUM_OR_NULL, "description": "the model's time the ends are from"},
         },
         description="Where the plans' job ends came from: `source` as the reservations' "
         "reasons name it, the finished jobs learned from, and the running jobs given a "
-        "learned end (docs/recommendations.md).",
+        "learned end (docs/recommendations.md); /api/job-ends lists the jobs one by one.",
+    )
+    running_job_end = _obj(
+        {
+            "job": {"type": "string"},
+            "tenant": {"type": "string"},
+            "gpus": {**gpus, "description": "the GPU share its placed tasks hold, summed"},
+            "nodes": {
+                "type": "array",
+                "description": "per node it runs on, the device indices of the GPUs its tasks "
+                "hold there",
+                "items": _obj({"node": {"type": "string"}, "gpus": _rows(count)}),
+            },
+            "allocations": {**_STRINGS, "description": "its tasks (pods): the planner's unit"},
+            "start": {
+                **_NUM_OR_NULL,
+                "description": "Unix seconds: the earliest start the source gives, or the one "
+                "the service observed (it appeared between two looks); null when unknown",
+            },
+            "elapsed_h": {**_NUM_OR_NULL, "description": "hours from start to as_of"},
+            "source": {
+                "type": "string",
+                "enum": list(R.JOB_END_SOURCES),
+                "description": "learned: from similar_jobs finished jobs that outlived its "
+                "elapsed time (end is their P50, end_p90 their P90); prior: the duration prior's "
+                "mean remaining time, one value; known: the source's deletion time, one value; "
+                "none: nothing to predict from (no known start), end null",
+            },
+            "end": {
+                **_NUM_OR_NULL,
+                "description": "Unix seconds, at or after as_of: the expected end, the median "
+                "(P50) where learned, else the one value the prior or the source gives; null "
+                "for source none (reason says why)",
+            },
+            "end_p90": {
+                **_NUM_OR_NULL,
+                "description": "Unix seconds: the learned P90, at or after end; null where the "
+                "source gives one value (prior, known) or none",
+            },
+            "planned_end": {
+                **_NUM_OR_NULL,
+                "description": "Unix seconds: the end the reservations plan on (the learned "
+                "`quantile` of the remaining time, else the planner's fallback, which for a job "
+                "without a known start is the prior's mean from as_of)",
+            },
+            "similar_jobs": {
+                "type": ["integer", "null"],
+                "minimum": 0,
+                "description": "finished jobs the learned end comes from (those that ran "
+                "longer than its elapsed time); null unless learned",
+            },
+            "basis": {
+                "type": ["string", "null"],
+                "enum": ["group", "all", None],
+                "description": "group: finished jobs of its own tenant and GPU count (by); "
+                "all: all finished jobs; null unless learned",
+            },
+            "reason": {
+                **_STR_OR_NULL,
+                "description": "why the end is not learned and what it is instead; null when "
+                "learned",
+            },
+        },
+        description="One running job (tasks grouped by tenant and job) and when it is likely "
+        "to end.",
+    )
+    job_end_list = _obj(
+        {
+            "meta": _ref("Meta"),
+            "stale": {"type": "boolean", "description": _SECTION_STALE.format(stage="plan")},
+            "error": _STR_OR_NULL,
+            "as_of": {
+                **_NUM_OR_NULL,
+                "description": "Unix seconds: the model's time the ends were predicted at; "
+                "null when the plan stage has not run",
+            },
+            "source": {
+                **_STR_OR_NULL,
+                "description": "the job-end source the reservations' reasons name",
+            },
+            "quantile": {
+                "type": ["number", "null"],
+                "description": "the quantile of the remaining time planned_end is, where learned",
+            },
+            "listed_quantiles": {
+                "type": "array",
+                "items": {"type": "number"},
+                "description": "the quantiles end and end_p90 are, where learned",
+            },
+            "finished_jobs": {**count, "description": "finished jobs seen, learned from"},
+            "min_finished": {
+                "type": ["integer", "null"],
+                "description": "finished jobs needed before any end is learned",
+            },
+            "by": {**_STRINGS, "description": "what similar means: the same values of these"},
+            "running_jobs": {**count, "description": "running jobs, before the filters"},
+            "total_jobs": {**count, "description": "jobs matching the filters, before limit"},
+            "by_source": {
+                **_obj({source: count for source in R.JOB_END_SOURCES}),
+                "description": "the matching jobs per end source",
+            },
+            "jobs": {
+                **_rows(_ref("RunningJobEnd")),
+                "description": "sorted by end (jobs without one last), then planned_end",
+            },
+        },
+        description="Per running job, when it is likely to end: learned from the jobs the "
+        "service saw finish, else the planner's fallback (docs/recommendations.md, \"Job ends "
+        'in the service"). Its measured error is offline: python bench/job_ends.py '
+        "(docs/service.md).",
     )
     ratio = {"type": ["number", "null"], "minimum": 0, "maximum": 1}
     horizon = {
@@ -896,6 +1054,8 @@ def _schemas() -> dict[str, Any]:
         "Action": action,
         "Recommendations": recommendations,
         "JobEnds": job_ends,
+        "JobEndList": job_end_list,
+        "RunningJobEnd": running_job_end,
         "Forecast": forecast,
         "IdleWindows": idle,
         "TenantDemand": tenants,
@@ -1003,6 +1163,34 @@ def openapi_document() -> dict[str, Any]:
                 "Per-pool and per-tenant demand forecasts with intervals, idle windows, and "
                 "their backtests",
                 "Forecast",
+            ),
+            "/api/job-ends": _operation(
+                "Per running job: expected end (P50, P90 where learned), planned end and "
+                "where it comes from, soonest first",
+                "JobEndList",
+                [
+                    {
+                        "name": "tenant",
+                        "in": "query",
+                        "required": False,
+                        "description": "only this tenant's jobs",
+                        "schema": {"type": "string"},
+                    },
+                    {
+                        "name": "node",
+                        "in": "query",
+                        "required": False,
+                        "description": "only the jobs with a task on this node",
+                        "schema": {"type": "string", "minLength": 1},
+                    },
+                    {
+                        "name": "limit",
+                        "in": "query",
+                        "required": False,
+                        "description": "return at most this many jobs (the soonest ends)",
+                        "schema": {"type": "integer", "minimum": 0, "maximum": MAX_LIMIT},
+                    },
+                ],
             ),
             "/api/": {
                 "get": {

@@ -19,6 +19,13 @@ longer than almost every job seen has no basis). Every other allocation keeps th
 (`advisor.planner.observed.expected_end`: a known deletion time, else a duration prior), and the
 returned document says which source the plans' reasons name and how many jobs each covered.
 The ends are keyed by allocation id, so every task of a job gets its job's end.
+
+The document also lists every running job (`jobs`, at `as_of`, the model's time), for
+`/api/job-ends`: where the end is learned, its P50 and P90 (the same finished jobs, the same
+conditional quantiles: the planned end is the `quantile` one of them) and how many finished jobs
+it came from; else the single value the planner's fallback gives (a known deletion time, or the
+prior's mean remaining time) or, for a job without a known start, no end, each with the reason.
+Listing them changes no end.
 """
 
 from __future__ import annotations
@@ -34,7 +41,7 @@ import pandas as pd
 from advisor.forecast import predict_job_end
 from advisor.history import RunningJob, running_jobs
 from advisor.model import ClusterModel
-from advisor.planner.observed import DurationPrior, end_source, now_of
+from advisor.planner.observed import DurationPrior, end_source, expected_end, now_of
 
 
 @dataclass(frozen=True)
@@ -87,11 +94,15 @@ def predict(
         doc["median_duration_h"] = float(np.median(finished["duration_h"]))
         doc["median_censor_s"] = float(np.median(finished["censor_s"]))
     ends: dict[str, float] = {}
+    learned: dict[tuple[str, str], tuple[list[float | None], int, str]] = {}
+    unlearned: dict[tuple[str, str], str] = {}  # why a job with a known start has no learned end
     if n_finished < settings.min_finished:
         doc["reason"] = (
             f"{n_finished} finished job(s) seen, fewer than {settings.min_finished}: "
             "the planner's fallback is used"
         )
+        few = f"{n_finished} finished job(s) seen, fewer than {settings.min_finished}"
+        unlearned = {_key(job): few for job in jobs}
     elif jobs:
         assert finished is not None
         running = pd.DataFrame(
@@ -103,25 +114,40 @@ def predict(
             }
         )
         column = f"remaining_q{settings.quantile:g}"
+        # the listed P50 and P90 come from the same call: each level is read off the same
+        # tail independently, so asking for them changes no planned end
+        levels = tuple(dict.fromkeys((settings.quantile, *LISTED_QUANTILES)))
         table = predict_job_end(
             running,
             finished[["duration_h", *[k for k in settings.by if k in finished.columns]]],
             by=settings.by,
-            quantiles=(settings.quantile,),
+            quantiles=levels,
             min_jobs=settings.min_group,
         )
-        for index, n, basis, remaining in zip(
+        spread = zip(*(table[f"remaining_q{q:g}"].tolist() for q in LISTED_QUANTILES), strict=True)
+        for index, n, basis, remaining, listed in zip(
             table["job"].tolist(),
             table["n"].tolist(),
             table["basis"].tolist(),
             table[column].tolist(),
+            spread,
             strict=True,
         ):
+            job = jobs[index]
             if n < settings.min_similar or not math.isfinite(remaining):
+                unlearned[_key(job)] = (
+                    f"only {n} finished job(s) outlived its {(now - job.start) / 3600.0:.1f} h, "
+                    f"fewer than {settings.min_similar}"
+                )
                 continue
             end = now + max(0.0, remaining) * 3600.0
-            for alloc in jobs[index].allocations:
+            for alloc in job.allocations:
                 ends[alloc] = end
+            learned[_key(job)] = (
+                [now + max(0.0, r) * 3600.0 if math.isfinite(r) else None for r in listed],
+                int(n),
+                "all" if basis == "all" else "group",
+            )
             doc["predicted_jobs"] += 1
             doc["by_group"] += basis != "all"
         doc["predicted_allocations"] = len(ends)
@@ -136,7 +162,94 @@ def predict(
         if reasons:
             doc["reason"] = "; ".join(reasons) + ": they keep the planner's fallback"
     doc["source"] = end_source(model, prior, ends)
+    doc["as_of"] = now
+    doc["jobs"] = _listed(model, prior, now, every, ends, learned, unlearned)
     return ends, doc
+
+
+LISTED_QUANTILES: tuple[float, float] = (0.5, 0.9)  # the P50 and P90 `jobs` lists
+
+
+def _key(job: RunningJob) -> tuple[str, str]:
+    return job.tenant, job.job
+
+
+def _listed(
+    model: ClusterModel,
+    prior: DurationPrior,
+    now: float,
+    every: Sequence[RunningJob],
+    ends: Mapping[str, float],
+    learned: Mapping[tuple[str, str], tuple[list[float | None], int, str]],
+    unlearned: Mapping[tuple[str, str], str],
+) -> list[dict[str, Any]]:
+    """One row per running job (unsorted): its learned P50/P90 where `predict` learned one,
+    else the planner's fallback end (one value) or none, with the reason; `planned_end` is the
+    end the reservations plan on (`expected_end` with `ends`: the latest of the job's tasks)."""
+    allocs = model.allocations
+    row_of: dict[str, int] = {}
+    planned: list[float] = []  # the fallback per allocation; a learned end replaces it below
+    known: list[bool] = []  # a known deletion time (after now) per allocation
+    if len(learned) < len(every):  # as plain lists: read per job, a handful of tasks each
+        row_of = {alloc: row for row, alloc in enumerate(allocs.id.tolist())}
+        planned = expected_end(model, prior).tolist()
+        known = (np.isfinite(allocs.deletion_time) & (allocs.deletion_time > now)).tolist()
+    prior_text = (
+        f"the duration prior's mean remaining time (Pareto, median {prior.median_s / 3600:g} h)"
+    )
+    out = []
+    for job in every:
+        start = job.start if math.isfinite(job.start) else None
+        row: dict[str, Any] = {
+            "job": job.job,
+            "tenant": job.tenant,
+            "gpus": job.gpus,
+            "nodes": sorted(job.nodes),
+            "allocations": list(job.allocations),
+            "start": start,
+            "elapsed_h": (now - start) / 3600.0 if start is not None else None,
+            "source": "none",
+            "end": None,
+            "end_p90": None,
+            "planned_end": None,
+            "similar_jobs": None,
+            "basis": None,
+            "reason": None,
+        }
+        if _key(job) in learned:
+            (p50, p90), n, basis = learned[_key(job)]
+            row.update(
+                source="learned",
+                end=p50,
+                end_p90=p90,
+                planned_end=max(ends[a] for a in job.allocations),
+                similar_jobs=n,
+                basis=basis,
+            )
+            out.append(row)
+            continue
+        rows = [row_of[a] for a in job.allocations if a in row_of]
+        if rows:
+            row["planned_end"] = max(planned[r] for r in rows)
+        if start is None:
+            why = "no known start (running when the service started, and the source gives none)"
+        elif start > now:
+            why = "its start is after the model's time"
+        else:
+            why = unlearned.get(_key(job), "no learned end")
+        if rows and all(known[r] for r in rows):
+            row.update(source="known", end=row["planned_end"])
+            row["reason"] = f"{why}: the source's deletion time, one value (no P90)"
+        elif start is not None and start <= now:
+            row.update(source="prior", end=row["planned_end"])
+            row["reason"] = f"{why}: {prior_text}, one value (no P90)"
+        else:
+            row["reason"] = (
+                f"{why}: nothing to predict from; the planner assumes {prior_text} "
+                "from the model's time"
+            )
+        out.append(row)
+    return out
 
 
 def outlook(ends: Mapping[str, float]) -> dict[str, Any] | None:

@@ -215,3 +215,50 @@ class Results:
     gpu_states: np.ndarray  # int8 (G), GPU_STATE_CODES
     forecast: dict[str, Any] = field(default_factory=dict)
     recommendations: dict[str, Any] = field(default_factory=dict)
+
+
+JOB_END_SOURCES: tuple[str, ...] = ("learned", "prior", "known", "none")
+
+
+def job_end_rows(
+    model: ClusterModel,
+    jobs: list[dict[str, Any]],
+    tenant: str | None = None,
+    node: str | None = None,
+) -> list[dict[str, Any]]:
+    """`/api/job-ends`' rows: the running jobs `advisor.service.job_ends.predict` listed (its
+    document's `jobs`), those of `tenant` / with a task on `node` only when given, each with the
+    GPUs its tasks hold in `model` per node, sorted by expected end (jobs without one last),
+    then by planned end, tenant and job."""
+    allocs, places = model.allocations, model.placements
+    held: dict[str, list[tuple[str, int]]] = defaultdict(list)
+    names = model.nodes.name[model.gpus.node[places.gpu]].tolist()
+    for alloc, name, index in zip(
+        allocs.id[places.alloc].tolist(),
+        names,
+        model.gpus.index[places.gpu].tolist(),
+        strict=True,
+    ):
+        held[str(alloc)].append((str(name), int(index)))
+    rows = []
+    for job in jobs:
+        if tenant is not None and job["tenant"] != tenant:
+            continue
+        if node is not None and node not in job["nodes"]:
+            continue
+        gpus: dict[str, set[int]] = {name: set() for name in job["nodes"]}
+        for alloc in job["allocations"]:
+            for name, index in held.get(alloc, ()):
+                gpus.setdefault(name, set()).add(index)
+        nodes = [{"node": name, "gpus": sorted(gpus[name])} for name in sorted(gpus)]
+        rows.append({**job, "nodes": nodes})
+    rows.sort(
+        key=lambda r: (
+            r["end"] is None,
+            r["end"] if r["end"] is not None else 0.0,
+            r["planned_end"] if r["planned_end"] is not None else math.inf,
+            r["tenant"],
+            r["job"],
+        )
+    )
+    return rows

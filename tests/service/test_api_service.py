@@ -106,6 +106,8 @@ def test_bad_query_is_a_400_with_a_reason(service):
     assert status == 400 and "limit" in doc["error"]
     status, doc = get_json(f"{service}/api/fragmentation?nodes=maybe")
     assert status == 400 and "nodes" in doc["error"]
+    status, doc = get_json(f"{service}/api/job-ends?limit=x")
+    assert status == 400 and "limit" in doc["error"]
 
 
 def test_openapi_document_lists_every_route(service):
@@ -117,6 +119,7 @@ def test_openapi_document_lists_every_route(service):
         "/api/fragmentation",
         "/api/recommendations",
         "/api/forecast",
+        "/api/job-ends",
         "/api/openapi.json",
     }
 
@@ -221,6 +224,7 @@ def test_served_openapi_document_is_the_one_the_fuzz_test_uses(service):
         ("/api/recommendations", "Recommendations"),
         ("/api/forecast", "Forecast"),
         ("/api/snapshot", "SnapshotResponse"),
+        ("/api/job-ends", "JobEndList"),
     ],
 )
 def test_live_answers_serve_only_declared_properties(service, route, schema):
@@ -235,6 +239,8 @@ def test_live_answers_serve_only_declared_properties(service, route, schema):
                 )
     if schema == "Recommendations":
         assert doc["plans"] and any(p["actions"] for p in doc["plans"])
+    if schema == "JobEndList":  # the live sim's running jobs, learned ends among them
+        assert doc["jobs"] and doc["by_source"]["learned"] > 0
 
 
 def test_the_two_stale_flags_and_point_vs_median_are_documented(islands):
