@@ -33,16 +33,7 @@ DEFAULT_LISTEN = ":9836"
 
 def horizons(text: str) -> tuple[int, ...]:
     """'1h,6h,24h' -> (1, 6, 24): whole hours, the forecast's grid."""
-    out = []
-    for part in (p.strip() for p in text.split(",")):
-        try:
-            seconds = duration(part)
-        except argparse.ArgumentTypeError:
-            raise argparse.ArgumentTypeError(f"{part!r} is not a horizon like 1h or 24h") from None
-        if seconds < 3600 or seconds % 3600:
-            raise argparse.ArgumentTypeError(f"{part!r}: horizons are whole hours (1h, 6h, 24h)")
-        out.append(int(seconds // 3600))
-    return tuple(sorted(set(out)))
+    return _whole_hours(text, "a horizon like 1h or 24h", "horizons are whole hours (1h, 6h, 24h)")
 
 
 MAX_IDLE_WINDOW_H = 168  # a week, as `gpu-defrag forecast --idle` and the demand horizons
@@ -50,16 +41,25 @@ MAX_IDLE_WINDOW_H = 168  # a week, as `gpu-defrag forecast --idle` and the deman
 
 def idle_windows(text: str) -> tuple[int, ...]:
     """'1h,4h,8h' -> (1, 4, 8): the idle windows W, whole hours from 1 to a week."""
+    return _whole_hours(
+        text,
+        "a window like 1h or 8h",
+        f"idle windows are whole hours from 1h to {MAX_IDLE_WINDOW_H}h",
+        most=MAX_IDLE_WINDOW_H,
+    )
+
+
+def _whole_hours(text: str, like: str, rule: str, most: int | None = None) -> tuple[int, ...]:
+    """A comma list of durations as sorted distinct whole hours (≤ `most`); a part that is no
+    duration says it is not `like`, one off the grid or above `most` says the `rule`."""
     out = []
     for part in (p.strip() for p in text.split(",")):
         try:
             seconds = duration(part)
         except argparse.ArgumentTypeError:
-            raise argparse.ArgumentTypeError(f"{part!r} is not a window like 1h or 8h") from None
-        if seconds < 3600 or seconds % 3600 or seconds > MAX_IDLE_WINDOW_H * 3600:
-            raise argparse.ArgumentTypeError(
-                f"{part!r}: idle windows are whole hours from 1h to {MAX_IDLE_WINDOW_H}h"
-            )
+            raise argparse.ArgumentTypeError(f"{part!r} is not {like}") from None
+        if seconds < 3600 or seconds % 3600 or (most is not None and seconds > most * 3600):
+            raise argparse.ArgumentTypeError(f"{part!r}: {rule}")
         out.append(int(seconds // 3600))
     return tuple(sorted(set(out)))
 
