@@ -61,7 +61,7 @@ def whole_command(philly: str, horizons, t_demand: float) -> None:
     from advisor.forecast import idle, powerdown
 
     raw = io.load(philly)
-    t_idle, _ = timed(idle.backtest, raw, (1, 4), 0.05)
+    t_idle, _ = timed(idle.backtest, raw, (1, 4), 0.05, intervals=True)
     t_power, _ = timed(powerdown.replay, raw)
     with tempfile.TemporaryDirectory() as out:
         command = [sys.executable, "-m", "advisor.cli", "backtest", philly]

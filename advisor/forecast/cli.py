@@ -482,7 +482,7 @@ def _idle_replay(raw, windows, risk, test_from, test_to):
     from advisor.forecast.threads import bounded
 
     with bounded():
-        return idle.backtest(raw, windows, risk, test_from, test_to)
+        return idle.backtest(raw, windows, risk, test_from, test_to, intervals=True)
 
 
 def _power_input(raw) -> bool:

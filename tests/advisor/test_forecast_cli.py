@@ -100,7 +100,8 @@ def test_the_idle_replay_in_its_second_process_writes_what_a_run_here_gives(tmp_
     args = ["backtest", str(path), "--horizons", "1", "--test-from", "2024-01-18"]
     assert main([*args, "--replays", "idle", "--windows", "1,4", "--out", str(out)]) == 0
     written = pd.read_csv(out / "decisions.csv")
-    here = idle.backtest(io.load(str(path)), (1, 4), 0.05, "2024-01-18", None)
+    here = idle.backtest(io.load(str(path)), (1, 4), 0.05, "2024-01-18", None, intervals=True)
+    assert {"capture_lo", "violation_hi"} <= set(here.columns)
     assert len(here) and set(here["window_h"]) == {1, 4}
     here.to_csv(tmp_path / "here.csv", index=False)
     pd.testing.assert_frame_equal(written, pd.read_csv(tmp_path / "here.csv"))

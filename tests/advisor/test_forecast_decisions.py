@@ -41,6 +41,13 @@ def test_idle_backtest_releases_within_budget_on_a_steady_pool():
     adv = d[d.model == "advisor"].iloc[0]
     assert adv["violation_rate"] <= 10
     assert adv["capture"] > d[d.model == "half_min_past_w"].iloc[0]["capture"]
+    assert "capture_lo" not in d  # the service's hourly backtest pays for no bootstrap
+    # asked for (the CLI's replay): the same rows plus day-bootstrap intervals around them
+    with_intervals = idle.backtest(p, windows=(1,), risk=0.05, intervals=True)
+    pd.testing.assert_frame_equal(with_intervals[d.columns], d)
+    for _, row in with_intervals.iterrows():
+        assert row["capture_lo"] <= row["capture"] <= row["capture_hi"]
+        assert row["violation_lo"] <= row["violation_rate"] <= row["violation_hi"]
 
 
 def test_job_end_quantiles_condition_on_elapsed_time_and_fall_back_to_all_jobs():
