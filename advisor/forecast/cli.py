@@ -445,8 +445,8 @@ class IdleReplayJob:
     """The idle-window replay, run in a second process while the demand backtest runs here.
 
     The two share only the input and each runs its fits on one thread (`threads.bounded`), so on
-    two cores the command takes about the longer of the two instead of their sum (Philly: the
-    demand backtest ≈ 24 s, the idle replay ≈ 28 s). Both are deterministic, so the tables are
+    two cores the command takes about the longer of the two instead of their sum (Philly: 23.4 s
+    each, the command 32.3 s against 48.9 s one after the other, `bench/forecast.py`). Both are deterministic, so the tables are
     the ones a sequential run writes. The worker is forked from a forkserver that has the
     forecasting modules imported already: it starts in milliseconds and inherits no thread or
     OpenMP state of this process.
