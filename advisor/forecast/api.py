@@ -80,25 +80,19 @@ def forecast(
     for j, s in enumerate(panel.series):
         for h in horizons:
             pick = source[(s, h, "point")]
-            # sorted with a missing level (no interval: too few errors) left in its place
-            qv = sort_known([values[(source[(s, h, c)], h)][c][j] for c in qcols])
+            levels = [values[(source[(s, h, c)], h)][c][j] for c in qcols]
             if model == "advisor":
                 # the median is the picked point model's; the other levels come from their picks,
                 # never on the wrong side of that median (as the backtest's `advisor_rows`)
                 own = values[(pick, h)]
-                qv = sort_known(
-                    [
-                        own[c][j]
-                        if c == "q0.5"
-                        else _bt.coherent_quantile(
-                            float(c[1:]),
-                            values[(source[(s, h, c)], h)][c][j],
-                            own[c][j],
-                            own["q0.5"][j],
-                        )
-                        for c in qcols
-                    ]
-                )
+                levels = [
+                    own[c][j]
+                    if c == "q0.5"
+                    else _bt.coherent_quantile(float(c[1:]), v, own[c][j], own["q0.5"][j])
+                    for c, v in zip(qcols, levels, strict=True)
+                ]
+            # sorted with a missing level (no interval: too few errors) left in its place
+            qv = sort_known(levels)
             rec = {
                 "series": s,
                 "origin": times[origin],

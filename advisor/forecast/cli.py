@@ -446,8 +446,8 @@ class IdleReplayJob:
 
     The two share only the input and each runs its fits on one thread (`threads.bounded`), so on
     two cores the command takes about the longer of the two instead of their sum (Philly: 23.4 s
-    each, the command 32.3 s against 48.9 s one after the other, `bench/forecast.py`). Both are deterministic, so the tables are
-    the ones a sequential run writes. The worker is forked from a forkserver that has the
+    each, the command 32.3 s against 48.9 s one after the other, `bench/forecast.py`). Both are
+    deterministic, so the tables are the ones a sequential run writes. The worker is forked from a forkserver that has the
     forecasting modules imported already: it starts in milliseconds and inherits no thread or
     OpenMP state of this process.
     """

@@ -687,8 +687,8 @@ def idle_windows(
 
     The same choice as `backtest` with the last observed hour as the origin (rows after it that
     carry only capacity are a known resize: a shrink within the window lowers the release by as
-    much, `known_capacity_drop`): the pooled quantile model
-    (refit weekly backwards from now) with λ picked on its out-of-sample forecasts of the history,
+    much, `known_capacity_drop`): the pooled quantile model (refit weekly backwards from now)
+    with λ picked on its out-of-sample forecasts of the history,
     where the last week says it beats the per-series rules; otherwise, and with too little
     history for it, the per-series rules. A series without capacity releases 0 (rule "no_capacity").
     `method`: "auto" (as above) or "rules" (the per-series rules only, as `backtest`'s);

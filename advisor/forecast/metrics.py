@@ -58,8 +58,13 @@ def pinball(y, fq, q: float) -> float:
     y, fq = _valid(y, fq)
     if not len(y):
         return np.nan
-    d = y - fq
-    return float(np.mean(np.maximum(q * d, (q - 1) * d)))
+    return float(np.mean(pinball_losses(y, fq, q)))
+
+
+def pinball_losses(y, fq, q: float) -> np.ndarray:
+    """The pinball loss of each point (NaN where either is NaN): what `pinball` averages."""
+    d = np.asarray(y, float) - np.asarray(fq, float)
+    return np.maximum(q * d, (q - 1) * d)
 
 
 def headroom(y, fq) -> float:

@@ -22,6 +22,8 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from advisor.forecast import metrics as M
+
 BOOTSTRAP_SAMPLES = 2000
 
 
@@ -48,18 +50,18 @@ def diebold_mariano(loss_model, loss_base, h: int) -> tuple[float, float]:
     return statistic, float(2 * stats.t.sf(abs(statistic), df=n - 1))
 
 
-def resample_days(day_sums: list[np.ndarray], samples: int, seed: int) -> list[np.ndarray]:
-    """Totals of each per-day array over `samples` draws of as many days, with replacement: the
-    day bootstrap every interval here shares (one draw matrix, so the totals stay paired)."""
-    n_days = len(day_sums[0])
-    draw = np.random.default_rng(seed).integers(0, n_days, (samples, n_days))
-    return [sums[draw].sum(axis=1) for sums in day_sums]
-
-
-def _per_day(values: list[np.ndarray], days) -> list[np.ndarray]:
-    """Each array summed per day label (the caller has dropped unpaired points)."""
-    labels, day = np.unique(np.asarray(days), return_inverse=True)
-    return [np.bincount(day, weights=v, minlength=len(labels)) for v in values]
+def _day_totals(
+    values: list[np.ndarray], days, ok: np.ndarray, samples: int, seed: int
+) -> list[np.ndarray] | None:
+    """The day bootstrap every interval here shares: each array's points where `ok`, summed per
+    day, then totalled over `samples` draws of as many days with replacement (one draw matrix,
+    so the totals stay paired). None with fewer than two days: nothing to resample."""
+    labels, day = np.unique(np.asarray(days)[ok], return_inverse=True)
+    if len(labels) < 2:
+        return None
+    draw = np.random.default_rng(seed).integers(0, len(labels), (samples, len(labels)))
+    sums = [np.bincount(day, weights=v[ok], minlength=len(labels)) for v in values]
+    return [per_day[draw].sum(axis=1) for per_day in sums]
 
 
 def _interval(draws: np.ndarray, scale: float = 1.0) -> tuple[float, float]:
@@ -79,12 +81,11 @@ def day_bootstrap(
 ) -> tuple[float, float]:
     """95 % interval of MAE_model / MAE_base − 1 (in percent), resampling whole days."""
     a, b = np.abs(np.asarray(err_model, float)), np.abs(np.asarray(err_base, float))
-    ok = np.isfinite(a) & np.isfinite(b)
-    if len(np.unique(np.asarray(days)[ok])) < 2:
+    totals = _day_totals([a, b], days, np.isfinite(a) & np.isfinite(b), samples, seed)
+    if totals is None:
         return np.nan, np.nan
-    total_a, total_b = resample_days(_per_day([a[ok], b[ok]], np.asarray(days)[ok]), samples, seed)
     # NaN where the baseline is exact on every day drawn (a pool never used)
-    return _interval(_ratio(total_a, total_b) - 1, scale=100)
+    return _interval(_ratio(*totals) - 1, scale=100)
 
 
 def coverage_bootstrap(
@@ -92,14 +93,11 @@ def coverage_bootstrap(
 ) -> tuple[float, float]:
     """95 % interval of the share of actuals at or below `upper`, resampling whole days."""
     y, f = np.asarray(actual, float), np.asarray(upper, float)
-    ok = np.isfinite(y) & np.isfinite(f)
-    if len(np.unique(np.asarray(days)[ok])) < 2:
-        return np.nan, np.nan
-    hits = (y[ok] <= f[ok]).astype(float)
-    total_hits, total_n = resample_days(
-        _per_day([hits, np.ones_like(hits)], np.asarray(days)[ok]), samples, seed
+    hits = (y <= f).astype(float)
+    totals = _day_totals(
+        [hits, np.ones_like(hits)], days, np.isfinite(y) & np.isfinite(f), samples, seed
     )
-    return _interval(_ratio(total_hits, total_n))
+    return (np.nan, np.nan) if totals is None else _interval(_ratio(*totals))
 
 
 def pinball_bootstrap(
@@ -109,11 +107,8 @@ def pinball_bootstrap(
     y = np.asarray(actual, float)
     a, b = np.asarray(q_model, float), np.asarray(q_base, float)
     ok = np.isfinite(y) & np.isfinite(a) & np.isfinite(b)
-    if len(np.unique(np.asarray(days)[ok])) < 2:
-        return np.nan, np.nan
-    loss = [_pinball_each(y[ok], f[ok], q) for f in (a, b)]
-    total_a, total_b = resample_days(_per_day(loss, np.asarray(days)[ok]), samples, seed)
-    return _interval(_ratio(total_a, total_b) - 1, scale=100)
+    totals = _day_totals([M.pinball_losses(y, f, q) for f in (a, b)], days, ok, samples, seed)
+    return (np.nan, np.nan) if totals is None else _interval(_ratio(*totals) - 1, scale=100)
 
 
 def release_bootstrap(
@@ -123,23 +118,15 @@ def release_bootstrap(
     (R > m), both in percent, resampling whole days (`capture_lo` … `violation_hi`; NaN with
     fewer than two days of known outcomes)."""
     r, m = np.asarray(released, float), np.asarray(truth, float)
-    ok = np.isfinite(r) & np.isfinite(m)
-    none = dict.fromkeys(("capture_lo", "capture_hi", "violation_lo", "violation_hi"), np.nan)
-    if len(np.unique(np.asarray(days)[ok])) < 2:
-        return none
-    sums = _per_day(
-        [np.minimum(r[ok], m[ok]), m[ok], (r[ok] > m[ok]).astype(float), np.ones(ok.sum())],
-        np.asarray(days)[ok],
-    )
-    kept, idle, missed, hours = resample_days(sums, samples, seed)
+    values = [np.minimum(r, m), m, (r > m).astype(float), np.ones_like(r)]
+    totals = _day_totals(values, days, np.isfinite(r) & np.isfinite(m), samples, seed)
+    keys = ("capture_lo", "capture_hi", "violation_lo", "violation_hi")
+    if totals is None:
+        return dict.fromkeys(keys, np.nan)
+    kept, idle, missed, hours = totals
     capture = _interval(_ratio(kept, idle), scale=100)
     violation = _interval(_ratio(missed, hours), scale=100)
-    return dict(zip(none, (*capture, *violation), strict=True))
-
-
-def _pinball_each(y: np.ndarray, fq: np.ndarray, q: float) -> np.ndarray:
-    d = y - fq
-    return np.maximum(q * d, (q - 1) * d)
+    return dict(zip(keys, (*capture, *violation), strict=True))
 
 
 def paired_table(fc: pd.DataFrame, model: str = "advisor", baselines=None) -> pd.DataFrame:
@@ -197,8 +184,6 @@ def interval_table(
     the MAE: an h-step error overlaps the next day's by h − 1 hours at h > 1, so at h = 24 the
     intervals are somewhat narrower than the truth.
     """
-    from advisor.forecast import metrics as M
-
     rows = []
     for level in sorted(set(quantiles) - {0.5}):
         col = f"q{level:g}"

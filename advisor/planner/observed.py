@@ -189,8 +189,7 @@ def expected_end(
     now = now_of(model)
     elapsed = now - allocs.start_time
     end = now + prior.remaining(np.where(elapsed >= 0, elapsed, np.nan))
-    known = np.isfinite(allocs.deletion_time) & (allocs.deletion_time > now)
-    end = np.where(known, allocs.deletion_time, end)
+    end = np.where(known_deletion(model), allocs.deletion_time, end)
     if job_end:
         for row, (alloc, job) in enumerate(
             zip(allocs.id.tolist(), allocs.job.tolist(), strict=True)
@@ -199,6 +198,13 @@ def expected_end(
             if value is not None and math.isfinite(value):
                 end[row] = max(float(value), now)
     return end
+
+
+def known_deletion(model: ClusterModel) -> np.ndarray:
+    """bool (A): the source gives the allocation's deletion time, still ahead of the model's
+    time: that time is its end, before any prior or learned end."""
+    deletion = model.allocations.deletion_time
+    return np.isfinite(deletion) & (deletion > now_of(model))
 
 
 def end_source(

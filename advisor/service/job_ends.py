@@ -41,7 +41,13 @@ import pandas as pd
 from advisor.forecast import predict_job_end
 from advisor.history import RunningJob, running_jobs
 from advisor.model import ClusterModel
-from advisor.planner.observed import DurationPrior, end_source, expected_end, now_of
+from advisor.planner.observed import (
+    DurationPrior,
+    end_source,
+    expected_end,
+    known_deletion,
+    now_of,
+)
 
 
 @dataclass(frozen=True)
@@ -193,7 +199,7 @@ def _listed(
     if len(learned) < len(every):  # as plain lists: read per job, a handful of tasks each
         row_of = {alloc: row for row, alloc in enumerate(allocs.id.tolist())}
         planned = expected_end(model, prior).tolist()
-        known = (np.isfinite(allocs.deletion_time) & (allocs.deletion_time > now)).tolist()
+        known = known_deletion(model).tolist()
     prior_text = (
         f"the duration prior's mean remaining time (Pareto, median {prior.median_s / 3600:g} h)"
     )
