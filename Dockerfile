@@ -10,6 +10,7 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 
 WORKDIR /opt/gpu-defrag
 COPY pyproject.toml README.md LICENSE constraints.txt ./
+COPY gpu_defrag_common ./gpu_defrag_common
 COPY exporter ./exporter
 COPY advisor ./advisor
 RUN pip install -c constraints.txt . && rm -rf build *.egg-info

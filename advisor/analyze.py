@@ -15,8 +15,8 @@ import numpy as np
 from advisor import snapshot
 from advisor.fragmentation import measures
 from advisor.ingest.sources import DEFAULT_TIMEOUT, SOURCE_HELP, SourceError, load_source
-from exporter.files import check_file_target, write_text_atomic
-from exporter.units import number, positive_duration
+from gpu_defrag_common.files import check_file_target, write_text_atomic
+from gpu_defrag_common.units import number, positive_duration
 
 GIB = 2**30
 

@@ -27,7 +27,7 @@ import sys
 from typing import Any, NoReturn, TextIO
 
 from advisor.logs import redact_last_resort
-from exporter.units import DefaultsFormatter
+from gpu_defrag_common.units import DefaultsFormatter
 
 SUBCOMMAND_MODULES: tuple[str, ...] = (
     "exporter.cli",

@@ -28,7 +28,7 @@ from typing import IO, Any
 import numpy as np
 
 from advisor.model import MILLI, UNKNOWN_ISLAND, ClusterModel, ModelBuilder, ModelError
-from exporter.files import write_text_atomic
+from gpu_defrag_common.files import write_text_atomic
 
 SCHEMA = "gpu-defrag.snapshot"
 VERSION = 1

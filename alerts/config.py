@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from exporter.config_text import load_yaml
+from gpu_defrag_common.config_text import load_yaml
 
 CONFIG_PATH = Path(__file__).with_name("config.yaml")
 

@@ -23,7 +23,7 @@ from pathlib import Path
 import yaml
 
 from alerts.config import load_config, seconds
-from exporter.files import sync_generated
+from gpu_defrag_common.files import sync_generated
 
 ROOT = Path(__file__).resolve().parent.parent
 ALERTS_FILE = ROOT / "alerts" / "prometheus_alerts.yaml"

@@ -27,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.machine import describe
 from exporter.collector import CollectorLoop
+from exporter.contract import BY_NAME
 from exporter.node_gauges import IdlePolicy, IdleTracker, node_gauges
 from exporter.readings import (
     CLOCK_EVENT_REASONS,
@@ -38,9 +39,10 @@ from exporter.readings import (
     NodeReading,
     TopologyLink,
 )
-from exporter.render import Families, SelfState, add_node, add_node_gauges, add_self
-from exporter.server import ExporterServer
-from exporter.webconfig import WebConfig
+from exporter.render import SelfState, add_node, add_node_gauges, add_self
+from gpu_defrag_common.exposition import Families
+from gpu_defrag_common.server import ExporterServer
+from gpu_defrag_common.webconfig import WebConfig
 
 GiB = 2**30
 
@@ -142,7 +144,7 @@ class RenderOnScrape:
         self.tracker = IdleTracker(IdlePolicy())
 
     def collect(self):
-        families = Families()
+        families = Families(BY_NAME)
         for node in self.collection.nodes:
             add_node(families, node)
             add_node_gauges(families, node_gauges(node, self.tracker, self.collection.timestamp))

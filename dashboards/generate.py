@@ -41,7 +41,7 @@ from dashboards.grafana import (
     timeseries,
     value_mappings,
 )
-from exporter.files import sync_generated
+from gpu_defrag_common.files import sync_generated
 
 OUT_DIR = Path(__file__).resolve().parent / "json"
 TAG = "gpu-defrag"

@@ -2,5 +2,3 @@
 
 Never imports `advisor`; the advisor imports the metric-name contract from here.
 """
-
-__version__ = "0.1.0"

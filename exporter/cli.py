@@ -12,50 +12,13 @@ import threading
 
 from exporter.backends.registry import BACKENDS, backend_class
 from exporter.node_gauges import IdlePolicy
-from exporter.units import duration, number, positive_duration, size
-from exporter.webconfig import WebConfigError, load_web_config
+from gpu_defrag_common.server_cli import add_server_arguments, configure_logging
+from gpu_defrag_common.units import duration, number, positive_duration, size
+from gpu_defrag_common.webconfig import WebConfigError, load_web_config
 
 log = logging.getLogger("exporter")
 
 DEFAULT_LISTEN = ":9835"
-
-
-LOG_FORMAT = "ts=%(asctime)s level=%(levelname)s source=%(name)s msg=%(message)s"  # logfmt
-
-
-def configure_logging(level: str) -> None:
-    logging.basicConfig(level=getattr(logging, level.upper()), format=LOG_FORMAT, stream=sys.stderr)
-
-
-def add_server_arguments(parser: argparse.ArgumentParser, *, listen: str, what: str) -> None:
-    """The flags every gpu-defrag server shares (exporter, advisor), in the exporters' style;
-    `what` names the unit of work whose age /health judges ("collection", "run")."""
-    parser.add_argument(
-        "--web.listen-address",
-        dest="listen_address",
-        default=listen,
-        help="[host]:port to serve /metrics and /health on",
-    )
-    parser.add_argument(
-        "--web.config.file",
-        dest="web_config_file",
-        default="",
-        help="exporter-toolkit web config (TLS, basic auth with bcrypt hashes)",
-    )
-    parser.add_argument(
-        "--health.stale-intervals",
-        dest="stale_intervals",
-        type=number(0, above=True),
-        default=3.0,
-        help=f"/health turns 503 when the last good {what} is older than this many intervals",
-    )
-    parser.add_argument(
-        "--log.level",
-        dest="log_level",
-        default="info",
-        choices=["debug", "info", "warning", "error"],
-        help="least severe log line written to stderr",
-    )
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -132,7 +95,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from exporter.collector import CollectorLoop
-    from exporter.server import ExporterServer
+    from gpu_defrag_common.server import ExporterServer
 
     configure_logging(args.log_level)
     try:

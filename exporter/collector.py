@@ -12,14 +12,15 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
 
-from exporter import __version__
 from exporter.backends.base import Backend, BackendUnavailable
-from exporter.messages import one_line
 from exporter.node_gauges import IdlePolicy, IdleTracker, NodeGauges, node_gauges
 from exporter.readings import Collection
-from exporter.render import Page, SelfState, TextCache, render_page
+from exporter.render import SelfState, render_page
+from gpu_defrag_common import __version__
+from gpu_defrag_common.exposition import Page, TextCache
+from gpu_defrag_common.messages import one_line
+from gpu_defrag_common.server import Health
 
 log = logging.getLogger(__name__)
 
@@ -31,14 +32,6 @@ LOOP_CALLS = ("collect", "collect_timeout", "collect_hung")
 # default 15 s, not after up to 5 min more of a red /health and no GPU series.
 MAX_BACKOFF_INTERVALS = 4
 MAX_BACKOFF_S = 300.0
-
-
-@dataclass(frozen=True, slots=True)
-class Health:
-    healthy: bool
-    reason: str
-    last_success_ts: float | None
-    age_s: float | None
 
 
 class ErrorSource:

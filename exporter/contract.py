@@ -8,10 +8,7 @@ that does not exist. Names follow Prometheus conventions: base units, `_total` f
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Literal
-
-Kind = Literal["gauge", "counter", "info"]
+from gpu_defrag_common.exposition import MetricSpec
 
 GPU = ("node", "gpu")  # every per-GPU series carries these two stable, low-cardinality labels
 # a process on a GPU (its MIG instance "" without MIG) and who runs it
@@ -25,23 +22,6 @@ PROCESS = (
     "container",
     "slurm_job",
 )
-
-
-@dataclass(frozen=True, slots=True)
-class MetricSpec:
-    name: str  # exposed name, including `_total` / `_info` suffix
-    kind: Kind
-    help: str
-    labels: tuple[str, ...]
-
-    @property
-    def family(self) -> str:
-        """Name without the type suffix that prometheus_client adds itself."""
-        if self.kind == "counter" and self.name.endswith("_total"):
-            return self.name[: -len("_total")]
-        if self.kind == "info" and self.name.endswith("_info"):
-            return self.name[: -len("_info")]
-        return self.name
 
 
 def _g(name: str, help_: str, labels: tuple[str, ...] = GPU) -> MetricSpec:

@@ -7,7 +7,7 @@ import argparse
 import pytest
 
 from advisor.cli import build_parser
-from exporter.units import duration_text, size_text
+from gpu_defrag_common.units import duration_text, size_text
 
 
 def _commands() -> dict[str, argparse.ArgumentParser]:

@@ -36,7 +36,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     # imported here, not at the top: the app's own process imports this module's constants
     from exporter.backends.sim import MAX_SPEED, speed_flag
     from exporter.sim.presets import PRESETS
-    from exporter.units import number
+    from gpu_defrag_common.units import number
 
     app = subparsers.add_parser(
         "app",
@@ -92,7 +92,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _server_flags(parser: argparse.ArgumentParser) -> None:
-    from exporter.units import number, positive_duration
+    from gpu_defrag_common.units import number, positive_duration
 
     parser.add_argument("--address", default="127.0.0.1", help="listen address")
     parser.add_argument("--port", type=number(1, 65535, kind=int), default=8501, help="app port")

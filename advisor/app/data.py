@@ -48,7 +48,7 @@ def configure_logging() -> None:
     and a warning repeated on every refresh shown once an hour. Once per process: Streamlit
     runs the page script again on every interaction."""
     from advisor.logs import install_log_filters
-    from exporter.cli import LOG_FORMAT
+    from gpu_defrag_common.server_cli import LOG_FORMAT
 
     root = logging.getLogger()
     if any(getattr(handler, "gpu_defrag_app", False) for handler in root.handlers):

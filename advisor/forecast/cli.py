@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
-from exporter.units import fraction
+from gpu_defrag_common.units import fraction
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -139,11 +139,11 @@ def _instant(text: str) -> pd.Timestamp:
 
 def _check_out(path: str | None, directory: bool, source: str | None = None) -> None:
     """Checked before any work, so a bad --out is not found only after the whole run
-    (`exporter.files.check_directory_target` / `check_file_target` say what is checked). An
+    (`gpu_defrag_common.files.check_directory_target` / `check_file_target` say what is checked). An
     --out that is the INPUT `source` or one of the files it reads (the same file through a
     link, too) is refused: writing the results would destroy the trace."""
     from advisor.forecast.io import InputError
-    from exporter.files import check_directory_target, check_file_target
+    from gpu_defrag_common.files import check_directory_target, check_file_target
 
     if path is None:
         return
@@ -536,7 +536,7 @@ BACKTEST_FILES = (
 def _write_backtest(out: str, metrics, fc, picks, paired, intervals, decisions_df) -> None:
     """Every result file of a backtest into the folder `out`, or none of them."""
     from advisor.forecast.plot import plot_backtest, plot_power_pareto
-    from exporter.files import staged_directory
+    from gpu_defrag_common.files import staged_directory
 
     with _writing(out), staged_directory(out, writer="backtest") as stage:  # every file or none
         metrics[METRIC_COLUMNS].to_csv(stage / "metrics.csv", index=False)
@@ -558,7 +558,7 @@ def run_forecast(args: argparse.Namespace) -> int:
 
 def _run_forecast(args: argparse.Namespace) -> int:
     from advisor.forecast import api, io
-    from exporter.files import write_text_atomic
+    from gpu_defrag_common.files import write_text_atomic
 
     if args.risk is not None and args.idle is None:  # it would change nothing: said, not ignored
         raise io.InputError("--risk is the idle windows' risk: it needs --idle")

@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from exporter.messages import one_line
+from gpu_defrag_common.messages import one_line
 
 PHILLY_TEST = ("2017-12-01", "2017-12-15")
 EARTH_TEST = ("2020-05-25", "2020-06-01")

@@ -26,7 +26,7 @@ from advisor.forecast.io import (
     from_long,
     refuse,
 )
-from exporter.units import duration
+from gpu_defrag_common.units import duration
 
 
 def _name(labels: dict[str, str], by: str | None) -> str:

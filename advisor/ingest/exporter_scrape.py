@@ -62,7 +62,7 @@ from exporter.readings import (
     SimClock,
     TopologyLink,
 )
-from exporter.render import escape_label
+from gpu_defrag_common.exposition import escape_label
 
 log = logging.getLogger(__name__)
 

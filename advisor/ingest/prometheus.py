@@ -58,10 +58,10 @@ from advisor.ingest.exporter_scrape import (
     our_readings_unchecked,
 )
 from advisor.model import ClusterModel, Usage, from_readings
-from exporter import bounded_get, units
 from exporter.backends import dcgm_exporter as dx
 from exporter.contract import DCGM_COMPAT
-from exporter.messages import one_line
+from gpu_defrag_common import bounded_get, units
+from gpu_defrag_common.messages import one_line
 
 DCGM_UTIL = "DCGM_FI_DEV_GPU_UTIL"
 DCGM_FB_USED = "DCGM_FI_DEV_FB_USED"

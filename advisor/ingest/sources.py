@@ -32,8 +32,8 @@ from advisor.ingest import exporter_scrape, openb, prometheus
 from advisor.ingest.exporter_scrape import SourceUnavailable
 from advisor.logs import redact
 from advisor.model import MILLI, ClusterModel, ModelBuilder, ModelError, Usage, from_readings
-from exporter import units
 from exporter.readings import NodeReading
+from gpu_defrag_common import units
 
 if TYPE_CHECKING:
     from exporter.sim.fleet import SimFleet
@@ -52,7 +52,7 @@ class SourceError(ValueError):
 
 
 def seconds(text: str, name: str, spec: str = "") -> float:
-    """'90', '90s', '15m', '1h', '2d' -> seconds (`exporter.units.duration`); the SourceError
+    """'90', '90s', '15m', '1h', '2d' -> seconds (`gpu_defrag_common.units.duration`); the SourceError
     names `spec`, as every other bad option of a source does."""
     try:
         return units.duration(text)

@@ -35,7 +35,7 @@ from advisor.planner.actions import CostWeights, Plan
 from advisor.planner.consolidate import GOAL_KINDS, Goal, parse_goal, plan_heuristic
 from advisor.planner.constraints import Policy, PolicyError, load_policy
 from advisor.snapshot import JsonFileError, read_json, repeated_key
-from exporter.units import fraction, number, positive_duration
+from gpu_defrag_common.units import fraction, number, positive_duration
 
 EXACT_MAX_NODES = 400
 

@@ -46,7 +46,7 @@ import numpy as np
 
 from advisor.model import MILLI, UNKNOWN_ISLAND, ClusterModel
 from advisor.planner.actions import DEFAULT_RESTART_S
-from exporter.config_text import load_json, load_yaml, parse_problem
+from gpu_defrag_common.config_text import load_json, load_yaml, parse_problem
 
 ANY_MODEL = ""  # quota key for "all GPU models together"
 UNASSIGNED = "(unassigned)"  # lender of the usable GPUs no tenant's quota covers

@@ -10,8 +10,8 @@ import numpy as np
 
 from advisor.ingest.openb import OpenbFormatError, read_nodes, read_pods
 from advisor.placement import ALL_POLICIES
-from exporter.files import check_directory_target, staged_directory
-from exporter.units import number
+from gpu_defrag_common.files import check_directory_target, staged_directory
+from gpu_defrag_common.units import number
 
 # Bounds a study never needs to pass, so a typo is refused at its flag instead of running for
 # days or filling memory: the paper replays 10 seeds (42-51) at 1.3 x capacity; past ~1.3 the

@@ -10,7 +10,7 @@ Before the first good run every data route answers 503 with the reason; afterwar
 results are served with `meta.stale` true while the source fails.
 
 The handlers are pure functions of the loop's `RunState` and the query string (see `routes`);
-`exporter.server.ExporterServer` serves them beside /metrics, TLS and basic auth included.
+`gpu_defrag_common.server.ExporterServer` serves them beside /metrics, TLS and basic auth included.
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ from advisor.service import results as R
 from advisor.service.forecast import MIN_COVERAGE_ORIGINS, MIN_INTERVAL_ERRORS
 from advisor.service.job_ends import LISTED_QUANTILES
 from advisor.service.loop import RunState, describe
-from exporter import __version__
-from exporter.server import Response, Route
+from gpu_defrag_common import __version__
+from gpu_defrag_common.server import Response, Route
 
 JSON = "application/json"
 MAX_LIMIT = 10_000
@@ -1081,7 +1081,7 @@ def _body(name: str, description: str) -> dict[str, Any]:
 
 
 def _error_responses() -> dict[str, Any]:
-    """What exporter.server answers under /api/ besides the routes' own answers, all with the
+    """What gpu_defrag_common.server answers under /api/ besides the routes' own answers, all with the
     Error schema: 404 for a path not listed here, 405 for a method other than GET and HEAD,
     500 for a route that failed."""
     not_allowed = _body("Error", "a method other than GET or HEAD")

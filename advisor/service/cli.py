@@ -16,8 +16,8 @@ import signal
 import sys
 import threading
 
-from exporter.cli import add_server_arguments, configure_logging
-from exporter.units import (
+from gpu_defrag_common.server_cli import add_server_arguments, configure_logging
+from gpu_defrag_common.units import (
     duration,
     duration_at_most,
     duration_text,
@@ -192,8 +192,8 @@ def run(args: argparse.Namespace) -> int:
     from advisor.service.api import Api
     from advisor.service.backfill import backfill, default_span_s
     from advisor.service.loop import AdvisorLoop, Config, make_ingest
-    from exporter.server import ExporterServer
-    from exporter.webconfig import WebConfigError, load_web_config
+    from gpu_defrag_common.server import ExporterServer
+    from gpu_defrag_common.webconfig import WebConfigError, load_web_config
 
     configure_logging(args.log_level)
     install_log_filters(logging.getLogger().handlers)

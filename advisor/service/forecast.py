@@ -55,7 +55,7 @@ from advisor.forecast.features import within_arrays
 from advisor.forecast.io import Panel
 from advisor.forecast.models import MIN_INTERVAL_ERRORS, as_arrays, make
 from advisor.forecast.rolling import rolling_forecasts
-from exporter.messages import one_line
+from gpu_defrag_common.messages import one_line
 
 if TYPE_CHECKING:
     from advisor.history import NodeHours

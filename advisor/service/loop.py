@@ -47,9 +47,9 @@ from advisor.service.forecast import (
 )
 from advisor.service.job_ends import JobEndSettings
 from advisor.service.plans import recommend_service
-from exporter.collector import Health
-from exporter.messages import one_line
-from exporter.render import Page
+from gpu_defrag_common.exposition import Page
+from gpu_defrag_common.messages import one_line
+from gpu_defrag_common.server import Health
 
 if TYPE_CHECKING:
     from exporter.sim.fleet import SimFleet

@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING
 
 from advisor.contract import ADVISOR_BY_NAME
 from advisor.service.results import STAGES, pool_names
-from exporter import __version__
-from exporter.render import Families
+from gpu_defrag_common import __version__
+from gpu_defrag_common.exposition import Families
 
 if TYPE_CHECKING:
     from advisor.service.loop import Config, RunState
@@ -247,7 +247,7 @@ def _self(families: Families, state: RunState) -> None:
 
 def families(state: RunState, top_actions: int = 10) -> Families:
     """Every advisor series for one run state, in contract order within each section."""
-    out = Families()
+    out = Families(ADVISOR_BY_NAME)
     _fragmentation(out, state)
     _forecast(out, state)
     _recommendations(out, state, top_actions)

@@ -19,7 +19,7 @@ from exporter.attribution.cgroups import DEFAULT_POD_LOGS_DIR, DEFAULT_PROC_ROOT
 from exporter.attribution.podresources import DEFAULT_SOCKET, PodResourcesSource
 from exporter.attribution.slurm import SlurmJobMapping
 from exporter.readings import Allocation
-from exporter.units import positive_duration
+from gpu_defrag_common.units import positive_duration
 
 log = logging.getLogger(__name__)
 

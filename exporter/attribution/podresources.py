@@ -25,8 +25,8 @@ from typing import TypeVar
 import grpc
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
-from exporter.messages import one_line
 from exporter.readings import Allocation
+from gpu_defrag_common.messages import one_line
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

@@ -17,10 +17,10 @@ from urllib.parse import urlsplit
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter import bounded_get, units
 from exporter.backends.base import Backend, BackendUnavailable
 from exporter.backends.dcgm_common import XID_FIELD, XidTracker, apply_fields, is_blank
 from exporter.readings import Allocation, Collection, GpuReading, MigInstance, NodeReading
+from gpu_defrag_common import bounded_get, units
 
 log = logging.getLogger(__name__)
 

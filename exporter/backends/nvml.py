@@ -47,7 +47,6 @@ from exporter.backends.nvml_rescan import (
     match,
 )
 from exporter.backends.nvml_topology import PciKey, discover_links, pci_key
-from exporter.messages import one_line
 from exporter.readings import (
     Collection,
     GpuReading,
@@ -55,7 +54,8 @@ from exporter.readings import (
     TopologyLink,
 )
 from exporter.topology import nvlink_islands
-from exporter.units import duration
+from gpu_defrag_common.messages import one_line
+from gpu_defrag_common.units import duration
 
 log = logging.getLogger(__name__)
 

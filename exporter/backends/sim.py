@@ -23,7 +23,7 @@ from collections.abc import Callable
 from exporter.backends.base import Backend
 from exporter.readings import Collection, SimClock
 from exporter.sim import PRESETS, SimFleet
-from exporter.units import duration_at_most, duration_text, number
+from gpu_defrag_common.units import duration_at_most, duration_text, number
 
 # 10,000 nodes (80,000 GPUs, beyond the largest real clusters this models; the bench uses 1,000)
 # take ~20 s and ~330 MB to build for the two scaled presets, whose build grows as nodes².

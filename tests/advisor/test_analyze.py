@@ -82,7 +82,7 @@ def test_snapshot_a_write_that_fails_is_exit_1_and_keeps_the_old_file(
     standard output), and the file that was there stays whole."""
     import errno
 
-    import exporter.files as files
+    import gpu_defrag_common.files as files
 
     source, target = tmp_path / "two.json", tmp_path / "out.json"
     snapshot.save(two_nodes().build(), source)

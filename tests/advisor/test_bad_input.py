@@ -20,7 +20,7 @@ from advisor.ingest.sources import load_source
 from advisor.model import ClusterModel
 from advisor.planner.cli import load_demand
 from advisor.snapshot import SnapshotError
-from exporter.webconfig import WebConfigError, load_web_config
+from gpu_defrag_common.webconfig import WebConfigError, load_web_config
 from tests.fakes.page_server import Routes, serve
 
 EXAMPLES = Path(__file__).parent.parent.parent / "examples"

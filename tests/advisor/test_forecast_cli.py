@@ -323,7 +323,7 @@ def test_a_failed_write_is_one_line_and_keeps_the_previous_results(tmp_path, cap
     import errno
 
     import advisor.forecast.plot as plot
-    import exporter.files
+    import gpu_defrag_common.files
 
     def full(*_args, **_kw):
         raise OSError(errno.ENOSPC, "No space left on device")
@@ -342,7 +342,7 @@ def test_a_failed_write_is_one_line_and_keeps_the_previous_results(tmp_path, cap
     assert {f.name: f.read_bytes() for f in out.iterdir()} == before
 
     csv = tmp_path / "fc.csv"
-    monkeypatch.setattr(exporter.files, "write_text_atomic", full)
+    monkeypatch.setattr(gpu_defrag_common.files, "write_text_atomic", full)
     args = ["forecast", str(path), "--horizons", "1", "--model", "naive", "--out", str(csv)]
     assert main(args) == 1
     assert capsys.readouterr().err.strip().endswith("cannot write: No space left on device")

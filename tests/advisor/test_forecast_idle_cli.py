@@ -49,14 +49,14 @@ def test_idle_out_dash_is_standard_output(tmp_path, capsys, monkeypatch):
 def test_a_failed_idle_write_is_one_line_and_writes_nothing(tmp_path, capsys, monkeypatch):
     import errno
 
-    import exporter.files
+    import gpu_defrag_common.files
 
     def full(*_args, **_kw):
         raise OSError(errno.ENOSPC, "No space left on device")
 
     path = _long_csv(tmp_path, days=12)
     out = tmp_path / "idle.csv"
-    monkeypatch.setattr(exporter.files, "write_text_atomic", full)
+    monkeypatch.setattr(gpu_defrag_common.files, "write_text_atomic", full)
     assert main(["forecast", str(path), "--idle", "1", "--out", str(out)]) == 1
     err = capsys.readouterr().err.strip()
     assert err == f"gpu-defrag forecast: --out {out}: cannot write: No space left on device"

@@ -97,7 +97,7 @@ def test_a_reply_that_is_not_the_api_shape_is_one_input_line(monkeypatch):
         def json(self):
             return ["not", "an", "API", "reply"]
 
-    def get(*_args, **_kw):  # the client's one HTTP call (exporter.bounded_get.get)
+    def get(*_args, **_kw):  # the client's one HTTP call (gpu_defrag_common.bounded_get.get)
         return Reply()
 
     monkeypatch.setattr(prometheus.bounded_get, "get", get)
@@ -125,7 +125,7 @@ def _serve(monkeypatch, answers: dict[str, dict[str, list[str]]]) -> None:
         def json(self):
             return self.body
 
-    def get(_url, _timeout, *, cap, session=None, params=None):  # exporter.bounded_get.get
+    def get(_url, _timeout, *, cap, session=None, params=None):  # gpu_defrag_common.bounded_get.get
         result = [
             {"metric": {"pool": pool}, "values": [[T0 + 3600 * i, v] for i, v in enumerate(vs)]}
             for pool, vs in answers[params["query"]].items()

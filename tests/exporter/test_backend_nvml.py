@@ -489,13 +489,15 @@ def test_gpu_instance_with_two_compute_instances_is_read_once(make_backend):
 def test_gpu_instance_with_two_compute_instances_renders_no_duplicate_series(make_backend):
     from prometheus_client.parser import text_string_to_metric_families
 
-    from exporter.render import Families, add_node
+    from exporter.contract import BY_NAME
+    from exporter.render import add_node
+    from gpu_defrag_common.exposition import Families
 
     fake = h100_with_two_compute_instances_in_one_gpu_instance()
     backend = make_backend(fake)
     backend.collect()
     fake.advance(1.0)
-    families = Families()
+    families = Families(BY_NAME)
     add_node(families, backend.collect().nodes[0])
     samples = [
         (s.name, tuple(sorted(s.labels.items())))
@@ -864,14 +866,16 @@ def test_fatal_xids_match_the_critical_hardware_alert_class():
 def test_readings_render_into_contract_metrics(make_backend):
     from prometheus_client.parser import text_string_to_metric_families
 
-    from exporter.render import Families, add_node
+    from exporter.contract import BY_NAME
+    from exporter.render import add_node
+    from gpu_defrag_common.exposition import Families
 
     fake = h100_with_seven_mig_instances()
     fake.gpus[0].processes = [FakeProcess(7, "a", 5 * MIB, gpu_instance_id=9)]
     backend = make_backend(fake)
     backend.collect()
     fake.advance(1.0)
-    families = Families()
+    families = Families(BY_NAME)
     add_node(families, backend.collect().nodes[0])
 
     samples = {

@@ -13,8 +13,8 @@ import pytest
 import requests
 
 from exporter.collector import CollectorLoop
-from exporter.server import ExporterServer, Response, parse_listen_address
-from exporter.webconfig import WebConfigError, load_web_config
+from gpu_defrag_common.server import ExporterServer, Response, parse_listen_address
+from gpu_defrag_common.webconfig import WebConfigError, load_web_config
 from tests.exporter.scripted_backend import ScriptedBackend
 
 
@@ -193,7 +193,7 @@ def test_a_client_hanging_up_early_is_a_debug_line_not_a_traceback(loop, caplog,
     )
     server.start()
     try:
-        with caplog.at_level(logging.DEBUG, logger="exporter.server"):
+        with caplog.at_level(logging.DEBUG, logger="gpu_defrag_common.server"):
             _hang_up_after(server.port, "/big", 10)
             deadline = time.monotonic() + 10
             while not any("went away" in r.getMessage() for r in caplog.records):
@@ -214,13 +214,13 @@ def test_any_other_request_failure_is_one_error_line(loop, caplog, capfd):
         try:
             raise ValueError("bad thing\nsecond line")
         except ValueError:
-            with caplog.at_level(logging.DEBUG, logger="exporter.server"):
+            with caplog.at_level(logging.DEBUG, logger="gpu_defrag_common.server"):
                 server._httpd.handle_error(None, ("127.0.0.1", 1))
     finally:
         server.close()
     (record,) = caplog.records
     assert record.levelno == logging.ERROR
-    # exporter.messages.one_line: every line of the message, folded onto one, after its type
+    # gpu_defrag_common.messages.one_line: every line of the message, folded onto one, after its type
     assert record.getMessage() == (
         "request from ('127.0.0.1', 1) failed: ValueError: bad thing second line"
     )

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-import exporter
+import gpu_defrag_common
 from advisor.cli import build_parser
 from alerts.config import load_config
 
@@ -90,7 +90,9 @@ def test_images_are_pinned_and_services_have_health_checks():
     version = re.search(r'^version = "([^"]+)"', (ROOT / "pyproject.toml").read_text(), re.M).group(
         1
     )
-    assert exporter.__version__ == version, "exporter/__init__.py and pyproject.toml disagree"
+    assert gpu_defrag_common.__version__ == version, (
+        "gpu_defrag_common/__init__.py and pyproject.toml disagree"
+    )
     for name, service in services.items():
         image = service["image"]
         repository, _, tag = image.rpartition(":")

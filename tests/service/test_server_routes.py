@@ -14,8 +14,8 @@ import requests
 
 from advisor.service.api import Api, openapi_document
 from advisor.service.loop import AdvisorLoop, Config
-from exporter.server import ExporterServer, Response
-from exporter.webconfig import load_web_config
+from gpu_defrag_common.server import ExporterServer, Response
+from gpu_defrag_common.webconfig import load_web_config
 from tests.service.conftest import ScriptedSource
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from exporter.files import (
+from gpu_defrag_common.files import (
     MANIFEST,
     check_directory_target,
     check_file_target,

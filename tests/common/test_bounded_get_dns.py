@@ -14,9 +14,9 @@ import requests
 
 from advisor.ingest.exporter_scrape import SourceUnavailable
 from advisor.ingest.prometheus import PrometheusClient
-from exporter import bounded_get
 from exporter.backends.base import BackendUnavailable
 from exporter.backends.dcgm_exporter import fetch_page
+from gpu_defrag_common import bounded_get
 from tests.fakes.page_server import fixed, head, serve_raw
 
 CAP = 2**20

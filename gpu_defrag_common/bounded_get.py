@@ -44,7 +44,7 @@ from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 from urllib3.exceptions import ConnectTimeoutError, NewConnectionError
 from urllib3.util.connection import allowed_gai_family
 
-from exporter.units import size_text
+from gpu_defrag_common.units import size_text
 
 CHUNK = 64 * 1024  # bytes asked of the stream at a time (decoded, so a gzip bomb stays small)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from exporter.messages import one_line
+from gpu_defrag_common.messages import one_line
 
 
 @pytest.mark.parametrize(

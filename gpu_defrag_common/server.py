@@ -24,9 +24,9 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Protocol
 
-from exporter.messages import one_line
-from exporter.render import Page
-from exporter.webconfig import WebConfig
+from gpu_defrag_common.exposition import Page
+from gpu_defrag_common.messages import one_line
+from gpu_defrag_common.webconfig import WebConfig
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +36,16 @@ CLIENT_GONE = (ConnectionResetError, BrokenPipeError, TimeoutError)  # not the s
 TEXT = "text/plain; charset=utf-8"
 MAX_BODY = 1 << 20  # every route is read-only: a body is read and dropped, up to this size
 _QVALUE = re.compile(r"0(\.[0-9]{0,3})?|1(\.0{0,3})?")  # RFC 9110 12.4.2
+
+
+@dataclass(frozen=True, slots=True)
+class Health:
+    """Readiness of a server's data: fresh enough to serve, and why not."""
+
+    healthy: bool
+    reason: str
+    last_success_ts: float | None
+    age_s: float | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,7 +64,7 @@ Route = Callable[[str], Response]  # query string (without '?') -> response
 class PageSource(Protocol):
     def current_page(self) -> Page: ...
 
-    def health(self): ...  # -> collector.Health
+    def health(self) -> Health: ...
 
 
 def parse_listen_address(address: str) -> tuple[str, int]:

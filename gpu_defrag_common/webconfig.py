@@ -18,8 +18,8 @@ from pathlib import Path
 import bcrypt
 import yaml
 
-from exporter.config_text import load_yaml, parse_problem
-from exporter.messages import one_line
+from gpu_defrag_common.config_text import load_yaml, parse_problem
+from gpu_defrag_common.messages import one_line
 
 TOP_LEVEL_KEYS = {"tls_server_config", "http_server_config", "basic_auth_users"}
 TLS_KEYS = {

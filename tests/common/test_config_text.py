@@ -8,8 +8,8 @@ import pytest
 import yaml
 
 from advisor.planner.constraints import PolicyError, load_policy
-from exporter.config_text import load_json, load_yaml
-from exporter.webconfig import WebConfigError, load_web_config
+from gpu_defrag_common.config_text import load_json, load_yaml
+from gpu_defrag_common.webconfig import WebConfigError, load_web_config
 
 
 def test_a_key_given_twice_is_refused_with_both_lines() -> None:

@@ -4,7 +4,7 @@ import argparse
 
 import pytest
 
-from exporter.units import duration, positive_duration, size
+from gpu_defrag_common.units import duration, positive_duration, size
 
 
 def test_durations_and_sizes_parse_one_way():

@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from exporter.messages import one_line
+from gpu_defrag_common.messages import one_line
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):
