@@ -114,7 +114,7 @@ def _hours(text: str) -> tuple[int, ...]:
 
 def _model(text: str) -> str:
     """'advisor' or a model of the backtest's candidates (the names in metrics.csv)."""
-    from advisor.forecast.rolling import CANDIDATES
+    from advisor.forecast.selection import CANDIDATES
 
     known = ("advisor", *CANDIDATES)
     if text not in known:
@@ -227,19 +227,6 @@ def register(subparsers) -> None:
         default="idle,power,reservation",
         help="comma list from idle,power,reservation (power: single node-count series only; "
         "reservation: the highest quantile above 0.5); '' for none",
-    )
-    bt.add_argument(
-        "--select-by",
-        choices=("mae", "mean_rank"),
-        default="mae",
-        help="selection criterion on the training part: MAE over the window, or mean rank over 3-day folds",
-    )
-    bt.add_argument(
-        "--calibrate",
-        choices=("none", "conformal", "adaptive"),
-        default="none",
-        help="recalibrate the advisor's non-median quantiles on the errors known at each origin "
-        "(split-conformal, or adaptive conformal); off by default (see docs/forecasting.md)",
     )
     bt.add_argument(
         "--out",
@@ -385,8 +372,6 @@ def _run_backtest(args: argparse.Namespace) -> int:
                 args.quantiles,
                 args.test_from,
                 args.test_to,
-                criterion=args.select_by,
-                calibrate=args.calibrate,
             )
         paired = significance.paired_table(fc)
         intervals = significance.interval_table(fc, args.quantiles)

@@ -94,8 +94,9 @@ def test_a_horizon_without_enough_errors_serves_no_interval_and_says_why():
 def test_held_back_coverage_counts_only_origins_with_an_interval():
     """72 complete hours (the default sim backfill). 24 h: origins 0..47, held back 24..47, fitted
     at hour 24 on one error: no interval anywhere, so no coverage (it was 0.54 for q0.1 and q0.9
-    alike: zero-width intervals). 6 h: held back 33..65; those fitted at 24 (19 errors) have no
-    interval, those fitted at 48 (43 errors) do: 18 hours."""
+    alike: zero-width intervals). 6 h: held back 33..65; naive's and the baseline's fitted at 24
+    (19 errors) have no interval, those fitted at 48 (43 errors) do: 18 hours; the advisor's is
+    calibrated at each origin on its errors known there (28 at hour 33): all 33 hours."""
     doc = forecast_pools(noisy(73), [6, 24])
     assert doc["history_hours"] == 72
     h6, h24 = doc["pools"][0]["horizons"]
@@ -104,7 +105,8 @@ def test_held_back_coverage_counts_only_origins_with_an_interval():
         assert shares == {"0.1": None, "0.9": None}
         assert h24["backtest"]["coverage_origins"][model] == 0
     assert h6["backtest"]["test_origins"] == 33
-    assert set(h6["backtest"]["coverage_origins"].values()) == {18}
+    counts = h6["backtest"]["coverage_origins"]
+    assert counts == {h6["model"]: 33, BASELINE: 18, "naive": 18}
     assert MIN_COVERAGE_ORIGINS <= 18
     for shares in h6["backtest"]["coverage_ratio"].values():
         assert 0 <= shares["0.1"] <= shares["0.9"] <= 1
@@ -113,9 +115,10 @@ def test_held_back_coverage_counts_only_origins_with_an_interval():
 def test_coverage_over_fewer_than_the_minimum_is_null_with_its_count():
     doc = forecast_pools(noisy(62), [6])  # 61 hours: held back 28..54, fitted at 48: 7 of them
     (h6,) = doc["pools"][0]["horizons"]
-    counts = h6["backtest"]["coverage_origins"]
-    assert set(counts.values()) == {7}
-    assert all(s == {"0.1": None, "0.9": None} for s in h6["backtest"]["coverage_ratio"].values())
+    counts, shares = h6["backtest"]["coverage_origins"], h6["backtest"]["coverage_ratio"]
+    assert counts == {h6["model"]: 26, BASELINE: 7, "naive": 7}  # the advisor: 24 errors at 29
+    assert shares[BASELINE] == shares["naive"] == {"0.1": None, "0.9": None}
+    assert None not in shares[h6["model"]].values()
 
 
 def test_naive_is_scored_on_the_held_back_hours_and_the_pick_is_not_changed_by_it():
