@@ -39,6 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from advisor.forecast import io, rolling, selection
 from advisor.forecast import metrics as M
+from advisor.forecast.panel import Panel
 from advisor.forecast.selection import Rule
 from bench.machine import describe
 
@@ -65,12 +66,12 @@ class Training:
     """A data set's training part: its candidates' rolling forecasts and the test split."""
 
     name: str
-    panel: io.Panel
+    panel: Panel
     forecasts: pd.DataFrame
     test_start: pd.Timestamp
 
 
-def training(name: str, panel: io.Panel) -> Training:
+def training(name: str, panel: Panel) -> Training:
     """Every candidate's forecasts over the training part (targets before the test split)."""
     start, _ = rolling.test_bounds(panel)
     test_start = int(np.searchsorted(panel.index, start))
@@ -201,7 +202,7 @@ def develop(sets: Iterable[Training], show: bool = True) -> Rule:
     return best
 
 
-def load(name: str, series: Sequence[str] | None = None) -> io.Panel:
+def load(name: str, series: Sequence[str] | None = None) -> Panel:
     """A data set's hourly panel (only `series`, if given)."""
     panel = io.hourly(io.load(str(INPUTS[name])), str(INPUTS[name]))
     return panel.select(list(series)) if series else panel

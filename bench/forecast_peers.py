@@ -36,12 +36,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from advisor.forecast import io, rolling  # noqa: E402
-from advisor.forecast.models import clip_to_capacity  # noqa: E402
-from bench.machine import describe  # noqa: E402
+from advisor.forecast import io, rolling
+from advisor.forecast.models import clip_to_capacity
+from advisor.forecast.panel import Panel
+from bench.machine import describe
+
+ROOT = Path(__file__).resolve().parents[1]
 
 SHARED = ROOT.parent / "shared" / "data"
 INPUTS = {
@@ -59,7 +61,7 @@ MAKE_VENV = (
 
 
 def peer_rows(
-    panel: io.Panel,
+    panel: Panel,
     origins: np.ndarray,
     python: str,
     models: list[str],

@@ -25,8 +25,9 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from advisor.forecast.io import Panel, load
+from advisor.forecast.io import load
 from advisor.forecast.live import NAIVE, demand_section
+from advisor.forecast.panel import Panel
 from bench.machine import describe
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "forecast"

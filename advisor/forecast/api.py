@@ -11,9 +11,10 @@ from advisor.forecast import features as _feat
 from advisor.forecast import rolling as _bt
 from advisor.forecast import selection
 from advisor.forecast.idle import idle_windows
-from advisor.forecast.io import Panel, from_long
 from advisor.forecast.jobs import predict_job_end
 from advisor.forecast.models import make
+from advisor.forecast.panel import Panel
+from advisor.forecast.readers.long import from_long
 
 __all__ = ["backtest", "forecast", "idle_windows", "predict_job_end"]
 

@@ -142,7 +142,7 @@ def _check_out(path: str | None, directory: bool, source: str | None = None) -> 
     (`gpu_defrag_common.files.check_directory_target` / `check_file_target` say what is checked). An
     --out that is the INPUT `source` or one of the files it reads (the same file through a
     link, too) is refused: writing the results would destroy the trace."""
-    from advisor.forecast.io import InputError
+    from advisor.forecast.errors import InputError
     from gpu_defrag_common.files import check_directory_target, check_file_target
 
     if path is None:
@@ -165,7 +165,7 @@ def _read_by(source: str) -> list[str]:
     if source.startswith(("prometheus+http://", "prometheus+https://")):
         return []
     if os.path.isdir(source):
-        from advisor.forecast.io import helios_files
+        from advisor.forecast.readers.helios import helios_files
 
         return [source, *map(str, helios_files(source))]
     return [source]
@@ -322,7 +322,7 @@ def _one_line(command: str, run) -> int:
     """Run a subcommand; an unreadable INPUT or an unusable option is one line on stderr, exit 2;
     results that could not be written, one line, exit 1. The line shows a `prometheus+http://`
     INPUT's password as `redact` does."""
-    from advisor.forecast.io import InputError
+    from advisor.forecast.errors import InputError
     from advisor.logs import redact
 
     try:
@@ -338,7 +338,7 @@ def _one_line(command: str, run) -> int:
 @contextmanager
 def _about(source: str) -> Iterator[None]:
     """An input error raised past the reader names the INPUT too, as the reader's own do."""
-    from advisor.forecast.io import InputError
+    from advisor.forecast.errors import InputError
 
     try:
         yield
@@ -543,10 +543,11 @@ def run_forecast(args: argparse.Namespace) -> int:
 
 def _run_forecast(args: argparse.Namespace) -> int:
     from advisor.forecast import api, io
+    from advisor.forecast.errors import InputError
     from gpu_defrag_common.files import write_text_atomic
 
     if args.risk is not None and args.idle is None:  # it would change nothing: said, not ignored
-        raise io.InputError("--risk is the idle windows' risk: it needs --idle")
+        raise InputError("--risk is the idle windows' risk: it needs --idle")
     if args.out == "-":  # standard output, as without --out (not a file named "-")
         args.out = None
     _check_out(args.out, directory=False, source=args.input)
@@ -568,13 +569,14 @@ def _idle_table(source: str, windows: tuple[int, ...], risk: float) -> pd.DataFr
     hour's peak), on bounded threads as the backtest's idle replay. An input without a usable
     hour, or without any capacity to measure idle against, is an `InputError`."""
     from advisor.forecast import api, io
+    from advisor.forecast.errors import InputError
     from advisor.forecast.idle import with_capacity
     from advisor.forecast.threads import bounded
 
     raw = io.load(source)
     io.hourly(raw, source)  # no hour holds enough readings: one line, as for the demand forecast
     if not with_capacity(raw):
-        raise io.InputError(
+        raise InputError(
             f"{source}: no capacity (a capacity column with a value above 0): the idle windows "
             "need one, idle = capacity - use"
         )

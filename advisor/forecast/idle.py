@@ -22,7 +22,7 @@ import pandas as pd
 from advisor.forecast import features as feat
 from advisor.forecast import idle_quantile as iq
 from advisor.forecast import metrics as M
-from advisor.forecast.io import Panel
+from advisor.forecast.panel import Panel
 from advisor.forecast.significance import release_bootstrap
 from advisor.forecast.threads import bounded
 
@@ -84,8 +84,13 @@ def _and_yesterday(past: np.ndarray, w: int) -> np.ndarray:
 class IdleModel:
     """Low-quantile gradient boosting of the window minimum, as a change from the current idle count.
 
-    `pool` (a boolean mask over the series; None: all): the series it learns from. It forecasts
-    every series; a caller that serves a data-dependent set of series learns from a fixed one."""
+    `fit(idle, cap, times, until)` learns from rows whose outcome is known at `until`;
+    `predict(idle, cap, times, origins)` gives the release level at each origin (rows ≤ it), as
+    the other level models (`PastMin`, `PastMinYesterday`) and the demand forecasters do. `pool`
+    (a boolean mask over the series; None: all): the series it learns from. It forecasts every
+    series; a caller that serves a data-dependent set of series learns from a fixed one."""
+
+    name = "gbm_quantile"
 
     def __init__(self, w: int, risk: float = 0.05, seed: int = 0, pool=None) -> None:
         self.w, self.risk, self.seed, self.pool = w, risk, seed, pool
@@ -97,6 +102,11 @@ class IdleModel:
             X, _, last, s = feat.build(idle, cap, times, self.w)
             self._cache = (idle, X, last, s)
         return self._cache[1:]
+
+    @property
+    def fitted(self) -> bool:
+        """False until a fit had enough rows (then only the past-minimum rules apply)."""
+        return self._model is not None
 
     def fit(self, idle, cap, times, until: int) -> IdleModel:
         X, last, s = self._features(idle, cap, times)
@@ -121,26 +131,107 @@ class IdleModel:
         self._model = iq.fit_gbm(params, Xr[ok], target[ok])
         return self
 
-    def raw(self, idle, cap, times, origins) -> np.ndarray:
+    def predict(self, idle, cap, times, origins) -> np.ndarray:
         X, last, s = self._features(idle, cap, times)
         Xo = X[origins]
         with bounded():
             change = self._model.predict(Xo.reshape(-1, X.shape[-1])).reshape(Xo.shape[:2])
-        return last[origins] + s[origins] * change, s[origins]
+        return last[origins] + s[origins] * change
+
+
+class PastMin:
+    """The lowest idle over the past W hours (masked hours read as the last observed): the
+    per-series rules' level, with the fit/predict of the other models (fitting learns nothing)."""
+
+    name = "past_min"
+
+    def __init__(self, w: int) -> None:
+        self.w = w
+        self._cache: tuple | None = None
+
+    def fit(self, idle, cap, times, until: int) -> PastMin:
+        return self
+
+    def levels(self, idle) -> np.ndarray:
+        """The level at every row (each from rows ≤ it)."""
+        if self._cache is None or self._cache[0] is not idle:
+            self._cache = (idle, self._compute(idle))
+        return self._cache[1]
+
+    def _compute(self, idle) -> np.ndarray:
+        return feat.past_min(feat.ffill(idle), self.w)
+
+    def predict(self, idle, cap, times, origins) -> np.ndarray:
+        return self.levels(idle)[origins]
+
+
+class PastMinYesterday(PastMin):
+    """The past-W minimum, no more than the same window yesterday (`_and_yesterday`)."""
+
+    name = "past_min_yesterday"
+
+    def _compute(self, idle) -> np.ndarray:
+        return _and_yesterday(super()._compute(idle), self.w)
 
 
 OFFSETS = np.linspace(-0.6, 0.2, 161)  # additive, in units of scale (capacity)
 FACTORS = np.linspace(0.0, 1.0, 101)  # multiplicative, on the past-W minimum
 
 
+class Offset:
+    """A release `floor(level + param × scale)`, at least 0, param on the `OFFSETS` grid."""
+
+    grid = OFFSETS
+
+    def apply(self, base, scale, param) -> np.ndarray:
+        return np.maximum(np.floor(base + param * scale), 0)
+
+    def guess(self, level, base, scale) -> np.ndarray:
+        """The parameter at which the release reaches `level` (the formula, before flooring)."""
+        return (level - base) / scale
+
+    def monotone(self, base, scale, ok) -> bool:
+        """The release never falls along the rising grid where `ok`: a finite scale ≥ 0."""
+        sc = np.broadcast_to(scale, ok.shape)[ok]
+        return bool((np.isfinite(sc) & (sc >= 0)).all())
+
+
+class Factor:
+    """A release `floor(level × param)`, at least 0, param on the `FACTORS` grid."""
+
+    grid = FACTORS
+
+    def apply(self, base, scale, param) -> np.ndarray:
+        return np.maximum(np.floor(base * param), 0)
+
+    def guess(self, level, base, scale) -> np.ndarray:
+        return level / base
+
+    def monotone(self, base, scale, ok) -> bool:
+        """The release never falls along the rising grid where `ok`: a finite level ≥ 0."""
+        b = np.broadcast_to(base, ok.shape)[ok]
+        return not ((b < 0) | np.isinf(b)).any()
+
+
+OFFSET, FACTOR = Offset(), Factor()
+# the per-series rules by the name decisions.csv gives them: their level model and adjustment
+RULES: dict[str, tuple[type, Offset | Factor]] = {
+    "past_min+offset": (PastMin, OFFSET),
+    "past_min_yesterday+offset": (PastMinYesterday, OFFSET),
+    "past_min*factor": (PastMin, FACTOR),
+    "gbm_quantile+offset": (IdleModel, OFFSET),
+}
+DEFAULT_RULE = "past_min*factor"  # half the past-W minimum: the note's safe rule
+
+
 def rule_levels(idle, w) -> dict[str, np.ndarray]:
     """The past-minimum rules' unadjusted release levels at every row (`candidate_bases` takes
     its origins' rows), for callers that take several sets of origins."""
-    past = feat.past_min(feat.ffill(idle), w)
+    models = {PastMin: PastMin(w), PastMinYesterday: PastMinYesterday(w)}
     return {
-        "past_min+offset": past,
-        "past_min_yesterday+offset": _and_yesterday(past, w),
-        "past_min*factor": past,
+        name: models[level].levels(idle)
+        for name, (level, _adjust) in RULES.items()
+        if level is not IdleModel
     }
 
 
@@ -151,15 +242,18 @@ def candidate_bases(
     `levels`: `rule_levels(idle, w)` where the caller has it already."""
     levels = rule_levels(idle, w) if levels is None else levels
     bases = {rule: level[origins] for rule, level in levels.items()}
-    if model is not None and model._model is not None:
-        bases["gbm_quantile+offset"] = model.raw(idle, cap, times, origins)[0]
+    if model is not None and model.fitted:
+        bases["gbm_quantile+offset"] = model.predict(idle, cap, times, origins)
     return bases
 
 
+def adjustment(rule: str) -> Offset | Factor:
+    """How the named rule lowers its level (`RULES`)."""
+    return RULES[rule][1]
+
+
 def apply_rule(rule: str, base: np.ndarray, scale: np.ndarray, param) -> np.ndarray:
-    if rule.endswith("*factor"):
-        return np.maximum(np.floor(base * param), 0)
-    return np.maximum(np.floor(base + param * scale), 0)
+    return adjustment(rule).apply(base, scale, param)
 
 
 def calibrate_rules(bases, scale, truth, risk, violations: dict | None = None):
@@ -174,14 +268,14 @@ def calibrate_rules(bases, scale, truth, risk, violations: dict | None = None):
     ok = np.isfinite(truth)
     n_series = truth.shape[1]
     rule_at = np.zeros(n_series, dtype=int)  # index into `names`; 0: the default
-    names = ["past_min*factor"]
+    names = [DEFAULT_RULE]
     best_param = np.zeros(n_series)
     best_capture = np.full(n_series, -1.0)
     n_ok = np.maximum(ok.sum(axis=0), 1)
     total = np.maximum(np.where(ok, truth, 0).sum(axis=0), 1e-9)
     whole = _whole_units(truth, ok)
     for rule, base in bases.items():
-        grid = FACTORS if rule.endswith("*factor") else OFFSETS
+        grid = adjustment(rule).grid
         names.append(rule)
         if whole and _monotone(rule, base, scale, ok, grid):
             memo = {} if violations is None else violations
@@ -225,11 +319,7 @@ def _monotone(rule, base, scale, ok, grid) -> bool:
     parameter: offsets need a finite scale ≥ 0, factors a finite base ≥ 0 (where known)."""
     if not (np.diff(grid) > 0).all():
         return False
-    if rule.endswith("*factor"):
-        b = np.broadcast_to(base, ok.shape)[ok]
-        return not ((b < 0) | np.isinf(b)).any()
-    sc = np.broadcast_to(scale, ok.shape)[ok]
-    return bool((np.isfinite(sc) & (sc >= 0)).all())
+    return adjustment(rule).monotone(base, scale, ok)
 
 
 def _first_reaching(rule, base, scale, grid, level, active) -> np.ndarray:
@@ -239,7 +329,7 @@ def _first_reaching(rule, base, scale, grid, level, active) -> np.ndarray:
     bisection where the guess was off."""
     n_grid = len(grid)
     with np.errstate(all="ignore"):
-        p = level / base if rule.endswith("*factor") else (level - base) / scale
+        p = adjustment(rule).guess(level, base, scale)
     k = np.where(active & (level > 0), np.searchsorted(grid, p), 0)  # NaN p: n_grid
 
     def reaches(b, s, lv, kk):
@@ -363,7 +453,7 @@ def _calibrated_rules(idle, cap, times, scale, truth, val, w, risk, levels=None,
     if len(val) and int(val[0]) - w > 7 * 24:
         model = IdleModel(w, risk, pool=pool).fit(idle, cap, times, int(val[0]) - w)
     if len(val) < 24:
-        return model, ["past_min*factor"] * idle.shape[1], np.full(idle.shape[1], 0.5), 1.0
+        return model, [DEFAULT_RULE] * idle.shape[1], np.full(idle.shape[1], 0.5), 1.0
     bases = candidate_bases(idle, cap, times, val, w, model, levels)
     # an hour without capacity (known 0 at the origin) cannot be wrong: like a series without
     # any (`with_capacity`) it does not dilute the pooled share, and whether a series that has
@@ -399,7 +489,7 @@ def _rule_advisor(
             model.fit(idle, cap, times, int(block[0]))
         b = candidate_bases(idle, cap, times, block, w, model, levels)
         for k in test_bases:
-            test_bases[k][i : i + len(block)] = b.get(k, b["past_min*factor"])
+            test_bases[k][i : i + len(block)] = b.get(k, b[DEFAULT_RULE])
     pos = np.concatenate([hist, o])
     all_bases = {k: np.concatenate([hist_bases[k], test_bases[k]]) for k in test_bases}
     adv = np.empty((len(o), idle.shape[1]))
@@ -778,5 +868,5 @@ def _rule_release_now(idle, cap, times, scale, truth, last, w, risk, pool=None):
     if model is not None:
         model.fit(idle, cap, times, last)
     b = candidate_bases(idle, cap, times, now, w, model, levels)
-    rel = _apply_per_series(rule, lambda k: b.get(k, b["past_min*factor"]), scale[now], param)
+    rel = _apply_per_series(rule, lambda k: b.get(k, b[DEFAULT_RULE]), scale[now], param)
     return rel[0], list(rule)

@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from advisor.forecast import features as feat
-from advisor.forecast.io import Panel
+from advisor.forecast.panel import Panel
 from advisor.forecast.threads import bounded
 
 LEVELS = (0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.9)  # quantile levels of m the model predicts

@@ -46,7 +46,6 @@ import pandas as pd
 from advisor.forecast import metrics as M
 from advisor.forecast import rolling, selection
 from advisor.forecast.features import within_arrays
-from advisor.forecast.io import Panel
 from advisor.forecast.live_idle import (
     IDLE_MAX_NODES,
     IDLE_RISK,
@@ -54,6 +53,7 @@ from advisor.forecast.live_idle import (
     idle_or_error,
 )
 from advisor.forecast.models import MIN_INTERVAL_ERRORS, as_arrays, make
+from advisor.forecast.panel import Panel
 from advisor.forecast.rolling import rolling_forecasts
 from advisor.forecast.runs import RunsPanel, hourly_panel, node_panel, runs_panel
 from advisor.forecast.selection import CANDIDATES, RULE

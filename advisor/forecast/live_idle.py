@@ -15,7 +15,7 @@ import pandas as pd
 
 from advisor.forecast import idle as I
 from advisor.forecast import idle_windows
-from advisor.forecast.io import Panel
+from advisor.forecast.panel import Panel
 from advisor.forecast.runs import RunsPanel
 from advisor.forecast.served import finite, horizon_label, label, last_finite, message, ratio
 

@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from advisor.forecast import features as feat
-from advisor.forecast.io import Panel
+from advisor.forecast.panel import Panel
 from advisor.forecast.threads import bounded
 
 STEP = "10min"

@@ -13,8 +13,9 @@ import pandas as pd
 from advisor.forecast import features as feat
 from advisor.forecast import metrics as M
 from advisor.forecast import selection
-from advisor.forecast.io import InputError, Panel
+from advisor.forecast.errors import InputError
 from advisor.forecast.models import make
+from advisor.forecast.panel import Panel
 from advisor.forecast.selection import CANDIDATES, RULE, Rule
 
 

@@ -5,8 +5,8 @@ import pandas as pd
 import pytest
 
 from advisor.forecast import rolling, selection
-from advisor.forecast.io import Panel
 from advisor.forecast.models import clip_to_capacity, make, sort_quantiles
+from advisor.forecast.panel import Panel
 from tests.advisor.forecast_synth import synthetic_panel
 
 QS = (0.1, 0.5, 0.9)

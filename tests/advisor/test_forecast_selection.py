@@ -7,8 +7,8 @@ import pandas as pd
 import pytest
 
 from advisor.forecast import rolling, selection
-from advisor.forecast.io import Panel
 from advisor.forecast.models import MIN_INTERVAL_ERRORS
+from advisor.forecast.panel import Panel
 from tests.advisor.forecast_synth import synthetic_panel
 
 

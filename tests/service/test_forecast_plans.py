@@ -7,8 +7,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from advisor.forecast.io import Panel
 from advisor.forecast.live import BASELINE, forecast_pools
+from advisor.forecast.panel import Panel
 from advisor.forecast.runs import hourly_panel
 from advisor.fragmentation.measures import Settings, parse_shape
 from advisor.planner.actions import Action, Cost, GpuSet, Plan

@@ -16,16 +16,16 @@ from urllib.parse import parse_qs, urlsplit
 
 import pandas as pd
 
-from advisor.forecast.io import (
+from advisor.forecast.panel import Panel
+from advisor.forecast.readers.checks import (
     END_TIME,
     FIRST_TIME,
     MAX_STEPS,
     OUTSIDE_YEARS,
-    Panel,
     bad_amounts,
-    from_long,
     refuse,
 )
+from advisor.forecast.readers.long import from_long
 from gpu_defrag_common.units import duration
 
 
