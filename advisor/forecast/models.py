@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import copy
 import warnings
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import pandas as pd
@@ -422,40 +423,34 @@ class Combination(Forecaster):
         return np.mean(points, axis=0)
 
 
-BASELINES = (
-    "naive",
-    "seasonal_naive_24",
-    "seasonal_naive_168",
-    "same_hour_mean_7d",
-    "holt_winters",
-    "last_reading",
-)
-
-
 COMBO_MEMBERS = ("naive", "linear", "gbm")
 
+# Every model by the name reports give it, in the order the backtest runs and reports them: the
+# baselines, then the learned models and their combination. `make` builds only these.
+MAKERS: dict[str, Callable[[tuple[float, ...]], Forecaster]] = {
+    "naive": lambda q: Naive(),
+    "seasonal_naive_24": lambda q: SeasonalNaive(24),
+    "seasonal_naive_168": lambda q: SeasonalNaive(168),
+    "same_hour_mean_7d": lambda q: SameHourMean(),
+    "holt_winters": lambda q: HoltWinters(),
+    "last_reading": lambda q: LastReading(),
+    "gbm": lambda q: GradientBoosting(quantiles=[x for x in q if x != 0.5]),
+    "linear": lambda q: Linear(),
+    "combo": lambda q: Combination([Naive(), Linear(), GradientBoosting(quantiles=())], "combo"),
+}
+NAMES: tuple[str, ...] = tuple(MAKERS)
+BASELINES = NAMES[: NAMES.index("gbm")]
 
-def make(name: str, quantiles=(0.1, 0.9), fitted: dict | None = None) -> Forecaster:
-    """Build a fresh forecaster by its reported name (`fitted`: members a combination may reuse)."""
+
+def make(
+    name: str, quantiles: Sequence[float] = (0.1, 0.9), fitted: dict[str, Forecaster] | None = None
+) -> Forecaster:
+    """A fresh forecaster by its reported name (`fitted`: members a combination may reuse)."""
     if name == "combo" and fitted and all(m in fitted for m in COMBO_MEMBERS):
         return Combination([fitted[m] for m in COMBO_MEMBERS], "combo", shared=True)
-    if name == "naive":
-        return Naive()
-    if name == "last_reading":
-        return LastReading()
-    if name.startswith("seasonal_naive_"):
-        return SeasonalNaive(int(name.rsplit("_", 1)[1]))
-    if name == "same_hour_mean_7d":
-        return SameHourMean()
-    if name == "holt_winters":
-        return HoltWinters()
-    if name == "gbm":
-        return GradientBoosting(quantiles=[q for q in quantiles if q != 0.5])
-    if name == "linear":
-        return Linear()
-    if name == "combo":
-        return Combination([Naive(), Linear(), GradientBoosting(quantiles=())], "combo")
-    raise ValueError(f"unknown model {name!r}")
+    if name not in MAKERS:
+        raise ValueError(f"unknown model {name!r}; known: {', '.join(NAMES)}")
+    return MAKERS[name](tuple(quantiles))
 
 
 def as_arrays(values: pd.DataFrame, capacity: pd.DataFrame):

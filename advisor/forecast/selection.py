@@ -29,9 +29,9 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from advisor.forecast.models import BASELINES, MIN_INTERVAL_ERRORS, sort_known
+from advisor.forecast.models import MIN_INTERVAL_ERRORS, NAMES, sort_known
 
-CANDIDATES: tuple[str, ...] = (*BASELINES, "gbm", "linear", "combo")
+CANDIDATES: tuple[str, ...] = NAMES  # every model `make` knows competes
 NAIVE = "naive"
 COMBINES = ("median", "best")
 

@@ -6,7 +6,7 @@ import pytest
 
 from advisor.forecast import features as feat
 from advisor.forecast import rolling
-from advisor.forecast.models import make
+from advisor.forecast.models import NAMES, make
 from advisor.forecast.panel import Panel
 from tests.advisor.forecast_synth import synthetic_panel
 
@@ -70,7 +70,7 @@ def test_models_fitted_at_t_ignore_data_after_t(name):
     np.testing.assert_allclose(out[0][1], out[1][1])
 
 
-@pytest.mark.parametrize("name", rolling.CANDIDATES)
+@pytest.mark.parametrize("name", NAMES)
 def test_models_on_a_short_history_ignore_data_after_the_origin(name):
     """The service's shape: under two days of history, fitted from the first hour on, origins in
     the first day. A model whose start-up state reads a whole season (Holt-Winters) leaked the
@@ -149,7 +149,7 @@ def test_sub_hour_features_use_no_minute_after_the_origin_hour(horizon):
     np.testing.assert_array_equal(X3[:t], X1[:t])
 
 
-@pytest.mark.parametrize("name", rolling.CANDIDATES)
+@pytest.mark.parametrize("name", NAMES)
 def test_models_at_minute_resolution_ignore_minutes_after_the_origin_hour(name):
     p = minute_panel(days=14)
     t = 24 * 11

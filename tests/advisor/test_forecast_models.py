@@ -5,21 +5,40 @@ import pandas as pd
 import pytest
 
 from advisor.forecast import rolling, selection
-from advisor.forecast.models import clip_to_capacity, make, sort_quantiles
+from advisor.forecast.models import NAMES, clip_to_capacity, make, sort_quantiles
 from advisor.forecast.panel import Panel
 from tests.advisor.forecast_synth import synthetic_panel
 
 QS = (0.1, 0.5, 0.9)
 
 
-@pytest.mark.parametrize("name", ["naive", "holt_winters", "gbm", "same_hour_mean_7d"])
-def test_quantiles_are_ordered_and_inside_capacity(name):
+@pytest.mark.parametrize("name", NAMES)
+def test_every_model_keeps_the_one_contract(name):
+    """The shared check over every name `make` knows (`models.NAMES`, the backtest's candidates):
+    built by its reported name; after a fit on rows ≤ until, point forecasts and quantiles at
+    every horizon, finite, ordered, inside [0, capacity at the target], the median in place;
+    a refit on the same rows gives the same forecasts (deterministic)."""
+    assert make(name, QS).name == name
     p = synthetic_panel(days=12)
     y, cap, t = p.values.to_numpy(float), p.capacity.to_numpy(float), p.index
+    origins = np.arange(24 * 10, 24 * 11)
     m = make(name, QS).fit(y, cap, t, 24 * 10, (1, 24))
-    qs = m.predict_quantiles(y, cap, t, np.arange(24 * 10, 24 * 11), 24, QS)
-    assert np.all(qs[0.1] <= qs[0.5]) and np.all(qs[0.5] <= qs[0.9])
-    assert np.all(qs[0.1] >= 0) and np.all(qs[0.9] <= cap[0])
+    again = make(name, QS).fit(y, cap, t, 24 * 10, (1, 24))
+    for h in (1, 24):
+        point = m.predict(y, cap, t, origins, h)
+        qs = m.predict_quantiles(y, cap, t, origins, h, QS)
+        assert point.shape == (len(origins), y.shape[1]) and np.isfinite(point).all()
+        assert all(np.isfinite(qs[q]).all() for q in QS)
+        assert np.all(qs[0.1] <= qs[0.5]) and np.all(qs[0.5] <= qs[0.9])
+        assert np.all(qs[0.1] >= 0) and np.all(qs[0.9] <= cap[0])
+        assert np.all(point >= 0) and np.all(point <= cap[0])
+        np.testing.assert_array_equal(point, again.predict(y, cap, t, origins, h))
+
+
+def test_make_knows_only_its_names():
+    with pytest.raises(ValueError, match="unknown model 'seasonal_naive_12'"):
+        make("seasonal_naive_12")
+    assert set(NAMES) == set(selection.CANDIDATES)
 
 
 def test_sort_quantiles_uncrosses():
