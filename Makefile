@@ -12,6 +12,7 @@ SYSTEM_PACKAGES := prometheus prometheus-alertmanager chromium docker-compose
 test: system venv
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(PY) -m mypy
 	$(PY) -m pytest
 
 ## demo: simulated fleet, exporter, advisor and the Streamlit app; prints the URL
@@ -40,6 +41,7 @@ system:
 lint: venv
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(PY) -m mypy
 
 format: venv
 	$(VENV)/bin/ruff check --fix .

@@ -19,7 +19,7 @@ from advisor.forecast.readers.long import from_long
 __all__ = ["backtest", "forecast", "idle_windows", "predict_job_end"]
 
 
-def _panel(series) -> Panel:
+def _panel(series: Panel | pd.DataFrame) -> Panel:
     if isinstance(series, Panel):
         return series
     if isinstance(series, pd.DataFrame) and {"time", "series", "value"} <= set(series.columns):
@@ -101,6 +101,12 @@ def forecast(
     return rows[columns].reset_index(drop=True)
 
 
-def backtest(series, horizons=(1, 24), quantiles=(0.5, 0.9), test_from=None, test_to=None):
+def backtest(
+    series: Panel | pd.DataFrame,
+    horizons: Sequence[int] = (1, 24),
+    quantiles: Sequence[float] = (0.5, 0.9),
+    test_from: object = None,
+    test_to: object = None,
+) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """Rolling-origin backtest; returns (metrics, forecasts, picks) — see `backtest.run`."""
     return _bt.run(_panel(series), horizons, quantiles, test_from, test_to)

@@ -6,7 +6,7 @@ import argparse
 import os
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
@@ -14,6 +14,8 @@ from gpu_defrag_common.units import fraction
 
 if TYPE_CHECKING:
     import pandas as pd
+
+    from advisor.forecast.panel import Panel
 
 METRIC_COLUMNS = [
     "series",
@@ -199,7 +201,7 @@ INPUT_FORMS = (
 )
 
 
-def register(subparsers) -> None:
+def register(subparsers: argparse._SubParsersAction) -> None:
     bt = subparsers.add_parser(
         "backtest",
         help="rolling-origin backtest of the demand forecast, idle windows and power-down replay",
@@ -266,7 +268,7 @@ def register(subparsers) -> None:
     fc.set_defaults(func=run_forecast)
 
 
-def summarise(metrics):
+def summarise(metrics: pd.DataFrame) -> pd.DataFrame:
     """One line per model × horizon: mean MAE, median WAPE, median pinball/coverage over series."""
     g = metrics.groupby(["horizon", "model"])
     return (
@@ -283,7 +285,7 @@ def summarise(metrics):
     )
 
 
-def print_decisions(decisions) -> None:
+def print_decisions(decisions: pd.DataFrame) -> None:
     """The replays in short: idle windows and power-down policies row by row (the power-down
     buffer sweep is only in decisions.csv and powerdown.png), reservations for naive and the
     advisor."""
@@ -318,7 +320,7 @@ def print_decisions(decisions) -> None:
     print(table.round(1).to_string(index=False))
 
 
-def _one_line(command: str, run) -> int:
+def _one_line(command: str, run: Callable[[], int]) -> int:
     """Run a subcommand; an unreadable INPUT or an unusable option is one line on stderr, exit 2;
     results that could not be written, one line, exit 1. The line shows a `prometheus+http://`
     INPUT's password as `redact` does."""
@@ -439,7 +441,7 @@ class IdleReplayJob:
 
     PRELOAD = ("advisor.forecast.idle", "advisor.forecast.cli")
 
-    def __init__(self, raw, args: argparse.Namespace) -> None:
+    def __init__(self, raw: Panel, args: argparse.Namespace) -> None:
         import multiprocessing
 
         context = multiprocessing.get_context("forkserver")
@@ -449,7 +451,7 @@ class IdleReplayJob:
             _idle_replay, (raw, args.windows, args.risk, args.test_from, args.test_to)
         )
 
-    def result(self):
+    def result(self) -> pd.DataFrame:
         """The replay's table; an error the replay raised (an `InputError`, say) is raised here."""
         table = self._job.get()
         self._pool.close()
@@ -461,7 +463,13 @@ class IdleReplayJob:
         self._pool.join()
 
 
-def _idle_replay(raw, windows, risk, test_from, test_to):
+def _idle_replay(
+    raw: Panel,
+    windows: Sequence[int],
+    risk: float,
+    test_from: object,
+    test_to: object,
+) -> pd.DataFrame:
     """`idle.backtest` in the worker, on the same bounded threads as here."""
     from advisor.forecast import idle
     from advisor.forecast.threads import bounded
@@ -470,13 +478,19 @@ def _idle_replay(raw, windows, risk, test_from, test_to):
         return idle.backtest(raw, windows, risk, test_from, test_to, intervals=True)
 
 
-def _power_input(raw) -> bool:
+def _power_input(raw: Panel) -> bool:
     """The power-down replay models whole nodes powered off: one series of nodes in use (the
     Philly reader's); GPUs of a Helios VC or a long-format series (no unit) are not nodes."""
     return len(raw.series) == 1 and raw.meta.get("unit") == "nodes"
 
 
-def _print_backtest(metrics, picks, paired, intervals, decisions_df) -> None:
+def _print_backtest(
+    metrics: pd.DataFrame,
+    picks: pd.DataFrame,
+    paired: pd.DataFrame,
+    intervals: pd.DataFrame,
+    decisions_df: pd.DataFrame,
+) -> None:
     import pandas as pd
 
     with pd.option_context(
@@ -518,7 +532,15 @@ BACKTEST_FILES = (
 )
 
 
-def _write_backtest(out: str, metrics, fc, picks, paired, intervals, decisions_df) -> None:
+def _write_backtest(
+    out: str,
+    metrics: pd.DataFrame,
+    fc: pd.DataFrame,
+    picks: pd.DataFrame,
+    paired: pd.DataFrame,
+    intervals: pd.DataFrame,
+    decisions_df: pd.DataFrame,
+) -> None:
     """Every result file of a backtest into the folder `out`, or none of them."""
     from advisor.forecast.plot import plot_backtest, plot_power_pareto
     from gpu_defrag_common.files import staged_directory

@@ -33,7 +33,7 @@ class Panel:
 
     @property
     def index(self) -> pd.DatetimeIndex:
-        return self.values.index  # type: ignore[return-value]
+        return self.values.index
 
     def resample(self, freq: str, how: str = "mean", min_coverage: float = 0.5) -> Panel:
         """Aggregate to `freq`; a bucket with less than `min_coverage` of its points is masked.
@@ -91,7 +91,9 @@ def within_stats(vals: pd.DataFrame, freq: str) -> dict[str, pd.DataFrame]:
     return {"last": last, "min": grouped.min(), "max": grouped.max(), "slope": slope.where(n > 0)}
 
 
-def _bucket_sums(a: np.ndarray, labels: pd.DatetimeIndex, columns, index) -> pd.DataFrame:
+def _bucket_sums(
+    a: np.ndarray, labels: pd.DatetimeIndex, columns: pd.Index, index: pd.Index
+) -> pd.DataFrame:
     """Column sums of `a` over each run of equal `labels` (rows sorted by time), on `index`.
 
     Each bucket's sum is computed from its own rows only, so later rows cannot change it even

@@ -19,16 +19,16 @@ from advisor.forecast.panel import Panel
 from advisor.forecast.selection import CANDIDATES, RULE, Rule
 
 
-def _origin_positions(index: pd.DatetimeIndex, start, end) -> np.ndarray:
+def _origin_positions(index: pd.DatetimeIndex, start: object, end: object) -> np.ndarray:
     mask = (index >= pd.Timestamp(start)) & (index < pd.Timestamp(end))
     return np.flatnonzero(mask)
 
 
 def rolling_forecasts(
     panel: Panel,
-    model_names,
-    horizons,
-    quantiles,
+    model_names: Sequence[str],
+    horizons: Sequence[int],
+    quantiles: Sequence[float],
     origins: np.ndarray,
     refit_every: int = 24,
     max_target: int | None = None,
@@ -151,7 +151,9 @@ def advisor_rows(
     return rows.assign(model="advisor")
 
 
-def score(fc: pd.DataFrame, panel: Panel, test_start: int, quantiles=(0.9,)) -> pd.DataFrame:
+def score(
+    fc: pd.DataFrame, panel: Panel, test_start: int, quantiles: Sequence[float] = (0.9,)
+) -> pd.DataFrame:
     """Per series × horizon × model metrics (the columns of metrics.csv, plus extra quantiles)."""
     scales = {s: M.mase_scale(panel.values[s].to_numpy(float)[:test_start]) for s in panel.series}
     out = []
@@ -179,13 +181,15 @@ def score(fc: pd.DataFrame, panel: Panel, test_start: int, quantiles=(0.9,)) -> 
     return pd.DataFrame(out)
 
 
-def test_window(panel: Panel, test_from=None, test_to=None, default_days: int = 7):
+def test_window(
+    panel: Panel, test_from: object = None, test_to: object = None, default_days: int = 7
+) -> np.ndarray:
     """Origins of the test window (`test_bounds`)."""
     return _origin_positions(panel.index, *test_bounds(panel, test_from, test_to, default_days))
 
 
 def test_bounds(
-    panel: Panel, test_from=None, test_to=None, default_days: int = 7
+    panel: Panel, test_from: object = None, test_to: object = None, default_days: int = 7
 ) -> tuple[pd.Timestamp, pd.Timestamp]:
     """[start, end) of the test window: explicit, the data set's published split, or the last
     `default_days` whole days (the last day counts when its last hour is there).
@@ -207,7 +211,7 @@ def test_bounds(
     return start, end
 
 
-def _check_targets(panel: Panel, origins: np.ndarray, horizons) -> None:
+def _check_targets(panel: Panel, origins: np.ndarray, horizons: Sequence[int]) -> None:
     """Every horizon needs a test origin whose target lies inside the data, or it has nothing to
     score: h = 168 on the default last 7 days never does (a KeyError once, or a horizon missing
     from metrics.csv without a word). Said in one line with the longest horizon that would."""
