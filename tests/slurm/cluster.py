@@ -110,7 +110,8 @@ class SlurmCluster:
             f"SlurmctldLogFile={self.dir}/log/slurmctld.log",
             f"SlurmdLogFile={self.dir}/log/slurmd-%n.log",
             "SlurmdParameters=config_overrides",
-            "ProctrackType=proctrack/pgid",
+            "ProctrackType=proctrack/linuxproc",
+            "SchedulerParameters=batch_sched_delay=0",
             "TaskPlugin=task/none",
             "JobAcctGatherType=jobacct_gather/none",
             "AccountingStorageType=accounting_storage/none",
@@ -270,6 +271,24 @@ class SlurmCluster:
         for n in range(1, NODES + 1):
             self.run("scontrol", "update", f"nodename={node_name(n)}", "state=resume", check=False)
         self.poll(lambda: self.idle_nodes() == NODES, 30, "every node idle again")
+
+    # ------------------------------------------------------------------ slurmrestd
+    def start_slurmrestd(self) -> str:
+        """slurmrestd (openapi/v0.0.38 only: the dbv0.0.38 plugin needs slurmdbd) on a unix
+        socket with rest_auth/local; its socket path. slurmrestd refuses to run as root, so
+        as root it runs as `nobody`."""
+        if shutil.which("slurmrestd") is None:
+            raise SlurmError("slurmrestd is not installed: apt-get install slurmrestd")
+        sock_dir = self.dir / "rest"
+        sock_dir.mkdir(exist_ok=True)
+        sock_dir.chmod(0o777)
+        path = sock_dir / "slurmrestd.sock"
+        args = ["slurmrestd", "-s", "openapi/v0.0.38", "-a", "rest_auth/local", f"unix:{path}"]
+        if os.getuid() == 0:
+            args = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", *args]
+        self._daemon("slurmrestd", args)
+        self.poll(path.exists, 20, "slurmrestd's socket")
+        return str(path)
 
     # ------------------------------------------------------------------ stop
     def stop(self) -> None:
