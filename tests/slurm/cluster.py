@@ -277,12 +277,13 @@ class SlurmCluster:
         """slurmrestd (openapi/v0.0.38 only: the dbv0.0.38 plugin needs slurmdbd) on a unix
         socket with rest_auth/local; its socket path. slurmrestd refuses to run as root, so
         as root it runs as `nobody`."""
+        path = self.dir / "rest" / "slurmrestd.sock"
+        if any(name == "slurmrestd" and p.poll() is None for name, p in self.daemons):
+            return str(path)
         if shutil.which("slurmrestd") is None:
             raise SlurmError("slurmrestd is not installed: apt-get install slurmrestd")
-        sock_dir = self.dir / "rest"
-        sock_dir.mkdir(exist_ok=True)
-        sock_dir.chmod(0o777)
-        path = sock_dir / "slurmrestd.sock"
+        path.parent.mkdir(exist_ok=True)
+        path.parent.chmod(0o777)
         args = ["slurmrestd", "-s", "openapi/v0.0.38", "-a", "rest_auth/local", f"unix:{path}"]
         if os.getuid() == 0:
             args = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", *args]

@@ -17,7 +17,9 @@ import pytest
 from advisor import snapshot
 from advisor.cli import main
 from advisor.ingest import slurm as slurm_source
-from tests.slurm.cluster import SlurmCluster
+from advisor.ingest.sources import SourceError, load_source
+from tests.slurm.cluster import SlurmCluster, free_ports
+from tests.slurm.relay import jwt_front
 from tests.slurm.seeds import submit_placed
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -267,3 +269,51 @@ def test_slurmrestd_on_a_socket_reads_the_same_cluster(slurm: SlurmCluster) -> N
         )
     assert rest.model.nodes.rack.tolist() == local.model.nodes.rack.tolist()
     assert rest.pending_reasons == local.pending_reasons == {waiting: "Resources"}
+
+
+def test_slurmrestd_over_http_sends_the_token(slurm: SlurmCluster, monkeypatch, tmp_path) -> None:
+    job = slurm.sbatch("--gres=gpu:2", "-A", "rnd")
+    slurm.wait_running([job])
+    sock = slurm.start_slurmrestd()
+    with jwt_front(sock, "ada", "tok-123") as (base, seen):
+        monkeypatch.setenv("SLURM_JWT", "tok-123")
+        view = slurm_source.load(f"slurm+{base}?user=ada")
+        assert job in view.model.allocations.id.tolist()
+        assert seen and all(h["x-slurm-user-token"] == "tok-123" for h in seen)
+        monkeypatch.delenv("SLURM_JWT")
+        token = tmp_path / "jwt"
+        token.write_text("SLURM_JWT=tok-123\n")  # what `scontrol token` prints
+        assert (
+            job
+            in slurm_source.load(f"slurm+{base}?user=ada&token-file={token}").model.allocations.id
+        )
+        with pytest.raises(SourceError) as error:  # as every command sees it
+            load_source(f"slurm+{base}?user=ada")
+    message = str(error.value)
+    assert "refused (401 Authentication failure): set SLURM_JWT" in message and "\n" not in message
+
+
+def test_controller_down_and_no_config_are_one_line(slurm_cluster: SlurmCluster, tmp_path) -> None:
+    (port,) = free_ports(1)  # nothing listens there
+    dead = tmp_path / "slurm.conf"
+    text = slurm_cluster.conf.read_text().replace(
+        f"SlurmctldPort={slurm_cluster.ctld_port}", f"SlurmctldPort={port}"
+    )
+    dead.write_text(text + "MessageTimeout=2\n")
+    with pytest.raises(SourceError) as error:
+        load_source(f"slurm:?conf={dead}")
+    assert "the Slurm controller does not answer" in str(error.value)
+    with pytest.raises(SourceError) as error:
+        load_source(f"slurm:?conf={tmp_path / 'missing.conf'}")
+    assert "missing.conf: no slurm.conf there" in str(error.value)
+    done = cli(slurm_cluster, "analyze", f"slurm:?conf={dead}")
+    assert done.returncode == 2
+    assert done.stderr.count("\n") == 1 and "does not answer" in done.stderr
+
+
+def test_quotas_are_absent_without_slurmdbd(slurm_cluster: SlurmCluster) -> None:
+    quotas = slurm_source.load_quotas(spec(slurm_cluster))
+    assert quotas.policy.quotas == {}
+    assert quotas.notes == (
+        "Slurm keeps no accounting database (no slurmdbd): no QOS or association GPU quotas",
+    )

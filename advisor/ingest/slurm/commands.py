@@ -46,6 +46,11 @@ class Runner:
         self.deadline = time.monotonic() + timeout
         self.timeout = timeout
         self.env = dict(os.environ, SLURM_CONF=conf) if conf else None
+        # Slurm's commands wait up to a minute for a slurm.conf that is not there
+        named = conf or os.environ.get("SLURM_CONF", "")
+        if named and not os.path.isfile(named):
+            where = "conf=" if conf else "SLURM_CONF="
+            raise SlurmUnavailable(f"{where}{named}: no slurm.conf there (no such file)")
 
     def text(self, args: Sequence[str], *, check: bool = True) -> tuple[int, str, str]:
         """(exit status, stdout, stderr) of `args`; SlurmUnavailable when it cannot run, runs
@@ -74,14 +79,30 @@ class Runner:
         return done.returncode, done.stdout, done.stderr
 
     def json(self, args: Sequence[str]) -> Any:
+        """The JSON `args` print. 22.05's --json exits 0 with an "Unspecified error" when the
+        controller is down, so an answer carrying errors is checked with `scontrol ping`."""
         _, out, _ = self.text(args)
         try:
-            return json.loads(out)
+            doc = json.loads(out)
         except json.JSONDecodeError as error:
             raise SlurmFormatError(
                 f"{' '.join(args)} printed no JSON ({error.msg} at line {error.lineno}): "
                 f"{out.strip()[:80]!r}"
             ) from None
+        if isinstance(doc, dict) and doc.get("errors"):
+            self.controller_up(" ".join(args))
+        return doc
+
+    def controller_up(self, command: str) -> None:
+        """SlurmUnavailable when `scontrol ping` says the controller is down."""
+        _, out, err = self.text(["scontrol", "ping"], check=False)
+        lines = [line.strip() for line in (out + err).splitlines() if line.strip()]
+        down = [line for line in lines if line.endswith("is DOWN")]
+        if down and not any(line.endswith("is UP") for line in lines):
+            raise SlurmUnavailable(
+                f"{command}: the Slurm controller does not answer (scontrol ping: {down[0]}); "
+                "is slurmctld running and SlurmctldHost in slurm.conf right?"
+            )
 
 
 def failure(command: str, status: int, output: str) -> str:

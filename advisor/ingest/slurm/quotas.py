@@ -115,34 +115,38 @@ def _cluster_name(run: Runner) -> str:
     return ""
 
 
-def quotas_from_sacctmgr(run: Runner, tenant: str) -> SlurmQuotas:
-    """Quotas through `sacctmgr`; empty with a note without slurmdbd."""
-    qos_command = ["sacctmgr", "--parsable2", "--noheader", "show", "qos", "format=Name,GrpTRES"]
-    status, out, err = run.text(qos_command, check=False)
-    if status != 0:
-        if any(marker in (err + out) for marker in NO_ACCOUNTING):
-            return _absent("Slurm keeps no accounting database (no slurmdbd)")
-        raise SlurmUnavailable(failure(" ".join(qos_command), status, err or out))
-    qos = _parsable(out, 2, "sacctmgr show qos")
-    assoc_command = [
-        "sacctmgr",
-        "--parsable2",
-        "--noheader",
-        "show",
-        "associations",
-        "format=Cluster,Account,User,Partition,GrpTRES",
-    ]
-    cluster = _cluster_name(run)
-    if cluster:
-        assoc_command += ["where", f"cluster={cluster}"]
-    _, out, _ = run.text(assoc_command)
-    rows = _parsable(out, 5, "sacctmgr show associations")
+QOS_FORMAT = "format=Name,GrpTRES"
+ASSOC_FORMAT = "format=Cluster,Account,User,Partition,GrpTRES"
+
+
+def quotas_from_text(qos_text: str, assoc_text: str, tenant: str) -> SlurmQuotas:
+    """Quotas from `sacctmgr --parsable2 --noheader show qos QOS_FORMAT` and `... show
+    associations ASSOC_FORMAT` output; pure."""
+    qos = _parsable(qos_text, 2, "sacctmgr show qos")
+    rows = _parsable(assoc_text, 5, "sacctmgr show associations")
     found = quotas_from_rows(
         [(name, tres_text) for name, tres_text in qos],
         [(account, user, partition, tres_text) for _, account, user, partition, tres_text in rows],
         tenant,
     )
     return found if found.policy.quotas else _with_note(found, "no GPU limit (GrpTRES gres/gpu)")
+
+
+def quotas_from_sacctmgr(run: Runner, tenant: str) -> SlurmQuotas:
+    """Quotas through `sacctmgr`; empty with a note without slurmdbd."""
+    qos_command = ["sacctmgr", "--parsable2", "--noheader", "show", "qos", QOS_FORMAT]
+    status, qos_text, err = run.text(qos_command, check=False)
+    if status != 0:
+        if any(marker in (err + qos_text) for marker in NO_ACCOUNTING):
+            return _absent("Slurm keeps no accounting database (no slurmdbd)")
+        raise SlurmUnavailable(failure(" ".join(qos_command), status, err or qos_text))
+    assoc_command = ["sacctmgr", "--parsable2", "--noheader", "show", "associations"]
+    assoc_command.append(ASSOC_FORMAT)
+    cluster = _cluster_name(run)
+    if cluster:
+        assoc_command += ["where", f"cluster={cluster}"]
+    _, assoc_text, _ = run.text(assoc_command)
+    return quotas_from_text(qos_text, assoc_text, tenant)
 
 
 def _absent(why: str) -> SlurmQuotas:
