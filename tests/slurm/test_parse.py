@@ -61,18 +61,19 @@ def test_hostlist_refuses_what_slurm_never_prints(text):
 
 
 def test_gres_forms_of_every_version():
-    assert gres.entries("gpu:a100:8(S:0-1)") == [gres.GresEntry("a100", 8, None)]
-    assert gres.entries("gpu:a100:3(IDX:0,2,5)") == [gres.GresEntry("a100", 3, (0, 2, 5))]
-    assert gres.entries("gpu:h100:2(IDX:0-1),gpu:h200:4(IDX:2-5)") == [
-        gres.GresEntry("h100", 2, (0, 1)),
-        gres.GresEntry("h200", 4, (2, 3, 4, 5)),
-    ]
-    assert gres.entries("gpu:0(IDX:N/A)") == [gres.GresEntry("", 0, None)]
-    assert gres.entries("gres:gpu:8") == [gres.GresEntry("", 8, None)]  # 22.05 request
-    assert gres.entries("gres/gpu:h100:2,gres/nic:1") == [gres.GresEntry("h100", 2, None)]
-    assert gres.entries("gpu:tesla") == [gres.GresEntry("tesla", 1, None)]
-    assert gres.entries("nic:2,shard:a100:16") == []
-    assert gres.entries("N/A") == gres.entries("") == []
+    entry = gres.GresEntry
+    assert gres.entries("gpu:a100:8(S:0-1)") == (entry("a100", 8, None),)
+    assert gres.entries("gpu:a100:3(IDX:0,2,5)") == (entry("a100", 3, (0, 2, 5)),)
+    assert gres.entries("gpu:h100:2(IDX:0-1),gpu:h200:4(IDX:2-5)") == (
+        entry("h100", 2, (0, 1)),
+        entry("h200", 4, (2, 3, 4, 5)),
+    )
+    assert gres.entries("gpu:0(IDX:N/A)") == (entry("", 0, None),)
+    assert gres.entries("gres:gpu:8") == (entry("", 8, None),)  # 22.05 request
+    assert gres.entries("gres/gpu:h100:2,gres/nic:1") == (entry("h100", 2, None),)
+    assert gres.entries("gpu:tesla") == (entry("tesla", 1, None),)
+    assert gres.entries("nic:2,shard:a100:16") == ()
+    assert gres.entries("N/A") == gres.entries("") == ()
     assert gres.gpu_type(gres.entries("gpu:h100:2,gpu:h200:4")) == "h200"
     with pytest.raises(SlurmFormatError, match="count"):
         gres.entries("gpu:a100:eight")
@@ -92,9 +93,9 @@ def test_version_shapes():
     assert number({"set": False, "infinite": False, "number": 0}) is None
     assert number({"set": True, "infinite": True, "number": 0}) is None
     assert number(5) == 5 and number(None) is None and number(True) is None
-    assert words("mixed") == ["MIXED"]
-    assert words(["IDLE", "DRAIN"]) == ["IDLE", "DRAIN"]
-    assert words("IDLE+DRAIN") == ["IDLE", "DRAIN"]
+    assert words("mixed") == ("MIXED",)
+    assert words(["IDLE", "DRAIN"]) == ("IDLE", "DRAIN")
+    assert words("IDLE+DRAIN") == ("IDLE", "DRAIN")
     assert version(load(V2205 / "squeue.json")) == (22, 5)
     assert version(load(V2411 / "jobs.json")) == (24, 11)
 

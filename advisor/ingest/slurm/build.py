@@ -158,11 +158,15 @@ def build_model(state: SlurmState, options: SlurmOptions, source: str = "") -> S
             if node.gpu_type:
                 models_of_partition[partition].add(node.gpu_type)
 
+    specs: dict[tuple[str, tuple[str, ...]], str] = {}
+
     def spec(job: SlurmJob) -> str:
-        if job.gpu_type:
-            return job.gpu_type
-        models = set().union(*(models_of_partition.get(p, set()) for p in job.partitions))
-        return "|".join(sorted(models))
+        """The GRES type asked, else every GPU model of the job's partitions."""
+        key = (job.gpu_type, job.partitions)
+        if key not in specs:
+            models = set().union(*(models_of_partition.get(p, set()) for p in job.partitions))
+            specs[key] = job.gpu_type or "|".join(sorted(models))
+        return specs[key]
 
     taken: dict[str, set[int]] = defaultdict(set)
     placed: list[tuple[SlurmJob, int, str, int, tuple[int, ...] | None]] = []
@@ -228,7 +232,7 @@ def build_model(state: SlurmState, options: SlurmOptions, source: str = "") -> S
             )
     notes = _notes(kept, state.racks, outside, short)
     for line in notes:
-        log.warning("%s: %s", source or "slurm", line)
+        log.warning("%s: %s", (source or "slurm").rstrip(":"), line)
     model = builder.build(timestamp=state.read_at, source=source)
     return SlurmView(model, pending_reasons, unschedulable, tuple(notes))
 

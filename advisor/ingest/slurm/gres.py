@@ -13,7 +13,9 @@ site's name for the GPU model (`gpu:a100:8` -> "a100"); "" when the site gives n
 
 from __future__ import annotations
 
+import functools
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from advisor.ingest.slurm.values import SlurmFormatError
@@ -71,13 +73,20 @@ def _count(text: str, whole: str) -> int:
     return int(match.group(1)) * scale[match.group(2)]
 
 
-def entries(text: str | None, name: str = GPU) -> list[GresEntry]:
+def entries(text: str | None, name: str = GPU) -> tuple[GresEntry, ...]:
     """The `name` GRES items of a GRES string (node total, used, a job's detail or request).
 
     A request may carry the "gres:" (22.05) or "gres/" (23.02+) prefix and "=" before the
     count; a count left out is 1, as Slurm reads it."""
-    if not text or text.strip().upper() in ("N/A", "(NULL)"):
-        return []
+    if not text:
+        return ()
+    return _entries(text, name)
+
+
+@functools.lru_cache(maxsize=4096)  # a cluster's jobs repeat a few dozen GRES strings
+def _entries(text: str, name: str) -> tuple[GresEntry, ...]:
+    if text.strip().upper() in ("N/A", "(NULL)"):
+        return ()
     out = []
     for item in split_items(text):
         body, _, detail = item.partition("(")
@@ -98,7 +107,7 @@ def entries(text: str | None, name: str = GPU) -> list[GresEntry]:
             gres_type, count = ":".join(parts[1:-1]), _count(parts[-1], text)
         match = _IDX.search(detail)
         out.append(GresEntry(gres_type, count, indices(match.group(1)) if match else None))
-    return out
+    return tuple(out)
 
 
 def gpu_count(text: str | None) -> int:
@@ -106,7 +115,7 @@ def gpu_count(text: str | None) -> int:
     return sum(entry.count for entry in entries(text))
 
 
-def gpu_type(items: list[GresEntry]) -> str:
+def gpu_type(items: Iterable[GresEntry]) -> str:
     """The type named by the most GPUs among `items` (ties: first listed); "" if none."""
     totals: dict[str, int] = {}
     for entry in items:
@@ -116,9 +125,12 @@ def gpu_type(items: list[GresEntry]) -> str:
 
 def tres(text: str | None) -> dict[str, float]:
     """A TRES string as {name: value}; memory ("mem") in MiB, whatever unit Slurm printed."""
+    return dict(_tres(text)) if text else {}
+
+
+@functools.lru_cache(maxsize=4096)
+def _tres(text: str) -> tuple[tuple[str, float], ...]:
     out: dict[str, float] = {}
-    if not text:
-        return out
     for item in text.split(","):
         key, sep, value = item.strip().partition("=")
         if not sep:
@@ -136,7 +148,7 @@ def tres(text: str | None) -> dict[str, float]:
             out[key] = float(value)
         except ValueError:
             continue  # billing weights and the like that are not counts
-    return out
+    return tuple(out.items())
 
 
 def tres_gpus(text: str | None) -> tuple[int, str]:

@@ -79,6 +79,8 @@ def expand(text: str | None) -> list[str]:
     job's `nodes`). HostlistError for a list Slurm would not print."""
     if not text or text in ("(null)", "None"):
         return []
+    if "[" not in text and "," not in text:
+        return [text.strip()]
     names: list[str] = []
     for part in split_top(text):
         names.extend(_expand_one(part, text))

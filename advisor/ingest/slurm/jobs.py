@@ -87,7 +87,7 @@ MIGRATABLE_KEY = "gpu-defrag.io/migratable"
 _KEY_VALUE = re.compile(r"(gpu-defrag\.io/[a-z-]+)\s*[=:]\s*([^\s,;]+)")
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)  # not frozen: a frozen class builds 100,000 jobs ~2x slower
 class SlurmJob:
     """One job (or one task of a pending array, one component of a heterogeneous job)."""
 
@@ -118,7 +118,8 @@ def comment_fields(*comments: str) -> dict[str, str]:
     which users cannot edit) wins."""
     out: dict[str, str] = {}
     for comment in comments:
-        out.update(_KEY_VALUE.findall(comment or ""))
+        if comment and "gpu-defrag.io/" in comment:
+            out.update(_KEY_VALUE.findall(comment))
     return out
 
 

@@ -41,7 +41,7 @@ NOT_FREE_FLAGS = frozenset(
 )
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class SlurmNode:
     name: str
     partitions: tuple[str, ...]
