@@ -190,6 +190,15 @@ def _prometheus(spec: str, timeout: float) -> ClusterModel:
     )
 
 
+def slurm_spec(spec: str) -> slurm.SlurmSpec:
+    """A `slurm:` / `slurm+http(s)://` / `slurm+unix://` spec taken apart, nothing read;
+    SourceError for an unknown option or a malformed value."""
+    try:
+        return slurm.parse_spec(spec)
+    except slurm.SlurmSpecError as error:
+        raise SourceError(redact(str(error))) from None
+
+
 SIM_OPTIONS = {"seed", "t", "nodes", "history", "step"}
 SIM_LARGE_NODES = 256  # above this a simulated instant costs ~0.5 s to build: less past is stepped
 SIM_MAX_SAMPLES = 7 * 24 * 60  # usage samples of `history`/`step`: a week at one a minute

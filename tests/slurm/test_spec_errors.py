@@ -72,3 +72,21 @@ def test_a_missing_token_file_is_named(tmp_path):
     with pytest.raises(SourceError) as error:
         load_source(f"slurm+http://127.0.0.1:9?token-file={tmp_path}/jwt")
     assert f"token-file={tmp_path}/jwt: cannot read: No such file or directory" in str(error.value)
+
+
+def test_the_service_takes_a_slurm_source_whose_controller_is_down_now(tmp_path):
+    """`gpu-defrag advise --source slurm:...` checks the spec's form at start and reads at
+    every run: a controller that is down now may answer later."""
+    from advisor.service.loop import make_ingest
+
+    ingest = make_ingest(f"slurm:?conf={tmp_path}/slurm.conf", timeout_s=5)
+    with pytest.raises(SourceError, match=r"no slurm\.conf there"):
+        ingest()
+    with pytest.raises(SourceError, match="option 'colour' is unknown"):
+        make_ingest("slurm:?colour=red", timeout_s=5)
+
+
+def test_the_app_refreshes_slurm_sources():
+    from advisor.app.data import is_live
+
+    assert is_live("slurm:") and is_live("slurm+http://ctl:6820")
