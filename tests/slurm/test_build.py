@@ -161,3 +161,15 @@ def test_text_reservations_build_like_json(monkeypatch):
     finally:
         monkeypatch.delenv("TZ")
         time.tzset()
+
+
+def test_a_slurm_model_is_a_snapshot_like_any_other(tmp_path):
+    """`gpu-defrag snapshot slurm:` writes what the loader reads back (ids JOB@NODE, JOB#K)."""
+    from advisor import snapshot
+
+    model = build_model(state_2205(), SlurmOptions(), source="slurm:").model
+    snapshot.save(model, tmp_path / "slurm.json")
+    again = snapshot.load(tmp_path / "slurm.json")
+    assert again.summary() == model.summary()
+    assert again.allocations.id.tolist() == model.allocations.id.tolist()
+    assert again.nodes.schedulable.tolist() == model.nodes.schedulable.tolist()

@@ -20,6 +20,7 @@ from advisor.ingest.slurm.reservations import (
     parse_reservations,
     reserved_nodes,
 )
+from advisor.ingest.slurm.rest import choose_api
 from advisor.ingest.slurm.topology import racks
 from advisor.ingest.slurm.values import SlurmFormatError, number, records, version, words
 
@@ -248,3 +249,16 @@ def test_a_bad_job_is_named():
 def _restore_timezone():
     yield
     time.tzset()
+
+
+def test_the_rest_version_is_the_newest_both_know():
+    recorded = load(V2205 / "rest-openapi.json")  # what 22.05's slurmrestd serves
+    assert choose_api(recorded, "slurmrestd") == "v0.0.38"
+    newer = {
+        "paths": {"/slurm/v0.0.41/jobs": {}, "/slurm/v0.0.42/jobs/": {}, "/slurm/v0.0.99/jobs": {}}
+    }
+    assert choose_api(newer, "slurmrestd") == "v0.0.42"
+    with pytest.raises(
+        SlurmFormatError, match=r"serves no Slurm API this reader knows \(it serves v0\.0\.36"
+    ):
+        choose_api({"paths": {"/slurm/v0.0.36/jobs": {}}}, "slurmrestd")

@@ -149,16 +149,22 @@ class Rest:
         doc = self.get("/openapi/v3", missing_ok=True)
         if doc is None:
             doc = self.get("/openapi")
-        paths = doc.get("paths", {}) if isinstance(doc, dict) else {}
-        served = {m.group(1) for path in paths for m in [_API.search(path)] if m}
-        shared = [v for v in KNOWN_APIS if v in served]
-        if not shared:
-            raise SlurmFormatError(
-                f"slurmrestd {self.base}: serves no Slurm API this reader knows (it serves "
-                f"{', '.join(sorted(served)) or 'none'}; known: {KNOWN_APIS[0]} to "
-                f"{KNOWN_APIS[-1]}); is the openapi/slurmctld plugin loaded?"
-            )
-        return max(shared, key=lambda v: int(v.rsplit(".", 1)[1]))
+        return choose_api(doc, f"slurmrestd {self.base}")
+
+
+def choose_api(openapi: Any, where: str) -> str:
+    """The newest /slurm/v0.0.NN version that an OpenAPI description lists and this reader
+    knows; SlurmFormatError naming what it lists otherwise."""
+    paths = openapi.get("paths", {}) if isinstance(openapi, dict) else {}
+    served = {m.group(1) for path in paths for m in [_API.search(path)] if m}
+    shared = [v for v in KNOWN_APIS if v in served]
+    if not shared:
+        raise SlurmFormatError(
+            f"{where}: serves no Slurm API this reader knows (it serves "
+            f"{', '.join(sorted(served)) or 'none'}; known: {KNOWN_APIS[0]} to "
+            f"{KNOWN_APIS[-1]}); is the openapi/slurmctld plugin loaded?"
+        )
+    return max(shared, key=lambda v: int(v.rsplit(".", 1)[1]))
 
 
 class _UnixConnection(http.client.HTTPConnection):
