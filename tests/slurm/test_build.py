@@ -66,7 +66,7 @@ def test_running_jobs_are_placed_per_node_with_slurms_indices():
     nodes = rows(model, "node")
     one, multi = CASES["running_2gpu"], CASES["multinode_3gpu"]
     assert model.nodes.name[nodes[one]] == "a100-node-01"
-    tasks = [f"{multi}@a100-node-01", f"{multi}@a100-node-02"]
+    tasks = [f"{multi}/a100-node-01", f"{multi}/a100-node-02"]
     assert all(rows(model, "job")[t] == multi for t in tasks)  # one gang
     row = allocs.id.tolist().index(tasks[0])
     held = model.placements.gpu[model.placements.alloc == row]
@@ -145,7 +145,7 @@ def test_the_2411_shape_builds_the_same_way():
     assert rows(model, "tenant")["103#0"] == "high"
     assert rows(model, "gpu_spec")["102"] == "h100"
     assert rows(model, "gpu_spec")["103#0"] == "h100"  # partition gpu: h100 (gpu4: h100 most)
-    assert not rows(model, "migratable")["102"] and rows(model, "migratable")["101@gpu1"]
+    assert not rows(model, "migratable")["102"] and rows(model, "migratable")["101/gpu1"]
     assert rows(model, "restart_cost_s")["102"] == 600
     assert view.pending_reasons == {"103": "Priority", "106_0": "Resources", "106_1": "Resources"}
 
@@ -164,7 +164,7 @@ def test_text_reservations_build_like_json(monkeypatch):
 
 
 def test_a_slurm_model_is_a_snapshot_like_any_other(tmp_path):
-    """`gpu-defrag snapshot slurm:` writes what the loader reads back (ids JOB@NODE, JOB#K)."""
+    """`gpu-defrag snapshot slurm:` writes what the loader reads back (ids JOB/NODE, JOB#K)."""
     from advisor import snapshot
 
     model = build_model(state_2205(), SlurmOptions(), source="slurm:").model
@@ -173,3 +173,15 @@ def test_a_slurm_model_is_a_snapshot_like_any_other(tmp_path):
     assert again.summary() == model.summary()
     assert again.allocations.id.tolist() == model.allocations.id.tolist()
     assert again.nodes.schedulable.tolist() == model.nodes.schedulable.tolist()
+
+
+def test_why_a_job_may_not_move_and_gang_sizes():
+    view = build_model(state_2205(), SlurmOptions())
+    assert view.pinned == {
+        CASES["no_requeue"]: "not requeueable (--no-requeue or JobRequeue=0)",
+        CASES["high_priority"]: "comment gpu-defrag.io/migratable=false",
+    }
+    assert view.gang_size[CASES["multinode_3gpu"]] == 2
+    assert view.gang_size[CASES["gang_12x8"]] == 12
+    capped = build_model(state_2205(), SlurmOptions(max_priority=1000))
+    assert capped.pinned[CASES["running_2gpu"]] == "priority 2147483647 > max-priority 1000"

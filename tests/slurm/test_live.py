@@ -66,7 +66,7 @@ def test_jobs_that_run_and_wait_are_read_back(slurm: SlurmCluster) -> None:
     allocs = model.allocations
     ids = allocs.id.tolist()
     assert two in ids and allocs.num_gpu[ids.index(two)] == 2
-    tasks = [i for i in ids if i.startswith(f"{gang}@")]
+    tasks = [i for i in ids if i.startswith(f"{gang}/")]
     assert len(tasks) == 2 and {allocs.job[ids.index(t)] for t in tasks} == {gang}
     assert all(allocs.num_gpu[ids.index(t)] == 3 for t in tasks)
     assert allocs.restart_cost_s[ids.index(tasks[0])] == 900

@@ -9,7 +9,7 @@ Mapping (docs/slurm.md has the user's version):
 - a node is schedulable when its state lets new work start (`nodes.SlurmNode.free_for_work`)
   and no active reservation holds it (`reservations`).
 - a running job is one allocation per node it runs on (`job` = the Slurm job id, so the tasks
-  of a multi-node job are one gang); id = the job id for a one-node job, `JOBID@NODE` for each
+  of a multi-node job are one gang); id = the job id for a one-node job, `JOBID/NODE` for each
   task of a multi-node job. Its GPUs are the devices `gres_detail` names; where Slurm names
   none, the lowest free indices of the node in job order (the count is Slurm's, the index is
   not).
@@ -72,6 +72,8 @@ class SlurmView:
     pending_reasons: dict[str, str]  # job -> Slurm's reason it waits (Resources, Priority...)
     unschedulable: dict[str, str]  # node -> why it is not free ("drain: bad GPU", "reservation x")
     notes: tuple[str, ...] = field(default=())  # one line each: racks unknown, tasks left out
+    gang_size: dict[str, int] = field(default_factory=dict)  # job -> nodes it runs on / asks
+    pinned: dict[str, str] = field(default_factory=dict)  # running task -> why it may not move
 
 
 def tenant_of(job: SlurmJob, kind: str) -> str:
@@ -96,12 +98,17 @@ def restart_cost(job: SlurmJob) -> float:
         return math.nan
 
 
-def migratable(job: SlurmJob, options: SlurmOptions) -> bool:
-    if not job.running or job.state in ("COMPLETING", "CONFIGURING") or not job.requeue:
-        return False
+def pinned_why(job: SlurmJob, options: SlurmOptions) -> str:
+    """Why a running job may not be moved (requeued), "" when it may."""
+    if job.state in ("COMPLETING", "CONFIGURING"):
+        return job.state.lower()
+    if not job.requeue:
+        return "not requeueable (--no-requeue or JobRequeue=0)"
     if job.comment_fields.get(MIGRATABLE_KEY, "").lower() == "false":
-        return False
-    return options.max_priority is None or job.priority <= options.max_priority
+        return f"comment {MIGRATABLE_KEY}=false"
+    if options.max_priority is not None and job.priority > options.max_priority:
+        return f"priority {job.priority} > max-priority {options.max_priority}"
+    return ""
 
 
 def _why_not_free(node: SlurmNode, reservation: str | None) -> str:
@@ -184,6 +191,8 @@ def build_model(state: SlurmState, options: SlurmOptions, source: str = "") -> S
             placed.append((job, k, node, count, indices))
     short: list[str] = []
     pending_reasons: dict[str, str] = {}
+    gang_size: dict[str, int] = {}
+    pinned: dict[str, str] = {}
     for job, _k, node, count, indices in placed:  # jobs whose indices Slurm did not name
         if indices is None:
             free = [i for i in range(size[node]) if i not in taken[node]]
@@ -192,7 +201,11 @@ def build_model(state: SlurmState, options: SlurmOptions, source: str = "") -> S
                 count = len(free)
             indices = tuple(free[:count])
             taken[node].update(indices)
-        task = job.id if len(job.nodes) == 1 else f"{job.id}@{node}"
+        task = job.id if len(job.nodes) == 1 else f"{job.id}/{node}"
+        gang_size[job.job] = len(job.nodes)
+        why = pinned_why(job, options)
+        if why:
+            pinned[task] = why
         builder.add_allocation(
             task,
             num_gpu=len(indices),
@@ -207,7 +220,7 @@ def build_model(state: SlurmState, options: SlurmOptions, source: str = "") -> S
             start_time=job.start_time,
             creation_time=job.submit_time,
             scheduled_time=job.start_time,
-            migratable=migratable(job, options),
+            migratable=not why,
             restart_cost_s=restart_cost(job),
             qos=job.qos,
         )
@@ -215,6 +228,7 @@ def build_model(state: SlurmState, options: SlurmOptions, source: str = "") -> S
         if job.running or not _in_partitions(job.partitions, wanted):
             continue
         pending_reasons[job.job] = job.reason
+        gang_size[job.job] = len(job.gpus)
         for k, (count, _) in enumerate(job.gpus):
             builder.add_allocation(
                 job.id if len(job.gpus) == 1 else f"{job.id}#{k}",
@@ -234,7 +248,7 @@ def build_model(state: SlurmState, options: SlurmOptions, source: str = "") -> S
     for line in notes:
         log.warning("%s: %s", (source or "slurm").rstrip(":"), line)
     model = builder.build(timestamp=state.read_at, source=source)
-    return SlurmView(model, pending_reasons, unschedulable, tuple(notes))
+    return SlurmView(model, pending_reasons, unschedulable, tuple(notes), gang_size, pinned)
 
 
 def _notes(
