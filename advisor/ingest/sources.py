@@ -35,6 +35,7 @@ import numpy as np
 from advisor import snapshot
 from advisor.ingest import exporter_scrape, openb, prometheus, slurm
 from advisor.ingest.exporter_scrape import SourceUnavailable
+from advisor.ingest.slurm.spec import SlurmSpec
 from advisor.logs import redact
 from advisor.model import MILLI, ClusterModel, ModelBuilder, ModelError, Usage, from_readings
 from exporter.readings import NodeReading
@@ -190,7 +191,7 @@ def _prometheus(spec: str, timeout: float) -> ClusterModel:
     )
 
 
-def slurm_spec(spec: str) -> slurm.SlurmSpec:
+def slurm_spec(spec: str) -> SlurmSpec:
     """A `slurm:` / `slurm+http(s)://` / `slurm+unix://` spec taken apart, nothing read;
     SourceError for an unknown option or a malformed value."""
     try:

@@ -45,3 +45,11 @@ def slurm(slurm_cluster: SlurmCluster) -> SlurmCluster:
     """The cluster with no job, no reservation and every node idle."""
     slurm_cluster.reset()
     return slurm_cluster
+
+
+@pytest.fixture
+def slurmrestd(slurm: SlurmCluster) -> str:
+    """The socket of a real slurmrestd in front of the clean cluster (started once)."""
+    if shutil.which("slurmrestd") is None:
+        skip_or_fail("slurmrestd not installed: apt-get install slurmrestd")
+    return slurm.start_slurmrestd()

@@ -254,13 +254,14 @@ def test_analyze_slurm_end_to_end(slurm: SlurmCluster) -> None:
     assert cluster["placed_allocations"] == 3 and cluster["pending_tasks"] == 15
 
 
-def test_slurmrestd_on_a_socket_reads_the_same_cluster(slurm: SlurmCluster) -> None:
+def test_slurmrestd_on_a_socket_reads_the_same_cluster(
+    slurm: SlurmCluster, slurmrestd: str
+) -> None:
     slurm.wait_running([slurm.sbatch("-N", "2", "--gres=gpu:4", "-A", "rnd")])
     waiting = slurm.sbatch("-N", "16", "--gres=gpu:8")
     slurm.wait_pending(waiting)
-    sock = slurm.start_slurmrestd()
     topology = slurm.dir / "topology.conf"
-    rest = slurm_source.load(f"slurm+unix://{sock}?topology={topology}")
+    rest = slurm_source.load(f"slurm+unix://{slurmrestd}?topology={topology}")
     local = slurm_source.load(spec(slurm))
     for column in ("id", "job", "node", "num_gpu", "tenant", "priority", "migratable"):
         assert (
@@ -271,11 +272,12 @@ def test_slurmrestd_on_a_socket_reads_the_same_cluster(slurm: SlurmCluster) -> N
     assert rest.pending_reasons == local.pending_reasons == {waiting: "Resources"}
 
 
-def test_slurmrestd_over_http_sends_the_token(slurm: SlurmCluster, monkeypatch, tmp_path) -> None:
+def test_slurmrestd_over_http_sends_the_token(
+    slurm: SlurmCluster, slurmrestd: str, monkeypatch, tmp_path
+) -> None:
     job = slurm.sbatch("--gres=gpu:2", "-A", "rnd")
     slurm.wait_running([job])
-    sock = slurm.start_slurmrestd()
-    with jwt_front(sock, "ada", "tok-123") as (base, seen):
+    with jwt_front(slurmrestd, "ada", "tok-123") as (base, seen):
         monkeypatch.setenv("SLURM_JWT", "tok-123")
         view = slurm_source.load(f"slurm+{base}?user=ada")
         assert job in view.model.allocations.id.tolist()

@@ -7,120 +7,41 @@
 
 One reader per Slurm command or endpoint, pure parsing apart from the I/O:
 `nodes`, `jobs`, `topology`, `reservations`, `quotas` parse; `commands` (subprocess) and `rest`
-(HTTP, unix socket) fetch; `build` turns a parsed `SlurmState` into the model; `spec` reads the
+(HTTP, unix socket) fetch, `read` runs one read; `build` turns a parsed `SlurmState` into the model; `spec` reads the
 source spec. Failures are `SlurmUnavailable` (cannot reach or run Slurm) and
 `SlurmFormatError` (an answer in a shape this reader does not know), one line each.
 """
 
 from __future__ import annotations
 
-import logging
-import time
-from pathlib import Path
+from typing import TYPE_CHECKING
 
-from advisor.ingest.slurm import commands, rest
-from advisor.ingest.slurm.build import SlurmOptions, SlurmState, SlurmView, build_model
 from advisor.ingest.slurm.commands import SlurmUnavailable
-from advisor.ingest.slurm.jobs import parse_jobs
-from advisor.ingest.slurm.nodes import parse_nodes
-from advisor.ingest.slurm.quotas import SlurmQuotas, quotas_from_rest, quotas_from_sacctmgr
-from advisor.ingest.slurm.reservations import parse_reservation_text, parse_reservations
-from advisor.ingest.slurm.spec import SlurmSpec, SlurmSpecError, is_slurm, parse_spec
-from advisor.ingest.slurm.topology import racks
-from advisor.ingest.slurm.values import (
-    SCONTROL_JSON,
-    SlurmFormatError,
-    parse_release,
-    version_supported,
-)
-from advisor.ingest.slurm.values import version as doc_version
-from advisor.model import ClusterModel
+from advisor.ingest.slurm.spec import SlurmSpecError, is_slurm, parse_spec
+from advisor.ingest.slurm.values import SlurmFormatError
+
+if TYPE_CHECKING:  # the readers load numpy and the planner's policy: only when used
+    from advisor.ingest.slurm.build import SlurmView
+    from advisor.ingest.slurm.quotas import SlurmQuotas
+    from advisor.model import ClusterModel
 
 __all__ = [
     "SlurmFormatError",
-    "SlurmOptions",
-    "SlurmQuotas",
     "SlurmSpecError",
-    "SlurmState",
     "SlurmUnavailable",
-    "SlurmView",
-    "build_model",
     "is_slurm",
     "load",
     "load_model",
     "load_quotas",
     "parse_spec",
-    "read_state",
 ]
-
-log = logging.getLogger(__name__)
-
-
-def _topology_file(path: str) -> dict[str, str]:
-    try:
-        return racks(Path(path).read_text())
-    except OSError as error:
-        raise SlurmUnavailable(f"topology={path}: cannot read: {error.strerror or error}") from None
-
-
-def _largest(nodes) -> int:  # type: ignore[no-untyped-def]
-    return max((node.gpu_count for node in nodes), default=0)
-
-
-def read_local(spec: SlurmSpec, timeout: float) -> SlurmState:
-    """One read through this host's Slurm commands (commands module docstring)."""
-    run = commands.Runner(timeout, spec.conf)
-    _, out, _ = run.text(["scontrol", "--version"])
-    version = parse_release(out)
-    version_supported(version, "scontrol --version")
-    modern = version is not None and version >= SCONTROL_JSON
-    if modern:
-        node_doc = run.json(["scontrol", "--json", "show", "nodes"])
-    else:
-        node_doc = run.json(["sinfo", "--all", "--json"])
-    nodes = parse_nodes(node_doc, "sinfo --json" if not modern else "scontrol --json show nodes")
-    job_doc = run.json(["squeue", "--all", "--json"])
-    read_at = time.time()
-    jobs = parse_jobs(job_doc, _largest(nodes), "squeue --json")
-    if spec.topology_file:
-        topology = _topology_file(spec.topology_file)
-    else:
-        status, out, _ = run.text(["scontrol", "show", "topology"], check=False)
-        topology = racks(out) if status == 0 else {}
-    if modern:
-        reservations = parse_reservations(
-            run.json(["scontrol", "--json", "show", "reservations"]),
-            "scontrol --json show reservations",
-        )
-    else:
-        _, out, _ = run.text(["scontrol", "show", "reservation", "--oneliner"])
-        reservations = parse_reservation_text(out)
-    return SlurmState(nodes, jobs, topology, reservations, read_at, version)
-
-
-def read_rest(spec: SlurmSpec, timeout: float) -> SlurmState:
-    """One read through slurmrestd (rest module docstring)."""
-    client = rest.Rest(spec.rest, timeout, spec.user, spec.token_file)
-    api = client.api_version(spec.api)
-    where = f"slurmrestd {spec.rest}/slurm/{api}"
-    node_doc = client.get(f"/slurm/{api}/nodes")
-    nodes = parse_nodes(node_doc, f"{where}/nodes")
-    job_doc = client.get(f"/slurm/{api}/jobs")
-    read_at = time.time()
-    jobs = parse_jobs(job_doc, _largest(nodes), f"{where}/jobs")
-    reservations = parse_reservations(
-        client.get(f"/slurm/{api}/reservations"), f"{where}/reservations"
-    )
-    topology = _topology_file(spec.topology_file) if spec.topology_file else {}
-    return SlurmState(nodes, jobs, topology, reservations, read_at, doc_version(job_doc))
-
-
-def read_state(spec: SlurmSpec, timeout: float) -> SlurmState:
-    return read_rest(spec, timeout) if spec.rest else read_local(spec, timeout)
 
 
 def load(text: str, timeout: float = 10.0) -> SlurmView:
     """The model of a live Slurm cluster named by a `slurm:` spec, with its extras."""
+    from advisor.ingest.slurm.build import build_model
+    from advisor.ingest.slurm.read import read_state
+
     spec = parse_spec(text)
     return build_model(read_state(spec, timeout), spec.options, source=spec.text)
 
@@ -132,6 +53,9 @@ def load_model(text: str, timeout: float = 10.0) -> ClusterModel:
 def load_quotas(text: str, timeout: float = 10.0) -> SlurmQuotas:
     """GPU quotas per tenant (the spec's tenant kind) from QOS and association limits; empty,
     with a note, where Slurm keeps no accounting database (no slurmdbd)."""
+    from advisor.ingest.slurm import commands, rest
+    from advisor.ingest.slurm.quotas import quotas_from_rest, quotas_from_sacctmgr
+
     spec = parse_spec(text)
     if spec.rest:
         client = rest.Rest(spec.rest, timeout, spec.user, spec.token_file)

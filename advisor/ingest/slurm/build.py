@@ -35,21 +35,11 @@ from dataclasses import dataclass, field
 from advisor.ingest.slurm.jobs import MIGRATABLE_KEY, RESTART_COST_KEY, SlurmJob
 from advisor.ingest.slurm.nodes import SlurmNode, partition_sizes, pool_of
 from advisor.ingest.slurm.reservations import Reservation, reserved_nodes
+from advisor.ingest.slurm.spec import SlurmOptions
 from advisor.model import MILLI, ClusterModel, ModelBuilder
 from gpu_defrag_common import units
 
 log = logging.getLogger(__name__)
-
-TENANT_KINDS = ("account", "user", "qos")
-
-
-@dataclass(frozen=True)
-class SlurmOptions:
-    """What a `slurm:` spec's options choose (advisor.ingest.slurm.spec)."""
-
-    partitions: tuple[str, ...] = ()  # only nodes and jobs of these partitions ((): all)
-    tenant: str = "account"  # account | user | qos
-    max_priority: int | None = None  # running jobs above it are not migratable (None: no cap)
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from urllib.parse import parse_qs, urlsplit
 
-from advisor.ingest.slurm.build import TENANT_KINDS, SlurmOptions
+TENANT_KINDS = ("account", "user", "qos")
+
+
+@dataclass(frozen=True)
+class SlurmOptions:
+    """What a `slurm:` spec's options choose (advisor.ingest.slurm.spec)."""
+
+    partitions: tuple[str, ...] = ()  # only nodes and jobs of these partitions ((): all)
+    tenant: str = "account"  # account | user | qos
+    max_priority: int | None = None  # running jobs above it are not migratable (None: no cap)
+
 
 COMMON = {"partition", "tenant", "max-priority", "topology"}
 LOCAL_ONLY = {"conf"}
