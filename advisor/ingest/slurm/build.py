@@ -31,6 +31,7 @@ import math
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from advisor.ingest.slurm.jobs import MIGRATABLE_KEY, RESTART_COST_KEY, SlurmJob
 from advisor.ingest.slurm.nodes import SlurmNode, partition_sizes, pool_of
@@ -165,6 +166,20 @@ def build_model(state: SlurmState, options: SlurmOptions, source: str = "") -> S
             specs[key] = job.gpu_type or "|".join(sorted(models))
         return specs[key]
 
+    def job_fields(job: SlurmJob) -> dict[str, Any]:
+        """What every task of a job carries, placed or waiting."""
+        return {
+            "job": job.job,
+            "tenant": tenant_of(job, options.tenant),
+            "priority": job.priority,
+            "cpu_milli": job.cpus_per_task * MILLI,
+            "memory_mib": job.memory_mib_per_task,
+            "gpu_spec": spec(job),
+            "creation_time": job.submit_time,
+            "restart_cost_s": restart_cost(job),
+            "qos": job.qos,
+        }
+
     taken: dict[str, set[int]] = defaultdict(set)
     placed: list[tuple[SlurmJob, int, str, int, tuple[int, ...] | None]] = []
     outside = 0
@@ -201,39 +216,20 @@ def build_model(state: SlurmState, options: SlurmOptions, source: str = "") -> S
             num_gpu=len(indices),
             node=node,
             gpus=list(indices),
-            job=job.job,
-            tenant=tenant_of(job, options.tenant),
-            priority=job.priority,
-            cpu_milli=job.cpus_per_task * MILLI,
-            memory_mib=job.memory_mib_per_task,
-            gpu_spec=spec(job),
             start_time=job.start_time,
-            creation_time=job.submit_time,
             scheduled_time=job.start_time,
             migratable=not why,
-            restart_cost_s=restart_cost(job),
-            qos=job.qos,
+            **job_fields(job),
         )
     for job in state.jobs:
         if job.running or not _in_partitions(job.partitions, wanted):
             continue
         pending_reasons[job.job] = job.reason
         gang_size[job.job] = len(job.gpus)
+        fields = job_fields(job)
         for k, (count, _) in enumerate(job.gpus):
-            builder.add_allocation(
-                job.id if len(job.gpus) == 1 else f"{job.id}#{k}",
-                num_gpu=count,
-                job=job.job,
-                tenant=tenant_of(job, options.tenant),
-                priority=job.priority,
-                cpu_milli=job.cpus_per_task * MILLI,
-                memory_mib=job.memory_mib_per_task,
-                gpu_spec=spec(job),
-                creation_time=job.submit_time,
-                migratable=False,
-                restart_cost_s=restart_cost(job),
-                qos=job.qos,
-            )
+            task = job.id if len(job.gpus) == 1 else f"{job.id}#{k}"
+            builder.add_allocation(task, num_gpu=count, migratable=False, **fields)
     notes = _notes(kept, state.racks, outside, short)
     for line in notes:
         log.warning("%s: %s", (source or "slurm").rstrip(":"), line)
