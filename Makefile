@@ -6,10 +6,10 @@ PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 SYSTEM_PACKAGES := prometheus prometheus-alertmanager chromium docker-compose slurm-wlm slurmrestd
 
-.PHONY: test demo venv system lint format bench clean
+.PHONY: test demo venv peers-venv system lint format bench clean
 
 ## test: install everything the tests need (Debian packages, venv) and run the suite
-test: system venv
+test: system venv peers-venv
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(PY) -m mypy
@@ -20,6 +20,17 @@ demo: venv
 	$(VENV)/bin/gpu-defrag demo
 
 venv: $(VENV)/.installed
+
+## peers-venv: statsforecast for bench/forecast_peers.py, in an environment of its own (it needs
+## pandas < 3; the product pins pandas 3); the bench smoke test runs it
+peers-venv: .venv-peers/.installed
+
+.venv-peers/.installed: bench/requirements-peers.txt
+	@$(PYTHON) -c 'import ensurepip' 2>/dev/null || $(MAKE) --no-print-directory system SYSTEM_PACKAGES=python3-venv
+	$(PYTHON) -m venv .venv-peers
+	.venv-peers/bin/pip install -q --upgrade pip
+	.venv-peers/bin/pip install -q -r bench/requirements-peers.txt
+	touch $@
 
 # Debian's python3 has no ensurepip (so no venv) until python3-venv is installed.
 $(VENV)/.installed: pyproject.toml constraints.txt
@@ -48,8 +59,8 @@ format: venv
 	$(VENV)/bin/ruff format .
 
 ## bench: every benchmark under bench/ (not part of `make test`)
-bench: venv
-	for b in bench/*.py; do $(PY) $$b || exit 1; done
+bench: venv peers-venv
+	for b in bench/*.py; do [ $$b = bench/peers_worker.py ] || $(PY) $$b || exit 1; done
 
 clean:
-	rm -rf $(VENV) build dist *.egg-info test-output
+	rm -rf $(VENV) .venv-peers build dist *.egg-info test-output

@@ -19,7 +19,10 @@ The product's `RULE` is what this prints for Philly, Helios Earth and Alibaba to
 bench/forecast_robustness.py runs the same procedure on half of the Earth VCs and scores the
 other half's test week.
 
-Usage: python bench/forecast_develop.py [--data philly,earth,alibaba]
+Usage: python bench/forecast_develop.py [--data philly,earth,alibaba] [--philly PATH] [--earth DIR]
+       [--alibaba PATH] [--weeks N] [--quick]
+(`--weeks` keeps the latest N pseudo-test weeks per data set; `--quick` scores two point rules and
+one calibration window: a smoke run, not the procedure)
 """
 
 from __future__ import annotations
@@ -59,6 +62,7 @@ POINT_GRID = tuple(
     for w, m, c in itertools.product((3, 1), (0.0, 0.02, 0.05), ("median", "best"))
 )
 CALIBRATION_DAYS = (7, 14, 28)
+MAX_WEEKS = 0  # 0: every pseudo-test week (`--weeks`)
 
 
 @dataclass(frozen=True)
@@ -89,7 +93,7 @@ def weeks(data: Training) -> list[pd.Timestamp]:
     while start - first >= pd.Timedelta(days=MIN_VAL_DAYS):
         out.append(start)
         start -= pd.Timedelta(days=STEP_DAYS)
-    return out
+    return out[:MAX_WEEKS] if MAX_WEEKS else out
 
 
 def score_rules(data: Training, rules: Sequence[Rule]) -> pd.DataFrame:
@@ -177,18 +181,24 @@ def best_calibration(table: pd.DataFrame) -> tuple[Rule, pd.DataFrame]:
     return best, cover
 
 
-def with_calibrations(rule: Rule) -> list[Rule]:
+def with_calibrations(rule: Rule, days: tuple[int, ...] = CALIBRATION_DAYS) -> list[Rule]:
     """`rule` with each calibration window of the grid."""
-    return [Rule(rule.windows, rule.margin, rule.combine, days) for days in CALIBRATION_DAYS]
+    return [Rule(rule.windows, rule.margin, rule.combine, d) for d in days]
 
 
-def develop(sets: Iterable[Training], show: bool = True) -> Rule:
-    """The procedure of the module docstring on `sets`: the point rule, then its calibration."""
+def develop(
+    sets: Iterable[Training],
+    show: bool = True,
+    grid: Sequence[Rule] = POINT_GRID,
+    days: tuple[int, ...] = CALIBRATION_DAYS,
+) -> Rule:
+    """The procedure of the module docstring on `sets`: the point rule, then its calibration
+    (`grid` and `days`: smaller grids for a smoke run)."""
     sets = list(sets)
-    points = pd.concat([score_rules(d, POINT_GRID) for d in sets], ignore_index=True)
+    points = pd.concat([score_rules(d, grid) for d in sets], ignore_index=True)
     chosen, summary = best_point(points)
     covered = pd.concat(
-        [score_rules(d, with_calibrations(chosen)) for d in sets], ignore_index=True
+        [score_rules(d, with_calibrations(chosen, days)) for d in sets], ignore_index=True
     )
     best, cover = best_calibration(covered)
     if show:
@@ -202,28 +212,38 @@ def develop(sets: Iterable[Training], show: bool = True) -> Rule:
     return best
 
 
-def load(name: str, series: Sequence[str] | None = None) -> Panel:
-    """A data set's hourly panel (only `series`, if given)."""
-    panel = io.hourly(io.load(str(INPUTS[name])), str(INPUTS[name]))
+QUICK_GRID = (Rule(), Rule(windows=1, combine="best"))  # `--quick`: two rules, 7 days
+
+
+def load(name: str, series: Sequence[str] | None = None, path: str | None = None) -> Panel:
+    """A data set's hourly panel (from `path`, default the shared copy; only `series`, if given)."""
+    source = path or str(INPUTS[name])
+    panel = io.hourly(io.load(source), source)
     return panel.select(list(series)) if series else panel
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", default="philly,earth,alibaba")
+    for name in INPUTS:
+        ap.add_argument(f"--{name}", help=f"the {name} input (default: ../shared's)")
+    ap.add_argument("--weeks", type=int, default=0, help="latest pseudo-test weeks (0: all)")
+    ap.add_argument("--quick", action="store_true", help="two point rules, 7 days: a smoke run")
     args = ap.parse_args()
+    global MAX_WEEKS
+    MAX_WEEKS = args.weeks
     print(describe())
     t0 = time.perf_counter()
     sets = []
     for name in args.data.split(","):
-        data = training(name, load(name))
+        data = training(name, load(name, path=getattr(args, name)))
         print(
             f"{name}: training origins {data.forecasts['origin'].min()} … "
             f"{data.forecasts['origin'].max()}, {len(weeks(data))} pseudo-test weeks, "
             f"{len(data.panel.series)} series"
         )
         sets.append(data)
-    rule = develop(sets)
+    rule = develop(sets, grid=QUICK_GRID, days=(7,)) if args.quick else develop(sets)
     print(f"\nchosen: {rule} ({time.perf_counter() - t0:.1f} s)")
 
 

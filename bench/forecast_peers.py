@@ -20,7 +20,7 @@ are over its 8 VCs; its total is printed apart.
 0: everything, as our models see): AutoARIMA's update re-runs its filter over the whole history
 at every origin, which makes it by far the slowest.
 
-Usage: OMP_NUM_THREADS=1 python bench/forecast_peers.py [--data philly,earth,alibaba]
+Usage: OMP_NUM_THREADS=1 python bench/forecast_peers.py [--data philly,earth,alibaba] [--philly PATH]
        [--peers-python .venv-peers/bin/python] [--models Naive,AutoETS,...] [--history 0]
 """
 
@@ -140,6 +140,8 @@ def table(metrics: pd.DataFrame, seconds: dict[str, float]) -> pd.DataFrame:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", default="philly,earth,alibaba")
+    for key in INPUTS:
+        ap.add_argument(f"--{key}", help=f"the {key} input (default: ../shared's)")
     ap.add_argument("--peers-python", default=str(ROOT / ".venv-peers" / "bin" / "python"))
     ap.add_argument("--models", default=",".join(PEERS))
     ap.add_argument("--history", type=int, default=0, help="hours a peer sees (0: all)")
@@ -150,7 +152,8 @@ def main() -> None:
     print(describe(f"history {args.history or 'all'} h"))
     verdicts = []
     for name in args.data.split(","):
-        panel = io.hourly(io.load(str(INPUTS[name])), str(INPUTS[name]))
+        source = getattr(args, name) or str(INPUTS[name])
+        panel = io.hourly(io.load(source), source)
         origins = rolling.test_window(panel)
         test_start = int(origins[0])
         t0 = time.perf_counter()

@@ -16,11 +16,13 @@ Printed per direction and horizon for the evaluation half: the median and the wo
 the median P90 coverage, out of sample beside in sample. This tests the method (does what it
 learns on some series hold on others?), not a number.
 
-Usage: OMP_NUM_THREADS=1 python bench/forecast_robustness.py
+Usage: OMP_NUM_THREADS=1 python bench/forecast_robustness.py [--earth DIR] [--quick]
+(`--quick`: bench/forecast_develop.py's two-rule grid and one calibration window, a smoke run)
 """
 
 from __future__ import annotations
 
+import argparse
 import sys
 import time
 from pathlib import Path
@@ -88,20 +90,30 @@ def figures(table: pd.DataFrame) -> dict[str, float]:
 
 
 def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--earth", help="a Helios Earth folder of VCs (default: ../shared's)")
+    ap.add_argument("--quick", action="store_true", help="two rules, 7 days: a smoke run")
+    args = ap.parse_args()
     print(describe())
     t0 = time.perf_counter()
-    earth = dev.load("earth")
+    earth = dev.load("earth", path=args.earth)
     a, b = halves(earth.series)
-    grid = [*dev.POINT_GRID]
+    grid = [*(dev.QUICK_GRID if args.quick else dev.POINT_GRID)]
+    days = (7,) if args.quick else dev.CALIBRATION_DAYS
     print(f"half A: {', '.join(a)}; half B: {', '.join(b)}")
     for develop_on, evaluate_on, names in (("A", "B", (a, b)), ("B", "A", (b, a))):
         mine, theirs = names
-        rule = dev.develop([dev.training(f"earth {develop_on}", earth.select(mine))], show=False)
+        rule = dev.develop(
+            [dev.training(f"earth {develop_on}", earth.select(mine))],
+            show=False,
+            grid=grid,
+            days=days,
+        )
         panel = earth.select(theirs)
         # the in-sample choice: the same procedure on the evaluation half's test week
         points = test_scores(panel, grid)
         chosen, _ = dev.best_point(points)
-        calibrated = test_scores(panel, dev.with_calibrations(chosen))
+        calibrated = test_scores(panel, dev.with_calibrations(chosen, days))
         in_sample, _ = dev.best_calibration(calibrated)
         outside = test_scores(panel, [rule])
         inside = calibrated[calibrated["rule"] == in_sample]
