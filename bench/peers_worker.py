@@ -97,6 +97,14 @@ def run_model(
     return points, upper, error
 
 
+def task(args: tuple) -> tuple[int, int, np.ndarray, np.ndarray, str, float]:
+    """One model on one series: (k, j, points, P90s, first error, seconds)."""
+    k, j, name, y, origins, horizons, every, history = args
+    t0 = time.perf_counter()
+    points, upper, error = run_model(name, y, origins, horizons, every, history)
+    return k, j, points, upper, error, time.perf_counter() - t0
+
+
 def main() -> None:
     source, target = sys.argv[1], sys.argv[2]
     data = np.load(source, allow_pickle=False)
@@ -104,21 +112,30 @@ def main() -> None:
     horizons = [int(h) for h in data["horizons"]]
     every = int(data["refit_every"])
     history = int(data["history"]) if "history" in data else 0
+    jobs = int(data["jobs"]) if "jobs" in data else 1
     models = [str(m) for m in data["models"]] if "models" in data else list(MODELS)
     shape = (len(models), values.shape[1], len(origins), len(horizons))
     points, upper = np.full(shape, np.nan), np.full(shape, np.nan)
     seconds = np.zeros(len(models))
     errors = []
-    for k, name in enumerate(models):
-        t0 = time.perf_counter()
-        for j in range(values.shape[1]):
-            points[k, j], upper[k, j], error = run_model(
-                name, ffill(values[:, j]), origins, horizons, every, history
-            )
-            if error:
-                errors.append(f"{name} on series {j}: {error}")
-        seconds[k] = time.perf_counter() - t0
-        print(f"{name}: {seconds[k]:.1f} s", file=sys.stderr, flush=True)
+    make("Naive").fit(np.arange(48.0)).forward(y=np.arange(49.0), h=1, level=[LEVEL])  # load it all
+    tasks = [
+        (k, j, name, ffill(values[:, j]), origins, horizons, every, history)
+        for k, name in enumerate(models)
+        for j in range(values.shape[1])
+    ]
+    if jobs > 1:
+        from multiprocessing import Pool
+
+        with Pool(jobs) as pool:
+            done = pool.map(task, tasks, chunksize=1)
+    else:
+        done = [task(t) for t in tasks]
+    for k, j, p, u, error, spent in done:
+        points[k, j], upper[k, j] = p, u
+        seconds[k] += spent
+        if error:
+            errors.append(f"{models[k]} on series {j}: {error}")
     np.savez(
         target,
         models=np.array(models),
