@@ -185,13 +185,13 @@ def _horizon(panel: Panel, h: int, origins: np.ndarray) -> dict[str, dict[str, A
     out = {}
     for series in panel.series:
         pick = str(pick_of[series])
+        # the pick's scores are the served forecast's own (its conformal interval included),
+        # also where the pick is naive: naive's own interval is another one
+        shown = [(pick, advisor)] + [
+            (name, fc[fc["model"] == name]) for name in (BASELINE, NAIVE) if name != pick
+        ]
         late = {
-            name: g[(g["series"] == series) & (g["origin"] >= select_until)]
-            for name, g in (
-                (pick, advisor),
-                (BASELINE, fc[fc["model"] == BASELINE]),
-                (NAIVE, fc[fc["model"] == NAIVE]),
-            )
+            name: g[(g["series"] == series) & (g["origin"] >= select_until)] for name, g in shown
         }
         wape = {
             name: ratio(M.wape(g["actual"].to_numpy(), g["point"].to_numpy()))
