@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import argparse
 import logging
-import signal
 import sys
 import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from gpu_defrag_common.server_cli import add_server_arguments, configure_logging
+from gpu_defrag_common.shutdown import ShutdownSignals
 from gpu_defrag_common.units import (
     duration,
     duration_at_most,
@@ -25,6 +27,9 @@ from gpu_defrag_common.units import (
     number,
     positive_duration,
 )
+
+if TYPE_CHECKING:
+    from advisor.service.backfill import Backfill
 
 log = logging.getLogger("advisor.service")
 
@@ -229,21 +234,22 @@ def run(args: argparse.Namespace) -> int:
             f"gpu-defrag advise: cannot listen on {args.listen_address}: {error}", file=sys.stderr
         )
         return 2
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
+    signals = ShutdownSignals().install()
     server.start()
     span = args.history_backfill
-    past = backfill(
-        args.source,
-        ingest,
-        default_span_s(args.source) if span is None else span,
-        timeout=args.source_timeout,
-        cancelled=stop.is_set,
+    past = _backfill_unless_stopped(
+        signals,
+        lambda: backfill(
+            args.source,
+            ingest,
+            default_span_s(args.source) if span is None else span,
+            timeout=args.source_timeout,
+            cancelled=signals.is_set,
+        ),
     )
     if past is not None:
         log.info("%s", past.summary())
-    if stop.is_set():  # SIGTERM or Ctrl-C during the backfill: no run starts
+    if signals.is_set():  # SIGTERM or Ctrl-C during the backfill: no run starts
         server.close()
         return 0
     if past is not None:
@@ -260,7 +266,34 @@ def run(args: argparse.Namespace) -> int:
         args.interval,
         server.url(""),
     )
-    stop.wait()
+    signals.wait()
     server.close()
     loop.stop()
     return 0
+
+
+def _backfill_unless_stopped(
+    signals: ShutdownSignals, read: Callable[[], Backfill | None]
+) -> Backfill | None:
+    """Run the backfill in a thread while the main thread waits for a signal: a read of the
+    source blocked in a socket would otherwise hold off the signal's handler until it returns.
+    After a signal the backfill (which asks `signals.is_set` between instants) gets a second to
+    stop and return what it read; one still blocked then is left to end with the process."""
+    outcome: list = []
+
+    def work() -> None:
+        try:
+            outcome.append(read())
+        except BaseException as error:  # re-raised in the main thread, as before the thread
+            outcome.append(error)
+        finally:
+            signals.wake()
+
+    thread = threading.Thread(target=work, name="backfill", daemon=True)
+    thread.start()
+    while not outcome and not signals.wait(or_woken=True):
+        pass  # (`outcome`, not `is_alive`: the thread lives on for a moment after its wake-up)
+    thread.join(timeout=1.0)
+    if outcome and isinstance(outcome[0], BaseException):
+        raise outcome[0]
+    return outcome[0] if outcome else None

@@ -433,10 +433,12 @@ class AdvisorLoop:
         self._thread.start()
         return self
 
-    def stop(self) -> None:
+    def stop(self, wait_s: float = 2.0) -> None:
+        """Stop running; a run still in progress after `wait_s` (a long plan) is not waited
+        for: it holds nothing that outlives the process, and SIGTERM must end it in seconds."""
         self._stop.set()
         if self._thread is not None:
-            self._thread.join(timeout=30)
+            self._thread.join(timeout=wait_s)
 
 
 def describe(state: RunState) -> dict[str, Any]:
