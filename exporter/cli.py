@@ -10,7 +10,7 @@ import sys
 
 from exporter.backends.registry import BACKENDS, backend_class
 from exporter.node_gauges import IdlePolicy
-from gpu_defrag_common.server_cli import add_server_arguments, configure_logging
+from gpu_defrag_common.server_cli import add_server_arguments, configure_logging, server_limits
 from gpu_defrag_common.shutdown import ShutdownSignals
 from gpu_defrag_common.units import duration, number, positive_duration, size
 from gpu_defrag_common.webconfig import WebConfigError, load_web_config
@@ -118,7 +118,7 @@ def run(args: argparse.Namespace) -> int:
         extra_error_sources=attribution_sources,
     )
     try:
-        server = ExporterServer(args.listen_address, loop, web)
+        server = ExporterServer(args.listen_address, loop, web, limits=server_limits(args))
     except (OSError, ValueError) as error:
         print(
             f"gpu-defrag exporter: cannot listen on {args.listen_address}: {error}", file=sys.stderr

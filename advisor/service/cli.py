@@ -17,7 +17,7 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from gpu_defrag_common.server_cli import add_server_arguments, configure_logging
+from gpu_defrag_common.server_cli import add_server_arguments, configure_logging, server_limits
 from gpu_defrag_common.shutdown import ShutdownSignals
 from gpu_defrag_common.units import (
     duration,
@@ -227,7 +227,12 @@ def run(args: argparse.Namespace) -> int:
     loop = AdvisorLoop(args.source, ingest, config, History(max_points=args.history_points))
     try:
         server = ExporterServer(
-            args.listen_address, loop, web, "gpu-defrag advisor", Api(loop.state).routes()
+            args.listen_address,
+            loop,
+            web,
+            "gpu-defrag advisor",
+            Api(loop.state).routes(),
+            limits=server_limits(args),
         )
     except (OSError, ValueError) as error:
         print(
