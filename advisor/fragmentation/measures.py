@@ -239,10 +239,11 @@ def largest_free_nvlink_group(model: ClusterModel) -> np.ndarray:
     island = np.where(
         gpus.nvlink_island == UNKNOWN_ISLAND, -1 - gpus.index.astype(np.int64), gpus.nvlink_island
     )
-    keys = gpus.node[free].astype(np.int64) * 4096 + (island[free] + 2048)
+    # one int64 per (node, island): an island (or -1 - index) is an int32, so 2^32 apart
+    keys = (gpus.node[free].astype(np.int64) << 32) + (island[free] + 2**31)
     unique, counts = np.unique(keys, return_counts=True)
     out = np.zeros(len(model.nodes), dtype=np.int64)
-    np.maximum.at(out, unique // 4096, counts)
+    np.maximum.at(out, unique >> 32, counts)
     return out
 
 
