@@ -224,7 +224,17 @@ def run(args: argparse.Namespace) -> int:
         **({} if args.idle_risk is None else {"idle_risk": args.idle_risk}),
         **({} if args.max_tenants is None else {"max_tenants": args.max_tenants}),
     )
-    loop = AdvisorLoop(args.source, ingest, config, History(max_points=args.history_points))
+    span = args.history_backfill
+    span = default_span_s(args.source) if span is None else span
+
+    def read_past() -> list:
+        """The source's past again, for a history that starts anew (its clock went back)."""
+        past = backfill(args.source, ingest, span, timeout=args.source_timeout)
+        return past.models if past is not None else []
+
+    loop = AdvisorLoop(
+        args.source, ingest, config, History(max_points=args.history_points), past=read_past
+    )
     try:
         server = ExporterServer(
             args.listen_address,
@@ -241,15 +251,10 @@ def run(args: argparse.Namespace) -> int:
         return 2
     signals = ShutdownSignals().install()
     server.start()
-    span = args.history_backfill
     past = _backfill_unless_stopped(
         signals,
         lambda: backfill(
-            args.source,
-            ingest,
-            default_span_s(args.source) if span is None else span,
-            timeout=args.source_timeout,
-            cancelled=signals.is_set,
+            args.source, ingest, span, timeout=args.source_timeout, cancelled=signals.is_set
         ),
     )
     if past is not None:
@@ -259,7 +264,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if past is not None:
         loop.seed_history(past.models)
-    elif span:
+    elif args.history_backfill:
         log.info(
             "--history.backfill: %s has no past to read; the history starts now",
             args.source,  # the logger's RedactingFilter hides its credentials
