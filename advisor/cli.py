@@ -27,6 +27,7 @@ import sys
 from typing import Any, NoReturn, TextIO
 
 from advisor.logs import redact_last_resort
+from gpu_defrag_common import __version__
 from gpu_defrag_common.units import DefaultsFormatter
 
 SUBCOMMAND_MODULES: tuple[str, ...] = (
@@ -53,6 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="gpu-defrag",
         description="GPU observability and defragmentation advisor.",
     )
+    parser.add_argument("--version", action="version", version=f"gpu-defrag {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for module_name in SUBCOMMAND_MODULES:
         importlib.import_module(module_name).register(subparsers)
@@ -66,6 +68,22 @@ def _with_defaults(formatter: type[argparse.HelpFormatter]) -> type[argparse.Hel
     if issubclass(formatter, DefaultsFormatter):
         return formatter
     return type(f"Defaults{formatter.__name__}", (DefaultsFormatter, formatter), {})
+
+
+def parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
+    """`parse_args`, but a flag the subcommand does not know is that subcommand's error
+    (`gpu-defrag replay: error: unrecognized arguments: --sed 1 (see gpu-defrag replay --help)`),
+    not the top level's, whose --help lists no subcommand's flags."""
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        command = _subcommands(parser)[args.command]
+        command.error(f"unrecognized arguments: {' '.join(extra)}")
+    return args
+
+
+def _subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    (action,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    return action.choices
 
 
 SIGPIPE_EXIT = 141  # 128 + SIGPIPE: a command stopped part way by a reader that went away
@@ -151,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
     stop: SystemExit | None = None
     try:
         try:
-            args = parser.parse_args(argv)
+            args = parse(parser, argv)
             name = f"gpu-defrag {args.command}"
             code = int(args.func(args) or 0)
         except SystemExit as exiting:  # --help, a usage error: after what argparse printed

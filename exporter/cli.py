@@ -6,10 +6,10 @@ import argparse
 import logging
 import os
 import socket
-import sys
 
 from exporter.backends.registry import BACKENDS, backend_class
 from exporter.node_gauges import IdlePolicy
+from gpu_defrag_common.messages import say_error
 from gpu_defrag_common.server_cli import add_server_arguments, configure_logging, server_limits
 from gpu_defrag_common.shutdown import ShutdownSignals
 from gpu_defrag_common.units import duration, number, positive_duration, size
@@ -101,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
         web = load_web_config(args.web_config_file or None)
         backend = backend_class(args.backend).from_args(args)
     except (WebConfigError, ValueError) as error:
-        print(f"gpu-defrag exporter: {error}", file=sys.stderr)
+        say_error("exporter", str(error))
         return 2
     attribution_sources = _attach_attribution(backend, args)
     loop = CollectorLoop(
@@ -120,9 +120,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         server = ExporterServer(args.listen_address, loop, web, limits=server_limits(args))
     except (OSError, ValueError) as error:
-        print(
-            f"gpu-defrag exporter: cannot listen on {args.listen_address}: {error}", file=sys.stderr
-        )
+        say_error("exporter", f"cannot listen on {args.listen_address}: {error}")
         return 2
     signals = ShutdownSignals().install()
     loop.start()

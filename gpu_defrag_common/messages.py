@@ -13,3 +13,17 @@ def one_line(error: BaseException, *, typed: bool = False) -> str:
     if typed and text:
         return f"{name}: {text}"
     return text or name
+
+
+def error_line(command: str, message: str) -> str:
+    """`gpu-defrag COMMAND: error: MESSAGE`, the wording of every command's failure (argparse's
+    own usage errors read the same); `command` "" for the top level."""
+    who = f"gpu-defrag {command}" if command else "gpu-defrag"
+    return f"{who}: error: {message}"
+
+
+def say_error(command: str, message: str) -> None:
+    """`error_line` on standard error."""
+    import sys
+
+    print(error_line(command, message), file=sys.stderr)

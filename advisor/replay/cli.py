@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -11,6 +10,8 @@ import numpy as np
 from advisor.ingest.openb import OpenbFormatError, read_nodes, read_pods
 from advisor.placement import ALL_POLICIES
 from gpu_defrag_common.files import check_directory_target, staged_directory
+from gpu_defrag_common.messages import say_error
+from gpu_defrag_common.progress import Progress, add_quiet_flag
 from gpu_defrag_common.units import number
 
 # Bounds a study never needs to pass, so a typo is refused at its flag instead of running for
@@ -120,6 +121,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "(default 2)",
     )
     p.add_argument("--out", required=True, type=_out_folder, help="output directory")
+    add_quiet_flag(p)
     p.set_defaults(func=run)
 
 
@@ -139,7 +141,7 @@ def _out_folder(text: str) -> Path:
 
 def _fail(message: str, status: int = 2) -> int:
     """One line; exit 2 for bad input or flags, 1 for results that could not be written."""
-    print(f"gpu-defrag replay: {message}", file=sys.stderr)
+    say_error("replay", message)
     return status
 
 
@@ -176,7 +178,10 @@ def run(args: argparse.Namespace) -> int:
         for policy in args.policies
         for seed in args.seeds
     ]
-    summaries, curves = run_tasks(tasks, processes=min(args.jobs, len(tasks)))
+    with Progress("replay", "replays", len(tasks), quiet=args.quiet) as progress:
+        summaries, curves = run_tasks(
+            tasks, processes=min(args.jobs, len(tasks)), done=progress.advance
+        )
     bound = None
     if args.ratio >= 1.0:  # the 100 % bin exists: what no placement or migration can beat there
         from advisor.replay.floor import packing_floor_pct

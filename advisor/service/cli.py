@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import argparse
 import logging
-import sys
+import math
 import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from gpu_defrag_common.messages import say_error
+from gpu_defrag_common.progress import Progress, add_quiet_flag
 from gpu_defrag_common.server_cli import add_server_arguments, configure_logging, server_limits
 from gpu_defrag_common.shutdown import ShutdownSignals
 from gpu_defrag_common.units import (
@@ -185,6 +187,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(  # the flag's earlier name, before Prometheus sources had a backfill
         "--sim.backfill", dest="history_backfill", type=backfill_span, help=argparse.SUPPRESS
     )
+    add_quiet_flag(parser)
     parser.set_defaults(func=run)
 
 
@@ -209,7 +212,7 @@ def run(args: argparse.Namespace) -> int:
         if args.history_points < 1:
             raise ValueError("--history.max-points must be at least 1")
     except (WebConfigError, PolicyError, SourceError, ValueError, OSError) as error:
-        print(f"gpu-defrag advise: {redact(str(error))}", file=sys.stderr)
+        say_error("advise", redact(str(error)))
         return 2
     settings = measures.Settings(shapes=args.shapes) if args.shapes else measures.Settings()
     config = Config(
@@ -245,18 +248,24 @@ def run(args: argparse.Namespace) -> int:
             limits=server_limits(args),
         )
     except (OSError, ValueError) as error:
-        print(
-            f"gpu-defrag advise: cannot listen on {args.listen_address}: {error}", file=sys.stderr
-        )
+        say_error("advise", f"cannot listen on {args.listen_address}: {error}")
         return 2
     signals = ShutdownSignals().install()
     server.start()
-    past = _backfill_unless_stopped(
-        signals,
-        lambda: backfill(
-            args.source, ingest, span, timeout=args.source_timeout, cancelled=signals.is_set
-        ),
-    )
+    steps = math.ceil(span / 3600.0) if span > 0 else None  # one instant an hour
+    with Progress("advise", "backfill: past hours", steps, quiet=args.quiet) as progress:
+        progress.done("")  # the log line below says what was read, and how long it took
+
+        def stop_asked() -> bool:  # asked once per instant read: the bar's steps
+            progress.advance()
+            return signals.is_set()
+
+        past = _backfill_unless_stopped(
+            signals,
+            lambda: backfill(
+                args.source, ingest, span, timeout=args.source_timeout, cancelled=stop_asked
+            ),
+        )
     if past is not None:
         log.info("%s", past.summary())
     if signals.is_set():  # SIGTERM or Ctrl-C during the backfill: no run starts
