@@ -7,7 +7,7 @@ Standard output is handled here for every command (`main`), its `--help` include
 command prints is flushed before `main` returns, and a write to it that fails is one line and
 exit 1 (`> /dev/full`, a full disk, an I/O error) instead of a traceback. A closed standard
 output (`>&-`, where Python has no `sys.stdout` and `print` would drop everything) is such a
-write: `gpu-defrag COMMAND: cannot write to standard output: standard output is closed`, exit 1,
+write: `gpu-defrag COMMAND: error: cannot write to standard output: standard output is closed`, exit 1,
 for a command that writes there; one that never does (a server: `exporter`, `advise`) runs as
 usual, so nothing is refused up front. A reader that stopped reading (`| head`) is no error and
 prints nothing: the exit status is the command's own when it had finished and only its output
@@ -187,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
         if not isinstance(error, BrokenPipeError):
             if sys.stderr is not None:  # else print would fall back to the stdout that failed
                 print(
-                    f"{name}: cannot write to standard output: {error.strerror or error}",
+                    f"{name}: error: cannot write to standard output: {error.strerror or error}",
                     file=sys.stderr,
                 )
             return 1

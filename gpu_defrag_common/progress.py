@@ -67,7 +67,13 @@ class Progress:
                     rich.TimeRemainingColumn(),
                 ]
             )
-            self._bar = rich.Progress(*columns, console=Console(file=self.stream), transient=True)
+            self._bar = rich.Progress(
+                *columns,
+                console=Console(file=self.stream),
+                transient=True,
+                redirect_stdout=False,  # results stay on standard output, whatever it is
+                redirect_stderr=False,
+            )
             self._bar.start()
             self._task = self._bar.add_task(
                 f"gpu-defrag {self.command}: {self.unit}", total=self.total
@@ -106,7 +112,8 @@ class Progress:
         what = self.summary
         if what is None:
             count = self.completed if self.total is None else self.total
-            what = f"{count} {self.unit}"
+            unit = self.unit[:-1] if count == 1 and self.unit.endswith("s") else self.unit
+            what = f"{count} {unit}"
         with contextlib.suppress(OSError, ValueError):  # standard error gone: nothing to tell
             print(f"gpu-defrag {self.command}: {what} in {self.elapsed_s:.1f} s", file=self.stream)
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -488,10 +489,11 @@ def run(args: argparse.Namespace) -> int:
         )
         found = "a plan" if plan.feasible else "no plan"
         progress.done(f"{found} for {goal.text} ({args.solver} solver, {nodes} nodes)")
-    if args.json:
-        print(json.dumps(plan.to_dict(), indent=2, default=_jsonable))
-    else:
-        print(render_table(plan))
+        if args.json:
+            print(json.dumps(plan.to_dict(), indent=2, default=_jsonable))
+        else:
+            print(render_table(plan))
+        sys.stdout.flush()  # a full disk fails here, before the closing line
     return 0 if plan.feasible else 1
 
 

@@ -182,36 +182,40 @@ def run(args: argparse.Namespace) -> int:
         summaries, curves = run_tasks(
             tasks, processes=min(args.jobs, len(tasks)), done=progress.advance
         )
-    bound = None
-    if args.ratio >= 1.0:  # the 100 % bin exists: what no placement or migration can beat there
-        from advisor.replay.floor import packing_floor_pct
+        bound = None
+        if args.ratio >= 1.0:  # the 100 % bin exists: what no placement or migration can beat there
+            from advisor.replay.floor import packing_floor_pct
 
-        bound = float(
-            np.mean(
-                [packing_floor_pct(pods, nodes.total_gpus, s, ratio=args.ratio) for s in args.seeds]
-            )
-        )
-    try:
-        with staged_directory(args.out, writer="replay") as stage:  # all its files or none
-            write_csv(stage / "curve.csv", CURVE_COLUMNS, curves)
-            write_csv(stage / "summary.csv", SUMMARY_COLUMNS, summaries)
-            plot(curves, stage / "replay.png", title=f"{args.pods.name} on {args.nodes.name}")
-            if budgeted:
-                plot_budget(
-                    summaries,
-                    stage / BUDGET_FILE,
-                    title=f"{args.pods.name}: migrations",
-                    bound=bound,
+            bound = float(
+                np.mean(
+                    [
+                        packing_floor_pct(pods, nodes.total_gpus, s, ratio=args.ratio)
+                        for s in args.seeds
+                    ]
                 )
-    except OSError as exc:  # staged: the previous run's files stay whole
-        return _fail(f"cannot write {args.out}: {exc.strerror or exc}", status=1)
-    for row in summaries:
-        print(
-            f"{row['policy']:>16} seed {row['seed']}: unallocated {row['unalloc_100']:.2f}% "
-            f"at 100%, {row['unalloc_130']:.2f}% at {100 * args.ratio:.0f}%"
-            + (f", {row['migrated_pods']} pods moved" if row["migration_budget"] else "")
-        )
-    if bound is not None:
-        print(f"packing bound at 100%: no placement, with any moves, below {bound:.2f}% (mean)")
-    print(f"wrote {', '.join(str(args.out / name) for name in files)}")
-    return 0
+            )
+        try:
+            with staged_directory(args.out, writer="replay") as stage:  # all its files or none
+                write_csv(stage / "curve.csv", CURVE_COLUMNS, curves)
+                write_csv(stage / "summary.csv", SUMMARY_COLUMNS, summaries)
+                plot(curves, stage / "replay.png", title=f"{args.pods.name} on {args.nodes.name}")
+                if budgeted:
+                    plot_budget(
+                        summaries,
+                        stage / BUDGET_FILE,
+                        title=f"{args.pods.name}: migrations",
+                        bound=bound,
+                    )
+        except OSError as exc:  # staged: the previous run's files stay whole
+            progress.done("")  # the error line says what happened
+            return _fail(f"cannot write {args.out}: {exc.strerror or exc}", status=1)
+        for row in summaries:
+            print(
+                f"{row['policy']:>16} seed {row['seed']}: unallocated {row['unalloc_100']:.2f}% "
+                f"at 100%, {row['unalloc_130']:.2f}% at {100 * args.ratio:.0f}%"
+                + (f", {row['migrated_pods']} pods moved" if row["migration_budget"] else "")
+            )
+        if bound is not None:
+            print(f"packing bound at 100%: no placement, with any moves, below {bound:.2f}% (mean)")
+        print(f"wrote {', '.join(str(args.out / name) for name in files)}")
+        return 0

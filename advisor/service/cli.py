@@ -35,6 +35,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("advisor.service")
 
+BACKFILL_STOP_S = 2.5  # what a backfill gets to stop after SIGTERM (then it is left behind)
+
 DEFAULT_LISTEN = ":9836"
 
 
@@ -296,8 +298,9 @@ def _backfill_unless_stopped(
 ) -> Backfill | None:
     """Run the backfill in a thread while the main thread waits for a signal: a read of the
     source blocked in a socket would otherwise hold off the signal's handler until it returns.
-    After a signal the backfill (which asks `signals.is_set` between instants) gets a second to
-    stop and return what it read; one still blocked then is left to end with the process."""
+    After a signal the backfill (which asks `signals.is_set` between instants, a simulated
+    hour of 1,000 nodes apart) gets `BACKFILL_STOP_S` to stop and return what it read; one
+    still blocked then is left to end with the process."""
     outcome: list = []
 
     def work() -> None:
@@ -312,7 +315,7 @@ def _backfill_unless_stopped(
     thread.start()
     while not outcome and not signals.wait(or_woken=True):
         pass  # (`outcome`, not `is_alive`: the thread lives on for a moment after its wake-up)
-    thread.join(timeout=1.0)
+    thread.join(timeout=BACKFILL_STOP_S)
     if outcome and isinstance(outcome[0], BaseException):
         raise outcome[0]
     return outcome[0] if outcome else None
