@@ -58,6 +58,18 @@ def build_parser() -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for module_name in SUBCOMMAND_MODULES:
         importlib.import_module(module_name).register(subparsers)
+    completion = subparsers.add_parser(
+        "completion",
+        help="print a shell completion script (bash, zsh or tcsh)",
+        description="Print the completion script of gpu-defrag for SHELL, e.g.\n"
+        "  gpu-defrag completion bash > ~/.local/share/bash-completion/completions/gpu-defrag\n"
+        "  gpu-defrag completion zsh > ~/.zfunc/_gpu-defrag",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    completion.add_argument(
+        "shell", choices=("bash", "zsh", "tcsh"), help="the shell to complete in"
+    )
+    completion.set_defaults(func=lambda args: _print_completion(parser, args.shell))
     for command in subparsers.choices.values():  # every command's help shows its defaults
         command.formatter_class = _with_defaults(command.formatter_class)
     return parser
@@ -68,6 +80,14 @@ def _with_defaults(formatter: type[argparse.HelpFormatter]) -> type[argparse.Hel
     if issubclass(formatter, DefaultsFormatter):
         return formatter
     return type(f"Defaults{formatter.__name__}", (DefaultsFormatter, formatter), {})
+
+
+def _print_completion(parser: argparse.ArgumentParser, shell: str) -> int:
+    """shtab's script for `shell`, from this very parser: every subcommand and flag."""
+    import shtab
+
+    print(shtab.complete(parser, shell=shell))
+    return 0
 
 
 def parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:

@@ -143,3 +143,14 @@ def test_errors_read_gpu_defrag_command_error(args, line):
     assert result.returncode == 2
     assert result.stderr.startswith(line), result.stderr
     assert result.stderr.count("\n") == 1
+
+
+@pytest.mark.parametrize("shell", ["bash", "zsh"])
+def test_the_completion_script_names_every_subcommand_and_their_flags(shell):
+    result = in_a_pipe(["completion", shell])
+    assert result.returncode == 0, result.stderr
+    for word in ("replay", "backtest", "advise", "--web.max-connections", "--quiet", "--goal"):
+        assert word in result.stdout
+    if shell == "bash":  # the script bash will source parses
+        check = subprocess.run(["bash", "-n"], input=result.stdout, text=True, timeout=30)
+        assert check.returncode == 0
