@@ -15,11 +15,13 @@ most its `memory_total_bytes` where both are known (more in use than the GPU hol
 negative free memory); JSON Schema cannot compare two fields, so only the loader checks it.
 The usage history is not: its points are float32 (a full GPU's may round above the total). A
 key given twice in one object is refused by its path too: Python's json would keep the last one
-without a word.
+without a word; so is a key the version does not define, at every level (`nodes[3].gpus[2].rak:
+unknown key (did you mean 'rack'?); ...`), as the JSON Schema's `additionalProperties: false`.
 """
 
 from __future__ import annotations
 
+import difflib
 import json
 import math
 from pathlib import Path
@@ -32,9 +34,46 @@ from gpu_defrag_common.files import write_text_atomic
 
 SCHEMA = "gpu-defrag.snapshot"
 VERSION = 1
-# docs/snapshot.md, "Top level": a new field means a new version, so any other key is a typo
-# whose content would otherwise be lost without a word.
+# docs/snapshot.md: a new field means a new version, so any other key, at any level, is a typo
+# whose content would otherwise be lost without a word (a misspelt `"migratible": false` would
+# leave a protected job movable). The keys each object may hold, as the JSON Schema lists them.
 TOP_LEVEL = ("schema", "version", "timestamp", "source", "nodes", "allocations", "usage")
+NODE_KEYS = ("name", "pool", "rack", "gpu_model", "cpu_milli", "memory_mib", "schedulable", "gpus")
+GPU_KEYS = (
+    "index",
+    "uuid",
+    "memory_total_bytes",
+    "healthy",
+    "lost",
+    "nvlink_island",
+    "mig_enabled",
+    "carved_milli",
+    "utilization_ratio",
+    "memory_used_bytes",
+    "power_watts",
+)
+ALLOCATION_KEYS = (
+    "id",
+    "job",
+    "tenant",
+    "priority",
+    "num_gpu",
+    "gpu_milli",
+    "cpu_milli",
+    "memory_mib",
+    "gpu_spec",
+    "node",
+    "gpus",
+    "gpu_milli_each",
+    "start_time",
+    "creation_time",
+    "deletion_time",
+    "scheduled_time",
+    "migratable",
+    "restart_cost_s",
+    "qos",
+)
+USAGE_KEYS = ("times", "utilization_ratio", "memory_used_bytes")
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1  # the model's integer columns are int32
 # Largest magnitude of a number field: up to it a float64 holds every whole number exactly, and
 # an int64 (placement's CPU and memory columns) or a float32 (usage matrices) holds it too.
@@ -192,6 +231,14 @@ class _Fields:
                 self._where(doc.repeated), "key given twice in one object (only one may stay)"
             )
 
+    def only(self, keys: tuple[str, ...], what: str) -> _Fields:
+        """Refuse the first key that is not one of `keys` (`what` names the object), by its
+        path: `nodes[3].gpus[2].migratible: unknown key (did you mean "mig_enabled"?; ...)`."""
+        for key in self.doc:
+            if key not in keys:
+                raise SnapshotError(self._where(str(key)), unknown_key(str(key), keys, what))
+        return self
+
     def _where(self, key: str) -> str:
         return f"{self.path}.{key}" if self.path else key
 
@@ -267,6 +314,14 @@ class _Fields:
         if not isinstance(value, list):
             raise SnapshotError(self._where(key), f"expected an array, got {_show(value)}")
         return value
+
+
+def unknown_key(key: str, keys: tuple[str, ...], what: str) -> str:
+    """The problem text for a key `what` does not have: the closest known key when one is
+    close (a typo), then every key it has."""
+    close = difflib.get_close_matches(key, keys, n=1, cutoff=0.75)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    return f"unknown key{hint}; {what} has {', '.join(keys)}"
 
 
 def _is_number(value: Any) -> bool:
@@ -347,7 +402,7 @@ def repeated_key(doc: Any) -> str | None:
 def _usage(doc: Any, gpu_count: int) -> tuple[list[float], np.ndarray, np.ndarray] | None:
     if doc is None:
         return None
-    fields = _Fields(doc, "usage")
+    fields = _Fields(doc, "usage").only(USAGE_KEYS, "usage")
     times = fields.array("times")
     for t, value in enumerate(times):
         if not _is_number(value):
@@ -403,15 +458,11 @@ def from_dict(doc: Any) -> ClusterModel:
         raise SnapshotError(
             "version", f"snapshot version {version} is not readable here (reads 1..{VERSION})"
         )
-    unknown = [key for key in doc if key not in TOP_LEVEL]
-    if unknown:
-        raise SnapshotError(
-            str(unknown[0]), f"unknown field (a snapshot has {', '.join(TOP_LEVEL)})"
-        )
+    top.only(TOP_LEVEL, "a snapshot")  # after the version: a newer file says so first
     builder = ModelBuilder()
     gpu_count = 0
     for i, raw in enumerate(top.array("nodes", required=True)):
-        node = _Fields(raw, f"nodes[{i}]")
+        node = _Fields(raw, f"nodes[{i}]").only(NODE_KEYS, "a node")
         name = node.string("name", required=True)
         if not name:
             raise SnapshotError(f"{node.path}.name", "must not be empty")
@@ -428,7 +479,7 @@ def from_dict(doc: Any) -> ClusterModel:
             ),
         )
         for j, raw_gpu in enumerate(node.array("gpus")):
-            gpu = _Fields(raw_gpu, f"nodes[{i}].gpus[{j}]")
+            gpu = _Fields(raw_gpu, f"nodes[{i}].gpus[{j}]").only(GPU_KEYS, "a gpu")
             island = gpu.optional_integer("nvlink_island", minimum=0)  # null is unknown
             _wrap(
                 gpu.path,
@@ -456,7 +507,7 @@ def from_dict(doc: Any) -> ClusterModel:
                 )
             gpu_count += 1
     for i, raw in enumerate(top.array("allocations")):
-        alloc = _Fields(raw, f"allocations[{i}]")
+        alloc = _Fields(raw, f"allocations[{i}]").only(ALLOCATION_KEYS, "an allocation")
         node_name = alloc.doc.get("node")
         if node_name is not None:
             node_name = alloc.string("node")
