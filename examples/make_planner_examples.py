@@ -16,6 +16,9 @@
                         ~3 GB; four more 1-GPU jobs wait. 4.5 GB of each 12 GB job's GPU can
                         never be used by another 12 GB job; packing a small job beside each
                         large one frees four GPUs for the waiting jobs.
+`seed-share-l4.json`      one node of 8 NVIDIA L4 (24 GB, no MIG): four inference tasks hold a
+                        GPU each at a steady 40, 30, 30 and 20 % (the exact steps a share is
+                        sized in; the history is float32, as every snapshot's usage).
 """
 
 from __future__ import annotations
@@ -249,12 +252,53 @@ def seed_share_16gb() -> ClusterModel:
     return b.build(timestamp=T0, source="examples/seed-share-16gb", usage=_history(level, memory))
 
 
+# (task, steady utilization, memory GiB) on GPUs 0..3 of one node of L4s: levels on the 0.05
+# steps the share sizing rounds to, so a float32 history must not push them a step up.
+L4 = "NVIDIA L4"
+L4_TASKS: list[tuple[str, float, float]] = [
+    ("infer-a", 0.40, 3.0),
+    ("infer-b", 0.30, 3.0),
+    ("infer-c", 0.30, 2.0),
+    ("infer-d", 0.20, 2.0),
+]
+
+
+def seed_share_l4() -> ClusterModel:
+    b = ModelBuilder()
+    name = "l4-node-01"
+    b.add_node(name, pool="l4", rack="rack-01", gpu_model=L4)
+    for i in range(8):
+        b.add_gpu(name, i, memory_total_bytes=24 * GIB, nvlink_island=None)
+    level = np.zeros(8)
+    memory = np.zeros(8)
+    for i, (task, util, gib) in enumerate(L4_TASKS):
+        b.add_allocation(
+            task,
+            num_gpu=1,
+            node=name,
+            gpus=[i],
+            tenant="serving",
+            priority=10,
+            start_time=T0 - 6 * 3600.0,
+            restart_cost_s=60.0,
+        )
+        level[i], memory[i] = util, gib * GIB
+    times = [T0 - STEP * (SAMPLES - 1 - t) for t in range(SAMPLES)]
+    usage = (
+        times,
+        np.tile(level, (SAMPLES, 1)).astype(np.float32),
+        np.tile(memory, (SAMPLES, 1)).astype(np.float32),
+    )
+    return b.build(timestamp=T0, source="examples/seed-share-l4", usage=usage)
+
+
 def main() -> None:
     snapshot.save(seed_quota_borrow(), ROOT / "seed-quota-borrow.json")
     (ROOT / "policy-borrow.yaml").write_text(BORROW_POLICY)
     (ROOT / "policy-quotas.yaml").write_text(QUOTA_ONLY_POLICY)
     snapshot.save(seed_mixed_fleet(), ROOT / "seed-mixed-fleet.json")
     snapshot.save(seed_share_16gb(), ROOT / "seed-share-16gb.json")
+    snapshot.save(seed_share_l4(), ROOT / "seed-share-l4.json")
     print(f"wrote planner seed snapshots to {ROOT}")
 
 

@@ -281,3 +281,31 @@ def test_every_share_plan_passes_the_check(m, policy) -> None:
             assert after.gpu_free_milli[row] == 0
             anchor = plan.actions[switch["step"] - 1]
             assert anchor.alloc == switch["allocs"][0] and anchor.reason.startswith("switch")
+
+
+L4_SEED = SEED.with_name("seed-share-l4.json")
+
+
+def test_share_sizes_on_the_step_stay_on_it_from_a_float32_history() -> None:
+    """The L4 seed's tasks run at a steady 40, 30, 30 and 20 %, held in the snapshot's float32
+    history (0.4 is 0.4000000059604645 there): each is sized exactly on its step, guaranteed
+    0.4 / limit 0.5 (1.25 x 0.4), 0.3 / 0.4 (1.25 x 0.3 = 0.375, up to 0.4), 0.2 / 0.25, not a
+    step above (it was 0.45 / 0.55 and 0.35)."""
+    model = snapshot.load(L4_SEED)
+    assert model.usage.utilization_ratio.dtype == np.float32
+    assert float(model.usage.utilization_ratio[0, 0]) != 0.4  # the float32 on its own
+    sizes = {
+        r["alloc"]: (r["util_p95"], r["guaranteed"], r["limit"], r["milli"])
+        for r in rightsize(model)
+    }
+    assert sizes == {
+        "infer-a": (0.4, 0.4, 0.5, 400),
+        "infer-b": (0.3, 0.3, 0.4, 300),
+        "infer-c": (0.3, 0.3, 0.4, 300),
+        "infer-d": (0.2, 0.2, 0.25, 200),
+    }
+    plan = plan_share(model)
+    # 0.4 + 0.3 + 0.3 fill one GPU exactly; a step too far each would have needed two
+    assert plan.extra["shared_gpus"][0]["allocs"] == ["infer-a", "infer-b", "infer-c"]
+    assert plan.extra["shared_gpus"][0]["milli"] == 1000
+    assert plan.extra["gpus_freed"] == 2
