@@ -29,7 +29,14 @@ from typing import IO, Any
 
 import numpy as np
 
-from advisor.model import MILLI, UNKNOWN_ISLAND, ClusterModel, ModelBuilder, ModelError
+from advisor.model import (
+    MILLI,
+    NO_LIMIT,
+    UNKNOWN_ISLAND,
+    ClusterModel,
+    ModelBuilder,
+    ModelError,
+)
 from gpu_defrag_common.files import write_text_atomic
 
 SCHEMA = "gpu-defrag.snapshot"
@@ -59,6 +66,7 @@ ALLOCATION_KEYS = (
     "priority",
     "num_gpu",
     "gpu_milli",
+    "gpu_limit_milli",
     "cpu_milli",
     "memory_mib",
     "gpu_spec",
@@ -156,6 +164,12 @@ def to_dict(model: ClusterModel) -> dict[str, Any]:
             "priority": int(allocs.priority[a]),
             "num_gpu": int(allocs.num_gpu[a]),
             "gpu_milli": int(allocs.gpu_milli[a]),
+            # only where the source gives a limit: the others are held to their guarantee
+            **(
+                {"gpu_limit_milli": int(allocs.gpu_limit_milli[a])}
+                if allocs.gpu_limit_milli[a] != NO_LIMIT
+                else {}
+            ),
             "cpu_milli": _int_or_num(allocs.cpu_milli[a]),
             "memory_mib": _int_or_num(allocs.memory_mib[a]),
             "gpu_spec": allocs.gpu_spec[a],
@@ -296,8 +310,12 @@ class _Fields:
             )
         return value
 
-    def optional_integer(self, key: str, *, minimum: int = INT32_MIN) -> int | None:
-        return None if self._get(key, False) is None else self.integer(key, minimum=minimum)
+    def optional_integer(
+        self, key: str, *, minimum: int = INT32_MIN, maximum: int = INT32_MAX
+    ) -> int | None:
+        if self._get(key, False) is None:
+            return None
+        return self.integer(key, minimum=minimum, maximum=maximum)
 
     def boolean(self, key: str, default: bool) -> bool:
         value = self._get(key, False)
@@ -532,28 +550,38 @@ def from_dict(doc: Any) -> ClusterModel:
                 f"{alloc.path}.gpu_milli",
                 "must be within 1..1000 for a task that holds GPUs, got 0",
             )
+        limit = alloc.optional_integer("gpu_limit_milli", minimum=1, maximum=MILLI)
+        if limit is not None and not max(milli, 1) <= limit <= MILLI:
+            raise SnapshotError(
+                f"{alloc.path}.gpu_limit_milli",
+                f"must be within gpu_milli..1000 ({max(milli, 1)}..{MILLI}: a limit is at "
+                f"least the guaranteed share), got {limit}",
+            )
         _wrap(
             alloc.path,
-            lambda alloc=alloc, node_name=node_name, gpus=gpus, each=each: builder.add_allocation(
-                alloc.string("id", required=True),
-                num_gpu=alloc.integer("num_gpu", minimum=0, maximum=1024),
-                gpu_milli=alloc.integer("gpu_milli", MILLI, minimum=0, maximum=MILLI),
-                node=node_name,
-                gpus=gpus,
-                gpu_milli_each=each,
-                job=alloc.string("job"),
-                tenant=alloc.string("tenant"),
-                priority=alloc.integer("priority", 0),
-                cpu_milli=alloc.number("cpu_milli", minimum=0),
-                memory_mib=alloc.number("memory_mib", minimum=0),
-                gpu_spec=alloc.string("gpu_spec"),
-                start_time=alloc.number("start_time"),
-                creation_time=alloc.number("creation_time"),
-                deletion_time=alloc.number("deletion_time"),
-                scheduled_time=alloc.number("scheduled_time"),
-                migratable=alloc.boolean("migratable", True),
-                restart_cost_s=alloc.number("restart_cost_s", minimum=0),
-                qos=alloc.string("qos"),
+            lambda alloc=alloc, node_name=node_name, gpus=gpus, each=each, limit=limit: (
+                builder.add_allocation(
+                    alloc.string("id", required=True),
+                    num_gpu=alloc.integer("num_gpu", minimum=0, maximum=1024),
+                    gpu_milli=alloc.integer("gpu_milli", MILLI, minimum=0, maximum=MILLI),
+                    node=node_name,
+                    gpus=gpus,
+                    gpu_milli_each=each,
+                    job=alloc.string("job"),
+                    tenant=alloc.string("tenant"),
+                    priority=alloc.integer("priority", 0),
+                    cpu_milli=alloc.number("cpu_milli", minimum=0),
+                    memory_mib=alloc.number("memory_mib", minimum=0),
+                    gpu_spec=alloc.string("gpu_spec"),
+                    start_time=alloc.number("start_time"),
+                    creation_time=alloc.number("creation_time"),
+                    deletion_time=alloc.number("deletion_time"),
+                    scheduled_time=alloc.number("scheduled_time"),
+                    migratable=alloc.boolean("migratable", True),
+                    restart_cost_s=alloc.number("restart_cost_s", minimum=0),
+                    qos=alloc.string("qos"),
+                    gpu_limit_milli=limit,
+                )
             ),
         )
     usage = _usage(doc.get("usage"), gpu_count)

@@ -18,7 +18,10 @@
                         large one frees four GPUs for the waiting jobs.
 `seed-share-l4.json`      one node of 8 NVIDIA L4 (24 GB, no MIG): four inference tasks hold a
                         GPU each at a steady 40, 30, 30 and 20 % (the exact steps a share is
-                        sized in; the history is float32, as every snapshot's usage).
+                        sized in; the history is float32, as every snapshot's usage). Three
+                        notebooks share GPUs Run:ai-style: two at 0.25 guaranteed / 0.8 limit
+                        on GPU 4, idle for the whole history (reclaimed: their GPU is asked
+                        1.6 GPU under contention), one at 0.5 / 1.0 on GPU 5, busy.
 """
 
 from __future__ import annotations
@@ -262,6 +265,12 @@ L4_TASKS: list[tuple[str, float, float]] = [
     ("infer-d", 0.20, 2.0),
 ]
 
+L4_NOTEBOOKS: list[tuple[str, int, int, int]] = [
+    ("notebook-1", 4, 250, 800),
+    ("notebook-2", 4, 250, 800),
+    ("notebook-3", 5, 500, 1000),
+]
+
 
 def seed_share_l4() -> ClusterModel:
     b = ModelBuilder()
@@ -283,6 +292,22 @@ def seed_share_l4() -> ClusterModel:
             restart_cost_s=60.0,
         )
         level[i], memory[i] = util, gib * GIB
+    # (task, GPU, guaranteed milli, limit milli): Run:ai-style fractions with a limit
+    for task, gpu, milli, limit in L4_NOTEBOOKS:
+        b.add_allocation(
+            task,
+            num_gpu=1,
+            gpu_milli=milli,
+            gpu_limit_milli=limit,
+            node=name,
+            gpus=[gpu],
+            tenant="research",
+            priority=5,
+            start_time=T0 - 8 * 3600.0,
+            restart_cost_s=30.0,
+        )
+    level[4], memory[4] = 0.0, 1.5 * GIB  # both notebooks idle, their kernels loaded
+    level[5], memory[5] = 0.6, 6.0 * GIB
     times = [T0 - STEP * (SAMPLES - 1 - t) for t in range(SAMPLES)]
     usage = (
         times,

@@ -31,7 +31,7 @@ from typing import Any
 
 from advisor.fragmentation.measures import Shape, check_models, parse_shape
 from advisor.model import ClusterModel
-from advisor.planner.actions import CostWeights, Plan
+from advisor.planner.actions import CostWeights, GpuSet, Plan
 from advisor.planner.consolidate import GOAL_KINDS, Goal, parse_goal, plan_heuristic
 from advisor.planner.constraints import Policy, PolicyError, load_policy
 from advisor.snapshot import JsonFileError, read_json, repeated_key
@@ -344,12 +344,7 @@ def solve(
 
 
 def _gpus(doc: dict | None) -> str:
-    if not doc:
-        return "-"
-    share = "" if doc["milli"] == 1000 else f"@{doc['milli'] / 1000:g}"
-    if doc.get("mig_profile"):
-        share = f"@MIG {doc['mig_profile']}"
-    return f"{doc['node']}[{','.join(map(str, doc['gpus']))}]{share}"
+    return str(GpuSet.from_dict(doc)) if doc else "-"
 
 
 def _quota(doc: dict, sign: int) -> str:

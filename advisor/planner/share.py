@@ -9,6 +9,10 @@ peak memory over `window_s`) gives the fraction it needs:
 - elsewhere: a guaranteed fraction with a limit, as dynamic GPU fractions do: guaranteed =
   max(p95 utilization, peak memory share + margin), limit = max(1.25 x peak utilization,
   guaranteed), each rounded up to 0.05 (the fraction also caps memory, so it covers both).
+  Bins are packed by the guarantees (what a GPU can promise: at most one GPU); each shared
+  GPU also says what its limits sum to (what it may be asked for when every task bursts at
+  once, `contention_text`), and each share target carries its task's limit
+  (`GpuSet.limit_milli`, the model after the plan holds it as `gpu_limit_milli`).
 
 Tasks of one GPU model (and memory size) are then bin-packed (best-fit decreasing, two
 dimensions: compute and memory, e.g. 0.3 + 0.5 + 0.4 -> two GPUs) preferring a bin on the
@@ -150,8 +154,10 @@ def rightsize(
             milli, size = milli_of(profile), (profile.compute_slices, profile.memory_slices)
             capacity = (profile.compute_total, profile.memory_total)
             offer = f"MIG {profile.name}"
+            limit_milli = None  # an instance is its slices, no more
         else:
             milli = round(guaranteed * MILLI)
+            limit_milli = round(limit * MILLI)
             size, capacity = (milli,), (MILLI,)
             offer = f"{guaranteed:g} GPU guaranteed, {limit:g} limit"
         out.append(
@@ -172,6 +178,7 @@ def rightsize(
                 "guaranteed": guaranteed,
                 "limit": limit,
                 "milli": milli,
+                "limit_milli": limit_milli,
                 "offer": offer,
                 "size": size,
                 "capacity": capacity,
@@ -198,17 +205,22 @@ def _bins_to_actions(
         anchor = rows[members[0]]
         names = [rows[i]["alloc"] for i in members]
         where = f"{anchor['node']}/gpu{anchor['gpu']}"
+        profiles = [rows[i]["mig_profile"] for i in members]
+        mig = all(p is not None for p in profiles)
+        guaranteed = sum(rows[i]["milli"] for i in members)
+        limits = guaranteed if mig else sum(rows[i]["limit_milli"] for i in members)
+        contention = contention_text(guaranteed, limits)
         shared.append(
             {
                 "node": anchor["node"],
                 "gpu": anchor["gpu"],
                 "gpu_model": anchor["gpu_model"],
                 "allocs": names,
-                "milli": sum(rows[i]["milli"] for i in members),
+                "milli": guaranteed,
+                "limit_milli": limits,
+                "meaning": contention,
             }
         )
-        profiles = [rows[i]["mig_profile"] for i in members]
-        mig = all(p is not None for p in profiles)
         switch_step = len(anchors) + 1  # anchors come first, in bin order
         if mig:
             switches.append(
@@ -231,7 +243,7 @@ def _bins_to_actions(
                 f" {r['offer']} is enough"
             )
             if not mig:
-                reason = f"{used}; shares {where} with {others}"
+                reason = f"{used}; shares {where} with {others}: {contention}"
             elif i == members[0]:
                 reason = (
                     f"switch {where} to MIG mode (the GPU must be idle: its one task, "
@@ -255,12 +267,36 @@ def _bins_to_actions(
                     (anchor["gpu"],),
                     r["milli"],
                     r["mig_profile"] if mig else None,
+                    None if mig else r["limit_milli"],
                 ),
                 reason=reason,
                 cost=move_cost(model, r["row"], policy.default_restart_s),
             )
             (anchors if i == members[0] else movers).append(action)
     return anchors + movers, shared, switches
+
+
+def contention_text(guaranteed_milli: int, limit_milli: int) -> str:
+    """What a shared GPU's guarantees and limits mean, in numbers: the guarantees are what
+    it promises (each holder always gets its own), the limits what it may be asked for when
+    every holder bursts at once (above 1 GPU they contend for the room beyond the
+    guarantees)."""
+    promised, asked = guaranteed_milli / MILLI, limit_milli / MILLI
+    text = (
+        f"guarantees sum to {promised:g} GPU (each task always gets its own), limits to "
+        f"{asked:g} GPU"
+    )
+    if guaranteed_milli >= MILLI and limit_milli > guaranteed_milli:
+        return (
+            f"{text}: the guarantees fill the GPU, so a task goes above its own only while "
+            "the others use less than theirs"
+        )
+    if limit_milli > MILLI:
+        return (
+            f"{text}, {asked - 1:g} GPU more than the GPU has: when all burst at once they "
+            f"share the {1 - promised:g} GPU above the guarantees"
+        )
+    return f"{text}: all can burst to their limits at once"
 
 
 def _stranded_after(

@@ -482,6 +482,13 @@ def _plan_schemas() -> dict[str, Any]:
                 "description": "a share target's MIG instance profile (e.g. 1g.10gb); absent "
                 "for a plain GPU share",
             },
+            "limit_milli": {
+                "type": "integer",
+                "minimum": 1,
+                "maximum": 1000,
+                "description": "a plain share target's limit: milli-GPU the task may use when "
+                "the GPU has room (milli is what it is guaranteed); absent: held to milli",
+            },
         },
         required=["node", "gpus", "milli"],
     )

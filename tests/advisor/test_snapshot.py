@@ -340,3 +340,32 @@ def test_the_schema_and_the_loader_know_the_same_keys() -> None:
     for name in ("node", "gpu", "allocation", "usage"):
         assert defs[name]["additionalProperties"] is False, name
     assert schema["additionalProperties"] is False
+
+
+def test_a_fraction_keeps_its_guarantee_and_its_limit_through_a_snapshot(tmp_path) -> None:
+    """Run:ai-style fractions (0.25 guaranteed / 0.8 limit) from the L4 seed: the limit is
+    written, read back and checked against the guarantee by path; a task without one has
+    none written."""
+    model = snapshot.load(EXAMPLES / "seed-share-l4.json")
+    doc = snapshot.to_dict(model)
+    notebook = next(a for a in doc["allocations"] if a["id"] == "notebook-1")
+    assert (notebook["gpu_milli"], notebook["gpu_limit_milli"]) == (250, 800)
+    assert "gpu_limit_milli" not in next(a for a in doc["allocations"] if a["id"] == "infer-a")
+    _, validator = _schema_validator()
+    validator.validate(doc)
+    path = tmp_path / "back.json"
+    snapshot.save(model, path)
+    assert snapshot.to_dict(snapshot.load(path)) == doc
+    index = doc["allocations"].index(notebook)
+    notebook["gpu_limit_milli"] = 200
+    with pytest.raises(SnapshotError) as error:
+        snapshot.from_dict(doc)
+    assert str(error.value) == (
+        f"allocations[{index}].gpu_limit_milli: must be within gpu_milli..1000 (250..1000: a "
+        "limit is at least the guaranteed share), got 200"
+    )
+    notebook["gpu_limit_milli"] = 1001
+    assert not validator.is_valid(doc)
+    with pytest.raises(SnapshotError, match=r"gpu_limit_milli: must be within 1\.\.1000, got 0"):
+        notebook["gpu_limit_milli"] = 0
+        snapshot.from_dict(doc)
