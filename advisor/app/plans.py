@@ -464,6 +464,9 @@ class WhatIf:
     fits_now: int  # jobs of the shape that could start now
     plan: Plan | None  # cheapest checked plan to make room now (None when it fits)
     wait: Plan | None  # reservation: when it fits without moving anything (None when it fits)
+    # per GPU model where a job that fits now spans NVLink islands: the slowdown estimate
+    # (`measures.crossing`, what `analyze` prints too)
+    crossing: tuple[dict[str, Any], ...] = ()
 
 
 def whatif(
@@ -485,7 +488,7 @@ def whatif(
     shape = Shape(num_gpu, tasks=nodes, gpu_spec=gpu_model)
     fits = measures.jobs_that_fit(model, shape)
     if fits > 0:
-        return WhatIf(shape, fits, None, None)
+        return WhatIf(shape, fits, None, None, tuple(measures.crossing(model, shape)))
     size = f"{nodes}x{num_gpu}" if nodes > 1 else str(num_gpu)
     goal = Goal(
         f"job={size}" + (f"@{gpu_model}" if gpu_model else ""), "job", shape=shape, tenant=tenant

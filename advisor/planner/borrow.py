@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from advisor.fragmentation import measures
+from advisor.fragmentation.nvlink import crossing_note
 from advisor.model import ClusterModel
 from advisor.planner.actions import Action, Cost, GpuSet, Plan
 from advisor.planner.check import check_plan
@@ -327,7 +328,8 @@ def _placement(
                     dst=GpuSet(name, tuple(int(model.gpus.index[r]) for r in rows)),
                     priority=request.priority,
                     rack_local=rack_local,
-                    reason=f"start {request.job} on {name} (free now)",
+                    reason=f"start {request.job} on {name} (free now)"
+                    + crossing_note(model, list(rows)),
                     cost=Cost(
                         jobs=(request.job,), tenants=(request.tenant,) if request.tenant else ()
                     ),

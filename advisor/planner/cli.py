@@ -397,7 +397,8 @@ def render_table(plan: Plan) -> str:
     before, after = doc["before"], doc["after"]
     for key in ("free_gpus", "free_nodes", "largest_free_nvlink_group", "fgd_fragment_gpus"):
         if key in before:
-            lines.append(f"{key}: {before[key]} -> {after.get(key)}")
+            was, now = (("unknown" if v is None else v) for v in (before[key], after.get(key)))
+            lines.append(f"{key}: {was} -> {now}")
     if doc.get("benefit"):
         benefit = doc["benefit"]
         lines.append(f"newly schedulable shapes: {', '.join(benefit['newly_schedulable']) or '-'}")

@@ -28,7 +28,8 @@ Stable API:
   (None when the file has no `borrowing` section). Quota nobody holds (usable GPUs beyond the
   sum of quotas) is the pseudo-tenant `UNASSIGNED`, which lends like any tenant.
 - Rule helpers shared by the checker and the planners (so they can never disagree):
-  `spec_allows`, `island_size_per_node`, `islands_ok`, `node_islands`.
+  `spec_allows`, `node_islands`, and the NVLink-island rule every counter reads too
+  (`advisor.fragmentation.nvlink`: `island_size_per_node`, `needs_one_island`, `islands_ok`).
 
 The priority rule (never move work of higher priority than the goal's) and the migratable flag
 come from the model and the goal, not from the policy file.
@@ -44,7 +45,13 @@ from typing import Any
 
 import numpy as np
 
-from advisor.model import MILLI, UNKNOWN_ISLAND, ClusterModel
+# the one NVLink-island rule, re-exported for the checker and the planners
+from advisor.fragmentation.nvlink import (  # noqa: F401
+    island_size_per_node,
+    islands_ok,
+    needs_one_island,
+)
+from advisor.model import MILLI, ClusterModel
 from advisor.planner.actions import DEFAULT_RESTART_S
 from gpu_defrag_common.config_text import load_json, load_yaml, parse_problem
 
@@ -269,30 +276,3 @@ def node_islands(model: ClusterModel, node: int) -> np.ndarray:
     """int32 island id per GPU of `node` (in GPU-row order), -1 where unknown."""
     start, stop = model.nodes.gpu_offset[node], model.nodes.gpu_offset[node + 1]
     return model.gpus.nvlink_island[start:stop]
-
-
-def island_size_per_node(model: ClusterModel) -> np.ndarray:
-    """int64 (N): GPUs in the largest NVLink island of each node; 0 where islands are unknown
-    on any of its GPUs (then no island rule applies)."""
-    gpus = model.gpus
-    n = len(model.nodes)
-    out = np.zeros(n, dtype=np.int64)
-    if not len(gpus):
-        return out
-    unknown = np.bincount(
-        gpus.node, weights=(gpus.nvlink_island == UNKNOWN_ISLAND).astype(float), minlength=n
-    )
-    known = gpus.nvlink_island != UNKNOWN_ISLAND
-    keys = gpus.node[known].astype(np.int64) * 65536 + gpus.nvlink_island[known]
-    unique, counts = np.unique(keys, return_counts=True)
-    np.maximum.at(out, unique // 65536, counts)
-    out[unknown > 0] = 0
-    return out
-
-
-def islands_ok(islands: np.ndarray, island_size: int) -> bool:
-    """A task on GPUs with these island ids keeps NVLink locality: if it fits in one island of
-    its node (`island_size`, 0 = unknown) it must sit in one island."""
-    if len(islands) <= 1 or island_size <= 0 or len(islands) > island_size:
-        return True
-    return bool(np.all(islands == islands[0]))

@@ -45,7 +45,7 @@ from advisor.planner.consolidate import (
     needs_for,
     target_nodes_mask,
 )
-from advisor.planner.constraints import Policy
+from advisor.planner.constraints import Policy, needs_one_island
 
 MAX_CUTS = 5  # re-solves when a solution's moves cannot be ordered
 SCALE = 100_000  # cost score -> integer objective units (resolution 1e-5 per task)
@@ -191,7 +191,7 @@ class _Builder:
                 total = sum(self.cap[u] for u in units)
                 if total < k:
                     continue
-                if inst.policy.island_locality and 1 < k <= int(inst.island_size[n]):
+                if inst.policy.island_locality and needs_one_island(k, int(inst.island_size[n])):
                     for u in units:
                         if self.cap[u] >= k:
                             y = self.m.NewIntVar(0, min(size, self.cap[u] // k), f"{name}_{u}")
@@ -247,7 +247,9 @@ class _Builder:
                     continue
                 if usable_here < need.gpus:
                     continue
-                local = inst.policy.island_locality and 1 < need.gpus <= int(inst.island_size[n])
+                local = inst.policy.island_locality and needs_one_island(
+                    need.gpus, int(inst.island_size[n])
+                )
                 if local:
                     for u in units:
                         if self.cap[u] >= need.gpus:

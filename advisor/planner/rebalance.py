@@ -51,10 +51,11 @@ from typing import Any
 import numpy as np
 
 from advisor.fragmentation.measures import Shape
+from advisor.fragmentation.nvlink import crossing_note
 from advisor.model import MILLI, ClusterModel, spec_allows
 from advisor.planner.actions import Action, GpuSet, Plan, move_cost
 from advisor.planner.check import check_plan
-from advisor.planner.constraints import Policy, island_size_per_node
+from advisor.planner.constraints import Policy, island_size_per_node, needs_one_island
 from advisor.planner.observed import HISTORY_HINT, history_s, observe
 from advisor.planner.outcome import outcome, shapes_with
 
@@ -140,8 +141,7 @@ def _free_slots(model: ClusterModel, free: np.ndarray, node: int, k: int, island
     rows = [r for r in range(start, stop) if free[r]]
     if len(rows) < k:
         return None
-    size = island
-    if 1 < k <= size:
+    if needs_one_island(k, island):
         by_island: dict[int, list[int]] = defaultdict(list)
         for r in rows:
             by_island[int(model.gpus.nvlink_island[r])].append(r)
@@ -520,7 +520,7 @@ def _plan_moves(model, policy, settings, table, scarce, idle, found, dropped) ->
             f"{alloc} used p95 {c['util_p95']:.0%} of {k} {c['gpu_model']}; at relative "
             f"throughput {throughput(c['gpu_model']):g} vs {throughput(target):g} it needs "
             f"{c['util_p95'] * throughput(c['gpu_model']) / throughput(target):.0%} of a {target}: "
-            f"estimated slowdown {factor:.2f}x"
+            f"estimated slowdown {factor:.2f}x" + crossing_note(model, slot)
         )
         actions.append(
             Action(

@@ -411,6 +411,13 @@ def _analysis_schemas() -> dict[str, Any]:
                             "gpus_per_job": _GPUS,
                             "jobs_that_fit": _COUNT,
                             "stranded_gpus": {"type": ["integer", "null"]},
+                            "crosses_nvlink_islands": {
+                                "type": "array",
+                                "description": "per GPU model on whose nodes a job of the "
+                                "shape that fits spans NVLink islands: the estimate of the "
+                                "slowdown and its source (advisor.fragmentation.nvlink)",
+                                "items": {"type": "object"},
+                            },
                         }
                     )
                 ),
@@ -496,7 +503,12 @@ def _plan_schemas() -> dict[str, Any]:
         {
             "free_gpus": _COUNT,
             "free_nodes": _COUNT,
-            "largest_free_nvlink_group": _COUNT,
+            "largest_free_nvlink_group": {
+                "type": ["integer", "null"],
+                "minimum": 0,
+                "description": "most free GPUs in one NVLink island; null: no node's islands "
+                "are known",
+            },
             "fgd_fragment_gpus": _GPUS,
             "fgd_fragment_rate": _GPUS,
             "jobs_that_fit": _by(_COUNT),
@@ -636,6 +648,13 @@ def _schemas() -> dict[str, Any]:
             "gpus_per_job": gpus,
             "schedulable_jobs": count,
             "stranded_gpus": {"type": ["integer", "null"]},
+            "crosses_nvlink_islands": {
+                "type": "array",
+                "items": {"type": "object"},
+                "description": "per GPU model on whose nodes a job of the shape that fits "
+                "spans NVLink islands (larger than an island): the estimated slowdown and where "
+                "it comes from; empty when every such job fits in one island",
+            },
         }
     )
     pool_shape = _obj(

@@ -51,6 +51,8 @@ if answer.fits_now:
         f"Yes: {answer.fits_now} job(s) of {job} can start now without moving anything.",
         icon=":material/check_circle:",
     )
+    for estimate in answer.crossing:  # larger than an NVLink island: it runs, slower
+        st.info(f"On {estimate['gpu_model']} it {estimate['text']}.", icon=":material/speed:")
     st.stop()
 st.warning(
     f"No: the free GPUs cannot hold {job}"
