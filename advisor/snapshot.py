@@ -21,7 +21,6 @@ unknown key (did you mean 'rack'?); ...`), as the JSON Schema's `additionalPrope
 
 from __future__ import annotations
 
-import difflib
 import json
 import math
 from pathlib import Path
@@ -38,6 +37,7 @@ from advisor.model import (
     ModelError,
 )
 from gpu_defrag_common.files import write_text_atomic
+from gpu_defrag_common.messages import unknown_key
 
 SCHEMA = "gpu-defrag.snapshot"
 VERSION = 1
@@ -332,14 +332,6 @@ class _Fields:
         if not isinstance(value, list):
             raise SnapshotError(self._where(key), f"expected an array, got {_show(value)}")
         return value
-
-
-def unknown_key(key: str, keys: tuple[str, ...], what: str) -> str:
-    """The problem text for a key `what` does not have: the closest known key when one is
-    close (a typo), then every key it has."""
-    close = difflib.get_close_matches(key, keys, n=1, cutoff=0.75)
-    hint = f" (did you mean {close[0]!r}?)" if close else ""
-    return f"unknown key{hint}; {what} has {', '.join(keys)}"
 
 
 def _is_number(value: Any) -> bool:

@@ -2,8 +2,9 @@
 
     .venv/bin/python examples/make_planner_examples.py
 
-`seed-quota-borrow.json` + `policy-borrow.yaml` (`policy-quotas.yaml`: the same quotas, no
-                        borrowing rules)  13 nodes x 8 A100 in one rack; tenants rnd (quota 40,
+`seed-quota-borrow.json` + `policy-borrow.yaml` (rules per lender -> borrower pair;
+                        `policy-borrow-per-tenant.yaml`: the older per-tenant form;
+                        `policy-quotas.yaml`: the same quotas, no borrowing rules)  13 nodes x 8 A100 in one rack; tenants rnd (quota 40,
                         using 35), algorithms (30, using 20), product (20, using 15); rnd's
                         pending job `rnd-pretrain` wants 4 x 8 = 32 GPUs. Four nodes are free,
                         so only the quota stops it: 27 GPUs must be borrowed (10 from
@@ -68,7 +69,47 @@ BORROW_JOBS: dict[str, list[int]] = {
     "product": [8, 4, 2, 1],  # 15
 }
 BORROW_POLICY = """\
-# Quotas of the borrowing seed case and the rules loans follow.
+# Quotas of the borrowing seed case, and the rules loans follow as capacity teams write them:
+# per lender -> borrower pair, with named priority levels and return policies.
+quotas:
+  rnd: 40
+  algorithms: 30
+  product: 20
+priority_levels:               # each level's lowest priority
+  high: 80
+  medium: 50
+  low: 0
+borrowing_rules:
+  - lender: algorithms
+    borrower: rnd
+    max_borrowable_ratio: 0.5  # rnd holds at most 0.5 x 30 = 15 of algorithms' quota
+    priority_threshold: high   # only rnd's jobs of priority >= 80 borrow from algorithms
+    auto_return_timeout: 2h    # back at the job's end, at the latest after 2 hours
+  - lender: product
+    borrower: rnd
+    max_borrowable_ratio: 0.25
+    priority_threshold: medium
+    auto_return_timeout: 2d
+  - lender: "(unassigned)"     # usable GPUs no quota covers
+    borrower: rnd
+    max_borrowable_ratio: 1.0
+    priority_threshold: medium
+    auto_return_timeout: 2d
+  - lender: rnd
+    borrower: algorithms
+    max_borrowable_ratio: 0.25
+    priority_threshold: medium
+    auto_return_timeout: 1d
+return_policies:
+  - trigger: original_tenant_demand   # a lender's own work wants its quota back
+    grace_period: 15m                 # the borrower has this long to checkpoint
+    preemption_allowed: true          # then its lowest-priority jobs are preempted
+  - trigger: timeout                  # auto_return_timeout passed
+    force_return: true                # the borrowing job is preempted after grace_period
+    grace_period: 15m
+"""
+BORROW_TENANT_POLICY = """\
+# The borrowing seed case's quotas with rules per borrowing tenant (the older form, still read).
 quotas:
   rnd: 40
   algorithms: 30
@@ -76,8 +117,8 @@ quotas:
 borrowing:
   max_borrow_ratio: 0.75   # rnd may borrow up to 30 GPUs
   priority_threshold: 50   # only jobs of priority >= 50 borrow
-  auto_return_s: 172800    # loans go back after two days at the latest
-  grace_s: 900             # then 15 minutes to checkpoint
+  auto_return_s: 2d        # loans go back after two days at the latest (seconds or text)
+  grace_s: 15m             # then 15 minutes to checkpoint
   preemption: true         # borrowed work may be preempted when the loan returns
 """
 QUOTA_ONLY_POLICY = """\
@@ -320,6 +361,7 @@ def seed_share_l4() -> ClusterModel:
 def main() -> None:
     snapshot.save(seed_quota_borrow(), ROOT / "seed-quota-borrow.json")
     (ROOT / "policy-borrow.yaml").write_text(BORROW_POLICY)
+    (ROOT / "policy-borrow-per-tenant.yaml").write_text(BORROW_TENANT_POLICY)
     (ROOT / "policy-quotas.yaml").write_text(QUOTA_ONLY_POLICY)
     snapshot.save(seed_mixed_fleet(), ROOT / "seed-mixed-fleet.json")
     snapshot.save(seed_share_16gb(), ROOT / "seed-share-16gb.json")

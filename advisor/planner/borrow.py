@@ -28,24 +28,27 @@ tenant's quota: the ones to try.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
 from advisor.fragmentation import measures
 from advisor.fragmentation.nvlink import crossing_note
-from advisor.model import ClusterModel
-from advisor.planner.actions import Action, Cost, GpuSet, Plan
+from advisor.model import MILLI, ClusterModel
+from advisor.planner.actions import Action, Cost, GpuSet, Plan, restart_seconds
 from advisor.planner.check import check_plan
 from advisor.planner.constraints import (
     ANY_MODEL,
     UNASSIGNED,
     Policy,
+    ReturnPolicy,
     unassigned_quota,
     usage_by_scope,
 )
-from advisor.planner.observed import DurationPrior, now_of
+from advisor.planner.observed import DurationPrior, expected_end, now_of
 from advisor.planner.outcome import outcome, shapes_with
 from advisor.planner.reserve import Request, Slot, earliest_slot, pending_requests
 
@@ -171,14 +174,30 @@ def _no_room(model: ClusterModel, policy: Policy, parts: Sequence[Request]) -> s
     )
 
 
+@dataclass(frozen=True)
+class Loan:
+    """One lender's part of a loan: `amount` GPUs of quota in `scope` ("" all models), out of
+    its `spare` unused quota, going back at the latest `auto_return_s` after the start."""
+
+    lender: str
+    scope: str
+    amount: float
+    spare: float
+    auto_return_s: float
+    terms: str = ""  # the rule's limit in words (pair form)
+
+
 def plan_borrow(
     model: ClusterModel,
     policy: Policy,
     request: Request | Sequence[Request],
     prior: DurationPrior | None = None,
+    job_end: Mapping[str, float] | None = None,
 ) -> Plan:
     """A checked loan + placement for `request` (a job, or the parts of one from
-    `split_gpus`), or an infeasible plan saying why."""
+    `split_gpus`), with how the loan goes back (`extra["return"]`), or an infeasible plan
+    saying why. `job_end` ({job or allocation id: end time}) gives expected ends where known
+    (the request's job and the borrower's running work); else the duration prior."""
     parts = (request,) if isinstance(request, Request) else tuple(request)
     if not parts:
         raise ValueError("plan_borrow needs a request")
@@ -201,108 +220,562 @@ def plan_borrow(
     place = _placement(model, policy, parts, slots)
     if not shortfall:
         return _finish(model, policy, parts, goal, place, [], {}, "no loan needed: within quota")
-    rules = policy.borrow_rules(head.tenant)
-    if rules is None:
+    if not policy.lends:
         return _refused(goal, "the policy has no borrowing rules: no loan is proposed")
+    prior = prior or DurationPrior()
+    run_s, ends_from = expected_run(head, prior, job_end, now)
+    if policy.loan_rules:
+        terms = _pair_terms(model, policy, head, shortfall, usage)
+        returns = policy.returns
+    else:
+        terms = _tenant_terms(model, policy, head, shortfall, usage, run_s)
+        rules = policy.borrow_rules(head.tenant)
+        returns = rules.returns() if rules is not None else ReturnPolicy()
+    if isinstance(terms, str):
+        return _refused(goal, terms)
+    loans = [_loan_action(head, loan) for loan in terms]
+    context = _Return(model, policy, parts, place, terms, loans, returns, run_s, ends_from, now)
+    back = context.document(job_end, prior)
+    cost = back["on_timeout"]["expected_cost"]
+    if cost is not None:  # the job is expected to outlive the loan and be preempted
+        first = loans[0]
+        loans[0] = replace(
+            first,
+            reason=f"{first.reason}; {back['on_timeout']['text']}",
+            cost=first.cost + Cost(**cost),
+        )
+    return _finish(model, policy, parts, goal, place, loans, back, "")
+
+
+def expected_run(
+    request: Request,
+    prior: DurationPrior,
+    job_end: Mapping[str, float] | None = None,
+    now: float = 0.0,
+) -> tuple[float, str]:
+    """(seconds the request's job is expected to run, where that comes from): the request's
+    own duration, a forecast end of its job, else the duration prior's mean for a job that
+    has not started (`observed.DurationPrior`, as `expected_end` reads it)."""
+    if request.duration_s:
+        return float(request.duration_s), "the request's duration"
+    end = (job_end or {}).get(request.job)
+    if end is not None and math.isfinite(end) and end > now:
+        return float(end - now), "forecast job ends"
+    mean = float(prior.remaining(np.array([np.nan]))[0])
+    return mean, f"a duration prior (Pareto, median {prior.median_s / 3600:g} h), not a forecast"
+
+
+def _lend_order(lenders: list[tuple[float, str, float, float, str]]) -> list:
+    """Named tenants with the most to lend first, then `UNASSIGNED` (capacity no quota
+    covers: lent last, as before any tenant's)."""
+    return sorted(lenders, key=lambda x: (x[1] == UNASSIGNED, -x[0], x[1]))
+
+
+def _take(
+    head: Request,
+    scope: str,
+    short: float,
+    lenders: list[tuple[float, str, float, float, str]],
+    auto_return: dict[str, float],
+) -> tuple[list[Loan], float]:
+    """Loans covering `short` from `lenders` (available, name, available, spare, terms), in
+    whole GPUs; what is left uncovered."""
+    left = short
+    out = []
+    for available, tenant, _, spare, terms in _lend_order(lenders):
+        if left <= 1e-9:
+            break
+        amount = float(min(available, math.ceil(left - 1e-9)))
+        left -= amount
+        out.append(Loan(tenant, scope, amount, spare, auto_return[tenant], terms))
+    return out, left
+
+
+def _spare(
+    model: ClusterModel, policy: Policy, tenant: str, scope: str, usage: dict
+) -> tuple[float, float] | None:
+    """(quota, unused quota) of a lender in `scope`; None where it has no quota there."""
+    if tenant == UNASSIGNED:
+        limit, used = unassigned_quota(model, policy.quotas, scope, usage)
+        return limit, max(0.0, limit - used)
+    limit = policy.quotas.get((tenant, scope))
+    if limit is None:
+        return None
+    return limit, limit - usage[(tenant, scope)]
+
+
+def _tenant_terms(
+    model: ClusterModel,
+    policy: Policy,
+    head: Request,
+    shortfall: dict[str, float],
+    usage: dict,
+    run_s: float,
+) -> list[Loan] | str:
+    """The loans of the per-tenant `borrowing:` form, or why there is none."""
+    rules = policy.borrow_rules(head.tenant)
+    assert rules is not None  # policy.lends without loan_rules: a borrowing section
     priority = head.priority if head.priority is not None else 0
     if priority < rules.priority_threshold:
         unset = " (the request gives none: 0 assumed)" if head.priority is None else ""
-        return _refused(
-            goal,
-            (
-                f"priority {priority}{unset} is under the borrowing threshold "
-                f"{rules.priority_threshold}"
-            ),
+        return (
+            f"priority {priority}{unset} is under the borrowing threshold "
+            f"{rules.priority_threshold}"
         )
-    duration = head.duration_s or math.sqrt(2.0) * (prior or DurationPrior()).median_s
-    if not rules.preemption and duration > rules.auto_return_s:
-        return _refused(
-            goal,
-            (
-                f"expected run {duration / 3600:.1f} h exceeds the auto-return "
-                f"{rules.auto_return_s / 3600:.1f} h and preemption is not allowed"
-            ),
+    if not rules.preemption and run_s > rules.auto_return_s:
+        return (
+            f"expected run {run_s / 3600:.1f} h exceeds the auto-return "
+            f"{rules.auto_return_s / 3600:.1f} h and preemption is not allowed"
         )
-    loans: list[Action] = []
+    out: list[Loan] = []
     for scope, short in shortfall.items():
         own = policy.quotas[(head.tenant, scope)]
         if short > rules.max_borrow_ratio * own + 1e-9:
-            return _refused(
-                goal,
-                (
-                    f"{head.tenant!r} needs {short:g} GPUs more than its quota of {own:g}"
-                    f"{f' on {scope}' if scope else ''}; it may borrow at most "
-                    f"{rules.max_borrow_ratio:g} x {own:g} = {rules.max_borrow_ratio * own:g} "
-                    "(max_borrow_ratio x quota)"
-                ),
+            return (
+                f"{head.tenant!r} needs {short:g} GPUs more than its quota of {own:g}"
+                f"{f' on {scope}' if scope else ''}; it may borrow at most "
+                f"{rules.max_borrow_ratio:g} x {own:g} = {rules.max_borrow_ratio * own:g} "
+                "(max_borrow_ratio x quota)"
             )
         lenders = []
-        for (tenant, s), limit in policy.quotas.items():
-            if s != scope or tenant in (head.tenant, UNASSIGNED):
+        for tenant in sorted({t for t, s in policy.quotas if s == scope} | {UNASSIGNED}):
+            if tenant == head.tenant:
                 continue
             lender_rules = policy.borrow_rules(tenant)
-            spare = limit - usage[(tenant, scope)]
-            if spare > 1e-9 and lender_rules is not None and lender_rules.lend:
-                lenders.append((-spare, tenant, spare))
-        lenders.sort()
-        limit, used = unassigned_quota(model, policy.quotas, scope, usage)
-        spare_unassigned = max(0.0, limit - used)
-        if spare_unassigned > 1e-9:
-            lenders.append((0.0, UNASSIGNED, spare_unassigned))
-        left = short
-        for _, tenant, spare in lenders:
-            if left <= 1e-9:
-                break
-            amount = float(min(spare, math.ceil(left - 1e-9)))
-            left -= amount
-            where = f" on {scope}" if scope else ""
-            who = "capacity no quota covers" if tenant == UNASSIGNED else f"{tenant!r}"
-            loans.append(
-                Action(
-                    "borrow",
-                    job=head.job,
-                    tenant=head.tenant,
-                    quota=((head.tenant, scope, amount), (tenant, scope, -amount)),
-                    reason=(
-                        f"{who} lends {amount:g} of {spare:g} unused GPUs{where} to "
-                        f"{head.tenant!r} so {head.job} can start"
-                    ),
-                    cost=Cost(
-                        jobs=(head.job,),
-                        tenants=tuple(t for t in (head.tenant, tenant) if t != UNASSIGNED),
-                    ),
-                )
-            )
+            if tenant != UNASSIGNED and (lender_rules is None or not lender_rules.lend):
+                continue
+            held = _spare(model, policy, tenant, scope, usage)
+            if held is not None and held[1] > 1e-9:
+                lenders.append((held[1], tenant, held[1], held[1], ""))
+        taken, left = _take(head, scope, short, lenders, defaultdict(lambda: rules.auto_return_s))
         if left > 1e-9:
             where = f" on {scope}" if scope else ""
-            return _refused(
-                goal, f"lenders have only {short - left:g} unused GPUs{where}, {short:g} needed"
+            return f"lenders have only {short - left:g} unused GPUs{where}, {short:g} needed"
+        out += taken
+    return out
+
+
+def _pair_terms(
+    model: ClusterModel,
+    policy: Policy,
+    head: Request,
+    shortfall: dict[str, float],
+    usage: dict,
+) -> list[Loan] | str:
+    """The loans of the per-pair `borrowing_rules:` form, or why there is none: each lender
+    lends at most its unused quota and `max_borrowable_ratio` x its quota, to jobs at or
+    above the pair's `priority_threshold`."""
+    rules = policy.rules_for(head.tenant)
+    if not rules:
+        pairs = ", ".join(f"{r.lender} -> {r.borrower}" for r in policy.loan_rules)
+        return f"no borrowing rule lends to {head.tenant!r} (rules: {pairs})"
+    priority = head.priority if head.priority is not None else 0
+    unset = " (the request gives none: 0 assumed)" if head.priority is None else ""
+    eligible = [r for r in rules if priority >= r.priority_threshold]
+    if not eligible:
+        thresholds = ", ".join(f"{r.lender} -> {r.borrower} {r.threshold_text()}" for r in rules)
+        return f"priority {priority}{unset} is under the threshold of every rule: {thresholds}"
+    out: list[Loan] = []
+    for scope, short in shortfall.items():
+        lenders, limits = [], []
+        for rule in eligible:
+            held = _spare(model, policy, rule.lender, scope, usage)
+            if held is None:
+                continue
+            quota, spare = held
+            cap = rule.max_borrowable_ratio * quota
+            available = max(0.0, min(spare, cap))
+            terms = (
+                f"at most max_borrowable_ratio {rule.max_borrowable_ratio:g} x its quota "
+                f"{quota:g} = {cap:g}"
             )
-    returns = [
-        Action(
-            "borrow",
-            job=a.job,
-            tenant=a.tenant,
-            quota=tuple((t, s, -d) for t, s, d in a.quota),
-            reason=f"return: {a.reason.replace(' lends ', ' gets back ', 1)}",
-        ).to_dict()
-        for a in loans
-    ]
-    due = now + min(duration, rules.auto_return_s)
-    back = {
-        "when": f"when {head.job} ends, at the latest {rules.auto_return_s / 3600:g} h from now",
-        "due_at": due,
-        "auto_return_at": now + rules.auto_return_s,
-        "grace_s": rules.grace_s,
-        "preemption": rules.preemption,
-        "then": (
-            f"after {rules.grace_s / 60:g} min grace the borrowed work is preempted"
-            if rules.preemption
-            else "the job is expected to end before the auto-return; it is not preempted"
+            limits.append(f"{rule.lender} {available:g} ({spare:g} unused, {terms})")
+            if available > 1e-9:
+                lenders.append((available, rule.lender, available, spare, terms))
+        auto_return = {r.lender: r.auto_return_s for r in eligible}
+        taken, left = _take(head, scope, short, lenders, auto_return)
+        if left > 1e-9:
+            where = f" on {scope}" if scope else ""
+            skipped = [r for r in rules if r not in eligible]
+            under = (
+                "; under the priority threshold of "
+                + ", ".join(f"{r.lender} ({r.threshold_text()})" for r in skipped)
+                if skipped
+                else ""
+            )
+            return (
+                f"{head.tenant!r} needs {short:g} GPUs more than its quota{where}; its lenders "
+                f"may lend {short - left:g}: {'; '.join(limits) or 'none'}{under}"
+            )
+        out += taken
+    return out
+
+
+def _loan_action(head: Request, loan: Loan) -> Action:
+    where = f" on {loan.scope}" if loan.scope else ""
+    who = "capacity no quota covers" if loan.lender == UNASSIGNED else f"{loan.lender!r}"
+    terms = f" ({loan.terms})" if loan.terms else ""
+    return Action(
+        "borrow",
+        job=head.job,
+        tenant=head.tenant,
+        quota=((head.tenant, loan.scope, loan.amount), (loan.lender, loan.scope, -loan.amount)),
+        reason=(
+            f"{who} lends {loan.amount:g} of {loan.spare:g} unused GPUs{where}{terms} to "
+            f"{head.tenant!r} so {head.job} can start; back at its end, at the latest in "
+            f"{_hours(loan.auto_return_s)}"
         ),
-        "actions": returns,
-    }
-    return _finish(model, policy, parts, goal, place, loans, back, "")
+        cost=Cost(
+            jobs=(head.job,),
+            tenants=tuple(t for t in (head.tenant, loan.lender) if t != UNASSIGNED),
+        ),
+    )
+
+
+def _hours(seconds: float) -> str:
+    return f"{seconds / 3600:.3g} h"
+
+
+def _preemption_loss(gpus: float, restart_s: float, grace_s: float, run_s: float) -> tuple:
+    """(GPU-hours lost, why) when a task of `gpus` GPUs that ran `run_s` is preempted with
+    `grace_s` to checkpoint: its checkpoint + restart time when the grace covers it (as a
+    migration costs), else every hour it ran (it cannot checkpoint in time)."""
+    if grace_s >= restart_s:
+        return gpus * restart_s / 3600.0, (
+            f"{gpus:g} GPUs x its {restart_s:g} s checkpoint and restart, within the "
+            f"{grace_s / 60:g} min grace"
+        )
+    return gpus * run_s / 3600.0, (
+        f"{gpus:g} GPUs x the {run_s / 3600:.3g} h it ran: the {grace_s / 60:g} min grace is "
+        f"shorter than its {restart_s:g} s checkpoint and restart"
+    )
+
+
+class _Return:
+    """How a loan goes back, per trigger: the tasks preempted, what that costs, and the
+    return steps replayed by the checker after the loan."""
+
+    def __init__(
+        self,
+        model: ClusterModel,
+        policy: Policy,
+        parts: Sequence[Request],
+        place: list[Action],
+        loans: list[Loan],
+        actions: list[Action],
+        returns: ReturnPolicy,
+        run_s: float,
+        ends_from: str,
+        now: float,
+    ) -> None:
+        self.model, self.policy, self.parts, self.place = model, policy, parts, place
+        self.loans, self.actions, self.returns = loans, actions, returns
+        self.run_s, self.ends_from, self.now = run_s, ends_from, now
+        self.head = parts[0]
+        self.gpus = float(sum(p.gpus for p in parts))
+
+    def document(self, job_end: Mapping[str, float] | None, prior: DurationPrior) -> dict:
+        head, returns = self.head, self.returns
+        first = min(loan.auto_return_s for loan in self.loans)
+        inverse = [self._inverse(a) for a in self.actions]
+        return {
+            "when": f"when {head.job} ends, at the latest {first / 3600:g} h from now",
+            "due_at": self.now + min(self.run_s, first),
+            "auto_return_at": self.now + first,
+            "grace_s": returns.timeout_grace_s,
+            "preemption": returns.timeout_force,
+            "then": (
+                f"after {returns.timeout_grace_s / 60:g} min grace the borrowed work is preempted"
+                if returns.timeout_force
+                else "the job is expected to end before the auto-return; it is not preempted"
+                if self.run_s <= first
+                else "force_return is false: the job runs on past the auto-return, not preempted"
+            ),
+            "expected_run_s": self.run_s,
+            "ends_from": self.ends_from,
+            "on_timeout": self._on_timeout(first, inverse),
+            "on_lender_demand": [
+                self._on_demand(loan, job_end, prior) for loan in self._by_lender()
+            ],
+            "actions": [a.to_dict() for a in inverse],
+        }
+
+    def _inverse(self, loan: Action) -> Action:
+        return Action(
+            "borrow",
+            job=loan.job,
+            tenant=loan.tenant,
+            quota=tuple((t, s, -d) for t, s, d in loan.quota),
+            reason=f"return: {loan.reason.replace(' lends ', ' gets back ', 1)}",
+        )
+
+    def _by_lender(self) -> list[Loan]:
+        """One loan per lender (its scopes' amounts; the largest names it)."""
+        out: dict[str, Loan] = {}
+        for loan in self.loans:
+            if loan.lender not in out or loan.amount > out[loan.lender].amount:
+                out[loan.lender] = loan
+        return list(out.values())
+
+    def _restart_s(self) -> float:
+        """The loan's job's checkpoint + restart seconds: its pending tasks' where the source
+        gives them, else the policy's default."""
+        allocs = self.model.allocations
+        rows = np.flatnonzero((allocs.job == self.head.job) & (allocs.node < 0))
+        known = allocs.restart_cost_s[rows]
+        known = known[np.isfinite(known)]
+        return float(known.max()) if len(known) else self.policy.default_restart_s
+
+    def _release(self, why: str) -> list[Action]:
+        """The loan's job giving its GPUs back (it ended, or was preempted: `why`)."""
+        return [
+            Action("reclaim", alloc=a.alloc, job=a.job, tenant=a.tenant, src=a.dst, reason=why)
+            for a in self.place
+        ]
+
+    def _check(self, steps: list[Action]) -> str:
+        """The loan, then `steps`, replayed: "ok" or the broken step."""
+        result = check_plan(self.model, [*self.actions, *self.place, *steps], self.policy, None)
+        return "ok" if result.ok else str(result)
+
+    def _on_timeout(self, first: float, inverse: list[Action]) -> dict[str, Any]:
+        """The `timeout` trigger: the job expected to outlive its loan is preempted at the
+        auto-return plus grace when `force_return`, else runs on while the lender waits."""
+        head, returns, run_s = self.head, self.returns, self.run_s
+        doc: dict[str, Any] = {
+            "at": self.now + first,
+            "force_return": returns.timeout_force,
+            "grace_s": returns.timeout_grace_s,
+            "outlives_loan": run_s > first,
+            "preempted": [],
+            "expected_cost": None,
+        }
+        run_h, loan_h = run_s / 3600, first / 3600
+        ended = self._release(f"{head.job} ends: its GPUs and the loan go back")
+        if run_s <= first:
+            doc["text"] = (
+                f"{head.job} is expected to end in {run_h:.1f} h ({self.ends_from}), before the "
+                f"loan's {loan_h:g} h auto-return: the loan goes back at its end"
+            )
+            doc["check"] = self._check([*ended, *inverse])
+            return doc
+        if not returns.timeout_force:
+            doc["text"] = (
+                f"{head.job} is expected to run {run_h:.1f} h ({self.ends_from}), "
+                f"{run_h - loan_h:.1f} h past the loan's {loan_h:g} h auto-return; force_return "
+                "is false: it is not preempted and the lenders wait for their quota until it ends"
+            )
+            doc["lenders_wait_s"] = run_s - first
+            doc["check"] = self._check([*ended, *inverse])
+            return doc
+        grace, restart = returns.timeout_grace_s, self._restart_s()
+        ran = first + grace
+        lost, why = _preemption_loss(self.gpus, restart, grace, ran)
+        tasks = [a.alloc for a in self.place]
+        doc["preempted"] = [{"job": head.job, "tasks": tasks, "gpus": self.gpus}]
+        doc["expected_cost"] = {
+            "restarts": len(tasks),
+            "restart_s": restart * len(tasks),
+            "gpu_hours": lost,
+            "jobs": (head.job,),
+            "tenants": (head.tenant,) if head.tenant else (),
+        }
+        doc["text"] = (
+            f"{head.job} is expected to run {run_h:.1f} h ({self.ends_from}), past the loan's "
+            f"{loan_h:g} h auto-return: with force_return it is preempted at {loan_h:g} h + "
+            f"{grace / 60:g} min grace, {lost:.2f} GPU-hours lost ({why}), with "
+            f"{run_h - ran / 3600:.1f} h of its run left to restart when quota allows"
+        )
+        preempt = self._release(f"auto-return: {head.job} is preempted after the grace")
+        doc["check"] = self._check([*preempt, *inverse])
+        return doc
+
+    def _on_demand(
+        self, loan: Loan, job_end: Mapping[str, float] | None, prior: DurationPrior
+    ) -> dict[str, Any]:
+        """The `original_tenant_demand` trigger for one lender: its quota comes back, so the
+        borrower must fall back within its own: with preemption its lowest-priority, most
+        recently started migratable jobs (the loan's own included) are preempted after the
+        grace until that much is freed; without, the lender waits for them to end."""
+        head, returns = self.head, self.returns
+        amount = loan.amount
+        jobs = self._borrower_jobs(loan.scope, job_end, prior)
+        doc: dict[str, Any] = {
+            "lender": loan.lender,
+            "gpus": amount,
+            "scope": loan.scope or "all models",
+            "grace_s": returns.demand_grace_s,
+            "preemption_allowed": returns.demand_preemption,
+        }
+        if not returns.demand_preemption:
+            freed, wait = 0.0, None
+            for job in sorted(jobs, key=lambda j: j["end"]):
+                freed += job["gpus"]
+                if freed >= amount - 1e-9:
+                    wait = max(0.0, job["end"] - self.now)
+                    break
+            doc["preempted"] = []
+            doc["lender_waits_s"] = wait
+            doc["text"] = (
+                f"if {_lender(loan.lender)} wants its {amount:g} GPUs back, preemption is not "
+                "allowed: "
+                + (
+                    f"it waits about {wait / 3600:.1f} h, until the jobs of {head.tenant} "
+                    f"expected to end first free them ({self.ends_from} for {head.job})"
+                    if wait is not None
+                    else f"the jobs of {head.tenant} are not expected to free that much"
+                )
+            )
+            return doc
+        chosen = _cover(
+            [j for j in jobs if j["migratable"]], amount
+        )  # whole jobs: a gang's tasks go together
+        grace = returns.demand_grace_s
+        total = Cost()
+        preempted = []
+        for job in chosen:
+            lost, _ = _preemption_loss(job["gpus"], job["restart_s"], grace, job["ran_s"])
+            total = total + Cost(
+                restarts=len(job["tasks"]),
+                restart_s=job["restart_s"] * len(job["tasks"]),
+                gpu_hours=lost,
+                jobs=(job["job"],),
+                tenants=(head.tenant,) if head.tenant else (),
+            )
+            preempted.append(
+                {
+                    "job": job["job"],
+                    "tasks": job["tasks"],
+                    "gpus": job["gpus"],
+                    "priority": job["priority"],
+                }
+            )
+        freed = sum(j["gpus"] for j in chosen)
+        doc["preempted"] = preempted
+        doc["cost"] = total.to_dict()
+        if freed + 1e-9 < amount:
+            doc["text"] = (
+                f"if {_lender(loan.lender)} wants its {amount:g} GPUs back, the migratable jobs of "
+                f"{head.tenant} free only {freed:g}: the rest is work marked not migratable"
+            )
+            return doc
+        names = ", ".join(
+            f"{j['job']} ({j['gpus']:g} GPUs, priority {j['priority']})" for j in chosen
+        )
+        doc["text"] = (
+            f"if {_lender(loan.lender)} wants its {amount:g} GPUs back: after {grace / 60:g} min "
+            f"grace the lowest-priority, latest-started jobs of {head.tenant} are preempted until "
+            f"it is within its quota: {names}; {total.gpu_hours:.2f} GPU-hours lost, "
+            f"{total.restarts} restart(s)"
+        )
+        reclaims = [
+            Action(
+                "reclaim",
+                alloc=alloc,
+                job=job["job"],
+                tenant=head.tenant,
+                src=src,
+                reason=f"{loan.lender} reclaims its quota: preempt {alloc}",
+            )
+            for job in chosen
+            for alloc, src in zip(job["tasks"], job["sources"], strict=True)
+        ]
+        back = [self._inverse(a) for a in self.actions if a.quota[1][0] == loan.lender]
+        doc["check"] = self._check([*reclaims, *back])
+        return doc
+
+    def _borrower_jobs(
+        self, scope: str, job_end: Mapping[str, float] | None, prior: DurationPrior
+    ) -> list[dict[str, Any]]:
+        """The borrower's running jobs in `scope` after the loan (its placed tasks and the
+        loan's job), with GPUs, priority, start, expected end and restart time."""
+        model, head, now = self.model, self.head, self.now
+        allocs = model.allocations
+        ends = expected_end(model, prior, job_end)
+        rows = np.flatnonzero((allocs.node >= 0) & (allocs.tenant == head.tenant))
+        jobs: dict[str, dict[str, Any]] = {}
+        for row in rows.tolist():
+            node = int(allocs.node[row])
+            if scope and str(model.nodes.gpu_model[node]) != scope:
+                continue
+            name = str(allocs.job[row])
+            job = jobs.setdefault(
+                name,
+                {
+                    "job": name,
+                    "tasks": [],
+                    "sources": [],
+                    "gpus": 0.0,
+                    "priority": int(allocs.priority[row]),
+                    "start": float(allocs.start_time[row]),
+                    "end": float(ends[row]),
+                    "migratable": True,
+                    "restart_s": restart_seconds(model, row, self.policy.default_restart_s),
+                },
+            )
+            on = model.placements.alloc == row
+            gpus = [int(model.gpus.index[g]) for g in model.placements.gpu[on]]
+            job["tasks"].append(str(allocs.id[row]))
+            job["sources"].append(
+                GpuSet(
+                    str(model.nodes.name[node]), tuple(gpus), int(model.placements.milli[on].max())
+                )
+            )
+            job["gpus"] += float(model.placements.milli[on].sum()) / MILLI
+            job["priority"] = max(job["priority"], int(allocs.priority[row]))
+            job["migratable"] &= bool(allocs.migratable[row])
+            job["end"] = max(job["end"], float(ends[row]))
+        for job in jobs.values():
+            start = job["start"]
+            job["ran_s"] = max(0.0, now - start) if math.isfinite(start) else 0.0
+        jobs[head.job] = {
+            "job": head.job,
+            "tasks": [a.alloc for a in self.place],
+            "sources": [a.dst for a in self.place],
+            "gpus": self.gpus,
+            "priority": head.priority if head.priority is not None else 0,
+            "start": now,
+            "end": now + self.run_s,
+            "migratable": True,
+            "restart_s": self._restart_s(),
+            "ran_s": 0.0,
+        }
+        return list(jobs.values())
+
+
+def _lender(tenant: str) -> str:
+    """A lender in words: a tenant, or the capacity no quota covers (wanted back by the work
+    of tenants without a quota)."""
+    return "capacity no quota covers" if tenant == UNASSIGNED else repr(tenant)
+
+
+def _started(job: dict[str, Any]) -> float:
+    start = job["start"]
+    return start if math.isfinite(start) else -math.inf  # unknown start: the oldest
+
+
+def _cover(jobs: list[dict[str, Any]], amount: float) -> list[dict[str, Any]]:
+    """Whole jobs freeing at least `amount` GPUs, lowest priority first and, among equals, the
+    most recently started (least work lost), as a reclaim preempts: within a priority, one job
+    that covers what is left if any does (the smallest such), else the largest and on."""
+    chosen: list[dict[str, Any]] = []
+    left = amount
+    by_priority: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    for job in jobs:
+        by_priority[job["priority"]].append(job)
+    for level in sorted(by_priority):
+        pool = sorted(by_priority[level], key=lambda j: (-_started(j), j["job"]))
+        while left > 1e-9 and pool:
+            fits = [j for j in pool if j["gpus"] >= left - 1e-9]
+            pick = (
+                min(fits, key=lambda j: j["gpus"]) if fits else max(pool, key=lambda j: j["gpus"])
+            )
+            pool.remove(pick)
+            chosen.append(pick)
+            left -= pick["gpus"]
+        if left <= 1e-9:
+            break
+    return chosen
 
 
 def _refused(goal: str, reason: str) -> Plan:
