@@ -51,6 +51,7 @@ from advisor.planner.constraints import (
 from advisor.planner.observed import DurationPrior, expected_end, now_of
 from advisor.planner.outcome import outcome, shapes_with
 from advisor.planner.reserve import Request, Slot, earliest_slot, pending_requests
+from advisor.planner.why import why_not_now
 
 
 def request_for_job(model: ClusterModel, job: str) -> Request:
@@ -165,9 +166,9 @@ def _no_room(model: ClusterModel, policy: Policy, parts: Sequence[Request]) -> s
     on = f" on the GPU models {spec!r} allows" if spec else ""
     if free < need:
         return f"not enough free GPUs now: only {free} free{on}, {need} needed"
-    where = ""
-    if sum(p.tasks for p in parts) > 1:
-        where = " in one rack and GPU model" if policy.rack_locality else " in one GPU model"
+    if len(parts) == 1:  # one shape: the reason every surface gives for it
+        return f"not enough free GPUs now in the job's shape: {why_not_now(model, parts[0].shape)}"
+    where = " in one rack and GPU model" if policy.rack_locality else " in one GPU model"
     return (
         f"not enough free GPUs now in the job's shape: {free} free{on}, but not as "
         f"{_shape_text(parts)}{where}"

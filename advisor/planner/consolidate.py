@@ -858,7 +858,9 @@ def plan_heuristic(
     for need in needs:
         found = heuristic_windows(inst, need, blocked)
         if found is None:
-            why = f"no {need_text(need)} can be cleared" + _by_counting(model, need)
+            from advisor.planner.why import why_not_cleared  # it reads this module's search
+
+            why = f"no {need_text(need)} can be cleared: {why_not_cleared(inst, need, blocked)}"
             return _infeasible(model, goal, inst, why, "heuristic")
         windows, targets = found
         windows_all.append(windows)
@@ -871,23 +873,6 @@ def plan_heuristic(
                 blocked[inst.node_gpus(w.node)] = True
         inst = _without(inst, targets)
     return finish(model, goal, inst, windows_all, targets_all, "heuristic", started, demand)
-
-
-def _by_counting(model: ClusterModel, need: Need) -> str:
-    """Why emptying whole nodes is impossible by counting alone, when it is."""
-    if not need.whole_node:
-        return ""
-    sizes = np.sort(model.nodes.gpu_count[model.nodes.schedulable])
-    if len(sizes) < need.tasks:
-        return f" (only {len(sizes)} schedulable nodes)"
-    used = float(model.gpu_milli_allocated.sum()) / MILLI
-    room = float(model.gpu_usable.sum()) - float(sizes[: need.tasks].sum())
-    if used > room + 1e-9:
-        return (
-            f" ({used:g} GPUs are allocated; with {need.tasks} nodes empty the rest hold "
-            f"at most {room:g})"
-        )
-    return ""
 
 
 def _without(inst: Instance, moved: Mapping[int, np.ndarray]) -> Instance:

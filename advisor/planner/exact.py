@@ -41,7 +41,9 @@ from advisor.planner.consolidate import (
     Window,
     build_instance,
     finish,
+    heuristic_windows,
     move_actions,
+    need_text,
     needs_for,
     target_nodes_mask,
 )
@@ -441,6 +443,21 @@ def _stuck_moves(inst: Instance, targets: dict[int, np.ndarray]) -> list[int]:
     return [task_of[a.alloc] for a in moves[result.violation.step - 1 :]]
 
 
+PROVED = "no placement reaches the goal (proved by the exact solver)"
+
+
+def _why_each(inst: Instance, needs: Sequence[Need]) -> str:
+    """The numbers behind a proved infeasibility: what fails for the first job that cannot be
+    cleared alone, else that only all of them together do not fit."""
+    from advisor.planner.why import why_not_cleared
+
+    for need in needs:
+        if heuristic_windows(inst, need, np.zeros(len(inst.model.gpus), dtype=bool)) is None:
+            return f"no {need_text(need)} can be cleared: {why_not_cleared(inst, need)}"
+    jobs = ", ".join(need_text(n) for n in needs)
+    return f"each job alone can be cleared, not all of them together ({jobs})"
+
+
 def plan_exact(
     model: ClusterModel,
     goal: Goal,
@@ -488,7 +505,7 @@ def plan_exact(
     }
     if not solved:
         why = (
-            "no placement reaches the goal (proved by the exact solver)"
+            f"{PROVED}: {_why_each(inst, needs)}"
             if code == cp_model.INFEASIBLE
             else f"exact solver found no plan within {time_limit_s:g} s"
         )

@@ -254,7 +254,21 @@ def _why_none(
             f"{len(protected)} allocation(s) idle at least {need} {under}, all protected "
             "(not reclaimed, listed under protected)"
         )
-    return f"no allocation idle at least {need} {under} utilization"
+    obs = observe(model, settings.lookback_s, settings.threshold)
+    placed = (model.allocations.node >= 0) & (model.allocations.num_gpu > 0)
+    if not placed.any():
+        return "no allocation holds GPUs: nothing to reclaim"
+    row = int(np.argmax(np.where(placed, obs.idle_s, -1.0)))
+    longest = float(obs.idle_s[row])
+    closest = (
+        f"the longest idle is {model.allocations.id[row]}, {longest / 3600:.2g} h"
+        if longest > 0
+        else "none is idle now"
+    )
+    return (
+        f"no allocation idle at least {need} {under} utilization: of {int(placed.sum())} "
+        f"placed allocations, {closest}"
+    )
 
 
 def _public(item: dict[str, Any]) -> dict[str, Any]:

@@ -40,7 +40,7 @@ request of `min_request_bytes` can use, before and after (stranded memory).
 from __future__ import annotations
 
 import math
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -320,6 +320,40 @@ def _stranded_after(
     return float(out.sum())
 
 
+def _why_none(
+    model: ClusterModel,
+    sizing: list[dict[str, Any]],
+    settings: ShareSettings,
+    excluded: set[str],
+) -> str:
+    """Why no GPU is shared, in numbers: the tasks sharing could resize (single-GPU, holding a
+    whole GPU alone), those with enough observations, those small and movable enough, and why
+    no two of them pack together."""
+    alone = model.gpu_milli_allocated == MILLI
+    places, allocs = model.placements, model.allocations
+    whole = (places.milli == MILLI) & alone[places.gpu] & (allocs.num_gpu[places.alloc] == 1)
+    total = int(whole.sum())
+    if not total:
+        return "no task holds a whole GPU alone (sharing resizes those): nothing to share"
+    most = settings.max_fraction
+    small = [r for r in sizing if r["fits_fraction"]]
+    movable = [r for r in small if r["migratable"] and r["alloc"] not in excluded]
+    text = (
+        f"of {total} task(s) holding a whole GPU alone, {len(sizing)} have the "
+        f"{settings.min_samples} samples sizing needs, {len(small)} need at most {most:g} GPU"
+        f" and {len(movable)} of those may move"
+    )
+    if len(small) < len(sizing):
+        smallest = min(r["milli"] for r in sizing if not r["fits_fraction"]) / MILLI
+        text += f" (the smallest of the rest needs {smallest:g} GPU)"
+    if len(movable) < 2:
+        return f"{text}: fewer than two can share a GPU"
+    groups = Counter((r["gpu_model"], round(r["memory_total_bytes"] / 2**30)) for r in movable)
+    if max(groups.values()) < 2:
+        return f"{text}: no two of one GPU model and memory size, so none can share"
+    return f"{text}: no two fit one GPU together"
+
+
 def plan_share(
     model: ClusterModel, policy: Policy | None = None, settings: ShareSettings = ShareSettings()
 ) -> Plan:
@@ -382,7 +416,7 @@ def plan_share(
             f"(sizing needs {settings.min_samples} samples); {HISTORY_HINT}"
         )
     elif not actions:
-        note = "no tasks small enough to share a GPU"
+        note = _why_none(model, sizing, settings, excluded)
     elif switches:
         note = (
             f"{len(switches)} GPU(s) switch to MIG mode (mig_switches): each must be idle at "

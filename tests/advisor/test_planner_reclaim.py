@@ -124,7 +124,8 @@ def test_the_note_says_why_nothing_is_reclaimed() -> None:
     assert capped.startswith("2 allocation(s) idle at least 2 h under 5%, all protected")
     strict = ReclaimSettings(threshold=0.005, min_idle_s=3 * 3600)  # the pinned one is at 1 %
     assert plan_reclaim(model(), None, strict).reason == (
-        "no allocation idle at least 3 h under 0.5% utilization"
+        "no allocation idle at least 3 h under 0.5% utilization: of 4 placed allocations, the "
+        "longest idle is idle2, 2.5 h"
     )
 
 

@@ -57,7 +57,7 @@ if answer.fits_now:
 st.warning(
     f"No: the free GPUs cannot hold {job}"
     + (" (its nodes must share one rack and GPU model)" if nodes > 1 else "")
-    + ".",
+    + f": {answer.why_not}.",
     icon=":material/block:",
 )
 
