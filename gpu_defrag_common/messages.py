@@ -18,7 +18,7 @@ def one_line(error: BaseException, *, typed: bool = False) -> str:
     return text or name
 
 
-def unknown_key(key: str, keys: Iterable[str], what: str) -> str:
+def unknown_key(key: str, keys: Iterable[str], what: str, noun: str = "key") -> str:
     """The problem text for a key `what` does not have (a file's typo): the closest known key
     when one is close, then every key it has. `unknown key (did you mean 'migratable'?); an
     allocation has id, job, ...`"""
@@ -27,4 +27,4 @@ def unknown_key(key: str, keys: Iterable[str], what: str) -> str:
         k for k in known if len(key) >= 4 and (k.startswith(key) or key.startswith(k))
     ]
     hint = f" (did you mean {close[0]!r}?)" if close else ""
-    return f"unknown key{hint}; {what} has {', '.join(known)}"
+    return f"unknown {noun}{hint}; {what} has {', '.join(known)}"
