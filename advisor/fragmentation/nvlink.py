@@ -34,7 +34,11 @@ UNKNOWN = -1  # a per-node count that cannot be known (islands unknown)
 
 def island_size_per_node(model: ClusterModel) -> np.ndarray:
     """int64 (N): GPUs in the largest NVLink island of each node; 0 where islands are unknown
-    on any of its GPUs (then no island rule applies)."""
+    on any of its GPUs (then no island rule applies). Cached on the model (its topology)."""
+    return model._cached("island_size", lambda: _island_size(model))
+
+
+def _island_size(model: ClusterModel) -> np.ndarray:
     gpus = model.gpus
     n = len(model.nodes)
     out = np.zeros(n, dtype=np.int64)
@@ -73,6 +77,10 @@ def islands_ok(islands: np.ndarray, island_size: int) -> bool:
 
 def _island_keys(model: ClusterModel) -> np.ndarray:
     """int64 (G): a key per (node, island); a GPU of unknown island is its own key."""
+    return model._cached("island_keys", lambda: _keys(model))
+
+
+def _keys(model: ClusterModel) -> np.ndarray:
     gpus = model.gpus
     island = np.where(
         gpus.nvlink_island == UNKNOWN_ISLAND,
@@ -83,7 +91,18 @@ def _island_keys(model: ClusterModel) -> np.ndarray:
 
 
 def free_per_island(model: ClusterModel, free: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(node of each island, GPUs `free` marks in it) over the islands of the fleet."""
+    """(node of each island, GPUs `free` marks in it) over the islands of the fleet (cached
+    for the model's own free GPUs, which every shape counts on)."""
+    if free is not model.gpu_is_free:
+        return _per_island(model, free)
+    if "free_island_node" not in model._cache:
+        node, count = _per_island(model, free)
+        model._cached("free_island_node", lambda: node)
+        model._cached("free_island_count", lambda: count)
+    return model._cache["free_island_node"], model._cache["free_island_count"]
+
+
+def _per_island(model: ClusterModel, free: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     keys = _island_keys(model)[free]
     unique, counts = np.unique(keys, return_counts=True)
     return (unique >> 32).astype(np.int64), counts.astype(np.int64)
@@ -111,6 +130,10 @@ def whole_tasks_per_node(
 def largest_free_nvlink_group(model: ClusterModel) -> np.ndarray:
     """int64 (N): most free GPUs inside one NVLink island per node; `UNKNOWN` (-1) where the
     node's islands are unknown (nothing says which of its GPUs are connected)."""
+    return model._cached("free_nvlink_group", lambda: _largest_group(model))
+
+
+def _largest_group(model: ClusterModel) -> np.ndarray:
     n = len(model.nodes)
     out = np.zeros(n, dtype=np.int64)
     node, counts = free_per_island(model, model.gpu_is_free)
