@@ -774,12 +774,7 @@ def _search(
             if len(picked) < need.tasks:
                 continue
             tries += 1
-            mask = blocked.copy()
-            for w in picked:
-                mask[list(w.gpus)] = True
-                if need.whole_node:
-                    mask[inst.node_gpus(w.node)] = True
-            evict = sorted(set().union(*(w.evict for w in picked)))
+            mask, evict = cleared_room(inst, need, picked, blocked)
             targets, failed, chained = replace_tasks(inst, evict, mask, repair)
             if not failed:
                 succeeded = True
@@ -802,6 +797,19 @@ def _search(
                         heapq.heappush(heap, (key, len(seen), nxt))
         successes += succeeded
     return best
+
+
+def cleared_room(
+    inst: Instance, need: Need, picked: Sequence[Window], blocked: np.ndarray
+) -> tuple[np.ndarray, list[int]]:
+    """(GPUs the goal's room takes, `blocked` ones included: no evicted task may land there;
+    the tasks its windows evict, sorted)."""
+    mask = blocked.copy()
+    for w in picked:
+        mask[list(w.gpus)] = True
+        if need.whole_node:
+            mask[inst.node_gpus(w.node)] = True
+    return mask, sorted(set().union(*(w.evict for w in picked)))
 
 
 def _exclusions(inst: Instance, picked: list[Window], failed: list[int]) -> list[frozenset[int]]:

@@ -22,7 +22,13 @@ import numpy as np
 from advisor.fragmentation import measures, nvlink
 from advisor.fragmentation.measures import Shape
 from advisor.model import MILLI, ClusterModel
-from advisor.planner.consolidate import Instance, Need, best_window, replace_tasks
+from advisor.planner.consolidate import (
+    Instance,
+    Need,
+    best_window,
+    cleared_room,
+    replace_tasks,
+)
 
 
 def _gpus(value: float) -> str:
@@ -228,12 +234,7 @@ def _no_home(
     else:
         pools = [sorted(windows, key=lambda w: w.score)[: need.tasks]]
     picked = min(pools, key=lambda p: sum(w.score for w in p))
-    mask = blocked.copy()
-    for w in picked:
-        mask[list(w.gpus)] = True
-        if need.whole_node:
-            mask[inst.node_gpus(w.node)] = True
-    evict = sorted(set().union(*(w.evict for w in picked)))
+    mask, evict = cleared_room(inst, need, picked, blocked)
     _, failed, _ = replace_tasks(inst, evict, mask)
     moved = sum(len(inst.task_gpus[t]) * inst.task_milli[t] for t in evict) / MILLI
     lost = sum(len(inst.task_gpus[t]) * inst.task_milli[t] for t in failed) / MILLI

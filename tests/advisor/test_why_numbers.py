@@ -150,3 +150,24 @@ def test_borrow_says_why_in_numbers(goal, needle) -> None:
         str(EXAMPLES / "policy-borrow.yaml"),
     )
     assert run.returncode == 1 and needle in run.stdout
+
+
+def test_work_that_finds_no_home_is_counted() -> None:
+    """Two A100 nodes, each with a 2-GPU task asking 100 of its 128 cores: an 8-GPU job needs
+    one node cleared, but its task finds no node with the CPU left. Counting GPUs proves
+    nothing (4 + 8 of 16); the reason says what moves and what finds no home."""
+    from advisor.model import ModelBuilder
+
+    b = ModelBuilder()
+    for n in (1, 2):
+        b.add_node(f"n{n}", rack="r1", gpu_model="A100", cpu_milli=128000)
+        for i in range(8):
+            b.add_gpu(f"n{n}", i, nvlink_island=0)
+        b.add_allocation(f"t{n}", num_gpu=2, node=f"n{n}", gpus=[0, 1], cpu_milli=100000)
+    plan = plan_heuristic(b.build(), parse_goal("job=8"))
+    assert not plan.feasible
+    assert plan.reason == (
+        "no 1 x 8-GPU job can be cleared: clearing the 1 cheapest node(s) moves 1 task(s) (2 "
+        "GPUs); 1 of them (2 GPUs) find no free GPUs of their model, NVLink island, rack and "
+        "CPU/memory elsewhere (6 GPUs free outside the room)"
+    )
