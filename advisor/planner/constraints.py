@@ -6,26 +6,36 @@ Stable API:
   assumed where a source does not know it, and which locality rules apply.
 - `load_policy(path)` / `policy_from_dict(doc)` — read a small YAML or JSON file::
 
-      default_restart_s: 300       # checkpoint/restart seconds when unknown
+      default_restart_s: 5m        # checkpoint/restart time when unknown (seconds or text)
       island_locality: true        # a task that fits in one NVLink island stays in one
       rack_locality: true          # a multi-node job in one rack stays in one rack
       allow_model_change: false    # migrate/share keep the GPU model; rebalance may change it
       quotas:                      # GPUs; a number caps the tenant, a mapping caps per model
         rnd: 64
         product: {A100: 32, H100: 16}
-      borrowing:                   # optional; absent = no quota loans are ever proposed
+      priority_levels: {high: 80, medium: 50, low: 0}   # named levels (lowest priority)
+      borrowing_rules:             # loans per lender -> borrower pair (`loan_rules`)
+        - {lender: algorithms, borrower: rnd, max_borrowable_ratio: 0.5,
+           priority_threshold: high, auto_return_timeout: 2h}
+      return_policies:             # how loans go back, per trigger (`loan_rules`)
+        - {trigger: original_tenant_demand, grace_period: 15m, preemption_allowed: true}
+        - {trigger: timeout, force_return: true}
+      borrowing:                   # or, the older form: rules per borrowing tenant
         max_borrow_ratio: 0.5      # a tenant borrows at most this fraction of its own quota
         priority_threshold: 50     # only jobs of at least this priority may borrow
-        auto_return_s: 86400       # a loan goes back when the job ends or after this long
-        grace_s: 600               # then the borrower has this long to checkpoint
+        auto_return_s: 1d          # a loan goes back when the job ends or after this long
+        grace_s: 10m               # then the borrower has this long to checkpoint
         preemption: true           # false: only jobs expected to end before the auto-return
         lend: true                 # the tenant lends its unused quota to others
         tenants:                   # per-tenant overrides of any field above
           product: {lend: false}
 
-  Errors are `PolicyError` naming the field (`quotas.product.A100: expected a number >= 0`).
-- `BorrowRules` / `Policy.borrow_rules(tenant)` — the borrowing rules that apply to a tenant
-  (None when the file has no `borrowing` section). Quota nobody holds (usable GPUs beyond the
+  Neither borrowing form: no quota loans are ever proposed. Errors are `PolicyError` naming the
+  field by its path, an unknown key with the closest known one
+  (`borrowing_rules[0].max_borrow_ratio: unknown key (did you mean 'max_borrowable_ratio'?)`).
+- `BorrowRules` / `Policy.borrow_rules(tenant)` — the per-tenant rules that apply to a tenant
+  (None when the file has no `borrowing` section); `LoanRule` / `Policy.rules_for(borrower)`
+  and `ReturnPolicy` — the per-pair form. Quota nobody holds (usable GPUs beyond the
   sum of quotas) is the pseudo-tenant `UNASSIGNED`, which lends like any tenant.
 - Rule helpers shared by the checker and the planners (so they can never disagree):
   `spec_allows`, `node_islands`, and the NVLink-island rule every counter reads too
