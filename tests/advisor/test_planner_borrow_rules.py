@@ -6,22 +6,31 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from advisor import snapshot
+from advisor.fragmentation.measures import free_whole_per_node
 from advisor.planner.borrow import plan_borrow, request_for_job
 from advisor.planner.check import check_plan
 from advisor.planner.constraints import (
     UNASSIGNED,
     LoanRule,
+    Policy,
     PolicyError,
     ReturnPolicy,
     load_policy,
     policy_from_dict,
+    unassigned_quota,
+    usage_by_scope,
 )
+from advisor.planner.reserve import Request
+from tests.advisor._recommend_clusters import TENANTS, assert_checked, clusters
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 SEED = EXAMPLES / "seed-quota-borrow.json"
@@ -283,3 +292,90 @@ def test_the_cli_prints_the_return(model) -> None:
     assert "at the auto-return: rnd-pretrain is expected to run 5.7 h" in run.stdout
     assert "lender demand: if 'algorithms' wants its 10 GPUs back" in run.stdout
     assert "2.667 GPU-hours lost" in run.stdout
+
+
+@st.composite
+def pair_rules_short_of_quota(draw, m, request: Request) -> Policy:
+    """Quotas leaving `request`'s tenant 1 to `request.gpus` GPUs short, the others some
+    spare, and per-pair rules (random ratios, thresholds, auto-returns) from every other
+    tenant and from `UNASSIGNED`, with random return policies."""
+    usage = usage_by_scope(m)
+    short = draw(st.integers(1, request.gpus))
+    quotas = {(request.tenant, ""): max(usage[(request.tenant, "")] + request.gpus - short, 0.0)}
+    for tenant in TENANTS:
+        if tenant != request.tenant:
+            quotas[(tenant, "")] = usage[(tenant, "")] + draw(st.sampled_from([0, 1, 4, 8]))
+    rules = tuple(
+        LoanRule(
+            lender,
+            request.tenant,
+            draw(st.sampled_from([0.25, 0.5, 1.0])),
+            draw(st.sampled_from([0, 0, 50])),
+            "",
+            draw(st.sampled_from([1800.0, 7200.0, 86400.0])),
+        )
+        for lender in (*[t for t in TENANTS if t != request.tenant], UNASSIGNED)
+        if draw(st.booleans())
+    )
+    returns = ReturnPolicy(
+        draw(st.sampled_from([0.0, 600.0])),
+        draw(st.booleans()),
+        draw(st.booleans()),
+        draw(st.sampled_from([0.0, 600.0])),
+    )
+    return Policy(quotas=quotas, loan_rules=rules, returns=returns)
+
+
+def test_every_pair_rule_plan_keeps_its_rules_and_its_return_replays() -> None:
+    """Random clusters, a small new job its tenant's quota just stops, random pair rules: a
+    plan replays; each lender lends at most its unused quota and its ratio of its quota, to a
+    job at or above its threshold; every return scenario's steps replay too."""
+    seen: Counter = Counter()
+
+    @settings(
+        max_examples=60,
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow],
+        derandomize=True,
+        database=None,
+    )
+    @given(
+        m=clusters(),
+        tenant=st.sampled_from(TENANTS),
+        size=st.sampled_from([1, 2, 4]),
+        data=st.data(),
+    )
+    def check(m, tenant, size, data) -> None:
+        fits = max(int(free_whole_per_node(m).max(initial=0)), 1)
+        request = Request("want", tenant, 10, 1, min(size, fits))
+        policy = data.draw(pair_rules_short_of_quota(m, request), label="policy")
+        plan = plan_borrow(m, policy, request)
+        assert_checked(m, plan, policy, request.priority)
+        loans = [a for a in plan.actions if a.kind == "borrow"]
+        if not (plan.feasible and loans):
+            return
+        seen["loans"] += 1
+        usage = usage_by_scope(m)
+        rules = {r.lender: r for r in policy.loan_rules}
+        for loan in loans:
+            lender, scope, amount = loan.quota[1][0], loan.quota[1][1], -loan.quota[1][2]
+            rule = rules[lender]
+            assert request.priority >= rule.priority_threshold
+            if lender == UNASSIGNED:
+                quota, used = unassigned_quota(m, policy.quotas, scope, usage)
+            else:
+                quota, used = policy.quotas[(lender, scope)], usage[(lender, scope)]
+            assert (
+                amount <= quota - used + 1e-9 and amount <= rule.max_borrowable_ratio * quota + 1e-9
+            )
+        back = plan.extra["return"]
+        scenarios = [back["on_timeout"], *back["on_lender_demand"]]
+        for doc in scenarios:
+            if "check" in doc:
+                seen["replayed"] += 1
+                assert doc["check"] == "ok", (doc["text"], doc["check"])
+        if back["on_timeout"]["expected_cost"]:
+            seen["costed"] += 1
+
+    check()
+    assert seen["loans"] >= 5 and seen["replayed"] >= 10, seen
