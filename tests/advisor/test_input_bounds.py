@@ -118,10 +118,10 @@ def test_gpu_indices_far_apart_keep_their_nodes_apart():
     builder = ModelBuilder()
     for node in ("n1", "n2"):
         builder.add_node(node)
-        for index in (0, 5_000, 3_000_000):
-            builder.add_gpu(node, index)
+        for index, island in ((0, 7), (5_000, 7), (3_000_000, 2_000_000_000)):
+            builder.add_gpu(node, index, nvlink_island=island)
     model = builder.build()
-    assert largest_free_nvlink_group(model).tolist() == [1, 1]  # each GPU its own island
+    assert largest_free_nvlink_group(model).tolist() == [2, 2]  # two GPUs share island 7
 
 
 # --- trace CSVs (replay, analyze openb:) ---
