@@ -16,6 +16,7 @@ from advisor import snapshot
 from advisor.fragmentation import measures
 from advisor.ingest.sources import DEFAULT_TIMEOUT, SOURCE_HELP, SourceError, load_source
 from gpu_defrag_common.files import check_file_target, write_text_atomic
+from gpu_defrag_common.messages import say_error
 from gpu_defrag_common.units import number, positive_duration
 
 GIB = 2**30
@@ -98,10 +99,10 @@ def _timeout(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _fail(message: str, status: int = 2) -> int:
+def _fail(message: str, status: int = 2, command: str = "analyze") -> int:
     """One line on stderr; exit 2 for what the user gave (a source, a flag, a target), 1 for a
     write that failed on the way (a full disk), as every command's results and stdout."""
-    print(f"gpu-defrag: error: {message}", file=sys.stderr)
+    say_error(command, message)
     return status
 
 
@@ -113,26 +114,30 @@ def _emit(text: str) -> int:
     return 0
 
 
+def _snapshot_fail(message: str, status: int = 2) -> int:
+    return _fail(message, status, "snapshot")
+
+
 def run_snapshot(args: argparse.Namespace) -> int:
     to_file = bool(args.output) and args.output != "-"  # `-o -`: standard output, as without -o
     if to_file:
         try:  # before the source is read (a week of Prometheus history), not after
             check_file_target(args.output)
         except OSError as error:
-            return _fail(f"-o {args.output}: {error.strerror or error}")
+            return _snapshot_fail(f"-o {args.output}: {error.strerror or error}")
     try:
         model = load_source(args.source, timeout=args.timeout)
         text = snapshot.dumps(model)
     except SourceError as error:
-        return _fail(str(error))
+        return _snapshot_fail(str(error))
     except snapshot.SnapshotError as error:  # the loader's checks: nothing was written
-        return _fail(f"{args.source}: {error}")
+        return _snapshot_fail(f"{args.source}: {error}")
     if not to_file:
         return _emit(text)
     try:
         write_text_atomic(args.output, text)
     except OSError as error:  # whole or nothing: a file that was there stays as it was
-        return _fail(f"cannot write {args.output}: {error.strerror or error}", status=1)
+        return _snapshot_fail(f"cannot write {args.output}: {error.strerror or error}", status=1)
     return 0
 
 
@@ -206,6 +211,11 @@ def _table(rows: list[list[str]], out: TextIO) -> None:
             out.write("  " + "  ".join("-" * w for w in widths) + "\n")
 
 
+def _known(count: int) -> int | None:
+    """A per-node count, None where it cannot be known (-1: the node's islands unknown)."""
+    return None if count < 0 else count
+
+
 def _g(value: float | None) -> str:
     if value is None:
         return "unknown"
@@ -250,6 +260,9 @@ def print_table(result: dict[str, Any], out: TextIO, *, top: int = 10) -> None:
             [row["shape"], _g(row["jobs_that_fit"]), "-" if stranded is None else _g(stranded)]
         )
     _table(rows, out)
+    for row in spatial["shapes"]:
+        for estimate in row["crosses_nvlink_islands"]:
+            out.write(f"  {row['shape']} on {estimate['gpu_model']}: {estimate['text']}\n")
     out.write(
         f"\nTemporal (utilization < {temporal['threshold']:g} over {temporal['window_s']:g} s)\n"
         f"  allocated but idle: {temporal['allocated_idle_gpus']} of "
@@ -296,7 +309,6 @@ def print_table(result: dict[str, Any], out: TextIO, *, top: int = 10) -> None:
         f"of capacity, {100 * frag['fragment_rate']:.1f}% of idle GPU\n"
     )
     nodes = result["nodes"]
-    islands_known = spatial["largest_job"]["nvlink_group_gpus"] is not None
     order = measures.most_fragmented(nodes, top)
     if top > 0 and not len(order):
         out.write("\nMost fragmented nodes: none (no node has an FGD fragment)\n")
@@ -312,7 +324,7 @@ def print_table(result: dict[str, Any], out: TextIO, *, top: int = 10) -> None:
                     str(nodes["gpu_model"][i]),
                     _g(int(nodes["free_gpus"][i])),
                     _g(float(nodes["free_capacity_gpus"][i])),
-                    _g(int(nodes["largest_free_nvlink_group"][i]) if islands_known else None),
+                    _g(_known(int(nodes["largest_free_nvlink_group"][i]))),
                     _g(int(nodes["allocated_idle_gpus"][i])),
                     f"{nodes['fgd_fragment_gpus'][i]:.2f}",
                     f"{nodes['score'][i]:.2f}",

@@ -31,10 +31,12 @@ from typing import Any
 
 from advisor.fragmentation.measures import Shape, check_models, parse_shape
 from advisor.model import ClusterModel
-from advisor.planner.actions import CostWeights, Plan
+from advisor.planner.actions import CostWeights, GpuSet, Plan
 from advisor.planner.consolidate import GOAL_KINDS, Goal, parse_goal, plan_heuristic
 from advisor.planner.constraints import Policy, PolicyError, load_policy
 from advisor.snapshot import JsonFileError, read_json, repeated_key
+from gpu_defrag_common.messages import say_error
+from gpu_defrag_common.progress import Progress, add_quiet_flag
 from gpu_defrag_common.units import fraction, number, positive_duration
 
 EXACT_MAX_NODES = 400
@@ -154,6 +156,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "share | rebalance | reserve[=JOB] | borrow=JOB | borrow=TENANT:GPUS[:PRIORITY]",
     )
     parser.add_argument("--json", action="store_true", help="print the plan as JSON")
+    add_quiet_flag(parser)
     _add_flag(
         parser,
         "--solver",
@@ -311,7 +314,7 @@ def solve(
     if solver == "best" and len(model.nodes) > exact_max_nodes:
         note = f"exact solver skipped: {len(model.nodes)} nodes > {exact_max_nodes}"
         return replace(heuristic, extra={**heuristic.extra, "exact": note})
-    from advisor.planner.exact import plan_exact  # ortools loads only when asked
+    from advisor.planner.exact import PROVED, plan_exact  # ortools loads only when asked
 
     exact = plan_exact(
         model,
@@ -339,17 +342,12 @@ def solve(
     ):
         chosen = exact
     if not chosen.feasible and exact.extra.get("status") == "infeasible":
-        chosen = replace(chosen, reason=f"{chosen.reason}; {exact.reason}")
+        chosen = replace(chosen, reason=f"{chosen.reason}; {PROVED}")
     return replace(chosen, extra={**chosen.extra, "comparison": comparison})
 
 
 def _gpus(doc: dict | None) -> str:
-    if not doc:
-        return "-"
-    share = "" if doc["milli"] == 1000 else f"@{doc['milli'] / 1000:g}"
-    if doc.get("mig_profile"):
-        share = f"@MIG {doc['mig_profile']}"
-    return f"{doc['node']}[{','.join(map(str, doc['gpus']))}]{share}"
+    return str(GpuSet.from_dict(doc)) if doc else "-"
 
 
 def _quota(doc: dict, sign: int) -> str:
@@ -402,7 +400,8 @@ def render_table(plan: Plan) -> str:
     before, after = doc["before"], doc["after"]
     for key in ("free_gpus", "free_nodes", "largest_free_nvlink_group", "fgd_fragment_gpus"):
         if key in before:
-            lines.append(f"{key}: {before[key]} -> {after.get(key)}")
+            was, now = (("unknown" if v is None else v) for v in (before[key], after.get(key)))
+            lines.append(f"{key}: {was} -> {now}")
     if doc.get("benefit"):
         benefit = doc["benefit"]
         lines.append(f"newly schedulable shapes: {', '.join(benefit['newly_schedulable']) or '-'}")
@@ -433,17 +432,17 @@ def run(args: argparse.Namespace) -> int:
 
     refused = refused_flag(args)
     if refused:  # before the source is read: a flag the goal ignores is no plan for it
-        print(f"gpu-defrag plan: error: {refused}", file=sys.stderr)
+        say_error("plan", refused)
         return 2
     key = args.goal.partition("=")[0].strip()
     if key in GOALS:  # recommendation kinds (recommend.py)
         return _run_recommendation(args)
     if key not in GOAL_KINDS:
-        print(
-            f"gpu-defrag plan: bad goal {args.goal!r}: unknown goal {key!r} (job=8x8, job=4, "
+        say_error(
+            "plan",
+            f"bad goal {args.goal!r}: unknown goal {key!r} (job=8x8, job=4, "
             "free-nodes=8, forecast=6h, recommend, reclaim, share, rebalance, reserve[=JOB] or "
             "borrow=JOB|TENANT:GPUS)",
-            file=sys.stderr,
         )
         return 2
     try:
@@ -465,22 +464,32 @@ def run(args: argparse.Namespace) -> int:
             else None
         )
     except (ValueError, PolicyError) as error:
-        print(f"gpu-defrag plan: {error}", file=sys.stderr)
+        say_error("plan", str(error))
         return 2
-    plan = solve(
-        model,
-        goal,
-        policy,
-        args.solver,
-        args.time_limit,
-        args.exact_max_nodes,
-        demand,
-        workers=args.workers,
+    # the exact solver (seconds to minutes) is the long part: only it shows progress
+    exact = args.solver == "exact" or (
+        args.solver == "best" and len(model.nodes) <= args.exact_max_nodes
     )
-    if args.json:
-        print(json.dumps(plan.to_dict(), indent=2, default=_jsonable))
-    else:
-        print(render_table(plan))
+    nodes = len(model.nodes)
+    quiet = args.quiet or not exact
+    with Progress("plan", f"exact solver on {nodes} nodes", quiet=quiet) as progress:
+        plan = solve(
+            model,
+            goal,
+            policy,
+            args.solver,
+            args.time_limit,
+            args.exact_max_nodes,
+            demand,
+            workers=args.workers,
+        )
+        found = "a plan" if plan.feasible else "no plan"
+        progress.done(f"{found} for {goal.text} ({args.solver} solver, {nodes} nodes)")
+        if args.json:
+            print(json.dumps(plan.to_dict(), indent=2, default=_jsonable))
+        else:
+            print(render_table(plan))
+        sys.stdout.flush()  # a full disk fails here, before the closing line
     return 0 if plan.feasible else 1
 
 
@@ -526,7 +535,7 @@ def _run_recommendation(args: argparse.Namespace) -> int:
         else:
             plans = plan_for_goal(model, policy, args.goal) or []
     except (ValueError, PolicyError) as error:
-        print(f"gpu-defrag plan: {error}", file=sys.stderr)
+        say_error("plan", str(error))
         return 2
     if args.json:
         docs = [p.to_dict() for p in plans]
