@@ -20,7 +20,9 @@ are over its 8 VCs; its total is printed apart.
 0: everything, as our models see): AutoARIMA's fit (its stepwise search, 26 s of CPU on four weeks
 of hours) makes it by far the slowest, and its daily refits dominate the run. `--jobs N` runs the
 peers' model × series tasks in N processes; a model's time is then the sum of its tasks' times.
-`--peers-only` leaves the advisor's backtest out (naive, for the check, stays).
+`--peers-only` leaves the advisor's backtest out (naive, for the check, stays). `--test-from` /
+`--test-to` score another part, e.g. weeks of the training part (the advisor still picks on the
+days before it).
 
 Usage: OMP_NUM_THREADS=1 python bench/forecast_peers.py [--data philly,earth,alibaba] [--philly PATH]
        [--peers-python .venv-peers/bin/python] [--models Naive,AutoETS,...] [--history 0]
@@ -151,6 +153,8 @@ def main() -> None:
     ap.add_argument("--history", type=int, default=0, help="hours a peer sees (0: all)")
     ap.add_argument("--jobs", type=int, default=1, help="peer processes (model × series tasks)")
     ap.add_argument("--peers-only", action="store_true", help="no advisor row (naive still)")
+    ap.add_argument("--test-from", help="another test part (a date): e.g. training weeks")
+    ap.add_argument("--test-to", help="its end (a date, exclusive)")
     args = ap.parse_args()
     if not Path(args.peers_python).exists():
         raise SystemExit(f"no peers environment at {args.peers_python}; make it: {MAKE_VENV}")
@@ -160,14 +164,16 @@ def main() -> None:
     for name in args.data.split(","):
         source = getattr(args, name) or str(INPUTS[name])
         panel = io.hourly(io.load(source), source)
-        origins = rolling.test_window(panel)
+        origins = rolling.test_window(panel, args.test_from, args.test_to)
         test_start = int(origins[0])
         t0 = time.perf_counter()
         ours = [rolling.rolling_forecasts(panel, ("naive",), HORIZONS, QUANTILES, origins)]
         seconds = {"naive": time.perf_counter() - t0}
         if not args.peers_only:  # the CLI's demand backtest, whose advisor rows are ours
             t0 = time.perf_counter()
-            _metrics, fc, _picks = rolling.run(panel, HORIZONS, QUANTILES)
+            _metrics, fc, _picks = rolling.run(
+                panel, HORIZONS, QUANTILES, args.test_from, args.test_to
+            )
             seconds["advisor"] = time.perf_counter() - t0
             ours.append(fc[fc["model"] == "advisor"])
         peers, peer_seconds, errors = peer_rows(
