@@ -10,6 +10,10 @@
                                                   Prometheus HTTP API (state + usage history)
     FILE.json                                     a snapshot (docs/snapshot.md)
     openb:NODE_CSV[,POD_CSV]  or  openb:DIR       Alibaba trace: nodes, pods as pending demand
+    k8s:[CONTEXT][?rack-label=KEY&pool-label=KEY&tenant=namespace|label:KEY|queue
+        &priority-threshold=N]                    Kubernetes API: nodes, pods, the queue, quotas
+    SCHEDULER+USAGE                               a scheduler joined by node name with exporter
+                                                  URLs or prometheus+http://... (k8s:+http://...)
 
 Every failure is a `SourceError` (a ValueError) with one line naming the source and the
 problem, so the CLI can print it without a traceback.
@@ -28,7 +32,7 @@ from urllib.parse import parse_qs, urlsplit
 import numpy as np
 
 from advisor import snapshot
-from advisor.ingest import exporter_scrape, openb, prometheus
+from advisor.ingest import combine, exporter_scrape, openb, prometheus, schedulers
 from advisor.ingest.exporter_scrape import SourceUnavailable
 from advisor.logs import redact
 from advisor.model import MILLI, ClusterModel, ModelBuilder, ModelError, Usage, from_readings
@@ -88,6 +92,8 @@ def load_source(spec: str, *, timeout: float = DEFAULT_TIMEOUT) -> ClusterModel:
 
 def _load(spec: str, timeout: float) -> ClusterModel:
     try:
+        if schedulers.is_combined(spec):
+            return _combined(spec, timeout)
         if spec.startswith("sim:"):
             return _sim(spec)
         if spec.startswith(("prometheus+http://", "prometheus+https://")):
@@ -107,8 +113,19 @@ def _load(spec: str, timeout: float) -> ClusterModel:
         raise SourceError(f"{spec}: {error}") from None
     raise SourceError(
         f"{spec!r} is not a source: use sim:PRESET, http(s)://.../metrics, "
-        "prometheus+http://HOST:9090, FILE.json or openb:NODE_CSV[,POD_CSV]"
+        "prometheus+http://HOST:9090, FILE.json, openb:NODE_CSV[,POD_CSV] or k8s:[CONTEXT]"
     )
+
+
+def _combined(spec: str, timeout: float) -> ClusterModel:
+    """A scheduler source, alone or joined with one usage source (`advisor.ingest.schedulers`)."""
+    try:
+        scheduler, usage = schedulers.parts_of(spec)
+    except ValueError as error:
+        raise SourceError(str(error)) from None
+    view = schedulers.read_view(scheduler, timeout)
+    usage_model = _load(usage[0], timeout) if usage else None
+    return combine.build_model(view, usage_model, source=spec)
 
 
 # usage samples of `history`/`step` read from Prometheus (in pieces of `prometheus.MAX_STEPS`):

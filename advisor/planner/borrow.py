@@ -241,11 +241,20 @@ def plan_borrow(
                 continue
             lender_rules = policy.borrow_rules(tenant)
             spare = limit - usage[(tenant, scope)]
-            if spare > 1e-9 and lender_rules is not None and lender_rules.lend:
+            if lender_rules is None or not lender_rules.lend:
+                continue
+            if rules.cohort and lender_rules.cohort != rules.cohort:
+                continue  # a cohort lends only to its members
+            if lender_rules.max_lend_gpus is not None:
+                spare = min(spare, lender_rules.max_lend_gpus)
+            if spare > 1e-9:
                 lenders.append((-spare, tenant, spare))
         lenders.sort()
         limit, used = unassigned_quota(model, policy.quotas, scope, usage)
         spare_unassigned = max(0.0, limit - used)
+        free_rules = policy.borrow_rules(UNASSIGNED)
+        if free_rules is not None and (not free_rules.lend or rules.cohort):
+            spare_unassigned = 0.0  # a scheduler lending only within cohorts keeps it
         if spare_unassigned > 1e-9:
             lenders.append((0.0, UNASSIGNED, spare_unassigned))
         left = short

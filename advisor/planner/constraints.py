@@ -20,6 +20,8 @@ Stable API:
         grace_s: 600               # then the borrower has this long to checkpoint
         preemption: true           # false: only jobs expected to end before the auto-return
         lend: true                 # the tenant lends its unused quota to others
+        max_lend_gpus: 16          # optional: lends at most this many GPUs (absent = all unused)
+        cohort: research           # optional: borrows from and lends to this cohort only
         tenants:                   # per-tenant overrides of any field above
           product: {lend: false}
 
@@ -71,6 +73,10 @@ class BorrowRules:
     grace_s: float = 600.0  # time to checkpoint after the return is due
     preemption: bool = True  # borrowed work may be preempted at return
     lend: bool = True  # this tenant lends its unused quota
+    # a scheduler's lending limit (a Kueue ClusterQueue's lendingLimit); None = all unused
+    max_lend_gpus: float | None = None
+    # tenants lend only within one cohort (Kueue cohorts); "" = to anyone
+    cohort: str = ""
 
 
 @dataclass(frozen=True)
@@ -105,6 +111,8 @@ _BORROW_KEYS = {
     "grace_s",
     "preemption",
     "lend",
+    "max_lend_gpus",
+    "cohort",
 }
 
 
@@ -177,6 +185,12 @@ def _rules(doc: Any, where: str, base: BorrowRules, extra: frozenset[str]) -> Bo
         if isinstance(value, bool) or not isinstance(value, int):
             raise PolicyError(f"{where}.priority_threshold", f"expected an integer, got {value!r}")
         values["priority_threshold"] = value
+    if "max_lend_gpus" in doc:
+        values["max_lend_gpus"] = _number(doc["max_lend_gpus"], f"{where}.max_lend_gpus")
+    if "cohort" in doc:
+        if not isinstance(doc["cohort"], str):
+            raise PolicyError(f"{where}.cohort", f"expected a name, got {doc['cohort']!r}")
+        values["cohort"] = doc["cohort"]
     for key in ("preemption", "lend"):
         if key in doc:
             if not isinstance(doc[key], bool):
