@@ -498,19 +498,18 @@ def analyze(model: ClusterModel, settings: Settings = Settings()) -> dict[str, A
     for shape in settings.shapes:
         fit = jobs_that_fit(model, shape, groups)
         generous = jobs_that_fit(model, shape, shared) if shape.tasks > 1 and any_unknown else fit
-        whole = shape.gpu_milli == MILLI
+        rack_decides = racks.depends_on_racks(shape, fit, generous)
+        # free whole GPUs it cannot use: unknown where unknown racks decide the count
+        whole = shape.gpu_milli == MILLI and not rack_decides
         shapes.append(
             {
                 "shape": shape.name,
                 "gpus_per_job": shape.gpus,
                 "jobs_that_fit": fit,
-                "jobs_if_racks_allow": generous
-                if racks.depends_on_racks(shape, fit, generous)
-                else None,
+                "jobs_if_racks_allow": generous if rack_decides else None,
                 "blocked_by": racks.blocked_cause(
                     shape, fit, generous, float(free_per_pool.max(initial=0))
                 ),
-                # free whole GPUs this shape cannot use (spatially stranded for it)
                 "stranded_gpus": free_whole - fit * shape.tasks * shape.num_gpu if whole else None,
             }
         )

@@ -36,6 +36,7 @@ from advisor.model import MILLI, UNKNOWN_ISLAND, ClusterModel, spec_allows
 from advisor.planner.actions import Action, Benefit, Cost, CostWeights, GpuSet, Plan, move_cost
 from advisor.planner.check import apply_plan, check_plan
 from advisor.planner.constraints import ANY_MODEL, Policy, island_size_per_node, usage_by_scope
+from advisor.planner.unknown_racks import rack_unknown_reason
 
 GOAL_JOB = "goal"
 CHAIN_ALWAYS_NODES = 2000  # up to this size the chained search always runs (it is cheap there)
@@ -834,7 +835,7 @@ def plan_heuristic(
     started = time.perf_counter()
     inst = build_instance(model, policy, goal.priority, weights)
     try:
-        needs = needs_for(goal, demand)
+        needs = needs_for(goal, demand, policy)
     except ValueError as error:
         return _infeasible(model, goal, inst, str(error), "heuristic")
     over = over_quota(model, goal, policy)
@@ -848,6 +849,10 @@ def plan_heuristic(
         found = heuristic_windows(inst, need, blocked)
         if found is None:
             why = f"no {need_text(need)} can be cleared" + _by_counting(model, need)
+            racks = rack_unknown_reason(model, [(n.tasks, n.spec) for n in needs], policy)
+            if need.same_rack and racks:
+                plan = _infeasible(model, goal, inst, f"{why} on known racks; {racks}", "heuristic")
+                return replace(plan, extra={**plan.extra, "rack_unknown": True})
             return _infeasible(model, goal, inst, why, "heuristic")
         windows, targets = found
         windows_all.append(windows)
@@ -897,7 +902,18 @@ def _without(inst: Instance, moved: Mapping[int, np.ndarray]) -> Instance:
     return Instance(**{**inst.__dict__, "task_movable": movable, "cpu_free": cpu, "mem_free": mem})
 
 
-def needs_for(goal: Goal, demand: Sequence[Shape] | None) -> list[Need]:
+def needs_for(
+    goal: Goal, demand: Sequence[Shape] | None, policy: Policy | None = None
+) -> list[Need]:
+    """The goal's jobs; without rack locality (`rack_locality: false`) a multi-node job may
+    take nodes of any racks."""
+    needs = _needs_for(goal, demand)
+    if policy is not None and not policy.rack_locality:
+        needs = [replace(need, same_rack=False) for need in needs]
+    return needs
+
+
+def _needs_for(goal: Goal, demand: Sequence[Shape] | None) -> list[Need]:
     if goal.kind != "forecast":
         return needs_of(goal)
     if demand is None:
