@@ -1,0 +1,25 @@
+"""`k8s:` for `advisor.ingest.schedulers`: one read, or a watched reader for the service."""
+
+from __future__ import annotations
+
+from advisor.ingest.kubernetes import cache
+from advisor.ingest.kubernetes.client import KubeError
+from advisor.ingest.kubernetes.spec import SpecError, parse
+from advisor.scheduler_view import SchedulerView
+
+
+def _spec(text: str):  # type: ignore[no-untyped-def]
+    try:
+        return parse(text)
+    except SpecError as error:
+        raise KubeError(str(error)) from None
+
+
+def read_view(spec: str, timeout: float) -> SchedulerView:
+    """List nodes, pods, quotas and the installed custom resources once."""
+    return cache.read(_spec(spec), timeout)
+
+
+def open_view(spec: str, timeout: float) -> cache.Watcher:
+    """A reader that lists once (at its first call) and then watches."""
+    return cache.Watcher(_spec(spec), timeout)
