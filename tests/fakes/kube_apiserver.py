@@ -112,6 +112,7 @@ class KubeApiServer:
         self.requests: Counter[tuple[str, str]] = Counter()  # (verb, resource key)
         self.cond = threading.Condition()
         self.closing = False
+        self.down = False  # answer 503 to everything (an API server that is restarting)
         self._open: set[Any] = set()
         for key in ("nodes", "pods", "resourcequotas"):
             self.install(key)
@@ -246,6 +247,9 @@ class KubeApiServer:
         if parts.path == "/_fake/requests":
             counts = {f"{v} {k}": n for (v, k), n in self.requests.items()}
             self._send(handler, 200, json.dumps(counts).encode())
+            return
+        if self.down:
+            self._status(handler, 503, "ServiceUnavailable", "the server is restarting")
             return
         expected = f"Bearer {self.token}"
         if self.token is not None and handler.headers.get("Authorization", "") != expected:

@@ -177,12 +177,13 @@ class Watcher:
         assert self.client is not None
         while not self._stop.is_set():
             try:
-                for kind, obj in self.client.watch(store.resource, store.version, WATCH_TIMEOUT_S):
+                response = self.client.open_watch(store.resource, store.version, WATCH_TIMEOUT_S)
+                self._up(store)
+                failures = 0
+                for kind, obj in self.client.events(store.resource, response):
                     store.apply(kind, obj)
                     if self._stop.is_set():
                         return
-                self._up(store)
-                failures = 0
             except Gone:
                 if self._stop.is_set():
                     return

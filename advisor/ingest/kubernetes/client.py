@@ -224,13 +224,9 @@ class KubeClient:
                 return items, version
 
     # --- watch ---
-    def watch(
-        self, resource: Resource, version: str, timeout_s: int = 300
-    ) -> Iterator[tuple[str, dict]]:
-        """(type, object) events after `version` until the server ends the watch; `Gone` when
-        `version` is too old; BOOKMARK events carry only the new resourceVersion."""
-        from kubernetes.watch.watch import iter_resp_lines
-
+    def open_watch(self, resource: Resource, version: str, timeout_s: int = 300) -> Any:
+        """Start a watch of `resource` after `version` (the server ends it after `timeout_s`);
+        KubeError when the server refuses it. Read it with `events`."""
         query = {
             "watch": "true",
             "resourceVersion": version,
@@ -240,6 +236,13 @@ class KubeClient:
         response = self._request(resource, "watch", query, (self.timeout, timeout_s + self.timeout))
         with self._lock:
             self._open.add(response)
+        return response
+
+    def events(self, resource: Resource, response: Any) -> Iterator[tuple[str, dict]]:
+        """(type, object) events of an open watch until the server ends it; `Gone` when its
+        resourceVersion is too old; BOOKMARK events carry only the new resourceVersion."""
+        from kubernetes.watch.watch import iter_resp_lines
+
         try:
             for line in iter_resp_lines(response):
                 if not line:
@@ -269,6 +272,12 @@ class KubeClient:
             with self._lock:
                 self._open.discard(response)
             response.release_conn()
+
+    def watch(
+        self, resource: Resource, version: str, timeout_s: int = 300
+    ) -> Iterator[tuple[str, dict]]:
+        """`open_watch` then its `events`."""
+        yield from self.events(resource, self.open_watch(resource, version, timeout_s))
 
     def close(self) -> None:
         """Ends every open watch (their iterators stop) and the connection pool."""

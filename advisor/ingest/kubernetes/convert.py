@@ -5,8 +5,8 @@ labels). Pool and rack from the first of the spec's label keys any node carries 
 it: unknown); GPU model, count and memory from GPU feature discovery; whole GPUs a time-sliced
 node hands out are its allocatable / `nvidia.com/gpu.replicas`. Not free capacity: cordoned
 (`spec.unschedulable`), NotReady, or a NoSchedule/NoExecute taint no GPU pod tolerates (GPU
-nodes are commonly tainted so that only GPU pods land there: a taint GPU pods tolerate is a
-dedication, not a cordon).
+nodes are commonly tainted so that only GPU pods land there: a taint GPU pods tolerate, or one
+of the usual dedication keys `DEDICATION_TAINTS`, is a dedication, not a cordon).
 
 Pods: every pod that asks for GPUs, and every other pod on a GPU node (its CPU and memory count
 against the node). Bound pods are placed; Pending pods without a node are the queue. One job (the
@@ -82,6 +82,9 @@ CORDON_TAINTS = frozenset(
         "karpenter.sh/disrupted",
     }
 )
+# taints that dedicate GPU nodes to GPU work (the GPU operator's and the clouds' convention):
+# never a cordon, even while no pod tolerating them runs
+DEDICATION_TAINTS = frozenset({"nvidia.com/gpu", "sku", "dedicated", "gpu"})
 
 
 @dataclass(frozen=True)
@@ -168,6 +171,8 @@ def _sched_node(
     if not node.ready:
         reasons.append("NotReady")
     for taint in node.taints:
+        if taint[0] in DEDICATION_TAINTS and taint[0] not in CORDON_TAINTS:
+            continue
         if taint[0] in CORDON_TAINTS or not _tolerated(taint, tolerations):
             key, value, effect = taint
             reasons.append(f"taint {key}{'=' + value if value else ''}:{effect}")
