@@ -123,7 +123,10 @@ def _combined(spec: str, timeout: float) -> ClusterModel:
         scheduler, usage = schedulers.parts_of(spec)
     except ValueError as error:
         raise SourceError(str(error)) from None
-    view = schedulers.read_view(scheduler, timeout)
+    try:
+        view = schedulers.read_view(scheduler, timeout)
+    except ValueError as error:  # a bad option of the scheduler's source
+        raise SourceError(str(error)) from None
     usage_model = _load(usage[0], timeout) if usage else None
     return combine.build_model(view, usage_model, source=spec)
 

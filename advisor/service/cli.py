@@ -3,6 +3,7 @@
     gpu-defrag advise --source sim:a100-16x8
     gpu-defrag advise --source prometheus+http://prometheus:9090 --advise.interval 1m
     gpu-defrag advise --source http://node1:9835/metrics,http://node2:9835/metrics
+    gpu-defrag advise --source k8s: --source http://node1:9835/metrics,http://node2:9835/metrics
 
 Every `--advise.interval` it ingests the source, analyses fragmentation, forecasts demand per
 pool from its own history and plans checked consolidations; see docs/service.md.
@@ -87,7 +88,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     # a longer past would be stepped through, then dropped: the service keeps 16 days
     backfill_span = duration_at_most(MAX_SPAN_S, ", the past the advisor keeps")
-    parser.add_argument("--source", required=True, help="where the cluster model comes from")
+    parser.add_argument(
+        "--source",
+        required=True,
+        action="append",
+        help="where the cluster model comes from; repeated, a scheduler (k8s:...) and the "
+        "usage source it joins by node name (the same as one SOURCE k8s:...+http://...)",
+    )
     add_server_arguments(parser, listen=DEFAULT_LISTEN, what="run")
     parser.add_argument(
         "--advise.interval",
@@ -195,6 +202,9 @@ def run(args: argparse.Namespace) -> int:
     from gpu_defrag_common.server import ExporterServer
     from gpu_defrag_common.webconfig import WebConfigError, load_web_config
 
+    from advisor.ingest.schedulers import join
+
+    args.source = join(args.source)  # repeated --source: one combined SOURCE
     configure_logging(args.log_level)
     install_log_filters(logging.getLogger().handlers)
     try:

@@ -97,9 +97,7 @@ def test_16x8_with_exporters_is_the_snapshots_plan_exactly(seed_16x8):
     expected = solve(seed, parse_goal("job=8x8"), Policy(), time_limit_s=30)
     got = solve(live, parse_goal("job=8x8"), Policy(), time_limit_s=30)
     assert moves(got) == moves(expected)
-    assert [(a.src, a.dst) for a in got.actions] == [
-        (a.src, a.dst) for a in expected.actions
-    ]
+    assert [(a.src, a.dst) for a in got.actions] == [(a.src, a.dst) for a in expected.actions]
 
 
 def borrow_answer(model, policy, job):

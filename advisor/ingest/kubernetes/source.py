@@ -3,16 +3,13 @@
 from __future__ import annotations
 
 from advisor.ingest.kubernetes import cache
-from advisor.ingest.kubernetes.client import KubeError
-from advisor.ingest.kubernetes.spec import SpecError, parse
+from advisor.ingest.kubernetes.spec import parse
 from advisor.scheduler_view import SchedulerView
 
 
 def _spec(text: str):  # type: ignore[no-untyped-def]
-    try:
-        return parse(text)
-    except SpecError as error:
-        raise KubeError(str(error)) from None
+    """The parsed spec; SpecError (a ValueError: bad input, exit 2) for a bad option."""
+    return parse(text)
 
 
 def read_view(spec: str, timeout: float) -> SchedulerView:
