@@ -193,6 +193,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from advisor.fragmentation import measures
     from advisor.history import History
+    from advisor.ingest.schedulers import join
     from advisor.ingest.sources import SourceError
     from advisor.logs import install_log_filters, redact
     from advisor.planner.constraints import Policy, PolicyError, load_policy
@@ -201,8 +202,6 @@ def run(args: argparse.Namespace) -> int:
     from advisor.service.loop import AdvisorLoop, Config, make_ingest
     from gpu_defrag_common.server import ExporterServer
     from gpu_defrag_common.webconfig import WebConfigError, load_web_config
-
-    from advisor.ingest.schedulers import join
 
     args.source = join(args.source)  # repeated --source: one combined SOURCE
     configure_logging(args.log_level)

@@ -127,7 +127,10 @@ def schemas() -> dict[str, Any]:
                     "description": "the quotas the plans use and where each came from",
                 },
                 "total_jobs": _COUNT,
-                "pending_jobs": {"type": "array", "items": {"$ref": "#/components/schemas/PendingJob"}},
+                "pending_jobs": {
+                    "type": "array",
+                    "items": {"$ref": "#/components/schemas/PendingJob"},
+                },
                 "blocked_plan": {"oneOf": [blocked, {"type": "null"}]},
                 "blocked_plan_error": _STR_OR_NULL,
             }
