@@ -8,6 +8,8 @@
     http://host:9835/metrics[,http://...]         exporter or dcgm-exporter pages, scraped now
     prometheus+http://host:9090[?at=UNIX&history=1h&step=60s]
                                                   Prometheus HTTP API (state + usage history)
+        [&scheduler=kube-state-metrics&rack-label=KEY&...]
+                                                  + Kubernetes from kube-state-metrics series
     FILE.json                                     a snapshot (docs/snapshot.md)
     openb:NODE_CSV[,POD_CSV]  or  openb:DIR       Alibaba trace: nodes, pods as pending demand
     k8s:[CONTEXT][?rack-label=KEY&pool-label=KEY&tenant=namespace|label:KEY|queue
@@ -25,6 +27,7 @@ import argparse
 import dataclasses
 import logging
 import math
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import parse_qs, urlsplit
@@ -32,7 +35,14 @@ from urllib.parse import parse_qs, urlsplit
 import numpy as np
 
 from advisor import snapshot
-from advisor.ingest import combine, exporter_scrape, openb, prometheus, schedulers
+from advisor.ingest import (
+    combine,
+    exporter_scrape,
+    kube_state_metrics,
+    openb,
+    prometheus,
+    schedulers,
+)
 from advisor.ingest.exporter_scrape import SourceUnavailable
 from advisor.logs import redact
 from advisor.model import MILLI, ClusterModel, ModelBuilder, ModelError, Usage, from_readings
@@ -144,6 +154,9 @@ class PrometheusSpec:
     at: float | None  # Unix time of the state (None: now)
     history_s: float  # usage history read before `at`
     step_s: float
+    # `scheduler=kube-state-metrics`: the scheduler's view from its series, with its options
+    scheduler: str = ""
+    scheduler_options: dict[str, str] = dataclasses.field(default_factory=dict)
 
 
 def _check_samples(
@@ -170,7 +183,14 @@ def prometheus_spec(spec: str) -> PrometheusSpec:
     url = spec.strip().removeprefix("prometheus+")
     parts = urlsplit(url)
     params = _query(parts.query)
-    _only(params, {"at", "history", "step"}, spec)
+    scheduler = params.get("scheduler", "")
+    if scheduler and scheduler != kube_state_metrics.KIND:
+        raise SourceError(
+            f"{spec}: scheduler={scheduler!r}: the one Prometheus can stand in for is "
+            f"{kube_state_metrics.KIND}"
+        )
+    extra = set(kube_state_metrics.OPTIONS) | {"scheduler"} if scheduler else {"scheduler"}
+    _only(params, {"at", "history", "step"} | extra, spec)
     try:
         at = float(params["at"]) if params.get("at") else None
     except ValueError:
@@ -178,16 +198,26 @@ def prometheus_spec(spec: str) -> PrometheusSpec:
     history_s = seconds(params.get("history", "1h"), "history", spec)
     step_s = max(seconds(params.get("step", "60s"), "step", spec), 1.0)
     _check_samples(spec, params, history_s, step_s, "60s", PROMETHEUS_MAX_SAMPLES, "a month")
+    options = {k: v for k, v in params.items() if k in kube_state_metrics.OPTIONS}
+    if scheduler:
+        try:
+            kube_state_metrics.parse_options(spec, options)
+        except ValueError as error:
+            raise SourceError(str(error)) from None
     return PrometheusSpec(
         base=parts._replace(query="", fragment="").geturl(),
         at=at,
         history_s=history_s,
         step_s=step_s,
+        scheduler=scheduler,
+        scheduler_options=options,
     )
 
 
 def _prometheus(spec: str, timeout: float) -> ClusterModel:
     target = prometheus_spec(spec)
+    if target.scheduler:
+        return _kube_state_metrics(spec, target, timeout)
     return prometheus.load(
         target.base,
         timeout=timeout,
@@ -196,6 +226,26 @@ def _prometheus(spec: str, timeout: float) -> ClusterModel:
         step_s=target.step_s,
         source=spec,
     )
+
+
+def _kube_state_metrics(spec: str, target: PrometheusSpec, timeout: float) -> ClusterModel:
+    """Kubernetes' view from kube-state-metrics series, joined with the GPU exporters' series
+    in the same Prometheus (none there: the scheduler's view alone, usage unknown)."""
+    client = prometheus.PrometheusClient(target.base, timeout)
+    at = time.time() if target.at is None else target.at
+    view = kube_state_metrics.read_view(client, spec, target.scheduler_options, at)
+    try:
+        usage = prometheus.load(
+            target.base,
+            at=at,
+            history_s=target.history_s,
+            step_s=target.step_s,
+            client=client,
+            source=spec,
+        )
+    except prometheus.NoSeries:
+        usage = None
+    return combine.build_model(view, usage, source=spec)
 
 
 SIM_OPTIONS = {"seed", "t", "nodes", "history", "step"}
