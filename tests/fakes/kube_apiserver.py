@@ -219,11 +219,16 @@ class KubeApiServer:
 
     def kubeconfig(self, path: Path, context: str = "fake", token: str | None = None) -> Path:
         """A kubeconfig whose `context` points here with the bearer token."""
+        return self.kubeconfig_for(self.url, path, context, token or self.token or "none")
+
+    @staticmethod
+    def kubeconfig_for(url: str, path: Path, context: str = "fake", token: str = TOKEN) -> Path:
+        """A kubeconfig whose `context` points at `url` (a server in another process)."""
         doc = {
             "apiVersion": "v1",
             "kind": "Config",
-            "clusters": [{"name": "fake", "cluster": {"server": self.url}}],
-            "users": [{"name": "advisor", "user": {"token": token or self.token or "none"}}],
+            "clusters": [{"name": "fake", "cluster": {"server": url}}],
+            "users": [{"name": "advisor", "user": {"token": token}}],
             "contexts": [{"name": context, "context": {"cluster": "fake", "user": "advisor"}}],
             "current-context": context,
         }

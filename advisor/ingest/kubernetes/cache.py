@@ -30,10 +30,22 @@ WATCH_TIMEOUT_S = 300  # the server ends each watch after this; it is reopened, 
 BACKOFF_S = (1.0, 2.0, 4.0, 8.0, 15.0, 30.0)
 
 
-def _key(obj: dict[str, Any]) -> str:
-    meta = obj.get("metadata") or {}
-    ns = meta.get("namespace")
-    return f"{ns}/{meta.get('name')}" if ns else str(meta.get("name"))
+def _meta(obj: Any) -> tuple[str, str, str]:
+    """(namespace, name, resourceVersion) of a `shapes` Struct or a JSON object."""
+    if isinstance(obj, dict):
+        meta = obj.get("metadata") or {}
+        return (
+            str(meta.get("namespace") or ""),
+            str(meta.get("name") or ""),
+            str(meta.get("resourceVersion") or ""),
+        )
+    meta = obj.metadata
+    return meta.namespace or "", meta.name, meta.resourceVersion or ""
+
+
+def _key(obj: Any) -> str:
+    ns, name, _ = _meta(obj)
+    return f"{ns}/{name}" if ns else name
 
 
 def keeper(resource: Resource) -> Callable[[dict], Any]:
@@ -68,8 +80,8 @@ class Store:
         with self.lock:
             self.items, self.version = found, version
 
-    def apply(self, kind: str, obj: dict[str, Any]) -> None:
-        version = str((obj.get("metadata") or {}).get("resourceVersion") or "")
+    def apply(self, kind: str, obj: Any) -> None:
+        version = _meta(obj)[2]
         with self.lock:
             if kind == "DELETED":
                 self.items.pop(_key(obj), None)

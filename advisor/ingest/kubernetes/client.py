@@ -25,6 +25,7 @@ from typing import Any
 import urllib3
 
 from advisor.ingest.exporter_scrape import SourceUnavailable
+from advisor.ingest.kubernetes import shapes
 from advisor.ingest.kubernetes.resources import POD_FIELD_SELECTOR, PODS, Resource
 from advisor.ingest.kubernetes.spec import KubeSpec
 
@@ -200,28 +201,42 @@ class KubeClient:
             query = {"limit": page, "continue": token}
             response = self._request(resource, "list", query, self.timeout)
             try:
-                doc = json.loads(response.data)
-            except ValueError:
-                raise KubeError(
-                    f"{self.spec.text}: list {resource.full_name}: the answer is not JSON"
-                ) from None
+                page_items, page_version, token = self._page(resource, response.data)
             finally:
                 response.release_conn()
-            if not isinstance(doc, dict) or not isinstance(doc.get("items", []), list):
-                raise KubeError(
-                    f"{self.spec.text}: list {resource.full_name}: the answer is no list"
-                )
-            meta = doc.get("metadata") or {}
-            page_items = doc.get("items") or []
             if keep is None:
                 items.extend(page_items)
             else:
                 items.extend(kept for kept in map(keep, page_items) if kept is not None)
-            del doc, page_items
-            version = str(meta.get("resourceVersion") or version)
-            token = meta.get("continue") or None
+            del page_items
+            version = page_version or version
             if not token:
                 return items, version
+
+    def _page(self, resource: Resource, body: bytes) -> tuple[list[Any], str, str | None]:
+        """(items, resourceVersion, continue token) of one list answer: nodes and pods as
+        `shapes` Structs (only the fields read are built), the rest as JSON dicts."""
+        decoder = shapes.LIST_DECODERS.get(resource.key)
+        where = f"{self.spec.text}: list {resource.full_name}"
+        if decoder is not None:
+            try:
+                doc = decoder.decode(body)
+            except shapes.ShapeError as error:
+                raise KubeError(f"{where}: not the API's list shape: {error}") from None
+            meta = doc.metadata
+            return doc.items or [], meta.resourceVersion or "", meta.continue_ or None
+        try:
+            raw = json.loads(body)
+        except ValueError:
+            raise KubeError(f"{where}: the answer is not JSON") from None
+        if not isinstance(raw, dict) or not isinstance(raw.get("items", []), list):
+            raise KubeError(f"{where}: the answer is no list")
+        meta = raw.get("metadata") or {}
+        return (
+            raw.get("items") or [],
+            str(meta.get("resourceVersion") or ""),
+            (meta.get("continue") or None),
+        )
 
     # --- watch ---
     def open_watch(self, resource: Resource, version: str, timeout_s: int = 300) -> Any:
@@ -243,19 +258,25 @@ class KubeClient:
         resourceVersion is too old; BOOKMARK events carry only the new resourceVersion."""
         from kubernetes.watch.watch import iter_resp_lines
 
+        typed = shapes.OBJECT_DECODERS.get(resource.key)
         try:
             for line in iter_resp_lines(response):
                 if not line:
                     continue
                 try:
-                    event = json.loads(line)
-                except ValueError:
+                    event = shapes.EVENT_DECODER.decode(line)
+                    kind = event.type
+                    if kind == "ERROR" or typed is None:
+                        obj: Any = json.loads(bytes(event.object))
+                    else:
+                        obj = typed.decode(event.object)
+                except (*shapes.ShapeError, ValueError):
                     raise KubeError(
-                        f"{self.spec.text}: watch {resource.full_name}: an event is not JSON"
+                        f"{self.spec.text}: watch {resource.full_name}: an event is not the "
+                        "API's JSON"
                     ) from None
-                kind = event.get("type")
-                obj = event.get("object") or {}
                 if kind == "ERROR":
+                    obj = obj if isinstance(obj, dict) else {}
                     code = int(obj.get("code") or 0)
                     if code == 410:
                         raise Gone(obj.get("message") or "resourceVersion too old")
@@ -263,7 +284,7 @@ class KubeClient:
                         f"{self.spec.text}: watch {resource.full_name}: "
                         f"{obj.get('message') or obj.get('reason') or 'error event'}"
                     )
-                yield str(kind), obj
+                yield kind, obj
         except (urllib3.exceptions.HTTPError, OSError) as error:
             raise KubeError(
                 f"{self.spec.text}: watch {resource.full_name} dropped: {_reason(error)}"

@@ -21,12 +21,14 @@ more (the scheduler's own rule).
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from advisor.ingest.kubernetes import shapes
 from advisor.ingest.movability import MIGRATABLE_ANNOTATION, RESTART_COST_ANNOTATION
 
 GPU = "nvidia.com/gpu"
@@ -81,9 +83,17 @@ _SUFFIX = {
 
 def quantity(text: Any) -> float:
     """A Kubernetes quantity ("8", "500m", "16Gi", "1e3") as a number; NaN when malformed."""
-    if isinstance(text, int | float) and not isinstance(text, bool):
+    if type(text) is str:
+        return _quantity_text(text)
+    if isinstance(text, (int, float)) and not isinstance(text, bool):
         return float(text)
-    match = _QUANTITY.match(str(text).strip())
+    return _quantity_text(str(text))
+
+
+@functools.lru_cache(maxsize=4096)
+def _quantity_text(text: str) -> float:
+    """Quantities repeat ("8", "64Gi"): a 100,000-pod list parses each distinct one once."""
+    match = _QUANTITY.match(text.strip())
     if not match or match.group(2) not in _SUFFIX:
         return math.nan
     try:
@@ -118,11 +128,11 @@ class NodeRecord:
     ready: bool
 
 
-def node_record(obj: dict[str, Any]) -> NodeRecord:
-    meta = obj.get("metadata") or {}
-    spec = obj.get("spec") or {}
-    status = obj.get("status") or {}
-    allocatable = status.get("allocatable") or status.get("capacity") or {}
+def node_record(obj: Any) -> NodeRecord:
+    """The record of a Node (a `shapes.Node`, or its JSON)."""
+    node = shapes.as_node(obj)
+    meta, spec, status = node.metadata, node.spec, node.status
+    allocatable = status.allocatable or status.capacity or {}
     mig = {}
     for key, value in allocatable.items():
         if key.startswith(MIG_PREFIX):
@@ -130,23 +140,23 @@ def node_record(obj: dict[str, Any]) -> NodeRecord:
             if count > 0:
                 mig[key.removeprefix(MIG_PREFIX)] = int(count)
     taints = tuple(
-        (str(t.get("key", "")), str(t.get("value", "")), str(t.get("effect", "")))
-        for t in spec.get("taints") or []
-        if t.get("effect") in ("NoSchedule", "NoExecute")
+        (t.key, t.value or "", t.effect)
+        for t in spec.taints or ()
+        if t.effect in ("NoSchedule", "NoExecute")
     )
     ready = True
-    for condition in status.get("conditions") or []:
-        if condition.get("type") == "Ready":
-            ready = condition.get("status") == "True"
+    for condition in status.conditions or ():
+        if condition.type == "Ready":
+            ready = condition.status == "True"
     gpus = quantity(allocatable.get(GPU, 0))
     return NodeRecord(
-        name=str(meta.get("name", "")),
-        labels={str(k): str(v) for k, v in (meta.get("labels") or {}).items()},
+        name=meta.name,
+        labels=meta.labels or {},
         gpus=0.0 if math.isnan(gpus) else gpus,
         mig=mig,
         cpu_milli=quantity(allocatable.get("cpu", "nan")) * 1000.0,
         memory_mib=quantity(allocatable.get("memory", "nan")) / 2.0**20,
-        unschedulable=bool(spec.get("unschedulable", False)),
+        unschedulable=bool(spec.unschedulable),
         taints=taints,
         ready=ready,
     )
@@ -198,14 +208,37 @@ class PodRecord:
         )
 
 
-def _container_resources(container: dict[str, Any]) -> dict[str, float]:
+def _container_resources(container: shapes.Container) -> dict[str, float]:
     """A container's requests; a limit given alone is the request (the API server's default,
     and extended resources such as GPUs always have request == limit)."""
-    resources = container.get("resources") or {}
-    out = {key: quantity(value) for key, value in (resources.get("requests") or {}).items()}
-    for key, value in (resources.get("limits") or {}).items():
+    resources = container.resources
+    if resources is None:
+        return {}
+    out = {key: quantity(value) for key, value in (resources.requests or {}).items()}
+    for key, value in (resources.limits or {}).items():
         out.setdefault(key, quantity(value))
     return out
+
+
+def pod_requests(spec: Any) -> dict[str, float]:
+    """What a pod spec (a `shapes.PodSpec`, or its JSON) asks for: containers summed, or the
+    largest init container if more (sidecars, `restartPolicy: Always`, add up)."""
+    spec = shapes.as_pod_spec(spec)
+    total: dict[str, float] = {}
+    for container in spec.containers or ():
+        for key, value in _container_resources(container).items():
+            if not math.isnan(value):
+                total[key] = total.get(key, 0.0) + value
+    for container in spec.initContainers or ():
+        if container.restartPolicy == "Always":  # a sidecar runs alongside
+            for key, value in _container_resources(container).items():
+                if not math.isnan(value):
+                    total[key] = total.get(key, 0.0) + value
+            continue
+        for key, value in _container_resources(container).items():
+            if not math.isnan(value) and value > total.get(key, 0.0):
+                total[key] = value
+    return total
 
 
 def _mib(text: str | None) -> float | None:
@@ -218,25 +251,6 @@ def _mib(text: str | None) -> float | None:
     return value if text.strip()[-1:].isdigit() else value / 2.0**20
 
 
-def pod_requests(spec: dict[str, Any]) -> dict[str, float]:
-    """What the pod asks for: containers summed, or the largest init container if more."""
-    total: dict[str, float] = {}
-    for container in spec.get("containers") or []:
-        for key, value in _container_resources(container).items():
-            if not math.isnan(value):
-                total[key] = total.get(key, 0.0) + value
-    for container in spec.get("initContainers") or []:
-        if (container.get("restartPolicy") or "") == "Always":  # a sidecar runs alongside
-            for key, value in _container_resources(container).items():
-                if not math.isnan(value):
-                    total[key] = total.get(key, 0.0) + value
-            continue
-        for key, value in _container_resources(container).items():
-            if not math.isnan(value) and value > total.get(key, 0.0):
-                total[key] = value
-    return total
-
-
 def _fraction(text: str | None) -> float | None:
     if text is None:
         return None
@@ -247,42 +261,39 @@ def _fraction(text: str | None) -> float | None:
     return value if 0 < value <= 1 else None
 
 
-def _owner(meta: dict[str, Any]) -> tuple[str, str]:
-    refs = meta.get("ownerReferences") or []
-    controller = next((r for r in refs if r.get("controller")), refs[0] if refs else None)
+def _owner(meta: shapes.ObjectMeta) -> tuple[str, str]:
+    refs = meta.ownerReferences or []
+    controller = next((r for r in refs if r.controller), refs[0] if refs else None)
     if controller is None:
         return "", ""
-    return str(controller.get("kind", "")), str(controller.get("name", ""))
+    return controller.kind, controller.name
 
 
-def _selected_product(spec: dict[str, Any]) -> str:
-    selector = spec.get("nodeSelector") or {}
+def _selected_product(spec: shapes.PodSpec) -> str:
+    selector = spec.nodeSelector or {}
     if PRODUCT_LABEL in selector:
-        return str(selector[PRODUCT_LABEL])
-    affinity = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
-        "requiredDuringSchedulingIgnoredDuringExecution"
-    ) or {}
+        return selector[PRODUCT_LABEL]
+    affinity = spec.affinity.nodeAffinity if spec.affinity else None
+    required = affinity.requiredDuringSchedulingIgnoredDuringExecution if affinity else None
     products: list[str] = []
-    for term in affinity.get("nodeSelectorTerms") or []:
-        for expr in term.get("matchExpressions") or []:
-            if expr.get("key") == PRODUCT_LABEL and expr.get("operator") == "In":
-                products += [str(v) for v in expr.get("values") or []]
+    for term in (required.nodeSelectorTerms or ()) if required else ():
+        for expr in term.matchExpressions or ():
+            if expr.key == PRODUCT_LABEL and expr.operator == "In":
+                products += list(expr.values or ())
     return "|".join(products)
 
 
-def pod_record(obj: dict[str, Any]) -> PodRecord | None:
-    """The record of a pod that holds or waits for resources; None for a finished pod."""
-    meta = obj.get("metadata") or {}
-    spec = obj.get("spec") or {}
-    status = obj.get("status") or {}
-    phase = str(status.get("phase") or "Pending")
-    if phase in ("Succeeded", "Failed") or (
-        meta.get("deletionTimestamp") and not spec.get("nodeName")
-    ):
+def pod_record(obj: Any) -> PodRecord | None:
+    """The record of a pod (a `shapes.Pod`, or its JSON) that holds or waits for resources;
+    None for a finished pod."""
+    pod = shapes.as_pod(obj)
+    meta, spec, status = pod.metadata, pod.spec, pod.status
+    phase = status.phase or "Pending"
+    if phase in ("Succeeded", "Failed") or (meta.deletionTimestamp and not spec.nodeName):
         return None
     requests = pod_requests(spec)
-    annotations = meta.get("annotations") or {}
-    kept = {k: str(annotations[k]) for k in KEPT_ANNOTATIONS if k in annotations}
+    annotations = meta.annotations or {}
+    kept = {k: annotations[k] for k in KEPT_ANNOTATIONS if k in annotations}
     gpus = requests.get(GPU, 0.0)
     mig = {
         key.removeprefix(MIG_PREFIX): int(value)
@@ -305,25 +316,22 @@ def pod_record(obj: dict[str, Any]) -> PodRecord | None:
         memory_limit = _mib(kept.get(RUNAI_MEMORY_LIMIT)) or memory
         gpus = max(gpus, 1.0)
     condition_message = ""
-    for condition in status.get("conditions") or []:
-        if condition.get("type") == "PodScheduled" and condition.get("status") == "False":
-            condition_message = " ".join(str(condition.get("message", "")).split())[:200]
+    if not spec.nodeName:
+        for condition in status.conditions or ():
+            if condition.type == "PodScheduled" and condition.status == "False":
+                condition_message = " ".join((condition.message or "").split())[:200]
     owner_kind, owner_name = _owner(meta)
-    tolerations = tuple(
-        (
-            str(t.get("key", "")),
-            str(t.get("operator", "Equal")),
-            str(t.get("value", "")),
-            str(t.get("effect", "")),
+    tolerations: tuple[tuple[str, str, str, str], ...] = ()
+    if gpus > 0 or mig or share is not None or memory is not None:  # GPU pods' only
+        tolerations = tuple(
+            (t.key or "", t.operator or "Equal", t.value or "", t.effect or "")
+            for t in spec.tolerations or ()
         )
-        for t in spec.get("tolerations") or []
-    )
-    priority = spec.get("priority")
     return PodRecord(
-        namespace=str(meta.get("namespace", "")),
-        name=str(meta.get("name", "")),
-        uid=str(meta.get("uid", "")),
-        node=str(spec.get("nodeName") or ""),
+        namespace=meta.namespace or "",
+        name=meta.name,
+        uid=meta.uid or "",
+        node=spec.nodeName or "",
         phase=phase,
         gpus=0.0 if math.isnan(gpus) else gpus,
         mig=mig,
@@ -333,13 +341,13 @@ def pod_record(obj: dict[str, Any]) -> PodRecord | None:
         share_memory_limit_mib=memory_limit,
         cpu_milli=requests.get("cpu", math.nan) * 1000.0,
         memory_mib=requests.get("memory", math.nan) / 2.0**20,
-        priority=int(priority) if isinstance(priority, int) else 0,
-        priority_class=str(spec.get("priorityClassName") or ""),
-        created=timestamp(meta.get("creationTimestamp")),
-        started=timestamp(status.get("startTime")),
+        priority=spec.priority if spec.priority is not None else 0,
+        priority_class=spec.priorityClassName or "",
+        created=timestamp(meta.creationTimestamp),
+        started=timestamp(status.startTime),
         owner_kind=owner_kind,
         owner_name=owner_name,
-        labels={str(k): str(v) for k, v in (meta.get("labels") or {}).items()},
+        labels=meta.labels or {},
         annotations=kept,
         node_selector_product=_selected_product(spec),
         tolerations=tolerations,
