@@ -22,6 +22,7 @@ when used so no scheduler's client library loads for other sources. A module pro
 
 from __future__ import annotations
 
+import argparse
 import importlib
 from collections.abc import Callable, Sequence
 from typing import Protocol
@@ -80,6 +81,19 @@ def split(spec: str) -> list[str]:
 def join(specs: Sequence[str]) -> str:
     """Several `--source` values as one combined SOURCE (`split` gives them back)."""
     return JOIN.join(spec.strip() for spec in specs if spec.strip())
+
+
+class JoinSources(argparse.Action):
+    """`--source` given again joins the SOURCEs (`join`): `--source k8s: --source
+    http://node1:9835/metrics` is `k8s:+http://node1:9835/metrics`; the first one given
+    replaces the default."""
+
+    def __call__(self, parser, namespace, values, option_string=None):  # type: ignore[no-untyped-def]
+        seen = getattr(namespace, f"_{self.dest}_given", False)
+        current = getattr(namespace, self.dest, None)
+        value = join([current, str(values)]) if seen and current else str(values)
+        setattr(namespace, self.dest, value)
+        setattr(namespace, f"_{self.dest}_given", True)
 
 
 def is_combined(spec: str) -> bool:

@@ -76,6 +76,7 @@ def shapes(text: str) -> tuple:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
+    from advisor.ingest.schedulers import JoinSources
     from advisor.ingest.sources import SOURCE_HELP
     from advisor.service.backfill import MAX_SPAN_S
 
@@ -91,7 +92,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--source",
         required=True,
-        action="append",
+        action=JoinSources,
         help="where the cluster model comes from; repeated, a scheduler (k8s:...) and the "
         "usage source it joins by node name (the same as one SOURCE k8s:...+http://...)",
     )
@@ -193,7 +194,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from advisor.fragmentation import measures
     from advisor.history import History
-    from advisor.ingest.schedulers import join
     from advisor.ingest.sources import SourceError
     from advisor.logs import install_log_filters, redact
     from advisor.planner.constraints import Policy, PolicyError, load_policy
@@ -203,7 +203,6 @@ def run(args: argparse.Namespace) -> int:
     from gpu_defrag_common.server import ExporterServer
     from gpu_defrag_common.webconfig import WebConfigError, load_web_config
 
-    args.source = join(args.source)  # repeated --source: one combined SOURCE
     configure_logging(args.log_level)
     install_log_filters(logging.getLogger().handlers)
     try:
