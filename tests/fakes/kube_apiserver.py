@@ -439,9 +439,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="fake kube-apiserver on 127.0.0.1")
     parser.add_argument("objects", help="JSON (or .json.gz) of {resource key: [objects]}")
     parser.add_argument("--no-auth", action="store_true")
+    parser.add_argument("--kubeconfig", help="write a kubeconfig pointing here to this file")
     args = parser.parse_args(argv)
     server = KubeApiServer(load_objects(args.objects), token=None if args.no_auth else TOKEN)
     server.start()
+    if args.kubeconfig:
+        server.kubeconfig(Path(args.kubeconfig))
     print(server.url, flush=True)
     try:
         while True:
