@@ -496,3 +496,27 @@ def build_model(
         scheduler=facts,
         _cache={},
     )
+
+
+def with_scheduler_labels(model: ClusterModel, view: SchedulerView) -> ClusterModel:
+    """`model` (a usage source's past) with the pools and racks the scheduler names for its
+    nodes now: a backfilled hour is grouped as the live runs group it (the labels are the
+    cluster's layout, stable across hours); nodes the view does not name keep their own."""
+    known = {n.name: n for n in view.nodes}
+    names = model.nodes.name.tolist()
+    pools = np.array(
+        [
+            known[n].pool or p if n in known else p
+            for n, p in zip(names, model.nodes.pool.tolist(), strict=True)
+        ],
+        dtype=object,
+    )
+    racks = np.array(
+        [
+            known[n].rack or r if n in known else r
+            for n, r in zip(names, model.nodes.rack.tolist(), strict=True)
+        ],
+        dtype=object,
+    )
+    nodes = dataclasses.replace(model.nodes, pool=pools, rack=racks)
+    return dataclasses.replace(model, nodes=nodes, _cache={})

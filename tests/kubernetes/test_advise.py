@@ -168,3 +168,37 @@ def test_advise_process_with_repeated_sources(kube, exporters):
         assert 'gpu_advisor_shape_unschedulable{cause="scattered",shape="8x8"}' in page
         index = requests.get(f"{base}/api/", timeout=10).json()
         assert "/api/pending" in index["routes"]
+
+
+def test_backfill_reads_the_usage_past_grouped_by_the_schedulers_pools(monkeypatch):
+    """k8s:+prometheus+...: the week Prometheus recorded, each hour grouped by the pools the
+    scheduler names now (a scheduler records no past of its own)."""
+    from advisor.model import ModelBuilder
+    from advisor.scheduler_view import SchedNode, SchedulerView
+    from advisor.service import backfill
+
+    def past_hour(at: float):
+        b = ModelBuilder()
+        b.add_node("n1")  # the exporters' past knows no pool
+        b.add_gpu("n1", 0)
+        return b.build(timestamp=at)
+
+    seen = []
+
+    def fake_past(spec, span_s, **_):
+        seen.append(spec)
+        return backfill.Backfill(spec, span_s, [past_hour(0.0), past_hour(3600.0)])
+
+    monkeypatch.setattr(backfill, "past", fake_past)
+
+    class Reader:  # the service's CombinedReader, as far as the backfill asks it
+        def view(self):
+            return SchedulerView("kubernetes", "k8s:", (SchedNode("n1", pool="a100", rack="r1"),))
+
+    spec = "k8s:+prometheus+http://prometheus:9090"
+    assert backfill.default_span_s(spec) == backfill.RECORDED_SPAN_S
+    assert backfill.default_span_s("k8s:") == 0.0
+    result = backfill.backfill(spec, Reader(), 7200.0)
+    assert seen == ["prometheus+http://prometheus:9090"]
+    assert [m.nodes.pool.tolist() for m in result.models] == [["a100"], ["a100"]]
+    assert result.source == spec
