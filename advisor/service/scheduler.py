@@ -70,13 +70,26 @@ def _quota_blocked(model: ClusterModel, policy: Policy) -> dict[str, str]:
 
 
 def _job_cause(
-    model: ClusterModel, row: dict[str, Any], quota_jobs: dict[str, str], best_free: int
+    model: ClusterModel,
+    row: dict[str, Any],
+    quota_jobs: dict[str, str],
+    best_free: int,
+    seen: dict[Shape, tuple[int, int | None, str | None]],
 ) -> tuple[int, int | None, str | None]:
     """(jobs of its shape that fit now on known racks, if unknown racks allowed, why it
-    cannot start: quota, rack_unknown, scattered, or None: it fits, or too few GPUs free)."""
+    cannot start: quota, rack_unknown, scattered, or None: it fits, or too few GPUs free).
+    `seen` keeps each shape's answer: a queue of thousands has a few shapes."""
     shape = scheduler_report.job_shape(row)
     if row["job"] in quota_jobs:
         return 1, None, racks.QUOTA
+    if shape not in seen:
+        seen[shape] = _shape_cause(model, shape, best_free)
+    return seen[shape]
+
+
+def _shape_cause(
+    model: ClusterModel, shape: Shape, best_free: int
+) -> tuple[int, int | None, str | None]:
     if shape.gpu_spec:
         try:
             measures.check_models(model, shape)
@@ -108,8 +121,9 @@ def section(
             }
     queue = scheduler_report.pending_jobs(model)
     quota_jobs = _quota_blocked(model, policy) if queue and policy.quotas else {}
+    seen: dict[Shape, tuple[int, int | None, str | None]] = {}
     for row in queue:
-        known, generous, cause = _job_cause(model, row, quota_jobs, best_free)
+        known, generous, cause = _job_cause(model, row, quota_jobs, best_free, seen)
         row["jobs_of_shape_that_fit"] = known
         row["jobs_if_racks_allow"] = generous
         row["blocked_by"] = cause
