@@ -33,91 +33,36 @@ ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT.parent))
 
 from advisor import snapshot  # noqa: E402
-from advisor.ingest.kubernetes.manifests import objects_from_model, rfc3339  # noqa: E402
+from advisor.ingest.kubernetes.manifests import (  # noqa: E402
+    objects_from_model,
+    waiting_gang,
+    with_objects,
+)
 from advisor.planner.constraints import load_policy  # noqa: E402
 
 OUT = ROOT / "k8s"
 
 
-def pending_gang(namespace: str, name: str, tasks: int, gpus: int, priority: int) -> list[dict]:
-    """A gang's pods waiting in the queue, and its coscheduling PodGroup."""
-    pods = []
-    for i in range(tasks):
-        pods.append(
-            {
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "metadata": {
-                    "name": f"{name}-{i}",
-                    "namespace": namespace,
-                    "labels": {"scheduling.x-k8s.io/pod-group": name},
-                    "ownerReferences": [
-                        {
-                            "apiVersion": "batch/v1",
-                            "kind": "Job",
-                            "name": name,
-                            "uid": f"uid-{namespace}-{name}",
-                            "controller": True,
-                        }
-                    ],
-                    "creationTimestamp": rfc3339(float("nan")),
-                },
-                "spec": {
-                    "containers": [
-                        {
-                            "name": "main",
-                            "image": "registry.example/train:1",
-                            "resources": {"limits": {"nvidia.com/gpu": str(gpus)}},
-                        }
-                    ],
-                    "priority": priority,
-                    "tolerations": [
-                        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
-                    ],
-                },
-                "status": {
-                    "phase": "Pending",
-                    "conditions": [
-                        {
-                            "type": "PodScheduled",
-                            "status": "False",
-                            "reason": "Unschedulable",
-                            "message": "0/16 nodes are available: 16 Insufficient nvidia.com/gpu.",
-                        }
-                    ],
-                },
-            }
-        )
-    group = {
-        "apiVersion": "scheduling.x-k8s.io/v1alpha1",
-        "kind": "PodGroup",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {"minMember": tasks},
-    }
-    return [*pods, group]
+def write(out: Path, name: str, objects: dict[str, list[dict]]) -> None:
+    out.mkdir(exist_ok=True)
+    (out / name).write_text(json.dumps(objects, indent=1, sort_keys=True) + "\n")
+    print(f"wrote {out.name}/{name}: " + ", ".join(f"{len(v)} {k}" for k, v in objects.items()))
 
 
-def write(name: str, objects: dict[str, list[dict]]) -> None:
-    OUT.mkdir(exist_ok=True)
-    (OUT / name).write_text(json.dumps(objects, indent=1, sort_keys=True) + "\n")
-    print(f"wrote examples/k8s/{name}: " + ", ".join(f"{len(v)} {k}" for k, v in objects.items()))
-
-
-def main() -> None:
+def main(out: Path = OUT) -> None:
     seed = snapshot.load(ROOT / "seed-16x8-a100.json")
-    objects = objects_from_model(seed)
-    *pods, group = pending_gang("rnd", "pretrain", 8, 8, 500)
-    objects["pods"] += pods
-    objects["coscheduling-podgroups"] = [group]
-    write("seed-16x8-a100.json", objects)
+    gang = waiting_gang("rnd", "pretrain", 8, 8, 500, len(seed.nodes))
+    write(out, "seed-16x8-a100.json", with_objects(objects_from_model(seed), gang))
     borrow = snapshot.load(ROOT / "seed-quota-borrow.json")
     policy = load_policy(ROOT / "policy-borrow.yaml")
-    write("seed-quota-borrow.json", objects_from_model(borrow, policy=policy))
+    write(out, "seed-quota-borrow.json", objects_from_model(borrow, policy=policy))
     write(
+        out,
         "seed-quota-borrow-kueue.json",
         objects_from_model(borrow, policy=policy, quotas_as="kueue"),
     )
     write(
+        out,
         "seed-nvlink-islands.json",
         objects_from_model(snapshot.load(ROOT / "seed-nvlink-islands.json")),
     )

@@ -19,30 +19,15 @@ from advisor.service.loop import AdvisorLoop, Config, make_ingest
 from advisor.service.metrics import families
 from tests.fakes.cli_process import cli_process
 from tests.fakes.page_server import Routes, serve
-from tests.kubernetes import objects as k
 from tests.kubernetes.pages import exporter_page, readings_from_model
+from tests.kubernetes.seeds import seed_16x8
 from tests.service.conftest import strict_schema
 
 EXAMPLES = Path(__file__).parents[2] / "examples"
 
 
 def seed_objects(rack_label: str | None = None):
-    seed = snapshot.load(EXAMPLES / "seed-16x8-a100.json")
-    kwargs = {"rack_label": rack_label} if rack_label else {}
-    objects = objects_from_model(seed, **kwargs)
-    objects["pods"] += [
-        k.pod(
-            "rnd",
-            f"pretrain-{i}",
-            8,
-            priority=500,
-            owner=("Job", "pretrain"),
-            labels={"scheduling.x-k8s.io/pod-group": "pretrain"},
-        )
-        for i in range(8)
-    ]
-    objects["coscheduling-podgroups"] = [k.coscheduling_podgroup("rnd", "pretrain", 8)]
-    return seed, objects
+    return seed_16x8(**({"rack_label": rack_label} if rack_label else {}))
 
 
 def series(page: str) -> dict[tuple[str, tuple], float]:

@@ -6,37 +6,20 @@ and its description says which, never "scattered" for lack of a rack."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
-from advisor import snapshot
-from advisor.ingest.kubernetes.manifests import objects_from_model
 from alerts import generate
 from alerts.config import load_config
 from tests.fakes.page_server import Routes, serve
 from tests.integration import stack
-from tests.kubernetes import objects as k
 from tests.kubernetes.pages import exporter_page, readings_from_model
+from tests.kubernetes.seeds import seed_16x8
 
 pytestmark = pytest.mark.integration
-EXAMPLES = Path(__file__).parents[2] / "examples"
 
 
 def test_shape_alert_names_rack_unknown_and_scattered(tmp_path, kube):
-    seed = snapshot.load(EXAMPLES / "seed-16x8-a100.json")
-    objects = objects_from_model(seed, rack_label="example.com/not-read")
-    objects["pods"] += [
-        k.pod(
-            "rnd",
-            f"pretrain-{i}",
-            8,
-            priority=500,
-            owner=("Job", "pretrain"),
-            labels={"scheduling.x-k8s.io/pod-group": "pretrain"},
-        )
-        for i in range(8)
-    ]
+    seed, objects = seed_16x8(rack_label="example.com/not-read")
     kube(objects)
     routes = Routes()
     routes.text("/metrics", exporter_page(readings_from_model(seed)))

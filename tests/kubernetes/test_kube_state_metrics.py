@@ -8,17 +8,16 @@ from pathlib import Path
 
 import pytest
 
-from advisor import scheduler_report, snapshot
-from advisor.ingest.kubernetes.manifests import objects_from_model
+from advisor import scheduler_report
 from advisor.ingest.sources import SourceError, load_source
 from advisor.planner.cli import solve
 from advisor.planner.consolidate import parse_goal
 from advisor.planner.constraints import Policy
 from tests.fakes.page_server import Routes, serve
 from tests.integration import stack
-from tests.kubernetes import objects as k
 from tests.kubernetes.ksm_page import ksm_page
 from tests.kubernetes.pages import exporter_page, readings_from_model
+from tests.kubernetes.seeds import seed_16x8
 
 pytestmark = pytest.mark.integration
 EXAMPLES = Path(__file__).parents[2] / "examples"
@@ -28,20 +27,7 @@ ANNOTATIONS = ("gpu-defrag.io/restart-cost", "gpu-defrag.io/migratable")
 
 
 def seed_objects():
-    seed = snapshot.load(EXAMPLES / "seed-16x8-a100.json")
-    objects = objects_from_model(seed, policy=Policy(quotas={("rnd", ""): 64.0}))
-    objects["pods"] += [
-        k.pod(
-            "rnd",
-            f"pretrain-{i}",
-            8,
-            priority=500,
-            owner=("Job", "pretrain"),
-            labels={"scheduling.x-k8s.io/pod-group": "pretrain"},
-        )
-        for i in range(8)
-    ]
-    return seed, objects
+    return seed_16x8(policy=Policy(quotas={("rnd", ""): 64.0}))
 
 
 def start_stack(tmp_path, pages: dict[str, str]) -> tuple[str, stack.Processes, object]:

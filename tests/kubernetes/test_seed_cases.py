@@ -17,8 +17,8 @@ from advisor.planner.consolidate import parse_goal
 from advisor.planner.constraints import Policy, load_policy, policy_from_dict
 from advisor.planner.policy_merge import merge_lines, merged_policy
 from tests.fakes.page_server import Routes, serve
-from tests.kubernetes import objects as k
 from tests.kubernetes.pages import exporter_page, readings_from_model
+from tests.kubernetes.seeds import seed_16x8
 
 EXAMPLES = Path(__file__).parents[2] / "examples"
 
@@ -40,32 +40,14 @@ def moves(plan) -> list[tuple]:
     )
 
 
-def gang(namespace: str, name: str, tasks: int, gpus: int, priority: int) -> list[dict]:
-    pods = [
-        k.pod(
-            namespace,
-            f"{name}-{i}",
-            gpus,
-            priority=priority,
-            owner=("Job", name),
-            labels={"scheduling.x-k8s.io/pod-group": name},
-        )
-        for i in range(tasks)
-    ]
-    return [*pods]
-
-
 @pytest.fixture
-def seed_16x8(kube):
-    model = snapshot.load(EXAMPLES / "seed-16x8-a100.json")
-    objects = objects_from_model(model)
-    objects["pods"] += gang("rnd", "pretrain", 8, 8, priority=500)
-    objects["coscheduling-podgroups"] = [k.coscheduling_podgroup("rnd", "pretrain", 8)]
-    return model, objects, kube(objects)
+def seed_16x8_served(kube):
+    seed, objects = seed_16x8()
+    return seed, objects, kube(objects)
 
 
-def test_16x8_pending_gang_plan_matches_the_snapshot(seed_16x8):
-    seed, _, _ = seed_16x8
+def test_16x8_pending_gang_plan_matches_the_snapshot(seed_16x8_served):
+    seed, _, _ = seed_16x8_served
     live = load_source("k8s:")
     queue = scheduler_report.pending_jobs(live)
     assert [(r["job"], r["shape"], r["gang_size"]) for r in queue] == [("rnd/pretrain", "8x8", 8)]
@@ -87,8 +69,8 @@ def test_16x8_pending_gang_plan_matches_the_snapshot(seed_16x8):
         assert allocs.migratable[row] and allocs.priority[row] <= 500
 
 
-def test_16x8_with_exporters_is_the_snapshots_plan_exactly(seed_16x8):
-    seed, _, _ = seed_16x8
+def test_16x8_with_exporters_is_the_snapshots_plan_exactly(seed_16x8_served):
+    seed, _, _ = seed_16x8_served
     routes = Routes()
     routes.text("/metrics", exporter_page(readings_from_model(seed)))
     with serve(routes) as url:

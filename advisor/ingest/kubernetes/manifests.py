@@ -388,3 +388,71 @@ def objects_from_model(
         for key, items in _quota_objects(policy, quotas_as, namespaces, used).items():
             out[key] += items
     return dict(out)
+
+
+def waiting_gang(
+    namespace: str, name: str, tasks: int, gpus: int, priority: int, nodes: int
+) -> dict[str, list[dict[str, Any]]]:
+    """A gang of `tasks` pods of `gpus` GPUs waiting in the queue (Pending, `PodScheduled`
+    False as the scheduler writes it for a cluster of `nodes` nodes), owned by one Job, in a
+    coscheduling PodGroup of minMember `tasks`: the seed cases' job that cannot start."""
+    pods = []
+    for i in range(tasks):
+        pods.append(
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {
+                    "name": f"{name}-{i}",
+                    "namespace": namespace,
+                    "uid": f"uid-{namespace}-{name}-{i}",
+                    "labels": {POD_GROUP_LABEL: name},
+                    "ownerReferences": [
+                        {
+                            "apiVersion": "batch/v1",
+                            "kind": "Job",
+                            "name": name,
+                            "uid": f"uid-{namespace}-{name}",
+                            "controller": True,
+                        }
+                    ],
+                    "creationTimestamp": rfc3339(math.nan),
+                },
+                "spec": {
+                    "containers": [_container(gpus, MILLI, math.nan, math.nan)],
+                    "priority": priority,
+                    "tolerations": [
+                        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+                    ],
+                },
+                "status": {
+                    "phase": "Pending",
+                    "conditions": [
+                        {
+                            "type": "PodScheduled",
+                            "status": "False",
+                            "reason": "Unschedulable",
+                            "message": f"0/{nodes} nodes are available: {nodes} Insufficient "
+                            "nvidia.com/gpu.",
+                        }
+                    ],
+                },
+            }
+        )
+    group = {
+        "apiVersion": "scheduling.x-k8s.io/v1alpha1",
+        "kind": "PodGroup",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"minMember": tasks},
+    }
+    return {"pods": pods, "coscheduling-podgroups": [group]}
+
+
+def with_objects(
+    objects: dict[str, list[dict[str, Any]]], more: dict[str, list[dict[str, Any]]]
+) -> dict[str, list[dict[str, Any]]]:
+    """`objects` and `more`, resource by resource."""
+    out = {key: list(items) for key, items in objects.items()}
+    for key, items in more.items():
+        out.setdefault(key, []).extend(items)
+    return out
