@@ -371,3 +371,37 @@ def test_bad_options_are_one_line(kube, spec, problem):
     with pytest.raises(SourceError, match=problem) as error:
         load_source(spec)
     assert "\n" not in str(error.value)
+
+
+def test_single_mig_strategy_hands_out_instances_not_gpus(kube):
+    """Under the single MIG strategy `nvidia.com/gpu` counts MIG instances of the profile the
+    product label names: 2 A100s as 14 x 1g.5gb are 2 GPUs in MIG mode, not 14 GPUs."""
+    node = k.node("mig", 14, labels=RACK, product="NVIDIA-A100-SXM4-40GB-MIG-1g.5gb")
+    node["metadata"]["labels"].update(
+        {"nvidia.com/gpu.count": "2", "nvidia.com/mig.strategy": "single"}
+    )
+    kube({"nodes": [node], "pods": [k.pod("a", "p", 2, node_name="mig")]})
+    model = load_source("k8s:")
+    assert len(model.gpus) == 2 and model.gpus.mig_enabled.all()
+    assert model.nodes.gpu_model[0] == "NVIDIA-A100-SXM4-40GB"
+    row = rows(model)["a/p"]
+    assert model.allocations.num_gpu[row] == 2 and model.allocations.gpu_milli[row] == 143
+
+
+def test_snapshot_of_a_k8s_source(kube, tmp_path):
+    from advisor import snapshot
+    from advisor.cli import main
+
+    kube(
+        {
+            "nodes": [k.node("n1", labels=RACK)],
+            "pods": [k.pod("a", "p", 2, node_name="n1"), k.pod("a", "w", 8)],
+        }
+    )
+    out = tmp_path / "snap.json"
+    assert main(["snapshot", "k8s:", "-o", str(out)]) == 0
+    model = snapshot.load(out)
+    assert model.allocations.id.tolist() == ["a/p", "a/w"] and model.allocations.node.tolist() == [
+        0,
+        -1,
+    ]

@@ -44,6 +44,7 @@ from advisor.ingest.kubernetes.records import (
     COUNT_LABEL,
     GPU,
     MEMORY_LABEL,
+    MIG_STRATEGY_LABEL,
     PRODUCT_LABEL,
     REPLICAS_LABEL,
     ZONE_LABEL,
@@ -155,6 +156,17 @@ def _is_gpu_node(node: NodeRecord) -> bool:
     return node.gpus > 0 or bool(node.mig) or COUNT_LABEL in node.labels
 
 
+def single_mig_profile(labels: Mapping[str, str]) -> str:
+    """The MIG profile of a node under the `single` MIG strategy, where `nvidia.com/gpu` counts
+    MIG instances of one profile and the product label says which ("NVIDIA-A100-SXM4-40GB-MIG-
+    1g.5gb" -> "1g.5gb"); "" otherwise."""
+    product = labels.get(PRODUCT_LABEL, "")
+    cut = product.find("-MIG-")
+    if cut < 0 and labels.get(MIG_STRATEGY_LABEL) != "single":
+        return ""
+    return product[cut + len("-MIG-") :] if cut >= 0 else ""
+
+
 def _sched_node(
     node: NodeRecord,
     rack_key: str,
@@ -163,6 +175,7 @@ def _sched_node(
 ) -> SchedNode:
     labels = node.labels
     replicas = max(1, int(quantity(labels.get(REPLICAS_LABEL, "1")) or 1))
+    profile = single_mig_profile(labels)
     physical = quantity(labels.get(COUNT_LABEL, "nan"))
     memory_mib = quantity(labels.get(MEMORY_LABEL, "nan"))
     reasons = []
@@ -182,8 +195,8 @@ def _sched_node(
         rack=labels.get(rack_key, "") if rack_key else "",
         zone=labels.get(ZONE_LABEL, ""),
         gpu_model=product_name(labels.get(PRODUCT_LABEL, "")),
-        gpus=int(node.gpus // replicas),
-        mig=dict(node.mig),
+        gpus=0 if profile else int(node.gpus // replicas),
+        mig={profile: int(node.gpus)} if profile else dict(node.mig),
         physical_gpus=None if math.isnan(physical) else int(physical),
         gpu_memory_bytes=memory_mib * 2.0**20,
         cpu_milli=node.cpu_milli,
@@ -312,12 +325,15 @@ class _Notes:
 
 
 def _gpu_shape(
-    pod: PodRecord, node: SchedNode | None, replicas: int, notes: _Notes
+    pod: PodRecord, node: SchedNode | None, replicas: int, notes: _Notes, single: str = ""
 ) -> tuple[int, int, int | None, str]:
-    """(num_gpu, milli per GPU, limit milli, MIG profile)."""
+    """(num_gpu, milli per GPU, limit milli, MIG profile); `single`: the node's profile under
+    the single MIG strategy, where `nvidia.com/gpu` hands out its MIG instances."""
     if pod.mig:
         profile, count = next(iter(sorted(pod.mig.items())))
         return count, MILLI, None, profile
+    if single and pod.gpus > 0 and pod.share is None:
+        return max(1, math.ceil(pod.gpus)), MILLI, None, single
     whole = max(1, math.ceil(pod.gpus)) if pod.gpus > 0 else 0
     share, limit = pod.share, pod.share_limit
     if share is None and pod.share_memory_mib is not None:
@@ -342,9 +358,10 @@ def _task(
     groups: _Groups,
     spec: KubeSpec,
     notes: _Notes,
+    single: str = "",
 ) -> tuple[SchedTask, int | None]:
     job, gang, controller = _job_of(pod, groups)
-    num_gpu, milli, limit, profile = _gpu_shape(pod, node, replicas, notes)
+    num_gpu, milli, limit, profile = _gpu_shape(pod, node, replicas, notes, single)
     allowed, why = movability.migratable(
         pod.annotations.get(movability.MIGRATABLE_ANNOTATION),
         pod.priority,
@@ -609,6 +626,7 @@ def view(objects: Objects, spec: KubeSpec) -> SchedulerView:
     replicas = {
         n.name: max(1, int(quantity(n.labels.get(REPLICAS_LABEL, "1")) or 1)) for n in gpu_nodes
     }
+    singles = {n.name: single_mig_profile(n.labels) for n in gpu_nodes}
     groups = _groups(objects.custom)
     notes = _Notes([], [])
     tasks: list[SchedTask] = []
@@ -619,7 +637,13 @@ def view(objects: Objects, spec: KubeSpec) -> SchedulerView:
         if not (pod.wants_gpu or pod.node in by_name):
             continue  # neither GPU work nor on a GPU node
         task, gang = _task(
-            pod, by_name.get(pod.node), replicas.get(pod.node, 1), groups, spec, notes
+            pod,
+            by_name.get(pod.node),
+            replicas.get(pod.node, 1),
+            groups,
+            spec,
+            notes,
+            singles.get(pod.node, ""),
         )
         tasks.append(task)
         if task.num_gpu:
