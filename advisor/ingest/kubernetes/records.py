@@ -214,9 +214,11 @@ def _container_resources(container: shapes.Container) -> dict[str, float]:
     resources = container.resources
     if resources is None:
         return {}
-    out = {key: quantity(value) for key, value in (resources.requests or {}).items()}
-    for key, value in (resources.limits or {}).items():
-        out.setdefault(key, quantity(value))
+    out: dict[str, float] = {}
+    for values in (resources.requests, resources.limits):
+        for key, value in (values or {}).items():
+            if key not in out:  # (the hot loop of a 100,000-pod list: strings parse cached)
+                out[key] = _quantity_text(value) if type(value) is str else quantity(value)
     return out
 
 
