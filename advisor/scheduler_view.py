@@ -71,6 +71,7 @@ class SchedTask:
     restart_cost_s: float = math.nan
     qos: str = ""
     owner: str = ""  # "Job/train-1", "StatefulSet/db": what runs it, for display
+    gpu_indices: tuple[int, ...] | None = None  # the devices it holds, where the scheduler says
 
 
 @dataclass(frozen=True, slots=True)

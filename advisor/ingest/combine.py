@@ -104,6 +104,21 @@ def _take(slots: list[_Slot], task: SchedTask, slice_count: int) -> list[tuple[i
     return [(slot.index, milli) for slot, milli in picks]
 
 
+def _known_indices(slots: list[_Slot], task: SchedTask) -> list[tuple[int, int]] | None:
+    """The GPUs the scheduler itself names for `task` (Slurm's GRES indices), when they have
+    room; None to place it like any other."""
+    if not task.gpu_indices or len(task.gpu_indices) != task.num_gpu or task.mig_profile:
+        return None
+    slot_of = {s.index: s for s in slots}
+    chosen = [slot_of.get(i) for i in task.gpu_indices]
+    if any(s is None or s.mig or s.room < task.gpu_milli for s in chosen):
+        return None
+    for slot in chosen:
+        slot.room -= task.gpu_milli  # type: ignore[union-attr]
+        slot.busy_unknown = False  # type: ignore[union-attr]
+    return [(i, task.gpu_milli) for i in task.gpu_indices]
+
+
 def _scheduler_gpus(node: SchedNode) -> list[dict]:
     """GPUs of a node known only to the scheduler: whole GPUs first, then the GPUs its MIG
     instances are carved from (largest profiles first, as many per GPU as its slices hold)."""
@@ -318,13 +333,17 @@ def _join_node(join: _Join, sn: SchedNode, tasks: list[SchedTask], index: _Usage
         alloc_id = str(usage.allocations.id[row])
         by_id[alloc_id] = row
     known = {t.id for t in tasks}
+    # a holder the exporter names by job, not by task (a Slurm job through its cgroup:
+    # "12345@node"), is the task of that job on this node
+    by_job = {t.job: t.id for t in tasks if t.id not in by_id}
     attributed: dict[str, list[tuple[int, int]]] = {}
     places = usage.placements
     for alloc_id, row in by_id.items():
         on = np.flatnonzero(places.alloc == row)
         held = [(int(usage.gpus.index[places.gpu[p]]), int(places.milli[p])) for p in on]
-        if alloc_id in known:
-            attributed[alloc_id] = held
+        task_id = alloc_id if alloc_id in known else by_job.pop(str(usage.allocations.job[row]), "")
+        if task_id and not alloc_id.startswith(UNATTRIBUTED):
+            attributed[task_id] = held
             for gpu, milli in held:
                 slot_of[gpu].room -= milli
         elif alloc_id.startswith(UNATTRIBUTED):
@@ -362,7 +381,7 @@ def _place_tasks(
                 join.gpus_disagree.append(f"{task.id} ({task.num_gpu} vs {len(held)})")
             _add_task(join, task, node, held)
             continue
-        places = _take(slots, task, slice_count)
+        places = _known_indices(slots, task) or _take(slots, task, slice_count)
         if places is None:
             join.left_out.append(f"{task.id} ({task.num_gpu} GPUs on {node})")
             continue

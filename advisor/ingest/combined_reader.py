@@ -25,8 +25,12 @@ class CombinedReader:
         self.usage = usage[0] if usage else None
 
     def __call__(self) -> ClusterModel:
+        from advisor.ingest import slurm
+
         try:
             view = self.view()
+        except (slurm.SlurmUnavailable, slurm.SlurmFormatError) as error:
+            raise SourceError(f"{self.spec.split('+')[0].rstrip(':')}: {error}") from None
         except (SourceUnavailable, ValueError, OSError) as error:
             raise SourceError(str(error)) from None
         usage = load_source(self.usage, timeout=self.timeout) if self.usage else None

@@ -7,6 +7,7 @@ string: the parts joined by `+`, the scheduler first::
     k8s:+http://node1:9835/metrics,http://node2:9835/metrics
     k8s:prod?rack-label=example.com/rack+prometheus+http://prometheus:9090
     slurm:+http://node1:9400/metrics              (a dcgm-exporter page works the same)
+    slurm+http://slurmrestd:6820+prometheus+http://prometheus:9090
 
 A `+` splits only where a source form starts right after it (`http://`, `https://`,
 `prometheus+http(s)://`, a scheduler form), so `prometheus+http://` stays one part and a `+`
@@ -32,7 +33,14 @@ from advisor.scheduler_view import SchedulerView
 # prefix -> module with read_view (and optionally open_view)
 SCHEDULERS: dict[str, str] = {
     "k8s:": "advisor.ingest.kubernetes.source",
+    "slurm:": "advisor.ingest.slurm_scheduler",
+    "slurm+http://": "advisor.ingest.slurm_scheduler",
+    "slurm+https://": "advisor.ingest.slurm_scheduler",
+    "slurm+unix://": "advisor.ingest.slurm_scheduler",
 }
+# Alone, these are read by their own reader into the model (`sources.load_source`, with their
+# scheduler facts); joined with usage sources they go through their scheduler view like k8s:.
+DIRECT = frozenset({"slurm:", "slurm+http://", "slurm+https://", "slurm+unix://"})
 USAGE_FORMS = ("prometheus+http://", "prometheus+https://", "http://", "https://")
 JOIN = "+"
 
@@ -97,8 +105,11 @@ class JoinSources(argparse.Action):
 
 
 def is_combined(spec: str) -> bool:
-    """Whether `spec` names a scheduler (alone or with usage sources)."""
-    return scheduler_prefix(split(spec)[0]) is not None
+    """Whether `spec` goes through the join: a scheduler with usage sources, or one without
+    a reader of its own (`DIRECT`) alone."""
+    parts = split(spec)
+    prefix = scheduler_prefix(parts[0])
+    return prefix is not None and (len(parts) > 1 or prefix not in DIRECT)
 
 
 def parts_of(spec: str) -> tuple[str, list[str]]:

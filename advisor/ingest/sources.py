@@ -11,6 +11,11 @@
         [&scheduler=kube-state-metrics&rack-label=KEY&...]
                                                   + Kubernetes from kube-state-metrics series
     FILE.json                                     a snapshot (docs/snapshot.md)
+    slurm:[?partition=&tenant=&max-priority=&topology=]
+                                                  live Slurm through this host's scontrol,
+                                                  squeue and sinfo (docs/slurm.md)
+    slurm+http://host:6820[?...]  slurm+unix:///PATH
+                                                  slurmrestd (token: $SLURM_JWT or token-file=)
     openb:NODE_CSV[,POD_CSV]  or  openb:DIR       Alibaba trace: nodes, pods as pending demand
     k8s:[CONTEXT][?rack-label=KEY&pool-label=KEY&tenant=namespace|label:KEY|queue
         &priority-threshold=N]                    Kubernetes API: nodes, pods, the queue, quotas
@@ -42,8 +47,10 @@ from advisor.ingest import (
     openb,
     prometheus,
     schedulers,
+    slurm,
 )
 from advisor.ingest.exporter_scrape import SourceUnavailable
+from advisor.ingest.slurm.spec import SlurmSpec
 from advisor.logs import redact
 from advisor.model import MILLI, ClusterModel, ModelBuilder, ModelError, Usage, from_readings
 from exporter.readings import NodeReading
@@ -113,6 +120,10 @@ def _load(spec: str, timeout: float) -> ClusterModel:
             return exporter_scrape.scrape(urls, timeout=timeout, source=spec)
         if spec.startswith("openb:"):
             return _openb(spec)
+        if slurm.is_slurm(spec):  # alone: Slurm's own model, with its scheduler facts
+            from advisor.ingest import slurm_scheduler
+
+            return slurm_scheduler.load_model(spec, timeout)
         if spec.endswith(".json") or Path(spec).is_file():
             return snapshot.load(spec)
     except SourceUnavailable as error:
@@ -121,9 +132,14 @@ def _load(spec: str, timeout: float) -> ClusterModel:
         raise SourceError(f"snapshot {spec}: {error}") from None
     except (openb.OpenbFormatError, ModelError) as error:
         raise SourceError(f"{spec}: {error}") from None
+    except slurm.SlurmSpecError as error:
+        raise SourceError(str(error)) from None
+    except (slurm.SlurmUnavailable, slurm.SlurmFormatError) as error:
+        raise SourceError(f"{spec.rstrip(':')}: {error}") from None
     raise SourceError(
         f"{spec!r} is not a source: use sim:PRESET, http(s)://.../metrics, "
-        "prometheus+http://HOST:9090, FILE.json, openb:NODE_CSV[,POD_CSV] or k8s:[CONTEXT]"
+        "prometheus+http://HOST:9090, FILE.json, openb:NODE_CSV[,POD_CSV], k8s:[CONTEXT], "
+        "slurm: or slurm+http://HOST:6820"
     )
 
 
@@ -135,6 +151,8 @@ def _combined(spec: str, timeout: float) -> ClusterModel:
         raise SourceError(str(error)) from None
     try:
         view = schedulers.read_view(scheduler, timeout)
+    except (slurm.SlurmUnavailable, slurm.SlurmFormatError) as error:
+        raise SourceError(f"{scheduler.rstrip(':')}: {error}") from None
     except ValueError as error:  # a bad option of the scheduler's source
         raise SourceError(str(error)) from None
     usage_model = _load(usage[0], timeout) if usage else None
@@ -246,6 +264,15 @@ def _kube_state_metrics(spec: str, target: PrometheusSpec, timeout: float) -> Cl
     except prometheus.NoSeries:
         usage = None
     return combine.build_model(view, usage, source=spec)
+
+
+def slurm_spec(spec: str) -> SlurmSpec:
+    """A `slurm:` / `slurm+http(s)://` / `slurm+unix://` spec taken apart, nothing read;
+    SourceError for an unknown option or a malformed value."""
+    try:
+        return slurm.parse_spec(spec)
+    except slurm.SlurmSpecError as error:
+        raise SourceError(redact(str(error))) from None
 
 
 SIM_OPTIONS = {"seed", "t", "nodes", "history", "step"}
