@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from advisor.ingest import combine, schedulers
 from advisor.ingest.exporter_scrape import SourceUnavailable
-from advisor.ingest.sources import DEFAULT_TIMEOUT, SourceError, load_source
+from advisor.ingest.sources import DEFAULT_TIMEOUT, SourceError, load_source, prometheus_spec
 from advisor.model import ClusterModel
 
 
@@ -19,6 +19,9 @@ class CombinedReader:
         self.timeout = timeout
         try:
             scheduler, usage = schedulers.parts_of(self.spec)
+            schedulers.check(scheduler)
+            if usage and usage[0].startswith("prometheus+"):
+                prometheus_spec(usage[0])
             self.view = schedulers.open_view(scheduler, timeout)
         except ValueError as error:
             raise SourceError(str(error)) from None

@@ -140,6 +140,14 @@ def _module(spec: str):  # type: ignore[no-untyped-def]
     return importlib.import_module(SCHEDULERS[prefix])
 
 
+def check(spec: str) -> None:
+    """ValueError (one line) for a scheduler spec no read could take (a bad option), read
+    nothing: the service refuses it at start instead of failing every run."""
+    checker: Callable[[str], object] | None = getattr(_module(spec), "check", None)
+    if checker is not None:
+        checker(spec)
+
+
 def read_view(spec: str, timeout: float) -> SchedulerView:
     """One read of the scheduler `spec` names (raises the module's SourceError lines)."""
     return _module(spec).read_view(spec, timeout)

@@ -56,6 +56,11 @@ def _facts(view: slurm.SlurmView, quotas: tuple[Quota, ...], notes: tuple[str, .
     )
 
 
+def check(spec: str) -> None:
+    """SlurmSpecError (a ValueError) for a bad option; nothing read."""
+    slurm.parse_spec(spec)
+
+
 def load_model(spec: str, timeout: float) -> ClusterModel:
     """`slurm:` alone: Slurm's own model, with its scheduler facts."""
     view = slurm.load(spec, timeout)

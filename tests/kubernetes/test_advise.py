@@ -187,3 +187,26 @@ def test_backfill_reads_the_usage_past_grouped_by_the_schedulers_pools(monkeypat
     assert seen == ["prometheus+http://prometheus:9090"]
     assert [m.nodes.pool.tolist() for m in result.models] == [["a100"], ["a100"]]
     assert result.source == spec
+
+
+@pytest.mark.parametrize(
+    ("source", "problem"),
+    [
+        ("k8s:?tenant=team", "expected namespace, queue or label:KEY"),
+        ("k8s:+prometheus+http://p:9090?histroy=1h", "unknown option 'histroy'"),
+        ("slurm:?colour=red+http://node1:9835/metrics", "colour"),
+        ("k8s:+k8s:", "one scheduler per source"),
+    ],
+)
+def test_a_bad_scheduler_source_is_refused_at_start(source, problem):
+    import subprocess
+    import sys
+
+    result = subprocess.run(
+        [sys.executable, "-m", "advisor.cli", "advise", "--source", source],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2, result.stderr
+    assert problem in result.stderr.strip().splitlines()[-1] and "Traceback" not in result.stderr

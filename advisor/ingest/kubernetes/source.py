@@ -12,6 +12,11 @@ def _spec(text: str):  # type: ignore[no-untyped-def]
     return parse(text)
 
 
+def check(spec: str) -> None:
+    """SpecError for a bad option; nothing read."""
+    _spec(spec)
+
+
 def read_view(spec: str, timeout: float) -> SchedulerView:
     """List nodes, pods, quotas and the installed custom resources once."""
     return cache.read(_spec(spec), timeout)
