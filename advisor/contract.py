@@ -79,7 +79,8 @@ ADVISOR_METRICS: tuple[MetricSpec, ...] = (
         "Free GPUs of the pool with the most, when no job of this shape can start although they "
         "are enough for one, by cause: rack_unknown (no source knows the racks of the nodes "
         "with free GPUs), scattered (no node or rack has room), quota (waiting jobs of this "
-        "shape fit the free GPUs but not their tenant's quota).",
+        "shape fit the free GPUs but not their tenant's quota); 0 where that cause does not "
+        "block the shape.",
         ("shape", "cause"),
     ),
     _g(

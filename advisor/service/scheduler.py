@@ -135,6 +135,7 @@ def section(
             )
             entry["jobs"].append(row["job"])
     return {
+        "shapes": [shape_label(shape) for shape in shapes],
         "kind": facts.kind if facts is not None else None,
         "stale": (facts.stale or None) if facts is not None else None,
         "racks_from": (facts.rack_from or None) if facts is not None else None,
@@ -202,8 +203,15 @@ def _goal_text(shape: Shape) -> str:
 
 
 def unschedulable_series(doc: dict[str, Any]) -> list[tuple[str, str, float]]:
-    """(shape, cause, free GPUs) for `gpu_advisor_shape_unschedulable`."""
-    return [(r["shape"], r["cause"], float(r["free_gpus"])) for r in doc.get("unschedulable", [])]
+    """(shape, cause, free GPUs) for `gpu_advisor_shape_unschedulable`: every measured shape
+    with every cause (0 where that cause does not block it, so the alert's signal always has
+    data), and the waiting jobs' own shapes where a cause blocks them."""
+    blocked = {
+        (r["shape"], r["cause"]): float(r["free_gpus"]) for r in doc.get("unschedulable", [])
+    }
+    out = {(shape, cause): 0.0 for shape in doc.get("shapes", []) for cause in racks.CAUSES}
+    out.update(blocked)
+    return [(shape, cause, value) for (shape, cause), value in out.items()]
 
 
 def pending_by_tenant(doc: dict[str, Any]) -> dict[str, tuple[int, float]]:

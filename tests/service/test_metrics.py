@@ -118,9 +118,9 @@ def test_scheduler_series_say_rack_unknown_and_the_queue():
     )
     assert got[("gpu_advisor_pending_jobs", (("tenant", "rnd"),))] == 1
     assert got[("gpu_advisor_pending_gpus", (("tenant", "rnd"),))] == 16
-    assert not any(
-        k[0] == "gpu_advisor_shape_unschedulable" and ("cause", "scattered") in k[1] for k in got
-    )
+    # every measured shape has a series per cause, 0 where that cause does not block it
+    assert got[("gpu_advisor_shape_unschedulable", (("cause", "scattered"), ("shape", "2x8")))] == 0
+    assert got[("gpu_advisor_shape_unschedulable", (("cause", "quota"), ("shape", "8")))] == 0
 
 
 @pytest.fixture(scope="module")
