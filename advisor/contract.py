@@ -60,6 +60,42 @@ ADVISOR_METRICS: tuple[MetricSpec, ...] = (
         ("pool", "shape"),
     ),
     _g("gpu_advisor_largest_schedulable_job_gpus", "Largest single-node job that fits now."),
+    # --- what a scheduler source adds: unknown racks, the queue, why shapes cannot start ---
+    _g(
+        "gpu_advisor_nodes_rack_unknown",
+        "Nodes of the pool whose rack no source knows: multi-node shapes count only known racks "
+        "there (gpu_advisor_schedulable_jobs), and their count is unknown, not 0.",
+        ("pool",),
+    ),
+    _g(
+        "gpu_advisor_schedulable_jobs_if_racks_allow",
+        "Jobs of this multi-node shape that could start now in the pool if its nodes of unknown "
+        "rack shared a rack: the most the unknown racks could allow (present only where they "
+        "decide the count).",
+        ("pool", "shape"),
+    ),
+    _g(
+        "gpu_advisor_shape_unschedulable",
+        "Free GPUs of the pool with the most, when no job of this shape can start although they "
+        "are enough for one, by cause: rack_unknown (no source knows the racks of the nodes "
+        "with free GPUs), scattered (no node or rack has room), quota (waiting jobs of this "
+        "shape fit the free GPUs but not their tenant's quota); 0 where that cause does not "
+        "block the shape.",
+        ("shape", "cause"),
+    ),
+    _g(
+        "gpu_advisor_pending_jobs",
+        "Jobs waiting in the scheduler's queue (pending pods, waiting Kueue workloads, pending "
+        "Slurm jobs) that ask for GPUs, by tenant.",
+        ("tenant",),
+    ),
+    _g("gpu_advisor_pending_gpus", "GPUs the waiting jobs ask for, by tenant.", ("tenant",)),
+    _g(
+        "gpu_advisor_scheduler_stale",
+        "1 while the scheduler's view is the last good one because its watch is down (the "
+        "figures are from before it dropped), else 0.",
+        ("source",),
+    ),
     _g(
         "gpu_advisor_node_fragmented_gpus",
         "Per-node FGD fragment amount: free GPUs the arriving workload cannot use (heatmaps).",

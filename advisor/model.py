@@ -20,7 +20,7 @@ import re
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -28,6 +28,8 @@ from exporter.readings import GpuReading, NodeReading
 from exporter.topology import nvlink_islands
 
 log = logging.getLogger(__name__)
+if TYPE_CHECKING:
+    from advisor.scheduler_view import SchedulerFacts
 
 MILLI = 1000  # milli-GPU in one whole GPU
 NO_LIMIT = 0  # allocation's gpu_limit_milli when no limit above its guaranteed share is given
@@ -212,6 +214,9 @@ class ClusterModel:
     # Scrape targets known to serve GPUs whose GPUs this read lacks (down, or their backend
     # down), one line each: the model is then part of the fleet, and every view says so.
     left_out: tuple[str, ...] = ()
+    # What a scheduler source said beyond nodes and allocations (quotas, gang sizes, where racks
+    # came from, its notes); None for usage-only sources (`advisor.scheduler_view`).
+    scheduler: SchedulerFacts | None = None
     _cache: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:

@@ -371,20 +371,22 @@ def alert_definitions(config: dict) -> list[Alert]:
             "gpu-defrag-capacity",
             "warning",
             "shape_unschedulable",
-            # jobs that fit in any pool (each pool on its own: a job is placed in one)
-            "sum by (job, instance, shape) (gpu_advisor_schedulable_jobs{%(A)s})\n"
-            "and on (job, instance, shape)\n"
-            "(\n  gpu_advisor_shape_gpus{%(A)s}\n"
-            "  <= on (job, instance) group_left ()\n"
-            # one pool's free GPUs: a job never spans pools (GPU models), so free GPUs summed
-            # over pools fired for shapes no amount of moving work could fit
-            "  max by (job, instance) (gpu_advisor_free_gpus{%(A)s})\n)",
-            "== 0",
+            # the advisor names the cause per shape (advisor.service.scheduler): a job never
+            # spans pools, so the value is the free GPUs of the pool with the most
+            "max by (job, instance, shape, cause) (gpu_advisor_shape_unschedulable{%(A)s})",
+            "> 0",
             "A job shape cannot start although enough GPUs are free.",
-            "No job of shape {{ $labels.shape }} can start without moving work, although one "
-            'pool has {{ with printf `max(gpu_advisor_free_gpus{%(A)s, instance="%%s"})` '
-            "$labels.instance | query }}{{ . | first | value }}{{ end }} GPUs free: they are "
-            "scattered across its nodes. Apply the advisor's top-ranked actions for this shape.",
+            '{{ if eq $labels.cause "quota" }}Jobs of shape {{ $labels.shape }} wait although '
+            "one pool has {{ $value }} GPUs free that would hold them: their tenant's quota is "
+            "used up. See the advisor's borrow plan for them (/api/pending) or raise the quota."
+            '{{ else if eq $labels.cause "rack_unknown" }}No job of shape {{ $labels.shape }} '
+            "can start on known racks, although one pool has {{ $value }} GPUs free: no source "
+            "knows the racks of the nodes they are on, so whether a multi-node job fits there "
+            "is unknown, not scattered. Give the rack label (k8s:?rack-label=KEY) or Slurm's "
+            "topology.conf so the advisor can count and plan it.{{ else }}No job of shape "
+            "{{ $labels.shape }} can start without moving work, although one pool has "
+            "{{ $value }} GPUs free: they are scattered across its nodes. Apply the advisor's "
+            "top-ranked actions for this shape.{{ end }}",
             "advisor",
         ),
         *(

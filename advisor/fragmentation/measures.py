@@ -477,21 +477,41 @@ def most_fragmented(nodes: dict[str, np.ndarray], top: int = 10) -> np.ndarray:
 
 
 def analyze(model: ClusterModel, settings: Settings = Settings()) -> dict[str, Any]:
-    """Every measure as plain data (JSON-ready apart from the `nodes` numpy columns)."""
+    """Every measure as plain data (JSON-ready apart from the `nodes` numpy columns).
+
+    A multi-node shape's `jobs_that_fit` counts known racks only; `jobs_if_racks_allow` is
+    what nodes of unknown rack could add (None where no rack is unknown or the shape is one
+    node), and `blocked_by` says why a shape with enough free GPUs fits nowhere
+    (`advisor.fragmentation.racks`: rack_unknown or scattered; None otherwise)."""
+    from advisor.fragmentation import racks  # racks counts with this module's functions
+
     groups = _rack_groups(model)
+    shared = racks.shared_rack_groups(model)
+    any_unknown = bool(racks.rack_unknown(model).any())
     free_whole = int(model.gpu_is_free.sum())
+    free_per_pool = (
+        np.bincount(_codes(model.nodes.pool), weights=free_whole_per_node(model).astype(np.float64))
+        if len(model.nodes)
+        else np.zeros(1)
+    )
     partial = model.gpu_free_milli * ((model.gpu_milli_allocated > 0) & model.gpu_usable)
     cpu_per_gpu, memory_per_gpu = min_host_need_per_gpu(model)
     shapes = []
     for shape in settings.shapes:
         fit = jobs_that_fit(model, shape, groups)
-        whole = shape.gpu_milli == MILLI
+        generous = jobs_that_fit(model, shape, shared) if shape.tasks > 1 and any_unknown else fit
+        rack_decides = racks.depends_on_racks(shape, fit, generous)
+        # free whole GPUs it cannot use: unknown where unknown racks decide the count
+        whole = shape.gpu_milli == MILLI and not rack_decides
         shapes.append(
             {
                 "shape": shape.name,
                 "gpus_per_job": shape.gpus,
                 "jobs_that_fit": fit,
-                # free whole GPUs this shape cannot use (spatially stranded for it)
+                "jobs_if_racks_allow": generous if rack_decides else None,
+                "blocked_by": racks.blocked_cause(
+                    shape, fit, generous, float(free_per_pool.max(initial=0))
+                ),
                 "stranded_gpus": free_whole - fit * shape.tasks * shape.num_gpu if whole else None,
                 "crosses_nvlink_islands": crossing(model, shape) if fit else [],
             }
@@ -524,6 +544,7 @@ def analyze(model: ClusterModel, settings: Settings = Settings()) -> dict[str, A
             "unhealthy_gpus": int((~model.gpus.healthy).sum()),
             "allocated_gpus": float(model.gpu_milli_allocated.sum()) / MILLI,
             "pending_tasks": int((allocs.node < 0).sum()),
+            **racks.rack_summary(model),
         },
         "spatial": {
             "free_gpus": free_whole,

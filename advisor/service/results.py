@@ -216,6 +216,9 @@ class Results:
     gpu_states: np.ndarray  # int8 (G), GPU_STATE_CODES
     forecast: dict[str, Any] = field(default_factory=dict)
     recommendations: dict[str, Any] = field(default_factory=dict)
+    # the queue, unknown racks, why shapes cannot start, the biggest blocked job's plan
+    # (advisor.service.scheduler); {} before the analysis
+    scheduler: dict[str, Any] = field(default_factory=dict)
 
 
 JOB_END_SOURCES: tuple[str, ...] = ("learned", "prior", "known", "none")

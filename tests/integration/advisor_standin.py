@@ -83,6 +83,12 @@ SAMPLES: dict[str, list[tuple[tuple[str, ...], float]]] = {
         ((POOL, "2x8"), 60.0),
     ],
     "gpu_advisor_largest_schedulable_job_gpus": [((), 8.0)],
+    "gpu_advisor_nodes_rack_unknown": [((POOL,), 0.0)],
+    "gpu_advisor_schedulable_jobs_if_racks_allow": [((POOL, "2x8"), 2.0)],
+    "gpu_advisor_shape_unschedulable": [(("2x8", "scattered"), 60.0)],
+    "gpu_advisor_pending_jobs": [(("rnd",), 2.0)],
+    "gpu_advisor_pending_gpus": [(("rnd",), 24.0)],
+    "gpu_advisor_scheduler_stale": [(("exporter",), 0.0)],
     "gpu_advisor_node_fragmented_gpus": [
         ((node, POOL), float(i % 4)) for i, node in enumerate(NODES)
     ],
