@@ -16,7 +16,10 @@ NVML_ERROR_UNINITIALIZED (and counts in `stale_uses`), so a test proves none is 
 shutdown while another thread waits in `nvmlEventSetWait` counts in `shutdown_races`.
 
 An NVML function the fake does not model raises `NVMLError_FunctionNotFound`, which is
-what an older driver does, so code under test must already cope with it.
+what an older driver does, so code under test must already cope with it. A function the fake
+models but the installed nvidia-ml-py release lacks is absent (AttributeError), as it is from
+that release's module: the fake's names are the real module's, whichever release that is (the
+backend tests run against the oldest and the newest supported one, `test_nvml_releases`).
 """
 
 from __future__ import annotations
@@ -302,7 +305,20 @@ class FakeNvml:
 
     # ----- plumbing ----------------------------------------------------------------------
 
+    hidden: frozenset[str] = frozenset()  # names to leave out as an older release does
+
+    def __getattribute__(self, name: str) -> Any:
+        # modelled here, but not in this nvidia-ml-py (or hidden: a test's older release)
+        hidden = name in _ABSENT or (
+            name[:1] in "nN" and name in object.__getattribute__(self, "hidden")
+        )
+        if hidden:
+            raise AttributeError(f"module 'pynvml' has no attribute {name!r}")
+        return object.__getattribute__(self, name)
+
     def __getattr__(self, name: str) -> Any:
+        if name in self.hidden:
+            raise AttributeError(f"module 'pynvml' has no attribute {name!r}")
         value = getattr(real, name)
         if (
             name.startswith("nvml")
@@ -913,6 +929,12 @@ class FakeNvml:
         self._enter("nvmlEventSetFree")
         self._registered(eventSet)
         self._event_sets.pop(_address(eventSet), None)
+
+
+# The NVML functions the fake models that the installed release does not have.
+_ABSENT = frozenset(
+    name for name in vars(FakeNvml) if name.startswith("nvml") and not hasattr(real, name)
+)
 
 
 def _address(pointer: Any) -> int | None:
