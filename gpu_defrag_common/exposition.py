@@ -29,6 +29,9 @@ class MetricSpec:
     kind: Kind
     help: str
     labels: tuple[str, ...]
+    # Leave a label out of a sample whose value for it is "" (dcgm-exporter's own series carry
+    # MIG or pod labels only where they apply), instead of writing `label=""` as the library does
+    omit_empty: bool = False
 
     @property
     def family(self) -> str:
@@ -96,16 +99,22 @@ class Families:
             kind = "gauge" if spec.kind == "info" else spec.kind
             help_text = spec.help.replace("\\", r"\\").replace("\n", r"\n")
             out.append(f"# HELP {spec.name} {help_text}\n# TYPE {spec.name} {kind}\n")
-            # The library writes labels sorted by name; one format template per family.
-            order = sorted(range(len(spec.labels)), key=spec.labels.__getitem__)
-            pairs = ",".join(f'{spec.labels[i]}="{{{i}}}"' for i in order)
-            line = (
-                f"{spec.name}{{{{{pairs}}}}} {{value}}\n" if pairs else f"{spec.name} {{value}}\n"
-            )
-            fmt = line.format
-            out.extend(
-                fmt(*map(escape_label, labels), value=_number(value)) for labels, value in samples
-            )
+            if spec.omit_empty:
+                out.extend(_sparse_line(spec, labels, value) for labels, value in samples)
+            else:
+                # The library writes labels sorted by name; one format template per family.
+                order = sorted(range(len(spec.labels)), key=spec.labels.__getitem__)
+                pairs = ",".join(f'{spec.labels[i]}="{{{i}}}"' for i in order)
+                line = (
+                    f"{spec.name}{{{{{pairs}}}}} {{value}}\n"
+                    if pairs
+                    else f"{spec.name} {{value}}\n"
+                )
+                fmt = line.format
+                out.extend(
+                    fmt(*map(escape_label, labels), value=_number(value))
+                    for labels, value in samples
+                )
             if cache is not None:
                 chunk = "".join(out[start:])
                 del out[start:]
@@ -131,6 +140,15 @@ class Families:
                     family.add_metric(list(labels), value)
             families.append(family)
         return families
+
+
+def _sparse_line(spec: MetricSpec, labels: tuple[str, ...], value: float) -> str:
+    """One sample of an `omit_empty` family: its non-empty labels, sorted by name."""
+    pairs = sorted((n, v) for n, v in zip(spec.labels, labels, strict=True) if v)
+    inner = ",".join(f'{n}="{escape_label(v)}"' for n, v in pairs)
+    return (
+        f"{spec.name}{{{inner}}} {_number(value)}\n" if inner else f"{spec.name} {_number(value)}\n"
+    )
 
 
 @dataclass(frozen=True, slots=True)

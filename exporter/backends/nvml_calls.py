@@ -28,7 +28,7 @@ log = logging.getLogger(__name__)
 
 # The oldest nvidia-ml-py release that has every function and constant the backend reads (the
 # floor pyproject.toml declares): with an older one, what it lacks is read as not supported.
-PYNVML_FLOOR = "12.560.30"
+PYNVML_FLOOR = "12.570.86"
 REPROBE_S = 600.0  # how long a not-supported answer is trusted before asking again
 _GPU_SCOPE = re.compile(r"gpu(\d+)(/mig)?$")
 
