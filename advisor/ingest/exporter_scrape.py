@@ -410,11 +410,21 @@ def fetch(url: str, timeout: float, session: requests.Session | None = None) -> 
 
 def parse(text: str, url: str) -> list[Sample]:
     """Samples of any exposition page (ours or dcgm-exporter's), names as written, each series
-    once (`drop_duplicates`)."""
+    once (`drop_duplicates`). Lines that cannot be parsed (a dcgm-exporter field DCGM cannot
+    render) are left out with one warning naming how many and the first; the rest is read."""
     try:
-        return drop_duplicates(dx.parse_samples(text, url), url)
+        samples, skipped = dx.parse_samples(text, url)
     except BackendUnavailable as error:
         raise SourceUnavailable(str(error)) from None
+    if skipped is not None:
+        log.warning(
+            "%s: %d line(s) of the page cannot be parsed and are left out, the rest is read; "
+            "first: %s",
+            url,
+            skipped.count,
+            skipped.describe(),
+        )
+    return drop_duplicates(samples, url)
 
 
 def no_gpu(url: str, samples: Sequence[Sample], readings: Sequence[NodeReading]) -> None:
