@@ -223,8 +223,14 @@ def print_table(result: dict[str, Any], out: TextIO, *, top: int = 10) -> None:
     out.write(
         f"  {cluster['nodes']} nodes, {cluster['gpus']} GPUs ({cluster['usable_gpus']} usable, "
         f"{cluster['unhealthy_gpus']} unhealthy), {_g(cluster['allocated_gpus'])} GPUs allocated, "
-        f"{cluster['pending_tasks']} tasks pending\n\n"
+        f"{cluster['pending_tasks']} tasks pending\n"
     )
+    if cluster["owner_unknown_gpus"]:
+        out.write(
+            f"  {cluster['owner_unknown_gpus']} GPUs in use, owner unknown (busy or holding "
+            "memory, no allocation names them): counted allocated, never free\n"
+        )
+    out.write("\n")
     out.write("Spatial\n")
     _table(
         [
