@@ -271,12 +271,16 @@ DCGM_SPECS = {
 MIB = 2.0**20
 
 
+_DCGM_READERS = [
+    (name, dict(GPU_SCALARS)[ours], factor) for name, (ours, factor) in DCGM_COMPAT.items()
+]
+
+
 def _dcgm_gpu_values(gpu: GpuReading) -> dict[str, float | None]:
     """Every DCGM name's value for the whole GPU, in DCGM's units (None: not known)."""
-    readers = dict(GPU_SCALARS)
     values: dict[str, float | None] = {}
-    for name, (ours, factor) in DCGM_COMPAT.items():
-        value = readers[ours](gpu)
+    for name, read, factor in _DCGM_READERS:
+        value = read(gpu)
         values[name] = None if value is None else value * factor
     remapped = gpu.remapped_rows
     values["DCGM_FI_DEV_XID_ERRORS"] = _number(gpu.xid_last_code)
@@ -333,13 +337,15 @@ def add_dcgm_compat(families: Families, nodes: Iterable[NodeReading]) -> None:
             host = (node.node, node.driver_version)
             per_instance = bool(gpu.mig_enabled and gpu.mig_instances)
             gpu_pod = _pod_of(node, gpu.index, None)
-            values = _dcgm_gpu_values(gpu)
-            for name, value in values.items():
+            labels = (*identity, "", "", *host, *gpu_pod, "")  # one tuple for every field
+            for name, value in _dcgm_gpu_values(gpu).items():
                 if value is None or (per_instance and name in DCGM_MIG_FIELDS):
                     continue
-                code = str(int(value)) if name == "DCGM_FI_DEV_XID_ERRORS" else ""
-                labels = (*identity, "", "", *host, *gpu_pod, code)
-                families.add_spec(DCGM_SPECS[name], labels, value)
+                if name == "DCGM_FI_DEV_XID_ERRORS":  # the code as a label too
+                    xid = (*labels[:-1], str(int(value)))
+                    families.add_spec(DCGM_SPECS[name], xid, value)
+                else:
+                    families.add_spec(DCGM_SPECS[name], labels, value)
             if not per_instance:
                 continue
             seen: set[int] = set()
@@ -347,12 +353,11 @@ def add_dcgm_compat(families: Families, nodes: Iterable[NodeReading]) -> None:
                 if mig.gpu_instance_id in seen:
                     continue
                 seen.add(mig.gpu_instance_id)
-                instance = (mig.profile, str(mig.gpu_instance_id))
                 pod = _pod_of(node, gpu.index, mig.gpu_instance_id)
+                instance = (*identity, mig.profile, str(mig.gpu_instance_id), *host, *pod, "")
                 for name, value in _dcgm_instance_values(mig).items():
                     if value is not None:
-                        labels = (*identity, *instance, *host, *pod, "")
-                        families.add_spec(DCGM_SPECS[name], labels, value)
+                        families.add_spec(DCGM_SPECS[name], instance, value)
 
 
 def collect_families(

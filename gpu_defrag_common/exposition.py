@@ -89,6 +89,7 @@ class Families:
         topology, identity and most error counters rarely change, and they are most lines.
         """
         out: list[str] = []
+        blocks: dict[tuple, str] = {}  # label set -> its rendered text (omit_empty families)
         for spec, samples in self._records.values():
             if cache is not None:
                 previous = cache.get(spec.name)
@@ -100,7 +101,7 @@ class Families:
             help_text = spec.help.replace("\\", r"\\").replace("\n", r"\n")
             out.append(f"# HELP {spec.name} {help_text}\n# TYPE {spec.name} {kind}\n")
             if spec.omit_empty:
-                out.extend(_sparse_line(spec, labels, value) for labels, value in samples)
+                out.extend(_sparse_lines(spec, samples, blocks))
             else:
                 # The library writes labels sorted by name; one format template per family.
                 order = sorted(range(len(spec.labels)), key=spec.labels.__getitem__)
@@ -142,13 +143,22 @@ class Families:
         return families
 
 
-def _sparse_line(spec: MetricSpec, labels: tuple[str, ...], value: float) -> str:
-    """One sample of an `omit_empty` family: its non-empty labels, sorted by name."""
-    pairs = sorted((n, v) for n, v in zip(spec.labels, labels, strict=True) if v)
-    inner = ",".join(f'{n}="{escape_label(v)}"' for n, v in pairs)
-    return (
-        f"{spec.name}{{{inner}}} {_number(value)}\n" if inner else f"{spec.name} {_number(value)}\n"
-    )
+def _sparse_lines(spec: MetricSpec, samples: list[Sample], blocks: dict[tuple, str]) -> list[str]:
+    """The samples of an `omit_empty` family: each with its non-empty labels, sorted by name.
+    `blocks` keeps each label set's rendered `{...}` for the other families of the same text:
+    dcgm-exporter's series of one GPU repeat one label set over every field."""
+    out = []
+    name = spec.name
+    for labels, value in samples:
+        key = (spec.labels, labels)
+        block = blocks.get(key)
+        if block is None:
+            pairs = sorted((n, v) for n, v in zip(spec.labels, labels, strict=True) if v)
+            block = blocks[key] = ",".join(f'{n}="{escape_label(v)}"' for n, v in pairs)
+        out.append(
+            f"{name}{{{block}}} {_number(value)}\n" if block else f"{name} {_number(value)}\n"
+        )
+    return out
 
 
 @dataclass(frozen=True, slots=True)
