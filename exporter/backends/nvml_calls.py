@@ -125,7 +125,7 @@ class NvmlCalls:
             return
         self._absent.add(name)
         log.warning(
-            "nvidia-ml-py %s has no %s: the value it reads is left out "
+            "nvidia-ml-py %s has no %s: a value only it reads is left out "
             "(nvidia-ml-py >= %s has every call this exporter makes)",
             library_version(self.nvml),
             name,
