@@ -11,6 +11,7 @@ page that parses whole (every page of ours) takes one pass, as before.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -18,6 +19,12 @@ from prometheus_client.parser import text_string_to_metric_families
 Sample = tuple[str, dict[str, str], float]
 SHOWN_CHARS = 80  # of a bad line in a message
 MAX_ROUNDS = 64  # whole-page retries for lines that parse alone but not in their page
+# What a sample line looks like: a name, maybe labels, a number (and maybe a timestamp). Only a
+# first sieve, so that the parser is asked about the few lines that do not look like one (and a
+# 20,000-line page is not parsed line by line); the parser has the last word on every line.
+_SAMPLE_SHAPE = re.compile(
+    r"[A-Za-z_:][\w:]*(?:\{.*\})?[ \t]+[-+]?(?:[0-9.][0-9_.eE+-]*|NaN|Inf)(?:[ \t]+-?[0-9]+)?[ \t]*"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,9 +91,10 @@ def first_bad_line(text: str) -> int | None:
 
 def parse_page(text: str) -> tuple[list[Sample], Skipped | None]:
     """(samples, the lines left out or None) of an exposition page; PageError naming the first
-    bad line when no line of it parses. Lines are tried one by one only when the page does not
-    parse whole; a line that parses alone but not in its page (a TYPE clash) is found by
-    bisection, at most `MAX_ROUNDS` times."""
+    bad line when no line of it parses. Only when the page does not parse whole are its lines
+    looked at: the parser is asked about each one that does not look like a sample, the rest are
+    parsed together once, and a line that fails only in its page is found by bisection (at most
+    `MAX_ROUNDS` of them)."""
     try:
         return _parse(text), None
     except ValueError:
@@ -95,22 +103,22 @@ def parse_page(text: str) -> tuple[list[Sample], Skipped | None]:
     kept: list[int] = []  # numbers (0-based) of the lines kept
     bad: list[tuple[int, str]] = []
     for number, line in enumerate(lines):
-        error = _error(line + "\n") if line.strip() else None
+        looks_right = not line.strip() or line.startswith("#") or _SAMPLE_SHAPE.fullmatch(line)
+        error = None if looks_right else _error(line + "\n")
         if error is None:
             kept.append(number)
         else:
             bad.append((number, error))
+    samples: list[Sample] = []
     for _ in range(MAX_ROUNDS):
         page = "\n".join(lines[n] for n in kept) + "\n"
-        error = _error(page)
-        if error is None:
+        try:
+            samples = _parse(page) if kept else []
             break
-        at = first_bad_line(page)
-        position = (at or 1) - 1
-        bad.append((kept.pop(position), error))
-    else:
-        kept = []
-    samples = _parse("\n".join(lines[n] for n in kept) + "\n") if kept else []
+        except ValueError as error:
+            at = first_bad_line(page)
+            message = " ".join(str(error).split()) or type(error).__name__
+            bad.append((kept.pop((at or 1) - 1), message))
     bad.sort()
     number, error = bad[0]
     skipped = Skipped(len(bad), number + 1, lines[number], error)
