@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
-SYSTEM_PACKAGES := prometheus prometheus-alertmanager chromium docker-compose
+SYSTEM_PACKAGES := prometheus prometheus-alertmanager chromium docker-compose slurm-wlm slurmrestd
 
 .PHONY: test demo venv system lint format bench clean nvml-releases
 
@@ -36,7 +36,7 @@ nvml-releases: venv
 	  $(PIP) install -q --no-deps --target $(VENV)/nvml-releases/$$v nvidia-ml-py==$$v || exit 1; \
 	done
 
-## system: Debian packages for the integration tests (Prometheus, Alertmanager, Chromium, docker-compose)
+## system: Debian packages for the integration tests (Prometheus, Alertmanager, Chromium, docker-compose, Slurm)
 system:
 	@missing=""; for p in $(SYSTEM_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
