@@ -280,7 +280,13 @@ def print_table(result: dict[str, Any], out: TextIO, *, top: int = 10) -> None:
         f"{cluster['unhealthy_gpus']} unhealthy), {_g(cluster['allocated_gpus'])} GPUs allocated, "
         f"{cluster['pending_tasks']} tasks pending\n"
     )
-    out.write(f"  {racks_line(cluster)}\n\n")
+    out.write(f"  {racks_line(cluster)}\n")
+    if cluster["owner_unknown_gpus"]:
+        out.write(
+            f"  {cluster['owner_unknown_gpus']} GPUs in use, owner unknown (busy or holding "
+            "memory, no allocation names them): counted allocated, never free\n"
+        )
+    out.write("\n")
     out.write("Spatial\n")
     _table(
         [

@@ -104,13 +104,20 @@ ADVISOR_METRICS: tuple[MetricSpec, ...] = (
     _g(
         "gpu_advisor_gpu_state",
         "GPU state for heatmaps: 0 free, 1 allocated and busy, 2 allocated but idle, 3 unhealthy, "
-        "4 MIG mode with nothing allocated (room for MIG instances, not a free whole GPU).",
+        "4 MIG mode with nothing allocated (room for MIG instances, not a free whole GPU), "
+        "5 in use with its owner unknown (busy or holding memory, no allocation names it).",
         ("node", "gpu", "pool"),
     ),
     # --- temporal, type and memory fragmentation ---
     _g(
         "gpu_advisor_allocated_idle_gpus",
         "Allocated GPUs idle for the whole idle window.",
+        ("pool",),
+    ),
+    _g(
+        "gpu_advisor_owner_unknown_gpus",
+        "GPUs in use (busy, holding memory or running processes) that no allocation or process "
+        "owner names: allocated capacity, never free, its owner unknown.",
         ("pool",),
     ),
     _g(
@@ -274,10 +281,12 @@ ADVISOR_METRICS: tuple[MetricSpec, ...] = (
 ADVISOR_BY_NAME: dict[str, MetricSpec] = {spec.name: spec for spec in ADVISOR_METRICS}
 
 # 4: a usable MIG-mode GPU with nothing allocated: room for MIG instances, not a free whole GPU
+# 5: in use (busy, holding memory or running processes) by a holder no source names
 GPU_STATE_CODES: dict[str, int] = {
     "free": 0,
     "busy": 1,
     "allocated_idle": 2,
     "unhealthy": 3,
     "mig_free": 4,
+    "owner_unknown": 5,
 }

@@ -178,6 +178,21 @@ def alert_definitions(config: dict) -> list[Alert]:
             "was {{ $value | humanizeDuration }} ago.",
             "exporter",
         ),
+        Alert(
+            "GpuExporterCollectionSlow",
+            "gpu-defrag-exporter",
+            "warning",
+            "collection_slow",
+            "gpu_exporter_collection_duration_seconds{%(E)s}\n"
+            "/ on (job, instance, backend)\n"
+            "gpu_exporter_collection_interval_seconds{%(E)s}",
+            "> 1",
+            "GPU exporter collections take longer than their interval.",
+            "Collections of {{ $labels.instance }} ({{ $labels.backend }}) take "
+            '{{ $value | printf "%%.1f" }} times the collection interval: every page is older '
+            "than the interval promises, and a slower cycle is abandoned at --collect.timeout.",
+            "exporter",
+        ),
     ]
     health = [
         Alert(
@@ -202,6 +217,21 @@ def alert_definitions(config: dict) -> list[Alert]:
             "GPU is unhealthy.",
             "GPU {{ $labels.gpu }} on node {{ $labels.node }} is not usable (fatal XID or "
             "row-remap failure); jobs placed on it will fail.",
+            "gpu",
+        ),
+        Alert(
+            "GpuRecoveryActionRequired",
+            "gpu-defrag-health",
+            "critical",
+            "recovery_action",
+            "gpu_recovery_action{%(E)s}",
+            "> 0",
+            "The driver asks for a GPU reset, a reboot or a drain.",
+            "The driver recommends {{ if eq $value 1.0 }}a GPU reset{{ else if eq $value 2.0 }}"
+            "a node reboot{{ else if eq $value 3.0 }}draining peer-to-peer traffic{{ else if eq "
+            "$value 4.0 }}a drain and a GPU reset{{ else }}recovery action {{ $value }}{{ end }} "
+            "for GPU {{ $labels.gpu }} on node {{ $labels.node }} (NVML's GPU recovery action): "
+            "until then its jobs may fail or run degraded.",
             "gpu",
         ),
         Alert(
@@ -332,20 +362,26 @@ def alert_definitions(config: dict) -> list[Alert]:
             "GPU is allocated but idle.",
             "GPU {{ $labels.gpu }} on node {{ $labels.node }} is held by "
             "{{ $labels.namespace }}/{{ $labels.pod }} (tenant {{ $labels.tenant }}) but its "
-            "utilization (a MIG instance's: its SM activity) stayed at or below "
+            "utilization (a MIG instance's: its engine, else SM activity) stayed at or below "
             "{{ $value | humanizePercentage }} for about 2 × %(idle_window)s (a window under the "
             "threshold, held for a window); reclaim it or ask the owner.",
             "gpu",
             # a MIG GPU has no utilization of its own: an allocation of a GPU instance is idle
-            # by that instance's SM activity (GPM), joined on gpu_instance_id
+            # by that instance's engine activity (dcgm-exporter's default counters, GPM), else
+            # its SM activity, joined on gpu_instance_id
             expr="(\n"
             "  " + held_peak + "  * on (" + GPU_LABELS + ") group_right ()\n"
             '  gpu_allocation_info{%(E)s, gpu_instance_id=""}\n'
             ") < %(idle_utilization_ratio)s\n"
             "or\n"
             "(\n"
-            "  max by (" + GPU_LABELS + ", gpu_instance_id) "
+            "  (\n"
+            "    max by (" + GPU_LABELS + ", gpu_instance_id) "
+            "(max_over_time(gpu_mig_graphics_engine_active_ratio{%(E)s}[%(idle_window)s]))\n"
+            "    or\n"
+            "    max by (" + GPU_LABELS + ", gpu_instance_id) "
             "(max_over_time(gpu_mig_sm_active_ratio{%(E)s}[%(idle_window)s]))\n"
+            "  )\n"
             "  * on (" + GPU_LABELS + ", gpu_instance_id) group_right ()\n"
             '  gpu_allocation_info{%(E)s, gpu_instance_id!=""}\n'
             ") < %(idle_utilization_ratio)s",

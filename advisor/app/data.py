@@ -73,6 +73,7 @@ STATE_LABELS: dict[str, str] = {
     "allocated_idle": "allocated, idle",
     "unhealthy": "unhealthy / unavailable",
     "mig_free": "MIG, free instances",
+    "owner_unknown": "in use, owner unknown",
     "reserved": "reserved (planned)",
 }
 

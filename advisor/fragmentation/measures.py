@@ -7,7 +7,9 @@ paper's measure, from `advisor.fragmentation.fgd`) and a per-node score for heat
 
 "Free" always means usable (healthy, not lost, on a schedulable node), unallocated and not in
 MIG mode (a MIG GPU is room for MIG instances only, what they carve): a lost or unhealthy GPU is
-neither free nor allocatable. Unknown CPU or memory capacity is no constraint;
+neither free nor allocatable. A GPU in use that no source attributes (busy or holding memory,
+`advisor.model.UNATTRIBUTED`) is allocated with its owner unknown: counted as such, never free,
+never "allocated but idle" (no owner to ask). Unknown CPU or memory capacity is no constraint;
 unknown utilization is never "idle".
 """
 
@@ -228,13 +230,15 @@ def crossing(model: ClusterModel, shape: Shape) -> list[dict[str, Any]]:
 
 def gpu_state_codes(model: ClusterModel, idle: np.ndarray) -> np.ndarray:
     """int8 (G): `GPU_STATE_CODES` per GPU, for the heatmaps of the app and the dashboards.
-    Allocated GPUs are busy, or idle by `idle` (a cordoned node's still run their jobs);
-    unhealthy or lost GPUs, and unallocated ones a scheduler may not use (cordoned), are
-    unhealthy; an unallocated usable MIG GPU is `mig_free`: room for MIG instances, not a free
-    whole GPU (`free` is exactly `model.gpu_is_free`)."""
+    Allocated GPUs are busy, or idle by `idle` (a cordoned node's still run their jobs), or
+    `owner_unknown` where a holder no source names uses them; unhealthy or lost GPUs, and
+    unallocated ones a scheduler may not use (cordoned), are unhealthy; an unallocated usable
+    MIG GPU is `mig_free`: room for MIG instances, not a free whole GPU (`free` is exactly
+    `model.gpu_is_free`)."""
     allocated = model.gpu_milli_allocated > 0
     codes = np.where(allocated, GPU_STATE_CODES["busy"], GPU_STATE_CODES["free"])
     codes = np.where(allocated & idle, GPU_STATE_CODES["allocated_idle"], codes)
+    codes = np.where(model.gpu_owner_unknown, GPU_STATE_CODES["owner_unknown"], codes)
     codes = np.where(~allocated & model.gpus.mig_enabled, GPU_STATE_CODES["mig_free"], codes)
     broken = ~model.gpus.healthy | model.gpus.lost | (~model.gpu_usable & ~allocated)
     return np.where(broken, GPU_STATE_CODES["unhealthy"], codes).astype(np.int8)
@@ -300,8 +304,9 @@ class IdlePolicy:
 
 
 def allocated_idle(model: ClusterModel, policy: IdlePolicy = IdlePolicy()) -> np.ndarray:
-    """bool (G): allocated, usable GPUs idle over the window (latest value without history)."""
-    allocated = (model.gpu_milli_allocated > 0) & model.gpus.healthy
+    """bool (G): allocated, usable GPUs idle over the window (latest value without history);
+    a GPU held by an owner nobody names is not one (`model.gpu_owner_unknown`)."""
+    allocated = (model.gpu_milli_allocated > 0) & model.gpus.healthy & ~model.gpu_owner_unknown
     usage = model.usage
     if len(usage.times):
         end = usage.times.max() if math.isnan(model.timestamp) else model.timestamp
@@ -543,6 +548,8 @@ def analyze(model: ClusterModel, settings: Settings = Settings()) -> dict[str, A
             "usable_gpus": int(model.gpu_usable.sum()),
             "unhealthy_gpus": int((~model.gpus.healthy).sum()),
             "allocated_gpus": float(model.gpu_milli_allocated.sum()) / MILLI,
+            # in use (busy, holding memory, running processes) by a holder no source names
+            "owner_unknown_gpus": int((model.gpu_owner_unknown & model.gpus.healthy).sum()),
             "pending_tasks": int((allocs.node < 0).sum()),
             **racks.rack_summary(model),
         },

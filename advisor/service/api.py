@@ -404,6 +404,7 @@ def _analysis_schemas() -> dict[str, Any]:
                 "usable_gpus": _COUNT,
                 "unhealthy_gpus": _COUNT,
                 "allocated_gpus": _GPUS,
+                "owner_unknown_gpus": _COUNT,
                 "pending_tasks": _COUNT,
                 "nodes_rack_unknown": {
                     **_COUNT,
@@ -669,6 +670,11 @@ def _schemas() -> dict[str, Any]:
             "fragmented_gpus": gpus,
             "fragmentation_ratio": {"type": "number", "minimum": 0},
             "allocated_idle_gpus": count,
+            "owner_unknown_gpus": {
+                **count,
+                "description": "GPUs in use (busy or holding memory) that no allocation names: "
+                "allocated, their owner unknown",
+            },
             "allocated_idle_power_watts": {
                 "type": ["number", "null"],
                 "minimum": 0,

@@ -70,6 +70,7 @@ def _fragmentation(families: Families, state: RunState) -> None:
     for row in results.pools:
         pool = (row["pool"],)
         _add(families, "gpu_advisor_allocated_idle_gpus", pool, row["allocated_idle_gpus"])
+        _add(families, "gpu_advisor_owner_unknown_gpus", pool, row["owner_unknown_gpus"])
         _add(
             families,
             "gpu_advisor_allocated_idle_power_watts",

@@ -74,6 +74,7 @@ def pool_table(
                 "fragmented_gpus": fragment,
                 "fragmentation_ratio": fragment / free_capacity if free_capacity > 0 else 0.0,
                 "allocated_idle_gpus": int(nodes["allocated_idle_gpus"][on_node].sum()),
+                "owner_unknown_gpus": int((on_gpu & healthy & model.gpu_owner_unknown).sum()),
                 "allocated_idle_power_watts": idle_power_watts(model, idle, on_gpu),
                 "stranded_memory_bytes": float(nodes["stranded_memory_bytes"][on_node].sum()),
             }
