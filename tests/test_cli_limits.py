@@ -202,8 +202,8 @@ def _fake_command(monkeypatch, body) -> None:
     """`gpu-defrag fake` runs `body(stdout)`: main's handling of stdout, whatever the command."""
     real = build_parser
 
-    def parser() -> argparse.ArgumentParser:
-        p = real()
+    def parser(argv=None) -> argparse.ArgumentParser:
+        p = real(argv)
         sub = next(a for a in p._actions if isinstance(a, argparse._SubParsersAction))
         sub.add_parser("fake").set_defaults(func=lambda _args: body(sys.stdout))
         return p

@@ -22,6 +22,9 @@ import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 
+from advisor.extras import require
+
+APP_PACKAGES = ("streamlit", "plotly")  # the [app] extra, checked before any child starts
 DEFAULT_SOURCE = "sim:a100-16x8"
 SOURCE_ENV = "GPU_DEFRAG_SOURCE"  # the app's starting source (also `-- --source X`)
 REFRESH_ENV = "GPU_DEFRAG_REFRESH"  # seconds between reads of a live source
@@ -40,7 +43,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     app = subparsers.add_parser(
         "app",
-        help="the Streamlit capacity-review app",
         description="Start the capacity-review app (Fleet, Fragmentation, Forecast, Actions, "
         "What-if) on SOURCE. It never executes an action.",
     )
@@ -56,7 +58,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     demo = subparsers.add_parser(
         "demo",
-        help="sim exporter + advisor + app on 127.0.0.1 (no GPU, no external server)",
         description="Start a sim exporter serving preset a100-16x8 a simulated week into its "
         "life, the advisor service reading it, and the app reading it directly (keeping its own "
         "history); print the URL. Ctrl-C stops everything.",
@@ -259,6 +260,7 @@ def _supervise(children: Sequence[Child]) -> int:
 
 
 def run_app(args: argparse.Namespace) -> int:
+    require(*APP_PACKAGES)
     taken = app_address_taken(args.address, args.port)
     if taken:
         print(f"gpu-defrag app: error: {taken}", file=sys.stderr)
@@ -315,6 +317,7 @@ def advisor_command(source: str, port: int, interval_s: float) -> list[str]:
 
 
 def run_demo(args: argparse.Namespace) -> int:
+    require(*APP_PACKAGES)
     taken = demo_ports_taken(args)
     if taken:
         print(f"gpu-defrag demo: error: {taken}", file=sys.stderr)

@@ -80,7 +80,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     parser = subparsers.add_parser(
         "advise",
-        help="run the advisor as a service (/metrics and a JSON API)",
         description=__doc__,
         epilog="sources:\n" + SOURCE_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
