@@ -91,6 +91,14 @@ CASES: dict[str, Case] = {
         ("--nodes", "16", "--repeat", "1", "--no-browser"),
         (r"^server +\d+\.\d+ s +\(read source", r"^apptest +\d+\.\d+ s"),
     ),
+    "cli_startup": Case(  # ~4 s: each --help once, lazy and eager
+        "cli_startup.py",
+        ("--repeat", "1"),
+        (
+            r"^gpu-defrag --help +\d+\.\d\ds +\d+\.\d\ds +\d+\.\d\d",
+            r"^gpu-defrag exporter --help +\d+\.\d\ds",
+        ),
+    ),
     "exporter": Case(  # ~3 s: 200 scrapes of one node, 10 + 5 of the sim case
         "exporter.py",
         ("--quick", "--sim-nodes", "2"),
@@ -111,6 +119,15 @@ CASES: dict[str, Case] = {
         ),
         (PHILLY,),
         prepare=philly_13_days,
+    ),
+    "image_size": Case(  # ~0.5 s
+        "image_size.py",
+        (),
+        (
+            r"^exporter: \d+ distributions, \d+\.\d MB installed",
+            r"^full: \d+ distributions, \d+\.\d MB installed",
+            r"^ratio exporter/full: closure \d\.\d+",
+        ),
     ),
     "interval_windows": Case(  # ~4 s: Earth's training part with two of its VCs
         "interval_windows.py",
