@@ -23,8 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from exporter.readings import GpuReading, NodeReading
-from exporter.topology import nvlink_islands
+from exporter.readings import GpuReading, NodeReading, nvlink_islands
 
 MILLI = 1000  # milli-GPU in one whole GPU
 UNKNOWN_ISLAND = -1

@@ -9,8 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from exporter.readings import GpuReading, NodeReading
-from exporter.topology import largest_connected_subset, nvlink_islands
+from exporter.readings import GpuReading, NodeReading, largest_connected_subset, nvlink_islands
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,11 +22,11 @@ from exporter.readings import (
     MigInstance,
     NodeReading,
     TopologyLink,
+    nvlink_islands,
 )
 from exporter.sim.models import PCI_BUS_IDS_8
 from exporter.sim.presets import NodeSpec
 from exporter.sim.workload import DAY, HOUR, KIND_BY_NAME, hash01
-from exporter.topology import nvlink_islands
 
 if TYPE_CHECKING:
     from exporter.sim.fleet import SimFleet
