@@ -25,6 +25,7 @@ WORKDIR /opt/gpu-defrag
 FROM base AS wheel
 COPY pyproject.toml README.md LICENSE ./
 COPY gpu_defrag_common ./gpu_defrag_common
+COPY gpu_defrag_sim ./gpu_defrag_sim
 COPY exporter ./exporter
 COPY advisor ./advisor
 RUN pip wheel --no-deps --no-build-isolation --wheel-dir /wheels .

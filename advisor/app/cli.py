@@ -37,9 +37,9 @@ DEMO_SIM_START = (
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     # imported here, not at the top: the app's own process imports this module's constants
-    from exporter.backends.sim import MAX_SPEED, speed_flag
-    from exporter.sim.presets import PRESETS
     from gpu_defrag_common.units import number
+    from gpu_defrag_sim.bounds import MAX_SPEED, speed_flag
+    from gpu_defrag_sim.presets import PRESETS
 
     app = subparsers.add_parser(
         "app",

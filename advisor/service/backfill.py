@@ -80,7 +80,7 @@ def default_span_s(spec: str) -> float:
     where stepping a week would delay the first run by a minute or more."""
     spec = spec.strip()
     if spec.startswith("sim:"):
-        from exporter.sim.presets import build_preset
+        from gpu_defrag_sim.presets import build_preset
 
         try:
             preset, _, nodes, _ = sim_spec(spec)
@@ -155,7 +155,7 @@ def from_sim_exporter(
     over `span_s` before its clock (never before the fleet's t = 0), stamped on its clock;
     None when `spec` is not a single exporter URL whose page (read now) carries a sim clock.
     Stops with what was read once `cancelled()`."""
-    from exporter.sim import SimFleet
+    from gpu_defrag_sim import SimFleet
 
     urls = [url.strip() for url in spec.split(",") if url.strip()]
     if len(urls) != 1 or not urls[0].startswith(("http://", "https://")):

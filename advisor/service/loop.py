@@ -48,7 +48,7 @@ from gpu_defrag_common.messages import one_line
 from gpu_defrag_common.server import Health
 
 if TYPE_CHECKING:
-    from exporter.sim.fleet import SimFleet
+    from gpu_defrag_sim.fleet import SimFleet
 
 log = logging.getLogger("advisor.service")
 

@@ -75,7 +75,7 @@ def test_power_reaches_the_model_and_survives_a_snapshot(tmp_path) -> None:
 
 
 def test_sim_fractions_reach_the_model() -> None:
-    from exporter.sim import SimFleet
+    from gpu_defrag_sim import SimFleet
 
     fleet = SimFleet("a100-16x8", seed=7)
     fleet.advance(6 * 3600)  # arrivals include fractional jobs

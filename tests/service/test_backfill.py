@@ -15,7 +15,7 @@ from advisor.service import backfill as B
 from advisor.service.loop import LiveSim
 from exporter.readings import Collection
 from exporter.render import SelfState, render_page
-from exporter.sim.fleet import SimFleet
+from gpu_defrag_sim.fleet import SimFleet
 
 SPEC = "prometheus+http://prometheus.test:9090"
 T0 = 1_700_000_000.0  # Unix time of the simulated fleet's t = 0
