@@ -144,12 +144,20 @@ def url_of(address: str, port: int) -> str:
     return f"http://{host}:{port}/"
 
 
-def wait_http(url: str, timeout_s: float, process: subprocess.Popen | None = None) -> bool:
+NOTE_EVERY_S = 30.0  # a child still starting says so this often
+
+
+def wait_http(
+    url: str, timeout_s: float | None, process: subprocess.Popen | None = None, name: str = ""
+) -> bool:
     """Poll `url` until it answers 200 with the process still running (the 200 may come from
     another server on the port while the child fails to bind it), the process exits, or time
-    runs out."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
+    runs out. `timeout_s` None waits as long as `process` runs: a child on a busy machine is
+    slow, not dead, and one that fails exits; with `name`, a line on stderr says every
+    `NOTE_EVERY_S` that it is still being waited for."""
+    started = time.monotonic()
+    noted = started
+    while timeout_s is None or time.monotonic() < started + timeout_s:
         if process is not None and process.poll() is not None:
             return False
         try:
@@ -158,6 +166,12 @@ def wait_http(url: str, timeout_s: float, process: subprocess.Popen | None = Non
                     return process is None or process.poll() is None
         except (urllib.error.URLError, OSError):
             pass
+        if name and time.monotonic() - noted >= NOTE_EVERY_S:
+            noted = time.monotonic()
+            waited = noted - started
+            print(
+                f"gpu-defrag: still waiting for {name} on {url} ({waited:.0f} s)", file=sys.stderr
+            )
         time.sleep(0.2)
     return False
 
@@ -268,7 +282,7 @@ def run_app(args: argparse.Namespace) -> int:
     command = streamlit_command(args.address, args.port, args.source)
     children = [("app", subprocess.Popen(command, env=app_env(args.source, args.refresh)))]
     url = url_of(args.address, args.port)
-    if not wait_http(url + "_stcore/health", 60, children[0][1]):
+    if not wait_http(url + "_stcore/health", None, children[0][1], "the app"):
         _stop(children)
         print(f"gpu-defrag: error: the app did not start on {url}", file=sys.stderr)
         return 1
@@ -328,7 +342,7 @@ def run_demo(args: argparse.Namespace) -> int:
     try:
         exporter = subprocess.Popen(exporter_command(args.preset, port, args.sim_speed))
         children.append(("sim exporter", exporter))
-        if not wait_http(exporter_url, 60, exporter):
+        if not wait_http(exporter_url, None, exporter, "the sim exporter"):
             print(
                 f"gpu-defrag: error: the sim exporter did not answer on {exporter_url}",
                 file=sys.stderr,
@@ -345,7 +359,7 @@ def run_demo(args: argparse.Namespace) -> int:
             advisor_url = f"http://127.0.0.1:{advisor_port}/"
             advisor = subprocess.Popen(advisor_command(exporter_url, advisor_port, refresh))
             children.append(("advisor service", advisor))
-            if not wait_http(advisor_url + "metrics", 60, advisor):
+            if not wait_http(advisor_url + "metrics", None, advisor, "the advisor service"):
                 print(
                     f"gpu-defrag: error: the advisor did not answer on {advisor_url}",
                     file=sys.stderr,
@@ -359,7 +373,7 @@ def run_demo(args: argparse.Namespace) -> int:
         )
         children.append(("app", app))
         url = url_of(args.address, args.port)
-        if not wait_http(url + "_stcore/health", 60, app):
+        if not wait_http(url + "_stcore/health", None, app, "the app"):
             print(f"gpu-defrag: error: the app did not start on {url}", file=sys.stderr)
             _stop(children)
             return 1

@@ -32,7 +32,10 @@ from pathlib import Path
 import pytest
 
 from bench.machine import describe
+from tests.fakes.waiting import CAP_S
 from tests.integration import stack
+
+pytestmark = pytest.mark.slow  # every bench in a process of its own
 
 ROOT = Path(__file__).resolve().parents[2]
 SHARED = ROOT.parent / "shared" / "data"
@@ -81,7 +84,7 @@ class Case:
     inputs: tuple[Path, ...] = ()  # shared data it reads
     tools: tuple[str, ...] = ()  # binaries it starts
     prepare: Callable[[Path], list[str]] | None = None  # cuts inputs into tmp_path: more args
-    timeout_s: float = 60.0
+    timeout_s: float = CAP_S  # the net for a bench that hangs (tests/fakes/waiting.py)
     marks: tuple[pytest.MarkDecorator, ...] = ()
 
 
