@@ -422,10 +422,20 @@ def shapes_frame(result: dict[str, Any]) -> pd.DataFrame:
             "GPUs per job": row["gpus_per_job"],
             "jobs that can start now": row["jobs_that_fit"],
             "free GPUs it cannot use": row["stranded_gpus"],
+            "spans NVLink islands": _crossing_text(row["crosses_nvlink_islands"]),
         }
         for row in result["spatial"]["shapes"]
     ]
     return pd.DataFrame(rows)
+
+
+def _crossing_text(estimates: list[dict[str, Any]]) -> str:
+    """Where a job of the shape spans NVLink islands and how much slower (est.), in short."""
+    return "; ".join(
+        f"{e['gpu_model']}: "
+        + ("slower" if e["step_slowdown"] is None else f"est. {e['step_slowdown']:.1f}x step time")
+        for e in estimates
+    )
 
 
 def worst_nodes(result: dict[str, Any], top: int = 10) -> pd.DataFrame:
@@ -433,8 +443,8 @@ def worst_nodes(result: dict[str, Any], top: int = 10) -> pd.DataFrame:
     nodes = result["nodes"]
     order = measures.most_fragmented(nodes, top)
     frame = pd.DataFrame({key: np.asarray(value)[order] for key, value in nodes.items()})
-    if result["spatial"]["largest_job"]["nvlink_group_gpus"] is None:  # no island known
-        frame["largest_free_nvlink_group"] = None
+    group = frame["largest_free_nvlink_group"]  # -1 where a node's islands are unknown
+    frame["largest_free_nvlink_group"] = group.astype(object).where(group >= 0, None)
     return frame.rename(
         columns={
             "gpu_model": "GPU model",

@@ -31,7 +31,7 @@ from typing import Any
 
 from advisor.fragmentation.measures import Shape, check_models, parse_shape
 from advisor.model import ClusterModel
-from advisor.planner.actions import CostWeights, Plan
+from advisor.planner.actions import CostWeights, GpuSet, Plan
 from advisor.planner.consolidate import GOAL_KINDS, Goal, parse_goal, plan_heuristic
 from advisor.planner.constraints import Policy, PolicyError, load_policy
 from advisor.snapshot import JsonFileError, read_json, repeated_key
@@ -310,7 +310,7 @@ def solve(
     if solver == "best" and len(model.nodes) > exact_max_nodes:
         note = f"exact solver skipped: {len(model.nodes)} nodes > {exact_max_nodes}"
         return replace(heuristic, extra={**heuristic.extra, "exact": note})
-    from advisor.planner.exact import plan_exact  # ortools loads only when asked
+    from advisor.planner.exact import PROVED, plan_exact  # ortools loads only when asked
 
     exact = plan_exact(
         model,
@@ -338,17 +338,12 @@ def solve(
     ):
         chosen = exact
     if not chosen.feasible and exact.extra.get("status") == "infeasible":
-        chosen = replace(chosen, reason=f"{chosen.reason}; {exact.reason}")
+        chosen = replace(chosen, reason=f"{chosen.reason}; {PROVED}")
     return replace(chosen, extra={**chosen.extra, "comparison": comparison})
 
 
 def _gpus(doc: dict | None) -> str:
-    if not doc:
-        return "-"
-    share = "" if doc["milli"] == 1000 else f"@{doc['milli'] / 1000:g}"
-    if doc.get("mig_profile"):
-        share = f"@MIG {doc['mig_profile']}"
-    return f"{doc['node']}[{','.join(map(str, doc['gpus']))}]{share}"
+    return str(GpuSet.from_dict(doc)) if doc else "-"
 
 
 def _quota(doc: dict, sign: int) -> str:
@@ -401,7 +396,8 @@ def render_table(plan: Plan) -> str:
     before, after = doc["before"], doc["after"]
     for key in ("free_gpus", "free_nodes", "largest_free_nvlink_group", "fgd_fragment_gpus"):
         if key in before:
-            lines.append(f"{key}: {before[key]} -> {after.get(key)}")
+            was, now = (("unknown" if v is None else v) for v in (before[key], after.get(key)))
+            lines.append(f"{key}: {was} -> {now}")
     if doc.get("benefit"):
         benefit = doc["benefit"]
         lines.append(f"newly schedulable shapes: {', '.join(benefit['newly_schedulable']) or '-'}")

@@ -117,6 +117,7 @@ def recommendations_doc(state: RunState, limit: int | None = None) -> dict[str, 
         "stale": bool(recs.get("stale", False)),
         "error": recs.get("error") or None,
         "goals": recs.get("goals", []),
+        "notes": recs.get("notes", []),
         "by_kind": recs.get("by_kind", {}),
         "total_actions": len(actions),
         "actions": actions if limit is None else actions[:limit],
@@ -412,6 +413,13 @@ def _analysis_schemas() -> dict[str, Any]:
                             "gpus_per_job": _GPUS,
                             "jobs_that_fit": _COUNT,
                             "stranded_gpus": {"type": ["integer", "null"]},
+                            "crosses_nvlink_islands": {
+                                "type": "array",
+                                "description": "per GPU model on whose nodes a job of the "
+                                "shape that fits spans NVLink islands: the estimate of the "
+                                "slowdown and its source (advisor.fragmentation.nvlink)",
+                                "items": {"type": "object"},
+                            },
                         }
                     )
                 ),
@@ -483,6 +491,13 @@ def _plan_schemas() -> dict[str, Any]:
                 "description": "a share target's MIG instance profile (e.g. 1g.10gb); absent "
                 "for a plain GPU share",
             },
+            "limit_milli": {
+                "type": "integer",
+                "minimum": 1,
+                "maximum": 1000,
+                "description": "a plain share target's limit: milli-GPU the task may use when "
+                "the GPU has room (milli is what it is guaranteed); absent: held to milli",
+            },
         },
         required=["node", "gpus", "milli"],
     )
@@ -490,7 +505,12 @@ def _plan_schemas() -> dict[str, Any]:
         {
             "free_gpus": _COUNT,
             "free_nodes": _COUNT,
-            "largest_free_nvlink_group": _COUNT,
+            "largest_free_nvlink_group": {
+                "type": ["integer", "null"],
+                "minimum": 0,
+                "description": "most free GPUs in one NVLink island; null: no node's islands "
+                "are known",
+            },
             "fgd_fragment_gpus": _GPUS,
             "fgd_fragment_rate": _GPUS,
             "jobs_that_fit": _by(_COUNT),
@@ -630,6 +650,13 @@ def _schemas() -> dict[str, Any]:
             "gpus_per_job": gpus,
             "schedulable_jobs": count,
             "stranded_gpus": {"type": ["integer", "null"]},
+            "crosses_nvlink_islands": {
+                "type": "array",
+                "items": {"type": "object"},
+                "description": "per GPU model on whose nodes a job of the shape that fits "
+                "spans NVLink islands (larger than an island): the estimated slowdown and where "
+                "it comes from; empty when every such job fits in one island",
+            },
         }
     )
     pool_shape = _obj(
@@ -731,6 +758,12 @@ def _schemas() -> dict[str, Any]:
             "stale": {"type": "boolean", "description": _SECTION_STALE.format(stage="plan")},
             "error": _STR_OR_NULL,
             "goals": {"type": "array", "items": {"type": "string"}},
+            "notes": {
+                "type": "array",
+                "items": {"type": "string"},
+                "description": "per recommendation kind with nothing to recommend, why "
+                "(`KIND: reason`, with the numbers)",
+            },
             "by_kind": {"type": "object", "additionalProperties": count},
             "total_actions": count,
             "actions": {"type": "array", "items": _ref("Action")},

@@ -37,7 +37,7 @@ from advisor.model import MILLI, ClusterModel
 from advisor.planner.actions import KINDS, Action, GpuSet, Plan, mig_switch_steps
 from advisor.planner.consolidate import parse_goal, plan_heuristic
 from advisor.planner.constraints import Policy
-from advisor.planner.recommend import recommend
+from advisor.planner.recommend import recommend_with_notes
 from advisor.service.results import shape_label
 
 SUMMARY_MAX = 160  # characters of an action summary in the info series label
@@ -206,12 +206,15 @@ def recommend_service(
         plan_heuristic(model, parse_goal(f"job={shape_label(shape)}"), policy)
         for shape in blocked_shapes(model, shapes, shape_rows)
     ]
-    plans += recommend(model, policy, outlook(ends))
+    others, notes = recommend_with_notes(model, policy, outlook(ends))
+    plans += others
     actions = ranked_actions(plans, model)
     counts = Counter(row["kind"] for row in actions)
     return {
         "method": "consolidation+recommend",
         "goals": [plan.goal for plan in plans],
+        # per kind that recommends nothing, why, in numbers (what `plan --goal recommend` says)
+        "notes": notes,
         "plans": [plan.to_dict() for plan in plans],
         "actions": actions,
         "by_kind": {kind: counts.get(kind, 0) for kind in KINDS},

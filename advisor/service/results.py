@@ -127,6 +127,7 @@ def shape_table(analysis: dict[str, Any], shapes: tuple[Shape, ...]) -> list[dic
                 "gpus_per_job": float(shape.gpus),
                 "schedulable_jobs": int(measured["jobs_that_fit"]),
                 "stranded_gpus": measured["stranded_gpus"],
+                "crosses_nvlink_islands": measured["crosses_nvlink_islands"],
             }
         )
     return rows
