@@ -109,7 +109,7 @@ def test_json_has_no_nan_or_infinity() -> None:
 
 def test_durations_take_units_like_the_other_commands(capsys) -> None:
     source = "sim:a100-16x8?seed=2"
-    assert main(["analyze", source, "--json", "--idle-window", "90m", "--timeout", "5s"]) == 0
+    assert main(["analyze", source, "--json", "--idle-window", "90m"]) == 0
     assert json.loads(capsys.readouterr().out)["temporal"]["window_s"] == 5400.0
     assert main(["analyze", source, "--json", "--idle-window", "5400"]) == 0
     assert json.loads(capsys.readouterr().out)["temporal"]["window_s"] == 5400.0
@@ -137,8 +137,8 @@ def test_snapshot_of_a_page_reads_an_impossible_value_as_unknown(tmp_path, caplo
     routes.text("/page", 'gpu_memory_total_bytes{node="a",gpu="0"} -1\n')
     out = tmp_path / "s.json"
     with serve(routes) as base:
-        assert main(["snapshot", f"{base}/page", "-o", str(out), "--timeout", "2"]) == 0
-        assert main(["analyze", f"{base}/page", "--timeout", "2"]) == 0
+        assert main(["snapshot", f"{base}/page", "-o", str(out)]) == 0
+        assert main(["analyze", f"{base}/page"]) == 0
     assert json.loads(out.read_text())["nodes"][0]["gpus"][0]["memory_total_bytes"] is None
     assert np.isnan(snapshot.load(out).gpus.memory_total_bytes[0])
     warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
