@@ -14,6 +14,7 @@ from exporter.readings import (
     NodeReading,
     TopologyLink,
 )
+from tests.conftest import add_nodes
 
 
 def _node(name: str = "n1", gpus: int = 8, model: str = "A100") -> NodeReading:
@@ -175,11 +176,7 @@ def test_gpus_are_ordered_by_node_then_index_and_nodes_keep_pool_and_rack() -> N
 
 
 def _builder() -> ModelBuilder:
-    builder = ModelBuilder()
-    builder.add_node("n1", cpu_milli=64000, memory_mib=262144)
-    for i in range(2):
-        builder.add_gpu("n1", i)
-    return builder
+    return add_nodes(["n1"], 2, cpu_milli=64000, memory_mib=262144)
 
 
 def test_builder_counts_cpu_and_memory_of_placed_tasks_only() -> None:
