@@ -16,6 +16,7 @@ from advisor import snapshot
 from advisor.fragmentation import measures
 from advisor.ingest.sources import DEFAULT_TIMEOUT, SOURCE_HELP, SourceError, load_source
 from gpu_defrag_common.files import check_file_target, write_text_atomic
+from gpu_defrag_common.messages import say_error
 from gpu_defrag_common.units import number, positive_duration
 
 GIB = 2**30
@@ -96,10 +97,10 @@ def _timeout(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _fail(message: str, status: int = 2) -> int:
+def _fail(message: str, status: int = 2, command: str = "analyze") -> int:
     """One line on stderr; exit 2 for what the user gave (a source, a flag, a target), 1 for a
     write that failed on the way (a full disk), as every command's results and stdout."""
-    print(f"gpu-defrag: error: {message}", file=sys.stderr)
+    say_error(command, message)
     return status
 
 
@@ -111,26 +112,30 @@ def _emit(text: str) -> int:
     return 0
 
 
+def _snapshot_fail(message: str, status: int = 2) -> int:
+    return _fail(message, status, "snapshot")
+
+
 def run_snapshot(args: argparse.Namespace) -> int:
     to_file = bool(args.output) and args.output != "-"  # `-o -`: standard output, as without -o
     if to_file:
         try:  # before the source is read (a week of Prometheus history), not after
             check_file_target(args.output)
         except OSError as error:
-            return _fail(f"-o {args.output}: {error.strerror or error}")
+            return _snapshot_fail(f"-o {args.output}: {error.strerror or error}")
     try:
         model = load_source(args.source, timeout=args.timeout)
         text = snapshot.dumps(model)
     except SourceError as error:
-        return _fail(str(error))
+        return _snapshot_fail(str(error))
     except snapshot.SnapshotError as error:  # the loader's checks: nothing was written
-        return _fail(f"{args.source}: {error}")
+        return _snapshot_fail(f"{args.source}: {error}")
     if not to_file:
         return _emit(text)
     try:
         write_text_atomic(args.output, text)
     except OSError as error:  # whole or nothing: a file that was there stays as it was
-        return _fail(f"cannot write {args.output}: {error.strerror or error}", status=1)
+        return _snapshot_fail(f"cannot write {args.output}: {error.strerror or error}", status=1)
     return 0
 
 

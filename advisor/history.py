@@ -652,6 +652,17 @@ class History:
         with self._lock:
             return len(self._hourly) + len(self._points)
 
+    def fresh(self) -> History:
+        """An empty history with these bounds: for a source whose clock went back (a new
+        timeline, whose observations this one would skip as older than its last)."""
+        return History(
+            self.max_points,
+            self.usage_window_s,
+            self.jobs.max_finished,
+            self.nodes.max_hours,
+            self.hourly_after_s,
+        )
+
     def _latest(self) -> Point | None:
         """Under the lock."""
         return self._points[-1] if self._points else self._hourly[-1] if self._hourly else None

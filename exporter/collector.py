@@ -32,6 +32,7 @@ LOOP_CALLS = ("collect", "collect_timeout", "collect_hung")
 # default 15 s, not after up to 5 min more of a red /health and no GPU series.
 MAX_BACKOFF_INTERVALS = 4
 MAX_BACKOFF_S = 300.0
+STOP_WAIT_S = 2.0  # how long stop() waits for a collection in progress
 
 
 class ErrorSource:
@@ -111,10 +112,19 @@ class CollectorLoop:
         self._thread = threading.Thread(target=self._run, name="collector", daemon=True)
         self._thread.start()
 
-    def stop(self) -> None:
+    def stop(self, wait_s: float = STOP_WAIT_S) -> None:
+        """Stop collecting; a collection still running after `wait_s` is not waited for (a
+        hung driver call would hold SIGTERM's shutdown for the whole timeout), and its
+        backend is then not closed under it: the exiting process releases it."""
         self._stop.set()
         if self._thread:
-            self._thread.join(timeout=self.timeout_s + 1)
+            self._thread.join(timeout=wait_s)
+        worker = self._worker
+        if (self._thread and self._thread.is_alive()) or (worker and worker.is_alive()):
+            log.info(
+                "a %s collection is still running at shutdown: not waited for", self.backend.name
+            )
+            return
         try:
             self.backend.close()
         except Exception as error:  # closing must never mask the reason we stop

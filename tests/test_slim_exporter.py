@@ -132,7 +132,7 @@ def test_a_missing_extra_is_one_line(blocked, argv, extra) -> None:
     done = python(code)
     assert done.returncode == 1, done.stderr
     assert done.stderr == (
-        f"gpu-defrag {argv[0]}: needs the [{extra}] extra (no module named {blocked!r}): "
+        f"gpu-defrag {argv[0]}: error: needs the [{extra}] extra (no module named {blocked!r}): "
         f"pip install 'gpu-defrag[{extra}]'\n"
     )
 

@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from advisor.extras import require
+from gpu_defrag_common.messages import error_line, say_error
 
 APP_PACKAGES = ("streamlit", "plotly")  # the [app] extra, checked before any child starts
 DEFAULT_SOURCE = "sim:a100-16x8"
@@ -259,7 +260,7 @@ def _supervise(children: Sequence[Child]) -> int:
                 code = process.poll()
                 if code is not None:
                     print(
-                        f"gpu-defrag: the {name} exited with {code}; stopping the rest",
+                        error_line("demo", f"the {name} exited with {code}; stopping the rest"),
                         file=sys.stderr,
                     )
                     return code or 1
@@ -277,14 +278,14 @@ def run_app(args: argparse.Namespace) -> int:
     require(*APP_PACKAGES)
     taken = app_address_taken(args.address, args.port)
     if taken:
-        print(f"gpu-defrag app: error: {taken}", file=sys.stderr)
+        say_error("app", taken)
         return 2
     command = streamlit_command(args.address, args.port, args.source)
     children = [("app", subprocess.Popen(command, env=app_env(args.source, args.refresh)))]
     url = url_of(args.address, args.port)
     if not wait_http(url + "_stcore/health", None, children[0][1], "the app"):
         _stop(children)
-        print(f"gpu-defrag: error: the app did not start on {url}", file=sys.stderr)
+        print(error_line("app", f"the app did not start on {url}"), file=sys.stderr)
         return 1
     try:  # a status line that cannot be written (`>&-`, a full disk) must not orphan the app
         print(f"gpu-defrag app on {url} (source {args.source}); Ctrl-C stops it", flush=True)
@@ -334,7 +335,7 @@ def run_demo(args: argparse.Namespace) -> int:
     require(*APP_PACKAGES)
     taken = demo_ports_taken(args)
     if taken:
-        print(f"gpu-defrag demo: error: {taken}", file=sys.stderr)
+        say_error("demo", taken)
         return 2
     port = args.exporter_port or free_port()
     exporter_url = f"http://127.0.0.1:{port}/metrics"
@@ -344,7 +345,7 @@ def run_demo(args: argparse.Namespace) -> int:
         children.append(("sim exporter", exporter))
         if not wait_http(exporter_url, None, exporter, "the sim exporter"):
             print(
-                f"gpu-defrag: error: the sim exporter did not answer on {exporter_url}",
+                error_line("demo", f"the sim exporter did not answer on {exporter_url}"),
                 file=sys.stderr,
             )
             _stop(children)
@@ -361,7 +362,7 @@ def run_demo(args: argparse.Namespace) -> int:
             children.append(("advisor service", advisor))
             if not wait_http(advisor_url + "metrics", None, advisor, "the advisor service"):
                 print(
-                    f"gpu-defrag: error: the advisor did not answer on {advisor_url}",
+                    error_line("demo", f"the advisor did not answer on {advisor_url}"),
                     file=sys.stderr,
                 )
                 _stop(children)
@@ -374,7 +375,7 @@ def run_demo(args: argparse.Namespace) -> int:
         children.append(("app", app))
         url = url_of(args.address, args.port)
         if not wait_http(url + "_stcore/health", None, app, "the app"):
-            print(f"gpu-defrag: error: the app did not start on {url}", file=sys.stderr)
+            print(error_line("demo", f"the app did not start on {url}"), file=sys.stderr)
             _stop(children)
             return 1
         print(

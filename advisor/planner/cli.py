@@ -35,6 +35,8 @@ from advisor.planner.actions import CostWeights, GpuSet, Plan
 from advisor.planner.consolidate import GOAL_KINDS, Goal, parse_goal, plan_heuristic
 from advisor.planner.constraints import Policy, PolicyError, load_policy
 from advisor.snapshot import JsonFileError, read_json, repeated_key
+from gpu_defrag_common.messages import say_error
+from gpu_defrag_common.progress import Progress, add_quiet_flag
 from gpu_defrag_common.units import fraction, number, positive_duration
 
 EXACT_MAX_NODES = 400
@@ -153,6 +155,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "share | rebalance | reserve[=JOB] | borrow=JOB | borrow=TENANT:GPUS[:PRIORITY]",
     )
     parser.add_argument("--json", action="store_true", help="print the plan as JSON")
+    add_quiet_flag(parser)
     _add_flag(
         parser,
         "--solver",
@@ -428,17 +431,17 @@ def run(args: argparse.Namespace) -> int:
 
     refused = refused_flag(args)
     if refused:  # before the source is read: a flag the goal ignores is no plan for it
-        print(f"gpu-defrag plan: error: {refused}", file=sys.stderr)
+        say_error("plan", refused)
         return 2
     key = args.goal.partition("=")[0].strip()
     if key in GOALS:  # recommendation kinds (recommend.py)
         return _run_recommendation(args)
     if key not in GOAL_KINDS:
-        print(
-            f"gpu-defrag plan: bad goal {args.goal!r}: unknown goal {key!r} (job=8x8, job=4, "
+        say_error(
+            "plan",
+            f"bad goal {args.goal!r}: unknown goal {key!r} (job=8x8, job=4, "
             "free-nodes=8, forecast=6h, recommend, reclaim, share, rebalance, reserve[=JOB] or "
             "borrow=JOB|TENANT:GPUS)",
-            file=sys.stderr,
         )
         return 2
     try:
@@ -460,22 +463,32 @@ def run(args: argparse.Namespace) -> int:
             else None
         )
     except (ValueError, PolicyError) as error:
-        print(f"gpu-defrag plan: {error}", file=sys.stderr)
+        say_error("plan", str(error))
         return 2
-    plan = solve(
-        model,
-        goal,
-        policy,
-        args.solver,
-        args.time_limit,
-        args.exact_max_nodes,
-        demand,
-        workers=args.workers,
+    # the exact solver (seconds to minutes) is the long part: only it shows progress
+    exact = args.solver == "exact" or (
+        args.solver == "best" and len(model.nodes) <= args.exact_max_nodes
     )
-    if args.json:
-        print(json.dumps(plan.to_dict(), indent=2, default=_jsonable))
-    else:
-        print(render_table(plan))
+    nodes = len(model.nodes)
+    quiet = args.quiet or not exact
+    with Progress("plan", f"exact solver on {nodes} nodes", quiet=quiet) as progress:
+        plan = solve(
+            model,
+            goal,
+            policy,
+            args.solver,
+            args.time_limit,
+            args.exact_max_nodes,
+            demand,
+            workers=args.workers,
+        )
+        found = "a plan" if plan.feasible else "no plan"
+        progress.done(f"{found} for {goal.text} ({args.solver} solver, {nodes} nodes)")
+        if args.json:
+            print(json.dumps(plan.to_dict(), indent=2, default=_jsonable))
+        else:
+            print(render_table(plan))
+        sys.stdout.flush()  # a full disk fails here, before the closing line
     return 0 if plan.feasible else 1
 
 
@@ -521,7 +534,7 @@ def _run_recommendation(args: argparse.Namespace) -> int:
         else:
             plans = plan_for_goal(model, policy, args.goal) or []
     except (ValueError, PolicyError) as error:
-        print(f"gpu-defrag plan: {error}", file=sys.stderr)
+        say_error("plan", str(error))
         return 2
     if args.json:
         docs = [p.to_dict() for p in plans]

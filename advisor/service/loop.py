@@ -46,6 +46,7 @@ from advisor.service.plans import recommend_service
 from gpu_defrag_common.exposition import Page
 from gpu_defrag_common.messages import one_line
 from gpu_defrag_common.server import Health
+from gpu_defrag_common.units import duration_text
 
 if TYPE_CHECKING:
     from gpu_defrag_sim.fleet import SimFleet
@@ -150,6 +151,15 @@ def check_form(spec: str) -> None:
         load_source(spec)  # a file that exists loads; anything else is load_source's form error
 
 
+# A reading this much older than the history's last one (and more than two intervals) is a new
+# timeline, not a clock's jitter: the history starts again.
+CLOCK_RESET_S = 300.0
+
+
+def _utc(stamp: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(stamp))
+
+
 # --------------------------------------------------------------------------- state
 
 
@@ -215,9 +225,14 @@ class AdvisorLoop:
         history: History | None = None,
         clock: Callable[[], float] = time.time,
         render: Callable[[RunState, Config], bytes] | None = None,
+        past: Callable[[], Sequence[ClusterModel]] = lambda: (),
     ) -> None:
+        """`past` reads the source's past again (the start-up backfill) for a history that
+        starts anew when the source's clock goes back (`_check_clock`)."""
         from advisor.service.metrics import render_page  # metrics imports this module's types
 
+        self.past = past
+        self._behind = False  # readings older than the history's last, said once
         self.ingest = ingest
         self.config = config
         self.history = history if history is not None else History()
@@ -301,6 +316,7 @@ class AdvisorLoop:
         timings["ingest"] = time.perf_counter() - t0
 
         if model is not None:
+            self._check_clock(model.timestamp, previous.source)
             t0 = time.perf_counter()
             try:
                 observed_at = model.timestamp if not math.isnan(model.timestamp) else self.clock()
@@ -369,6 +385,44 @@ class AdvisorLoop:
         log.debug("run %d took %.3fs (%s)", state.runs, duration, timings)
         return state
 
+    def _check_clock(self, stamp: float, source: str) -> None:
+        """A reading older than the history's last was skipped without a word: a sim exporter
+        restarted at speed 60 went back days of simulated time, and the history stood still
+        until its new clock caught up. A step back of at most `CLOCK_RESET_S` (or two
+        intervals) is said once and its readings are not recorded until the clock passes the
+        last one; a longer one is a new timeline: the history starts again from the source's
+        past (`self.past`, the start-up backfill), with one warning."""
+        latest = self.history.latest_timestamp()
+        if latest is None or math.isnan(stamp) or stamp >= latest:
+            self._behind = False
+            return
+        behind = latest - stamp
+        shown = f"{duration_text(behind)} older than the last one ({_utc(latest)})"
+        if behind <= max(CLOCK_RESET_S, 2 * self.config.interval_s):
+            if not self._behind:
+                log.warning(
+                    "source %s: a reading at %s is %s; the history records none until the "
+                    "source's clock passes it",
+                    source,
+                    _utc(stamp),
+                    shown,
+                )
+            self._behind = True
+            return
+        history = self.history.fresh()
+        past = [m for m in self.past() if not math.isnan(m.timestamp) and m.timestamp < stamp]
+        for model in past:
+            history.append(model)
+        log.warning(
+            "source %s: its clock went back: a reading at %s is %s (a restarted sim exporter, "
+            "or a clock set back); the history starts again with %d past hour(s) read from it",
+            source,
+            _utc(stamp),
+            shown,
+            len(past),
+        )
+        self.history, self._forecast_cache, self._behind = history, None, False
+
     def _say_unmatched_shapes(self, model: ClusterModel) -> None:
         """Warn once per shape whose GPU model no GPU of the fleet matches (`--shapes
         8@B200`): its count is 0 by a typo, not by fragmentation, until such GPUs appear."""
@@ -431,10 +485,12 @@ class AdvisorLoop:
         self._thread.start()
         return self
 
-    def stop(self) -> None:
+    def stop(self, wait_s: float = 2.0) -> None:
+        """Stop running; a run still in progress after `wait_s` (a long plan) is not waited
+        for: it holds nothing that outlives the process, and SIGTERM must end it in seconds."""
         self._stop.set()
         if self._thread is not None:
-            self._thread.join(timeout=30)
+            self._thread.join(timeout=wait_s)
 
 
 def describe(state: RunState) -> dict[str, Any]:

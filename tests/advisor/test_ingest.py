@@ -140,11 +140,20 @@ def _series(text: str, extra: dict[str, str]) -> list[tuple[str, dict[str, str],
     return out
 
 
+LONG_AGO = "2020-01-01T00:00:00Z"  # a Prometheus started long before the tests' instants
+
+
 def prometheus_api(
-    samples, history: dict[str, list[tuple[dict, list[tuple[float, float]]]]], down=()
+    samples,
+    history: dict[str, list[tuple[dict, list[tuple[float, float]]]]],
+    down=(),
+    *,
+    started: str = LONG_AGO,
+    stamps: dict[tuple[str, tuple], float] | None = None,
 ) -> dict[str, Route]:
     """A tiny Prometheus: the state query returns `samples`, the query for down targets `down`;
-    range queries return `history`."""
+    range queries return `history`; runtimeinfo says it `started`, and the timestamps query
+    answers `stamps` ((name, sorted label items) -> sample time; the query's time without)."""
 
     def ok(data) -> tuple[int, str, str]:
         return 200, "application/json", json.dumps({"status": "success", "data": data})
@@ -154,6 +163,20 @@ def prometheus_api(
             answer = down
         elif query.get("query") == prometheus.STATE_QUERY:
             answer = samples
+        elif "timestamp(" in query.get("query", ""):
+            at = float(query["time"])
+            result = [
+                {
+                    "metric": {prometheus.NAME_LABEL: name, **labels},
+                    "value": [
+                        at,
+                        str((stamps or {}).get((name, tuple(sorted(labels.items()))), at)),
+                    ],
+                }
+                for name, labels, _ in samples
+                if f'"{name}"' in query["query"]
+            ]
+            return ok({"resultType": "vector", "result": result})
         else:
             return (
                 400,
@@ -181,7 +204,11 @@ def prometheus_api(
         ]
         return ok({"resultType": "matrix", "result": [r for r in result if r["values"]]})
 
-    return {"/api/v1/query": instant, "/api/v1/query_range": range_}
+    return {
+        "/api/v1/query": instant,
+        "/api/v1/query_range": range_,
+        "/api/v1/status/runtimeinfo": lambda _query: ok({"startTime": started}),
+    }
 
 
 def test_prometheus_instant_and_range_with_our_names(server) -> None:

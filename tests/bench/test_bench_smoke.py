@@ -111,6 +111,16 @@ CASES: dict[str, Case] = {
             r"^ratio ours/baseline: median \d+\.\d+",
         ),
     ),
+    "server_abuse": Case(  # ~8 s: 20 drippers, 50 cut-short requests, 3 wrong-password clients
+        "server_abuse.py",
+        ("--quick", "--sim-nodes", "2"),
+        (
+            r"^\| baseline \| 10 \| 0 \| \d+\.\d \|",
+            r"^\| drippers \| \d+ \| \d+ \| \d+\.\d \| .* 0 answered \|$",
+            r"^\| close wave \| \d+ \| \d+ \| \d+\.\d \| .* 0 answered \|$",
+            r"^\| wrong passwords \| \d+ \| \d+ \| \d+\.\d \| \d+\.\d \| \d+\.\d\d \|",
+        ),
+    ),
     "forecast": Case(  # ~8 s, the whole command on 13 days of Philly included
         "forecast.py",
         ("--series", "2", "--days", "7"),

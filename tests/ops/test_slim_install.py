@@ -132,7 +132,7 @@ def test_help_works_and_a_command_without_its_extra_says_which(slim_venv: Path, 
         done = run(command, *argv, cwd=tmp_path)
         assert done.returncode == 1, done.stderr
         (line,) = done.stderr.splitlines()
-        assert line.startswith(f"gpu-defrag {argv[0]}: needs the [{extra}] extra"), line
+        assert line.startswith(f"gpu-defrag {argv[0]}: error: needs the [{extra}] extra"), line
         assert line.endswith(f"pip install 'gpu-defrag[{extra}]'"), line
 
 
