@@ -49,6 +49,7 @@ def build(config: dict) -> dict:
         (f"sum(gpu_node_free_gpus{{{FLEET}}})", "free"),
         (f"{allocated} - {idle_gpus}", "busy"),
         (idle_gpus, "allocated, idle"),
+        (f"sum(gpu_node_owner_unknown_gpus{{{FLEET}}})", "in use, owner unknown"),
         (unhealthy, "unhealthy"),
     ]
     rows = [
@@ -104,7 +105,8 @@ def build(config: dict) -> dict:
                 ),
                 bargauge(
                     "GPUs by state",
-                    "Free, allocated and busy, allocated but idle, and unhealthy GPUs now "
+                    "Free, allocated and busy, allocated but idle, in use with no allocation "
+                    "naming them (owner unknown), and unhealthy GPUs now "
                     f"(allocated GPUs {RECORDED.format(NODE_ALLOCATED)}).",
                     targets(*state_queries, instant=True),
                     "none",
@@ -114,7 +116,7 @@ def build(config: dict) -> dict:
                 ),
                 timeseries(
                     "GPUs by state over time",
-                    "The same four states over time, stacked.",
+                    "The same states over time, stacked.",
                     targets(*state_queries),
                     "none",
                     stack=True,

@@ -43,6 +43,7 @@ STATE_COLORS = {
     "allocated_idle": ORANGE,
     "unhealthy": RED,
     "mig_free": "light-green",  # room for MIG instances only, not a free whole GPU
+    "owner_unknown": "#808080",  # grey: in use, nobody known to hold it
 }
 STATE_TEXT = {
     "free": "free",
@@ -50,6 +51,7 @@ STATE_TEXT = {
     "allocated_idle": "allocated, idle",
     "unhealthy": "unhealthy",
     "mig_free": "MIG, free instances",
+    "owner_unknown": "in use, owner unknown",
 }
 
 

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from advisor.model import MILLI, ClusterModel
+from advisor.model import MILLI, UNATTRIBUTED, ClusterModel
 
 
 @dataclass(frozen=True)
@@ -27,9 +27,6 @@ class RunningJob:
     start: float
     nodes: frozenset[str]
     allocations: tuple[str, ...]
-
-
-UNATTRIBUTED = "unattributed@"  # the model's holder of a busy GPU no allocation claims
 
 
 def running_jobs(model: ClusterModel) -> list[RunningJob]:
