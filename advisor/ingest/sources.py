@@ -50,9 +50,10 @@ from advisor.ingest import (
     slurm,
 )
 from advisor.ingest.exporter_scrape import SourceUnavailable
+from advisor.ingest.readings import from_readings
 from advisor.ingest.slurm.spec import SlurmSpec
 from advisor.logs import redact
-from advisor.model import MILLI, ClusterModel, ModelBuilder, ModelError, Usage, from_readings
+from advisor.model import MILLI, ClusterModel, ModelBuilder, ModelError, Usage
 from exporter.readings import NodeReading
 from gpu_defrag_common import units
 

@@ -29,10 +29,11 @@ from advisor.ingest import exporter_scrape as scrape
 from advisor.ingest import prometheus
 from advisor.ingest.combine import with_scheduler_labels
 from advisor.ingest.exporter_scrape import SourceUnavailable
+from advisor.ingest.readings import from_readings
 from advisor.ingest.schedulers import is_combined, split
 from advisor.ingest.sources import SIM_LARGE_NODES, SourceError, prometheus_spec, sim_spec
 from advisor.logs import redact
-from advisor.model import ClusterModel, ModelError, from_readings
+from advisor.model import ClusterModel, ModelError
 from advisor.service.loop import step_fleet
 
 log = logging.getLogger("advisor.service")

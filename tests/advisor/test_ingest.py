@@ -19,8 +19,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from advisor import snapshot
 from advisor.cli import main
 from advisor.ingest import exporter_scrape, prometheus
+from advisor.ingest.readings import from_readings
 from advisor.ingest.sources import SourceError, load_source, prometheus_spec
-from advisor.model import from_readings
 from exporter.readings import Collection
 from exporter.render import SelfState, render_page
 from tests.exporter import readings_factory

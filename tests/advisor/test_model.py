@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from advisor.model import MILLI, ModelBuilder, ModelError, from_readings
+from advisor.ingest.readings import from_readings
+from advisor.model import MILLI, ModelBuilder, ModelError
 from exporter.readings import (
     Allocation,
     GpuProcess,
