@@ -19,6 +19,8 @@ EXTRA_OF_MODULE: dict[str, str] = {
     "ortools": "advisor",
     "matplotlib": "advisor",
     "threadpoolctl": "advisor",
+    "kubernetes": "advisor",
+    "msgspec": "advisor",
     "streamlit": "app",
     "plotly": "app",
 }
