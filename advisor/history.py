@@ -35,7 +35,7 @@ import numpy as np
 import pandas as pd
 
 from advisor.fragmentation import measures
-from advisor.model import MILLI, ClusterModel, Usage, spec_models, spec_parts
+from advisor.model import MILLI, UNATTRIBUTED, ClusterModel, Usage, spec_models, spec_parts
 
 TREND_COLUMNS: tuple[str, ...] = (
     "fragment_rate",
@@ -313,9 +313,6 @@ class RunningJob:
     start: float
     nodes: frozenset[str]
     allocations: tuple[str, ...]
-
-
-UNATTRIBUTED = "unattributed@"  # the model's holder of a busy GPU no allocation claims
 
 
 def running_jobs(model: ClusterModel) -> list[RunningJob]:

@@ -65,6 +65,7 @@ class CollectorLoop:
         self.clock = clock
         self.tracker = IdleTracker(idle_policy or IdlePolicy())
         self.errors: Counter[str] = Counter(dict.fromkeys(LOOP_CALLS, 0))
+        self.skipped_lines: Counter[str] = Counter()  # unparseable lines of scraped pages
         self.collections = 0
         self.up = False
         self.last_error = "no collection yet"
@@ -166,6 +167,7 @@ class CollectorLoop:
         collection = result["collection"]
         assert isinstance(collection, Collection)
         self.errors.update(collection.errors)
+        self.skipped_lines.update(collection.skipped_lines)
         self.collections += 1
         self.up = True
         self.last_error = ""
@@ -221,6 +223,8 @@ class CollectorLoop:
             last_success_ts=self.last_success_ts,
             collections=self.collections,
             errors=dict(errors),
+            interval_s=self.interval_s,
+            skipped_lines=dict(self.skipped_lines),
         )
         return render_page(
             self._last_collection,

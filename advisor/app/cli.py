@@ -36,6 +36,7 @@ DEMO_SIM_START = (
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     # imported here, not at the top: the app's own process imports this module's constants
+    from advisor.ingest.schedulers import JoinSources
     from exporter.backends.sim import MAX_SPEED, speed_flag
     from exporter.sim.presets import PRESETS
     from gpu_defrag_common.units import number
@@ -49,9 +50,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     app.add_argument(
         "--source",
         default=DEFAULT_SOURCE,
+        action=JoinSources,
         metavar="SOURCE",
-        help=f"sim:PRESET, exporter URLs, prometheus+http://..., FILE.json or openb:... "
-        f"(default {DEFAULT_SOURCE}); can be changed in the sidebar",
+        help=f"sim:PRESET, exporter URLs, prometheus+http://..., FILE.json, openb:... or "
+        f"k8s:...; repeated, a scheduler and the usage source it joins by node name "
+        f"(k8s:...+http://...) (default {DEFAULT_SOURCE}); can be changed in the sidebar",
     )
     _server_flags(app)
     app.set_defaults(func=run_app)

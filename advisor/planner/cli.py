@@ -34,6 +34,7 @@ from advisor.model import ClusterModel
 from advisor.planner.actions import CostWeights, GpuSet, Plan
 from advisor.planner.consolidate import GOAL_KINDS, Goal, parse_goal, plan_heuristic
 from advisor.planner.constraints import Policy, PolicyError, load_policy
+from advisor.planner.policy_merge import merge_lines, merged_policy
 from advisor.snapshot import JsonFileError, read_json, repeated_key
 from gpu_defrag_common.messages import say_error
 from gpu_defrag_common.progress import Progress, add_quiet_flag
@@ -311,6 +312,8 @@ def solve(
         heuristic = plan_heuristic(model, goal, policy, demand=demand)
         if solver == "heuristic" or heuristic.extra.get("over_quota"):
             return heuristic  # over quota: no placement can change that, the reason says so
+        if heuristic.extra.get("rack_unknown"):
+            return heuristic  # no solver can prove anything about racks nobody knows
     if solver == "best" and len(model.nodes) > exact_max_nodes:
         note = f"exact solver skipped: {len(model.nodes)} nodes > {exact_max_nodes}"
         return replace(heuristic, extra={**heuristic.extra, "exact": note})
@@ -448,8 +451,10 @@ def run(args: argparse.Namespace) -> int:
     try:
         goal = parse_goal(args.goal, priority=args.priority, tenant=args.tenant)
         check_forecast_goal(goal, args.demand)
-        policy = load_policy(args.policy) if args.policy else Policy()
+        file_policy = load_policy(args.policy) if args.policy else None
         model = load_source(args.source)
+        policy = merged_policy(file_policy, model)  # a scheduler's quotas under the file's
+        quota_lines = merge_lines(file_policy, model, args.policy)
         if goal.shape is not None:
             check_models(model, goal.shape)
         demand = (
@@ -486,9 +491,12 @@ def run(args: argparse.Namespace) -> int:
         found = "a plan" if plan.feasible else "no plan"
         progress.done(f"{found} for {goal.text} ({args.solver} solver, {nodes} nodes)")
         if args.json:
-            print(json.dumps(plan.to_dict(), indent=2, default=_jsonable))
+            doc = plan.to_dict()
+            if quota_lines:
+                doc["quotas"] = quota_lines
+            print(json.dumps(doc, indent=2, default=_jsonable))
         else:
-            print(render_table(plan))
+            print(render_table(plan) + ("\n\n" + "\n".join(quota_lines) if quota_lines else ""))
         sys.stdout.flush()  # a full disk fails here, before the closing line
     return 0 if plan.feasible else 1
 
@@ -527,8 +535,10 @@ def _run_recommendation(args: argparse.Namespace) -> int:
 
     notes: list[str] = []
     try:
-        policy = load_policy(args.policy) if args.policy else Policy()
+        file_policy = load_policy(args.policy) if args.policy else None
         model = load_source(args.source)
+        policy = merged_policy(file_policy, model)  # a scheduler's quotas under the file's
+        quota_lines = merge_lines(file_policy, model, args.policy)
         check_reserve_job(model, args.goal)
         if args.goal.partition("=")[0].strip() == "recommend":
             plans, notes = recommend_with_notes(model, policy)
@@ -544,6 +554,8 @@ def _run_recommendation(args: argparse.Namespace) -> int:
         print(nothing_recommended(notes))
     else:
         print("\n\n".join(render_table(p) + "\n" + render_notes(p) for p in plans))
+    if quota_lines and not args.json:
+        print("\n" + "\n".join(quota_lines))
     return 0 if all(p.feasible for p in plans) else 1
 
 

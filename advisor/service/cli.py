@@ -3,6 +3,7 @@
     gpu-defrag advise --source sim:a100-16x8
     gpu-defrag advise --source prometheus+http://prometheus:9090 --advise.interval 1m
     gpu-defrag advise --source http://node1:9835/metrics,http://node2:9835/metrics
+    gpu-defrag advise --source k8s: --source http://node1:9835/metrics,http://node2:9835/metrics
 
 Every `--advise.interval` it ingests the source, analyses fragmentation, forecasts demand per
 pool from its own history and plans checked consolidations; see docs/service.md.
@@ -84,6 +85,7 @@ def shapes(text: str) -> tuple:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
+    from advisor.ingest.schedulers import JoinSources
     from advisor.ingest.sources import SOURCE_HELP
     from advisor.service.backfill import MAX_SPAN_S
 
@@ -96,7 +98,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     # a longer past would be stepped through, then dropped: the service keeps 16 days
     backfill_span = duration_at_most(MAX_SPAN_S, ", the past the advisor keeps")
-    parser.add_argument("--source", required=True, help="where the cluster model comes from")
+    parser.add_argument(
+        "--source",
+        required=True,
+        action=JoinSources,
+        help="where the cluster model comes from; repeated, a scheduler (k8s:...) and the "
+        "usage source it joins by node name (the same as one SOURCE k8s:...+http://...)",
+    )
     add_server_arguments(parser, listen=DEFAULT_LISTEN, what="run")
     parser.add_argument(
         "--advise.interval",

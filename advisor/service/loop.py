@@ -41,8 +41,11 @@ from advisor.ingest.sources import (
 from advisor.logs import RedactingFilter, redact
 from advisor.model import ClusterModel
 from advisor.planner.constraints import Policy
+from advisor.planner.policy_merge import merged_policy
 from advisor.service import results as R
 from advisor.service.plans import recommend_service
+from advisor.service.scheduler import section as scheduler_section
+from advisor.service.scheduler import with_blocked_plan
 from gpu_defrag_common.exposition import Page
 from gpu_defrag_common.messages import one_line
 from gpu_defrag_common.server import Health
@@ -134,6 +137,12 @@ def make_ingest(spec: str, timeout_s: float) -> Callable[[], ClusterModel]:
     SourceError at once for a spec no run could ever read (checked by `check_form`)."""
     if spec.strip().startswith("sim:"):
         return LiveSim(spec.strip())
+    from advisor.ingest import schedulers
+
+    if schedulers.is_combined(spec):  # a scheduler (watched) joined with usage sources
+        from advisor.ingest.combined_reader import CombinedReader
+
+        return CombinedReader(spec, timeout_s)
     check_form(spec)
     return lambda: load_source(spec, timeout=timeout_s)
 
@@ -322,6 +331,13 @@ class AdvisorLoop:
                 observed_at = model.timestamp if not math.isnan(model.timestamp) else self.clock()
                 model = self.history.with_usage(model)
                 results = analyze_model(model, self.config.settings, observed_at)
+                policy = merged_policy(self.config.policy, model)
+                results = replace(
+                    results,
+                    scheduler=scheduler_section(
+                        model, results.analysis, self.config.settings.shapes, policy
+                    ),
+                )
                 self._say_unmatched_shapes(model)
                 if not math.isnan(model.timestamp):
                     self.history.append(model, results.analysis)
@@ -342,12 +358,14 @@ class AdvisorLoop:
                 forecast = {**(old.forecast if old else {}), "stale": True, "error": message}
             timings["forecast"] = time.perf_counter() - t0
             t0 = time.perf_counter()
+            scheduler = results.scheduler
+            policy = merged_policy(self.config.policy, results.model)
             try:
                 recs = recommend_service(
                     results.model,
                     self.config.settings.shapes,
                     results.shapes,
-                    self.config.policy,
+                    policy,
                     self.history.finished_jobs(),
                     self.config.job_ends,
                     self.history.jobs.running(results.model.timestamp),
@@ -357,9 +375,18 @@ class AdvisorLoop:
                 log.exception("planning failed")
                 message = fail("plan", error)
                 recs = {**(old.recommendations if old else {}), "stale": True, "error": message}
+            try:
+                scheduler = with_blocked_plan(scheduler, results.model, policy)
+            except Exception as error:  # the queue's plan failing never costs the others
+                log.exception("planning for the biggest blocked job failed")
+                scheduler = {**scheduler, "blocked_plan_error": one_line(error)}
             timings["plan"] = time.perf_counter() - t0
             results = replace(
-                results, forecast=forecast, recommendations=recs, finished_at=self.clock()
+                results,
+                forecast=forecast,
+                recommendations=recs,
+                scheduler=scheduler,
+                finished_at=self.clock(),
             )
 
         ok = results is not None
@@ -489,6 +516,9 @@ class AdvisorLoop:
         """Stop running; a run still in progress after `wait_s` (a long plan) is not waited
         for: it holds nothing that outlives the process, and SIGTERM must end it in seconds."""
         self._stop.set()
+        close = getattr(self.ingest, "close", None)  # a watching reader (k8s:) ends its watches
+        if callable(close):
+            close()
         if self._thread is not None:
             self._thread.join(timeout=wait_s)
 

@@ -77,9 +77,11 @@ def test_scraping_our_page_gives_the_model_of_the_readings(server) -> None:
     assert model.nodes.name.tolist() == ["node-0", "node-1"]
     assert model.nodes.pool.tolist() == ["h100", "h100"] and model.nodes.rack[0] == "rack-1"
     ids = model.allocations.id.tolist()
-    assert ids[:3] == ["rnd/train-0", "product/idle-1", "product/infer"]
+    # GPU 6 is busy with no allocation: in use, owner unknown (a holder nobody names)
+    assert ids[:4] == ["rnd/train-0", "product/idle-1", "unattributed@node-0/gpu6", "product/infer"]
+    assert model.gpu_owner_unknown[:8].tolist() == [False] * 6 + [True, False]
     # the MIG GPU is carved into 7 x 1g.10gb; one slice held = 1/7 of the GPU
-    assert model.allocations.gpu_milli[2] == 143
+    assert model.allocations.gpu_milli[3] == 143
     assert model.gpus.nvlink_island[:8].tolist() == [0] * 8
     assert model.gpus.utilization_ratio[0] == 0.5
 
@@ -235,7 +237,14 @@ def test_prometheus_instant_and_range_with_our_names(server) -> None:
         and column[5] == 0.75
     )
     assert np.isnan(model.usage.memory_used_bytes).all()
-    assert set(model.allocations.job.tolist()) == {"rnd/train-0", "product/idle-1", "product/infer"}
+    # GPU 6 of each node is busy with no allocation: in use, its owner unknown
+    unknown = {f"unattributed@node-{n}/gpu6" for n in (0, 1)}
+    assert set(model.allocations.job.tolist()) == {
+        "rnd/train-0",
+        "product/idle-1",
+        "product/infer",
+        *unknown,
+    }
 
 
 def test_a_history_longer_than_prometheus_allows_in_one_query_is_read_in_pieces(server) -> None:
