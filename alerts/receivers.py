@@ -146,18 +146,20 @@ def matcher(text: str) -> dict[str, str]:
     return {"name": name, "value": value.replace('\\"', '"'), "matchType": operator}
 
 
-def _route(route: dict, extra_matchers: tuple[str, ...] = ()) -> dict:
+def _route(route: dict, path: str, extra_matchers: tuple[str, ...] = ()) -> dict:
     out: dict[str, Any] = {}
     for key, value in route.items():
         if key in _ROUTE_KEYS:
             out[_ROUTE_KEYS[key]] = copy.deepcopy(value)
         elif key not in ("matchers", "routes"):
-            raise ValueError(f"alerts/alertmanager.yml: route key {key!r} is not converted")
+            raise ValueError(f"alerts/alertmanager.yml: {path}.{key}: this key is not converted")
     matchers = [*extra_matchers, *route.get("matchers", [])]
     if matchers:
         out["matchers"] = [matcher(m) for m in matchers]
     if route.get("routes"):
-        out["routes"] = [_route(child) for child in route["routes"]]
+        out["routes"] = [
+            _route(child, f"{path}.routes[{i}]") for i, child in enumerate(route["routes"])
+        ]
     return out
 
 
@@ -165,7 +167,7 @@ def alertmanager_config(source: dict) -> dict:
     """The source's routes, inhibitions and the example receivers as an AlertmanagerConfig. The
     top route and every inhibition are limited to gpu-defrag's alerts (OWN_ALERTS): merged into
     an Alertmanager that other alerts reach, the config takes none of theirs."""
-    route = _route(source["route"], (OWN_ALERTS,))
+    route = _route(source["route"], "route", (OWN_ALERTS,))
     receivers = []
     for receiver in source["receivers"]:
         kind, _, crd = _example(receiver["name"])

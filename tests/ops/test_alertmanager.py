@@ -232,3 +232,20 @@ def test_the_alertmanager_config_routes_our_alerts_as_the_raw_config_and_no_othe
     assert len(spec["inhibitRules"]) == len(raw["inhibit_rules"])
     for rule in spec["inhibitRules"]:  # an inhibition never silences another team's alert
         assert {"name": "alertname", "value": "Gpu.+", "matchType": "=~"} in rule["targetMatch"]
+
+
+def test_a_source_the_conversion_does_not_know_is_refused_by_its_path():
+    from alerts import receivers
+
+    source = yaml.safe_load(CONFIG.read_text())
+    source["route"]["routes"][0]["mute_time_intervals"] = ["weekends"]
+    with pytest.raises(
+        ValueError, match=r"route\.routes\[0\]\.mute_time_intervals: this key is not converted"
+    ):
+        receivers.alertmanager_config(source)
+    source = yaml.safe_load(CONFIG.read_text())
+    source["receivers"].append({"name": "ops-sms"})
+    with pytest.raises(ValueError, match="receiver 'ops-sms' has no example"):
+        receivers.raw_config(source)
+    with pytest.raises(ValueError, match="is not name<op>"):
+        receivers.matcher("severity=critical")
