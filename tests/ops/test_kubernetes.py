@@ -21,6 +21,7 @@ import yaml
 
 from advisor.cli import build_parser
 from alerts.config import load_config
+from gpu_defrag_common.webconfig import load_web_config
 from tests.ci import skip_or_fail
 from tests.ops import kustomize as K
 from tests.ops.pod_security import violations
@@ -246,6 +247,20 @@ def test_the_exporter_web_config_is_mounted_passed_and_scraped_as_it_serves(tmp_
                 item["key"]
             ]
     web = yaml.safe_load(mounted[args.web_config_file])
+    # the exporter's own loader accepts the file, with the files where the pod mounts them
+    root = tmp_path / "root"
+    for path, text in mounted.items():
+        (root / path.lstrip("/")).parent.mkdir(parents=True, exist_ok=True)
+        (root / path.lstrip("/")).write_text(text)
+    local = {
+        "tls_server_config": {
+            key: str(root / value.lstrip("/")) for key, value in web["tls_server_config"].items()
+        },
+        "basic_auth_users": web["basic_auth_users"],
+    }
+    (tmp_path / "web.yml").write_text(yaml.safe_dump(local))
+    loaded = load_web_config(tmp_path / "web.yml")
+    assert loaded.tls is not None and set(loaded.users) == set(web["basic_auth_users"])
     tls = web["tls_server_config"]
     assert mounted[tls["cert_file"]].startswith("-----BEGIN CERTIFICATE-----")
     assert "PRIVATE KEY" in mounted[tls["key_file"]]
