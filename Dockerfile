@@ -13,6 +13,7 @@ COPY pyproject.toml README.md LICENSE constraints.txt ./
 COPY gpu_defrag_common ./gpu_defrag_common
 COPY exporter ./exporter
 COPY advisor ./advisor
+COPY alerts ./alerts
 RUN pip install -c constraints.txt . && rm -rf build *.egg-info
 
 # Unprivileged by default; the Kubernetes DaemonSet and the compose `gpu` profile run the
