@@ -28,6 +28,7 @@ COPY gpu_defrag_common ./gpu_defrag_common
 COPY gpu_defrag_sim ./gpu_defrag_sim
 COPY exporter ./exporter
 COPY advisor ./advisor
+COPY alerts ./alerts
 RUN pip wheel --no-deps --no-build-isolation --wheel-dir /wheels .
 
 FROM base AS full

@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
-SYSTEM_PACKAGES := prometheus prometheus-alertmanager chromium docker-compose slurm-wlm slurmrestd
+SYSTEM_PACKAGES := prometheus prometheus-alertmanager chromium docker-compose slurm-wlm slurmrestd openssl
 
 .PHONY: test demo venv system lint format bench lock clean nvml-releases
 
@@ -44,6 +44,8 @@ system:
 	  echo "installing:$$missing"; \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends $$missing; \
 	fi
+	@# Debian's kubernetes-client (1.20) has a kustomize too old for components: kubectl comes from upstream
+	@command -v kubectl >/dev/null || echo "note: kubectl >= 1.21 is not installed; tests/ops render the deploy/ overlays with 'kubectl kustomize' (https://kubernetes.io/docs/tasks/tools/)"
 
 lint: venv
 	$(VENV)/bin/ruff check .

@@ -3,6 +3,9 @@
     python -m dashboards.generate           # writes dashboards/json/*.json that changed, one line
     python -m dashboards.generate --check   # exit 1 if a committed dashboard is out of date
 
+It also writes the same dashboards as Grafana-sidecar ConfigMaps for Kubernetes
+(deploy/overlays/kube-prometheus-stack/dashboards.yaml, see configmaps.py).
+
 One module per dashboard, each with `build(config) -> dict` (fleet_overview, node_detail,
 fragmentation_advisor, dcgm_fleet), all selecting through `selectors.py` and built from the panel
 helpers of `grafana.py`. Thresholds come from alerts/config.yaml, the same config the alert rules
@@ -18,7 +21,7 @@ import sys
 from pathlib import Path
 
 from alerts.config import load_config
-from dashboards import dcgm_fleet, fleet_overview, fragmentation_advisor, node_detail
+from dashboards import configmaps, dcgm_fleet, fleet_overview, fragmentation_advisor, node_detail
 from gpu_defrag_common.files import sync_generated
 
 OUT_DIR = Path(__file__).resolve().parent / "json"
@@ -39,13 +42,24 @@ def dumps(document: dict) -> str:
     return json.dumps(document, indent=2, ensure_ascii=False) + "\n"
 
 
+def outputs(root: Path, out_dir: Path) -> dict[str, tuple[Path, str]]:
+    """Every generated file, by its path under `root` as the one line names it: the dashboards'
+    JSON and the same files as the Kubernetes ConfigMaps of the Grafana sidecar."""
+    texts = {name: dumps(doc) for name, doc in render_all().items()}
+    files = {name: out_dir / name for name in texts}
+    files_shown = {str(path.relative_to(root)): (path, texts[path.name]) for path in files.values()}
+    configmaps_file = root / configmaps.OUT_FILE
+    files_shown[str(configmaps.OUT_FILE)] = (configmaps_file, configmaps.render(texts))
+    return files_shown
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="fail if outputs are out of date")
     args = parser.parse_args(argv)
-    files = {name: (OUT_DIR / name, dumps(doc)) for name, doc in render_all().items()}
-    label = f"{OUT_DIR.parent.name}/{OUT_DIR.name}"
-    return sync_generated(files, label, "python -m dashboards.generate", args.check)
+    root = OUT_DIR.parent.parent
+    files = outputs(root, OUT_DIR)
+    return sync_generated(files, "dashboards", "python -m dashboards.generate", args.check)
 
 
 if __name__ == "__main__":

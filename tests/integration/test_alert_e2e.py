@@ -156,7 +156,7 @@ def test_idle_gpu_and_unschedulable_shape_alerts_reach_their_receivers(tmp_path)
                 in annotations["description"]
             )
             assert f"for about 2 × {IDLE_WINDOW}" in annotations["description"]
-            assert annotations["runbook_url"].endswith("/alerts/runbook.md#gpuallocatedidle")
+            assert annotations["runbook_url"].endswith("/runbooks/GpuAllocatedIdle")
 
             # Every alerted GPU is one the exporter counts as allocated and idle; busy ones never.
             alerted = {
@@ -197,7 +197,9 @@ def test_idle_gpu_and_unschedulable_shape_alerts_reach_their_receivers(tmp_path)
                 f"No job of shape {BIG_SHAPE} can start without moving work, although one pool "
                 f"has {free_gpus} GPUs free" in alert["annotations"]["description"]
             )
-            assert alert["annotations"]["runbook_url"].endswith("#gpujobshapeunschedulable")
+            assert alert["annotations"]["runbook_url"].endswith(
+                "/runbooks/GpuJobShapeUnschedulable"
+            )
             # shapes that fit somewhere never alert
             fitting = {a["labels"]["shape"] for _, a in webhook.alerts("GpuJobShapeUnschedulable")}
             assert fitting == {BIG_SHAPE}

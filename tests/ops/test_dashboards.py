@@ -552,20 +552,21 @@ def test_generate_says_what_it_did_in_one_line_and_check_keeps_quiet(tmp_path, m
     out = tmp_path / "dashboards" / "json"
     out.parent.mkdir()
     monkeypatch.setattr(generate, "OUT_DIR", out)
-    names = list(generate.DASHBOARDS)
+    names = [f"dashboards/json/{name}" for name in generate.DASHBOARDS]
+    names.append("deploy/overlays/kube-prometheus-stack/dashboards.yaml")  # the ConfigMaps
     assert generate.main([]) == 0
-    assert capsys.readouterr().out == f"dashboards/json: wrote {', '.join(names)}\n"
+    assert capsys.readouterr().out == f"dashboards: wrote {', '.join(names)}\n"
     assert generate.main([]) == 0
-    assert capsys.readouterr().out == f"dashboards/json: 4 files up to date ({', '.join(names)})\n"
-    (out / names[1]).write_text("{}")
-    kept = (out / names[0]).stat().st_mtime_ns
+    assert capsys.readouterr().out == f"dashboards: 5 files up to date ({', '.join(names)})\n"
+    (tmp_path / names[1]).write_text("{}")
+    kept = (tmp_path / names[0]).stat().st_mtime_ns
     assert generate.main(["--check"]) == 1
     assert capsys.readouterr() == (
         "",
         f"out of date, run `python -m dashboards.generate`: {names[1]}\n",
     )
-    assert (out / names[1]).read_text() == "{}"
+    assert (tmp_path / names[1]).read_text() == "{}"
     assert generate.main([]) == 0
-    assert capsys.readouterr().out == f"dashboards/json: wrote {names[1]}; 3 files up to date\n"
-    assert (out / names[0]).stat().st_mtime_ns == kept  # up to date: not rewritten
+    assert capsys.readouterr().out == f"dashboards: wrote {names[1]}; 4 files up to date\n"
+    assert (tmp_path / names[0]).stat().st_mtime_ns == kept  # up to date: not rewritten
     assert generate.main(["--check"]) == 0 and capsys.readouterr() == ("", "")
