@@ -137,6 +137,7 @@ def test_the_exporters_run_the_small_image() -> None:
     assert daemonsets and all("/gpu-defrag-exporter:" in image for image in daemonsets)
     others = [image for (kind, _), image in images.items() if kind != "DaemonSet"]
     assert others and all("/gpu-defrag:" in image for image in others)
-    kustomization = yaml.safe_load((ROOT / "deploy/kubernetes/kustomization.yaml").read_text())
+    cluster = ROOT / "deploy/overlays/cluster/kustomization.yaml"  # where images are set
+    kustomization = yaml.safe_load(cluster.read_text())
     named = {image["name"] for image in kustomization["images"]}
     assert {image.rsplit(":", 1)[0] for image in images.values()} == named
