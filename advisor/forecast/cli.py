@@ -204,7 +204,6 @@ INPUT_FORMS = (
 def register(subparsers) -> None:
     bt = subparsers.add_parser(
         "backtest",
-        help="rolling-origin backtest of the demand forecast, idle windows and power-down replay",
         description=INPUT_FORMS,
     )
     bt.add_argument("input", metavar="INPUT", help="the series to backtest (forms above)")
@@ -259,7 +258,6 @@ def register(subparsers) -> None:
 
     fc = subparsers.add_parser(
         "forecast",
-        help="forecast demand per series with quantiles, or (--idle) the idle windows",
         description=INPUT_FORMS,
     )
     fc.add_argument("input", metavar="INPUT", help="the series to forecast (forms above)")

@@ -79,7 +79,6 @@ def parse_budgets(text: str) -> list[float]:
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "replay",
-        help="replay a node list + pod list with placement policies (FGD paper protocol)",
         description=(
             "Shuffle pods by seed, inflate to --ratio x GPU capacity, place arrivals one by one "
             "(a pod that fits nowhere is dropped); write DIR/curve.csv, DIR/summary.csv and "

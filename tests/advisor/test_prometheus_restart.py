@@ -10,7 +10,7 @@ import time
 import pytest
 
 from advisor.ingest import prometheus
-from advisor.model import from_readings
+from advisor.ingest.readings import from_readings
 from exporter.readings import Allocation
 from tests.advisor.test_ingest import prometheus_api, server  # noqa: F401 (fixture)
 from tests.exporter import readings_factory

@@ -310,8 +310,16 @@ def test_images_are_set_in_one_place(tmp_path):
     cluster.write_text(text.replace("newTag: 0.1.0", "newTag: 9.9.9"))
     for overlay in OVERLAYS:
         docs = [d for d in yaml.safe_load_all(K.render_text(deploy / "overlays" / overlay)) if d]
-        images = {c["image"] for w in K.workloads(docs) for c in pod_of(w)["containers"]}
-        assert images == {"registry.example/gpu-defrag:9.9.9"}, overlay
+        images = {
+            (w["kind"], c["image"]) for w in K.workloads(docs) for c in pod_of(w)["containers"]
+        }
+        assert {image for _, image in images} == {
+            "registry.example/gpu-defrag:9.9.9",
+            "registry.example/gpu-defrag-exporter:9.9.9",  # the small image (Dockerfile)
+        }, overlay
+        assert {image for kind, image in images if kind == "DaemonSet"} == {
+            "registry.example/gpu-defrag-exporter:9.9.9"
+        }, overlay
 
 
 def test_services_select_their_pods_and_name_the_scrape_jobs_of_the_rules():
