@@ -449,7 +449,15 @@ def _run_backtest(args: argparse.Namespace, progress: Progress) -> int:
 
 
 def backtest_json(
-    metrics, picks, paired, intervals, decisions_df, notes, t_demand, elapsed, out
+    metrics: pd.DataFrame,
+    picks: pd.DataFrame,
+    paired: pd.DataFrame,
+    intervals: pd.DataFrame,
+    decisions_df: pd.DataFrame,
+    notes: list[str],
+    t_demand: float,
+    elapsed: float,
+    out: str | None,
 ) -> str:
     """`backtest --json`: the tables the text shows, whole (the files' rows: metrics.csv,
     summary.csv, picks.csv, significance.csv, interval_significance.csv, decisions.csv), the
