@@ -13,7 +13,7 @@ test: system venv peers-venv nvml-releases
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(PY) -m mypy
-	$(PY) -m pytest
+	$(PY) -m pytest -n 3 --dist loadscope
 
 ## demo: simulated fleet, exporter, advisor and the Streamlit app; prints the URL
 demo: venv
