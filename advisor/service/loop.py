@@ -36,6 +36,7 @@ from advisor.ingest.sources import (
 from advisor.logs import RedactingFilter, redact
 from advisor.model import ClusterModel
 from advisor.planner.constraints import Policy
+from advisor.planner.timing import with_windows
 from advisor.service import results as R
 from advisor.service.forecast import (
     IDLE_MAX_NODES,
@@ -338,7 +339,8 @@ class AdvisorLoop:
                     self.config.job_ends,
                     self.history.jobs.running(results.model.timestamp),
                 )
-                recs = {**recs, "stale": False, "error": ""}
+                # each plan's window: now, or the forecast's low-demand hour (planner.timing)
+                recs = {**with_windows(recs, forecast, results.model), "stale": False, "error": ""}
             except Exception as error:
                 log.exception("planning failed")
                 message = fail("plan", error)

@@ -1,0 +1,9 @@
+"""`gpu-defrag simulate`: a discrete-event replay with departures, a queue and the advisor in the loop.
+
+Modules, one job each: `jobs` (the job table, its readers and the load compression), `cluster`
+(the live node state with tasks, holds and accounting), `queue` (priority FIFO with backfill),
+`schedulers` (node scoring policies by name), `defrag` (the established defragmenters),
+`advisor_adapter` (the one place that calls the advisor service's run step), `operator` (applies
+the advisor's plans as an operator would), `engine` (the event loop), `outputs` (CSV and plots),
+`sim_export` (the simulated fleet's workload as a job CSV) and `cli`.
+"""
