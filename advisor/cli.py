@@ -37,6 +37,7 @@ SUBCOMMAND_MODULES: tuple[str, ...] = (
     "advisor.service.cli",
     "advisor.forecast.cli",
     "advisor.replay.cli",
+    "advisor.simulate.cli",
 )
 
 

@@ -42,5 +42,7 @@ def make_policy(name: str, workload: Workload | None = None) -> Policy:
             raise ValueError("the fgd policy needs a target workload")
         return FGDPolicy(workload)
     if name not in simple:
-        raise ValueError(f"unknown policy {name!r}; choose from {', '.join(ALL_POLICIES + KUBERNETES_POLICIES)}")
+        raise ValueError(
+            f"unknown policy {name!r}; choose from {', '.join(ALL_POLICIES + KUBERNETES_POLICIES)}"
+        )
     return simple[name]()

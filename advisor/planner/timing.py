@@ -277,16 +277,22 @@ def pool_demand_now(model: ClusterModel, pool: str) -> tuple[float, float]:
     return allocated, float(on.sum())
 
 
+def acts(plan: Mapping[str, Any]) -> bool:
+    """Whether a plan document has something to do: a feasible plan with actions, or a
+    reservation with GPUs to hold later (`schedule`) though none is free now."""
+    return bool(plan.get("feasible")) and bool(plan.get("actions") or plan.get("schedule"))
+
+
 def with_windows(
     recommendations: Mapping[str, Any], forecast: Mapping[str, Any] | None, model: ClusterModel
 ) -> dict[str, Any]:
-    """The recommendations document with a `window` on every feasible plan that acts
-    (`plan_window` on its pool's forecast, the job it would start counted as waiting) and
+    """The recommendations document with a `window` on every plan that acts (`acts`;
+    `plan_window` on its pool's forecast, the job it would start counted as waiting) and
     `waiting_job` naming that job ("" none)."""
     now = model.timestamp
     plans = []
     for plan in recommendations.get("plans", []):
-        if not plan.get("feasible") or not plan.get("actions") or math.isnan(now):
+        if not acts(plan) or math.isnan(now):
             plans.append(plan)
             continue
         job, gpus = waiting_on(plan, model)

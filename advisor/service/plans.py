@@ -30,6 +30,7 @@ from typing import Any
 
 import pandas as pd
 
+from advisor.fragmentation import measures
 from advisor.fragmentation.measures import Shape
 from advisor.history import RunningJob
 from advisor.model import MILLI, ClusterModel
@@ -47,12 +48,16 @@ def blocked_shapes(
     model: ClusterModel, shapes: Sequence[Shape], shape_rows: Sequence[dict[str, Any]]
 ) -> list[Shape]:
     """Whole-GPU shapes with no job that fits now, smallest first, that the fleet's usable GPUs
-    could hold at all (a 4x8 job on a 16-GPU fleet is not a fragmentation problem)."""
+    could hold at all (a 4x8 job on a 16-GPU fleet is not a fragmentation problem; nor is a
+    multi-node job where no rack of one GPU model has that many nodes, e.g. racks unknown)."""
     usable = int(model.gpu_usable.sum())
     out = [
         shape
         for shape, row in zip(shapes, shape_rows, strict=True)
-        if shape.gpu_milli == MILLI and row["schedulable_jobs"] == 0 and shape.gpus <= usable
+        if shape.gpu_milli == MILLI
+        and row["schedulable_jobs"] == 0
+        and shape.gpus <= usable
+        and measures.rack_could_hold(model, shape)
     ]
     return sorted(out, key=lambda s: s.gpus)
 

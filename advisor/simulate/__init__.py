@@ -7,3 +7,7 @@ Modules, one job each: `jobs` (the job table, its readers and the load compressi
 the advisor's plans as an operator would), `engine` (the event loop), `outputs` (CSV and plots),
 `sim_export` (the simulated fleet's workload as a job CSV) and `cli`.
 """
+
+# What acts on the cluster besides the scheduler (the summary's `advisor` column): nothing, the
+# advisor in the loop, or one of the established defragmenters with the advisor off.
+ADVISOR_MODES: tuple[str, ...] = ("off", "on", "descheduler", "consolidate")

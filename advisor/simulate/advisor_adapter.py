@@ -38,6 +38,7 @@ from advisor.planner.constraints import Policy
 from advisor.service.loop import AdvisorLoop, Config
 from advisor.simulate.engine import RUNNING, WAITING, Simulation
 
+
 def _obj(values: Any) -> np.ndarray:
     """A 1-D object array of strings (numpy would pick a fixed-width dtype)."""
     items = list(values)
@@ -202,7 +203,9 @@ def model_of(sim: Simulation, now: float, static: tuple[Nodes, Gpus]) -> Cluster
         qos=_obj([""] * len(rows["id"])),
     )
     known = bool((~np.isnan(jobs.utilization)).any())
-    gpu_util = np.where(util_known, np.minimum(util, 1.0), np.nan) if known else gpus.utilization_ratio
+    gpu_util = (
+        np.where(util_known, np.minimum(util, 1.0), np.nan) if known else gpus.utilization_ratio
+    )
     gpu_cols = Gpus(**{**gpus.__dict__, "utilization_ratio": gpu_util})
     return ClusterModel(
         nodes,
@@ -237,7 +240,9 @@ _ALLOC_KEYS = (
 )
 
 
-def _add(rows: dict[str, list[Any]], sim: Simulation, job: int, task: int, node: int, start: float) -> None:
+def _add(
+    rows: dict[str, list[Any]], sim: Simulation, job: int, task: int, node: int, start: float
+) -> None:
     jobs = sim.jobs
     spec = sim.specs[job]
     name = str(jobs.name[job])

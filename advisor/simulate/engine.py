@@ -108,11 +108,17 @@ class Simulation:
         controller: Controller | None = None,
         migration_budget: float = 0.01,
         default_restart_s: float = 300.0,
+        racks: np.ndarray | None = None,
     ) -> None:
         if backfill not in BACKFILL_MODES:
             raise ValueError(f"backfill must be one of {', '.join(BACKFILL_MODES)}")
         self.jobs = jobs
         self.state = state
+        # a gang's tasks share one rack where racks are known ("" or None: anywhere)
+        known = racks is not None and all(str(r) for r in racks)
+        self.rack = (
+            np.unique(np.asarray(racks, dtype=str), return_inverse=True)[1] if known else None
+        )
         self.policy = policy
         self.rank = rank
         self.backfill = backfill
@@ -139,6 +145,8 @@ class Simulation:
         self.node_index = {str(name): i for i, name in enumerate(state.names.tolist())}
         self.queue = WaitQueue(jobs, state)
         self.reservations: dict[int, Reservation] = {}
+        # nodes a reservation holds are cordoned: no other job starts or moves there
+        self.fence = np.full(len(state), -1, dtype=np.int64)
         self.awaiting_hold: dict[tuple[int, int], int] = {}  # (node, GPU) -> job to hold it for
         self.events: list[tuple[float, int, int, int, int]] = []
         self._seq = 0
@@ -234,9 +242,13 @@ class Simulation:
             self.policy.observe(self.specs[job])
 
     # ------------------------------------------------------------------ placing
-    def choose(self, spec: PodSpec, exclude: Sequence[int] = ()) -> tuple[int, list[int]] | None:
-        """The node and GPUs the scheduler's policy picks for one task (nothing allocated)."""
-        cand = self.state.feasible(spec)
+    def choose(
+        self, spec: PodSpec, exclude: Sequence[int] = (), within: np.ndarray | None = None
+    ) -> tuple[int, list[int]] | None:
+        """The node and GPUs the scheduler's policy picks for one task (nothing allocated);
+        `within`: only among these nodes."""
+        cand = self.state.feasible(spec, within)
+        cand = cand[self.fence[cand] < 0]
         if len(exclude):
             cand = cand[~np.isin(cand, exclude)]
         if cand.size == 0:
@@ -251,6 +263,7 @@ class Simulation:
         `among`: the only nodes where a single-task job can fit now (where room appeared)."""
         spec, k = self.specs[job], int(self.jobs.num_nodes[job])
         cand = self.state.feasible(spec, among if k == 1 else None)
+        cand = cand[(self.fence[cand] < 0) | (self.fence[cand] == job)]
         if avoid:
             cand = cand[~np.isin(cand, list(avoid))]
         if cand.size < k:
@@ -260,15 +273,22 @@ class Simulation:
             gpus = self.policy.gpus(spec, node)
             self.state.allocate(node, gpus, spec)
             return [(node, gpus)]
+        if self.rack is not None:
+            counts = np.bincount(self.rack[cand], minlength=int(self.rack.max()) + 1)
+            cand = cand[counts[self.rack[cand]] >= k]
+            if cand.size == 0:
+                return None
         done: Placement = []
         for _ in range(k):
-            pick = self.choose(spec, [n for n, _ in done] + list(avoid or ()))
+            pick = self.choose(spec, [n for n, _ in done] + list(avoid or ()), within=cand)
             if pick is None:  # cannot happen with k distinct feasible nodes; kept safe
                 for node, gpus in done:
                     self.state.release(node, gpus, spec)
                 return None
             self.state.allocate(pick[0], pick[1], spec)
             done.append(pick)
+            if self.rack is not None:
+                cand = cand[self.rack[cand] == self.rack[pick[0]]]
         return done
 
     def _try_start(self, job: int, among: np.ndarray | None = None) -> bool:
@@ -319,6 +339,7 @@ class Simulation:
         if not freed or not len(self.queue):
             return
         among = np.fromiter(sorted(freed), dtype=np.int64)
+        among = among[self.fence[among] < 0]
         groups = self.queue.candidates(among)
         heap = [(self.queue.heaps[g][0], g) for g in groups]
         heapq.heapify(heap)
@@ -355,6 +376,8 @@ class Simulation:
                     raise PlacementError(f"job {job} is not running")
                 old_node, old_gpus = placement[task]
                 spec = self.specs[job]
+                if self.fence[node] >= 0:
+                    raise PlacementError(f"node {node} is held for a reservation")
                 self.state.release(old_node, old_gpus, spec)
                 try:
                     self.state.allocate(node, list(gpus), spec)
@@ -381,7 +404,7 @@ class Simulation:
             self.version[job] += 1
             self._push(float(self.end[job]), DEPART, job, int(self.version[job]))
             self.restart_gpu_s += delay * len(placement) * self.specs[job].total_gpu_milli / MILLI
-        for job, task, old_node, old_gpus in done:
+        for _, _, old_node, old_gpus in done:
             self._freed.add(old_node)
             self._claim_holds(old_node, old_gpus)
             self.moves.append(self.now)
@@ -432,12 +455,15 @@ class Simulation:
         job has not started by then."""
         if self.status[job] != WAITING:
             return
+        if any(self.fence[n] >= 0 and self.fence[n] != job for n in targets):
+            return  # another job's reservation holds one of these nodes
         old = self.reservations.get(job)
         keep = {(n, g) for n, gs in targets.items() for g in gs}
         if old is not None:
             self._drop_holds(old, keep)
         res = Reservation(job, targets, release_at, held=set() if old is None else old.held)
         self.reservations[job] = res
+        self.fence[list(targets)] = job
         for node, gpus in targets.items():
             for gpu in gpus:
                 if (node, gpu) in res.held:
@@ -455,6 +481,11 @@ class Simulation:
         self.awaiting_hold.pop((node, gpu), None)
 
     def _drop_holds(self, res: Reservation, keep: set[tuple[int, int]]) -> None:
+        kept_nodes = {n for n, _ in keep}
+        for node in np.flatnonzero(self.fence == res.job).tolist():
+            if node not in kept_nodes:
+                self.fence[node] = -1
+                self._freed.add(node)
         for node, gpu in list(res.held):
             if (node, gpu) not in keep:
                 self.state.release(node, [gpu], HOLD)
@@ -496,6 +527,7 @@ class Simulation:
             ):
                 continue
             del self.reservations[job]
+            self.fence[self.fence == job] = -1
             for node, gpu in res.held:
                 self.state.release(node, [gpu], HOLD)
                 self.held_gpus -= 1

@@ -84,9 +84,7 @@ class JobTable:
 
     def take(self, index: np.ndarray) -> JobTable:
         idx = np.asarray(index, dtype=np.int64)
-        values = {
-            f.name: getattr(self, f.name)[idx] for f in fields(self) if f.name != "source"
-        }
+        values = {f.name: getattr(self, f.name)[idx] for f in fields(self) if f.name != "source"}
         return JobTable(**values, source=self.source)
 
 
@@ -289,7 +287,9 @@ def read_job_csv(path: str | Path) -> JobTable:
             raise rows.fail(i, "gpu_milli", f"0 but gpus_per_node is {num_gpu[i]}")
         if num_gpu[i] > 1 and milli[i] != MILLI:
             raise rows.fail(
-                i, "gpu_milli", f"{milli[i]} with gpus_per_node {num_gpu[i]}: several GPUs are whole"
+                i,
+                "gpu_milli",
+                f"{milli[i]} with gpus_per_node {num_gpu[i]}: several GPUs are whole",
             )
     priority = rows.numbers("priority", -(2**31), 2**31 - 1, integer=True).astype(np.int64)
     util = rows.numbers("utilization", 0, 1, integer=False, default=math.nan)
@@ -314,9 +314,7 @@ def read_job_csv(path: str | Path) -> JobTable:
         num_nodes=num_nodes,
         num_gpu=num_gpu,
         gpu_milli=milli,
-        cpu_milli=rows.numbers("cpu_milli", 0, MAX_EXACT, integer=True, default=0).astype(
-            np.int64
-        ),
+        cpu_milli=rows.numbers("cpu_milli", 0, MAX_EXACT, integer=True, default=0).astype(np.int64),
         memory_mib=rows.numbers("memory_mib", 0, MAX_EXACT, integer=True, default=0).astype(
             np.int64
         ),

@@ -122,4 +122,4 @@ def allocation_curve(sim: Simulation) -> np.ndarray:
     return t
 
 
-__all__ = ["DAY", "SUMMARY_COLUMNS", "BY_SIZE_COLUMNS", "summary_row", "by_size_rows"]
+__all__ = ["BY_SIZE_COLUMNS", "DAY", "SUMMARY_COLUMNS", "by_size_rows", "summary_row"]

@@ -26,6 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from advisor.planner.timing import acts
 from advisor.simulate.advisor_adapter import EPOCH, AdvisorAdapter
 from advisor.simulate.engine import RUNNING, WAITING, Simulation
 
@@ -43,6 +44,7 @@ class OperatorStats:
     reclaims: int = 0
     skipped_budget: int = 0
     skipped_window: int = 0
+    skipped_fit: int = 0  # a consolidation whose nodes would still lack the job's CPU/memory
     failed: int = 0
     errors: list[str] = field(default_factory=list)
 
@@ -68,11 +70,7 @@ class AdvisorOperator:
         self.stats.calls += 1
         if advice.error and len(self.stats.errors) < 5:
             self.stats.errors.append(advice.error)
-        plans = [
-            p
-            for p in advice.recommendations.get("plans", [])
-            if p.get("feasible") and p.get("actions")
-        ]
+        plans = [p for p in advice.recommendations.get("plans", []) if acts(p)]
         for_job: dict[str, list[dict[str, Any]]] = {}
         preemptive: list[dict[str, Any]] = []
         reclaims: list[dict[str, Any]] = []
@@ -155,25 +153,53 @@ class AdvisorOperator:
                 self.stats.failed += 1
                 return False
             to = action["to"]
-            moves.append((hit[0], hit[1], self._node(sim, to["node"]), [int(g) for g in to["gpus"]]))
+            moves.append(
+                (hit[0], hit[1], self._node(sim, to["node"]), [int(g) for g in to["gpus"]])
+            )
         if len(moves) > sim.allowance():
             self.stats.skipped_budget += 1
+            return False
+        targets: dict[int, list[int]] = {}
+        for action in plan["actions"]:
+            if action["kind"] == "reserve" and action.get("to"):
+                node = self._node(sim, action["to"]["node"])
+                targets.setdefault(node, []).extend(int(g) for g in action["to"]["gpus"])
+        if job is not None and not self._room_after(sim, job, moves, targets):
+            self.stats.skipped_fit += 1
             return False
         if moves and not sim.move(moves):
             self.stats.failed += 1
             return False
         if job is None:
             return bool(moves)
-        targets: dict[int, list[int]] = {}
-        for action in plan["actions"]:
-            if action["kind"] == "reserve" and action.get("to"):
-                node = self._node(sim, action["to"]["node"])
-                targets.setdefault(node, []).extend(int(g) for g in action["to"]["gpus"])
         if len(targets) == int(sim.jobs.num_nodes[job]):
             need = int(sim.jobs.num_gpu[job])
             sim.reserve(
                 job, {n: sorted(set(g))[:need] for n, g in targets.items()}, sim.now + self.every_s
             )
+        return True
+
+    @staticmethod
+    def _room_after(
+        sim: Simulation,
+        job: int,
+        moves: list[tuple[int, int, int, list[int]]],
+        targets: dict[int, list[int]],
+    ) -> bool:
+        """Whether `job`'s tasks fit the plan's target nodes by CPU and memory once the moves
+        are made (the consolidation goal counts GPUs only; the job needs the rest too)."""
+        if len(targets) != int(sim.jobs.num_nodes[job]):
+            return False
+        spec = sim.specs[job]
+        for node in targets:
+            cpu, mem = int(sim.state.cpu_free[node]), int(sim.state.mem_free[node])
+            for other, task, _, _ in moves:
+                placement = sim.placement[other] or []
+                if task < len(placement) and placement[task][0] == node:
+                    cpu += sim.specs[other].cpu_milli
+                    mem += sim.specs[other].memory_mib
+            if cpu < spec.cpu_milli or mem < spec.memory_mib:
+                return False
         return True
 
     # ------------------------------------------------------------------ names
