@@ -537,7 +537,7 @@ def _plan_schemas() -> dict[str, Any]:
             "checked": {"type": "boolean"},
             "waiting_job": {
                 "type": "string",
-                "description": "the waiting job the plan would start (\"\" none)",
+                "description": 'the waiting job the plan would start ("" none)',
             },
             "window": _ref("Window"),
         },
@@ -571,7 +571,7 @@ def _plan_schemas() -> dict[str, Any]:
             "saving_interval": {**pair, "description": "saving at the P90 and P10 demand"},
         },
         description="When to act on a plan: now, or at the forecast's low-demand hour where "
-        "its moves and holds cost least (docs/recommendations.md, \"When to act\").",
+        'its moves and holds cost least (docs/recommendations.md, "When to act").',
     )
     return {
         "Plan": plan,
