@@ -25,10 +25,11 @@ from typing import Any
 from urllib.parse import parse_qs
 
 from advisor import snapshot
+from advisor.forecast.job_ends import LISTED_QUANTILES
+from advisor.forecast.live import MIN_COVERAGE_ORIGINS
+from advisor.forecast.models import MIN_INTERVAL_ERRORS
 from advisor.planner.actions import KINDS
 from advisor.service import results as R
-from advisor.service.forecast import MIN_COVERAGE_ORIGINS, MIN_INTERVAL_ERRORS
-from advisor.service.job_ends import LISTED_QUANTILES
 from advisor.service.loop import RunState, describe
 from gpu_defrag_common import __version__
 from gpu_defrag_common.server import Response, Route

@@ -7,7 +7,7 @@ section, marked stale, beside fresh fragmentation numbers. The /metrics page is 
 per run (HTTP handlers only copy bytes), and page, results and health are published together.
 
 The history also learns which jobs finished between runs and how long they ran; the plan stage
-predicts the running jobs' ends from them (`advisor.service.job_ends`) for the reservations.
+predicts the running jobs' ends from them (`advisor.forecast.job_ends`) for the reservations.
 """
 
 from __future__ import annotations
@@ -23,6 +23,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from advisor.forecast.job_ends import JobEndSettings
+from advisor.forecast.live import MAX_TENANTS, forecast_pools, tenant_section
+from advisor.forecast.live_idle import IDLE_MAX_NODES, IDLE_RISK, IDLE_WINDOWS_H
 from advisor.fragmentation import measures
 from advisor.history import History
 from advisor.ingest.sources import (
@@ -38,15 +41,6 @@ from advisor.model import ClusterModel
 from advisor.planner.constraints import Policy
 from advisor.planner.timing import with_windows
 from advisor.service import results as R
-from advisor.service.forecast import (
-    IDLE_MAX_NODES,
-    IDLE_RISK,
-    IDLE_WINDOWS_H,
-    MAX_TENANTS,
-    forecast_pools,
-    tenant_section,
-)
-from advisor.service.job_ends import JobEndSettings
 from advisor.service.plans import recommend_service
 from gpu_defrag_common.exposition import Page
 from gpu_defrag_common.messages import one_line

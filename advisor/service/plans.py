@@ -18,7 +18,7 @@ switches to MIG mode: the switching step takes the whole GPU, its uncarved room 
 capacity, and the instances after it take nothing more); a quota loan counts none, and so does
 a share held on a GPU nobody can use.
 
-Reservations plan on the running jobs' ends that `advisor.service.job_ends` learns from the
+Reservations plan on the running jobs' ends that `advisor.forecast.job_ends` learns from the
 jobs the service saw finish; `job_ends` in the document says which source the plans used.
 """
 
@@ -32,6 +32,7 @@ from typing import Any
 
 import pandas as pd
 
+from advisor.forecast.job_ends import JobEndSettings, outlook, predict
 from advisor.fragmentation import measures
 from advisor.fragmentation.measures import Shape
 from advisor.history import RunningJob
@@ -41,7 +42,6 @@ from advisor.planner.consolidate import Goal, parse_goal, plan_heuristic
 from advisor.planner.constraints import Policy
 from advisor.planner.recommend import recommend
 from advisor.planner.reserve import pending_requests
-from advisor.service.job_ends import JobEndSettings, outlook, predict
 from advisor.service.results import shape_label
 
 SUMMARY_MAX = 160  # characters of an action summary in the info series label
@@ -243,7 +243,7 @@ def recommend_service(
         own shape (`waiting_goals`; such a plan names the job, `job`), then `advisor.planner.recommend.recommend`'s
         plans (reservations and loans for waiting jobs, reclaim of idle allocations, sharing,
         type rebalancing). Its forecast carries the running jobs' ends learned from `finished`
-        (the history's finished jobs, `advisor.service.job_ends.predict`; `running` the jobs with the
+        (the history's finished jobs, `advisor.forecast.job_ends.predict`; `running` the jobs with the
     starts the history used) and no expected demand:
         the per-pool GPU forecast says how many GPUs, not which job shapes will arrive, which is
         what its expected-job reservations need.

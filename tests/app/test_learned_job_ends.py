@@ -1,5 +1,5 @@
 """The app's predicted free GPUs per node and What-if start times plan on the job ends the advisor
-service learns from the same history (`advisor.service.job_ends.predict`), and keep the planner's
+service learns from the same history (`advisor.forecast.job_ends.predict`), and keep the planner's
 fallback, saying so, where the service does."""
 
 from __future__ import annotations
@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 
 from advisor.app import forecasts, plans
+from advisor.forecast.job_ends import JobEndSettings, predict
 from advisor.history import History
 from advisor.model import ClusterModel
 from advisor.planner.constraints import Policy
 from advisor.planner.observed import end_source
-from advisor.service.job_ends import JobEndSettings, predict
 from advisor.service.plans import recommend_service
 from tests.service.test_job_ends import timeline
 

@@ -8,10 +8,11 @@ import pandas as pd
 import pytest
 
 from advisor.forecast.io import Panel
+from advisor.forecast.live import BASELINE, forecast_pools
+from advisor.forecast.runs import hourly_panel
 from advisor.fragmentation.measures import Settings, parse_shape
 from advisor.planner.actions import Action, Cost, GpuSet, Plan
 from advisor.planner.constraints import Policy
-from advisor.service.forecast import BASELINE, forecast_pools, hourly_panel
 from advisor.service.loop import analyze_model
 from advisor.service.plans import blocked_shapes, ranked_actions, recommend_service
 

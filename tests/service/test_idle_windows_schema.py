@@ -9,8 +9,8 @@ from dataclasses import replace
 import jsonschema
 import pytest
 
+from advisor.forecast.live import forecast_pools
 from advisor.service.api import forecast_doc, openapi_document
-from advisor.service.forecast import forecast_pools
 from advisor.service.loop import AdvisorLoop, Config
 from tests.service.test_idle_windows import pools_history
 

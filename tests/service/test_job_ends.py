@@ -9,10 +9,10 @@ import math
 import numpy as np
 import pytest
 
+from advisor.forecast.job_ends import JobEndSettings, predict
 from advisor.history import History, JobLifetimes
 from advisor.model import ClusterModel, ModelBuilder
 from advisor.planner.constraints import Policy
-from advisor.service.job_ends import JobEndSettings, predict
 from advisor.service.loop import AdvisorLoop, Config, LiveSim
 from advisor.service.plans import recommend_service
 from tests.service.test_metrics import samples

@@ -10,11 +10,11 @@ import jsonschema
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from advisor.forecast.live import tenant_section
 from advisor.history import History
 from advisor.model import ModelBuilder
 from advisor.planner.constraints import Policy
 from advisor.service.api import forecast_doc, openapi_document
-from advisor.service.forecast import tenant_section
 from advisor.service.loop import AdvisorLoop, Config, LiveSim
 
 T0 = 1_700_000_000.0
