@@ -43,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     print(describe(), flush=True)
     nodes = read_nodes(args.data / "openb_node_list_gpu_node.csv")
     pods = args.data / f"openb_pod_list_{args.pods}.csv"
-    jobs, factor, copies = compress(load_jobs(str(pods), "pods"), args.load, nodes.total_gpus)
+    jobs, _, copies = compress(load_jobs(str(pods), "pods"), args.load, nodes.total_gpus)
     span = float(jobs.submit_s.max() - jobs.submit_s.min())
     print(
         f"{pods.name}: {len(jobs)} jobs ({copies} cop{'y' if copies == 1 else 'ies'}), "
