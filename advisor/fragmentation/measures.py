@@ -187,6 +187,14 @@ def _jobs_of(per_node: np.ndarray, tasks: int, groups: np.ndarray | None) -> int
     within one group (rack and GPU model)."""
     if tasks == 1:
         return int(per_node.sum())
+    # only groups with at least `tasks` nodes where a task fits can hold a job (racks unknown:
+    # every node is a group of one, and none can)
+    has = per_node > 0
+    size = np.bincount(groups[has], minlength=int(groups.max(initial=-1)) + 1)
+    keep = has & (size[groups] >= tasks)
+    if not keep.any():
+        return 0
+    per_node, groups = per_node[keep], groups[keep]
     order = np.argsort(groups, kind="stable")
     bounds = np.flatnonzero(np.diff(groups[order])) + 1
     return sum(_distinct_jobs(part, tasks) for part in np.split(per_node[order], bounds))

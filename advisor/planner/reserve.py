@@ -225,6 +225,17 @@ def earliest_slot(
     models = nodes.gpu_model
     allowed = {m for m in set(models.tolist()) if spec_allows(request.gpu_spec, str(m))}
     usable = np.isfinite(times) & np.isin(models, list(allowed))
+    if tasks == 1:  # one node per group: no grouping to do
+        candidates = np.flatnonzero(usable)
+        return _best_slot(
+            model,
+            ready,
+            request,
+            island,
+            [(float(times[n]), [n]) for n in candidates.tolist()],
+            times,
+            not_before,
+        )
     groups: dict[tuple[str, str], list[int]] = defaultdict(list)
     for node in np.flatnonzero(usable).tolist():
         if tasks > 1 and policy.rack_locality:
@@ -241,6 +252,21 @@ def earliest_slot(
         if len(members) >= tasks:
             member_times = np.sort(times[members])
             starts.append((float(member_times[tasks - 1]), members))
+    return _best_slot(model, ready, request, island, starts, times, not_before)
+
+
+def _best_slot(
+    model: ClusterModel,
+    ready: np.ndarray,
+    request: Request,
+    island: np.ndarray | None,
+    starts: list[tuple[float, list[int]]],
+    times: np.ndarray,
+    not_before: float | None,
+) -> Slot | None:
+    """Among groups that can start at the earliest time (`starts`: each group's start and
+    nodes), the one leaving the fewest GPU-hours idle."""
+    k, tasks = request.num_gpu, request.tasks
     if not starts:
         return None
     first = min(t for t, _ in starts)
@@ -354,9 +380,13 @@ def plan_reservations(
     befores: dict[tuple[str, ...], dict[str, Any]] = {}  # before-measures per shape list
     held: dict[tuple[str, str], float] = defaultdict(float)
     plans = []
+    rooms: dict[tuple[float, float], np.ndarray] = {}  # jobs of one size share their answer
     for request in requests:
         goal = f"reserve {request.tasks}x{request.num_gpu} GPUs for {request.job}"
-        room = node_room_times(model, ends, request.cpu_milli, request.memory_mib)
+        need = (request.cpu_milli, request.memory_mib)
+        if need not in rooms:
+            rooms[need] = node_room_times(model, ends, *need)
+        room = rooms[need]
         alone = earliest_slot(model, base_ready, request, policy, request.expected_at, room)
         slot = earliest_slot(model, ready, request, policy, request.expected_at, room)
         if slot is None:

@@ -9,10 +9,11 @@ its future. When the service becomes one pipeline object, the call in `_run` is 
 
 What the model shows (`model_of`): every node and GPU; each running task as an allocation with
 its start time (end time unknown, as on a live cluster), tenant, priority, migratable flag and
-restart time; each waiting job's tasks as unplaced allocations; GPUs held for a reservation as
-free (the operator holds them; the advisor plans them again); per-GPU utilization where the
-jobs give one (else unknown). Racks and pools are unknown: the replay's scheduler places gangs
-on any nodes, so the advisor's policy turns rack locality off.
+restart time; each waiting job's tasks as unplaced allocations; a node held for a reservation
+as cordoned (unschedulable: no plan moves work onto it); per-GPU utilization where the jobs
+give one (else unknown); racks and pools where the node list gives them. Without racks the
+replay's scheduler places gangs on any nodes, so the advisor's policy turns rack locality
+off; with them both keep a gang in one rack.
 """
 
 from __future__ import annotations
@@ -207,8 +208,10 @@ def model_of(sim: Simulation, now: float, static: tuple[Nodes, Gpus]) -> Cluster
         np.where(util_known, np.minimum(util, 1.0), np.nan) if known else gpus.utilization_ratio
     )
     gpu_cols = Gpus(**{**gpus.__dict__, "utilization_ratio": gpu_util})
+    # a node held for a reservation is cordoned, as `kubectl cordon` shows it: unschedulable
+    node_cols = Nodes(**{**nodes.__dict__, "schedulable": sim.fence < 0})
     return ClusterModel(
-        nodes,
+        node_cols,
         gpu_cols,
         allocations,
         Placements(

@@ -106,6 +106,8 @@ class AdvisorOperator:
         gpus = float(sim.jobs.gpus[job])
         ranked = []
         for plan in options:
+            if plan.get("method") == "reserve" and job in sim.reservations:
+                continue  # a hold stands until the job starts or the advisor's rule releases it
             if (plan.get("window") or {}).get("when") != NOW:
                 self.stats.skipped_window += 1
                 continue
