@@ -72,7 +72,8 @@ class AdvisorAdapter:
 
     def __init__(self, sim: Simulation, every_s: float, default_restart_s: float) -> None:
         self.static = _static_columns(sim)
-        self.policy = Policy(rack_locality=False, default_restart_s=default_restart_s)
+        racks = sim.rack_names is not None
+        self.policy = Policy(rack_locality=racks, default_restart_s=default_restart_s)
         self._model: ClusterModel | None = None
         self._clock = EPOCH
         self.loop = AdvisorLoop(
@@ -127,8 +128,8 @@ def _static_columns(sim: Simulation) -> tuple[Nodes, Gpus]:
     n, g = len(s), int(offset[-1])
     nodes = Nodes(
         name=_obj(str(x) for x in s.names),
-        pool=_obj([""] * n),
-        rack=_obj([""] * n),
+        pool=_obj(sim.pool_names or [""] * n),
+        rack=_obj(sim.rack_names or [""] * n),
         gpu_model=_obj(s.models[m] for m in s.model),
         cpu_milli=s.cpu_cap.astype(np.float64),
         memory_mib=s.mem_cap.astype(np.float64),

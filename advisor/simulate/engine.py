@@ -109,6 +109,7 @@ class Simulation:
         migration_budget: float = 0.01,
         default_restart_s: float = 300.0,
         racks: np.ndarray | None = None,
+        pools: np.ndarray | None = None,
     ) -> None:
         if backfill not in BACKFILL_MODES:
             raise ValueError(f"backfill must be one of {', '.join(BACKFILL_MODES)}")
@@ -118,6 +119,8 @@ class Simulation:
         known = racks is not None and all(str(r) for r in racks)
         self.rack = (
             np.unique(np.asarray(racks, dtype=str), return_inverse=True)[1] if known else None
+        self.rack_names = [str(r) for r in racks] if known and racks is not None else None
+        self.pool_names = None if pools is None else [str(p) for p in pools]
         )
         self.policy = policy
         self.rank = rank

@@ -106,6 +106,7 @@ def replay(
         migration_budget=settings.migration_budget,
         default_restart_s=settings.default_restart_s,
         racks=nodes.rack,
+        pools=nodes.pool,
     )
     sim.run()
     rows = by_size_rows(sim, policy, advisor, seed)

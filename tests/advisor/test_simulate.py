@@ -76,6 +76,7 @@ def simulate(
         controller=controller,
         migration_budget=budget,
         racks=cluster.rack,
+        pools=cluster.pool,
     )
     sim.run()
     return sim
