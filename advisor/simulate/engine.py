@@ -119,9 +119,9 @@ class Simulation:
         known = racks is not None and all(str(r) for r in racks)
         self.rack = (
             np.unique(np.asarray(racks, dtype=str), return_inverse=True)[1] if known else None
+        )
         self.rack_names = [str(r) for r in racks] if known and racks is not None else None
         self.pool_names = None if pools is None else [str(p) for p in pools]
-        )
         self.policy = policy
         self.rank = rank
         self.backfill = backfill
