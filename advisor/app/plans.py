@@ -209,7 +209,7 @@ def windows_frame(
                 "interval (P90..P10 demand)": "-"
                 if not interval
                 else f"{interval[0]:.2f} .. {interval[1]:.2f}",
-                "why": window["reason"],
+                "reason": window["reason"],
             }
         )
     return pd.DataFrame(rows)
