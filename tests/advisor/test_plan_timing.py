@@ -89,3 +89,18 @@ def test_forecast_points_read_the_served_document() -> None:
     assert len(points) == 1
     assert points[0].p50 == 91.0 and points[0].p10 == 80.0 and points[0].capacity == 128.0
     assert points[0].at == 1767607200.0
+
+
+def test_served_plans_get_a_window_and_the_job_they_would_start() -> None:
+    from advisor.planner.constraints import Policy
+    from advisor.planner.reserve import plan_reservations
+    from advisor.planner.timing import with_windows
+    from tests.advisor.test_planner_reserve import cluster
+
+    model = cluster()
+    [plan] = plan_reservations(model, Policy())
+    doc = with_windows({"plans": [plan.to_dict(), {"goal": "x", "feasible": False}]}, None, model)
+    served, refused = doc["plans"]
+    assert served["waiting_job"] == "big"
+    assert served["window"]["when"] == "now" and not served["window"]["forecast"]
+    assert "window" not in refused
