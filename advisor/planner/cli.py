@@ -477,11 +477,25 @@ def run(args: argparse.Namespace) -> int:
         demand,
         workers=args.workers,
     )
+    [doc] = windowed([plan], model)
     if args.json:
-        print(json.dumps(plan.to_dict(), indent=2, default=_jsonable))
+        print(json.dumps(doc, indent=2, default=_jsonable))
     else:
-        print(render_table(plan))
+        print(render_table(plan) + when_line(doc))
     return 0 if plan.feasible else 1
+
+
+def windowed(plans: list[Plan], model: ClusterModel) -> list[dict[str, Any]]:
+    """The plans as documents, each that acts with its window (`advisor.planner.timing`): this
+    command reads no history, so no demand forecast says a later hour is cheaper: now."""
+    from advisor.planner.timing import with_windows
+
+    return with_windows({"plans": [p.to_dict() for p in plans]}, None, model)["plans"]
+
+
+def when_line(doc: dict[str, Any]) -> str:
+    window = doc.get("window")
+    return f"\nwhen: {window['reason']}" if window else ""
 
 
 def check_forecast_goal(goal: Goal, demand: str | None) -> None:
@@ -528,13 +542,18 @@ def _run_recommendation(args: argparse.Namespace) -> int:
     except (ValueError, PolicyError) as error:
         print(f"gpu-defrag plan: {error}", file=sys.stderr)
         return 2
+    docs = windowed(plans, model)
     if args.json:
-        docs = [p.to_dict() for p in plans]
         print(json.dumps(docs[0] if len(docs) == 1 else docs, indent=2, default=_jsonable))
     elif not plans:  # recommend, when no kind has anything: one line saying why
         print(nothing_recommended(notes))
     else:
-        print("\n\n".join(render_table(p) + "\n" + render_notes(p) for p in plans))
+        print(
+            "\n\n".join(
+                render_table(p) + "\n" + render_notes(p) + when_line(d)
+                for p, d in zip(plans, docs, strict=True)
+            )
+        )
     return 0 if all(p.feasible for p in plans) else 1
 
 
