@@ -7,9 +7,13 @@ import argparse
 import math
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from gpu_defrag_common.files import check_directory_target, staged_directory
 from gpu_defrag_common.units import duration, number
+
+if TYPE_CHECKING:
+    from advisor.simulate.run import Outcome
 
 MAX_LOAD = 100.0
 MAX_WORKERS = 64
@@ -175,26 +179,30 @@ def run(args: argparse.Namespace) -> int:
         f"{len(tasks)} replay(s)",
         flush=True,
     )
-    outcomes = run_tasks(tasks, processes=min(args.workers, len(tasks)))
+    outcomes = run_tasks(tasks, processes=min(args.workers, len(tasks)), done=_report)
     title = f"{path.name} on {args.nodes.name}, load {args.load:g}"
     try:
         with staged_directory(args.out, writer="simulate") as stage:
             written = write_all(stage, outcomes, title)
     except OSError as error:
         return _fail("simulate", f"cannot write {args.out}: {error.strerror or error}", 1)
-    for o in outcomes:
-        s = o.summary
-        calls = o.advisor_calls
-        per_call = f", advisor {sum(o.advisor_s) / calls:.2f} s/call x {calls}" if calls else ""
-        print(
-            f"{s['policy']:>14} advisor {s['advisor']:<11} seed {s['seed']}: p90 wait "
-            f"{_s(s['wait_p90_s'])}, >=8 GPUs {_s(s['wait_p90_s_big'])}, waiting "
-            f"{s['wait_gpu_hours']:g} GPU-h, moved {s['moved_pct_per_day']:g} %/day, restarts "
-            f"{s['restart_gpu_hours']:g} + held {s['held_gpu_hours']:g} GPU-h "
-            f"({o.wall_s:.1f} s{per_call})"
-        )
     print(f"wrote {', '.join(str(args.out / name) for name in written)}")
     return 0
+
+
+def _report(o: Outcome) -> None:
+    """One line per replay as it finishes."""
+    s = o.summary
+    calls = o.advisor_calls
+    per_call = f", advisor {sum(o.advisor_s) / calls:.2f} s/call x {calls}" if calls else ""
+    print(
+        f"{s['policy']:>14} advisor {s['advisor']:<11} seed {s['seed']}: p90 wait "
+        f"{_s(s['wait_p90_s'])}, >=8 GPUs {_s(s['wait_p90_s_big'])}, waiting "
+        f"{s['wait_gpu_hours']:g} GPU-h, moved {s['moved_pct_per_day']:g} %/day, restarts "
+        f"{s['restart_gpu_hours']:g} + held {s['held_gpu_hours']:g} GPU-h "
+        f"({o.wall_s:.1f} s{per_call})",
+        flush=True,
+    )
 
 
 def _s(value: float) -> str:

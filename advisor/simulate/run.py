@@ -9,6 +9,7 @@ random policy's draws; the trace fixes everything else.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import lru_cache
 from multiprocessing import get_context
@@ -149,9 +150,22 @@ def run_task(task: Task) -> Outcome:
     return replay(nodes, jobs, task.policy, task.advisor, task.seed, task.settings)
 
 
-def run_tasks(tasks: list[Task], processes: int = 2) -> list[Outcome]:
-    """All tasks, `processes` at a time (1 = in this process), in task order."""
+def run_tasks(
+    tasks: list[Task], processes: int = 2, done: Callable[[Outcome], None] | None = None
+) -> list[Outcome]:
+    """All tasks, `processes` at a time (1 = in this process), in task order; `done` is called
+    with each outcome as it comes (in task order)."""
+    out: list[Outcome] = []
     if processes <= 1 or len(tasks) <= 1:
-        return [run_task(t) for t in tasks]
+        results: Iterable[Outcome] = (run_task(t) for t in tasks)
+        for outcome in results:
+            out.append(outcome)
+            if done:
+                done(outcome)
+        return out
     with get_context("spawn").Pool(processes) as pool:
-        return pool.map(run_task, tasks, chunksize=1)
+        for outcome in pool.imap(run_task, tasks, chunksize=1):
+            out.append(outcome)
+            if done:
+                done(outcome)
+    return out
