@@ -75,6 +75,34 @@ def _label(outcome: Outcome) -> str:
     return f"{outcome.summary['policy']} / advisor {outcome.summary['advisor']}"
 
 
+# one colour per scheduler, one line style per advisor mode
+MODE_STYLE = {
+    "off": {"ls": "-", "lw": 1.0},
+    "on": {"ls": "-", "lw": 2.4},
+    "descheduler": {"ls": "--", "lw": 1.2},
+    "consolidate": {"ls": ":", "lw": 1.6},
+}
+
+
+def _style(outcomes: list[Outcome]) -> dict[str, dict[str, Any]]:
+    import matplotlib
+
+    policies = list(dict.fromkeys(o.summary["policy"] for o in outcomes))
+    colours = matplotlib.colormaps["tab10"]
+    return {
+        _label(o): {
+            "color": colours(policies.index(o.summary["policy"]) % 10),
+            **MODE_STYLE.get(o.summary["advisor"], {}),
+        }
+        for o in outcomes
+    }
+
+
+def _size_title(size: str, jobs: int) -> str:
+    what = {"cpu": "CPU-only jobs", "<1": "jobs of a shared GPU", "1": "jobs of 1 GPU"}
+    return f"{what.get(size, f'jobs of {size} GPUs')} ({jobs} per run)"
+
+
 def plot_wait_cdf(outcomes: list[Outcome], path: Path, title: str) -> None:
     import matplotlib
 
@@ -89,7 +117,8 @@ def plot_wait_cdf(outcomes: list[Outcome], path: Path, title: str) -> None:
     cols = min(3, max(1, len(sizes)))
     rows = (len(sizes) + cols - 1) // cols
     fig, axes = plt.subplots(rows, cols, figsize=(5 * cols, 3.6 * rows), squeeze=False)
-    labels = sorted({_label(o) for o in outcomes})
+    labels = list(dict.fromkeys(_label(o) for o in outcomes))
+    style = _style(outcomes)
     for ax, size in zip(axes.flat, sizes, strict=False):
         for label in labels:
             parts = waits[size].get(label)
@@ -97,11 +126,11 @@ def plot_wait_cdf(outcomes: list[Outcome], path: Path, title: str) -> None:
                 continue
             w = np.sort(np.concatenate(parts))
             y = np.arange(1, len(w) + 1) / len(w)
-            ax.step(np.maximum(w, 1.0), y, where="post", label=label)
-        n = sum(len(p) for p in next(iter(waits[size].values())))
+            ax.step(np.maximum(w, 1.0), y, where="post", label=label, **style[label])
+        n = len(next(iter(waits[size].values()))[0])
         ax.set_xscale("log")
         ax.set_xlim(left=1.0)
-        ax.set_title(f"jobs of {size} GPU{'s' if size not in ('1', '<1') else ''} ({n} per run)")
+        ax.set_title(_size_title(size, n))
         ax.set_xlabel("wait (s, waits under 1 s at 1)")
         ax.set_ylabel("share of jobs")
         ax.grid(alpha=0.3)
@@ -121,22 +150,35 @@ def plot_allocation(outcomes: list[Outcome], path: Path, title: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(9, 4.5))
     first_seed = min(o.summary["seed"] for o in outcomes) if outcomes else 0
-    for o in outcomes:
-        if o.summary["seed"] != first_seed or not len(o.curve):
-            continue
-        t, alloc, held = o.curve[:, 0], o.curve[:, 1], o.curve[:, 2]
-        total = o.capacity_gpus or max(float(alloc.max()), 1.0)
-        line = ax.step(t, alloc / total, where="post", label=_label(o))[0]
-        if held.any():
-            ax.step(t, held / total, where="post", ls="--", color=line.get_color(), lw=0.8)
-    ax.set_xlabel("simulated hours since the first submission")
-    ax.set_ylabel("share of GPU capacity allocated (held: dashed)")
-    ax.set_ylim(0, 1.05)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    ax.set_title(f"allocation over time: {title} (seed {first_seed})")
+    policies = list(dict.fromkeys(o.summary["policy"] for o in outcomes))
+    cols = min(2, max(1, len(policies)))
+    rows = (len(policies) + cols - 1) // cols
+    fig, axes = plt.subplots(rows, cols, figsize=(6.5 * cols, 3.6 * rows), squeeze=False)
+    colours = matplotlib.colormaps["tab10"]
+    modes = list(MODE_STYLE)
+    for ax, policy in zip(axes.flat, policies, strict=False):
+        for o in outcomes:
+            if o.summary["policy"] != policy or o.summary["seed"] != first_seed:
+                continue
+            if not len(o.curve):
+                continue
+            mode = o.summary["advisor"]
+            colour = colours(modes.index(mode) % 10 if mode in modes else 9)
+            t, alloc, held = o.curve[:, 0], o.curve[:, 1], o.curve[:, 2]
+            total = o.capacity_gpus or max(float(alloc.max()), 1.0)
+            ax.step(t, alloc / total, where="post", color=colour, label=f"advisor {mode}")
+            if held.any():
+                ax.step(t, held / total, where="post", ls="--", color=colour, lw=0.8)
+        ax.set_title(policy)
+        ax.set_xlabel("simulated hours since the first submission")
+        ax.set_ylabel("allocated share (held: dashed)")
+        ax.set_ylim(0, 1.05)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    for ax in list(axes.flat)[len(policies) :]:
+        ax.axis("off")
+    fig.suptitle(f"allocation over time: {title} (seed {first_seed})")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
