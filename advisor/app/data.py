@@ -81,8 +81,10 @@ STATE_LABELS: dict[str, str] = {
 
 
 def is_live(spec: str) -> bool:
-    """Exporter pages and Prometheus change under us; sims, snapshots and traces do not."""
-    return spec.strip().startswith(("http://", "https://", "prometheus+http", "prometheus+https"))
+    """Exporter pages, Prometheus and Slurm change under us; sims, snapshots and traces do not."""
+    return spec.strip().startswith(
+        ("http://", "https://", "prometheus+http", "prometheus+https", "slurm:", "slurm+")
+    )
 
 
 def initial_source(argv: list[str] | None = None, environ: dict[str, str] | None = None) -> str:

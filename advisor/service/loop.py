@@ -28,6 +28,7 @@ from advisor.forecast.live import MAX_TENANTS, forecast_pools, tenant_section
 from advisor.forecast.live_idle import IDLE_MAX_NODES, IDLE_RISK, IDLE_WINDOWS_H
 from advisor.fragmentation import measures
 from advisor.history import History
+from advisor.ingest.slurm.spec import is_slurm
 from advisor.ingest.sources import (
     SourceError,
     load_source,
@@ -35,6 +36,7 @@ from advisor.ingest.sources import (
     seconds,
     sim_fleet,
     sim_model,
+    slurm_spec,
 )
 from advisor.logs import RedactingFilter, redact
 from advisor.model import ClusterModel
@@ -143,6 +145,8 @@ def check_form(spec: str) -> None:
     spec = spec.strip()
     if spec.startswith(("prometheus+http://", "prometheus+https://")):
         prometheus_spec(spec)
+    elif is_slurm(spec):  # a controller that is down now may answer later
+        slurm_spec(spec)
     elif not spec.startswith(("http://", "https://", "openb:")) and not spec.endswith(".json"):
         load_source(spec)  # a file that exists loads; anything else is load_source's form error
 
