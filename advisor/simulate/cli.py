@@ -43,14 +43,8 @@ def _every(text: str) -> float:
     return value
 
 
-def _out_folder(text: str) -> Path:
-    if not text:
-        raise argparse.ArgumentTypeError("an empty path names no folder")
-    return Path(text)
-
-
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from advisor.replay.cli import parse_seeds
+    from advisor.replay.cli import out_folder, parse_seeds
     from advisor.simulate import ADVISOR_MODES
     from advisor.simulate.schedulers import KNOWN, SCHEDULERS
 
@@ -116,7 +110,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=2,
         help=f"worker processes, 1 to {MAX_WORKERS} (default 2)",
     )
-    p.add_argument("--out", required=True, type=_out_folder, help="output directory")
+    p.add_argument("--out", required=True, type=out_folder, help="output directory")
     p.set_defaults(func=run)
 
     e = subparsers.add_parser(
@@ -129,7 +123,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     e.add_argument("source", help="sim:PRESET[?seed=N&nodes=N]")
     e.add_argument("--days", type=number(0, 365, above=True), default=14.0, help="days of arrivals")
-    e.add_argument("--out", required=True, type=_out_folder, help="output directory")
+    e.add_argument("--out", required=True, type=out_folder, help="output directory")
     e.set_defaults(func=run_export)
 
 
