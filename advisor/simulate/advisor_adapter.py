@@ -85,7 +85,8 @@ class AdvisorAdapter:
             render=lambda state, config: b"",  # no /metrics page is served
         )
         self.calls = 0
-        self.seconds: list[float] = []
+        self.seconds: list[float] = []  # wall seconds per call
+        self.cpu_seconds: list[float] = []  # CPU seconds per call (a shared machine's load aside)
 
     def _ingest(self) -> ClusterModel:
         assert self._model is not None
@@ -94,12 +95,13 @@ class AdvisorAdapter:
     def advise(self, sim: Simulation, now: float) -> Advice:
         import time
 
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.process_time()
         self._model = model_of(sim, now, self.static)
         self._clock = EPOCH + now
         advice = self._run()
         self.calls += 1
         self.seconds.append(time.perf_counter() - started)
+        self.cpu_seconds.append(time.process_time() - cpu)
         return advice
 
     def _run(self) -> Advice:

@@ -26,6 +26,7 @@ RUN_COLUMNS = (
     "advisor_calls",
     "advisor_s_per_call",
     "advisor_s_max",
+    "advisor_cpu_s_per_call",
     "consolidations",
     "reservations",
     "preemptive",
@@ -54,7 +55,8 @@ def run_row(outcome: Outcome) -> dict[str, Any]:
         "advisor_calls": calls,
         "advisor_s_per_call": round(sum(outcome.advisor_s) / calls, 4) if calls else "",
         "advisor_s_max": round(max(outcome.advisor_s), 4) if calls else "",
-        **{k: notes.get(k, "") for k in RUN_COLUMNS[7:]},
+        "advisor_cpu_s_per_call": round(sum(outcome.advisor_cpu_s) / calls, 4) if calls else "",
+        **{k: notes.get(k, "") for k in RUN_COLUMNS[8:]},
     }
 
 

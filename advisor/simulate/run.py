@@ -59,6 +59,7 @@ class Outcome:
     capacity_gpus: float = 0.0
     advisor_calls: int = 0
     advisor_s: list[float] = field(default_factory=list)
+    advisor_cpu_s: list[float] = field(default_factory=list)
     notes: dict[str, Any] = field(default_factory=dict)
 
 
@@ -127,6 +128,7 @@ def replay(
     if adapter is not None:
         outcome.advisor_calls = adapter.calls
         outcome.advisor_s = list(adapter.seconds)
+        outcome.advisor_cpu_s = list(adapter.cpu_seconds)
     stats = getattr(controller, "stats", None)
     if stats is not None:
         outcome.notes = {k: v for k, v in vars(stats).items()}
