@@ -73,6 +73,7 @@ STATE_LABELS: dict[str, str] = {
     "allocated_idle": "allocated, idle",
     "unhealthy": "unhealthy / unavailable",
     "mig_free": "MIG, free instances",
+    "owner_unknown": "in use, owner unknown",
     "reserved": "reserved (planned)",
 }
 
@@ -81,9 +82,10 @@ STATE_LABELS: dict[str, str] = {
 
 
 def is_live(spec: str) -> bool:
-    """Exporter pages, Prometheus and Slurm change under us; sims, snapshots and traces do not."""
+    """Exporter pages, Prometheus, Kubernetes and Slurm change under us; sims, snapshots and
+    traces do not."""
     return spec.strip().startswith(
-        ("http://", "https://", "prometheus+http", "prometheus+https", "slurm:", "slurm+")
+        ("http://", "https://", "prometheus+http", "prometheus+https", "slurm:", "slurm+", "k8s:")
     )
 
 
@@ -293,7 +295,29 @@ def current() -> SourceState:
         )
     if state.model.left_out:
         st.warning(left_out_text(state.model.left_out), icon=":material/dns:")
+    for line in scheduler_lines(state.model):
+        st.info(line, icon=":material/info:")
     return state
+
+
+def scheduler_lines(model: ClusterModel) -> list[str]:
+    """What every page says about the model's racks and its scheduler's view: racks unknown
+    (multi-node shapes then count known racks only), a stale watch, the join's notes."""
+    lines = []
+    unknown = int((model.nodes.rack == "").sum())
+    if unknown and len(model.nodes):
+        where = "all" if unknown == len(model.nodes) else f"{unknown} of {len(model.nodes)}"
+        lines.append(
+            f"Rack unknown for {where} nodes: multi-node shapes are counted on known racks "
+            'only, and where the racks decide it the count says "rack unknown" (give the rack '
+            "label: k8s:?rack-label=KEY)."
+        )
+    facts = model.scheduler
+    if facts is not None:
+        if facts.stale:
+            lines.append(f"The {facts.kind} view is stale: {facts.stale}.")
+        lines += [f"{facts.kind}: {note}" for note in facts.notes[:5]]
+    return lines
 
 
 def left_out_text(left_out: tuple[str, ...]) -> str:
@@ -421,11 +445,26 @@ def shapes_frame(result: dict[str, Any]) -> pd.DataFrame:
             "shape": row["shape"],
             "GPUs per job": row["gpus_per_job"],
             "jobs that can start now": row["jobs_that_fit"],
+            # where unknown racks decide the count: what they could allow (None elsewhere)
+            "if the unknown racks allow": row.get("jobs_if_racks_allow"),
+            "why none can start": {"rack_unknown": "rack unknown", "scattered": "scattered"}.get(
+                row.get("blocked_by") or "", ""
+            ),
             "free GPUs it cannot use": row["stranded_gpus"],
+            "spans NVLink islands": _crossing_text(row["crosses_nvlink_islands"]),
         }
         for row in result["spatial"]["shapes"]
     ]
     return pd.DataFrame(rows)
+
+
+def _crossing_text(estimates: list[dict[str, Any]]) -> str:
+    """Where a job of the shape spans NVLink islands and how much slower (est.), in short."""
+    return "; ".join(
+        f"{e['gpu_model']}: "
+        + ("slower" if e["step_slowdown"] is None else f"est. {e['step_slowdown']:.1f}x step time")
+        for e in estimates
+    )
 
 
 def worst_nodes(result: dict[str, Any], top: int = 10) -> pd.DataFrame:
@@ -433,8 +472,8 @@ def worst_nodes(result: dict[str, Any], top: int = 10) -> pd.DataFrame:
     nodes = result["nodes"]
     order = measures.most_fragmented(nodes, top)
     frame = pd.DataFrame({key: np.asarray(value)[order] for key, value in nodes.items()})
-    if result["spatial"]["largest_job"]["nvlink_group_gpus"] is None:  # no island known
-        frame["largest_free_nvlink_group"] = None
+    group = frame["largest_free_nvlink_group"]  # -1 where a node's islands are unknown
+    frame["largest_free_nvlink_group"] = group.astype(object).where(group >= 0, None)
     return frame.rename(
         columns={
             "gpu_model": "GPU model",

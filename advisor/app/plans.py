@@ -88,16 +88,31 @@ def recommendations(
     """What the Actions page lists: a consolidation plan for `goal` (migrations), then (with
     `others`) every other kind `recommend()` finds (reservations, loans, reclaim, sharing,
     rebalancing)."""
-    from advisor.planner.recommend import recommend
+    return recommendations_with_notes(model, policy, goal, exact, others, job_end)[0]
+
+
+def recommendations_with_notes(
+    model: ClusterModel,
+    policy: Policy,
+    goal: str,
+    exact: bool = False,
+    others: bool = True,
+    job_end: Mapping[str, float] | None = None,
+) -> tuple[list[Plan], list[str]]:
+    """`recommendations`, and per kind that recommends nothing why, in numbers (the notes
+    `gpu-defrag plan --goal recommend` and the service give)."""
+    from advisor.planner.recommend import recommend_with_notes
 
     plans = []
+    notes: list[str] = []
     if goal:
         plans.append(consolidation_plan(model, parse_goal(goal), policy, exact))
     if others:  # reservations and loans on the learned job ends, as the service's
         from advisor.forecast.job_ends import outlook
 
-        plans += recommend(model, policy, outlook(job_end or {}))
-    return plans
+        found, notes = recommend_with_notes(model, policy, outlook(job_end or {}))
+        plans += found
+    return plans, notes
 
 
 def plan_label(index: int, plan: Plan) -> str:
@@ -411,6 +426,11 @@ def kubectl_commands(actions: Sequence[Action]) -> str:
                     f" gpu-defrag.io/mig-profile={q(a.dst.mig_profile)}"
                     if a.dst.mig_profile
                     else f" gpu-defrag.io/gpu-milli={a.dst.milli}"
+                    + (
+                        f" gpu-defrag.io/gpu-limit-milli={a.dst.limit_milli}"
+                        if a.dst.limit_milli is not None
+                        else ""
+                    )
                     if a.dst.milli < 1000
                     else ""
                 ),
@@ -494,6 +514,10 @@ class WhatIf:
     fits_now: int  # jobs of the shape that could start now
     plan: Plan | None  # cheapest checked plan to make room now (None when it fits)
     wait: Plan | None  # reservation: when it fits without moving anything (None when it fits)
+    # per GPU model where a job that fits now spans NVLink islands: the slowdown estimate
+    # (`measures.crossing`, what `analyze` prints too)
+    crossing: tuple[dict[str, Any], ...] = ()
+    why_not: str = ""  # why it cannot start now, in numbers (`planner.why.why_not_now`)
 
 
 def whatif(
@@ -515,7 +539,7 @@ def whatif(
     shape = Shape(num_gpu, tasks=nodes, gpu_spec=gpu_model)
     fits = measures.jobs_that_fit(model, shape)
     if fits > 0:
-        return WhatIf(shape, fits, None, None)
+        return WhatIf(shape, fits, None, None, tuple(measures.crossing(model, shape)))
     size = f"{nodes}x{num_gpu}" if nodes > 1 else str(num_gpu)
     goal = Goal(
         f"job={size}" + (f"@{gpu_model}" if gpu_model else ""), "job", shape=shape, tenant=tenant
@@ -526,7 +550,9 @@ def whatif(
     request = Request(WHATIF_JOB, tenant, None, nodes, num_gpu, gpu_model)
     ends = job_end() if callable(job_end) else job_end
     waits = plan_reservations(model, policy, [request], Outlook(job_end=dict(ends or {})))
-    return WhatIf(shape, fits, plan, waits[0] if waits else None)
+    from advisor.planner.why import why_not_now
+
+    return WhatIf(shape, fits, plan, waits[0] if waits else None, why_not=why_not_now(model, shape))
 
 
 def hours(seconds: float) -> str:

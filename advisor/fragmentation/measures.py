@@ -7,7 +7,9 @@ paper's measure, from `advisor.fragmentation.fgd`) and a per-node score for heat
 
 "Free" always means usable (healthy, not lost, on a schedulable node), unallocated and not in
 MIG mode (a MIG GPU is room for MIG instances only, what they carve): a lost or unhealthy GPU is
-neither free nor allocatable. Unknown CPU or memory capacity is no constraint;
+neither free nor allocatable. A GPU in use that no source attributes (busy or holding memory,
+`advisor.model.UNATTRIBUTED`) is allocated with its owner unknown: counted as such, never free,
+never "allocated but idle" (no owner to ask). Unknown CPU or memory capacity is no constraint;
 unknown utilization is never "idle".
 """
 
@@ -23,8 +25,8 @@ from typing import Any
 import numpy as np
 
 from advisor.contract import GPU_STATE_CODES
-from advisor.fragmentation import fgd
-from advisor.model import MILLI, UNKNOWN_ISLAND, ClusterModel, spec_models, spec_parts
+from advisor.fragmentation import fgd, nvlink
+from advisor.model import MILLI, ClusterModel, spec_models, spec_parts
 
 # --------------------------------------------------------------------------- shapes
 
@@ -134,12 +136,14 @@ def _cap(free: np.ndarray, need: float) -> np.ndarray:
 
 
 def tasks_per_node(model: ClusterModel, shape: Shape) -> np.ndarray:
-    """int64 (N): how many single-node tasks of `shape` each node can host at once."""
+    """int64 (N): how many single-node tasks of `shape` each node can host at once, whole-GPU
+    tasks under the planner's NVLink-island rule (`nvlink.whole_tasks_per_node`): a 4-GPU task
+    on 4-GPU islands needs 4 free in one island, not 2 + 2."""
     if shape.gpu_milli < MILLI:
         slots = _per_node(model, (model.gpu_free_milli // shape.gpu_milli).astype(np.float64))
         gpu_tasks = slots.astype(np.int64)
     else:
-        gpu_tasks = free_whole_per_node(model) // shape.num_gpu
+        gpu_tasks = nvlink.whole_tasks_per_node(model, model.gpu_is_free, shape.num_gpu)
     tasks = np.minimum(gpu_tasks, _cap(model.node_cpu_free, shape.cpu_milli))
     tasks = np.minimum(tasks, _cap(model.node_memory_free, shape.memory_mib))
     return np.where(_spec_mask(model, shape.gpu_spec), tasks, 0)
@@ -233,15 +237,28 @@ def jobs_that_fit_by_part(
     return out
 
 
+def crossing(model: ClusterModel, shape: Shape) -> list[dict[str, Any]]:
+    """Per GPU model on whose nodes a task of `shape` that fits now spans NVLink islands (it
+    is larger than an island there): the estimate of what that costs
+    (`nvlink.cross_island_estimate`); [] when every such task fits in one island."""
+    if shape.gpu_milli < MILLI:
+        return []
+    fits = tasks_per_node(model, shape) > 0
+    models = nvlink.crossing_models(model, shape.num_gpu, fits)
+    return [nvlink.cross_island_estimate(name).to_dict() for name in models]
+
+
 def gpu_state_codes(model: ClusterModel, idle: np.ndarray) -> np.ndarray:
     """int8 (G): `GPU_STATE_CODES` per GPU, for the heatmaps of the app and the dashboards.
-    Allocated GPUs are busy, or idle by `idle` (a cordoned node's still run their jobs);
-    unhealthy or lost GPUs, and unallocated ones a scheduler may not use (cordoned), are
-    unhealthy; an unallocated usable MIG GPU is `mig_free`: room for MIG instances, not a free
-    whole GPU (`free` is exactly `model.gpu_is_free`)."""
+    Allocated GPUs are busy, or idle by `idle` (a cordoned node's still run their jobs), or
+    `owner_unknown` where a holder no source names uses them; unhealthy or lost GPUs, and
+    unallocated ones a scheduler may not use (cordoned), are unhealthy; an unallocated usable
+    MIG GPU is `mig_free`: room for MIG instances, not a free whole GPU (`free` is exactly
+    `model.gpu_is_free`)."""
     allocated = model.gpu_milli_allocated > 0
     codes = np.where(allocated, GPU_STATE_CODES["busy"], GPU_STATE_CODES["free"])
     codes = np.where(allocated & idle, GPU_STATE_CODES["allocated_idle"], codes)
+    codes = np.where(model.gpu_owner_unknown, GPU_STATE_CODES["owner_unknown"], codes)
     codes = np.where(~allocated & model.gpus.mig_enabled, GPU_STATE_CODES["mig_free"], codes)
     broken = ~model.gpus.healthy | model.gpus.lost | (~model.gpu_usable & ~allocated)
     return np.where(broken, GPU_STATE_CODES["unhealthy"], codes).astype(np.int8)
@@ -250,37 +267,26 @@ def gpu_state_codes(model: ClusterModel, idle: np.ndarray) -> np.ndarray:
 # --------------------------------------------------------------------------- spatial
 
 
-def largest_free_nvlink_group(model: ClusterModel) -> np.ndarray:
-    """int64 (N): most free GPUs inside one NVLink island per node (unknown island = alone)."""
-    gpus = model.gpus
-    free = model.gpu_is_free
-    if not free.any():
-        return np.zeros(len(model.nodes), dtype=np.int64)
-    island = np.where(
-        gpus.nvlink_island == UNKNOWN_ISLAND, -1 - gpus.index.astype(np.int64), gpus.nvlink_island
-    )
-    keys = gpus.node[free].astype(np.int64) * 4096 + (island[free] + 2048)
-    unique, counts = np.unique(keys, return_counts=True)
-    out = np.zeros(len(model.nodes), dtype=np.int64)
-    np.maximum.at(out, unique // 4096, counts)
-    return out
+largest_free_nvlink_group = nvlink.largest_free_nvlink_group  # -1 where islands are unknown
 
 
 @dataclass(frozen=True)
 class Largest:
-    single_node_gpus: int  # most free whole GPUs on one node
-    nvlink_group_gpus: int  # most free whole GPUs in one NVLink island
+    single_node_gpus: int  # largest whole-GPU task one node can start now (island rule)
+    nvlink_group_gpus: int | None  # most free whole GPUs in one NVLink island (None: unknown)
     rack_full_nodes: int  # most fully free 8-GPU tasks within one rack and model
     fraction_milli: int  # largest free share on any single GPU
 
 
 def largest_fitting(model: ClusterModel, groups: np.ndarray | None = None) -> Largest:
-    free = free_whole_per_node(model)
     groups = _rack_groups(model) if groups is None else groups
-    eights = np.bincount(groups, weights=(free // 8).astype(np.float64)) if len(free) else [0]
+    eights_per_node = nvlink.whole_tasks_per_node(model, model.gpu_is_free, 8)
+    eights = np.bincount(groups, weights=eights_per_node.astype(np.float64)) if len(groups) else [0]
+    group = largest_free_nvlink_group(model)
+    known = group != nvlink.UNKNOWN
     return Largest(
-        single_node_gpus=int(free.max(initial=0)),
-        nvlink_group_gpus=int(largest_free_nvlink_group(model).max(initial=0)),
+        single_node_gpus=int(nvlink.largest_task_per_node(model).max(initial=0)),
+        nvlink_group_gpus=int(group[known].max(initial=0)) if known.any() else None,
         rack_full_nodes=int(np.max(eights, initial=0)),
         fraction_milli=int(model.gpu_free_milli.max(initial=0)),
     )
@@ -318,8 +324,9 @@ class IdlePolicy:
 
 
 def allocated_idle(model: ClusterModel, policy: IdlePolicy = IdlePolicy()) -> np.ndarray:
-    """bool (G): allocated, usable GPUs idle over the window (latest value without history)."""
-    allocated = (model.gpu_milli_allocated > 0) & model.gpus.healthy
+    """bool (G): allocated, usable GPUs idle over the window (latest value without history);
+    a GPU held by an owner nobody names is not one (`model.gpu_owner_unknown`)."""
+    allocated = (model.gpu_milli_allocated > 0) & model.gpus.healthy & ~model.gpu_owner_unknown
     usage = model.usage
     if len(usage.times):
         end = usage.times.max() if math.isnan(model.timestamp) else model.timestamp
@@ -495,22 +502,43 @@ def most_fragmented(nodes: dict[str, np.ndarray], top: int = 10) -> np.ndarray:
 
 
 def analyze(model: ClusterModel, settings: Settings = Settings()) -> dict[str, Any]:
-    """Every measure as plain data (JSON-ready apart from the `nodes` numpy columns)."""
+    """Every measure as plain data (JSON-ready apart from the `nodes` numpy columns).
+
+    A multi-node shape's `jobs_that_fit` counts known racks only; `jobs_if_racks_allow` is
+    what nodes of unknown rack could add (None where no rack is unknown or the shape is one
+    node), and `blocked_by` says why a shape with enough free GPUs fits nowhere
+    (`advisor.fragmentation.racks`: rack_unknown or scattered; None otherwise)."""
+    from advisor.fragmentation import racks  # racks counts with this module's functions
+
     groups = _rack_groups(model)
+    shared = racks.shared_rack_groups(model)
+    any_unknown = bool(racks.rack_unknown(model).any())
     free_whole = int(model.gpu_is_free.sum())
+    free_per_pool = (
+        np.bincount(_codes(model.nodes.pool), weights=free_whole_per_node(model).astype(np.float64))
+        if len(model.nodes)
+        else np.zeros(1)
+    )
     partial = model.gpu_free_milli * ((model.gpu_milli_allocated > 0) & model.gpu_usable)
     cpu_per_gpu, memory_per_gpu = min_host_need_per_gpu(model)
     shapes = []
     for shape in settings.shapes:
         fit = jobs_that_fit(model, shape, groups)
-        whole = shape.gpu_milli == MILLI
+        generous = jobs_that_fit(model, shape, shared) if shape.tasks > 1 and any_unknown else fit
+        rack_decides = racks.depends_on_racks(shape, fit, generous)
+        # free whole GPUs it cannot use: unknown where unknown racks decide the count
+        whole = shape.gpu_milli == MILLI and not rack_decides
         shapes.append(
             {
                 "shape": shape.name,
                 "gpus_per_job": shape.gpus,
                 "jobs_that_fit": fit,
-                # free whole GPUs this shape cannot use (spatially stranded for it)
+                "jobs_if_racks_allow": generous if rack_decides else None,
+                "blocked_by": racks.blocked_cause(
+                    shape, fit, generous, float(free_per_pool.max(initial=0))
+                ),
                 "stranded_gpus": free_whole - fit * shape.tasks * shape.num_gpu if whole else None,
+                "crosses_nvlink_islands": crossing(model, shape) if fit else [],
             }
         )
     idle = allocated_idle(model, settings.idle)
@@ -540,7 +568,10 @@ def analyze(model: ClusterModel, settings: Settings = Settings()) -> dict[str, A
             "usable_gpus": int(model.gpu_usable.sum()),
             "unhealthy_gpus": int((~model.gpus.healthy).sum()),
             "allocated_gpus": float(model.gpu_milli_allocated.sum()) / MILLI,
+            # in use (busy, holding memory, running processes) by a holder no source names
+            "owner_unknown_gpus": int((model.gpu_owner_unknown & model.gpus.healthy).sum()),
             "pending_tasks": int((allocs.node < 0).sum()),
+            **racks.rack_summary(model),
         },
         "spatial": {
             "free_gpus": free_whole,
@@ -553,12 +584,8 @@ def analyze(model: ClusterModel, settings: Settings = Settings()) -> dict[str, A
             "shapes": shapes,
             "largest_job": {
                 "single_node_gpus": largest.single_node_gpus,
-                # None when no GPU's NVLink island is known (e.g. the openb trace)
-                "nvlink_group_gpus": (
-                    largest.nvlink_group_gpus
-                    if (model.gpus.nvlink_island != UNKNOWN_ISLAND).any()
-                    else None
-                ),
+                # None when no node's NVLink islands are known (e.g. the openb trace)
+                "nvlink_group_gpus": largest.nvlink_group_gpus,
                 "multi_node_gpus_in_rack": (
                     8 * largest.rack_full_nodes if (model.nodes.rack != "").any() else None
                 ),

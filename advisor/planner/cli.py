@@ -31,10 +31,13 @@ from typing import Any
 
 from advisor.fragmentation.measures import Shape, check_models, parse_shape
 from advisor.model import ClusterModel
-from advisor.planner.actions import CostWeights, Plan
+from advisor.planner.actions import CostWeights, GpuSet, Plan
 from advisor.planner.consolidate import GOAL_KINDS, Goal, parse_goal, plan_heuristic
 from advisor.planner.constraints import Policy, PolicyError, load_policy
+from advisor.planner.policy_merge import merge_lines, merged_policy
 from advisor.snapshot import JsonFileError, read_json, repeated_key
+from gpu_defrag_common.messages import say_error
+from gpu_defrag_common.progress import Progress, add_quiet_flag
 from gpu_defrag_common.units import fraction, number, positive_duration
 
 EXACT_MAX_NODES = 400
@@ -154,6 +157,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "share | rebalance | reserve[=JOB] | borrow=JOB | borrow=TENANT:GPUS[:PRIORITY]",
     )
     parser.add_argument("--json", action="store_true", help="print the plan as JSON")
+    add_quiet_flag(parser)
     _add_flag(
         parser,
         "--solver",
@@ -308,10 +312,12 @@ def solve(
         heuristic = plan_heuristic(model, goal, policy, demand=demand)
         if solver == "heuristic" or heuristic.extra.get("over_quota"):
             return heuristic  # over quota: no placement can change that, the reason says so
+        if heuristic.extra.get("rack_unknown"):
+            return heuristic  # no solver can prove anything about racks nobody knows
     if solver == "best" and len(model.nodes) > exact_max_nodes:
         note = f"exact solver skipped: {len(model.nodes)} nodes > {exact_max_nodes}"
         return replace(heuristic, extra={**heuristic.extra, "exact": note})
-    from advisor.planner.exact import plan_exact  # ortools loads only when asked
+    from advisor.planner.exact import PROVED, plan_exact  # ortools loads only when asked
 
     exact = plan_exact(
         model,
@@ -339,17 +345,12 @@ def solve(
     ):
         chosen = exact
     if not chosen.feasible and exact.extra.get("status") == "infeasible":
-        chosen = replace(chosen, reason=f"{chosen.reason}; {exact.reason}")
+        chosen = replace(chosen, reason=f"{chosen.reason}; {PROVED}")
     return replace(chosen, extra={**chosen.extra, "comparison": comparison})
 
 
 def _gpus(doc: dict | None) -> str:
-    if not doc:
-        return "-"
-    share = "" if doc["milli"] == 1000 else f"@{doc['milli'] / 1000:g}"
-    if doc.get("mig_profile"):
-        share = f"@MIG {doc['mig_profile']}"
-    return f"{doc['node']}[{','.join(map(str, doc['gpus']))}]{share}"
+    return str(GpuSet.from_dict(doc)) if doc else "-"
 
 
 def _quota(doc: dict, sign: int) -> str:
@@ -402,7 +403,8 @@ def render_table(plan: Plan) -> str:
     before, after = doc["before"], doc["after"]
     for key in ("free_gpus", "free_nodes", "largest_free_nvlink_group", "fgd_fragment_gpus"):
         if key in before:
-            lines.append(f"{key}: {before[key]} -> {after.get(key)}")
+            was, now = (("unknown" if v is None else v) for v in (before[key], after.get(key)))
+            lines.append(f"{key}: {was} -> {now}")
     if doc.get("benefit"):
         benefit = doc["benefit"]
         lines.append(f"newly schedulable shapes: {', '.join(benefit['newly_schedulable']) or '-'}")
@@ -433,24 +435,26 @@ def run(args: argparse.Namespace) -> int:
 
     refused = refused_flag(args)
     if refused:  # before the source is read: a flag the goal ignores is no plan for it
-        print(f"gpu-defrag plan: error: {refused}", file=sys.stderr)
+        say_error("plan", refused)
         return 2
     key = args.goal.partition("=")[0].strip()
     if key in GOALS:  # recommendation kinds (recommend.py)
         return _run_recommendation(args)
     if key not in GOAL_KINDS:
-        print(
-            f"gpu-defrag plan: bad goal {args.goal!r}: unknown goal {key!r} (job=8x8, job=4, "
+        say_error(
+            "plan",
+            f"bad goal {args.goal!r}: unknown goal {key!r} (job=8x8, job=4, "
             "free-nodes=8, forecast=6h, recommend, reclaim, share, rebalance, reserve[=JOB] or "
             "borrow=JOB|TENANT:GPUS)",
-            file=sys.stderr,
         )
         return 2
     try:
         goal = parse_goal(args.goal, priority=args.priority, tenant=args.tenant)
         check_forecast_goal(goal, args.demand)
-        policy = load_policy(args.policy) if args.policy else Policy()
+        file_policy = load_policy(args.policy) if args.policy else None
         model = load_source(args.source)
+        policy = merged_policy(file_policy, model)  # a scheduler's quotas under the file's
+        quota_lines = merge_lines(file_policy, model, args.policy)
         if goal.shape is not None:
             check_models(model, goal.shape)
         demand = (
@@ -465,23 +469,36 @@ def run(args: argparse.Namespace) -> int:
             else None
         )
     except (ValueError, PolicyError) as error:
-        print(f"gpu-defrag plan: {error}", file=sys.stderr)
+        say_error("plan", str(error))
         return 2
-    plan = solve(
-        model,
-        goal,
-        policy,
-        args.solver,
-        args.time_limit,
-        args.exact_max_nodes,
-        demand,
-        workers=args.workers,
+    # the exact solver (seconds to minutes) is the long part: only it shows progress
+    exact = args.solver == "exact" or (
+        args.solver == "best" and len(model.nodes) <= args.exact_max_nodes
     )
-    [doc] = windowed([plan], model)
-    if args.json:
-        print(json.dumps(doc, indent=2, default=_jsonable))
-    else:
-        print(render_table(plan) + when_line(doc))
+    nodes = len(model.nodes)
+    quiet = args.quiet or not exact
+    with Progress("plan", f"exact solver on {nodes} nodes", quiet=quiet) as progress:
+        plan = solve(
+            model,
+            goal,
+            policy,
+            args.solver,
+            args.time_limit,
+            args.exact_max_nodes,
+            demand,
+            workers=args.workers,
+        )
+        found = "a plan" if plan.feasible else "no plan"
+        progress.done(f"{found} for {goal.text} ({args.solver} solver, {nodes} nodes)")
+        [doc] = windowed([plan], model)
+        if args.json:
+            if quota_lines:
+                doc["quotas"] = quota_lines
+            print(json.dumps(doc, indent=2, default=_jsonable))
+        else:
+            quotas = "\n\n" + "\n".join(quota_lines) if quota_lines else ""
+            print(render_table(plan) + when_line(doc) + quotas)
+        sys.stdout.flush()  # a full disk fails here, before the closing line
     return 0 if plan.feasible else 1
 
 
@@ -532,15 +549,17 @@ def _run_recommendation(args: argparse.Namespace) -> int:
 
     notes: list[str] = []
     try:
-        policy = load_policy(args.policy) if args.policy else Policy()
+        file_policy = load_policy(args.policy) if args.policy else None
         model = load_source(args.source)
+        policy = merged_policy(file_policy, model)  # a scheduler's quotas under the file's
+        quota_lines = merge_lines(file_policy, model, args.policy)
         check_reserve_job(model, args.goal)
         if args.goal.partition("=")[0].strip() == "recommend":
             plans, notes = recommend_with_notes(model, policy)
         else:
             plans = plan_for_goal(model, policy, args.goal) or []
     except (ValueError, PolicyError) as error:
-        print(f"gpu-defrag plan: {error}", file=sys.stderr)
+        say_error("plan", str(error))
         return 2
     docs = windowed(plans, model)
     if args.json:
@@ -554,6 +573,8 @@ def _run_recommendation(args: argparse.Namespace) -> int:
                 for p, d in zip(plans, docs, strict=True)
             )
         )
+    if quota_lines and not args.json:
+        print("\n" + "\n".join(quota_lines))
     return 0 if all(p.feasible for p in plans) else 1
 
 

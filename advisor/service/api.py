@@ -4,7 +4,9 @@ Routes (all GET, all JSON, all carrying a `meta` freshness block):
 `/api/snapshot` (the cluster model, in the snapshot file format), `/api/fragmentation`
 (`?nodes=true` adds the per-node table), `/api/recommendations` (`?limit=N` bounds the ranked
 actions), `/api/forecast`, `/api/job-ends` (per running job its expected end, learned or the
-planner's fallback; `?tenant=`, `?node=`, `?limit=N`), `/api/openapi.json` (this description),
+planner's fallback; `?tenant=`, `?node=`, `?limit=N`), `/api/pending` (the scheduler's queue,
+why each waiting job cannot start, the plan for the biggest blocked one; `?tenant=`,
+`?limit=N`), `/api/openapi.json` (this description),
 and `/api/` (an index of these routes, also at `/api`, so the address the demo prints answers).
 Before the first good run every data route answers 503 with the reason; afterwards the last good
 results are served with `meta.stale` true while the source fails.
@@ -29,6 +31,7 @@ from advisor.forecast.job_ends import LISTED_QUANTILES
 from advisor.forecast.live import MIN_COVERAGE_ORIGINS
 from advisor.forecast.models import MIN_INTERVAL_ERRORS
 from advisor.planner.actions import KINDS
+from advisor.service import pending_api
 from advisor.service import results as R
 from advisor.service.loop import RunState, describe
 from gpu_defrag_common import __version__
@@ -117,6 +120,7 @@ def recommendations_doc(state: RunState, limit: int | None = None) -> dict[str, 
         "stale": bool(recs.get("stale", False)),
         "error": recs.get("error") or None,
         "goals": recs.get("goals", []),
+        "notes": recs.get("notes", []),
         "by_kind": recs.get("by_kind", {}),
         "total_actions": len(actions),
         "actions": actions if limit is None else actions[:limit],
@@ -235,6 +239,10 @@ class Api:
         allowed = {"tenant": str, "node": _node, "limit": _limit}
         return self._serve("job_ends", query, allowed, job_ends_doc)
 
+    def pending(self, query: str) -> Response:
+        allowed = {"tenant": str, "limit": _limit}
+        return self._serve("pending", query, allowed, pending_api.pending_doc)
+
     def openapi(self, query: str) -> Response:
         return Response(HTTPStatus.OK, self._openapi, JSON)
 
@@ -250,6 +258,7 @@ class Api:
             "/api/recommendations": self.recommendations,
             "/api/forecast": self.forecast,
             "/api/job-ends": self.job_ends,
+            "/api/pending": self.pending,
             "/api/openapi.json": self.openapi,
         }
 
@@ -395,7 +404,18 @@ def _analysis_schemas() -> dict[str, Any]:
                 "usable_gpus": _COUNT,
                 "unhealthy_gpus": _COUNT,
                 "allocated_gpus": _GPUS,
+                "owner_unknown_gpus": _COUNT,
                 "pending_tasks": _COUNT,
+                "nodes_rack_unknown": {
+                    **_COUNT,
+                    "description": "nodes whose rack no source knows (multi-node shapes count "
+                    "known racks only; see jobs_if_racks_allow)",
+                },
+                "racks_from": {
+                    **_STR_OR_NULL,
+                    "description": "where the racks came from (a node label, Slurm's topology); "
+                    "null: no rack is known",
+                },
             }
         ),
         "Spatial": _obj(
@@ -410,8 +430,31 @@ def _analysis_schemas() -> dict[str, Any]:
                         {
                             "shape": {"type": "string"},
                             "gpus_per_job": _GPUS,
-                            "jobs_that_fit": _COUNT,
+                            "jobs_that_fit": {
+                                **_COUNT,
+                                "description": "jobs that surely fit now; a multi-node shape "
+                                "counts nodes of known racks only",
+                            },
+                            "jobs_if_racks_allow": {
+                                "type": ["integer", "null"],
+                                "minimum": 0,
+                                "description": "jobs that would fit if the nodes of unknown "
+                                "rack shared a rack; null where no unknown rack decides it",
+                            },
+                            "blocked_by": {
+                                "enum": ["rack_unknown", "scattered", None],
+                                "description": "why no job of the shape can start although a "
+                                "pool has enough free GPUs; null when one can, or too few are "
+                                "free",
+                            },
                             "stranded_gpus": {"type": ["integer", "null"]},
+                            "crosses_nvlink_islands": {
+                                "type": "array",
+                                "description": "per GPU model on whose nodes a job of the "
+                                "shape that fits spans NVLink islands: the estimate of the "
+                                "slowdown and its source (advisor.fragmentation.nvlink)",
+                                "items": {"type": "object"},
+                            },
                         }
                     )
                 ),
@@ -483,6 +526,13 @@ def _plan_schemas() -> dict[str, Any]:
                 "description": "a share target's MIG instance profile (e.g. 1g.10gb); absent "
                 "for a plain GPU share",
             },
+            "limit_milli": {
+                "type": "integer",
+                "minimum": 1,
+                "maximum": 1000,
+                "description": "a plain share target's limit: milli-GPU the task may use when "
+                "the GPU has room (milli is what it is guaranteed); absent: held to milli",
+            },
         },
         required=["node", "gpus", "milli"],
     )
@@ -490,7 +540,12 @@ def _plan_schemas() -> dict[str, Any]:
         {
             "free_gpus": _COUNT,
             "free_nodes": _COUNT,
-            "largest_free_nvlink_group": _COUNT,
+            "largest_free_nvlink_group": {
+                "type": ["integer", "null"],
+                "minimum": 0,
+                "description": "most free GPUs in one NVLink island; null: no node's islands "
+                "are known",
+            },
             "fgd_fragment_gpus": _GPUS,
             "fgd_fragment_rate": _GPUS,
             "jobs_that_fit": _by(_COUNT),
@@ -637,6 +692,11 @@ def _schemas() -> dict[str, Any]:
             "fragmented_gpus": gpus,
             "fragmentation_ratio": {"type": "number", "minimum": 0},
             "allocated_idle_gpus": count,
+            "owner_unknown_gpus": {
+                **count,
+                "description": "GPUs in use (busy or holding memory) that no allocation names: "
+                "allocated, their owner unknown",
+            },
             "allocated_idle_power_watts": {
                 "type": ["number", "null"],
                 "minimum": 0,
@@ -652,6 +712,13 @@ def _schemas() -> dict[str, Any]:
             "gpus_per_job": gpus,
             "schedulable_jobs": count,
             "stranded_gpus": {"type": ["integer", "null"]},
+            "crosses_nvlink_islands": {
+                "type": "array",
+                "items": {"type": "object"},
+                "description": "per GPU model on whose nodes a job of the shape that fits "
+                "spans NVLink islands (larger than an island): the estimated slowdown and where "
+                "it comes from; empty when every such job fits in one island",
+            },
         }
     )
     pool_shape = _obj(
@@ -753,6 +820,12 @@ def _schemas() -> dict[str, Any]:
             "stale": {"type": "boolean", "description": _SECTION_STALE.format(stage="plan")},
             "error": _STR_OR_NULL,
             "goals": {"type": "array", "items": {"type": "string"}},
+            "notes": {
+                "type": "array",
+                "items": {"type": "string"},
+                "description": "per recommendation kind with nothing to recommend, why "
+                "(`KIND: reason`, with the numbers)",
+            },
             "by_kind": {"type": "object", "additionalProperties": count},
             "total_actions": count,
             "actions": {"type": "array", "items": _ref("Action")},
@@ -1095,6 +1168,7 @@ def _schemas() -> dict[str, Any]:
         ),
         **_analysis_schemas(),
         **_plan_schemas(),
+        **pending_api.schemas(),
         **_snapshot_schemas(),
     }
 
@@ -1214,6 +1288,9 @@ def openapi_document() -> dict[str, Any]:
                         "schema": {"type": "integer", "minimum": 0, "maximum": MAX_LIMIT},
                     },
                 ],
+            ),
+            "/api/pending": pending_api.operation(
+                _operation, {"type": "integer", "minimum": 0, "maximum": MAX_LIMIT}
             ),
             "/api/": {
                 "get": {

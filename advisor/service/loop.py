@@ -41,12 +41,16 @@ from advisor.ingest.sources import (
 from advisor.logs import RedactingFilter, redact
 from advisor.model import ClusterModel
 from advisor.planner.constraints import Policy
+from advisor.planner.policy_merge import merged_policy
 from advisor.planner.timing import with_windows
 from advisor.service import results as R
 from advisor.service.plans import recommend_service
+from advisor.service.scheduler import section as scheduler_section
+from advisor.service.scheduler import with_blocked_plan
 from gpu_defrag_common.exposition import Page
 from gpu_defrag_common.messages import one_line
 from gpu_defrag_common.server import Health
+from gpu_defrag_common.units import duration_text
 
 if TYPE_CHECKING:
     from exporter.sim.fleet import SimFleet
@@ -134,6 +138,12 @@ def make_ingest(spec: str, timeout_s: float) -> Callable[[], ClusterModel]:
     SourceError at once for a spec no run could ever read (checked by `check_form`)."""
     if spec.strip().startswith("sim:"):
         return LiveSim(spec.strip())
+    from advisor.ingest import schedulers
+
+    if schedulers.is_combined(spec):  # a scheduler (watched) joined with usage sources
+        from advisor.ingest.combined_reader import CombinedReader
+
+        return CombinedReader(spec, timeout_s)
     check_form(spec)
     return lambda: load_source(spec, timeout=timeout_s)
 
@@ -149,6 +159,15 @@ def check_form(spec: str) -> None:
         slurm_spec(spec)
     elif not spec.startswith(("http://", "https://", "openb:")) and not spec.endswith(".json"):
         load_source(spec)  # a file that exists loads; anything else is load_source's form error
+
+
+# A reading this much older than the history's last one (and more than two intervals) is a new
+# timeline, not a clock's jitter: the history starts again.
+CLOCK_RESET_S = 300.0
+
+
+def _utc(stamp: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(stamp))
 
 
 # --------------------------------------------------------------------------- state
@@ -216,9 +235,14 @@ class AdvisorLoop:
         history: History | None = None,
         clock: Callable[[], float] = time.time,
         render: Callable[[RunState, Config], bytes] | None = None,
+        past: Callable[[], Sequence[ClusterModel]] = lambda: (),
     ) -> None:
+        """`past` reads the source's past again (the start-up backfill) for a history that
+        starts anew when the source's clock goes back (`_check_clock`)."""
         from advisor.service.metrics import render_page  # metrics imports this module's types
 
+        self.past = past
+        self._behind = False  # readings older than the history's last, said once
         self.ingest = ingest
         self.config = config
         self.history = history if history is not None else History()
@@ -302,11 +326,19 @@ class AdvisorLoop:
         timings["ingest"] = time.perf_counter() - t0
 
         if model is not None:
+            self._check_clock(model.timestamp, previous.source)
             t0 = time.perf_counter()
             try:
                 observed_at = model.timestamp if not math.isnan(model.timestamp) else self.clock()
                 model = self.history.with_usage(model)
                 results = analyze_model(model, self.config.settings, observed_at)
+                policy = merged_policy(self.config.policy, model)
+                results = replace(
+                    results,
+                    scheduler=scheduler_section(
+                        model, results.analysis, self.config.settings.shapes, policy
+                    ),
+                )
                 self._say_unmatched_shapes(model)
                 if not math.isnan(model.timestamp):
                     self.history.append(model, results.analysis)
@@ -327,12 +359,14 @@ class AdvisorLoop:
                 forecast = {**(old.forecast if old else {}), "stale": True, "error": message}
             timings["forecast"] = time.perf_counter() - t0
             t0 = time.perf_counter()
+            scheduler = results.scheduler
+            policy = merged_policy(self.config.policy, results.model)
             try:
                 recs = recommend_service(
                     results.model,
                     self.config.settings.shapes,
                     results.shapes,
-                    self.config.policy,
+                    policy,
                     self.history.finished_jobs(),
                     self.config.job_ends,
                     self.history.jobs.running(results.model.timestamp),
@@ -343,9 +377,18 @@ class AdvisorLoop:
                 log.exception("planning failed")
                 message = fail("plan", error)
                 recs = {**(old.recommendations if old else {}), "stale": True, "error": message}
+            try:
+                scheduler = with_blocked_plan(scheduler, results.model, policy)
+            except Exception as error:  # the queue's plan failing never costs the others
+                log.exception("planning for the biggest blocked job failed")
+                scheduler = {**scheduler, "blocked_plan_error": one_line(error)}
             timings["plan"] = time.perf_counter() - t0
             results = replace(
-                results, forecast=forecast, recommendations=recs, finished_at=self.clock()
+                results,
+                forecast=forecast,
+                recommendations=recs,
+                scheduler=scheduler,
+                finished_at=self.clock(),
             )
 
         ok = results is not None
@@ -370,6 +413,44 @@ class AdvisorLoop:
             log.info("source %s is back; results are fresh again", previous.source)
         log.debug("run %d took %.3fs (%s)", state.runs, duration, timings)
         return state
+
+    def _check_clock(self, stamp: float, source: str) -> None:
+        """A reading older than the history's last was skipped without a word: a sim exporter
+        restarted at speed 60 went back days of simulated time, and the history stood still
+        until its new clock caught up. A step back of at most `CLOCK_RESET_S` (or two
+        intervals) is said once and its readings are not recorded until the clock passes the
+        last one; a longer one is a new timeline: the history starts again from the source's
+        past (`self.past`, the start-up backfill), with one warning."""
+        latest = self.history.latest_timestamp()
+        if latest is None or math.isnan(stamp) or stamp >= latest:
+            self._behind = False
+            return
+        behind = latest - stamp
+        shown = f"{duration_text(behind)} older than the last one ({_utc(latest)})"
+        if behind <= max(CLOCK_RESET_S, 2 * self.config.interval_s):
+            if not self._behind:
+                log.warning(
+                    "source %s: a reading at %s is %s; the history records none until the "
+                    "source's clock passes it",
+                    source,
+                    _utc(stamp),
+                    shown,
+                )
+            self._behind = True
+            return
+        history = self.history.fresh()
+        past = [m for m in self.past() if not math.isnan(m.timestamp) and m.timestamp < stamp]
+        for model in past:
+            history.append(model)
+        log.warning(
+            "source %s: its clock went back: a reading at %s is %s (a restarted sim exporter, "
+            "or a clock set back); the history starts again with %d past hour(s) read from it",
+            source,
+            _utc(stamp),
+            shown,
+            len(past),
+        )
+        self.history, self._forecast_cache, self._behind = history, None, False
 
     def _say_unmatched_shapes(self, model: ClusterModel) -> None:
         """Warn once per shape whose GPU model no GPU of the fleet matches (`--shapes
@@ -433,10 +514,15 @@ class AdvisorLoop:
         self._thread.start()
         return self
 
-    def stop(self) -> None:
+    def stop(self, wait_s: float = 2.0) -> None:
+        """Stop running; a run still in progress after `wait_s` (a long plan) is not waited
+        for: it holds nothing that outlives the process, and SIGTERM must end it in seconds."""
         self._stop.set()
+        close = getattr(self.ingest, "close", None)  # a watching reader (k8s:) ends its watches
+        if callable(close):
+            close()
         if self._thread is not None:
-            self._thread.join(timeout=30)
+            self._thread.join(timeout=wait_s)
 
 
 def describe(state: RunState) -> dict[str, Any]:

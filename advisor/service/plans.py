@@ -40,7 +40,7 @@ from advisor.model import MILLI, ClusterModel
 from advisor.planner.actions import KINDS, Action, GpuSet, Plan, mig_switch_steps
 from advisor.planner.consolidate import Goal, parse_goal, plan_heuristic
 from advisor.planner.constraints import Policy
-from advisor.planner.recommend import recommend
+from advisor.planner.recommend import recommend_with_notes
 from advisor.planner.reserve import pending_requests
 from advisor.service.results import shape_label
 
@@ -256,12 +256,15 @@ def recommend_service(
     for job, goal in waiting_goals(model):
         plan = plan_heuristic(model, goal, policy)
         plans.append(replace(plan, extra={**plan.extra, "job": job}))
-    plans += recommend(model, policy, outlook(ends))
+    others, notes = recommend_with_notes(model, policy, outlook(ends))
+    plans += others
     actions = ranked_actions(plans, model)
     counts = Counter(row["kind"] for row in actions)
     return {
         "method": "consolidation+recommend",
         "goals": [plan.goal for plan in plans],
+        # per kind that recommends nothing, why, in numbers (what `plan --goal recommend` says)
+        "notes": notes,
         "plans": [plan.to_dict() for plan in plans],
         "actions": actions,
         "by_kind": {kind: counts.get(kind, 0) for kind in KINDS},

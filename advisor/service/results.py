@@ -74,6 +74,7 @@ def pool_table(
                 "fragmented_gpus": fragment,
                 "fragmentation_ratio": fragment / free_capacity if free_capacity > 0 else 0.0,
                 "allocated_idle_gpus": int(nodes["allocated_idle_gpus"][on_node].sum()),
+                "owner_unknown_gpus": int((on_gpu & healthy & model.gpu_owner_unknown).sum()),
                 "allocated_idle_power_watts": idle_power_watts(model, idle, on_gpu),
                 "stranded_memory_bytes": float(nodes["stranded_memory_bytes"][on_node].sum()),
             }
@@ -127,6 +128,7 @@ def shape_table(analysis: dict[str, Any], shapes: tuple[Shape, ...]) -> list[dic
                 "gpus_per_job": float(shape.gpus),
                 "schedulable_jobs": int(measured["jobs_that_fit"]),
                 "stranded_gpus": measured["stranded_gpus"],
+                "crosses_nvlink_islands": measured["crosses_nvlink_islands"],
             }
         )
     return rows
@@ -215,6 +217,9 @@ class Results:
     gpu_states: np.ndarray  # int8 (G), GPU_STATE_CODES
     forecast: dict[str, Any] = field(default_factory=dict)
     recommendations: dict[str, Any] = field(default_factory=dict)
+    # the queue, unknown racks, why shapes cannot start, the biggest blocked job's plan
+    # (advisor.service.scheduler); {} before the analysis
+    scheduler: dict[str, Any] = field(default_factory=dict)
 
 
 JOB_END_SOURCES: tuple[str, ...] = ("learned", "prior", "known", "none")

@@ -120,6 +120,7 @@ def test_openapi_document_lists_every_route(service):
         "/api/recommendations",
         "/api/forecast",
         "/api/job-ends",
+        "/api/pending",
         "/api/openapi.json",
     }
 

@@ -76,7 +76,7 @@ def test_the_flags_reach_the_loops_config(monkeypatch, flags, windows, risk):
 
     seen = []
 
-    def stand_in(_source, _ingest, config, _history):
+    def stand_in(_source, _ingest, config, _history, **_kwargs):
         seen.append(config)
         raise Started
 

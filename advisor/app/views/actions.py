@@ -55,9 +55,9 @@ try:
         if shape is not None:
             measures.check_models(model, shape)
     ends = data.job_ends(state)[0] if others else {}
-    recs = state.cached(
+    recs, notes = state.cached(
         str(("plans", goal, policy_path, exact, others)),
-        lambda: plans.recommendations(model, policy, goal.strip(), exact, others, ends),
+        lambda: plans.recommendations_with_notes(model, policy, goal.strip(), exact, others, ends),
     )
 except (PolicyError, OSError, ValueError) as error:
     st.error(f"Cannot plan: {error}", icon=":material/error:")
@@ -79,6 +79,8 @@ if not recs:
             else "the other kinds were not searched (see the checkbox above)."
         )
     )
+    for note in notes:  # each kind's reason, in numbers
+        st.caption(note)
     st.stop()
 
 st.subheader("Recommendations")
@@ -106,6 +108,8 @@ plan = recs[choice]
 if not plan.feasible:
     st.warning(f"Not feasible: {plan.reason}", icon=":material/block:")
 if not plan.actions:
+    if plan.feasible and plan.reason:  # nothing to do, and why (in numbers)
+        st.info(plan.reason)
     st.stop()
 
 frame = plans.actions_frame(plan)
