@@ -280,8 +280,8 @@ def read_nodes(path: str | Path) -> NodeTable:
         gpu=gpu,
         model=model,
         source=str(p),
-        rack=_str_column(header, data, "rack") if "rack" in header else None,
-        pool=_str_column(header, data, "pool") if "pool" in header else None,
+        rack=_str_column(p, header, data, "rack") if "rack" in header else None,
+        pool=_str_column(p, header, data, "pool") if "pool" in header else None,
     )
 
 
