@@ -18,7 +18,7 @@ import logging
 import re
 import socket
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler
@@ -289,10 +289,18 @@ class _Handler(BaseHTTPRequestHandler):
             '<li><a href="/health">Health</a> (503 when data is stale)</li>'
             + "".join(
                 f'<li><a href="{html.escape(path)}">{html.escape(path)}</a></li>'
-                for path in self.server.routes
+                for path in _listed(self.server.routes)
             )
             + "</ul></body></html>"
         )
+
+
+def _listed(paths: Iterable[str]) -> list[str]:
+    """The routes the landing page links: a page under a folder that has a route of its own
+    (`/runbooks/GpuLost` beside `/runbooks/`) is reached from that folder's page."""
+    paths = list(paths)
+    folders = {p for p in paths if p.endswith("/") and p != "/"}
+    return [p for p in paths if not any(p != f and p.startswith(f) for f in folders)]
 
 
 class ExporterServer:

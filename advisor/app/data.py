@@ -525,7 +525,7 @@ def sim_trend(spec: str, window_s: float | None = None) -> History:
     history = History(max_points=10_000, usage_window_s=0.0)
     if sim is None or sim.t <= 0:
         return history
-    from exporter.sim.fleet import SimFleet
+    from gpu_defrag_sim.fleet import SimFleet
 
     fleet = SimFleet(sim.preset, sim.seed, sim.nodes)
     window, step = sim_history_plan(len(fleet.spec.nodes))

@@ -41,7 +41,7 @@ def source_picker() -> None:
         key="source_kind",
     )
     if kind == "sim":
-        from exporter.sim.presets import PRESETS
+        from gpu_defrag_sim.presets import PRESETS
 
         sim = data.parse_sim(spec) if spec.startswith("sim:") else None
         preset = st.sidebar.selectbox(

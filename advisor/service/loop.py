@@ -53,7 +53,7 @@ from gpu_defrag_common.server import Health
 from gpu_defrag_common.units import duration_text
 
 if TYPE_CHECKING:
-    from exporter.sim.fleet import SimFleet
+    from gpu_defrag_sim.fleet import SimFleet
 
 log = logging.getLogger("advisor.service")
 

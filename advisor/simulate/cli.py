@@ -50,7 +50,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     p = subparsers.add_parser(
         "simulate",
-        help="discrete-event replay with departures, a queue and the advisor in the loop",
         description=(
             "Replay jobs (an openb pod list or the generic job CSV) on a node list with "
             "arrivals, departures and a priority FIFO queue with Kubernetes-style backfill, "
@@ -115,7 +114,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     e = subparsers.add_parser(
         "export-jobs",
-        help="the simulated fleet's workload as a node list and a job CSV for `simulate`",
         description=(
             "Draw the jobs that arrive at a sim:PRESET[?seed=&nodes=] fleet over its first "
             "--days and write DIR/nodes.csv and DIR/jobs.csv (docs/simulate.md)."

@@ -9,6 +9,8 @@ import pytest
 import streamlit as st
 from streamlit.testing.v1 import AppTest
 
+from tests.fakes.waiting import CAP_S
+
 MAIN = str(Path(__file__).resolve().parents[2] / "advisor" / "app" / "main.py")
 PRESETS = ("sim:a100-16x8", "sim:mixed-h100-a100-v100", "sim:nvlink-islands")
 
@@ -25,7 +27,7 @@ def fresh_caches() -> Iterator[None]:
 
 def open_app(source: str, page: str | None = None) -> AppTest:
     """The app on `source`, showing `page` (a file under views/, e.g. "views/fragmentation.py")."""
-    at = AppTest.from_file(MAIN, default_timeout=60)
+    at = AppTest.from_file(MAIN, default_timeout=CAP_S)  # a net: a page may run slow when loaded
     at.session_state["source"] = source
     at.run()
     if page is not None:
