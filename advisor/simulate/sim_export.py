@@ -37,7 +37,7 @@ MAX_DAYS = 365
 
 def export(spec: str, days: float) -> tuple[str, JobTable]:
     """(node list CSV text, jobs) of `sim:PRESET[?seed=&nodes=]` over its first `days`."""
-    from exporter.sim.workload import KIND_BY_NAME
+    from gpu_defrag_sim.workload import KIND_BY_NAME
 
     if not (math.isfinite(days) and 0 < days <= MAX_DAYS):
         raise ValueError(f"--days must be above 0 and at most {MAX_DAYS}, got {days:g}")
