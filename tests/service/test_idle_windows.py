@@ -13,9 +13,9 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from advisor.forecast import idle as I
-from advisor.forecast.io import Panel
 from advisor.forecast.live import forecast_pools
 from advisor.forecast.live_idle import IDLE_BASELINE, IDLE_MIN_TEST, idle_needs, idle_section
+from advisor.forecast.panel import Panel
 from advisor.forecast.runs import runs_panel
 from advisor.service import loop as loop_module
 from advisor.service.loop import AdvisorLoop, Config, LiveSim
