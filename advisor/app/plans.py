@@ -13,6 +13,7 @@ import shlex
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
@@ -197,6 +198,40 @@ def plans_frame(plans: Sequence[Plan]) -> pd.DataFrame:
             }
         )
     return pd.DataFrame(rows)
+
+
+def windows_frame(
+    plans: Sequence[Plan], forecast: dict[str, Any] | None, model: ClusterModel
+) -> pd.DataFrame:
+    """When to act on each plan that acts: now, or the forecast's low-demand hour
+    (`advisor.planner.timing`), with the expected GPU-hours saved by waiting and its interval."""
+    from advisor.planner.timing import with_windows
+
+    docs = with_windows({"plans": [p.to_dict() for p in plans]}, forecast, model)["plans"]
+    rows = []
+    for i, doc in enumerate(docs):
+        window = doc.get("window")
+        if not window:
+            continue
+        interval = window.get("saving_interval")
+        rows.append(
+            {
+                "#": i + 1,
+                "goal": doc["goal"],
+                "act": "now" if window["when"] == "now" else wall_time(window["at"]),
+                "waiting job": doc.get("waiting_job") or "-",
+                "GPU-hours saved by waiting": round(window["saving_gpu_hours"], 2),
+                "interval (P90..P10 demand)": "-"
+                if not interval
+                else f"{interval[0]:.2f} .. {interval[1]:.2f}",
+                "reason": window["reason"],
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def wall_time(at: float) -> str:
+    return datetime.fromtimestamp(at, tz=UTC).strftime("%Y-%m-%d %H:%M UTC")
 
 
 # --------------------------------------------------------------------------- selection

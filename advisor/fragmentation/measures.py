@@ -165,6 +165,18 @@ def _rack_groups(model: ClusterModel) -> np.ndarray:
     return np.unique(key, return_inverse=True)[1].reshape(len(nodes))
 
 
+def rack_could_hold(model: ClusterModel, shape: Shape) -> bool:
+    """Whether an empty fleet could hold one job of `shape`: a node with enough usable GPUs of
+    a model the shape allows, and for a multi-node job `tasks` such nodes in one rack group
+    (`_rack_groups`: nodes without a rack label are groups of one)."""
+    usable = _per_node(model, model.gpu_usable.astype(np.float64))
+    ok = (usable >= shape.num_gpu) & _spec_mask(model, shape.gpu_spec)
+    if shape.tasks <= 1:
+        return bool(ok.any())
+    groups = _rack_groups(model)[ok]
+    return bool(groups.size) and int(np.bincount(groups).max()) >= shape.tasks
+
+
 def jobs_that_fit(model: ClusterModel, shape: Shape, groups: np.ndarray | None = None) -> int:
     """How many jobs of `shape` could start now, each on its own free capacity (not jointly
     with other shapes). Multi-node jobs need `tasks` tasks within one rack and one GPU model."""
@@ -179,6 +191,14 @@ def _jobs_of(per_node: np.ndarray, tasks: int, groups: np.ndarray | None) -> int
     within one group (rack and GPU model)."""
     if tasks == 1:
         return int(per_node.sum())
+    # only groups with at least `tasks` nodes where a task fits can hold a job (racks unknown:
+    # every node is a group of one, and none can)
+    has = per_node > 0
+    size = np.bincount(groups[has], minlength=int(groups.max(initial=-1)) + 1)
+    keep = has & (size[groups] >= tasks)
+    if not keep.any():
+        return 0
+    per_node, groups = per_node[keep], groups[keep]
     order = np.argsort(groups, kind="stable")
     bounds = np.flatnonzero(np.diff(groups[order])) + 1
     return sum(_distinct_jobs(part, tasks) for part in np.split(per_node[order], bounds))

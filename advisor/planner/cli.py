@@ -489,15 +489,29 @@ def run(args: argparse.Namespace) -> int:
         )
         found = "a plan" if plan.feasible else "no plan"
         progress.done(f"{found} for {goal.text} ({args.solver} solver, {nodes} nodes)")
+        [doc] = windowed([plan], model)
         if args.json:
-            doc = plan.to_dict()
             if quota_lines:
                 doc["quotas"] = quota_lines
             print(json.dumps(doc, indent=2, default=_jsonable))
         else:
-            print(render_table(plan) + ("\n\n" + "\n".join(quota_lines) if quota_lines else ""))
+            quotas = "\n\n" + "\n".join(quota_lines) if quota_lines else ""
+            print(render_table(plan) + when_line(doc) + quotas)
         sys.stdout.flush()  # a full disk fails here, before the closing line
     return 0 if plan.feasible else 1
+
+
+def windowed(plans: list[Plan], model: ClusterModel) -> list[dict[str, Any]]:
+    """The plans as documents, each that acts with its window (`advisor.planner.timing`): this
+    command reads no history, so no demand forecast says a later hour is cheaper: now."""
+    from advisor.planner.timing import with_windows
+
+    return with_windows({"plans": [p.to_dict() for p in plans]}, None, model)["plans"]
+
+
+def when_line(doc: dict[str, Any]) -> str:
+    window = doc.get("window")
+    return f"\nwhen: {window['reason']}" if window else ""
 
 
 def check_forecast_goal(goal: Goal, demand: str | None) -> None:
@@ -546,13 +560,18 @@ def _run_recommendation(args: argparse.Namespace) -> int:
     except (ValueError, PolicyError) as error:
         say_error("plan", str(error))
         return 2
+    docs = windowed(plans, model)
     if args.json:
-        docs = [p.to_dict() for p in plans]
         print(json.dumps(docs[0] if len(docs) == 1 else docs, indent=2, default=_jsonable))
     elif not plans:  # recommend, when no kind has anything: one line saying why
         print(nothing_recommended(notes))
     else:
-        print("\n\n".join(render_table(p) + "\n" + render_notes(p) for p in plans))
+        print(
+            "\n\n".join(
+                render_table(p) + "\n" + render_notes(p) + when_line(d)
+                for p, d in zip(plans, docs, strict=True)
+            )
+        )
     if quota_lines and not args.json:
         print("\n" + "\n".join(quota_lines))
     return 0 if all(p.feasible for p in plans) else 1

@@ -591,6 +591,11 @@ def _plan_schemas() -> dict[str, Any]:
             "goal_priority": {"type": ["integer", "null"]},
             "elapsed_s": _GPUS,
             "checked": {"type": "boolean"},
+            "waiting_job": {
+                "type": "string",
+                "description": 'the waiting job the plan would start ("" none)',
+            },
+            "window": _ref("Window"),
         },
         required=[
             "goal",
@@ -608,8 +613,25 @@ def _plan_schemas() -> dict[str, Any]:
         "schedule, release, ends_from, ...; borrow: return; reclaim: waste, protected; "
         "docs/recommendations.md).",
     )
+    pair = {"type": ["array", "null"], "items": _NUM_OR_NULL, "minItems": 2, "maxItems": 2}
+    window = _obj(
+        {
+            "when": {"type": "string", "enum": ["now", "window"]},
+            "at": {"type": "number", "description": "unix time to act"},
+            "reason": {"type": "string"},
+            "forecast": {"type": "boolean", "description": "a served demand forecast said so"},
+            "demand_gpus": _NUM_OR_NULL,
+            "demand_interval": {**pair, "description": "forecast P10, P90 at the window"},
+            "capacity_gpus": _NUM_OR_NULL,
+            "saving_gpu_hours": {"type": "number"},
+            "saving_interval": {**pair, "description": "saving at the P90 and P10 demand"},
+        },
+        description="When to act on a plan: now, or at the forecast's low-demand hour where "
+        'its moves and holds cost least (docs/recommendations.md, "When to act").',
+    )
     return {
         "Plan": plan,
+        "Window": window,
         "PlanAction": action,
         "PlanMeasures": measures,
         "GpuSet": gpu_set,

@@ -42,6 +42,7 @@ from advisor.logs import RedactingFilter, redact
 from advisor.model import ClusterModel
 from advisor.planner.constraints import Policy
 from advisor.planner.policy_merge import merged_policy
+from advisor.planner.timing import with_windows
 from advisor.service import results as R
 from advisor.service.plans import recommend_service
 from advisor.service.scheduler import section as scheduler_section
@@ -370,7 +371,8 @@ class AdvisorLoop:
                     self.config.job_ends,
                     self.history.jobs.running(results.model.timestamp),
                 )
-                recs = {**recs, "stale": False, "error": ""}
+                # each plan's window: now, or the forecast's low-demand hour (planner.timing)
+                recs = {**with_windows(recs, forecast, results.model), "stale": False, "error": ""}
             except Exception as error:
                 log.exception("planning failed")
                 message = fail("plan", error)

@@ -164,3 +164,14 @@ def test_slow_recommendation_kinds_are_opt_in_on_large_clusters() -> None:
     at = open_app("sim:a100-16x8?nodes=320", PAGE)
     assert not at.checkbox(key="actions_others").value
     assert frame_with(at, "GPU-hours held idle")["goal"].tolist()[0].startswith("job=")
+
+
+def test_each_plan_says_when_to_act() -> None:
+    """The window of every plan that acts (advisor.planner.timing), beside the plans."""
+    at = open_app(SOURCE, PAGE)
+    when = frame_with(at, "GPU-hours saved by waiting")
+    overview = frame_with(at, "GPU-hours held idle")
+    assert set(when["goal"]) <= set(overview["goal"]) and len(when) >= 1
+    for act, reason in zip(when["act"], when["reason"], strict=True):
+        assert act == "now" or act.endswith("UTC")
+        assert reason.startswith("act ")

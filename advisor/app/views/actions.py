@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from advisor.app import data, figures, plans
+from advisor.app import data, figures, forecasts, plans
 from advisor.fragmentation import measures
 from advisor.planner.consolidate import parse_goal
 from advisor.planner.constraints import PolicyError
@@ -85,6 +85,16 @@ if not recs:
 
 st.subheader("Recommendations")
 st.dataframe(plans.plans_frame(recs), hide_index=True, key="plans_table")
+forecast = state.cached("forecast", lambda: forecasts.forecast_doc(data.trend_history(state)))
+when = plans.windows_frame(recs, forecast, model)
+if not when.empty:
+    st.markdown("**When to act**")
+    st.dataframe(when, hide_index=True, key="windows_table")
+    st.caption(
+        "Now, or the forecast's low-demand hour where the plan's moves and held GPUs cost "
+        "least: held GPU-hours weigh by the share of GPUs in demand then, and every hour a "
+        "waiting job waits counts its GPUs (docs/recommendations.md, When to act)."
+    )
 
 actionable = [i for i, p in enumerate(recs) if p.feasible and p.actions]
 choice = st.selectbox(
