@@ -36,6 +36,7 @@ import pandas as pd
 
 from advisor.fragmentation import measures
 from advisor.model import MILLI, ClusterModel, Usage, spec_models, spec_parts
+from advisor.settings import NO_POOL, NO_TENANT
 
 TREND_COLUMNS: tuple[str, ...] = (
     "fragment_rate",
@@ -113,7 +114,7 @@ def pool_rows(model: ClusterModel) -> list[dict[str, Any]]:
         on = model.nodes.pool == pool
         rows.append(
             {
-                "pool": pool or "(none)",
+                "pool": pool or NO_POOL,
                 "allocated_gpus": float(nodes.allocated[on].sum()),
                 "held_gpus": float(nodes.held[on].sum()),
                 "capacity_gpus": float(nodes.capacity[on].sum()),
@@ -127,7 +128,7 @@ class NodeRows(NamedTuple):
     """`node_rows`: per node of a model, in its node order."""
 
     names: np.ndarray
-    pools: np.ndarray  # "(none)" for a node without a pool
+    pools: np.ndarray  # NO_POOL for a node without a pool
     allocated: np.ndarray  # GPU share: milli-GPU handed out ÷ MILLI, every GPU
     capacity: np.ndarray  # usable GPUs
     held: np.ndarray  # usable GPUs with anything allocated on them (capacity − wholly free)
@@ -145,7 +146,7 @@ def node_rows(model: ClusterModel) -> NodeRows:
     usable = np.where(model.gpu_usable, model.gpus.carved_milli / MILLI, 0.0)
     capacity = np.bincount(node, weights=usable, minlength=n)
     held = np.bincount(node, weights=np.where(model.gpu_is_free, 0.0, usable), minlength=n)
-    pools = np.array([p or "(none)" for p in model.nodes.pool.tolist()], dtype=object)
+    pools = np.array([p or NO_POOL for p in model.nodes.pool.tolist()], dtype=object)
     return NodeRows(model.nodes.name, pools, allocated, capacity, held)
 
 
@@ -605,7 +606,7 @@ def tenant_rows(model: ClusterModel) -> dict[str, tuple[float, float]]:
         return {}
     share = allocs.num_gpu.astype(float) * allocs.gpu_milli / MILLI
     running = allocs.node >= 0
-    names, index = np.unique([t or "(none)" for t in allocs.tenant.tolist()], return_inverse=True)
+    names, index = np.unique([t or NO_TENANT for t in allocs.tenant.tolist()], return_inverse=True)
     held = np.bincount(index, weights=np.where(running, share, 0.0), minlength=len(names))
     asked = np.bincount(index, weights=np.where(running, 0.0, share), minlength=len(names))
     return {str(name): (float(h), float(a)) for name, h, a in zip(names, held, asked, strict=True)}

@@ -18,7 +18,7 @@ import re
 import socket
 import sys
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -98,6 +98,22 @@ def accepts_gzip(header: str) -> bool:
         if coding in weights:
             return weights[coding] > 0
     return False
+
+
+def landing_page(title: str, health: Health, paths: Iterable[str]) -> str:
+    """The HTML a server answers at `/`: its health and links to its pages."""
+    age = "never" if health.age_s is None else f"{health.age_s:.1f}s ago"
+    title = html.escape(title)
+    return (
+        f"<!doctype html><html><head><title>{title}</title></head><body>"
+        f"<h1>{title}</h1>"
+        f"<p>Status: <b>{'healthy' if health.healthy else 'unhealthy'}</b> — "
+        f"{html.escape(health.reason)}; last collection {age}.</p>"
+        '<ul><li><a href="/metrics">Metrics</a></li>'
+        '<li><a href="/health">Health</a> (503 when data is stale)</li>'
+        + "".join(f'<li><a href="{html.escape(p)}">{html.escape(p)}</a></li>' for p in paths)
+        + "</ul></body></html>"
+    )
 
 
 class _Server(ThreadingHTTPServer):
@@ -294,22 +310,7 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.write(body)
 
     def _landing(self) -> str:
-        health = self.server.source.health()
-        age = "never" if health.age_s is None else f"{health.age_s:.1f}s ago"
-        title = html.escape(self.server.title)
-        return (
-            f"<!doctype html><html><head><title>{title}</title></head><body>"
-            f"<h1>{title}</h1>"
-            f"<p>Status: <b>{'healthy' if health.healthy else 'unhealthy'}</b> — "
-            f"{html.escape(health.reason)}; last collection {age}.</p>"
-            '<ul><li><a href="/metrics">Metrics</a></li>'
-            '<li><a href="/health">Health</a> (503 when data is stale)</li>'
-            + "".join(
-                f'<li><a href="{html.escape(path)}">{html.escape(path)}</a></li>'
-                for path in self.server.routes
-            )
-            + "</ul></body></html>"
-        )
+        return landing_page(self.server.title, self.server.source.health(), self.server.routes)
 
 
 class ExporterServer:

@@ -149,7 +149,7 @@ def read_past(spec: str, history: History) -> str:
     """A Prometheus source's or a sim exporter's last week into `history` (the advisor
     service's start-up backfill), so the forecast page has hours at once; '' for sources
     without a past."""
-    from advisor.service import backfill
+    from advisor.ingest import backfill
 
     got = backfill.past(spec, backfill.default_span_s(spec), timeout=LOAD_TIMEOUT_S)
     if got is None:

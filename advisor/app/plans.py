@@ -67,7 +67,7 @@ def consolidation_plan(
     """The heuristic's checked plan; with `exact` (and at most EXACT_MAX_NODES nodes) the
     cheaper of it and the CP-SAT solver's, which is time-limited and so may differ run to
     run on a busy machine, hence opt-in."""
-    from advisor.planner.cli import solve  # ortools is imported only when a plan is asked for
+    from advisor.planner.solve import solve  # ortools is imported only when a plan is asked for
 
     solver = "best" if exact and len(model.nodes) <= EXACT_MAX_NODES else "heuristic"
     return solve(model, goal, policy, solver=solver, time_limit_s=EXACT_TIME_LIMIT_S)

@@ -55,6 +55,7 @@ from advisor.forecast.features import within_arrays
 from advisor.forecast.io import Panel
 from advisor.forecast.models import MIN_INTERVAL_ERRORS, as_arrays, make
 from advisor.forecast.rolling import rolling_forecasts
+from advisor.settings import IDLE_MAX_NODES, IDLE_RISK, IDLE_WINDOWS_H, MAX_TENANTS
 from gpu_defrag_common.messages import one_line
 
 if TYPE_CHECKING:
@@ -69,7 +70,6 @@ CANDIDATES: tuple[str, ...] = (
 )
 BASELINE = "seasonal_naive_24"
 NAIVE = "naive"  # its held-back scores are served too: the pick must beat it to be picked
-MAX_TENANTS = 20  # tenants whose demand is forecast each hour, those holding the most GPUs first
 QUANTILES: tuple[float, ...] = (0.1, 0.5, 0.9)
 MIN_HALF = 6  # origins in each of the selection and held-back halves
 # Held-back hours with a real interval (and an observed actual) below which no coverage is
@@ -81,16 +81,13 @@ MIN_COVERAGE = 0.5  # an hour with fewer of its expected runs is masked (as Pane
 SPACING_RUNS = 11  # trailing runs whose median gap sets the spacing (`_covered`)
 
 # Idle windows (`idle_section`); the service's defaults of --forecast.idle-windows and
-# --forecast.idle-risk (`Config.idle_windows_h`, `Config.idle_risk`)
-IDLE_WINDOWS_H: tuple[int, ...] = (1, 4, 8)
-IDLE_RISK = 0.05  # the violation budget: share of hours a release may exceed what stays free
+# --forecast.idle-risk are `advisor.settings.IDLE_WINDOWS_H` and `IDLE_RISK`
 IDLE_BASELINE = "min_past_w"  # release what stayed free over the past W hours
 IDLE_FIRST_H = 48  # idle's per-series rules calibrate from hour 48 on (yesterday's window)
 IDLE_MIN_CALIBRATION_H = 24  # calibration origins before the held-back hours
 IDLE_MIN_TEST = 24  # held-back origins with an observed outcome needed to show a release
 IDLE_TEST_H = 7 * 24  # at most this many origins are held back
 IDLE_MAX_H = 16 * 24  # the history idle windows see (cost, and the method the backtest measures)
-IDLE_MAX_NODES = 1000  # nodes whose idle windows are computed each hour (~1.2 s on 2 cores)
 IDLE_NODE_METHOD = "rules"  # per node: the per-series rules only (no quantile model, no pooled λ)
 
 log = logging.getLogger("advisor.service")

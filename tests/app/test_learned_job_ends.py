@@ -8,12 +8,14 @@ import numpy as np
 import pytest
 
 from advisor.app import forecasts, plans
+from advisor.fragmentation import measures
 from advisor.history import History
 from advisor.model import ClusterModel
+from advisor.pipeline.stages import plans as plan_stage
 from advisor.planner.constraints import Policy
 from advisor.planner.observed import end_source
 from advisor.service.job_ends import JobEndSettings, predict
-from advisor.service.plans import recommend_service
+from advisor.settings import Settings
 from tests.service.test_job_ends import timeline
 
 
@@ -33,7 +35,8 @@ def service_job_ends(model: ClusterModel, history: History) -> tuple[dict[str, f
     which calls `predict` so): the ends, and the document `recommend_service` serves."""
     finished, running = history.finished_jobs(), history.jobs.running(model.timestamp)
     ends, _ = predict(model, finished, JobEndSettings(), running=running)
-    recs = recommend_service(model, (), [], Policy(), finished, JobEndSettings(), running)
+    settings = Settings(measures=measures.Settings(shapes=()))
+    recs = plan_stage(model, settings, [], finished, running)
     return ends, recs
 
 

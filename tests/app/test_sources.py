@@ -117,8 +117,8 @@ def test_a_prometheus_source_starts_with_its_last_week(monkeypatch: pytest.Monke
     """The app's poller reads a Prometheus source's past first (the service's backfill), so its
     forecast page has 24-h forecasts at once; an exporter URL has no past to read."""
     from advisor.app import forecasts
-    from advisor.service import backfill
-    from advisor.service.loop import LiveSim
+    from advisor.ingest import backfill
+    from advisor.ingest.live import LiveSim
 
     sim = LiveSim("sim:a100-16x8?nodes=4&t=72h", clock=lambda: 0.0)
     asked = []

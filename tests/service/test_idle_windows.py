@@ -14,7 +14,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from advisor.forecast import idle as I
 from advisor.forecast.io import Panel
-from advisor.service import loop as loop_module
+from advisor.ingest.live import LiveSim
+from advisor.pipeline import stages
 from advisor.service.forecast import (
     IDLE_BASELINE,
     IDLE_MIN_TEST,
@@ -23,8 +24,9 @@ from advisor.service.forecast import (
     idle_section,
     runs_panel,
 )
-from advisor.service.loop import AdvisorLoop, Config, LiveSim
+from advisor.service.loop import AdvisorLoop, Config
 from advisor.service.metrics import families
+from advisor.settings import Settings
 
 START = pd.Timestamp("2026-01-05", tz="UTC")
 HOUR = 3600.0
@@ -228,16 +230,16 @@ def test_a_gpu_with_any_share_handed_out_is_not_released():
 
 def test_the_loop_computes_the_forecast_once_per_completed_hour(monkeypatch):
     calls = []
-    real = loop_module.forecast_pools
+    real = stages.forecast_pools
 
     def counting(*args, **kwargs):
         calls.append(args[0]["time"].iloc[-1])  # the pool demand's latest run
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(loop_module, "forecast_pools", counting)
+    monkeypatch.setattr(stages, "forecast_pools", counting)
     clock = [0.0]
     source = LiveSim("sim:a100-16x8?nodes=2", clock=lambda: clock[0])
-    loop = AdvisorLoop("sim", source, Config(horizons_h=(1,)))
+    loop = AdvisorLoop("sim", source, Config(settings=Settings(horizons_h=(1,))))
     loop.seed_history(source.backfill(6 * 3600.0))
     hours = []
     for _ in range(12):  # runs 20 minutes apart: about four hours

@@ -8,6 +8,7 @@ import logging
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 from advisor import logs
@@ -50,11 +51,20 @@ def test_the_service_log_hides_the_sources_password_and_says_a_repeated_warning_
         command = [sys.executable, "-m", "advisor.cli", "advise", "--source", source]
         command += ["--advise.interval", "1s", "--web.listen-address", "127.0.0.1:0"]
         process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
-        try:
-            time.sleep(6)  # several runs
+        lines: list[str] = []
+        reader = threading.Thread(target=lambda: lines.extend(process.stderr), daemon=True)
+        reader.start()
+        try:  # ready (its imports take seconds on a loaded machine), then several runs
+            deadline = time.monotonic() + 60
+            while not any("advising on" in line for line in lines[:]):
+                assert time.monotonic() < deadline and process.poll() is None, "".join(lines)
+                time.sleep(0.1)
+            time.sleep(6)
         finally:
             process.send_signal(signal.SIGTERM)
-            _, err = process.communicate(timeout=30)
+            process.wait(timeout=30)
+            reader.join(timeout=10)
+        err = "".join(lines)
     assert "s3cret" not in err
     warnings = [line for line in err.splitlines() if "given more than once" in line]
     assert len(warnings) == 1, err

@@ -1,8 +1,9 @@
 """What one advisor run produced, and the pure functions that derive its tables from a model.
 
-`/metrics` and the JSON API read the same `Results`, so a number on a dashboard and in the
-API can never disagree. Everything here is a pure function of the cluster model and the
-`measures.analyze` result; the run loop (`loop.py`) does the I/O and the timing.
+`/metrics`, the JSON API and the app read the same `Results`, so a number on a dashboard, in
+the API and on a page can never disagree. Everything here is a pure function of the cluster
+model and the `measures.analyze` result; the pipeline (`advisor.pipeline`) does the I/O and the
+timing.
 """
 
 from __future__ import annotations
@@ -13,13 +14,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from advisor.fragmentation import measures
 from advisor.fragmentation.measures import Shape
 from advisor.model import MILLI, ClusterModel, spec_models
+from advisor.settings import NO_POOL
 
 STAGES: tuple[str, ...] = ("ingest", "analyze", "forecast", "plan")
-NO_POOL = "(none)"  # label of nodes whose source names no pool (same as advisor.history)
 
 
 def shape_label(shape: Shape) -> str:
@@ -215,6 +217,8 @@ class Results:
     gpu_states: np.ndarray  # int8 (G), GPU_STATE_CODES
     forecast: dict[str, Any] = field(default_factory=dict)
     recommendations: dict[str, Any] = field(default_factory=dict)
+    trend: pd.DataFrame | None = None  # History.trend(): the headline measures per observation
+    demand: pd.DataFrame | None = None  # hourly allocated GPUs per pool the forecast learned from
 
 
 JOB_END_SOURCES: tuple[str, ...] = ("learned", "prior", "known", "none")

@@ -1,0 +1,140 @@
+"""The pipeline's stages as pure functions: analysis, forecast and plans of one run.
+
+Each takes what the run read and the one `Settings`, and returns plain data (the documents'
+dicts); the runner (`advisor.pipeline.runner`) times them, keeps their failures apart and
+publishes the results. The forecasting itself is `advisor.service.forecast`'s and the job-end
+learning `advisor.service.job_ends`'s: called here, not re-implemented.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+import pandas as pd
+
+from advisor.fragmentation import measures
+from advisor.fragmentation.measures import Shape
+from advisor.history import History, RunningJob
+from advisor.model import MILLI, ClusterModel
+from advisor.planner.actions import KINDS
+from advisor.planner.ranking import ranked_actions
+from advisor.planner.recommend import recommend
+from advisor.results import (
+    Results,
+    pool_shape_table,
+    pool_table,
+    shape_label,
+    shape_table,
+    type_table,
+)
+from advisor.service.forecast import forecast_pools, hourly_panel, tenant_section
+from advisor.service.job_ends import outlook, predict
+from advisor.settings import Settings
+
+PLAN_METHOD = "consolidation+recommend"
+
+
+def analyze_model(model: ClusterModel, settings: measures.Settings, observed_at: float) -> Results:
+    """The fragmentation part of a run's results."""
+    analysis = measures.analyze(model, settings)
+    idle = measures.allocated_idle(model, settings.idle)
+    return Results(
+        model=model,
+        observed_at=observed_at,
+        finished_at=observed_at,
+        analysis=analysis,
+        shapes=shape_table(analysis, settings.shapes),
+        pools=pool_table(model, analysis, idle),
+        pool_shapes=pool_shape_table(model, settings.shapes),
+        gpu_models=type_table(model, idle),
+        gpu_states=measures.gpu_state_codes(model, idle),
+    )
+
+
+def blocked_shapes(
+    model: ClusterModel, shapes: Sequence[Shape], shape_rows: Sequence[dict[str, Any]]
+) -> list[Shape]:
+    """Whole-GPU shapes with no job that fits now, smallest first, that the fleet's usable GPUs
+    could hold at all (a 4x8 job on a 16-GPU fleet is not a fragmentation problem)."""
+    usable = int(model.gpu_usable.sum())
+    out = [
+        shape
+        for shape, row in zip(shapes, shape_rows, strict=True)
+        if shape.gpu_milli == MILLI and row["schedulable_jobs"] == 0 and shape.gpus <= usable
+    ]
+    return sorted(out, key=lambda s: s.gpus)
+
+
+def plans(
+    model: ClusterModel,
+    settings: Settings,
+    shape_rows: Sequence[dict[str, Any]],
+    finished: pd.DataFrame | None = None,
+    running: Sequence[RunningJob] | None = None,
+) -> dict[str, Any]:
+    """The plan stage's document: goals tried, their plans, ranked actions, count by kind, and
+    `job_ends`, where the plans' job ends came from.
+
+    `recommend()` with a consolidation goal per blocked shape (a job of it starts once the plan
+    is applied) and every other kind (reservations and loans for waiting jobs, reclaim of idle
+    allocations, sharing, type rebalancing), its reservations on the running jobs' ends learned
+    from `finished` (the history's finished jobs, `job_ends.predict`; `running`: the jobs with
+    the starts the history used). No expected demand: the per-pool GPU forecast says how many
+    GPUs, not which job shapes will arrive, which its expected-job reservations need."""
+    ends, ends_doc = predict(model, finished, settings.job_ends, running=running)
+    goals = [
+        f"job={shape_label(shape)}" for shape in blocked_shapes(model, settings.shapes, shape_rows)
+    ]
+    made = recommend(model, settings.policy, outlook(ends), goals=goals)
+    actions = ranked_actions(made, model)
+    counts = Counter(row["kind"] for row in actions)
+    return {
+        "method": PLAN_METHOD,
+        "goals": [plan.goal for plan in made],
+        "plans": [plan.to_dict() for plan in made],
+        "actions": actions,
+        "by_kind": {kind: counts.get(kind, 0) for kind in KINDS},
+        "job_ends": ends_doc,
+    }
+
+
+def forecast(history: History, settings: Settings) -> dict[str, Any]:
+    """The forecast stage's document (demand and idle windows per pool and per node, demand per
+    tenant) from the history's complete hours: `advisor.service.forecast`, with the settings'
+    horizons, idle windows, risk and limits; quotas from the policy."""
+    doc = forecast_pools(
+        history.pool_demand(),
+        settings.horizons_h,
+        windows_h=settings.idle_windows_h,
+        risk=settings.idle_risk,
+        nodes=history.node_hours(),
+        max_nodes=settings.idle_max_nodes,
+    )
+    tenants = history.tenant_demand() if settings.max_tenants else None
+    quotas = {t: q for (t, model), q in settings.policy.quotas.items() if not model}
+    doc["tenants"] = tenant_section(tenants, settings.horizons_h, settings.max_tenants, quotas)
+    return doc
+
+
+def hourly_demand(history: History) -> pd.DataFrame:
+    """Hourly mean allocated GPUs and capacity per pool: exactly the series the forecasts learn
+    from (`hourly_panel`: complete hours only, thinly covered hours masked, NaN), long form
+    `pool, hour, allocated_gpus, capacity_gpus`."""
+    panel = hourly_panel(history.pool_demand())
+    columns = ["pool", "hour", "allocated_gpus", "capacity_gpus"]
+    if panel is None:
+        return pd.DataFrame(columns=columns)
+    allocated = panel.values.rename_axis(index="hour", columns="pool").stack(future_stack=True)
+    capacity = panel.capacity.rename_axis(index="hour", columns="pool").stack(future_stack=True)
+    frame = pd.DataFrame({"allocated_gpus": allocated, "capacity_gpus": capacity}).reset_index()
+    return frame[columns].sort_values(["pool", "hour"], ignore_index=True)
+
+
+def forecast_hour(history: History) -> int | None:
+    """The hour of the history's latest run: the forecast changes only when it does (the hour
+    still running is never used)."""
+    latest = history.latest_timestamp()
+    return None if latest is None else math.floor(latest / 3600.0)
