@@ -23,11 +23,11 @@ import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 
 from advisor import snapshot
+from advisor.forecast.job_ends import LISTED_QUANTILES
+from advisor.forecast.live import MIN_COVERAGE_ORIGINS
 from advisor.forecast.models import MIN_INTERVAL_ERRORS
 from advisor.planner.actions import KINDS
 from advisor.results import JOB_END_SOURCES, job_end_rows, jsonable, node_rows
-from advisor.service.forecast import MIN_COVERAGE_ORIGINS
-from advisor.service.job_ends import LISTED_QUANTILES
 
 if TYPE_CHECKING:
     from advisor.pipeline import RunState

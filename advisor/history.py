@@ -10,12 +10,12 @@ read.
 
 It also learns how long jobs run (`JobLifetimes`, `History.finished_jobs()`): a job seen in one
 observation and gone from the next has finished, and its duration goes into a bounded record
-that `advisor.service.job_ends` turns into predicted ends for the running jobs.
+that `advisor.forecast.job_ends` turns into predicted ends for the running jobs.
 
 Per node it keeps hours, not runs (`NodeHours`, `History.node_hours()`): for each of the last
 `NODE_HOURS` hours the node's peak held GPUs (usable GPUs with anything allocated on them), its
 largest usable capacity, and in how many of the hour's runs it was seen, beside the times of the
-hour's runs; the per-node idle windows (`advisor.service.forecast.node_panel`) are built from
+hour's runs; the per-node idle windows (`advisor.forecast.runs.node_panel`) are built from
 that. Idle windows count held GPUs rather than the allocated share: a GPU with a tenth of it
 handed out cannot be reserved, powered off or given to a whole-GPU job, so the share left on it
 is no free GPU.
@@ -150,7 +150,7 @@ def node_rows(model: ClusterModel) -> NodeRows:
     return NodeRows(model.nodes.name, pools, allocated, capacity, held)
 
 
-NODE_HOURS = 16 * 24  # hours kept per node: advisor.service.forecast.IDLE_MAX_H (a test checks)
+NODE_HOURS = 16 * 24  # hours kept per node: advisor.forecast.live_idle.IDLE_MAX_H (a test checks)
 
 
 @dataclass(frozen=True)

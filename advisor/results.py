@@ -230,7 +230,7 @@ def job_end_rows(
     tenant: str | None = None,
     node: str | None = None,
 ) -> list[dict[str, Any]]:
-    """`/api/job-ends`' rows: the running jobs `advisor.service.job_ends.predict` listed (its
+    """`/api/job-ends`' rows: the running jobs `advisor.forecast.job_ends.predict` listed (its
     document's `jobs`), those of `tenant` / with a task on `node` only when given, each with the
     GPUs its tasks hold in `model` per node, sorted by expected end (jobs without one last),
     then by planned end, tenant and job."""

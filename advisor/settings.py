@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from advisor.forecast.job_ends import JobEndSettings
     from advisor.fragmentation.measures import Settings as MeasureSettings
     from advisor.fragmentation.measures import Shape
     from advisor.planner.constraints import Policy
-    from advisor.service.job_ends import JobEndSettings
 
 NO_POOL = "(none)"  # the pool label of nodes whose source names no pool
 NO_TENANT = "(none)"  # the tenant label of work whose source names no tenant
@@ -52,7 +52,7 @@ def _policy() -> Policy:
 
 
 def _job_ends() -> JobEndSettings:
-    from advisor.service.job_ends import JobEndSettings
+    from advisor.forecast.job_ends import JobEndSettings
 
     return JobEndSettings()
 

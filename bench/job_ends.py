@@ -39,13 +39,14 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo's exporter, not bench/'s
 
+from advisor.forecast.job_ends import JobEndSettings, predict
+
 import advisor.history as H
 import advisor.pipeline.stages as P
 from advisor.history import JobLifetimes
 from advisor.ingest.live import LiveSim
 from advisor.ingest.sources import sim_fleet, sim_model
 from advisor.planner.observed import expected_end
-from advisor.service.job_ends import JobEndSettings, predict
 from advisor.service.loop import AdvisorLoop, Config
 from bench.machine import describe
 

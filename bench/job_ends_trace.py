@@ -1,5 +1,5 @@
 """Job-end prediction on the real Alibaba GPU trace: a rolling-origin backtest of
-`advisor.forecast.predict_job_end` (as `advisor.service.job_ends.predict` uses it) against the
+`advisor.forecast.predict_job_end` (as `advisor.forecast.job_ends.predict` uses it) against the
 planner's duration prior and two naive baselines, on `openb_pod_list_default.csv`.
 
 Protocol (fixed before any result was looked at; nothing below was tuned on the results):
@@ -81,10 +81,10 @@ import pandas as pd
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo's packages
 
 from advisor.forecast import predict_job_end
+from advisor.forecast.job_ends import JobEndSettings
 from advisor.ingest.openb import read_pods
 from advisor.model import MILLI, ModelBuilder
 from advisor.planner.observed import DurationPrior, expected_end
-from advisor.service.job_ends import JobEndSettings
 from bench.machine import describe
 
 HOUR = 3600.0

@@ -1,7 +1,7 @@
 """Why the advisor service forecasts with the cheap candidates only: cost and gain of adding the
 learned ones to its hourly forecast.
 
-The service (`advisor.service.forecast.demand_section`) redoes, once an hour, a rolling-origin
+The service (`advisor.forecast.live.demand_section`) redoes, once an hour, a rolling-origin
 backtest over the last 14 days of origins for every pool and horizon (1, 6, 24 h), picks a model
 per pool on the earlier half and scores it on the later half. Here it runs on the hourly panels
 of the public traces, cut to the `--days` days before each of `--ends` "now" instants (2 days
@@ -30,7 +30,8 @@ import pandas as pd
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from advisor.forecast.io import Panel, load
-from advisor.service.forecast import CANDIDATES, demand_section
+from advisor.forecast.live import CANDIDATES, demand_section
+from advisor.settings import HORIZONS_H
 from bench.machine import describe
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "forecast"
@@ -43,7 +44,7 @@ SETS = {
     "+ linear": (*CANDIDATES, "linear"),
     "+ learned": (*CANDIDATES, "linear", "gbm", "combo"),
 }
-HORIZONS = (1, 6, 24)
+HORIZONS = HORIZONS_H  # the service's default horizons
 
 
 def cut(panel: Panel, end: pd.Timestamp, days: int) -> Panel:

@@ -25,9 +25,10 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo's exporter, not bench/'s
 
-from advisor.forecast import idle_windows
+from advisor.forecast import idle_windows, live, live_idle
+from advisor.forecast.runs import hourly_of, node_panel, runs_panel
 from advisor.history import NodeRecord
-from advisor.service import forecast as F
+from advisor.settings import HORIZONS_H, IDLE_RISK, IDLE_WINDOWS_H
 from bench.machine import describe
 
 
@@ -94,7 +95,7 @@ def bench_nodes(days: int, nodes: int) -> None:
     pools = np.array([f"pool{j % 20:02d}" for j in range(nodes)], dtype=object)
     capacity = np.full(nodes, 8.0)
     start = pd.Timestamp("2026-01-05", tz="UTC").timestamp()
-    record = NodeRecord(F.IDLE_MAX_H)
+    record = NodeRecord(live_idle.IDLE_MAX_H)
     t0 = time.perf_counter()
     for h, row in enumerate(levels):  # a new model's arrays each run, as from a source
         record.observe(start + h * 3600.0 + 60.0, names.copy(), pools.copy(), row, capacity)
@@ -106,14 +107,21 @@ def bench_nodes(days: int, nodes: int) -> None:
         f"nodes: {nodes} x {days} days of hourly runs: NodeRecord.observe "
         f"{1e3 * t_record / (len(levels) + 1):.2f} ms per run, record {size / 2**20:.1f} MiB"
     )
-    t_panel, panel = timed(F.node_panel, snap)
+    t_panel, panel = timed(node_panel, snap)
     print(f"  node_panel {t_panel:.2f} s ({len(panel.index)} h x {len(panel.series)} nodes)")
-    for limit in sorted({nodes, F.IDLE_MAX_NODES, 0}, reverse=True):  # 0: the listing alone
-        t_idle, doc = timed(F.idle_section, None, F.IDLE_WINDOWS_H, F.IDLE_RISK, panel, limit)
+    for limit in sorted({nodes, live_idle.IDLE_MAX_NODES, 0}, reverse=True):  # 0: the listing alone
+        t_idle, doc = timed(
+            live_idle.idle_section,
+            None,
+            IDLE_WINDOWS_H,
+            IDLE_RISK,
+            panel,
+            limit,
+        )
         computed = [n for n in doc["nodes"] if any(w["available"] for w in n["windows"])]
         print(
             f"  per-node idle windows, {min(limit, nodes)} of {nodes} nodes served "
-            f"(release + backtest, windows {F.IDLE_WINDOWS_H}, {doc['node_history_hours']} h): "
+            f"(release + backtest, windows {IDLE_WINDOWS_H}, {doc['node_history_hours']} h): "
             f"{t_idle:.2f} s"
         )
         for window in doc["windows"]:
@@ -126,7 +134,9 @@ def bench_nodes(days: int, nodes: int) -> None:
             if mine:
                 v = np.mean([w["backtest"]["violation_ratio"]["advisor"] for w in mine])
                 vmax = np.max([w["backtest"]["violation_ratio"]["advisor"] for w in mine])
-                vb = np.mean([w["backtest"]["violation_ratio"][F.IDLE_BASELINE] for w in mine])
+                vb = np.mean(
+                    [w["backtest"]["violation_ratio"][live_idle.IDLE_BASELINE] for w in mine]
+                )
                 c = np.nanmean(
                     [
                         np.nan if (x := w["backtest"]["capture_ratio"]["advisor"]) is None else x
@@ -146,7 +156,7 @@ def main() -> None:
     ap.add_argument("--every", type=float, default=30.0)
     ap.add_argument("--uncapped-days", type=int, default=21)
     ap.add_argument("--nodes", type=int, default=0, help="time the per-node part on N nodes")
-    ap.add_argument("--node-days", type=int, default=F.IDLE_MAX_H // 24)
+    ap.add_argument("--node-days", type=int, default=live_idle.IDLE_MAX_H // 24)
     args = ap.parse_args()
     print(describe())
     if args.nodes:
@@ -157,13 +167,13 @@ def main() -> None:
         f"history: {args.days} days x {args.pools} pools x a run every {args.every:g} s "
         f"= {len(frame)} rows"
     )
-    t_runs, runs = timed(F.runs_panel, frame)
-    t_hourly, hourly = timed(F.hourly_of, runs)
-    t_idle, idle = timed(F.idle_section, runs, F.IDLE_WINDOWS_H, F.IDLE_RISK)
-    t_demand, _ = timed(F.forecast_panel, hourly, (1, 6, 24), None)
+    t_runs, runs = timed(runs_panel, frame)
+    t_hourly, hourly = timed(hourly_of, runs)
+    t_idle, idle = timed(live_idle.idle_section, runs, IDLE_WINDOWS_H, IDLE_RISK)
+    t_demand, _ = timed(live.forecast_panel, hourly, HORIZONS_H, None)
     print(f"  runs_panel {t_runs:.2f} s, hourly_of {t_hourly:.2f} s")
     print(
-        f"  idle_section (release + backtest, windows {F.IDLE_WINDOWS_H}, "
+        f"  idle_section (release + backtest, windows {IDLE_WINDOWS_H}, "
         f"{idle['history_hours']} h seen) {t_idle:.2f} s"
     )
     print(f"  demand forecast (horizons 1, 6, 24 h; idle section excluded) {t_demand:.2f} s")
@@ -173,14 +183,14 @@ def main() -> None:
         if mine:
             v = np.mean([w["backtest"]["violation_ratio"]["advisor"] for w in mine])
             c = np.mean([w["backtest"]["capture_ratio"]["advisor"] for w in mine])
-            vb = np.mean([w["backtest"]["violation_ratio"][F.IDLE_BASELINE] for w in mine])
+            vb = np.mean([w["backtest"]["violation_ratio"][live_idle.IDLE_BASELINE] for w in mine])
             print(
                 f"  {window}: pool-mean held-back violations {v:.3f} (baseline {vb:.3f}), "
                 f"capture {c:.3f}, over {mine[0]['backtest']['test_origins']} origins"
             )
     if args.uncapped_days:
-        big = F.runs_panel(history(args.uncapped_days, args.pools, 60.0))
-        t_big, out = timed(idle_windows, big, F.IDLE_WINDOWS_H, F.IDLE_RISK)
+        big = runs_panel(history(args.uncapped_days, args.pools, 60.0))
+        t_big, out = timed(idle_windows, big, IDLE_WINDOWS_H, IDLE_RISK)
         print(
             f"uncapped idle_windows on {args.uncapped_days} days x {args.pools} pools at 60 s: "
             f"{t_big:.1f} s (rule: {out['rule'].iloc[0].split(':')[0]})"

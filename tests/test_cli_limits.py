@@ -25,9 +25,9 @@ from advisor.ingest.sources import SourceError, load_source
 
 
 def test_the_backfill_bound_is_the_history_the_service_keeps() -> None:
+    from advisor.forecast.live_idle import IDLE_MAX_H
     from advisor.history import NODE_HOURS
     from advisor.ingest.backfill import MAX_SPAN_S
-    from advisor.service.forecast import IDLE_MAX_H
 
     assert MAX_SPAN_S == NODE_HOURS * 3600.0 == IDLE_MAX_H * 3600.0 == 16 * 86400.0
 

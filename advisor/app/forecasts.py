@@ -3,7 +3,7 @@ advisor service serves at /api/forecast), idle windows per pool and per node, an
 predicted free GPUs on the running jobs' ends the service learns from the jobs its history saw
 finish (`learned_job_ends`, which the What-if page's start times use too).
 
-Demand forecasts come only with their measured error: `advisor.service.forecast.forecast_pools`
+Demand forecasts come only with their measured error: `advisor.forecast.live.forecast_pools`
 picks a model on the earlier half of a rolling-origin backtest and scores it, the seasonal-naive
 baseline and naive on the later, held-back half; a pool/horizon without enough history gets a
 reason instead of a number, an interval without enough known errors a blank (`interval_reasons`).
@@ -33,7 +33,7 @@ FREE_IN_H: tuple[int, ...] = (1, 6, 24)
 
 
 def forecast_doc(history: History, horizons_h: Sequence[int] = HORIZONS_H) -> dict[str, Any]:
-    from advisor.service.forecast import forecast_pools, tenant_section  # the forecast models
+    from advisor.forecast.live import forecast_pools, tenant_section
 
     doc = forecast_pools(history.pool_demand(), horizons_h, nodes=history.node_hours())
     doc["tenants"] = tenant_section(history.tenant_demand(), horizons_h)
@@ -250,9 +250,9 @@ def idle_node_reasons(doc: dict[str, Any]) -> list[str]:
 
 def hourly_demand(history: History) -> pd.DataFrame:
     """Hourly mean allocated GPUs per pool: exactly the series the service's forecasts learn from
-    (`advisor.service.forecast.hourly_panel`: complete hours only, thinly covered hours masked,
+    (`advisor.forecast.runs.hourly_panel`: complete hours only, thinly covered hours masked,
     which the chart shows as gaps)."""
-    from advisor.service.forecast import hourly_panel
+    from advisor.forecast.runs import hourly_panel
 
     panel = hourly_panel(history.pool_demand())
     columns = ["pool", "hour", "allocated_gpus", "capacity_gpus"]
@@ -268,11 +268,11 @@ def learned_job_ends(
     model: ClusterModel, history: History
 ) -> tuple[dict[str, float], dict[str, Any]]:
     """The running jobs' ends as the advisor service learns them, and its document saying where
-    they come from: `advisor.service.job_ends.predict` over the jobs `history` saw finish, with
+    they come from: `advisor.forecast.job_ends.predict` over the jobs `history` saw finish, with
     the starts the history used for the model's jobs (the plan stage's call, with the service's
     default `JobEndSettings`). Below `min_finished` finished jobs the mapping is empty, and a job
     without a basis is left out of it: those keep the planner's fallback, as in the service."""
-    from advisor.service.job_ends import JobEndSettings, predict
+    from advisor.forecast.job_ends import JobEndSettings, predict
 
     return predict(
         model,

@@ -93,7 +93,7 @@ def recommendations(
     if goal:
         plans.append(consolidation_plan(model, parse_goal(goal), policy, exact))
     if others:  # reservations and loans on the learned job ends, as the service's
-        from advisor.service.job_ends import outlook
+        from advisor.forecast.job_ends import outlook
 
         plans += recommend(model, policy, outlook(job_end or {}))
     return plans

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from advisor.forecast.job_ends import outlook
 from advisor.fragmentation import measures
 from advisor.fragmentation.measures import Shape, check_models, parse_shape
 from advisor.model import ClusterModel
@@ -26,7 +27,6 @@ from advisor.planner.constraints import Policy, PolicyError, load_policy
 from advisor.planner.recommend import RecommendSettings, recommend
 from advisor.planner.reserve import Outlook, Request, plan_reservations
 from advisor.planner.solve import EXACT_MAX_NODES
-from advisor.service.job_ends import outlook
 from advisor.settings import Settings
 
 __all__ = [

@@ -2,8 +2,8 @@
 
 Each takes what the run read and the one `Settings`, and returns plain data (the documents'
 dicts); the runner (`advisor.pipeline.runner`) times them, keeps their failures apart and
-publishes the results. The forecasting itself is `advisor.service.forecast`'s and the job-end
-learning `advisor.service.job_ends`'s: called here, not re-implemented.
+publishes the results. The forecasting itself is `advisor.forecast.live`'s and the job-end
+learning `advisor.forecast.job_ends`'s: called here, not re-implemented.
 """
 
 from __future__ import annotations
@@ -15,6 +15,9 @@ from typing import Any
 
 import pandas as pd
 
+from advisor.forecast.job_ends import outlook, predict
+from advisor.forecast.live import forecast_pools, tenant_section
+from advisor.forecast.runs import hourly_panel
 from advisor.fragmentation import measures
 from advisor.fragmentation.measures import Shape
 from advisor.history import History, RunningJob
@@ -30,8 +33,6 @@ from advisor.results import (
     shape_table,
     type_table,
 )
-from advisor.service.forecast import forecast_pools, hourly_panel, tenant_section
-from advisor.service.job_ends import outlook, predict
 from advisor.settings import Settings
 
 PLAN_METHOD = "consolidation+recommend"
@@ -103,7 +104,7 @@ def plans(
 
 def forecast(history: History, settings: Settings) -> dict[str, Any]:
     """The forecast stage's document (demand and idle windows per pool and per node, demand per
-    tenant) from the history's complete hours: `advisor.service.forecast`, with the settings'
+    tenant) from the history's complete hours: `advisor.forecast.live`, with the settings'
     horizons, idle windows, risk and limits; quotas from the policy."""
     doc = forecast_pools(
         history.pool_demand(),

@@ -7,7 +7,7 @@ recommendation kind shares (reclaim, share, rebalance, reserve, borrow).
   `idle_threshold`. Utilization of a shared GPU is the GPU's, not the holder's.
 - `expected_end(model, prior, job_end) -> float64 (A,)` — predicted end time per allocation.
   The order is: an explicit prediction (`job_end` by allocation id, then by job: the service
-  passes the ends `advisor.service.job_ends` derives with `advisor.forecast.predict_job_end`
+  passes the ends `advisor.forecast.job_ends` derives with `advisor.forecast.predict_job_end`
   from the jobs it saw finish), a known `deletion_time` (traces), else a duration prior:
   Pareto with tail index 2 and median `median_s`. For a job that has run `a` seconds, its expected remaining time is
   `sqrt(2)*median - a` while `a < median/sqrt(2)` and `a` after (heavy tail: the longer it has

@@ -72,7 +72,7 @@ def test_a_forecast_without_an_interval_is_a_blank_not_a_crash() -> None:
     import numpy as np
 
     from advisor.app import figures
-    from advisor.service.forecast import forecast_pools, tenant_section
+    from advisor.forecast.live import forecast_pools, tenant_section
     from tests.service.test_forecast_plans import demand_frame
 
     frame = demand_frame(41)
@@ -132,7 +132,7 @@ def test_node_free_times_count_up_to_the_node_size() -> None:
 def test_node_free_times_rest_on_the_ends_the_service_learns() -> None:
     """A simulated fleet two days in: its re-simulated past holds enough finished jobs, so the
     table plans on the ends the service's `predict` learns from them, and the caption says so."""
-    from advisor.service.job_ends import JobEndSettings, predict
+    from advisor.forecast.job_ends import JobEndSettings, predict
 
     source = "sim:a100-16x8?t=2d"
     model, history = load_source(source), data.sim_trend(source)
@@ -159,7 +159,7 @@ def test_the_chart_shows_the_hourly_series_the_forecasts_learn_from() -> None:
     """The history line is the service's hourly panel: complete hours only, same values."""
     import numpy as np
 
-    from advisor.service.forecast import hourly_panel
+    from advisor.forecast.runs import hourly_panel
 
     history = data.sim_trend("sim:a100-16x8?t=3d")
     chart = forecasts.hourly_demand(history)

@@ -1,5 +1,5 @@
 """The app's predicted free GPUs per node and What-if start times plan on the job ends the advisor
-service learns from the same history (`advisor.service.job_ends.predict`), and keep the planner's
+service learns from the same history (`advisor.forecast.job_ends.predict`), and keep the planner's
 fallback, saying so, where the service does."""
 
 from __future__ import annotations
@@ -8,13 +8,13 @@ import numpy as np
 import pytest
 
 from advisor.app import forecasts, plans
+from advisor.forecast.job_ends import JobEndSettings, predict
 from advisor.fragmentation import measures
 from advisor.history import History
 from advisor.model import ClusterModel
 from advisor.pipeline.stages import plans as plan_stage
 from advisor.planner.constraints import Policy
 from advisor.planner.observed import end_source
-from advisor.service.job_ends import JobEndSettings, predict
 from advisor.settings import Settings
 from tests.service.test_job_ends import timeline
 

@@ -56,7 +56,7 @@ def test_the_wait_rests_on_the_job_ends_the_service_learns() -> None:
     """Two simulated days in, enough jobs have been seen to finish: the wait is planned on the
     ends the service's `predict` learns from the same history, and the page says so."""
     from advisor.app import data
-    from advisor.service.job_ends import JobEndSettings, predict
+    from advisor.forecast.job_ends import JobEndSettings, predict
 
     source = "sim:a100-16x8?t=2d"
     model, history = load_source(source), data.sim_trend(source)

@@ -20,7 +20,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from advisor.service.forecast import forecast_pools
+from advisor.forecast.live import forecast_pools
 from alerts.config import load_config
 from dashboards import generate
 from tests.ops.promql import (

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from advisor.service.forecast import forecast_pools
+from advisor.forecast.live import forecast_pools
 from alerts.generate import ROOT
 
 

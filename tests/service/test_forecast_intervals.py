@@ -13,14 +13,9 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from advisor.documents import as_json, build_forecast
+from advisor.forecast.live import BASELINE, MIN_COVERAGE_ORIGINS, forecast_pools, tenant_section
 from advisor.forecast.models import MIN_INTERVAL_ERRORS, make, sort_quantiles
 from advisor.service.api import openapi_document
-from advisor.service.forecast import (
-    BASELINE,
-    MIN_COVERAGE_ORIGINS,
-    forecast_pools,
-    tenant_section,
-)
 from advisor.service.loop import AdvisorLoop, Config
 from advisor.service.metrics import families
 from tests.service.test_forecast_plans import demand_frame

@@ -8,11 +8,12 @@ import pandas as pd
 import pytest
 
 from advisor.forecast.io import Panel
+from advisor.forecast.live import BASELINE, forecast_pools
+from advisor.forecast.runs import hourly_panel
 from advisor.fragmentation.measures import Settings, parse_shape
 from advisor.pipeline.stages import analyze_model, blocked_shapes, plans
 from advisor.planner.actions import Action, Cost, GpuSet, Plan
 from advisor.planner.ranking import ranked_actions
-from advisor.service.forecast import BASELINE, forecast_pools, hourly_panel
 from advisor.settings import Settings as PipelineSettings
 
 

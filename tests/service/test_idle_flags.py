@@ -11,10 +11,10 @@ import pytest
 
 from advisor.cli import build_parser
 from advisor.forecast import idle as I
+from advisor.forecast import live_idle
+from advisor.forecast.live_idle import idle_needs
 from advisor.ingest.live import LiveSim
-from advisor.service import forecast as service_forecast
 from advisor.service.api import Api, openapi_document
-from advisor.service.forecast import idle_needs
 from advisor.service.loop import AdvisorLoop, Config
 from advisor.settings import IDLE_RISK, IDLE_WINDOWS_H, Settings
 
@@ -96,7 +96,7 @@ def test_a_chosen_risk_and_windows_reach_every_part_and_the_served_output(monkey
     nodes) is computed for them, /api/forecast states them (and validates against its schema)
     and /metrics has their windows only."""
     calls: list[tuple[str, tuple[int, ...], float]] = []
-    real_release, real_backtest = service_forecast.idle_windows, I.backtest
+    real_release, real_backtest = live_idle.idle_windows, I.backtest
 
     def release(panel, windows, risk, *args, **kwargs):
         calls.append(("release", tuple(windows), risk))
@@ -106,7 +106,7 @@ def test_a_chosen_risk_and_windows_reach_every_part_and_the_served_output(monkey
         calls.append(("backtest", tuple(windows), risk))
         return real_backtest(panel, windows, risk, *args, **kwargs)
 
-    monkeypatch.setattr(service_forecast, "idle_windows", release)
+    monkeypatch.setattr(live_idle, "idle_windows", release)
     monkeypatch.setattr(I, "backtest", backtest)
     clock = [0.0]
     source = LiveSim("sim:a100-16x8?nodes=2&t=6d", clock=lambda: clock[0])

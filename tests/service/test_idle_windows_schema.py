@@ -9,8 +9,8 @@ import jsonschema
 import pytest
 
 from advisor.documents import as_json, build_forecast
+from advisor.forecast.live import forecast_pools
 from advisor.service.api import openapi_document
-from advisor.service.forecast import forecast_pools
 from advisor.service.loop import AdvisorLoop, Config
 from tests.service.test_idle_windows import pools_history
 

@@ -9,12 +9,12 @@ import math
 import numpy as np
 import pytest
 
+from advisor.forecast.job_ends import JobEndSettings, predict
 from advisor.fragmentation import measures
 from advisor.history import History, JobLifetimes
 from advisor.ingest.live import LiveSim
 from advisor.model import ClusterModel, ModelBuilder
 from advisor.pipeline.stages import plans
-from advisor.service.job_ends import JobEndSettings, predict
 from advisor.service.loop import AdvisorLoop, Config
 from advisor.settings import Settings
 from tests.service.test_metrics import samples

@@ -1,5 +1,5 @@
 """`/api/job-ends`: per running job its expected end as the plan stage predicted it
-(`advisor.service.job_ends.predict`), with its uncertainty and source, on a simulated fleet run
+(`advisor.forecast.job_ends.predict`), with its uncertainty and source, on a simulated fleet run
 in-process by the advisor loop (the same handlers the service serves)."""
 
 from __future__ import annotations
@@ -10,12 +10,12 @@ import math
 import jsonschema
 import pytest
 
+from advisor.forecast.job_ends import JobEndSettings, predict
 from advisor.history import running_jobs
 from advisor.ingest.live import LiveSim
 from advisor.model import ModelBuilder
 from advisor.planner.observed import DurationPrior, expected_end
 from advisor.service.api import Api, openapi_document
-from advisor.service.job_ends import JobEndSettings, predict
 from advisor.service.loop import AdvisorLoop, Config
 from advisor.settings import Settings
 from tests.service.conftest import ScriptedSource, strict_schema

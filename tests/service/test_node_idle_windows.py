@@ -11,16 +11,12 @@ import pytest
 
 from advisor import history as history_module
 from advisor.forecast import idle as I
+from advisor.forecast.live import forecast_pools
+from advisor.forecast.live_idle import IDLE_BASELINE, IDLE_MAX_H, IDLE_MIN_TEST
+from advisor.forecast.runs import node_panel
 from advisor.history import NODE_HOURS, History, NodeRecord, node_rows, pool_rows
 from advisor.ingest.live import LiveSim
 from advisor.model import ClusterModel, ModelBuilder
-from advisor.service.forecast import (
-    IDLE_BASELINE,
-    IDLE_MAX_H,
-    IDLE_MIN_TEST,
-    forecast_pools,
-    node_panel,
-)
 from advisor.service.loop import AdvisorLoop, Config
 from advisor.settings import Settings
 from tests.service.conftest import ScriptedSource

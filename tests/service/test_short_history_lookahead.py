@@ -17,13 +17,14 @@ import pandas as pd
 import pytest
 
 from advisor.forecast import idle as I
+from advisor.forecast import live, live_idle
+from advisor.forecast import runs as RP
 from advisor.forecast.io import Panel
 from advisor.forecast.rolling import rolling_forecasts
 from advisor.history import NodeRecord
-from advisor.service import forecast as F
 from tests.service.test_idle_windows import START, pools_history
 
-QUANTILES = F.QUANTILES
+QUANTILES = live.QUANTILES
 KEEP = 7
 
 
@@ -80,13 +81,13 @@ def test_the_hourly_panels_up_to_an_hour_ignore_the_runs_after_it(t):
     across the backfill."""
     runs = _thin_hour(pools_history(30, every=300.0, backfill_h=8), 9, keep=5)
     runs = _thin_hour(runs, t, keep=KEEP)  # hour t just kept (a backfilled hour has one)
-    before = F.hourly_panel(runs)
+    before = RP.hourly_panel(runs)
     assert np.isnan(before.values.iloc[9]).all()  # a thin live hour is masked ...
     assert not np.isnan(
         before.values.iloc[[2, t]].to_numpy()
     ).any()  # ... a backfilled one, half of one not
     cut = _hour_end(before.index, t)
-    after = F.hourly_panel(_altered(runs, cut))
+    after = RP.hourly_panel(_altered(runs, cut))
     assert before.index.equals(after.index)
     _assert_rows_equal(before.values, after.values, t, "values")
     _assert_rows_equal(before.capacity, after.capacity, t, "capacity")
@@ -94,7 +95,7 @@ def test_the_hourly_panels_up_to_an_hour_ignore_the_runs_after_it(t):
         _assert_rows_equal(before.within[k], after.within[k], t, f"within[{k}]")
     # and the check itself can fail: the hours after t do change
     assert not before.values.iloc[t + 1 :].equals(after.values.iloc[t + 1 :])
-    peaks = [F.runs_panel(r).resample("h", how="max") for r in (runs, _altered(runs, cut))]
+    peaks = [RP.runs_panel(r).resample("h", how="max") for r in (runs, _altered(runs, cut))]
     _assert_rows_equal(peaks[0].values, peaks[1].values, t, "hourly peaks")
 
 
@@ -106,14 +107,14 @@ def test_the_demand_backtest_forecasts_ignore_data_after_the_origin(t):
     """The service's candidates on its own hourly panel (readings inside each hour included),
     fitted and scored from origin 0 on, as `demand_section` does on a history under two days."""
     runs = pools_history(40, every=600.0)
-    panels = [F.hourly_panel(runs)]
-    panels.append(F.hourly_panel(_altered(runs, _hour_end(panels[0].index, t))))
+    panels = [RP.hourly_panel(runs)]
+    panels.append(RP.hourly_panel(_altered(runs, _hour_end(panels[0].index, t))))
     origins = np.arange(0, len(panels[0].index))
     out = []
     for panel in panels:
-        fc = rolling_forecasts(panel, F.CANDIDATES, (1, 6), QUANTILES, origins)
+        fc = rolling_forecasts(panel, live.CANDIDATES, (1, 6), QUANTILES, origins)
         out.append(fc[fc["origin"] <= panel.index[t]].reset_index(drop=True))
-    assert len(out[0]) and set(out[0]["model"]) == set(F.CANDIDATES)
+    assert len(out[0]) and set(out[0]["model"]) == set(live.CANDIDATES)
     pd.testing.assert_frame_equal(out[0].drop(columns="actual"), out[1].drop(columns="actual"))
 
 
@@ -123,7 +124,7 @@ def _picks(section: dict, key: str) -> dict[tuple[str, str], dict]:
 
 def _first_held_back(panel: Panel, h: int) -> int:
     last = len(panel.index) - 1
-    origins = np.arange(max(0, last - h - F.MAX_ORIGINS + 1), last - h + 1)
+    origins = np.arange(max(0, last - h - live.MAX_ORIGINS + 1), last - h + 1)
     return int(origins[len(origins) // 2])
 
 
@@ -141,10 +142,10 @@ def test_the_model_scored_on_held_back_origins_is_picked_from_hours_up_to_them(k
 
     def section(frame):
         if kind == "pool":
-            return F.demand_section(F.hourly_panel(frame), [h])
-        return F.tenant_section(frame, [h])
+            return live.demand_section(RP.hourly_panel(frame), [h])
+        return live.tenant_section(frame, [h])
 
-    panel = F.hourly_panel(runs)
+    panel = RP.hourly_panel(runs)
     t = _first_held_back(panel, h)
     cut = _hour_end(panel.index, t)
     before, after = _picks(section(runs), kind), _picks(section(_altered(runs, cut)), kind)
@@ -164,7 +165,7 @@ def test_a_short_history_selects_on_the_origins_whose_target_is_known_else_keeps
     horizon accepts (the pick is then naive, the selection rule's default), all but h − 1 of
     the half on a longer history; a 1 h horizon loses none."""
     for hours, h, expected in ((36, 24, 0), (96, 24, 13), (96, 1, 47)):
-        doc = F.demand_section(F.hourly_panel(pools_history(hours, every=600.0)), [h])
+        doc = live.demand_section(RP.hourly_panel(pools_history(hours, every=600.0)), [h])
         for pool in doc["pools"]:
             (entry,) = pool["horizons"]
             assert entry["backtest"]["selection_origins"] == expected, (hours, h)
@@ -195,10 +196,10 @@ def releases(monkeypatch):
     return seen
 
 
-def _idle_releases(seen, runs=None, nodes=None, max_nodes=F.IDLE_MAX_NODES):
+def _idle_releases(seen, runs=None, nodes=None, max_nodes=live_idle.IDLE_MAX_NODES):
     seen.clear()
-    doc = F.idle_section(
-        F.runs_panel(runs) if runs is not None else None, [1, 4, 8], 0.05, nodes, max_nodes
+    doc = live_idle.idle_section(
+        RP.runs_panel(runs) if runs is not None else None, [1, 4, 8], 0.05, nodes, max_nodes
     )
     assert len(seen) == 1
     return (*seen[0], doc)
@@ -217,7 +218,7 @@ def _compare_up_to(before, after, until, columns=None) -> int:
     return n
 
 
-@pytest.mark.parametrize("hours", [F.idle_needs(1), F.idle_needs(8), 150])
+@pytest.mark.parametrize("hours", [live_idle.idle_needs(1), live_idle.idle_needs(8), 150])
 @pytest.mark.parametrize("dt", [0, 13])
 def test_the_idle_backtest_releases_ignore_data_after_the_origin(releases, hours, dt):
     """From the fewest hours a window accepts: the releases the held-back part scores, at its
@@ -235,7 +236,7 @@ def test_the_idle_backtest_releases_ignore_data_after_the_origin(releases, hours
     assert rules_after == rules
 
 
-@pytest.mark.parametrize(("hours", "seed"), [(F.idle_needs(8), 1), (150, 3)])
+@pytest.mark.parametrize(("hours", "seed"), [(live_idle.idle_needs(8), 1), (150, 3)])
 def test_a_pools_releases_ignore_capacity_another_pool_gains_after_the_origin(
     releases, hours, seed
 ):
@@ -297,14 +298,14 @@ def _node_record(
     return record
 
 
-@pytest.mark.parametrize("hours", [F.idle_needs(8), 140])
+@pytest.mark.parametrize("hours", [live_idle.idle_needs(8), 140])
 def test_the_node_panel_and_node_releases_ignore_data_after_the_origin(releases, hours):
-    before_panel = F.node_panel(_node_record(hours).snapshot())
+    before_panel = RP.node_panel(_node_record(hours).snapshot())
     before, rules, _ = _idle_releases(releases, nodes=before_panel)
     first = min(frame.index[0] for frame in before.values())
     for dt in (0, 9):
         t = before_panel.index.get_loc(pd.Timestamp(first) + pd.Timedelta(hours=dt))
-        after_panel = F.node_panel(_node_record(hours, alter_from=t + 1).snapshot())
+        after_panel = RP.node_panel(_node_record(hours, alter_from=t + 1).snapshot())
         assert before_panel.index.equals(after_panel.index)
         _assert_rows_equal(before_panel.values, after_panel.values, t, "node values")
         _assert_rows_equal(before_panel.capacity, after_panel.capacity, t, "node capacity")
@@ -348,7 +349,7 @@ def test_node_releases_ignore_which_nodes_are_most_idle_after_the_origin(release
     """On a fleet over the node limit the hours after a held-back origin choose which nodes are
     served (the most idle now); the served nodes' releases at that origin stay the same, as the
     rules' pooled model and margin learn from nodes picked without those hours."""
-    panel = _node_hours(F.IDLE_MAX_H, 10, seed=3)
+    panel = _node_hours(live_idle.IDLE_MAX_H, 10, seed=3)
     before, _, doc = _idle_releases(releases, nodes=panel, max_nodes=5)
     chosen = _served(doc)
     assert len(chosen) == 5
@@ -371,14 +372,14 @@ def test_node_releases_ignore_which_nodes_are_most_idle_after_the_origin(release
 def test_the_nodes_the_pooled_rules_learn_from_are_fixed_before_the_held_back_hours():
     """`_pool_nodes`: only nodes with a reading before the held-back part, at most the limit,
     picked by name (a hash), never by the hours from the held-back part on."""
-    panel = _node_hours(F.IDLE_MAX_H, 10, seed=3)
-    start = F._held_back_start(len(panel.index), [1, 4, 8])
+    panel = _node_hours(live_idle.IDLE_MAX_H, 10, seed=3)
+    start = live_idle._held_back_start(len(panel.index), [1, 4, 8])
     values = panel.values.copy()
     values.iloc[:start, 9] = np.nan  # n09 first reports in the held-back part
-    pool = F._pool_nodes(Panel(values, panel.capacity, panel.name), start, 5)
+    pool = live_idle._pool_nodes(Panel(values, panel.capacity, panel.name), start, 5)
     assert len(pool) == 5 and "n09" not in pool and pool != panel.series[:5]
     values.iloc[start:] = 8.0 - values.iloc[start:]
-    assert F._pool_nodes(Panel(values, panel.capacity, panel.name), start, 5) == pool
-    assert F._pool_nodes(Panel(values, panel.capacity, panel.name), start, 20) == [
+    assert live_idle._pool_nodes(Panel(values, panel.capacity, panel.name), start, 5) == pool
+    assert live_idle._pool_nodes(Panel(values, panel.capacity, panel.name), start, 20) == [
         f"n{j:02d}" for j in range(9)
     ]

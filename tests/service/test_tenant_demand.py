@@ -10,12 +10,12 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from advisor.documents import as_json, build_forecast
+from advisor.forecast.live import tenant_section
 from advisor.history import History
 from advisor.ingest.live import LiveSim
 from advisor.model import ModelBuilder
 from advisor.planner.constraints import Policy
 from advisor.service.api import openapi_document
-from advisor.service.forecast import tenant_section
 from advisor.service.loop import AdvisorLoop, Config
 from advisor.settings import Settings
 
