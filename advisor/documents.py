@@ -277,6 +277,11 @@ class Node(Document):
     gpu_model: str
     gpus: Count
     free_gpus: Count
+    free_capacity_gpus: Gpus = Field(description="free GPU share, partly used GPUs included")
+    largest_free_nvlink_group: Annotated[int, Field(ge=0)] | None = Field(
+        description="most free GPUs inside one NVLink island; null where no GPU of the node "
+        "has a known island"
+    )
     allocated_idle_gpus: Count
     fgd_fragment_gpus: Gpus
     score: Ratio
@@ -582,6 +587,12 @@ class DemandSeries(Document):
     capacity_gpus: float | None
     allocated_gpus: float | None = Field(description=ALLOCATED_HOURLY)
     horizons: list[Horizon]
+    outlook: list[Horizon] = Field(
+        default_factory=list,
+        description="the same forecast at the outlook horizons (--forecast.outlook-horizons, "
+        "beyond the horizons): served here only, for the fan chart over the coming days; no "
+        "/metrics series",
+    )
 
 
 class IdleBacktest(Document):

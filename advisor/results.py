@@ -18,7 +18,7 @@ import pandas as pd
 
 from advisor.fragmentation import measures
 from advisor.fragmentation.measures import Shape
-from advisor.model import MILLI, ClusterModel, spec_models
+from advisor.model import MILLI, UNKNOWN_ISLAND, ClusterModel, spec_models
 from advisor.settings import NO_POOL
 
 STAGES: tuple[str, ...] = ("ingest", "analyze", "forecast", "plan")
@@ -162,9 +162,12 @@ def pool_shape_table(model: ClusterModel, shapes: tuple[Shape, ...]) -> list[dic
 
 
 def node_rows(model: ClusterModel, analysis: dict[str, Any]) -> list[dict[str, Any]]:
-    """The per-node heatmap table of `measures.analyze`, as JSON-ready rows."""
+    """The per-node heatmap table of `measures.analyze`, as JSON-ready rows (the largest free
+    NVLink group null on a node none of whose GPUs has a known island)."""
     nodes = analysis["nodes"]
     pools = pool_names(model)
+    islands = np.zeros(len(model.nodes), dtype=bool)  # whether any GPU's island is known
+    islands[model.gpus.node[model.gpus.nvlink_island != UNKNOWN_ISLAND]] = True
     out = []
     for i in range(len(model.nodes)):
         out.append(
@@ -175,6 +178,10 @@ def node_rows(model: ClusterModel, analysis: dict[str, Any]) -> list[dict[str, A
                 "gpu_model": str(nodes["gpu_model"][i]),
                 "gpus": int(nodes["gpus"][i]),
                 "free_gpus": int(nodes["free_gpus"][i]),
+                "free_capacity_gpus": float(nodes["free_capacity_gpus"][i]),
+                "largest_free_nvlink_group": int(nodes["largest_free_nvlink_group"][i])
+                if islands[i]
+                else None,
                 "allocated_idle_gpus": int(nodes["allocated_idle_gpus"][i]),
                 "fgd_fragment_gpus": float(nodes["fgd_fragment_gpus"][i]),
                 "score": float(nodes["score"][i]),

@@ -26,6 +26,9 @@ NO_TENANT = "(none)"  # the tenant label of work whose source names no tenant
 
 SHAPES_TEXT = "0.5,1,2,4,8,2x8,4x8"  # job shapes measured and planned for (`--shapes`)
 HORIZONS_H: tuple[int, ...] = (1, 6, 24)  # demand forecast horizons (`--forecast.horizons`)
+# more horizons served in /api/forecast only (`--forecast.outlook-horizons`): the app's fan
+# chart over the coming hours and days; no /metrics series, so no alert on them
+OUTLOOK_HORIZONS_H: tuple[int, ...] = (3, 12, 48, 72)
 IDLE_WINDOWS_H: tuple[int, ...] = (1, 4, 8)  # idle windows W (`--forecast.idle-windows`)
 IDLE_RISK = 0.05  # the idle windows' violation budget (`--forecast.idle-risk`)
 IDLE_MAX_NODES = 1000  # nodes whose idle windows are computed each hour (~1.2 s on 2 cores)
@@ -69,6 +72,7 @@ class Settings:
     measures: MeasureSettings = field(default_factory=_measures)
     policy: Policy = field(default_factory=_policy)
     horizons_h: tuple[int, ...] = HORIZONS_H
+    outlook_horizons_h: tuple[int, ...] = OUTLOOK_HORIZONS_H
     idle_windows_h: tuple[int, ...] = IDLE_WINDOWS_H
     idle_risk: float = IDLE_RISK
     idle_max_nodes: int = IDLE_MAX_NODES

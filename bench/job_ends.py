@@ -4,7 +4,7 @@ duration prior, and what learning and predicting them adds to a run of the advis
 Accuracy. Each `sim:` fleet is observed hourly from t = 0 (the service's `sim:` start-up
 backfill) by a `JobLifetimes` fed the models in time order (what `History.append` does, without
 the fragmentation analysis it also runs). At every origin (default every 12 h from 72 h to
-168 h) each running job with a learned end (`advisor.service.job_ends.predict`, default
+168 h) each running job with a learned end (`advisor.forecast.job_ends.predict`, default
 `JobEndSettings`, the starts the history used) is scored against the simulator's true end
 (`SimJob.end`: the simulator draws a job's duration when it starts it, so the end is known
 exactly), as is the duration prior (`advisor.planner.observed.expected_end` without `job_end`;
@@ -39,10 +39,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo's exporter, not bench/'s
 
-from advisor.forecast.job_ends import JobEndSettings, predict
-
 import advisor.history as H
 import advisor.pipeline.stages as P
+from advisor.forecast.job_ends import JobEndSettings, predict
 from advisor.history import JobLifetimes
 from advisor.ingest.live import LiveSim
 from advisor.ingest.sources import sim_fleet, sim_model

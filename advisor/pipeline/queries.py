@@ -19,18 +19,21 @@ import pandas as pd
 from advisor.forecast.job_ends import outlook
 from advisor.fragmentation import measures
 from advisor.fragmentation.measures import Shape, check_models, parse_shape
+from advisor.ingest.sources import SIM_LARGE_NODES, SourceError, seconds
 from advisor.model import ClusterModel
 from advisor.planner.actions import Action, Cost, Plan, mig_switch_steps
 from advisor.planner.check import RESERVATION_QOS, CheckResult, apply_plan, check_plan
 from advisor.planner.consolidate import Goal, parse_goal
 from advisor.planner.constraints import Policy, PolicyError, load_policy
+from advisor.planner.observed import DurationPrior, expected_end, now_of
 from advisor.planner.recommend import RecommendSettings, recommend
-from advisor.planner.reserve import Outlook, Request, plan_reservations
+from advisor.planner.reserve import Outlook, Request, gpu_ready_times, plan_reservations
 from advisor.planner.solve import EXACT_MAX_NODES
-from advisor.settings import Settings
+from advisor.settings import HORIZONS_H, Settings
 
 __all__ = [
     "EXACT_MAX_NODES",
+    "SIM_LARGE_NODES",
     "Action",
     "Cost",
     "Outcome",
@@ -38,21 +41,26 @@ __all__ = [
     "Policy",
     "PolicyError",
     "Shape",
+    "SourceError",
     "WhatIf",
     "allocated_idle",
     "check_goal",
     "compare",
+    "free_gpus_by_node",
     "goal_text",
     "gpu_states",
     "hours",
     "jobs_that_fit",
     "mig_switch_steps",
     "next_big_job",
+    "now_of",
     "plan_from_doc",
     "plan_goals",
+    "planned_states",
     "policy_from",
     "replay",
     "reserved_gpus",
+    "seconds",
     "shape_from_text",
     "whatif",
 ]
@@ -91,6 +99,12 @@ def gpu_states(model: ClusterModel, settings: Settings) -> np.ndarray:
     """int8 (G): each GPU's state code (`advisor.contract.GPU_STATE_CODES`), as /metrics
     serves them."""
     return measures.gpu_state_codes(model, allocated_idle(model, settings))
+
+
+def planned_states(model: ClusterModel) -> np.ndarray:
+    """int8 (G): state codes of a planned model: nothing observed, so no GPU is idle (every
+    allocated GPU counts busy)."""
+    return measures.gpu_state_codes(model, np.zeros(len(model.gpus), dtype=bool))
 
 
 def reserved_gpus(model: ClusterModel) -> np.ndarray:
@@ -279,3 +293,32 @@ def hours(seconds: float) -> str:
     if math.isinf(seconds):
         return "never"
     return f"{seconds / 3600:.1f} h"
+
+
+# --------------------------------------------------------------------------- free GPUs
+
+
+def free_gpus_by_node(
+    model: ClusterModel, ends: Mapping[str, float], hours: Sequence[int] = HORIZONS_H
+) -> pd.DataFrame:
+    """Per node: GPUs free now (in the current snapshot, unlike the idle windows' last complete
+    hour) and predicted free within each of `hours` hours without moving anything, from the
+    running jobs' ends `ends` ({allocation id: end}, the plan stage's learned ends; the
+    planner's fallback for every allocation it leaves out)."""
+    ready = gpu_ready_times(model, expected_end(model, DurationPrior(), ends))
+    now = now_of(model)
+    nodes = model.nodes
+    columns: dict[str, Any] = {
+        "node": nodes.name,
+        "pool": nodes.pool,
+        "GPUs": nodes.gpu_count,
+        "free now": np.bincount(
+            model.gpus.node, weights=(ready <= now).astype(float), minlength=len(nodes)
+        ).astype(int),
+    }
+    for h in hours:
+        free = (ready <= now + h * 3600.0).astype(float)
+        columns[f"free within {h} h"] = np.bincount(
+            model.gpus.node, weights=free, minlength=len(nodes)
+        ).astype(int)
+    return pd.DataFrame(columns)

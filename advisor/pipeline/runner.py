@@ -126,8 +126,8 @@ class Pipeline:
         errors = dict(previous.errors)
         failures: list[str] = []
 
-        def fail(stage: str, error: BaseException) -> str:
-            message = redact(one_line(error))
+        def fail(stage: str, error: BaseException, typed: bool = False) -> str:
+            message = redact(one_line(error, typed=typed))
             errors[stage] = errors.get(stage, 0) + 1
             failures.append(f"{stage}: {message}")
             return message
@@ -138,8 +138,9 @@ class Pipeline:
         try:
             model = _shown_source(self.ingest())
         except Exception as error:  # any reader failure is the source being down
-            source_up, source_error = False, fail("ingest", error)
-            if not isinstance(error, (SourceError, OSError, ValueError)):
+            expected = isinstance(error, (SourceError, OSError, ValueError))
+            source_up, source_error = False, fail("ingest", error, typed=not expected)
+            if not expected:  # a reader's bug, not the source being down: its type too
                 log.exception("ingest from %s failed unexpectedly", previous.source)
             log.warning(
                 "source %s failed: %s; %s",

@@ -16,8 +16,8 @@ from typing import Any
 import pandas as pd
 
 from advisor.forecast.job_ends import outlook, predict
-from advisor.forecast.live import forecast_pools, tenant_section
-from advisor.forecast.runs import hourly_panel
+from advisor.forecast.live import demand_section, forecast_panel, tenant_section
+from advisor.forecast.runs import hourly_panel, node_panel, runs_panel
 from advisor.fragmentation import measures
 from advisor.fragmentation.measures import Shape
 from advisor.history import History, RunningJob
@@ -105,15 +105,24 @@ def plans(
 def forecast(history: History, settings: Settings) -> dict[str, Any]:
     """The forecast stage's document (demand and idle windows per pool and per node, demand per
     tenant) from the history's complete hours: `advisor.forecast.live`, with the settings'
-    horizons, idle windows, risk and limits; quotas from the policy."""
-    doc = forecast_pools(
-        history.pool_demand(),
+    horizons, idle windows, risk and limits; quotas from the policy. Each pool's `outlook` is
+    the same forecast at the outlook horizons not among the horizons (the app's fan chart;
+    /metrics exports the horizons only)."""
+    pool_demand = history.pool_demand()
+    panel = hourly_panel(pool_demand)
+    doc = forecast_panel(
+        panel,
         settings.horizons_h,
-        windows_h=settings.idle_windows_h,
-        risk=settings.idle_risk,
-        nodes=history.node_hours(),
-        max_nodes=settings.idle_max_nodes,
+        runs_panel(pool_demand, "held_gpus"),
+        settings.idle_windows_h,
+        settings.idle_risk,
+        node_panel(history.node_hours()),
+        settings.idle_max_nodes,
     )
+    more = sorted(set(settings.outlook_horizons_h) - set(settings.horizons_h))
+    outlook = {p["pool"]: p["horizons"] for p in demand_section(panel, more)["pools"]}
+    for pool in doc["pools"]:
+        pool["outlook"] = outlook.get(pool["pool"], [])
     tenants = history.tenant_demand() if settings.max_tenants else None
     quotas = {t: q for (t, model), q in settings.policy.quotas.items() if not model}
     doc["tenants"] = tenant_section(tenants, settings.horizons_h, settings.max_tenants, quotas)

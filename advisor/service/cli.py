@@ -23,6 +23,7 @@ from advisor.settings import (
     IDLE_RISK,
     IDLE_WINDOWS_H,
     MAX_TENANTS,
+    OUTLOOK_HORIZONS_H,
     SHAPES_TEXT,
     TOP_ACTIONS,
     hours_text,
@@ -56,6 +57,18 @@ def idle_windows(text: str) -> tuple[int, ...]:
         text,
         "a window like 1h or 8h",
         f"idle windows are whole hours from 1h to {MAX_IDLE_WINDOW_H}h",
+        most=MAX_IDLE_WINDOW_H,
+    )
+
+
+def outlook_horizons(text: str) -> tuple[int, ...]:
+    """'3h,12h,48h,72h' -> (3, 12, 48, 72), '' -> (): the outlook's horizons, up to a week."""
+    if not text.strip():
+        return ()
+    return _whole_hours(
+        text,
+        "a horizon like 3h or 72h",
+        f"outlook horizons are whole hours from 1h to {MAX_IDLE_WINDOW_H}h",
         most=MAX_IDLE_WINDOW_H,
     )
 
@@ -128,6 +141,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         type=horizons,
         default=HORIZONS_H,
         help=f"comma-separated whole hours (default {hours_text(HORIZONS_H)})",
+    )
+    parser.add_argument(
+        "--forecast.outlook-horizons",
+        dest="outlook_horizons",
+        type=outlook_horizons,
+        default=OUTLOOK_HORIZONS_H,
+        help="more horizons served in /api/forecast only (the app's fan chart; no /metrics "
+        f"series, no alert), whole hours up to {MAX_IDLE_WINDOW_H}h, '' for none (default "
+        f"{hours_text(OUTLOOK_HORIZONS_H)})",
     )
     parser.add_argument(
         "--forecast.idle-max-nodes",
@@ -223,6 +245,7 @@ def run(args: argparse.Namespace) -> int:
         measures=measures.Settings(shapes=args.shapes) if args.shapes else measures.Settings(),
         policy=policy,
         horizons_h=args.horizons,
+        outlook_horizons_h=args.outlook_horizons,
         idle_windows_h=args.idle_windows,
         idle_risk=args.idle_risk,
         idle_max_nodes=args.idle_max_nodes,

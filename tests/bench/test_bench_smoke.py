@@ -89,7 +89,7 @@ CASES: dict[str, Case] = {
     "app": Case(  # ~1.2 s
         "app.py",
         ("--nodes", "16", "--repeat", "1", "--no-browser"),
-        (r"^server +\d+\.\d+ s +\(read source", r"^apptest +\d+\.\d+ s"),
+        (r"^server +\d+\.\d+ s +\(ingest", r"^apptest +\d+\.\d+ s"),
     ),
     "exporter": Case(  # ~3 s: 200 scrapes of one node, 10 + 5 of the sim case
         "exporter.py",

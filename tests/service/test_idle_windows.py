@@ -225,13 +225,13 @@ def test_a_gpu_with_any_share_handed_out_is_not_released():
 
 def test_the_loop_computes_the_forecast_once_per_completed_hour(monkeypatch):
     calls = []
-    real = stages.forecast_pools
+    real = stages.forecast_panel
 
     def counting(*args, **kwargs):
-        calls.append(args[0]["time"].iloc[-1])  # the pool demand's latest run
+        calls.append(args[0].index[-1])  # the hourly panel's latest complete hour
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(stages, "forecast_pools", counting)
+    monkeypatch.setattr(stages, "forecast_panel", counting)
     clock = [0.0]
     source = LiveSim("sim:a100-16x8?nodes=2", clock=lambda: clock[0])
     loop = AdvisorLoop("sim", source, Config(settings=Settings(horizons_h=(1,))))

@@ -5,16 +5,16 @@ from __future__ import annotations
 import streamlit as st
 
 from advisor.app import data, figures
-from advisor.fragmentation import measures
+from advisor.pipeline import queries as Q
 
-state = data.current()
-r = state.result
+shown = data.current()
+r = shown.result
 spatial, temporal, frag, memory = r["spatial"], r["temporal"], r["fgd"], r["memory"]
 
 st.title("Fragmentation")
 st.caption(
-    f"Source `{state.spec}`"
-    + (f" · at {data.when(state)}" if data.when(state) else "")
+    f"Source `{shown.view.meta.source}`"
+    + (f" · at {data.when(shown)}" if data.when(shown) else "")
     + f" · FGD workload: {frag['workload']} ({frag['task_types']} task types)"
 )
 
@@ -55,10 +55,11 @@ cols[5].metric(
 )
 
 st.subheader("Trend")
-history = data.trend_history(state)
-trend = history.trend()
-if len(trend) < 2:
-    if state.live:
+trend = data.trend(shown)
+if shown.preview:
+    st.info("Reading this source's past; the trend appears when it is read.")
+elif len(trend) < 2:
+    if shown.live:
         st.info(
             f"Collecting history: {len(trend)} observation(s) so far, one per refresh. "
             "The trend appears after the second."
@@ -73,7 +74,7 @@ else:
     st.caption(
         f"{len(trend)} observations from {trend['time'].iloc[0]:%Y-%m-%d %H:%M} to "
         f"{trend['time'].iloc[-1]:%Y-%m-%d %H:%M} UTC"
-        + ("" if state.live else " (simulated: the preset stepped through the time before t)")
+        + ("" if shown.live else " (simulated: the preset stepped through the time before t)")
         + "."
     )
 
@@ -93,12 +94,11 @@ with left:
     )
     if other.strip():
         try:
-            shape = data.shape_from_text(other)
-            measures.check_models(state.model, shape)
+            shape = Q.shape_from_text(other)
+            fits = Q.jobs_that_fit(shown.model, shape)
         except ValueError as error:
             st.warning(str(error))
         else:
-            fits = measures.jobs_that_fit(state.model, shape)
             st.metric(f"Jobs of {shape.name} that can start now", f"{fits:,}")
 with right:
     st.subheader("Most fragmented nodes")
