@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
-SYSTEM_PACKAGES := prometheus prometheus-alertmanager chromium docker-compose
+SYSTEM_PACKAGES := prometheus prometheus-alertmanager chromium docker-compose slurm-wlm slurmrestd
 
 .PHONY: test demo venv system lint format bench clean
 
@@ -28,7 +28,7 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 	$(PIP) install -q -c constraints.txt -e '.[test]'
 	touch $@
 
-## system: Debian packages for the integration tests (Prometheus, Alertmanager, Chromium, docker-compose)
+## system: Debian packages for the integration tests (Prometheus, Alertmanager, Chromium, docker-compose, Slurm)
 system:
 	@missing=""; for p in $(SYSTEM_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \

@@ -91,10 +91,10 @@ def is_advisor(spec: str) -> bool:
 
 
 def is_live(spec: str) -> bool:
-    """Exporter pages, Prometheus and the advisor service change under us; sims, snapshots and
-    traces do not."""
+    """Exporter pages, Prometheus, Slurm and the advisor service change under us; sims,
+    snapshots and traces do not."""
     return is_advisor(spec) or spec.strip().startswith(
-        ("http://", "https://", "prometheus+http", "prometheus+https")
+        ("http://", "https://", "prometheus+http", "prometheus+https", "slurm:", "slurm+")
     )
 
 

@@ -14,7 +14,15 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from advisor.ingest.sources import load_source, prometheus_spec, seconds, sim_fleet, sim_model
+from advisor.ingest.slurm.spec import is_slurm
+from advisor.ingest.sources import (
+    load_source,
+    prometheus_spec,
+    seconds,
+    sim_fleet,
+    sim_model,
+    slurm_spec,
+)
 from advisor.model import ClusterModel
 
 if TYPE_CHECKING:
@@ -102,5 +110,7 @@ def check_form(spec: str) -> None:
     spec = spec.strip()
     if spec.startswith(("prometheus+http://", "prometheus+https://")):
         prometheus_spec(spec)
+    elif is_slurm(spec):  # a controller that is down now may answer later
+        slurm_spec(spec)
     elif not spec.startswith(("http://", "https://", "openb:")) and not spec.endswith(".json"):
         load_source(spec)  # a file that exists loads; anything else is load_source's form error

@@ -9,6 +9,11 @@
     prometheus+http://host:9090[?at=UNIX&history=1h&step=60s]
                                                   Prometheus HTTP API (state + usage history)
     FILE.json                                     a snapshot (docs/snapshot.md)
+    slurm:[?partition=&tenant=&max-priority=&topology=]
+                                                  live Slurm through this host's scontrol,
+                                                  squeue and sinfo (docs/slurm.md)
+    slurm+http://host:6820[?...]  slurm+unix:///PATH
+                                                  slurmrestd (token: $SLURM_JWT or token-file=)
     openb:NODE_CSV[,POD_CSV]  or  openb:DIR       Alibaba trace: nodes, pods as pending demand
 
 Every failure is a `SourceError` (a ValueError) with one line naming the source and the
@@ -28,8 +33,9 @@ from urllib.parse import parse_qs, urlsplit
 import numpy as np
 
 from advisor import snapshot
-from advisor.ingest import exporter_scrape, openb, prometheus
+from advisor.ingest import exporter_scrape, openb, prometheus, slurm
 from advisor.ingest.exporter_scrape import SourceUnavailable
+from advisor.ingest.slurm.spec import SlurmSpec
 from advisor.logs import redact
 from advisor.model import MILLI, ClusterModel, ModelBuilder, ModelError, Usage, from_readings
 from exporter.readings import NodeReading
@@ -97,6 +103,8 @@ def _load(spec: str, timeout: float) -> ClusterModel:
             return exporter_scrape.scrape(urls, timeout=timeout, source=spec)
         if spec.startswith("openb:"):
             return _openb(spec)
+        if slurm.is_slurm(spec):
+            return slurm.load_model(spec, timeout)
         if spec.endswith(".json") or Path(spec).is_file():
             return snapshot.load(spec)
     except SourceUnavailable as error:
@@ -105,9 +113,14 @@ def _load(spec: str, timeout: float) -> ClusterModel:
         raise SourceError(f"snapshot {spec}: {error}") from None
     except (openb.OpenbFormatError, ModelError) as error:
         raise SourceError(f"{spec}: {error}") from None
+    except slurm.SlurmSpecError as error:
+        raise SourceError(str(error)) from None
+    except (slurm.SlurmUnavailable, slurm.SlurmFormatError) as error:
+        raise SourceError(f"{spec.rstrip(':')}: {error}") from None
     raise SourceError(
         f"{spec!r} is not a source: use sim:PRESET, http(s)://.../metrics, "
-        "prometheus+http://HOST:9090, FILE.json or openb:NODE_CSV[,POD_CSV]"
+        "prometheus+http://HOST:9090, FILE.json, openb:NODE_CSV[,POD_CSV], slurm: or "
+        "slurm+http://HOST:6820"
     )
 
 
@@ -176,6 +189,15 @@ def _prometheus(spec: str, timeout: float) -> ClusterModel:
         step_s=target.step_s,
         source=spec,
     )
+
+
+def slurm_spec(spec: str) -> SlurmSpec:
+    """A `slurm:` / `slurm+http(s)://` / `slurm+unix://` spec taken apart, nothing read;
+    SourceError for an unknown option or a malformed value."""
+    try:
+        return slurm.parse_spec(spec)
+    except slurm.SlurmSpecError as error:
+        raise SourceError(redact(str(error))) from None
 
 
 SIM_OPTIONS = {"seed", "t", "nodes", "history", "step"}
