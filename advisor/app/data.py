@@ -792,10 +792,14 @@ def wall_clock(timestamp: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S UTC (wall clock)", time.gmtime(timestamp))
 
 
+CLOCK_FROM = 946_684_800.0  # 2000-01-01: earlier "times" are counts from a trace's or file's 0
+
+
 def has_clock(model: ClusterModel) -> bool:
-    """Whether the model's times are dates: a snapshot or trace without a timestamp counts its
-    times from 0, which are no dates (shown as such, they read 1970-01-01)."""
-    return math.isfinite(model.timestamp) and model.timestamp > 0
+    """Whether the model's times are dates: a snapshot without a timestamp, or a trace that
+    counts from its own start, has times from 0, which are no dates (shown as dates, they read
+    1970-01-01)."""
+    return math.isfinite(model.timestamp) and model.timestamp >= CLOCK_FROM
 
 
 def when(shown: Shown) -> str:

@@ -71,7 +71,13 @@ else:
     for col, row in zip(st.columns(min(len(ahead), 8) or 1), ahead, strict=False):
         low, high = row["q0.1"], row["q0.9"]
         band = f"{low:.0f}–{high:.0f}" if low == low and high == high else "no interval"
-        col.metric(f"in {row['horizon']}", f"{row['point']:.0f} GPUs", band, delta_color="off")
+        col.metric(
+            f"in {row['horizon']}",
+            f"{row['point']:.0f} GPUs",
+            f"10–90 %: {band}",
+            delta_color="off",
+            delta_arrow="off",
+        )
     st.caption(
         f"From the last complete hour ({doc['origin']}), {doc['history_hours']} hours of "
         "history; band: 10th to 90th percentile.",

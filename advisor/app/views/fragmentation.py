@@ -71,9 +71,14 @@ elif len(trend) < 2:
         )
 else:
     st.plotly_chart(figures.trend_figure(trend), key="trend", config={"displaylogo": False})
+    span = trend["time"].iloc[-1] - trend["time"].iloc[0]
     st.caption(
-        f"{len(trend)} observations from {trend['time'].iloc[0]:%Y-%m-%d %H:%M} to "
-        f"{trend['time'].iloc[-1]:%Y-%m-%d %H:%M} UTC"
+        (
+            f"{len(trend)} observations from {trend['time'].iloc[0]:%Y-%m-%d %H:%M} to "
+            f"{trend['time'].iloc[-1]:%Y-%m-%d %H:%M} UTC"
+            if data.has_clock(shown.model)
+            else f"{len(trend)} observations over {span.total_seconds() / 3600:.1f} h"
+        )
         + ("" if shown.live else " (simulated: the preset stepped through the time before t)")
         + "."
     )
@@ -83,8 +88,9 @@ with left:
     st.subheader("Jobs that can start now")
     st.dataframe(data.shapes_frame(r), hide_index=True, key="shapes")
     st.caption(
-        "Each shape alone on today's free capacity. Multi-node shapes (2x8, 4x8) need their "
-        "nodes in one rack with one GPU model. 'Free GPUs it cannot use' are stranded for it."
+        "Each shape alone on today's free capacity.",
+        help="Multi-node shapes (2x8, 4x8) need their nodes in one rack with one GPU model. "
+        "'Free GPUs it cannot use' are stranded for it.",
     )
     other = st.text_input(
         "Another shape",
