@@ -206,6 +206,11 @@ def _table(rows: list[list[str]], out: TextIO) -> None:
             out.write("  " + "  ".join("-" * w for w in widths) + "\n")
 
 
+def _known(count: int) -> int | None:
+    """A per-node count, None where it cannot be known (-1: the node's islands unknown)."""
+    return None if count < 0 else count
+
+
 def _g(value: float | None) -> str:
     if value is None:
         return "unknown"
@@ -250,6 +255,9 @@ def print_table(result: dict[str, Any], out: TextIO, *, top: int = 10) -> None:
             [row["shape"], _g(row["jobs_that_fit"]), "-" if stranded is None else _g(stranded)]
         )
     _table(rows, out)
+    for row in spatial["shapes"]:
+        for estimate in row["crosses_nvlink_islands"]:
+            out.write(f"  {row['shape']} on {estimate['gpu_model']}: {estimate['text']}\n")
     out.write(
         f"\nTemporal (utilization < {temporal['threshold']:g} over {temporal['window_s']:g} s)\n"
         f"  allocated but idle: {temporal['allocated_idle_gpus']} of "
@@ -296,7 +304,6 @@ def print_table(result: dict[str, Any], out: TextIO, *, top: int = 10) -> None:
         f"of capacity, {100 * frag['fragment_rate']:.1f}% of idle GPU\n"
     )
     nodes = result["nodes"]
-    islands_known = spatial["largest_job"]["nvlink_group_gpus"] is not None
     order = measures.most_fragmented(nodes, top)
     if top > 0 and not len(order):
         out.write("\nMost fragmented nodes: none (no node has an FGD fragment)\n")
@@ -312,7 +319,7 @@ def print_table(result: dict[str, Any], out: TextIO, *, top: int = 10) -> None:
                     str(nodes["gpu_model"][i]),
                     _g(int(nodes["free_gpus"][i])),
                     _g(float(nodes["free_capacity_gpus"][i])),
-                    _g(int(nodes["largest_free_nvlink_group"][i]) if islands_known else None),
+                    _g(_known(int(nodes["largest_free_nvlink_group"][i]))),
                     _g(int(nodes["allocated_idle_gpus"][i])),
                     f"{nodes['fgd_fragment_gpus'][i]:.2f}",
                     f"{nodes['score'][i]:.2f}",

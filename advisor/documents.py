@@ -159,11 +159,19 @@ class HostNeed(Document):
     memory_mib: Gpus
 
 
+CROSSING = (
+    "per GPU model on whose nodes a job of the shape that fits spans NVLink islands (larger "
+    "than an island): the estimated slowdown and where it comes from "
+    "(advisor.fragmentation.nvlink); empty when every such job fits in one island"
+)
+
+
 class MeasuredShape(Document):
     shape: str
     gpus_per_job: Gpus
     jobs_that_fit: Count
     stranded_gpus: int | None
+    crosses_nvlink_islands: list[dict[str, Any]] = Field(description=CROSSING)
 
 
 class LargestJob(Document):
@@ -250,6 +258,7 @@ class Shape(Document):
     gpus_per_job: Gpus
     schedulable_jobs: Count
     stranded_gpus: int | None
+    crosses_nvlink_islands: list[dict[str, Any]] = Field(description=CROSSING)
 
 
 class PoolShape(Document):
@@ -320,6 +329,11 @@ class GpuSet(Document):
         description="a share target's MIG instance profile (e.g. 1g.10gb); absent for a plain "
         "GPU share",
     )
+    limit_milli: Annotated[int, Field(ge=1, le=1000)] | None = Field(
+        default=None,
+        description="a plain share target's limit: milli-GPU the task may use when the GPU has "
+        "room (milli is what it is guaranteed); absent: held to milli",
+    )
 
 
 class Cost(Document):
@@ -353,7 +367,10 @@ class PlanMeasures(Document):
 
     free_gpus: Count | None = None
     free_nodes: Count | None = None
-    largest_free_nvlink_group: Count | None = None
+    largest_free_nvlink_group: Count | None = Field(
+        default=None,
+        description="most free GPUs in one NVLink island; null: no node's islands are known",
+    )
     fgd_fragment_gpus: Gpus | None = None
     fgd_fragment_rate: Gpus | None = None
     jobs_that_fit: dict[str, Count] | None = None
@@ -436,6 +453,10 @@ class Recommendations(Document):
     stale: bool = Field(description=SECTION_STALE.format(stage="plan"))
     error: str | None
     goals: list[str]
+    notes: list[str] = Field(
+        description="per recommendation kind with nothing to recommend, why (`KIND: reason`, "
+        "with the numbers)"
+    )
     by_kind: dict[str, Count]
     total_actions: Count
     actions: list[Action]
@@ -803,6 +824,7 @@ def recommendations_section(recs: Mapping[str, Any]) -> dict[str, Any]:
         "stale": bool(recs.get("stale", False)),
         "error": recs.get("error") or None,
         "goals": recs.get("goals", []),
+        "notes": recs.get("notes", []),
         "by_kind": recs.get("by_kind", {}),
         "total_actions": len(recs.get("actions", [])),
         "actions": recs.get("actions", []),

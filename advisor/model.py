@@ -27,6 +27,7 @@ from exporter.readings import GpuReading, NodeReading
 from exporter.topology import nvlink_islands
 
 MILLI = 1000  # milli-GPU in one whole GPU
+NO_LIMIT = 0  # allocation's gpu_limit_milli when no limit above its guaranteed share is given
 UNKNOWN_ISLAND = -1
 _WORD_BREAK = re.compile(r"[\s_-]+")
 
@@ -152,6 +153,14 @@ class Allocations:
     migratable: np.ndarray  # bool
     restart_cost_s: np.ndarray  # float64 checkpoint/restart seconds, NaN unknown
     qos: np.ndarray  # object[str]
+    # int32 milli-GPU per GPU the task may use when the GPU has room (fractional sharing's
+    # limit, Run:ai-style 0.25 guaranteed / 0.8 limit: `gpu_milli` is the guarantee); NO_LIMIT
+    # (0) where the source gives none: the task is held to its guarantee (`gpu_limit_allocated`)
+    gpu_limit_milli: np.ndarray | None = None
+
+    def __post_init__(self) -> None:
+        if self.gpu_limit_milli is None:  # sources that know no limits
+            self.gpu_limit_milli = np.full(len(self.id), NO_LIMIT, dtype=np.int32)
 
     def __len__(self) -> int:
         return len(self.id)
@@ -222,6 +231,31 @@ class ClusterModel:
                 self.placements.gpu, weights=self.placements.milli, minlength=len(self.gpus)
             ).astype(np.int64),
         )
+
+    @property
+    def gpu_limit_allocated(self) -> np.ndarray:
+        """int64 (G): milli-GPU each GPU may be asked for under contention: the sum of its
+        holders' limits (`placement_limit_milli`). `gpu_milli_allocated`, the sum of the
+        guarantees, is what the GPU can promise; this may exceed 1000 (limits overcommit)."""
+        return self._cached(
+            "limit",
+            lambda: np.bincount(
+                self.placements.gpu,
+                weights=self.placement_limit_milli,
+                minlength=len(self.gpus),
+            ).astype(np.int64),
+        )
+
+    @property
+    def placement_limit_milli(self) -> np.ndarray:
+        """int64 (P): the limit of each placement: its allocation's `gpu_limit_milli` where
+        one is given and above the share it holds there, else that share; a MIG instance
+        never goes beyond its slices."""
+        places = self.placements
+        limit = self.allocations.gpu_limit_milli[places.alloc].astype(np.int64)
+        share = places.milli.astype(np.int64)
+        bursts = (limit != NO_LIMIT) & ~self.gpus.mig_enabled[places.gpu]
+        return np.where(bursts, np.maximum(share, limit), share)
 
     @property
     def gpu_usable(self) -> np.ndarray:
@@ -361,6 +395,7 @@ def validate(model: ClusterModel) -> None:
         "migratable",
         "restart_cost_s",
         "qos",
+        "gpu_limit_milli",
     ):
         _check_len(f"allocations.{name}", getattr(allocs, name), a)
     dup = _first_duplicate(allocs.id)
@@ -372,6 +407,10 @@ def validate(model: ClusterModel) -> None:
     if np.any(bad):
         i = int(np.flatnonzero(bad)[0])
         raise ModelError(f"allocations[{allocs.id[i]}].gpu_milli", "must be within 0..1000")
+    bad = (allocs.gpu_limit_milli < 0) | (allocs.gpu_limit_milli > MILLI)
+    if np.any(bad):
+        i = int(np.flatnonzero(bad)[0])
+        raise ModelError(f"allocations[{allocs.id[i]}].gpu_limit_milli", "must be within 0..1000")
     if np.any((allocs.node < -1) | (allocs.node >= n)):
         raise ModelError("allocations.node", "refers to a node that does not exist")
     for name in ("gpu", "milli"):
@@ -523,10 +562,19 @@ class ModelBuilder:
         migratable: bool = True,
         restart_cost_s: float = math.nan,
         qos: str = "",
+        gpu_limit_milli: int | None = None,
     ) -> None:
         """One task. `node`+`gpus` place it (device indices); `gpu_milli_each` overrides the
-        per-GPU share where GPUs differ (MIG slices)."""
+        per-GPU share where GPUs differ (MIG slices). `gpu_milli` is the share guaranteed on
+        each GPU, `gpu_limit_milli` (None: none) what it may use when the GPU has room: at
+        least the guarantee, at most a whole GPU."""
         row = len(self._allocs)
+        if gpu_limit_milli is not None and not gpu_milli <= gpu_limit_milli <= MILLI:
+            raise ModelError(
+                f"allocations[{id}].gpu_limit_milli",
+                f"must be at least gpu_milli ({gpu_milli}) and at most {MILLI}, "
+                f"got {gpu_limit_milli}",
+            )
         if node is not None:
             self._node(node)
             shares = list(gpu_milli_each) if gpu_milli_each is not None else [gpu_milli] * len(gpus)
@@ -553,6 +601,7 @@ class ModelBuilder:
                 "migratable": migratable,
                 "restart_cost_s": restart_cost_s,
                 "qos": qos,
+                "gpu_limit_milli": NO_LIMIT if gpu_limit_milli is None else int(gpu_limit_milli),
             }
         )
 
@@ -635,6 +684,7 @@ class ModelBuilder:
             migratable=col(allocs, "migratable", bool),
             restart_cost_s=col(allocs, "restart_cost_s", np.float64),
             qos=col(allocs, "qos", object),
+            gpu_limit_milli=col(allocs, "gpu_limit_milli", np.int32),
         )
         place_gpu = []
         for alloc_row, node, index, _ in self._places:

@@ -18,7 +18,7 @@ import pandas as pd
 
 from advisor.fragmentation import measures
 from advisor.fragmentation.measures import Shape
-from advisor.model import MILLI, UNKNOWN_ISLAND, ClusterModel, spec_models
+from advisor.model import MILLI, ClusterModel, spec_models
 from advisor.settings import NO_POOL
 
 STAGES: tuple[str, ...] = ("ingest", "analyze", "forecast", "plan")
@@ -129,6 +129,7 @@ def shape_table(analysis: dict[str, Any], shapes: tuple[Shape, ...]) -> list[dic
                 "gpus_per_job": float(shape.gpus),
                 "schedulable_jobs": int(measured["jobs_that_fit"]),
                 "stranded_gpus": measured["stranded_gpus"],
+                "crosses_nvlink_islands": measured["crosses_nvlink_islands"],
             }
         )
     return rows
@@ -166,8 +167,6 @@ def node_rows(model: ClusterModel, analysis: dict[str, Any]) -> list[dict[str, A
     NVLink group null on a node none of whose GPUs has a known island)."""
     nodes = analysis["nodes"]
     pools = pool_names(model)
-    islands = np.zeros(len(model.nodes), dtype=bool)  # whether any GPU's island is known
-    islands[model.gpus.node[model.gpus.nvlink_island != UNKNOWN_ISLAND]] = True
     out = []
     for i in range(len(model.nodes)):
         out.append(
@@ -179,9 +178,9 @@ def node_rows(model: ClusterModel, analysis: dict[str, Any]) -> list[dict[str, A
                 "gpus": int(nodes["gpus"][i]),
                 "free_gpus": int(nodes["free_gpus"][i]),
                 "free_capacity_gpus": float(nodes["free_capacity_gpus"][i]),
-                "largest_free_nvlink_group": int(nodes["largest_free_nvlink_group"][i])
-                if islands[i]
-                else None,
+                "largest_free_nvlink_group": None  # -1: the node's islands are unknown
+                if nodes["largest_free_nvlink_group"][i] < 0
+                else int(nodes["largest_free_nvlink_group"][i]),
                 "allocated_idle_gpus": int(nodes["allocated_idle_gpus"][i]),
                 "fgd_fragment_gpus": float(nodes["fgd_fragment_gpus"][i]),
                 "score": float(nodes["score"][i]),

@@ -15,7 +15,8 @@ most its `memory_total_bytes` where both are known (more in use than the GPU hol
 negative free memory); JSON Schema cannot compare two fields, so only the loader checks it.
 The usage history is not: its points are float32 (a full GPU's may round above the total). A
 key given twice in one object is refused by its path too: Python's json would keep the last one
-without a word.
+without a word; so is a key the version does not define, at every level (`nodes[3].gpus[2].rak:
+unknown key (did you mean 'rack'?); ...`), as the JSON Schema's `additionalProperties: false`.
 """
 
 from __future__ import annotations
@@ -27,14 +28,60 @@ from typing import IO, Any
 
 import numpy as np
 
-from advisor.model import MILLI, UNKNOWN_ISLAND, ClusterModel, ModelBuilder, ModelError
+from advisor.model import (
+    MILLI,
+    NO_LIMIT,
+    UNKNOWN_ISLAND,
+    ClusterModel,
+    ModelBuilder,
+    ModelError,
+)
 from gpu_defrag_common.files import write_text_atomic
+from gpu_defrag_common.messages import unknown_key
 
 SCHEMA = "gpu-defrag.snapshot"
 VERSION = 1
-# docs/snapshot.md, "Top level": a new field means a new version, so any other key is a typo
-# whose content would otherwise be lost without a word.
+# docs/snapshot.md: a new field means a new version, so any other key, at any level, is a typo
+# whose content would otherwise be lost without a word (a misspelt `"migratible": false` would
+# leave a protected job movable). The keys each object may hold, as the JSON Schema lists them.
 TOP_LEVEL = ("schema", "version", "timestamp", "source", "nodes", "allocations", "usage")
+NODE_KEYS = ("name", "pool", "rack", "gpu_model", "cpu_milli", "memory_mib", "schedulable", "gpus")
+GPU_KEYS = (
+    "index",
+    "uuid",
+    "memory_total_bytes",
+    "healthy",
+    "lost",
+    "nvlink_island",
+    "mig_enabled",
+    "carved_milli",
+    "utilization_ratio",
+    "memory_used_bytes",
+    "power_watts",
+)
+ALLOCATION_KEYS = (
+    "id",
+    "job",
+    "tenant",
+    "priority",
+    "num_gpu",
+    "gpu_milli",
+    "gpu_limit_milli",
+    "cpu_milli",
+    "memory_mib",
+    "gpu_spec",
+    "node",
+    "gpus",
+    "gpu_milli_each",
+    "start_time",
+    "creation_time",
+    "deletion_time",
+    "scheduled_time",
+    "migratable",
+    "restart_cost_s",
+    "qos",
+)
+USAGE_KEYS = ("times", "utilization_ratio", "memory_used_bytes")
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1  # the model's integer columns are int32
 # Largest magnitude of a number field: up to it a float64 holds every whole number exactly, and
 # an int64 (placement's CPU and memory columns) or a float32 (usage matrices) holds it too.
@@ -117,6 +164,12 @@ def to_dict(model: ClusterModel) -> dict[str, Any]:
             "priority": int(allocs.priority[a]),
             "num_gpu": int(allocs.num_gpu[a]),
             "gpu_milli": int(allocs.gpu_milli[a]),
+            # only where the source gives a limit: the others are held to their guarantee
+            **(
+                {"gpu_limit_milli": int(allocs.gpu_limit_milli[a])}
+                if allocs.gpu_limit_milli[a] != NO_LIMIT
+                else {}
+            ),
             "cpu_milli": _int_or_num(allocs.cpu_milli[a]),
             "memory_mib": _int_or_num(allocs.memory_mib[a]),
             "gpu_spec": allocs.gpu_spec[a],
@@ -192,6 +245,14 @@ class _Fields:
                 self._where(doc.repeated), "key given twice in one object (only one may stay)"
             )
 
+    def only(self, keys: tuple[str, ...], what: str) -> _Fields:
+        """Refuse the first key that is not one of `keys` (`what` names the object), by its
+        path: `nodes[3].gpus[2].migratible: unknown key (did you mean "mig_enabled"?; ...)`."""
+        for key in self.doc:
+            if key not in keys:
+                raise SnapshotError(self._where(str(key)), unknown_key(str(key), keys, what))
+        return self
+
     def _where(self, key: str) -> str:
         return f"{self.path}.{key}" if self.path else key
 
@@ -249,8 +310,12 @@ class _Fields:
             )
         return value
 
-    def optional_integer(self, key: str, *, minimum: int = INT32_MIN) -> int | None:
-        return None if self._get(key, False) is None else self.integer(key, minimum=minimum)
+    def optional_integer(
+        self, key: str, *, minimum: int = INT32_MIN, maximum: int = INT32_MAX
+    ) -> int | None:
+        if self._get(key, False) is None:
+            return None
+        return self.integer(key, minimum=minimum, maximum=maximum)
 
     def boolean(self, key: str, default: bool) -> bool:
         value = self._get(key, False)
@@ -347,7 +412,7 @@ def repeated_key(doc: Any) -> str | None:
 def _usage(doc: Any, gpu_count: int) -> tuple[list[float], np.ndarray, np.ndarray] | None:
     if doc is None:
         return None
-    fields = _Fields(doc, "usage")
+    fields = _Fields(doc, "usage").only(USAGE_KEYS, "usage")
     times = fields.array("times")
     for t, value in enumerate(times):
         if not _is_number(value):
@@ -403,15 +468,11 @@ def from_dict(doc: Any) -> ClusterModel:
         raise SnapshotError(
             "version", f"snapshot version {version} is not readable here (reads 1..{VERSION})"
         )
-    unknown = [key for key in doc if key not in TOP_LEVEL]
-    if unknown:
-        raise SnapshotError(
-            str(unknown[0]), f"unknown field (a snapshot has {', '.join(TOP_LEVEL)})"
-        )
+    top.only(TOP_LEVEL, "a snapshot")  # after the version: a newer file says so first
     builder = ModelBuilder()
     gpu_count = 0
     for i, raw in enumerate(top.array("nodes", required=True)):
-        node = _Fields(raw, f"nodes[{i}]")
+        node = _Fields(raw, f"nodes[{i}]").only(NODE_KEYS, "a node")
         name = node.string("name", required=True)
         if not name:
             raise SnapshotError(f"{node.path}.name", "must not be empty")
@@ -428,7 +489,7 @@ def from_dict(doc: Any) -> ClusterModel:
             ),
         )
         for j, raw_gpu in enumerate(node.array("gpus")):
-            gpu = _Fields(raw_gpu, f"nodes[{i}].gpus[{j}]")
+            gpu = _Fields(raw_gpu, f"nodes[{i}].gpus[{j}]").only(GPU_KEYS, "a gpu")
             island = gpu.optional_integer("nvlink_island", minimum=0)  # null is unknown
             _wrap(
                 gpu.path,
@@ -456,7 +517,7 @@ def from_dict(doc: Any) -> ClusterModel:
                 )
             gpu_count += 1
     for i, raw in enumerate(top.array("allocations")):
-        alloc = _Fields(raw, f"allocations[{i}]")
+        alloc = _Fields(raw, f"allocations[{i}]").only(ALLOCATION_KEYS, "an allocation")
         node_name = alloc.doc.get("node")
         if node_name is not None:
             node_name = alloc.string("node")
@@ -481,28 +542,38 @@ def from_dict(doc: Any) -> ClusterModel:
                 f"{alloc.path}.gpu_milli",
                 "must be within 1..1000 for a task that holds GPUs, got 0",
             )
+        limit = alloc.optional_integer("gpu_limit_milli", minimum=1, maximum=MILLI)
+        if limit is not None and not max(milli, 1) <= limit <= MILLI:
+            raise SnapshotError(
+                f"{alloc.path}.gpu_limit_milli",
+                f"must be within gpu_milli..1000 ({max(milli, 1)}..{MILLI}: a limit is at "
+                f"least the guaranteed share), got {limit}",
+            )
         _wrap(
             alloc.path,
-            lambda alloc=alloc, node_name=node_name, gpus=gpus, each=each: builder.add_allocation(
-                alloc.string("id", required=True),
-                num_gpu=alloc.integer("num_gpu", minimum=0, maximum=1024),
-                gpu_milli=alloc.integer("gpu_milli", MILLI, minimum=0, maximum=MILLI),
-                node=node_name,
-                gpus=gpus,
-                gpu_milli_each=each,
-                job=alloc.string("job"),
-                tenant=alloc.string("tenant"),
-                priority=alloc.integer("priority", 0),
-                cpu_milli=alloc.number("cpu_milli", minimum=0),
-                memory_mib=alloc.number("memory_mib", minimum=0),
-                gpu_spec=alloc.string("gpu_spec"),
-                start_time=alloc.number("start_time"),
-                creation_time=alloc.number("creation_time"),
-                deletion_time=alloc.number("deletion_time"),
-                scheduled_time=alloc.number("scheduled_time"),
-                migratable=alloc.boolean("migratable", True),
-                restart_cost_s=alloc.number("restart_cost_s", minimum=0),
-                qos=alloc.string("qos"),
+            lambda alloc=alloc, node_name=node_name, gpus=gpus, each=each, limit=limit: (
+                builder.add_allocation(
+                    alloc.string("id", required=True),
+                    num_gpu=alloc.integer("num_gpu", minimum=0, maximum=1024),
+                    gpu_milli=alloc.integer("gpu_milli", MILLI, minimum=0, maximum=MILLI),
+                    node=node_name,
+                    gpus=gpus,
+                    gpu_milli_each=each,
+                    job=alloc.string("job"),
+                    tenant=alloc.string("tenant"),
+                    priority=alloc.integer("priority", 0),
+                    cpu_milli=alloc.number("cpu_milli", minimum=0),
+                    memory_mib=alloc.number("memory_mib", minimum=0),
+                    gpu_spec=alloc.string("gpu_spec"),
+                    start_time=alloc.number("start_time"),
+                    creation_time=alloc.number("creation_time"),
+                    deletion_time=alloc.number("deletion_time"),
+                    scheduled_time=alloc.number("scheduled_time"),
+                    migratable=alloc.boolean("migratable", True),
+                    restart_cost_s=alloc.number("restart_cost_s", minimum=0),
+                    qos=alloc.string("qos"),
+                    gpu_limit_milli=limit,
+                )
             ),
         )
     usage = _usage(doc.get("usage"), gpu_count)

@@ -108,6 +108,7 @@ def baseline(model: ClusterModel) -> dict:
     )
     offset, schedulable = nodes.gpu_offset.tolist(), nodes.schedulable.tolist()
     racks, models = nodes.rack.tolist(), nodes.gpu_model.tolist()
+    islands = gpus.nvlink_island.tolist()
     free_total, largest, idle, stranded = 0, 0, 0, 0.0
     fits = [0] * len(SHAPES)
     rack_tasks: list[dict[tuple[str, str], int]] = [{} for _ in SHAPES]
@@ -116,11 +117,15 @@ def baseline(model: ClusterModel) -> dict:
             0,
             dict.fromkeys((s.gpu_milli for s in SHAPES if s.gpu_milli < MILLI), 0),
         )
+        per_island: dict[int, int] = {}  # free whole GPUs per NVLink island
+        known = all(islands[g] >= 0 for g in range(offset[n], offset[n + 1]))
         for g in range(offset[n], offset[n + 1]):
             usable = healthy[g] and not lost[g] and schedulable[n]
             left = MILLI - allocated[g] if usable else 0
+            per_island.setdefault(islands[g], 0)
             if usable and allocated[g] == 0:
                 free_whole += 1
+                per_island[islands[g]] += 1
             for share in slots:
                 slots[share] += left // share
             if allocated[g] > 0 and healthy[g] and util[g] == util[g] and util[g] < 0.05:
@@ -130,11 +135,24 @@ def baseline(model: ClusterModel) -> dict:
                 if allocated[g] >= MILLI or free_mem < 10 * GIB:
                     stranded += max(free_mem, 0.0)
         free_total += free_whole
-        largest = max(largest, free_whole)
+        # the island rule: a task that fits in one island of the node sits in one
+        size = max(
+            (
+                sum(1 for h in range(offset[n], offset[n + 1]) if islands[h] == i)
+                for i in per_island
+            ),
+            default=0,
+        )
+        size = size if known else 0
+        local = size >= free_whole and size > 0
+        largest = max(largest, max(per_island.values(), default=0) if local else free_whole)
         for k, shape in enumerate(SHAPES):
-            tasks = (
-                slots[shape.gpu_milli] if shape.gpu_milli < MILLI else free_whole // shape.num_gpu
-            )
+            if shape.gpu_milli < MILLI:
+                tasks = slots[shape.gpu_milli]
+            elif 1 < shape.num_gpu <= size:
+                tasks = sum(f // shape.num_gpu for f in per_island.values())
+            else:
+                tasks = free_whole // shape.num_gpu
             if shape.tasks == 1:
                 fits[k] += tasks
             else:

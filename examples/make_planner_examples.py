@@ -2,8 +2,9 @@
 
     .venv/bin/python examples/make_planner_examples.py
 
-`seed-quota-borrow.json` + `policy-borrow.yaml` (`policy-quotas.yaml`: the same quotas, no
-                        borrowing rules)  13 nodes x 8 A100 in one rack; tenants rnd (quota 40,
+`seed-quota-borrow.json` + `policy-borrow.yaml` (rules per lender -> borrower pair;
+                        `policy-borrow-per-tenant.yaml`: the older per-tenant form;
+                        `policy-quotas.yaml`: the same quotas, no borrowing rules)  13 nodes x 8 A100 in one rack; tenants rnd (quota 40,
                         using 35), algorithms (30, using 20), product (20, using 15); rnd's
                         pending job `rnd-pretrain` wants 4 x 8 = 32 GPUs. Four nodes are free,
                         so only the quota stops it: 27 GPUs must be borrowed (10 from
@@ -16,6 +17,12 @@
                         ~3 GB; four more 1-GPU jobs wait. 4.5 GB of each 12 GB job's GPU can
                         never be used by another 12 GB job; packing a small job beside each
                         large one frees four GPUs for the waiting jobs.
+`seed-share-l4.json`      one node of 8 NVIDIA L4 (24 GB, no MIG): four inference tasks hold a
+                        GPU each at a steady 40, 30, 30 and 20 % (the exact steps a share is
+                        sized in; the history is float32, as every snapshot's usage). Three
+                        notebooks share GPUs Run:ai-style: two at 0.25 guaranteed / 0.8 limit
+                        on GPU 4, idle for the whole history (reclaimed: their GPU is asked
+                        1.6 GPU under contention), one at 0.5 / 1.0 on GPU 5, busy.
 """
 
 from __future__ import annotations
@@ -62,7 +69,47 @@ BORROW_JOBS: dict[str, list[int]] = {
     "product": [8, 4, 2, 1],  # 15
 }
 BORROW_POLICY = """\
-# Quotas of the borrowing seed case and the rules loans follow.
+# Quotas of the borrowing seed case, and the rules loans follow as capacity teams write them:
+# per lender -> borrower pair, with named priority levels and return policies.
+quotas:
+  rnd: 40
+  algorithms: 30
+  product: 20
+priority_levels:               # each level's lowest priority
+  high: 80
+  medium: 50
+  low: 0
+borrowing_rules:
+  - lender: algorithms
+    borrower: rnd
+    max_borrowable_ratio: 0.5  # rnd holds at most 0.5 x 30 = 15 of algorithms' quota
+    priority_threshold: high   # only rnd's jobs of priority >= 80 borrow from algorithms
+    auto_return_timeout: 2h    # back at the job's end, at the latest after 2 hours
+  - lender: product
+    borrower: rnd
+    max_borrowable_ratio: 0.25
+    priority_threshold: medium
+    auto_return_timeout: 2d
+  - lender: "(unassigned)"     # usable GPUs no quota covers
+    borrower: rnd
+    max_borrowable_ratio: 1.0
+    priority_threshold: medium
+    auto_return_timeout: 2d
+  - lender: rnd
+    borrower: algorithms
+    max_borrowable_ratio: 0.25
+    priority_threshold: medium
+    auto_return_timeout: 1d
+return_policies:
+  - trigger: original_tenant_demand   # a lender's own work wants its quota back
+    grace_period: 15m                 # the borrower has this long to checkpoint
+    preemption_allowed: true          # then its lowest-priority jobs are preempted
+  - trigger: timeout                  # auto_return_timeout passed
+    force_return: true                # the borrowing job is preempted after grace_period
+    grace_period: 15m
+"""
+BORROW_TENANT_POLICY = """\
+# The borrowing seed case's quotas with rules per borrowing tenant (the older form, still read).
 quotas:
   rnd: 40
   algorithms: 30
@@ -70,8 +117,8 @@ quotas:
 borrowing:
   max_borrow_ratio: 0.75   # rnd may borrow up to 30 GPUs
   priority_threshold: 50   # only jobs of priority >= 50 borrow
-  auto_return_s: 172800    # loans go back after two days at the latest
-  grace_s: 900             # then 15 minutes to checkpoint
+  auto_return_s: 2d        # loans go back after two days at the latest (seconds or text)
+  grace_s: 15m             # then 15 minutes to checkpoint
   preemption: true         # borrowed work may be preempted when the loan returns
 """
 QUOTA_ONLY_POLICY = """\
@@ -249,12 +296,76 @@ def seed_share_16gb() -> ClusterModel:
     return b.build(timestamp=T0, source="examples/seed-share-16gb", usage=_history(level, memory))
 
 
+# (task, steady utilization, memory GiB) on GPUs 0..3 of one node of L4s: levels on the 0.05
+# steps the share sizing rounds to, so a float32 history must not push them a step up.
+L4 = "NVIDIA L4"
+L4_TASKS: list[tuple[str, float, float]] = [
+    ("infer-a", 0.40, 3.0),
+    ("infer-b", 0.30, 3.0),
+    ("infer-c", 0.30, 2.0),
+    ("infer-d", 0.20, 2.0),
+]
+
+L4_NOTEBOOKS: list[tuple[str, int, int, int]] = [
+    ("notebook-1", 4, 250, 800),
+    ("notebook-2", 4, 250, 800),
+    ("notebook-3", 5, 500, 1000),
+]
+
+
+def seed_share_l4() -> ClusterModel:
+    b = ModelBuilder()
+    name = "l4-node-01"
+    b.add_node(name, pool="l4", rack="rack-01", gpu_model=L4)
+    for i in range(8):
+        b.add_gpu(name, i, memory_total_bytes=24 * GIB, nvlink_island=None)
+    level = np.zeros(8)
+    memory = np.zeros(8)
+    for i, (task, util, gib) in enumerate(L4_TASKS):
+        b.add_allocation(
+            task,
+            num_gpu=1,
+            node=name,
+            gpus=[i],
+            tenant="serving",
+            priority=10,
+            start_time=T0 - 6 * 3600.0,
+            restart_cost_s=60.0,
+        )
+        level[i], memory[i] = util, gib * GIB
+    # (task, GPU, guaranteed milli, limit milli): Run:ai-style fractions with a limit
+    for task, gpu, milli, limit in L4_NOTEBOOKS:
+        b.add_allocation(
+            task,
+            num_gpu=1,
+            gpu_milli=milli,
+            gpu_limit_milli=limit,
+            node=name,
+            gpus=[gpu],
+            tenant="research",
+            priority=5,
+            start_time=T0 - 8 * 3600.0,
+            restart_cost_s=30.0,
+        )
+    level[4], memory[4] = 0.0, 1.5 * GIB  # both notebooks idle, their kernels loaded
+    level[5], memory[5] = 0.6, 6.0 * GIB
+    times = [T0 - STEP * (SAMPLES - 1 - t) for t in range(SAMPLES)]
+    usage = (
+        times,
+        np.tile(level, (SAMPLES, 1)).astype(np.float32),
+        np.tile(memory, (SAMPLES, 1)).astype(np.float32),
+    )
+    return b.build(timestamp=T0, source="examples/seed-share-l4", usage=usage)
+
+
 def main() -> None:
     snapshot.save(seed_quota_borrow(), ROOT / "seed-quota-borrow.json")
     (ROOT / "policy-borrow.yaml").write_text(BORROW_POLICY)
+    (ROOT / "policy-borrow-per-tenant.yaml").write_text(BORROW_TENANT_POLICY)
     (ROOT / "policy-quotas.yaml").write_text(QUOTA_ONLY_POLICY)
     snapshot.save(seed_mixed_fleet(), ROOT / "seed-mixed-fleet.json")
     snapshot.save(seed_share_16gb(), ROOT / "seed-share-16gb.json")
+    snapshot.save(seed_share_l4(), ROOT / "seed-share-l4.json")
     print(f"wrote planner seed snapshots to {ROOT}")
 
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Iterable
+
 
 def one_line(error: BaseException, *, typed: bool = False) -> str:
     """The error's text with line breaks and runs of spaces folded (PyYAML, gRPC and HTTP
@@ -13,3 +16,15 @@ def one_line(error: BaseException, *, typed: bool = False) -> str:
     if typed and text:
         return f"{name}: {text}"
     return text or name
+
+
+def unknown_key(key: str, keys: Iterable[str], what: str, noun: str = "key") -> str:
+    """The problem text for a key `what` does not have (a file's typo): the closest known key
+    when one is close, then every key it has. `unknown key (did you mean 'migratable'?); an
+    allocation has id, job, ...`"""
+    known = list(keys)
+    close = difflib.get_close_matches(key, known, n=1, cutoff=0.75) or [
+        k for k in known if len(key) >= 4 and (k.startswith(key) or key.startswith(k))
+    ]
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    return f"unknown {noun}{hint}; {what} has {', '.join(known)}"

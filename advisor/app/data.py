@@ -625,10 +625,20 @@ def shapes_frame(result: dict[str, Any]) -> pd.DataFrame:
             "GPUs per job": row["gpus_per_job"],
             "jobs that can start now": row["jobs_that_fit"],
             "free GPUs it cannot use": row["stranded_gpus"],
+            "spans NVLink islands": _crossing_text(row["crosses_nvlink_islands"]),
         }
         for row in result["spatial"]["shapes"]
     ]
     return pd.DataFrame(rows)
+
+
+def _crossing_text(estimates: list[dict[str, Any]]) -> str:
+    """Where a job of the shape spans NVLink islands and how much slower (est.), in short."""
+    return "; ".join(
+        f"{e['gpu_model']}: "
+        + ("slower" if e["step_slowdown"] is None else f"est. {e['step_slowdown']:.1f}x step time")
+        for e in estimates
+    )
 
 
 def worst_nodes(result: dict[str, Any], top: int = 10) -> pd.DataFrame:

@@ -223,6 +223,11 @@ def kubectl_commands(actions: Sequence[Action]) -> str:
                     f" gpu-defrag.io/mig-profile={q(a.dst.mig_profile)}"
                     if a.dst.mig_profile
                     else f" gpu-defrag.io/gpu-milli={a.dst.milli}"
+                    + (
+                        f" gpu-defrag.io/gpu-limit-milli={a.dst.limit_milli}"
+                        if a.dst.limit_milli is not None
+                        else ""
+                    )
                     if a.dst.milli < 1000
                     else ""
                 ),

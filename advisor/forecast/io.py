@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from gpu_defrag_common.messages import one_line
+from gpu_defrag_common.messages import one_line, unknown_key
 
 PHILLY_TEST = ("2017-12-01", "2017-12-15")
 EARTH_TEST = ("2020-05-25", "2020-06-01")
@@ -525,6 +525,14 @@ def read_long(path: str | Path, freq: str | None = None) -> Panel:
             _whole_rows(path)
         except (pd.errors.ParserError, UnicodeDecodeError) as error:
             raise ValueError(_not_long(path, error)) from None
+    known = (*LONG_COLUMNS, "capacity")
+    columns = [str(column) for column in frame.columns]
+    for column in columns if set(LONG_COLUMNS) <= set(columns) else ():
+        # a misspelt `capacity` would be dropped without a word (one missing: from_long says)
+        if column not in known:
+            raise ValueError(
+                f"{column}: {unknown_key(str(column), known, 'the long format', 'column')}"
+            )
     return from_long(frame, name=path.stem, freq=freq)
 
 

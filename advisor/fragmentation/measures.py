@@ -23,8 +23,8 @@ from typing import Any
 import numpy as np
 
 from advisor.contract import GPU_STATE_CODES
-from advisor.fragmentation import fgd
-from advisor.model import MILLI, UNKNOWN_ISLAND, ClusterModel, spec_models, spec_parts
+from advisor.fragmentation import fgd, nvlink
+from advisor.model import MILLI, ClusterModel, spec_models, spec_parts
 from advisor.settings import NO_TENANT, SHAPES_TEXT
 
 # --------------------------------------------------------------------------- shapes
@@ -128,12 +128,14 @@ def _cap(free: np.ndarray, need: float) -> np.ndarray:
 
 
 def tasks_per_node(model: ClusterModel, shape: Shape) -> np.ndarray:
-    """int64 (N): how many single-node tasks of `shape` each node can host at once."""
+    """int64 (N): how many single-node tasks of `shape` each node can host at once, whole-GPU
+    tasks under the planner's NVLink-island rule (`nvlink.whole_tasks_per_node`): a 4-GPU task
+    on 4-GPU islands needs 4 free in one island, not 2 + 2."""
     if shape.gpu_milli < MILLI:
         slots = _per_node(model, (model.gpu_free_milli // shape.gpu_milli).astype(np.float64))
         gpu_tasks = slots.astype(np.int64)
     else:
-        gpu_tasks = free_whole_per_node(model) // shape.num_gpu
+        gpu_tasks = nvlink.whole_tasks_per_node(model, model.gpu_is_free, shape.num_gpu)
     tasks = np.minimum(gpu_tasks, _cap(model.node_cpu_free, shape.cpu_milli))
     tasks = np.minimum(tasks, _cap(model.node_memory_free, shape.memory_mib))
     return np.where(_spec_mask(model, shape.gpu_spec), tasks, 0)
@@ -207,6 +209,17 @@ def jobs_that_fit_by_part(
     return out
 
 
+def crossing(model: ClusterModel, shape: Shape) -> list[dict[str, Any]]:
+    """Per GPU model on whose nodes a task of `shape` that fits now spans NVLink islands (it
+    is larger than an island there): the estimate of what that costs
+    (`nvlink.cross_island_estimate`); [] when every such task fits in one island."""
+    if shape.gpu_milli < MILLI:
+        return []
+    fits = tasks_per_node(model, shape) > 0
+    models = nvlink.crossing_models(model, shape.num_gpu, fits)
+    return [nvlink.cross_island_estimate(name).to_dict() for name in models]
+
+
 def gpu_state_codes(model: ClusterModel, idle: np.ndarray) -> np.ndarray:
     """int8 (G): `GPU_STATE_CODES` per GPU, for the heatmaps of the app and the dashboards.
     Allocated GPUs are busy, or idle by `idle` (a cordoned node's still run their jobs);
@@ -224,37 +237,26 @@ def gpu_state_codes(model: ClusterModel, idle: np.ndarray) -> np.ndarray:
 # --------------------------------------------------------------------------- spatial
 
 
-def largest_free_nvlink_group(model: ClusterModel) -> np.ndarray:
-    """int64 (N): most free GPUs inside one NVLink island per node (unknown island = alone)."""
-    gpus = model.gpus
-    free = model.gpu_is_free
-    if not free.any():
-        return np.zeros(len(model.nodes), dtype=np.int64)
-    island = np.where(
-        gpus.nvlink_island == UNKNOWN_ISLAND, -1 - gpus.index.astype(np.int64), gpus.nvlink_island
-    )
-    keys = gpus.node[free].astype(np.int64) * 4096 + (island[free] + 2048)
-    unique, counts = np.unique(keys, return_counts=True)
-    out = np.zeros(len(model.nodes), dtype=np.int64)
-    np.maximum.at(out, unique // 4096, counts)
-    return out
+largest_free_nvlink_group = nvlink.largest_free_nvlink_group  # -1 where islands are unknown
 
 
 @dataclass(frozen=True)
 class Largest:
-    single_node_gpus: int  # most free whole GPUs on one node
-    nvlink_group_gpus: int  # most free whole GPUs in one NVLink island
+    single_node_gpus: int  # largest whole-GPU task one node can start now (island rule)
+    nvlink_group_gpus: int | None  # most free whole GPUs in one NVLink island (None: unknown)
     rack_full_nodes: int  # most fully free 8-GPU tasks within one rack and model
     fraction_milli: int  # largest free share on any single GPU
 
 
 def largest_fitting(model: ClusterModel, groups: np.ndarray | None = None) -> Largest:
-    free = free_whole_per_node(model)
     groups = _rack_groups(model) if groups is None else groups
-    eights = np.bincount(groups, weights=(free // 8).astype(np.float64)) if len(free) else [0]
+    eights_per_node = nvlink.whole_tasks_per_node(model, model.gpu_is_free, 8)
+    eights = np.bincount(groups, weights=eights_per_node.astype(np.float64)) if len(groups) else [0]
+    group = largest_free_nvlink_group(model)
+    known = group != nvlink.UNKNOWN
     return Largest(
-        single_node_gpus=int(free.max(initial=0)),
-        nvlink_group_gpus=int(largest_free_nvlink_group(model).max(initial=0)),
+        single_node_gpus=int(nvlink.largest_task_per_node(model).max(initial=0)),
+        nvlink_group_gpus=int(group[known].max(initial=0)) if known.any() else None,
         rack_full_nodes=int(np.max(eights, initial=0)),
         fraction_milli=int(model.gpu_free_milli.max(initial=0)),
     )
@@ -485,6 +487,7 @@ def analyze(model: ClusterModel, settings: Settings = Settings()) -> dict[str, A
                 "jobs_that_fit": fit,
                 # free whole GPUs this shape cannot use (spatially stranded for it)
                 "stranded_gpus": free_whole - fit * shape.tasks * shape.num_gpu if whole else None,
+                "crosses_nvlink_islands": crossing(model, shape) if fit else [],
             }
         )
     idle = allocated_idle(model, settings.idle)
@@ -527,12 +530,8 @@ def analyze(model: ClusterModel, settings: Settings = Settings()) -> dict[str, A
             "shapes": shapes,
             "largest_job": {
                 "single_node_gpus": largest.single_node_gpus,
-                # None when no GPU's NVLink island is known (e.g. the openb trace)
-                "nvlink_group_gpus": (
-                    largest.nvlink_group_gpus
-                    if (model.gpus.nvlink_island != UNKNOWN_ISLAND).any()
-                    else None
-                ),
+                # None when no node's NVLink islands are known (e.g. the openb trace)
+                "nvlink_group_gpus": largest.nvlink_group_gpus,
                 "multi_node_gpus_in_rack": (
                     8 * largest.rack_full_nodes if (model.nodes.rack != "").any() else None
                 ),

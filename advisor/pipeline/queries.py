@@ -26,9 +26,10 @@ from advisor.planner.check import RESERVATION_QOS, CheckResult, apply_plan, chec
 from advisor.planner.consolidate import Goal, parse_goal
 from advisor.planner.constraints import Policy, PolicyError, load_policy
 from advisor.planner.observed import DurationPrior, expected_end, now_of
-from advisor.planner.recommend import RecommendSettings, recommend
+from advisor.planner.recommend import RecommendSettings, recommend, recommend_with_notes
 from advisor.planner.reserve import Outlook, Request, gpu_ready_times, plan_reservations
 from advisor.planner.solve import EXACT_MAX_NODES
+from advisor.planner.why import why_not_now
 from advisor.settings import HORIZONS_H, Settings
 
 __all__ = [
@@ -56,6 +57,7 @@ __all__ = [
     "now_of",
     "plan_from_doc",
     "plan_goals",
+    "plan_goals_with_notes",
     "planned_states",
     "policy_from",
     "replay",
@@ -160,8 +162,22 @@ def plan_goals(
     """`recommend()` for `goals` (consolidation; with `exact` the CP-SAT solver too on clusters
     of at most `EXACT_MAX_NODES` nodes, the cheaper checked plan kept) and, with `others`, every
     other kind, on the running jobs' ends `ends` ({allocation id: end}, the plan stage's)."""
+    return plan_goals_with_notes(model, settings, ends, goals, exact, others, policy)[0]
+
+
+def plan_goals_with_notes(
+    model: ClusterModel,
+    settings: Settings,
+    ends: Mapping[str, float],
+    goals: Sequence[str] = (),
+    exact: bool = False,
+    others: bool = False,
+    policy: Policy | None = None,
+) -> tuple[list[Plan], list[str]]:
+    """`plan_goals`, and per kind that recommends nothing why, in numbers (the notes
+    `gpu-defrag plan --goal recommend` and the service give)."""
     choice = RecommendSettings(exact=exact and len(model.nodes) <= EXACT_MAX_NODES, others=others)
-    return recommend(
+    return recommend_with_notes(
         model, policy or settings.policy, outlook(ends), choice, [g.strip() for g in goals]
     )
 
@@ -251,6 +267,10 @@ class WhatIf:
     fits_now: int  # jobs of the shape that could start now
     plan: Plan | None  # cheapest checked plan to make room now (None when it fits)
     wait: Plan | None  # reservation: when it fits without moving anything (None when it fits)
+    # per GPU model where a job that fits now spans NVLink islands: the slowdown estimate
+    # (`measures.crossing`, what `analyze` prints too)
+    crossing: tuple[dict[str, Any], ...] = ()
+    why_not: str = ""  # why it cannot start now, in numbers (`planner.why.why_not_now`)
 
 
 def whatif(
@@ -271,7 +291,7 @@ def whatif(
     shape = Shape(num_gpu, tasks=nodes, gpu_spec=gpu_model)
     fits = measures.jobs_that_fit(model, shape)
     if fits > 0:
-        return WhatIf(shape, fits, None, None)
+        return WhatIf(shape, fits, None, None, tuple(measures.crossing(model, shape)))
     size = f"{nodes}x{num_gpu}" if nodes > 1 else str(num_gpu)
     goal = Goal(
         f"job={size}" + (f"@{gpu_model}" if gpu_model else ""), "job", shape=shape, tenant=tenant
@@ -286,7 +306,8 @@ def whatif(
     )[0]
     request = Request(WHATIF_JOB, tenant, None, nodes, num_gpu, gpu_model)
     waits = plan_reservations(model, settings.policy, [request], Outlook(job_end=ends))
-    return WhatIf(shape, fits, plan, waits[0] if waits else None)
+    why = why_not_now(model, shape)
+    return WhatIf(shape, fits, plan, waits[0] if waits else None, why_not=why)
 
 
 def hours(seconds: float) -> str:

@@ -24,7 +24,7 @@ from advisor.history import History, RunningJob
 from advisor.model import MILLI, ClusterModel
 from advisor.planner.actions import KINDS
 from advisor.planner.ranking import ranked_actions
-from advisor.planner.recommend import recommend
+from advisor.planner.recommend import recommend_with_notes
 from advisor.results import (
     Results,
     pool_shape_table,
@@ -89,12 +89,14 @@ def plans(
     goals = [
         f"job={shape_label(shape)}" for shape in blocked_shapes(model, settings.shapes, shape_rows)
     ]
-    made = recommend(model, settings.policy, outlook(ends), goals=goals)
+    made, notes = recommend_with_notes(model, settings.policy, outlook(ends), goals=goals)
     actions = ranked_actions(made, model)
     counts = Counter(row["kind"] for row in actions)
     return {
         "method": PLAN_METHOD,
         "goals": [plan.goal for plan in made],
+        # per kind that recommends nothing, why, in numbers (what `plan --goal recommend` says)
+        "notes": notes,
         "plans": [plan.to_dict() for plan in made],
         "actions": actions,
         "by_kind": {kind: counts.get(kind, 0) for kind in KINDS},

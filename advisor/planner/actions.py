@@ -3,10 +3,11 @@
 Stable API (other recommendation kinds build on it):
 
 - `KINDS` — migrate, reserve, reclaim, share, borrow, rebalance.
-- `GpuSet(node, gpus, milli, mig_profile=None)` — device indices on one node, `milli` per GPU
-  (1000 = whole); a share target may name the MIG profile (`mig_profiles`) of the instance the
-  task runs in on each GPU, `milli` then being that profile's share (see `check`: the first
-  such step onto a plain, idle GPU switches it to MIG mode).
+- `GpuSet(node, gpus, milli, mig_profile=None, limit_milli=None)` — device indices on one
+  node, `milli` per GPU guaranteed (1000 = whole); a share target may name the MIG profile
+  (`mig_profiles`) of the instance the task runs in on each GPU, `milli` then being that
+  profile's share (see `check`: the first such step onto a plain, idle GPU switches it to MIG
+  mode), or, on a plain GPU, the limit it may use when the GPU has room (`limit_milli`).
 - `Action(kind, alloc, job, tenant, src, dst, ...)` — one step. Its effect on the model is
   uniform for every kind, which is what lets one checker replay them all:
   `src` (if set) is given back by allocation `alloc`, then `dst` (if set) is taken by it.
@@ -43,13 +44,16 @@ DEFAULT_RESTART_S = 300.0  # checkpoint + restart time assumed where the source 
 
 @dataclass(frozen=True)
 class GpuSet:
-    """GPUs `gpus` (device indices) of node `node`, `milli` (1..1000) of each; `mig_profile`
-    (a share target only) the MIG instance the task gets on each, None: a plain GPU share."""
+    """GPUs `gpus` (device indices) of node `node`, `milli` (1..1000) of each guaranteed;
+    `mig_profile` (a share target only) the MIG instance the task gets on each, None: a plain
+    GPU share; `limit_milli` (a plain share target only) what the task may use of each when the
+    GPU has room (fractional sharing's limit, `milli`..1000), None: held to `milli`."""
 
     node: str
     gpus: tuple[int, ...]
     milli: int = MILLI
     mig_profile: str | None = None
+    limit_milli: int | None = None
 
     def __post_init__(self) -> None:
         if not self.gpus:
@@ -58,25 +62,38 @@ class GpuSet:
             raise ValueError(f"GpuSet on {self.node!r} names a GPU twice: {self.gpus}")
         if not 0 < self.milli <= MILLI:
             raise ValueError(f"GpuSet milli must be within 1..1000, got {self.milli}")
+        if self.limit_milli is not None and (
+            self.mig_profile is not None or not self.milli <= self.limit_milli <= MILLI
+        ):
+            raise ValueError(
+                f"GpuSet limit_milli must be within milli ({self.milli})..1000 on a plain "
+                f"share, got {self.limit_milli}"
+            )
 
     def to_dict(self) -> dict[str, Any]:
         doc: dict[str, Any] = {"node": self.node, "gpus": list(self.gpus), "milli": self.milli}
         if self.mig_profile is not None:  # absent otherwise: plain targets keep their form
             doc["mig_profile"] = self.mig_profile
+        if self.limit_milli is not None:
+            doc["limit_milli"] = self.limit_milli
         return doc
 
     @staticmethod
     def from_dict(doc: dict[str, Any]) -> GpuSet:
         profile = doc.get("mig_profile")
+        limit = doc.get("limit_milli")
         return GpuSet(
             str(doc["node"]),
             tuple(int(g) for g in doc["gpus"]),
             int(doc["milli"]),
             None if profile is None else str(profile),
+            None if limit is None else int(limit),
         )
 
     def __str__(self) -> str:
         share = "" if self.milli == MILLI else f"@{self.milli / MILLI:g}"
+        if self.limit_milli is not None and self.limit_milli > self.milli:
+            share += f" (limit {self.limit_milli / MILLI:g})"
         if self.mig_profile is not None:
             share = f"@MIG {self.mig_profile}"
         return f"{self.node}[{','.join(str(g) for g in self.gpus)}]{share}"

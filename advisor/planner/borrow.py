@@ -9,17 +9,22 @@ whole nodes and a remainder task on one node):
    helps now, and the reason gives the free GPUs the job may use against the GPUs it needs);
 2. for each quota scope of the borrower (all models, and the slot's model) the shortfall is
    its use + the job - its quota; none: the job needs no loan;
-3. the borrower's rules (`Policy.borrow_rules`) must exist (no `borrowing` section: no loan is
-   ever proposed), the job's priority must reach `priority_threshold`, the loan may not exceed
-   `max_borrow_ratio` x the borrower's quota, and without `preemption` the job must be expected
-   to end before `auto_return_s` (its GPUs could not be taken back);
-4. lenders: tenants whose rules allow lending, with unused quota in that scope, most unused
-   first, then `UNASSIGNED` (usable GPUs no quota covers); if they cannot cover it, no loan;
+3. the rules must exist (no `borrowing_rules` and no `borrowing` section: no loan is ever
+   proposed). Per lender -> borrower pair (`Policy.loan_rules`): each lender whose pair's
+   `priority_threshold` the job reaches lends at most its unused quota and
+   `max_borrowable_ratio` x its quota. Per borrowing tenant (`Policy.borrow_rules`, the older
+   form): the job's priority must reach `priority_threshold`, the loan may not exceed
+   `max_borrow_ratio` x the borrower's quota, without `preemption` the job must be expected to
+   end before `auto_return_s`, and tenants whose rules allow lending lend their unused quota;
+4. lenders with the most to lend go first, then `UNASSIGNED` (usable GPUs no quota covers); if
+   they cannot cover it, no loan, and the reason gives each lender's numbers;
 5. the plan: one `borrow` action per lender (quota moves, no GPUs), then `reserve` actions
    that place the job on the free GPUs, all replayed by `check_plan` (which refuses the
-   reservations without the loans). `extra["return"]` says when the loan goes back (at job end,
-   at the latest `auto_return_s` from now, then `grace_s` to checkpoint; preemption or not)
-   and holds the inverse borrow actions to apply then.
+   reservations without the loans). `extra["return"]` says how the loan goes back, per
+   trigger (`loan_return.LoanReturn`: at the auto-return, or when a lender wants its quota
+   back: which jobs are preempted, what that costs, each scenario replayed) and holds the
+   inverse borrow actions; a job expected to outlive its loan carries the cost of its forced
+   return on the first loan's row.
 
 `blocked_by_quota(model, policy)` lists the pending jobs that fit the free GPUs but not their
 tenant's quota: the ones to try.
@@ -28,12 +33,15 @@ tenant's quota: the ones to try.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
 from advisor.fragmentation import measures
+from advisor.fragmentation.nvlink import crossing_note
 from advisor.model import ClusterModel
 from advisor.planner.actions import Action, Cost, GpuSet, Plan
 from advisor.planner.check import check_plan
@@ -41,12 +49,15 @@ from advisor.planner.constraints import (
     ANY_MODEL,
     UNASSIGNED,
     Policy,
+    ReturnPolicy,
     unassigned_quota,
     usage_by_scope,
 )
+from advisor.planner.loan_return import Loan, LoanReturn, expected_run
 from advisor.planner.observed import DurationPrior, now_of
 from advisor.planner.outcome import outcome, shapes_with
 from advisor.planner.reserve import Request, Slot, earliest_slot, pending_requests
+from advisor.planner.why import why_not_now
 
 
 def request_for_job(model: ClusterModel, job: str) -> Request:
@@ -161,9 +172,9 @@ def _no_room(model: ClusterModel, policy: Policy, parts: Sequence[Request]) -> s
     on = f" on the GPU models {spec!r} allows" if spec else ""
     if free < need:
         return f"not enough free GPUs now: only {free} free{on}, {need} needed"
-    where = ""
-    if sum(p.tasks for p in parts) > 1:
-        where = " in one rack and GPU model" if policy.rack_locality else " in one GPU model"
+    if len(parts) == 1:  # one shape: the reason every surface gives for it
+        return f"not enough free GPUs now in the job's shape: {why_not_now(model, parts[0].shape)}"
+    where = " in one rack and GPU model" if policy.rack_locality else " in one GPU model"
     return (
         f"not enough free GPUs now in the job's shape: {free} free{on}, but not as "
         f"{_shape_text(parts)}{where}"
@@ -175,9 +186,12 @@ def plan_borrow(
     policy: Policy,
     request: Request | Sequence[Request],
     prior: DurationPrior | None = None,
+    job_end: Mapping[str, float] | None = None,
 ) -> Plan:
     """A checked loan + placement for `request` (a job, or the parts of one from
-    `split_gpus`), or an infeasible plan saying why."""
+    `split_gpus`), with how the loan goes back (`extra["return"]`), or an infeasible plan
+    saying why. `job_end` ({job or allocation id: end time}) gives expected ends where known
+    (the request's job and the borrower's running work); else the duration prior."""
     parts = (request,) if isinstance(request, Request) else tuple(request)
     if not parts:
         raise ValueError("plan_borrow needs a request")
@@ -200,108 +214,202 @@ def plan_borrow(
     place = _placement(model, policy, parts, slots)
     if not shortfall:
         return _finish(model, policy, parts, goal, place, [], {}, "no loan needed: within quota")
-    rules = policy.borrow_rules(head.tenant)
-    if rules is None:
+    if not policy.lends:
         return _refused(goal, "the policy has no borrowing rules: no loan is proposed")
+    prior = prior or DurationPrior()
+    run_s, ends_from = expected_run(head, prior, job_end, now)
+    if policy.loan_rules:
+        terms = _pair_terms(model, policy, head, shortfall, usage)
+        returns = policy.returns
+    else:
+        terms = _tenant_terms(model, policy, head, shortfall, usage, run_s)
+        rules = policy.borrow_rules(head.tenant)
+        returns = rules.returns() if rules is not None else ReturnPolicy()
+    if isinstance(terms, str):
+        return _refused(goal, terms)
+    loans = [_loan_action(head, loan) for loan in terms]
+    context = LoanReturn(model, policy, parts, place, terms, loans, returns, run_s, ends_from, now)
+    back = context.document(job_end, prior)
+    cost = back["on_timeout"]["expected_cost"]
+    if cost is not None:  # the job is expected to outlive the loan and be preempted
+        first = loans[0]
+        loans[0] = replace(
+            first,
+            reason=f"{first.reason}; {back['on_timeout']['text']}",
+            cost=first.cost + Cost(**cost),
+        )
+    return _finish(model, policy, parts, goal, place, loans, back, "")
+
+
+def _lend_order(lenders: list[tuple[float, str, float, float, str]]) -> list:
+    """Named tenants with the most to lend first, then `UNASSIGNED` (capacity no quota
+    covers: lent last, as before any tenant's)."""
+    return sorted(lenders, key=lambda x: (x[1] == UNASSIGNED, -x[0], x[1]))
+
+
+def _take(
+    head: Request,
+    scope: str,
+    short: float,
+    lenders: list[tuple[float, str, float, float, str]],
+    auto_return: dict[str, float],
+) -> tuple[list[Loan], float]:
+    """Loans covering `short` from `lenders` (available, name, available, spare, terms), in
+    whole GPUs; what is left uncovered."""
+    left = short
+    out = []
+    for available, tenant, _, spare, terms in _lend_order(lenders):
+        if left <= 1e-9:
+            break
+        amount = float(min(available, math.ceil(left - 1e-9)))
+        left -= amount
+        out.append(Loan(tenant, scope, amount, spare, auto_return[tenant], terms))
+    return out, left
+
+
+def _spare(
+    model: ClusterModel, policy: Policy, tenant: str, scope: str, usage: dict
+) -> tuple[float, float] | None:
+    """(quota, unused quota) of a lender in `scope`; None where it has no quota there."""
+    if tenant == UNASSIGNED:
+        limit, used = unassigned_quota(model, policy.quotas, scope, usage)
+        return limit, max(0.0, limit - used)
+    limit = policy.quotas.get((tenant, scope))
+    if limit is None:
+        return None
+    return limit, limit - usage[(tenant, scope)]
+
+
+def _tenant_terms(
+    model: ClusterModel,
+    policy: Policy,
+    head: Request,
+    shortfall: dict[str, float],
+    usage: dict,
+    run_s: float,
+) -> list[Loan] | str:
+    """The loans of the per-tenant `borrowing:` form, or why there is none."""
+    rules = policy.borrow_rules(head.tenant)
+    assert rules is not None  # policy.lends without loan_rules: a borrowing section
     priority = head.priority if head.priority is not None else 0
     if priority < rules.priority_threshold:
         unset = " (the request gives none: 0 assumed)" if head.priority is None else ""
-        return _refused(
-            goal,
-            (
-                f"priority {priority}{unset} is under the borrowing threshold "
-                f"{rules.priority_threshold}"
-            ),
+        return (
+            f"priority {priority}{unset} is under the borrowing threshold "
+            f"{rules.priority_threshold}"
         )
-    duration = head.duration_s or math.sqrt(2.0) * (prior or DurationPrior()).median_s
-    if not rules.preemption and duration > rules.auto_return_s:
-        return _refused(
-            goal,
-            (
-                f"expected run {duration / 3600:.1f} h exceeds the auto-return "
-                f"{rules.auto_return_s / 3600:.1f} h and preemption is not allowed"
-            ),
+    if not rules.preemption and run_s > rules.auto_return_s:
+        return (
+            f"expected run {run_s / 3600:.1f} h exceeds the auto-return "
+            f"{rules.auto_return_s / 3600:.1f} h and preemption is not allowed"
         )
-    loans: list[Action] = []
+    out: list[Loan] = []
     for scope, short in shortfall.items():
         own = policy.quotas[(head.tenant, scope)]
         if short > rules.max_borrow_ratio * own + 1e-9:
-            return _refused(
-                goal,
-                (
-                    f"{head.tenant!r} needs {short:g} GPUs more than its quota of {own:g}"
-                    f"{f' on {scope}' if scope else ''}; it may borrow at most "
-                    f"{rules.max_borrow_ratio:g} x {own:g} = {rules.max_borrow_ratio * own:g} "
-                    "(max_borrow_ratio x quota)"
-                ),
+            return (
+                f"{head.tenant!r} needs {short:g} GPUs more than its quota of {own:g}"
+                f"{f' on {scope}' if scope else ''}; it may borrow at most "
+                f"{rules.max_borrow_ratio:g} x {own:g} = {rules.max_borrow_ratio * own:g} "
+                "(max_borrow_ratio x quota)"
             )
         lenders = []
-        for (tenant, s), limit in policy.quotas.items():
-            if s != scope or tenant in (head.tenant, UNASSIGNED):
+        for tenant in sorted({t for t, s in policy.quotas if s == scope} | {UNASSIGNED}):
+            if tenant == head.tenant:
                 continue
             lender_rules = policy.borrow_rules(tenant)
-            spare = limit - usage[(tenant, scope)]
-            if spare > 1e-9 and lender_rules is not None and lender_rules.lend:
-                lenders.append((-spare, tenant, spare))
-        lenders.sort()
-        limit, used = unassigned_quota(model, policy.quotas, scope, usage)
-        spare_unassigned = max(0.0, limit - used)
-        if spare_unassigned > 1e-9:
-            lenders.append((0.0, UNASSIGNED, spare_unassigned))
-        left = short
-        for _, tenant, spare in lenders:
-            if left <= 1e-9:
-                break
-            amount = float(min(spare, math.ceil(left - 1e-9)))
-            left -= amount
-            where = f" on {scope}" if scope else ""
-            who = "capacity no quota covers" if tenant == UNASSIGNED else f"{tenant!r}"
-            loans.append(
-                Action(
-                    "borrow",
-                    job=head.job,
-                    tenant=head.tenant,
-                    quota=((head.tenant, scope, amount), (tenant, scope, -amount)),
-                    reason=(
-                        f"{who} lends {amount:g} of {spare:g} unused GPUs{where} to "
-                        f"{head.tenant!r} so {head.job} can start"
-                    ),
-                    cost=Cost(
-                        jobs=(head.job,),
-                        tenants=tuple(t for t in (head.tenant, tenant) if t != UNASSIGNED),
-                    ),
-                )
-            )
+            if tenant != UNASSIGNED and (lender_rules is None or not lender_rules.lend):
+                continue
+            held = _spare(model, policy, tenant, scope, usage)
+            if held is not None and held[1] > 1e-9:
+                lenders.append((held[1], tenant, held[1], held[1], ""))
+        taken, left = _take(head, scope, short, lenders, defaultdict(lambda: rules.auto_return_s))
         if left > 1e-9:
             where = f" on {scope}" if scope else ""
-            return _refused(
-                goal, f"lenders have only {short - left:g} unused GPUs{where}, {short:g} needed"
+            return f"lenders have only {short - left:g} unused GPUs{where}, {short:g} needed"
+        out += taken
+    return out
+
+
+def _pair_terms(
+    model: ClusterModel,
+    policy: Policy,
+    head: Request,
+    shortfall: dict[str, float],
+    usage: dict,
+) -> list[Loan] | str:
+    """The loans of the per-pair `borrowing_rules:` form, or why there is none: each lender
+    lends at most its unused quota and `max_borrowable_ratio` x its quota, to jobs at or
+    above the pair's `priority_threshold`."""
+    rules = policy.rules_for(head.tenant)
+    if not rules:
+        pairs = ", ".join(f"{r.lender} -> {r.borrower}" for r in policy.loan_rules)
+        return f"no borrowing rule lends to {head.tenant!r} (rules: {pairs})"
+    priority = head.priority if head.priority is not None else 0
+    unset = " (the request gives none: 0 assumed)" if head.priority is None else ""
+    eligible = [r for r in rules if priority >= r.priority_threshold]
+    if not eligible:
+        thresholds = ", ".join(f"{r.lender} -> {r.borrower} {r.threshold_text()}" for r in rules)
+        return f"priority {priority}{unset} is under the threshold of every rule: {thresholds}"
+    out: list[Loan] = []
+    for scope, short in shortfall.items():
+        lenders, limits = [], []
+        for rule in eligible:
+            held = _spare(model, policy, rule.lender, scope, usage)
+            if held is None:
+                continue
+            quota, spare = held
+            cap = rule.max_borrowable_ratio * quota
+            available = max(0.0, min(spare, cap))
+            terms = (
+                f"at most max_borrowable_ratio {rule.max_borrowable_ratio:g} x its quota "
+                f"{quota:g} = {cap:g}"
             )
-    returns = [
-        Action(
-            "borrow",
-            job=a.job,
-            tenant=a.tenant,
-            quota=tuple((t, s, -d) for t, s, d in a.quota),
-            reason=f"return: {a.reason.replace(' lends ', ' gets back ', 1)}",
-        ).to_dict()
-        for a in loans
-    ]
-    due = now + min(duration, rules.auto_return_s)
-    back = {
-        "when": f"when {head.job} ends, at the latest {rules.auto_return_s / 3600:g} h from now",
-        "due_at": due,
-        "auto_return_at": now + rules.auto_return_s,
-        "grace_s": rules.grace_s,
-        "preemption": rules.preemption,
-        "then": (
-            f"after {rules.grace_s / 60:g} min grace the borrowed work is preempted"
-            if rules.preemption
-            else "the job is expected to end before the auto-return; it is not preempted"
+            limits.append(f"{rule.lender} {available:g} ({spare:g} unused, {terms})")
+            if available > 1e-9:
+                lenders.append((available, rule.lender, available, spare, terms))
+        auto_return = {r.lender: r.auto_return_s for r in eligible}
+        taken, left = _take(head, scope, short, lenders, auto_return)
+        if left > 1e-9:
+            where = f" on {scope}" if scope else ""
+            skipped = [r for r in rules if r not in eligible]
+            under = (
+                "; under the priority threshold of "
+                + ", ".join(f"{r.lender} ({r.threshold_text()})" for r in skipped)
+                if skipped
+                else ""
+            )
+            return (
+                f"{head.tenant!r} needs {short:g} GPUs more than its quota{where}; its lenders "
+                f"may lend {short - left:g}: {'; '.join(limits) or 'none'}{under}"
+            )
+        out += taken
+    return out
+
+
+def _loan_action(head: Request, loan: Loan) -> Action:
+    where = f" on {loan.scope}" if loan.scope else ""
+    who = "capacity no quota covers" if loan.lender == UNASSIGNED else f"{loan.lender!r}"
+    terms = f" ({loan.terms})" if loan.terms else ""
+    return Action(
+        "borrow",
+        job=head.job,
+        tenant=head.tenant,
+        quota=((head.tenant, loan.scope, loan.amount), (loan.lender, loan.scope, -loan.amount)),
+        reason=(
+            f"{who} lends {loan.amount:g} of {loan.spare:g} unused GPUs{where}{terms} to "
+            f"{head.tenant!r} so {head.job} can start; back at its end, at the latest in "
+            f"{_hours(loan.auto_return_s)}"
         ),
-        "actions": returns,
-    }
-    return _finish(model, policy, parts, goal, place, loans, back, "")
+        cost=Cost(
+            jobs=(head.job,),
+            tenants=tuple(t for t in (head.tenant, loan.lender) if t != UNASSIGNED),
+        ),
+    )
+
+
+def _hours(seconds: float) -> str:
+    return f"{seconds / 3600:.3g} h"
 
 
 def _refused(goal: str, reason: str) -> Plan:
@@ -327,7 +435,8 @@ def _placement(
                     dst=GpuSet(name, tuple(int(model.gpus.index[r]) for r in rows)),
                     priority=request.priority,
                     rack_local=rack_local,
-                    reason=f"start {request.job} on {name} (free now)",
+                    reason=f"start {request.job} on {name} (free now)"
+                    + crossing_note(model, list(rows)),
                     cost=Cost(
                         jobs=(request.job,), tenants=(request.tenant,) if request.tenant else ()
                     ),

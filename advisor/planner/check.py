@@ -7,8 +7,8 @@ Stable API:
   is the priority of the work the plan makes room for; None means the highest priority in the
   model (only the migratable flag then protects work).
 - `apply_plan(model, actions) -> ClusterModel` — the model after a (checked) plan: moved
-  allocations on their new GPUs, reclaimed ones unplaced, reservations as new allocations
-  (qos "reservation", not migratable).
+  allocations on their new GPUs (a share with the limit its target names), reclaimed ones
+  unplaced, reservations as new allocations (qos "reservation", not migratable).
 
 Rules, per step, in this order (see `advisor.planner.actions` for what each kind does):
 known allocation and kind; not marked non-migratable; priority not above the goal's; `src`
@@ -41,7 +41,15 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from advisor.model import MILLI, Allocations, ClusterModel, Gpus, Placements, spec_allows
+from advisor.model import (
+    MILLI,
+    NO_LIMIT,
+    Allocations,
+    ClusterModel,
+    Gpus,
+    Placements,
+    spec_allows,
+)
 from advisor.planner.actions import MOVING_KINDS, Action
 from advisor.planner.constraints import (
     ANY_MODEL,
@@ -93,6 +101,7 @@ class _Holder:
     cpu: float
     memory: float
     mig: bool = False  # runs in MIG instances (held MIG GPUs in the model): MIG GPUs only
+    limit: int | None = None  # a share target's limit (GpuSet.limit_milli); None: unchanged
 
 
 class _Replay:
@@ -397,9 +406,12 @@ class _Replay:
         return None
 
     def _occupy(self, action: Action, holder: _Holder, rows: list[int]) -> None:
-        """Take `dst.milli` of each GPU; a MIG-profile step onto a plain GPU switches it."""
+        """Take `dst.milli` of each GPU (the guarantee: limits above it are not capacity); a
+        MIG-profile step onto a plain GPU switches it."""
         dst = action.dst
         assert dst is not None
+        if action.kind == "share":  # a resize sets the limit anew (none: its guarantee)
+            holder.limit = NO_LIMIT if dst.limit_milli is None else dst.limit_milli
         for row in rows:
             if dst.mig_profile is not None and not self.mig[row]:
                 self.mig[row] = True
@@ -547,7 +559,11 @@ def apply_plan(model: ClusterModel, actions: Sequence[Action]) -> ClusterModel:
         p_alloc.append(np.full(len(holder.gpus), extra_rows + offset, dtype=np.int32))
         p_gpu.append(np.array(holder.gpus, dtype=np.int32))
         p_milli.append(np.array(holder.milli, dtype=np.int32))
-    new_allocs = _append_reservations(replace(allocs, node=node), new_rows)
+    limit = allocs.gpu_limit_milli.copy()
+    for holder in replay.holders.values():
+        if holder is not None and holder.row >= 0 and holder.limit is not None:
+            limit[holder.row] = holder.limit
+    new_allocs = _append_reservations(replace(allocs, node=node, gpu_limit_milli=limit), new_rows)
     new_places = Placements(
         alloc=np.concatenate(p_alloc).astype(np.int32),
         gpu=np.concatenate(p_gpu).astype(np.int32),
@@ -604,6 +620,7 @@ def _append_reservations(allocs: Allocations, rows: list[tuple[str, _Holder]]) -
         "migratable": np.zeros(k, dtype=bool),
         "restart_cost_s": nan,
         "qos": obj([RESERVATION_QOS] * k),
+        "gpu_limit_milli": np.full(k, NO_LIMIT, dtype=np.int32),
     }
     return Allocations(
         **{name: np.concatenate([getattr(allocs, name), value]) for name, value in extra.items()}

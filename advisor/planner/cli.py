@@ -30,7 +30,7 @@ from typing import Any
 
 from advisor.fragmentation.measures import Shape, check_models, parse_shape
 from advisor.model import ClusterModel
-from advisor.planner.actions import CostWeights, Plan
+from advisor.planner.actions import CostWeights, GpuSet, Plan
 from advisor.planner.consolidate import GOAL_KINDS, Goal, parse_goal
 from advisor.planner.constraints import Policy, PolicyError, load_policy
 from advisor.planner.solve import EXACT_MAX_NODES, solve
@@ -291,12 +291,7 @@ def demand_from_history(
 
 
 def _gpus(doc: dict | None) -> str:
-    if not doc:
-        return "-"
-    share = "" if doc["milli"] == 1000 else f"@{doc['milli'] / 1000:g}"
-    if doc.get("mig_profile"):
-        share = f"@MIG {doc['mig_profile']}"
-    return f"{doc['node']}[{','.join(map(str, doc['gpus']))}]{share}"
+    return str(GpuSet.from_dict(doc)) if doc else "-"
 
 
 def _quota(doc: dict, sign: int) -> str:
@@ -349,7 +344,8 @@ def render_table(plan: Plan) -> str:
     before, after = doc["before"], doc["after"]
     for key in ("free_gpus", "free_nodes", "largest_free_nvlink_group", "fgd_fragment_gpus"):
         if key in before:
-            lines.append(f"{key}: {before[key]} -> {after.get(key)}")
+            was, now = (("unknown" if v is None else v) for v in (before[key], after.get(key)))
+            lines.append(f"{key}: {was} -> {now}")
     if doc.get("benefit"):
         benefit = doc["benefit"]
         lines.append(f"newly schedulable shapes: {', '.join(benefit['newly_schedulable']) or '-'}")

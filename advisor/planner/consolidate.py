@@ -32,10 +32,17 @@ import numpy as np
 
 from advisor.fragmentation import measures
 from advisor.fragmentation.measures import DEFAULT_SHAPES, Shape, parse_shape
+from advisor.fragmentation.nvlink import crossing_note
 from advisor.model import MILLI, UNKNOWN_ISLAND, ClusterModel, spec_allows
 from advisor.planner.actions import Action, Benefit, Cost, CostWeights, GpuSet, Plan, move_cost
 from advisor.planner.check import apply_plan, check_plan
-from advisor.planner.constraints import ANY_MODEL, Policy, island_size_per_node, usage_by_scope
+from advisor.planner.constraints import (
+    ANY_MODEL,
+    Policy,
+    island_size_per_node,
+    needs_one_island,
+    usage_by_scope,
+)
 
 GOAL_JOB = "goal"
 CHAIN_ALWAYS_NODES = 2000  # up to this size the chained search always runs (it is cheap there)
@@ -251,7 +258,7 @@ def window_sets(
         return [gpus] if ok and len(gpus) >= need else []
     gpus = gpus[inst.usable[gpus] & ~taken]
     size = int(inst.island_size[node])
-    if inst.policy.island_locality and 1 < need <= size:
+    if inst.policy.island_locality and needs_one_island(need, size):
         units = inst.unit_of_gpu[gpus]
         return [gpus[units == u] for u in np.unique(units) if (units == u).sum() >= need]
     return [gpus] if len(gpus) >= need else []
@@ -364,7 +371,7 @@ class Receivers:
         ok = self._mask(t) & self.room(cpu, mem)
         k = len(inst.task_gpus[t])
         if inst.task_whole[t]:
-            local = inst.policy.island_locality & (inst.island_size >= k) & (k > 1)
+            local = inst.policy.island_locality & needs_one_island(k, inst.island_size)
             best_unit = np.where(self.whole >= k, self.whole, np.iinfo(np.int64).max).min(axis=1)
             total = self.whole.sum(axis=1)
             fits = ok & np.where(local, best_unit < np.iinfo(np.int64).max, total >= k)
@@ -441,7 +448,7 @@ def make_room(
     ok = receivers._mask(t) & receivers.room(
         float(np.nan_to_num(allocs.cpu_milli[row])), float(np.nan_to_num(allocs.memory_mib[row]))
     )
-    local_nodes = inst.policy.island_locality & (inst.island_size >= k) & (k > 1)
+    local_nodes = inst.policy.island_locality & needs_one_island(k, inst.island_size)
     have = np.where(local_nodes, receivers.whole.max(axis=1), receivers.whole.sum(axis=1))
     sizes = inst.model.nodes.gpu_count
     near = np.flatnonzero(ok & (have < k) & (sizes >= k))
@@ -449,7 +456,7 @@ def make_room(
     candidates = []
     for node in near.tolist():
         gpus = inst.node_gpus(node)
-        local = inst.policy.island_locality and 1 < k <= int(inst.island_size[node])
+        local = inst.policy.island_locality and needs_one_island(k, int(inst.island_size[node]))
         groups = [gpus[inst.unit_of_gpu[gpus] == u] for u in np.unique(inst.unit_of_gpu[gpus])]
         for group in groups if local else [gpus]:
             free = group[receivers.free[group] == MILLI]
@@ -530,7 +537,8 @@ def move_actions(inst: Instance, targets: Mapping[int, np.ndarray], why: str) ->
                 tenant=str(allocs.tenant[row]),
                 src=GpuSet(src_node, tuple(int(i) for i in gpus.index[src]), share),
                 dst=GpuSet(dst_node, tuple(sorted(int(i) for i in gpus.index[dst])), share),
-                reason=f"frees {src_node} GPUs {','.join(str(i) for i in gpus.index[src])} {why}",
+                reason=f"frees {src_node} GPUs {','.join(str(i) for i in gpus.index[src])} {why}"
+                + crossing_note(model, dst),
                 cost=inst.task_cost[t],
             )
         )
@@ -650,7 +658,8 @@ def reserve_actions(
                 dst=GpuSet(node, indices),
                 priority=inst.goal_priority,
                 rack_local=len(windows) > 1 and goal.kind == "job",
-                reason=f"holds {node} GPUs {','.join(map(str, indices))} for {goal.text}",
+                reason=f"holds {node} GPUs {','.join(map(str, indices))} for {goal.text}"
+                + crossing_note(model, list(window.gpus)),
             )
         )
     return actions
@@ -765,12 +774,7 @@ def _search(
             if len(picked) < need.tasks:
                 continue
             tries += 1
-            mask = blocked.copy()
-            for w in picked:
-                mask[list(w.gpus)] = True
-                if need.whole_node:
-                    mask[inst.node_gpus(w.node)] = True
-            evict = sorted(set().union(*(w.evict for w in picked)))
+            mask, evict = cleared_room(inst, need, picked, blocked)
             targets, failed, chained = replace_tasks(inst, evict, mask, repair)
             if not failed:
                 succeeded = True
@@ -795,6 +799,19 @@ def _search(
     return best
 
 
+def cleared_room(
+    inst: Instance, need: Need, picked: Sequence[Window], blocked: np.ndarray
+) -> tuple[np.ndarray, list[int]]:
+    """(GPUs the goal's room takes, `blocked` ones included: no evicted task may land there;
+    the tasks its windows evict, sorted)."""
+    mask = blocked.copy()
+    for w in picked:
+        mask[list(w.gpus)] = True
+        if need.whole_node:
+            mask[inst.node_gpus(w.node)] = True
+    return mask, sorted(set().union(*(w.evict for w in picked)))
+
+
 def _exclusions(inst: Instance, picked: list[Window], failed: list[int]) -> list[frozenset[int]]:
     """Windows to leave out next: the ones the homeless tasks came from (all, or one of them),
     or one chosen window that has room for a homeless task now (so it can be its home)."""
@@ -811,7 +828,9 @@ def _exclusions(inst: Instance, picked: list[Window], failed: list[int]) -> list
             room = gpus[inst.usable[gpus] & (inst.free[gpus] >= inst.task_milli[t])]
             if inst.task_whole[t]:
                 room = room[inst.free[room] == MILLI]
-                if inst.policy.island_locality and 1 < k <= int(inst.island_size[w.node]):
+                if inst.policy.island_locality and needs_one_island(
+                    k, int(inst.island_size[w.node])
+                ):
                     units = inst.unit_of_gpu[room]
                     fits = any((units == u).sum() >= k for u in np.unique(units))
                 else:
@@ -847,7 +866,9 @@ def plan_heuristic(
     for need in needs:
         found = heuristic_windows(inst, need, blocked)
         if found is None:
-            why = f"no {need_text(need)} can be cleared" + _by_counting(model, need)
+            from advisor.planner.why import why_not_cleared  # it reads this module's search
+
+            why = f"no {need_text(need)} can be cleared: {why_not_cleared(inst, need, blocked)}"
             return _infeasible(model, goal, inst, why, "heuristic")
         windows, targets = found
         windows_all.append(windows)
@@ -860,23 +881,6 @@ def plan_heuristic(
                 blocked[inst.node_gpus(w.node)] = True
         inst = _without(inst, targets)
     return finish(model, goal, inst, windows_all, targets_all, "heuristic", started, demand)
-
-
-def _by_counting(model: ClusterModel, need: Need) -> str:
-    """Why emptying whole nodes is impossible by counting alone, when it is."""
-    if not need.whole_node:
-        return ""
-    sizes = np.sort(model.nodes.gpu_count[model.nodes.schedulable])
-    if len(sizes) < need.tasks:
-        return f" (only {len(sizes)} schedulable nodes)"
-    used = float(model.gpu_milli_allocated.sum()) / MILLI
-    room = float(model.gpu_usable.sum()) - float(sizes[: need.tasks].sum())
-    if used > room + 1e-9:
-        return (
-            f" ({used:g} GPUs are allocated; with {need.tasks} nodes empty the rest hold "
-            f"at most {room:g})"
-        )
-    return ""
 
 
 def _without(inst: Instance, moved: Mapping[int, np.ndarray]) -> Instance:
@@ -931,7 +935,8 @@ def summary(model: ClusterModel, shapes: Sequence[Shape]) -> dict:
     return {
         "free_gpus": int(model.gpu_is_free.sum()),
         "free_nodes": whole_nodes,
-        "largest_free_nvlink_group": int(measures.largest_free_nvlink_group(model).max(initial=0)),
+        # None where no node's islands are known: unknown, not a group of one
+        "largest_free_nvlink_group": measures.largest_fitting(model, groups).nvlink_group_gpus,
         "fgd_fragment_gpus": round(float(fragment.sum()) / MILLI, 3),
         "fgd_fragment_rate": round(float(fragment.sum()) / idle, 4) if idle else 0.0,
         "jobs_that_fit": {s.name: measures.jobs_that_fit(model, s, groups) for s in shapes},

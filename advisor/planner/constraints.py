@@ -6,29 +6,40 @@ Stable API:
   assumed where a source does not know it, and which locality rules apply.
 - `load_policy(path)` / `policy_from_dict(doc)` — read a small YAML or JSON file::
 
-      default_restart_s: 300       # checkpoint/restart seconds when unknown
+      default_restart_s: 5m        # checkpoint/restart time when unknown (seconds or text)
       island_locality: true        # a task that fits in one NVLink island stays in one
       rack_locality: true          # a multi-node job in one rack stays in one rack
       allow_model_change: false    # migrate/share keep the GPU model; rebalance may change it
       quotas:                      # GPUs; a number caps the tenant, a mapping caps per model
         rnd: 64
         product: {A100: 32, H100: 16}
-      borrowing:                   # optional; absent = no quota loans are ever proposed
+      priority_levels: {high: 80, medium: 50, low: 0}   # named levels (lowest priority)
+      borrowing_rules:             # loans per lender -> borrower pair (`loan_rules`)
+        - {lender: algorithms, borrower: rnd, max_borrowable_ratio: 0.5,
+           priority_threshold: high, auto_return_timeout: 2h}
+      return_policies:             # how loans go back, per trigger (`loan_rules`)
+        - {trigger: original_tenant_demand, grace_period: 15m, preemption_allowed: true}
+        - {trigger: timeout, force_return: true}
+      borrowing:                   # or, the older form: rules per borrowing tenant
         max_borrow_ratio: 0.5      # a tenant borrows at most this fraction of its own quota
         priority_threshold: 50     # only jobs of at least this priority may borrow
-        auto_return_s: 86400       # a loan goes back when the job ends or after this long
-        grace_s: 600               # then the borrower has this long to checkpoint
+        auto_return_s: 1d          # a loan goes back when the job ends or after this long
+        grace_s: 10m               # then the borrower has this long to checkpoint
         preemption: true           # false: only jobs expected to end before the auto-return
         lend: true                 # the tenant lends its unused quota to others
         tenants:                   # per-tenant overrides of any field above
           product: {lend: false}
 
-  Errors are `PolicyError` naming the field (`quotas.product.A100: expected a number >= 0`).
-- `BorrowRules` / `Policy.borrow_rules(tenant)` — the borrowing rules that apply to a tenant
-  (None when the file has no `borrowing` section). Quota nobody holds (usable GPUs beyond the
+  Neither borrowing form: no quota loans are ever proposed. Errors are `PolicyError` naming the
+  field by its path, an unknown key with the closest known one
+  (`borrowing_rules[0].max_borrow_ratio: unknown key (did you mean 'max_borrowable_ratio'?)`).
+- `BorrowRules` / `Policy.borrow_rules(tenant)` — the per-tenant rules that apply to a tenant
+  (None when the file has no `borrowing` section); `LoanRule` / `Policy.rules_for(borrower)`
+  and `ReturnPolicy` — the per-pair form. Quota nobody holds (usable GPUs beyond the
   sum of quotas) is the pseudo-tenant `UNASSIGNED`, which lends like any tenant.
 - Rule helpers shared by the checker and the planners (so they can never disagree):
-  `spec_allows`, `island_size_per_node`, `islands_ok`, `node_islands`.
+  `spec_allows`, `node_islands`, and the NVLink-island rule every counter reads too
+  (`advisor.fragmentation.nvlink`: `island_size_per_node`, `needs_one_island`, `islands_ok`).
 
 The priority rule (never move work of higher priority than the goal's) and the migratable flag
 come from the model and the goal, not from the policy file.
@@ -36,7 +47,6 @@ come from the model and the goal, not from the policy file.
 
 from __future__ import annotations
 
-import math
 from collections import defaultdict
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -44,26 +54,38 @@ from typing import Any
 
 import numpy as np
 
-from advisor.model import MILLI, UNKNOWN_ISLAND, ClusterModel
+# the one NVLink-island rule, re-exported for the checker and the planners
+from advisor.fragmentation.nvlink import (  # noqa: F401
+    island_size_per_node,
+    islands_ok,
+    needs_one_island,
+)
+from advisor.model import MILLI, ClusterModel
 from advisor.planner.actions import DEFAULT_RESTART_S
+from advisor.planner.loan_rules import (
+    UNASSIGNED,
+    LoanRule,
+    PolicyError,
+    ReturnPolicy,
+    flag,
+    loan_rules,
+    mapping,
+    number,
+    only,
+    priority,
+    priority_levels,
+    return_policy,
+    seconds,
+)
 from gpu_defrag_common.config_text import load_json, load_yaml, parse_problem
 
 ANY_MODEL = ""  # quota key for "all GPU models together"
-UNASSIGNED = "(unassigned)"  # lender of the usable GPUs no tenant's quota covers
-
-
-class PolicyError(ValueError):
-    """The policy file is invalid; `field` names where."""
-
-    def __init__(self, field_name: str, problem: str) -> None:
-        super().__init__(f"{field_name}: {problem}")
-        self.field = field_name
-        self.problem = problem
 
 
 @dataclass(frozen=True)
 class BorrowRules:
-    """When a tenant may borrow unused quota of others, and how the loan goes back."""
+    """When a tenant may borrow unused quota of others, and how the loan goes back (the
+    per-tenant `borrowing:` form; `LoanRule` is the per-pair `borrowing_rules:` form)."""
 
     max_borrow_ratio: float = 0.5  # loan <= ratio x the borrower's own quota
     priority_threshold: int = 0  # the borrowing job's priority must be >= this
@@ -72,11 +94,16 @@ class BorrowRules:
     preemption: bool = True  # borrowed work may be preempted at return
     lend: bool = True  # this tenant lends its unused quota
 
+    def returns(self) -> ReturnPolicy:
+        """The same rules as return policies: `preemption` covers both triggers."""
+        return ReturnPolicy(self.grace_s, self.preemption, self.preemption, self.grace_s)
+
 
 @dataclass(frozen=True)
 class Policy:
     """Rules for plans. `quotas[(tenant, model)]` caps GPUs; model "" means all models.
-    `borrowing[tenant]` overrides `borrowing[""]` (the default); empty = no loans at all."""
+    Loans follow either `borrowing[tenant]` (overriding `borrowing[""]`, the default) or, per
+    lender -> borrower pair, `loan_rules` with `returns`; neither = no loans at all."""
 
     quotas: dict[tuple[str, str], float] = field(default_factory=dict)
     default_restart_s: float = DEFAULT_RESTART_S
@@ -84,59 +111,52 @@ class Policy:
     rack_locality: bool = True
     allow_model_change: bool = False
     borrowing: dict[str, BorrowRules] = field(default_factory=dict)
+    loan_rules: tuple[LoanRule, ...] = ()
+    returns: ReturnPolicy = field(default_factory=ReturnPolicy)
+    priority_levels: dict[str, int] = field(default_factory=dict)
 
     def borrow_rules(self, tenant: str) -> BorrowRules | None:
         """The rules for `tenant`, or None when the policy has no borrowing section."""
         return self.borrowing.get(tenant, self.borrowing.get("")) if self.borrowing else None
 
+    def rules_for(self, borrower: str) -> list[LoanRule]:
+        """The `loan_rules` pairs that lend to `borrower`."""
+        return [rule for rule in self.loan_rules if rule.borrower == borrower]
 
-_KEYS = {
+    @property
+    def lends(self) -> bool:
+        """Whether any loan may be proposed at all."""
+        return bool(self.borrowing or self.loan_rules)
+
+
+KEYS = (
     "quotas",
     "default_restart_s",
     "island_locality",
     "rack_locality",
     "allow_model_change",
+    "priority_levels",
+    "borrowing_rules",
+    "return_policies",
     "borrowing",
-}
-_BORROW_KEYS = {
+)
+BORROW_KEYS = (
     "max_borrow_ratio",
     "priority_threshold",
     "auto_return_s",
     "grace_s",
     "preemption",
     "lend",
-}
-
-
-def _number(value: Any, where: str) -> float:
-    """A finite number >= 0: YAML's `.inf` (JSON's `Infinity`) is no quota, cost or ratio a plan
-    can add up or print; leave a key out for no limit."""
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int | float)
-        or not math.isfinite(value)
-        or value < 0
-    ):
-        raise PolicyError(where, f"expected a finite number >= 0, got {value!r}")
-    return float(value)
-
-
-def _flag(doc: dict[str, Any], key: str, default: bool) -> bool:
-    value = doc.get(key, default)
-    if not isinstance(value, bool):
-        raise PolicyError(key, f"expected true or false, got {value!r}")
-    return value
+)
 
 
 def policy_from_dict(doc: Any) -> Policy:
-    """A Policy from parsed YAML/JSON; PolicyError names the first bad field."""
+    """A Policy from parsed YAML/JSON; PolicyError names the first bad field by its path."""
     if doc is None:
         return Policy()
     if not isinstance(doc, dict):
         raise PolicyError("(top level)", f"expected a mapping, got {type(doc).__name__}")
-    unknown = sorted(set(doc) - _KEYS)
-    if unknown:
-        raise PolicyError(unknown[0], f"unknown key; known keys: {', '.join(sorted(_KEYS))}")
+    only(doc, KEYS, "", "a policy")
     quotas: dict[tuple[str, str], float] = {}
     raw = doc.get("quotas", {}) or {}
     if not isinstance(raw, dict):
@@ -144,52 +164,70 @@ def policy_from_dict(doc: Any) -> Policy:
     for tenant, limit in raw.items():
         if isinstance(limit, dict):
             for gpu_model, value in limit.items():
-                quotas[(str(tenant), str(gpu_model))] = _number(
+                quotas[(str(tenant), str(gpu_model))] = number(
                     value, f"quotas.{tenant}.{gpu_model}"
                 )
         else:
-            quotas[(str(tenant), ANY_MODEL)] = _number(limit, f"quotas.{tenant}")
-    restart = _number(doc.get("default_restart_s", DEFAULT_RESTART_S), "default_restart_s")
+            quotas[(str(tenant), ANY_MODEL)] = number(limit, f"quotas.{tenant}")
+    restart = seconds(doc.get("default_restart_s", DEFAULT_RESTART_S), "default_restart_s")
+    levels = priority_levels(doc.get("priority_levels"))
+    if "borrowing" in doc and "borrowing_rules" in doc:
+        raise PolicyError(
+            "borrowing_rules",
+            "give borrowing (per tenant) or borrowing_rules (per lender -> borrower), not both",
+        )
+    if "return_policies" in doc and "borrowing_rules" not in doc:
+        raise PolicyError(
+            "return_policies",
+            "only borrowing_rules loans follow return policies (borrowing: uses grace_s and "
+            "preemption)",
+        )
+    tenants = {tenant for tenant, _ in quotas}
     return Policy(
         quotas=quotas,
         default_restart_s=restart,
         island_locality=_flag(doc, "island_locality", True),
         rack_locality=_flag(doc, "rack_locality", True),
         allow_model_change=_flag(doc, "allow_model_change", False),
-        borrowing=_borrowing(doc.get("borrowing")),
+        borrowing=_borrowing(doc.get("borrowing"), levels),
+        loan_rules=loan_rules(doc["borrowing_rules"], levels, tenants)
+        if "borrowing_rules" in doc
+        else (),
+        returns=return_policy(doc.get("return_policies")),
+        priority_levels=levels,
     )
 
 
-def _rules(doc: Any, where: str, base: BorrowRules, extra: frozenset[str]) -> BorrowRules:
-    if not isinstance(doc, dict):
-        raise PolicyError(where, f"expected a mapping, got {doc!r}")
-    unknown = sorted(set(doc) - _BORROW_KEYS - extra)
-    if unknown:
-        raise PolicyError(
-            f"{where}.{unknown[0]}", f"unknown key; known keys: {', '.join(sorted(_BORROW_KEYS))}"
-        )
+def _flag(doc: dict[str, Any], key: str, default: bool) -> bool:
+    return flag(doc.get(key, default), key)
+
+
+def _rules(
+    doc: Any, where: str, base: BorrowRules, extra: tuple[str, ...], levels: dict[str, int]
+) -> BorrowRules:
+    rules = mapping(doc, where, "a mapping")
+    only(rules, BORROW_KEYS + extra, where, "borrowing")
     values: dict[str, Any] = {}
-    for key in ("max_borrow_ratio", "auto_return_s", "grace_s"):
-        if key in doc:
-            values[key] = _number(doc[key], f"{where}.{key}")
-    if "priority_threshold" in doc:
-        value = doc["priority_threshold"]
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise PolicyError(f"{where}.priority_threshold", f"expected an integer, got {value!r}")
-        values["priority_threshold"] = value
+    if "max_borrow_ratio" in rules:
+        values["max_borrow_ratio"] = number(rules["max_borrow_ratio"], f"{where}.max_borrow_ratio")
+    for key in ("auto_return_s", "grace_s"):
+        if key in rules:
+            values[key] = seconds(rules[key], f"{where}.{key}")
+    if "priority_threshold" in rules:
+        values["priority_threshold"], _ = priority(
+            rules["priority_threshold"], f"{where}.priority_threshold", levels
+        )
     for key in ("preemption", "lend"):
-        if key in doc:
-            if not isinstance(doc[key], bool):
-                raise PolicyError(f"{where}.{key}", f"expected true or false, got {doc[key]!r}")
-            values[key] = doc[key]
+        if key in rules:
+            values[key] = flag(rules[key], f"{where}.{key}")
     return replace(base, **values)
 
 
-def _borrowing(doc: Any) -> dict[str, BorrowRules]:
+def _borrowing(doc: Any, levels: dict[str, int]) -> dict[str, BorrowRules]:
     """`borrowing:` section -> {"" : default rules, tenant: overridden rules}."""
     if doc is None:
         return {}
-    default = _rules(doc, "borrowing", BorrowRules(), frozenset({"tenants"}))
+    default = _rules(doc, "borrowing", BorrowRules(), ("tenants",), levels)
     out = {"": default}
     tenants = doc.get("tenants", {}) or {}
     if not isinstance(tenants, dict):
@@ -197,7 +235,7 @@ def _borrowing(doc: Any) -> dict[str, BorrowRules]:
             "borrowing.tenants", f"expected a mapping of tenant to rules, got {tenants!r}"
         )
     for tenant, rules in tenants.items():
-        out[str(tenant)] = _rules(rules, f"borrowing.tenants.{tenant}", default, frozenset())
+        out[str(tenant)] = _rules(rules, f"borrowing.tenants.{tenant}", default, (), levels)
     return out
 
 
@@ -269,30 +307,3 @@ def node_islands(model: ClusterModel, node: int) -> np.ndarray:
     """int32 island id per GPU of `node` (in GPU-row order), -1 where unknown."""
     start, stop = model.nodes.gpu_offset[node], model.nodes.gpu_offset[node + 1]
     return model.gpus.nvlink_island[start:stop]
-
-
-def island_size_per_node(model: ClusterModel) -> np.ndarray:
-    """int64 (N): GPUs in the largest NVLink island of each node; 0 where islands are unknown
-    on any of its GPUs (then no island rule applies)."""
-    gpus = model.gpus
-    n = len(model.nodes)
-    out = np.zeros(n, dtype=np.int64)
-    if not len(gpus):
-        return out
-    unknown = np.bincount(
-        gpus.node, weights=(gpus.nvlink_island == UNKNOWN_ISLAND).astype(float), minlength=n
-    )
-    known = gpus.nvlink_island != UNKNOWN_ISLAND
-    keys = gpus.node[known].astype(np.int64) * 65536 + gpus.nvlink_island[known]
-    unique, counts = np.unique(keys, return_counts=True)
-    np.maximum.at(out, unique // 65536, counts)
-    out[unknown > 0] = 0
-    return out
-
-
-def islands_ok(islands: np.ndarray, island_size: int) -> bool:
-    """A task on GPUs with these island ids keeps NVLink locality: if it fits in one island of
-    its node (`island_size`, 0 = unknown) it must sit in one island."""
-    if len(islands) <= 1 or island_size <= 0 or len(islands) > island_size:
-        return True
-    return bool(np.all(islands == islands[0]))

@@ -41,11 +41,13 @@ from advisor.planner.consolidate import (
     Window,
     build_instance,
     finish,
+    heuristic_windows,
     move_actions,
+    need_text,
     needs_for,
     target_nodes_mask,
 )
-from advisor.planner.constraints import Policy
+from advisor.planner.constraints import Policy, needs_one_island
 
 MAX_CUTS = 5  # re-solves when a solution's moves cannot be ordered
 SCALE = 100_000  # cost score -> integer objective units (resolution 1e-5 per task)
@@ -191,7 +193,7 @@ class _Builder:
                 total = sum(self.cap[u] for u in units)
                 if total < k:
                     continue
-                if inst.policy.island_locality and 1 < k <= int(inst.island_size[n]):
+                if inst.policy.island_locality and needs_one_island(k, int(inst.island_size[n])):
                     for u in units:
                         if self.cap[u] >= k:
                             y = self.m.NewIntVar(0, min(size, self.cap[u] // k), f"{name}_{u}")
@@ -247,7 +249,9 @@ class _Builder:
                     continue
                 if usable_here < need.gpus:
                     continue
-                local = inst.policy.island_locality and 1 < need.gpus <= int(inst.island_size[n])
+                local = inst.policy.island_locality and needs_one_island(
+                    need.gpus, int(inst.island_size[n])
+                )
                 if local:
                     for u in units:
                         if self.cap[u] >= need.gpus:
@@ -439,6 +443,21 @@ def _stuck_moves(inst: Instance, targets: dict[int, np.ndarray]) -> list[int]:
     return [task_of[a.alloc] for a in moves[result.violation.step - 1 :]]
 
 
+PROVED = "no placement reaches the goal (proved by the exact solver)"
+
+
+def _why_each(inst: Instance, needs: Sequence[Need]) -> str:
+    """The numbers behind a proved infeasibility: what fails for the first job that cannot be
+    cleared alone, else that only all of them together do not fit."""
+    from advisor.planner.why import why_not_cleared
+
+    for need in needs:
+        if heuristic_windows(inst, need, np.zeros(len(inst.model.gpus), dtype=bool)) is None:
+            return f"no {need_text(need)} can be cleared: {why_not_cleared(inst, need)}"
+    jobs = ", ".join(need_text(n) for n in needs)
+    return f"each job alone can be cleared, not all of them together ({jobs})"
+
+
 def plan_exact(
     model: ClusterModel,
     goal: Goal,
@@ -486,7 +505,7 @@ def plan_exact(
     }
     if not solved:
         why = (
-            "no placement reaches the goal (proved by the exact solver)"
+            f"{PROVED}: {_why_each(inst, needs)}"
             if code == cp_model.INFEASIBLE
             else f"exact solver found no plan within {time_limit_s:g} s"
         )

@@ -4,7 +4,8 @@ recommendation kind shares (reclaim, share, rebalance, reserve, borrow).
 - `observe(model, window_s, idle_threshold) -> Observed` — per allocation, over the last
   `window_s` of the usage history (or the latest reading when there is no history): p50/p95/peak
   utilization and peak memory of the GPUs it holds, and how long all of them have been under
-  `idle_threshold`. Utilization of a shared GPU is the GPU's, not the holder's.
+  `idle_threshold`. Utilization of a shared GPU is the GPU's, not the holder's. Utilization
+  figures are read at the float32 history's own precision (`float32_decimal`: its 0.4 is 0.4).
 - `expected_end(model, prior, job_end) -> float64 (A,)` — predicted end time per allocation.
   The order is: an explicit prediction (`job_end` by allocation id, then by job: the service
   passes the ends `advisor.forecast.job_ends` derives with `advisor.forecast.predict_job_end`
@@ -117,15 +118,24 @@ def observe(
         since = np.where(np.isfinite(start), np.maximum(since, start), since)
         idle_s[rows_of] = np.where(np.isfinite(since), np.maximum(0.0, now - since), 0.0)
     return Observed(
-        util_p50=out["p50"],
-        util_p95=out["p95"],
-        util_peak=out["peak"],
+        util_p50=float32_decimal(out["p50"]),
+        util_p95=float32_decimal(out["p95"]),
+        util_peak=float32_decimal(out["peak"]),
         memory_peak_bytes=out["mem"],
         memory_total_bytes=out["total"],
         idle_s=idle_s,
         samples=samples,
         window_s=float(window_s),
     )
+
+
+def float32_decimal(values: np.ndarray) -> np.ndarray:
+    """float64 of the shortest decimal each value's float32 reads as: 0.4 for the float32
+    0.4000000059604645. The usage history is float32 (`model.Usage`), so its 0.4 arrives in
+    float64 one float32 step above 0.4, and a size rounded up to a 0.05 step (`share._up`)
+    went one step too far (0.45 guaranteed, 0.55 limit). A float32 holds about 7 significant
+    digits; nothing below them was ever observed, so dropping them loses nothing."""
+    return np.asarray(values, dtype=np.float32).astype(str).astype(np.float64)
 
 
 def _percentile_sorted(ordered: np.ndarray, counts: np.ndarray, q: float) -> np.ndarray:

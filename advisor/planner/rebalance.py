@@ -51,10 +51,11 @@ from typing import Any
 import numpy as np
 
 from advisor.fragmentation.measures import Shape
+from advisor.fragmentation.nvlink import crossing_note
 from advisor.model import MILLI, ClusterModel, spec_allows
 from advisor.planner.actions import Action, GpuSet, Plan, move_cost
 from advisor.planner.check import check_plan
-from advisor.planner.constraints import Policy, island_size_per_node
+from advisor.planner.constraints import Policy, island_size_per_node, needs_one_island
 from advisor.planner.observed import HISTORY_HINT, history_s, observe
 from advisor.planner.outcome import outcome, shapes_with
 
@@ -140,8 +141,7 @@ def _free_slots(model: ClusterModel, free: np.ndarray, node: int, k: int, island
     rows = [r for r in range(start, stop) if free[r]]
     if len(rows) < k:
         return None
-    size = island
-    if 1 < k <= size:
+    if needs_one_island(k, island):
         by_island: dict[int, list[int]] = defaultdict(list)
         for r in rows:
             by_island[int(model.gpus.nvlink_island[r])].append(r)
@@ -467,9 +467,17 @@ def plan_rebalance(
             f" are is unknown; {HISTORY_HINT}"
         )
     elif not actions and not scarce:
-        note = "no GPU model is scarce: nothing to rebalance"
+        rule = (
+            "queued demand beyond its free GPUs"
+            if has_queue
+            else f"at least {settings.scarce_ratio:.0%} allocated, with no queue"
+        )
+        note = f"no GPU model is scarce ({rule}): {_models_text(table, has_queue)}"
     elif not actions and not idle:
-        note = f"{', '.join(sorted(scarce))} scarce, but no GPU model idles to take its light jobs"
+        note = (
+            f"{', '.join(sorted(scarce))} scarce, but no GPU model idles to take its light jobs "
+            f"(free GPUs and no shortfall): {_models_text(table, has_queue)}"
+        )
     elif not actions and not_needed:
         shapes = ", ".join(f"{n} x {s.name}" for s, n in sorted(waiting_shapes.items(), key=str))
         names = sorted(not_needed)
@@ -480,8 +488,44 @@ def plan_rebalance(
             f"the queue can use ({shapes} waiting)"
         )
     elif not actions:
-        note = "no light job on a scarce model fits an idle model"
+        note = _no_fit_text(found, scarce, idle, settings)
     return Plan(goal, True, tuple(actions), before, after, note, "rebalance", benefit, extra)
+
+
+def _models_text(table: dict[str, dict[str, float]], has_queue: bool) -> str:
+    """Per GPU model, the numbers that make it scarce or idle."""
+    parts = []
+    for name, row in table.items():
+        text = f"{name or '(unknown model)'} {row['allocated']:g} of {row['usable']:g} allocated"
+        text += f", {row['free']:g} free"
+        if has_queue:
+            text += f", {row['demand']:g} GPUs queued for it"
+        parts.append(text)
+    return "; ".join(parts)
+
+
+def _no_fit_text(
+    found: list[dict[str, Any]], scarce: set[str], idle: set[str], settings: RebalanceSettings
+) -> str:
+    """Why no job of a scarce model moves to an idle one: how many jobs there are, and why the
+    closest to moving does not."""
+    jobs = [c for c in found if c["gpu_model"] in scarce]
+    targets = [(c, t, e) for c in jobs for t, e in c["targets"].items() if t in idle]
+    reasons = Counter(e["why_not"] for _, _, e in targets if e["why_not"])
+    slow = [(e["slowdown"], c["alloc"], t) for c, t, e in targets if e["slowdown"] is not None]
+    closest = ""
+    if slow:
+        factor, alloc, target = min(slow)
+        closest = (
+            f"; the lightest, {alloc}, would run {factor:.2f}x slower on {target} (at most "
+            f"{settings.max_slowdown:g}x allowed)"
+        )
+    counted = ", ".join(f"{n} {why}" for why, n in reasons.most_common(4))
+    return (
+        f"no light job on a scarce model ({', '.join(sorted(scarce))}) fits an idle model "
+        f"({', '.join(sorted(idle))}): of {len(jobs)} job(s) there, per target: {counted or '-'}"
+        f"{closest}"
+    )
 
 
 def _plan_moves(model, policy, settings, table, scarce, idle, found, dropped) -> list[Action]:
@@ -520,7 +564,7 @@ def _plan_moves(model, policy, settings, table, scarce, idle, found, dropped) ->
             f"{alloc} used p95 {c['util_p95']:.0%} of {k} {c['gpu_model']}; at relative "
             f"throughput {throughput(c['gpu_model']):g} vs {throughput(target):g} it needs "
             f"{c['util_p95'] * throughput(c['gpu_model']) / throughput(target):.0%} of a {target}: "
-            f"estimated slowdown {factor:.2f}x"
+            f"estimated slowdown {factor:.2f}x" + crossing_note(model, slot)
         )
         actions.append(
             Action(

@@ -5,7 +5,11 @@
 duration is unknown, so nothing qualifies, and the plan's note says so and how to read a source
 with history) and returns one checked `Plan` of `reclaim` actions.
 Each action says how long the GPUs idled, the GPU-hours and the energy that wasted, and what
-stopping the job costs (one restart when its owner resumes it, its restart time).
+stopping the job costs (one restart when its owner resumes it, its restart time). Waste is
+counted on the guaranteed share (what the task held); a task with a limit above it says so,
+and on a GPU it shares the reason gives what the GPU promises (the holders' guarantees) and
+may be asked for under contention (their limits) before and after, and what that means for
+the tasks left (`share.contention_text`).
 
 Work that must not be touched is not reclaimed but still reported, with its waste, under
 `extra["protected"]` (not migratable, or above `settings.max_priority`).
@@ -30,6 +34,7 @@ from advisor.planner.check import check_plan
 from advisor.planner.constraints import Policy
 from advisor.planner.observed import HISTORY_HINT, history_s, observe
 from advisor.planner.outcome import outcome
+from advisor.planner.share import contention_text
 
 # (substring of the NVML name, idle watts, board power limit watts); first match wins.
 IDLE_WATTS: tuple[tuple[str, float, float], ...] = (
@@ -81,6 +86,7 @@ def idle_allocations(
         (allocs.node >= 0) & (allocs.num_gpu > 0) & (obs.idle_s >= settings.min_idle_s)
     )
     out = []
+    limits = model.placement_limit_milli
     for row in rows.tolist():
         on = places.alloc == row
         gpus, milli = places.gpu[on], places.milli[on]
@@ -106,7 +112,12 @@ def idle_allocations(
                 "gpu_model": gpu_model,
                 "gpus": [int(model.gpus.index[g]) for g in gpus],
                 "milli": int(milli.max()),
+                "limit_milli": int(limits[on].max()),
                 "gpu_share": share,
+                "gpu_limit": float(limits[on].sum()) / MILLI,
+                "gpu_rows": gpus.tolist(),
+                "share_each": milli.tolist(),
+                "limit_each": limits[on].tolist(),
                 "idle_hours": hours,
                 "gpu_hours": share * hours,
                 "watts": watts,
@@ -128,6 +139,9 @@ def plan_reclaim(
     found = idle_allocations(model, settings, power_watts)
     actions: list[Action] = []
     protected = []
+    # per GPU, what it promises (guarantees) and may be asked for (limits) as the plan goes
+    promised = model.gpu_milli_allocated.copy()
+    asked = model.gpu_limit_allocated.copy()
     for item in sorted(found, key=lambda r: -r["gpu_hours"]):
         why_not = ""
         if not item["migratable"]:
@@ -138,12 +152,16 @@ def plan_reclaim(
             protected.append({**_public(item), "why_not": why_not})
             continue
         seconds = restart_seconds(model, item["row"], policy.default_restart_s)
+        held = f"{item['gpu_share']:g}"
+        if item["gpu_limit"] > item["gpu_share"]:
+            held += f" guaranteed (limit {item['gpu_limit']:g})"
         reason = (
-            f"{item['alloc']} ({item['tenant'] or 'no tenant'}) held {item['gpu_share']:g} "
+            f"{item['alloc']} ({item['tenant'] or 'no tenant'}) held {held} "
             f"{item['gpu_model']} GPU(s) under {settings.threshold:.0%} utilization for "
             f"{item['idle_hours']:.1f} h: {item['gpu_hours']:.1f} GPU-hours and "
             f"{item['energy_kwh']:.2f} kWh ({item['watts']:.0f} W, {item['power_source']}) "
             "wasted so far; give the GPUs back, the owner resumes from its last checkpoint"
+            + _shared_effect(model, item, promised, asked)
         )
         actions.append(
             Action(
@@ -151,7 +169,14 @@ def plan_reclaim(
                 alloc=item["alloc"],
                 job=item["job"],
                 tenant=item["tenant"],
-                src=GpuSet(item["node"], tuple(item["gpus"]), item["milli"]),
+                src=GpuSet(
+                    item["node"],
+                    tuple(item["gpus"]),
+                    item["milli"],
+                    limit_milli=item["limit_milli"]
+                    if item["limit_milli"] > item["milli"]
+                    else None,
+                ),
                 reason=reason,
                 cost=Cost(
                     restarts=1,
@@ -182,6 +207,30 @@ def plan_reclaim(
     return Plan(goal, True, tuple(actions), before, after, note, "reclaim", benefit, extra)
 
 
+def _shared_effect(
+    model: ClusterModel, item: dict[str, Any], promised: np.ndarray, asked: np.ndarray
+) -> str:
+    """What giving back `item` changes on the GPUs it shares with others, as the plan goes
+    (`promised`/`asked` per GPU, updated): the guarantees there (what the GPU promises) and
+    the limits (what it may be asked for under contention), and what that means."""
+    parts = []
+    for row, share, limit in zip(
+        item["gpu_rows"], item["share_each"], item["limit_each"], strict=True
+    ):
+        before = (int(promised[row]), int(asked[row]))
+        promised[row] -= share
+        asked[row] -= limit
+        if promised[row] <= 0:
+            continue  # nobody else on it: the GPU is simply given back
+        where = f"{item['node']}/gpu{int(model.gpus.index[row])}"
+        parts.append(
+            f"{where} is shared: it promises {before[0] / MILLI:g} GPU (guarantees) and may be "
+            f"asked for {before[1] / MILLI:g} under contention (limits); without this task the "
+            "others' " + contention_text(int(promised[row]), int(asked[row]))
+        )
+    return "; " + "; ".join(parts) if parts else ""
+
+
 def _why_none(
     model: ClusterModel, settings: ReclaimSettings, protected: list[dict[str, Any]]
 ) -> str:
@@ -205,12 +254,26 @@ def _why_none(
             f"{len(protected)} allocation(s) idle at least {need} {under}, all protected "
             "(not reclaimed, listed under protected)"
         )
-    return f"no allocation idle at least {need} {under} utilization"
+    obs = observe(model, settings.lookback_s, settings.threshold)
+    placed = (model.allocations.node >= 0) & (model.allocations.num_gpu > 0)
+    if not placed.any():
+        return "no allocation holds GPUs: nothing to reclaim"
+    row = int(np.argmax(np.where(placed, obs.idle_s, -1.0)))
+    longest = float(obs.idle_s[row])
+    closest = (
+        f"the longest idle is {model.allocations.id[row]}, {longest / 3600:.2g} h"
+        if longest > 0
+        else "none is idle now"
+    )
+    return (
+        f"no allocation idle at least {need} {under} utilization: of {int(placed.sum())} "
+        f"placed allocations, {closest}"
+    )
 
 
 def _public(item: dict[str, Any]) -> dict[str, Any]:
     return {
         k: (round(v, 4) if isinstance(v, float) and math.isfinite(v) else v)
         for k, v in item.items()
-        if k != "row"
+        if k not in ("row", "gpu_rows", "share_each", "limit_each")
     }

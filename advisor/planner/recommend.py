@@ -132,7 +132,7 @@ def recommend_with_notes(
         notes.append(f"reserve: {_nothing_to_hold(settings.reserve)}")
     blocked = blocked_by_quota(model, policy)
     for request in blocked:
-        plans.append(plan_borrow(model, policy, request, settings.reserve.prior))
+        plans.append(plan_borrow(model, policy, request, settings.reserve.prior, outlook.job_end))
     if not blocked:
         notes.append(
             "borrow: no waiting job is held back only by its tenant's quota"
@@ -236,7 +236,7 @@ def plan_for_goal(
         request = _borrow_request(model, value)
     except KeyError as error:
         raise ValueError(str(error.args[0])) from None
-    return [plan_borrow(model, policy, request)]
+    return [plan_borrow(model, policy, request, job_end=outlook.job_end)]
 
 
 def render_notes(plan: Plan) -> str:
@@ -261,7 +261,12 @@ def render_notes(plan: Plan) -> str:
     if "freed_gpus" in extra:
         lines.append(f"GPUs freed per model: {extra['freed_gpus'] or '-'}")
     if extra.get("return"):
-        lines.append(f"loan returns {extra['return']['when']}; {extra['return']['then']}")
+        back = extra["return"]
+        lines.append(f"loan returns {back['when']}; {back['then']}")
+        if "on_timeout" in back:
+            lines.append(f"at the auto-return: {back['on_timeout']['text']}")
+        for demand in back.get("on_lender_demand", []):
+            lines.append(f"lender demand: {demand['text']}")
     if "start_at" in extra:
         lines.append(
             f"starts in {extra['starts_in_s'] / 3600:.1f} h on {', '.join(extra['nodes'])} "

@@ -36,11 +36,17 @@ from typing import Any
 import numpy as np
 
 from advisor.fragmentation.measures import Shape
+from advisor.fragmentation.nvlink import crossing_note
 from advisor.model import MILLI, ClusterModel, spec_allows
 from advisor.planner.actions import Action, Cost, GpuSet, Plan
 from advisor.planner.check import check_plan
 from advisor.planner.consolidate import summary
-from advisor.planner.constraints import ANY_MODEL, Policy, island_size_per_node
+from advisor.planner.constraints import (
+    ANY_MODEL,
+    Policy,
+    island_size_per_node,
+    needs_one_island,
+)
 from advisor.planner.observed import DurationPrior, end_source, expected_end, now_of
 from advisor.planner.outcome import outcome, shapes_with
 
@@ -113,7 +119,7 @@ def _node_choice(
     start, stop = model.nodes.gpu_offset[node], model.nodes.gpu_offset[node + 1]
     rows = np.arange(start, stop)
     groups = [rows]
-    if 1 < k <= island:
+    if needs_one_island(k, island):
         ids = model.gpus.nvlink_island[rows]
         groups = [rows[ids == i] for i in np.unique(ids)]
     best: tuple[float, float, list[int]] | None = None
@@ -148,7 +154,7 @@ def node_ready_times(
     if not len(gpus):
         return np.full(n, np.inf)
     if island is not None:
-        per_island = (k > 1) & (island[node] >= k) & (gpus.nvlink_island >= 0)
+        per_island = needs_one_island(k, island[node]) & (gpus.nvlink_island >= 0)
     else:
         per_island = np.zeros(len(gpus), dtype=bool)
     key = node * 65536 + np.where(per_island, gpus.nvlink_island.astype(np.int64) + 1, 0)
@@ -407,6 +413,7 @@ def _reservation_plan(
                     reason=(
                         f"hold {len(gpus)} free GPU(s) of {name} for {request.job} "
                         f"(starts in {(start - now) / 3600:.1f} h by {source})"
+                        + crossing_note(model, rows)
                     ),
                     cost=Cost(
                         idle_gpu_hours=len(gpus) * (start - now) / 3600.0,

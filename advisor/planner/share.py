@@ -9,6 +9,10 @@ peak memory over `window_s`) gives the fraction it needs:
 - elsewhere: a guaranteed fraction with a limit, as dynamic GPU fractions do: guaranteed =
   max(p95 utilization, peak memory share + margin), limit = max(1.25 x peak utilization,
   guaranteed), each rounded up to 0.05 (the fraction also caps memory, so it covers both).
+  Bins are packed by the guarantees (what a GPU can promise: at most one GPU); each shared
+  GPU also says what its limits sum to (what it may be asked for when every task bursts at
+  once, `contention_text`), and each share target carries its task's limit
+  (`GpuSet.limit_milli`, the model after the plan holds it as `gpu_limit_milli`).
 
 Tasks of one GPU model (and memory size) are then bin-packed (best-fit decreasing, two
 dimensions: compute and memory, e.g. 0.3 + 0.5 + 0.4 -> two GPUs) preferring a bin on the
@@ -36,7 +40,7 @@ request of `min_request_bytes` can use, before and after (stranded memory).
 from __future__ import annotations
 
 import math
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -150,8 +154,10 @@ def rightsize(
             milli, size = milli_of(profile), (profile.compute_slices, profile.memory_slices)
             capacity = (profile.compute_total, profile.memory_total)
             offer = f"MIG {profile.name}"
+            limit_milli = None  # an instance is its slices, no more
         else:
             milli = round(guaranteed * MILLI)
+            limit_milli = round(limit * MILLI)
             size, capacity = (milli,), (MILLI,)
             offer = f"{guaranteed:g} GPU guaranteed, {limit:g} limit"
         out.append(
@@ -172,6 +178,7 @@ def rightsize(
                 "guaranteed": guaranteed,
                 "limit": limit,
                 "milli": milli,
+                "limit_milli": limit_milli,
                 "offer": offer,
                 "size": size,
                 "capacity": capacity,
@@ -198,17 +205,22 @@ def _bins_to_actions(
         anchor = rows[members[0]]
         names = [rows[i]["alloc"] for i in members]
         where = f"{anchor['node']}/gpu{anchor['gpu']}"
+        profiles = [rows[i]["mig_profile"] for i in members]
+        mig = all(p is not None for p in profiles)
+        guaranteed = sum(rows[i]["milli"] for i in members)
+        limits = guaranteed if mig else sum(rows[i]["limit_milli"] for i in members)
+        contention = contention_text(guaranteed, limits)
         shared.append(
             {
                 "node": anchor["node"],
                 "gpu": anchor["gpu"],
                 "gpu_model": anchor["gpu_model"],
                 "allocs": names,
-                "milli": sum(rows[i]["milli"] for i in members),
+                "milli": guaranteed,
+                "limit_milli": limits,
+                "meaning": contention,
             }
         )
-        profiles = [rows[i]["mig_profile"] for i in members]
-        mig = all(p is not None for p in profiles)
         switch_step = len(anchors) + 1  # anchors come first, in bin order
         if mig:
             switches.append(
@@ -231,7 +243,7 @@ def _bins_to_actions(
                 f" {r['offer']} is enough"
             )
             if not mig:
-                reason = f"{used}; shares {where} with {others}"
+                reason = f"{used}; shares {where} with {others}: {contention}"
             elif i == members[0]:
                 reason = (
                     f"switch {where} to MIG mode (the GPU must be idle: its one task, "
@@ -255,12 +267,36 @@ def _bins_to_actions(
                     (anchor["gpu"],),
                     r["milli"],
                     r["mig_profile"] if mig else None,
+                    None if mig else r["limit_milli"],
                 ),
                 reason=reason,
                 cost=move_cost(model, r["row"], policy.default_restart_s),
             )
             (anchors if i == members[0] else movers).append(action)
     return anchors + movers, shared, switches
+
+
+def contention_text(guaranteed_milli: int, limit_milli: int) -> str:
+    """What a shared GPU's guarantees and limits mean, in numbers: the guarantees are what
+    it promises (each holder always gets its own), the limits what it may be asked for when
+    every holder bursts at once (above 1 GPU they contend for the room beyond the
+    guarantees)."""
+    promised, asked = guaranteed_milli / MILLI, limit_milli / MILLI
+    text = (
+        f"guarantees sum to {promised:g} GPU (each task always gets its own), limits to "
+        f"{asked:g} GPU"
+    )
+    if guaranteed_milli >= MILLI and limit_milli > guaranteed_milli:
+        return (
+            f"{text}: the guarantees fill the GPU, so a task goes above its own only while "
+            "the others use less than theirs"
+        )
+    if limit_milli > MILLI:
+        return (
+            f"{text}, {asked - 1:g} GPU more than the GPU has: when all burst at once they "
+            f"share the {1 - promised:g} GPU above the guarantees"
+        )
+    return f"{text}: all can burst to their limits at once"
 
 
 def _stranded_after(
@@ -282,6 +318,40 @@ def _stranded_after(
         )
         out[row] = max(free, 0.0) if (full or free < minimum) else 0.0
     return float(out.sum())
+
+
+def _why_none(
+    model: ClusterModel,
+    sizing: list[dict[str, Any]],
+    settings: ShareSettings,
+    excluded: set[str],
+) -> str:
+    """Why no GPU is shared, in numbers: the tasks sharing could resize (single-GPU, holding a
+    whole GPU alone), those with enough observations, those small and movable enough, and why
+    no two of them pack together."""
+    alone = model.gpu_milli_allocated == MILLI
+    places, allocs = model.placements, model.allocations
+    whole = (places.milli == MILLI) & alone[places.gpu] & (allocs.num_gpu[places.alloc] == 1)
+    total = int(whole.sum())
+    if not total:
+        return "no task holds a whole GPU alone (sharing resizes those): nothing to share"
+    most = settings.max_fraction
+    small = [r for r in sizing if r["fits_fraction"]]
+    movable = [r for r in small if r["migratable"] and r["alloc"] not in excluded]
+    text = (
+        f"of {total} task(s) holding a whole GPU alone, {len(sizing)} have the "
+        f"{settings.min_samples} samples sizing needs, {len(small)} need at most {most:g} GPU"
+        f" and {len(movable)} of those may move"
+    )
+    if len(small) < len(sizing):
+        smallest = min(r["milli"] for r in sizing if not r["fits_fraction"]) / MILLI
+        text += f" (the smallest of the rest needs {smallest:g} GPU)"
+    if len(movable) < 2:
+        return f"{text}: fewer than two can share a GPU"
+    groups = Counter((r["gpu_model"], round(r["memory_total_bytes"] / 2**30)) for r in movable)
+    if max(groups.values()) < 2:
+        return f"{text}: no two of one GPU model and memory size, so none can share"
+    return f"{text}: no two fit one GPU together"
 
 
 def plan_share(
@@ -346,7 +416,7 @@ def plan_share(
             f"(sizing needs {settings.min_samples} samples); {HISTORY_HINT}"
         )
     elif not actions:
-        note = "no tasks small enough to share a GPU"
+        note = _why_none(model, sizing, settings, excluded)
     elif switches:
         note = (
             f"{len(switches)} GPU(s) switch to MIG mode (mig_switches): each must be idle at "

@@ -37,7 +37,7 @@ def solve(
     if solver == "best" and len(model.nodes) > exact_max_nodes:
         note = f"exact solver skipped: {len(model.nodes)} nodes > {exact_max_nodes}"
         return replace(heuristic, extra={**heuristic.extra, "exact": note})
-    from advisor.planner.exact import plan_exact  # ortools loads only when asked
+    from advisor.planner.exact import PROVED, plan_exact  # ortools loads only when asked
 
     exact = plan_exact(
         model,
@@ -65,5 +65,5 @@ def solve(
     ):
         chosen = exact
     if not chosen.feasible and exact.extra.get("status") == "infeasible":
-        chosen = replace(chosen, reason=f"{chosen.reason}; {exact.reason}")
+        chosen = replace(chosen, reason=f"{chosen.reason}; {PROVED}")
     return replace(chosen, extra={**chosen.extra, "comparison": comparison})

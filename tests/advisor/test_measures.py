@@ -239,9 +239,11 @@ def test_fgd_node_fragment_by_hand() -> None:
     assert ((nodes["score"] >= 0) & (nodes["score"] <= 1)).all()
 
 
-def test_gpus_of_unknown_island_are_each_a_group_of_one() -> None:
+def test_gpus_of_unknown_island_have_an_unknown_nvlink_group() -> None:
     """k: islands 0 (GPUs 0-3) and 1 (4-7), with 1 and 3 free; u: 4 free GPUs whose island is
-    unknown, each alone. Merging u's GPUs into one island would give 4."""
+    unknown. u's largest free NVLink group is unknown (-1), not 1 (each alone) nor 4 (one
+    island): nothing says how they connect, so the planner puts no island rule on u and the
+    measures count its 4 free GPUs as one node's. On k a 4-GPU task needs one island: none."""
     b = ModelBuilder()
     b.add_node("k", rack="r1", gpu_model="A100")
     for i in range(8):
@@ -253,9 +255,10 @@ def test_gpus_of_unknown_island_are_each_a_group_of_one() -> None:
     b.add_allocation("y", num_gpu=1, node="k", gpus=[7])
     model = b.build()
     assert m.free_whole_per_node(model).tolist() == [4, 4]
-    assert m.largest_free_nvlink_group(model).tolist() == [3, 1]
+    assert m.largest_free_nvlink_group(model).tolist() == [3, -1]
+    assert m.tasks_per_node(model, m.Shape(4)).tolist() == [0, 1]
     result = m.analyze(model)
-    assert result["nodes"]["largest_free_nvlink_group"].tolist() == [3, 1]
+    assert result["nodes"]["largest_free_nvlink_group"].tolist() == [3, -1]
     largest = result["spatial"]["largest_job"]
     assert (largest["single_node_gpus"], largest["nvlink_group_gpus"]) == (4, 3)
 

@@ -39,7 +39,7 @@ from tests.advisor._recommend_clusters import (
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 SEED = EXAMPLES / "seed-quota-borrow.json"
-RULES = EXAMPLES / "policy-borrow.yaml"
+RULES = EXAMPLES / "policy-borrow-per-tenant.yaml"
 QUOTAS_ONLY = EXAMPLES / "policy-quotas.yaml"
 
 
@@ -346,8 +346,10 @@ def test_shipped_snapshots_match_their_generator() -> None:
         ("seed-quota-borrow.json", module.seed_quota_borrow),
         ("seed-mixed-fleet.json", module.seed_mixed_fleet),
         ("seed-share-16gb.json", module.seed_share_16gb),
+        ("seed-share-l4.json", module.seed_share_l4),
     ):
         shipped = json.loads((EXAMPLES / name).read_text())
         assert json.loads(json.dumps(snapshot.to_dict(build()))) == shipped, name
     assert (EXAMPLES / "policy-borrow.yaml").read_text() == module.BORROW_POLICY
+    assert (EXAMPLES / "policy-borrow-per-tenant.yaml").read_text() == module.BORROW_TENANT_POLICY
     assert (EXAMPLES / "policy-quotas.yaml").read_text() == module.QUOTA_ONLY_POLICY

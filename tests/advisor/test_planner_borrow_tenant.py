@@ -20,7 +20,7 @@ from advisor.planner.reserve import Request
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 SEED = EXAMPLES / "seed-quota-borrow.json"  # 13 x 8 A100, 34 GPUs free: 4 nodes + 2 on node-09
-RULES = EXAMPLES / "policy-borrow.yaml"  # rnd 40 (35 used), ratio 0.75, threshold 50
+RULES = EXAMPLES / "policy-borrow-per-tenant.yaml"  # rnd 40 (35 used), ratio 0.75, threshold 50
 
 
 @pytest.fixture(scope="module")

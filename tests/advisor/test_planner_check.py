@@ -191,8 +191,12 @@ def test_policy_file_errors_name_the_field(tmp_path) -> None:
         load_policy(path)
     # YAML's .inf and JSON's Infinity: no sum or print of a plan could use them
     path.write_text("default_restart_s: .inf\n")
-    with pytest.raises(PolicyError, match=r"default_restart_s: expected a finite number >= 0"):
+    with pytest.raises(
+        PolicyError, match=r"default_restart_s: expected seconds \(a finite number >= 0\) or a"
+    ):
         load_policy(path)
+    path.write_text("default_restart_s: 5m\n")  # a time may be written as a duration
+    assert load_policy(path).default_restart_s == 300.0
     (tmp_path / "inf.json").write_text('{"quotas": {"rnd": Infinity}}')
     with pytest.raises(PolicyError, match=r"quotas\.rnd: expected a finite number >= 0"):
         load_policy(tmp_path / "inf.json")

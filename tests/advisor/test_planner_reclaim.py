@@ -124,7 +124,8 @@ def test_the_note_says_why_nothing_is_reclaimed() -> None:
     assert capped.startswith("2 allocation(s) idle at least 2 h under 5%, all protected")
     strict = ReclaimSettings(threshold=0.005, min_idle_s=3 * 3600)  # the pinned one is at 1 %
     assert plan_reclaim(model(), None, strict).reason == (
-        "no allocation idle at least 3 h under 0.5% utilization"
+        "no allocation idle at least 3 h under 0.5% utilization: of 4 placed allocations, the "
+        "longest idle is idle2, 2.5 h"
     )
 
 
@@ -158,3 +159,29 @@ def test_observe_takes_the_most_used_gpu_of_each_allocation() -> None:
     assert obs.idle_s[row["busy"]] == 0.0
     # a shorter window sees only the idle tail
     assert observe(m, window_s=3600).util_peak[row["idle2"]] == pytest.approx(0.0)
+
+
+def test_reclaiming_a_fraction_with_a_limit_says_what_its_gpu_promises_and_is_asked() -> None:
+    """The L4 seed's two notebooks share GPU 4 Run:ai-style (0.25 guaranteed / 0.8 limit each)
+    and idle: the waste counts the guarantees held; the reason gives the limit and, on the
+    shared GPU, what it promises (0.5) and may be asked under contention (1.6) and what is
+    left for the other notebook."""
+    from pathlib import Path
+
+    from advisor import snapshot
+
+    model = snapshot.load(Path(__file__).resolve().parents[2] / "examples" / "seed-share-l4.json")
+    assert model.gpu_limit_allocated[model.gpu_row(0, 4)] == 1600
+    plan = plan_reclaim(model)
+    assert [a.alloc for a in plan.actions] == ["notebook-1", "notebook-2"]
+    first, second = plan.actions
+    assert str(first.src) == "l4-node-01[4]@0.25 (limit 0.8)"
+    assert "held 0.25 guaranteed (limit 0.8) NVIDIA L4 GPU(s)" in first.reason
+    assert "0.5 GPU-hours" in first.reason  # 0.25 GPU x 2 h: the guarantee is what was held
+    assert (
+        "l4-node-01/gpu4 is shared: it promises 0.5 GPU (guarantees) and may be asked for 1.6 "
+        "under contention (limits); without this task the others' guarantees sum to 0.25 GPU"
+    ) in first.reason
+    assert "all can burst to their limits at once" in first.reason
+    assert "is shared" not in second.reason  # the GPU is empty once both are given back
+    assert plan.extra["waste"]["gpus"] == 0.5

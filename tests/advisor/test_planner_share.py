@@ -281,3 +281,85 @@ def test_every_share_plan_passes_the_check(m, policy) -> None:
             assert after.gpu_free_milli[row] == 0
             anchor = plan.actions[switch["step"] - 1]
             assert anchor.alloc == switch["allocs"][0] and anchor.reason.startswith("switch")
+
+
+L4_SEED = SEED.with_name("seed-share-l4.json")
+
+
+def test_share_sizes_on_the_step_stay_on_it_from_a_float32_history() -> None:
+    """The L4 seed's tasks run at a steady 40, 30, 30 and 20 %, held in the snapshot's float32
+    history (0.4 is 0.4000000059604645 there): each is sized exactly on its step, guaranteed
+    0.4 / limit 0.5 (1.25 x 0.4), 0.3 / 0.4 (1.25 x 0.3 = 0.375, up to 0.4), 0.2 / 0.25, not a
+    step above (it was 0.45 / 0.55 and 0.35)."""
+    model = snapshot.load(L4_SEED)
+    assert model.usage.utilization_ratio.dtype == np.float32
+    assert float(model.usage.utilization_ratio[0, 0]) != 0.4  # the float32 on its own
+    sizes = {
+        r["alloc"]: (r["util_p95"], r["guaranteed"], r["limit"], r["milli"])
+        for r in rightsize(model)
+    }
+    assert sizes == {
+        "infer-a": (0.4, 0.4, 0.5, 400),
+        "infer-b": (0.3, 0.3, 0.4, 300),
+        "infer-c": (0.3, 0.3, 0.4, 300),
+        "infer-d": (0.2, 0.2, 0.25, 200),
+    }
+    plan = plan_share(model)
+    # 0.4 + 0.3 + 0.3 fill one GPU exactly; a step too far each would have needed two
+    assert plan.extra["shared_gpus"][0]["allocs"] == ["infer-a", "infer-b", "infer-c"]
+    assert plan.extra["shared_gpus"][0]["milli"] == 1000
+    assert plan.extra["gpus_freed"] == 2
+
+
+def test_a_share_target_carries_its_limit_and_says_what_the_limits_mean() -> None:
+    """Guarantees pack the GPU (they are what it can promise); the limits ride along on each
+    target, the model after the plan holds them, and the shared GPU says what their sum
+    means."""
+    model = snapshot.load(L4_SEED)
+    plan = plan_share(model)
+    targets = {a.alloc: a.dst for a in plan.actions}
+    assert {k: (d.milli, d.limit_milli) for k, d in targets.items()} == {
+        "infer-a": (400, 500),
+        "infer-b": (300, 400),
+        "infer-c": (300, 400),
+    }
+    gpu = plan.extra["shared_gpus"][0]
+    assert (gpu["milli"], gpu["limit_milli"]) == (1000, 1300)
+    assert gpu["meaning"].startswith("guarantees sum to 1 GPU (each task always gets its own), ")
+    assert "limits to 1.3 GPU: the guarantees fill the GPU" in gpu["meaning"]
+    assert all(gpu["meaning"] in a.reason for a in plan.actions)
+    after = apply_plan(model, plan.actions)
+    rows = {a: i for i, a in enumerate(after.allocations.id.tolist())}
+    assert after.allocations.gpu_limit_milli[rows["infer-a"]] == 500
+    zero = after.gpu_row(0, 0)
+    assert (after.gpu_milli_allocated[zero], after.gpu_limit_allocated[zero]) == (1000, 1300)
+    doc = plan.to_dict()["actions"][0]["to"]
+    assert doc == {"node": "l4-node-01", "gpus": [0], "milli": 400, "limit_milli": 500}
+    assert GpuSet.from_dict(doc) == targets["infer-a"]
+    assert str(targets["infer-a"]) == "l4-node-01[0]@0.4 (limit 0.5)"
+
+
+def test_limits_above_one_gpu_are_overcommit_and_say_so() -> None:
+    from advisor.planner.share import contention_text
+
+    assert contention_text(500, 1600) == (
+        "guarantees sum to 0.5 GPU (each task always gets its own), limits to 1.6 GPU, 0.6 GPU "
+        "more than the GPU has: when all burst at once they share the 0.5 GPU above the "
+        "guarantees"
+    )
+    assert contention_text(250, 800).endswith("all can burst to their limits at once")
+
+
+def test_the_limit_of_a_mig_instance_is_its_slices() -> None:
+    builder = ModelBuilder()
+    builder.add_node("n", gpu_model="NVIDIA A100-SXM4-80GB")
+    builder.add_gpu("n", 0, mig_enabled=True, memory_total_bytes=80 * GIB)
+    builder.add_gpu("n", 1, memory_total_bytes=80 * GIB)
+    builder.add_allocation("mig", num_gpu=1, gpu_milli=285, gpu_limit_milli=800, node="n", gpus=[0])
+    builder.add_allocation(
+        "frac", num_gpu=1, gpu_milli=250, gpu_limit_milli=800, node="n", gpus=[1]
+    )
+    builder.add_allocation("plain", num_gpu=1, gpu_milli=250, node="n", gpus=[1])
+    model = builder.build()
+    assert model.gpu_limit_allocated.tolist() == [285, 1050]
+    assert model.gpu_milli_allocated.tolist() == [285, 500]

@@ -208,7 +208,7 @@ def test_an_unknown_top_level_field_is_refused_by_name() -> None:
     def typo(d):
         d["allocation"] = d.pop("allocations")
 
-    assert _bad(typo).startswith("allocation: unknown field")
+    assert _bad(typo).startswith("allocation: unknown key (did you mean 'allocations'?)")
 
     def newer_and_unknown(d):
         d.update(version=2, extra=1)
@@ -259,3 +259,113 @@ def test_memory_used_above_the_gpus_total_is_refused_by_its_path(tmp_path) -> No
     with pytest.raises(SnapshotError, match=r"^nodes\[0\]\.gpus\[0\]\.memory_used_bytes: must"):
         snapshot.save(builder.build(), path)  # never written, so never refused on load
     assert list(tmp_path.iterdir()) == []
+
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def _schema_validator():
+    import jsonschema
+
+    schema = json.loads((Path(snapshot.__file__).parent / "snapshot.schema.json").read_text())
+    return schema, jsonschema.Draft202012Validator(schema)
+
+
+@pytest.mark.parametrize(
+    ("where", "key", "expected"),
+    [
+        (("nodes", 3), "rak", "nodes[3].rak: unknown key (did you mean 'rack'?); a node has "),
+        (
+            ("nodes", 3, "gpus", 2),
+            "migratible",
+            "nodes[3].gpus[2].migratible: unknown key; a gpu has index, uuid,",
+        ),
+        (
+            ("allocations", 3),
+            "migratible",
+            "allocations[3].migratible: unknown key (did you mean 'migratable'?); an "
+            "allocation has id, job,",
+        ),
+        (("usage",), "time", "usage.time: unknown key (did you mean 'times'?); usage has "),
+        ((), "allocation", "allocation: unknown key (did you mean 'allocations'?); a snapshot"),
+    ],
+)
+def test_an_unknown_key_is_refused_at_every_level_by_its_path(where, key, expected) -> None:
+    """A real example snapshot with one misspelt key, at each level: the loader names it by its
+    JSON path, and the published schema refuses the same document."""
+    doc = json.loads((EXAMPLES / "seed-16x8-a100.json").read_text())
+    target = doc
+    for step in where:
+        target = target[step]
+    target[key] = False
+    with pytest.raises(SnapshotError) as error:
+        snapshot.from_dict(doc)
+    assert str(error.value).startswith(expected)
+    _, validator = _schema_validator()
+    assert not validator.is_valid(doc)
+
+
+def test_a_misspelt_migratable_never_leaves_a_protected_job_movable(tmp_path) -> None:
+    """The serving job of the seed (not migratable) with `migratable` misspelt: the file is
+    refused (exit 2, the path named) instead of a plan that moves the job."""
+    import subprocess
+    import sys
+
+    doc = json.loads((EXAMPLES / "seed-16x8-a100.json").read_text())
+    alloc = doc["allocations"][3]
+    assert alloc["migratable"] is False
+    alloc["migratible"] = alloc.pop("migratable")
+    path = tmp_path / "typo.json"
+    path.write_text(json.dumps(doc))
+    run = subprocess.run(
+        [sys.executable, "-m", "advisor.cli", "plan", str(path), "--goal", "job=8x8"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert run.returncode == 2, run.stdout
+    assert run.stdout == ""
+    assert "allocations[3].migratible: unknown key (did you mean 'migratable'?)" in run.stderr
+    assert len(run.stderr.strip().splitlines()) == 1
+
+
+def test_the_schema_and_the_loader_know_the_same_keys() -> None:
+    schema, _ = _schema_validator()
+    defs = schema["$defs"]
+    assert tuple(schema["properties"]) == snapshot.TOP_LEVEL
+    assert tuple(defs["node"]["properties"]) == snapshot.NODE_KEYS
+    assert tuple(defs["gpu"]["properties"]) == snapshot.GPU_KEYS
+    assert tuple(defs["allocation"]["properties"]) == snapshot.ALLOCATION_KEYS
+    assert tuple(defs["usage"]["properties"]) == snapshot.USAGE_KEYS
+    for name in ("node", "gpu", "allocation", "usage"):
+        assert defs[name]["additionalProperties"] is False, name
+    assert schema["additionalProperties"] is False
+
+
+def test_a_fraction_keeps_its_guarantee_and_its_limit_through_a_snapshot(tmp_path) -> None:
+    """Run:ai-style fractions (0.25 guaranteed / 0.8 limit) from the L4 seed: the limit is
+    written, read back and checked against the guarantee by path; a task without one has
+    none written."""
+    model = snapshot.load(EXAMPLES / "seed-share-l4.json")
+    doc = snapshot.to_dict(model)
+    notebook = next(a for a in doc["allocations"] if a["id"] == "notebook-1")
+    assert (notebook["gpu_milli"], notebook["gpu_limit_milli"]) == (250, 800)
+    assert "gpu_limit_milli" not in next(a for a in doc["allocations"] if a["id"] == "infer-a")
+    _, validator = _schema_validator()
+    validator.validate(doc)
+    path = tmp_path / "back.json"
+    snapshot.save(model, path)
+    assert snapshot.to_dict(snapshot.load(path)) == doc
+    index = doc["allocations"].index(notebook)
+    notebook["gpu_limit_milli"] = 200
+    with pytest.raises(SnapshotError) as error:
+        snapshot.from_dict(doc)
+    assert str(error.value) == (
+        f"allocations[{index}].gpu_limit_milli: must be within gpu_milli..1000 (250..1000: a "
+        "limit is at least the guaranteed share), got 200"
+    )
+    notebook["gpu_limit_milli"] = 1001
+    assert not validator.is_valid(doc)
+    with pytest.raises(SnapshotError, match=r"gpu_limit_milli: must be within 1\.\.1000, got 0"):
+        notebook["gpu_limit_milli"] = 0
+        snapshot.from_dict(doc)

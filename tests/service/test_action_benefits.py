@@ -132,7 +132,10 @@ def test_actions_of_every_plan_sum_to_what_the_plan_frees(states, case) -> None:
             assert total == pytest.approx(sum(plan["freed_gpus"].values()))
         if plan["method"] == "share":  # whole GPUs freed, plus the room left on shared ones
             assert total == pytest.approx(plan["gpu_share_freed"])
-            assert plan["gpus_freed"] <= total < plan["gpus_freed"] + len(plan["shared_gpus"])
+            # (shares such as 0.6 + 0.7 + 0.7 sum to 1.9999999999999998 in floats)
+            assert (
+                plan["gpus_freed"] - 1e-9 <= total < plan["gpus_freed"] + len(plan["shared_gpus"])
+            )
 
 
 def test_the_cases_cover_every_action_kind(states) -> None:

@@ -58,11 +58,12 @@ try:
     goal_shape = Q.check_goal(model, goal) if goal.strip() else None
     served = data.served_plans(shown)
     migrations = [p.goal for p in served if p.goal.startswith(("job=", "free-nodes="))]
+    notes = list(shown.view.recommendations.notes) if others else []
     if policy_path.strip():  # every plan again, under this policy
         goals = list(dict.fromkeys([goal.strip()] * bool(goal.strip()) + migrations))
-        recs = shown.cached(
+        recs, notes = shown.cached(
             str(("plans", goal, policy_path, exact, others)),
-            lambda: Q.plan_goals(
+            lambda: Q.plan_goals_with_notes(
                 model, Settings(policy=policy), shown.planned_ends, goals, exact, others
             ),
         )
@@ -96,6 +97,8 @@ if not recs:
             else "the other kinds are not shown (see the checkbox above)."
         )
     )
+    for note in notes:  # each kind's reason, in numbers
+        st.caption(note)
     st.stop()
 
 st.subheader("Recommendations")
@@ -114,6 +117,8 @@ plan = recs[choice]
 if not plan.feasible:
     st.warning(f"Not feasible: {plan.reason}", icon=":material/block:")
 if not plan.actions:
+    if plan.feasible and plan.reason:  # nothing to do, and why (in numbers)
+        st.info(plan.reason)
     st.stop()
 
 frame = plans.actions_frame(plan)

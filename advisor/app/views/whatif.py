@@ -53,11 +53,13 @@ if answer.fits_now:
         f"Yes: {answer.fits_now} job(s) of {job} can start now without moving anything.",
         icon=":material/check_circle:",
     )
+    for estimate in answer.crossing:  # larger than an NVLink island: it runs, slower
+        st.info(f"On {estimate['gpu_model']} it {estimate['text']}.", icon=":material/speed:")
     st.stop()
 st.warning(
     f"No: the free GPUs cannot hold {job}"
     + (" (its nodes must share one rack and GPU model)" if nodes > 1 else "")
-    + ".",
+    + f": {answer.why_not}.",
     icon=":material/block:",
 )
 
