@@ -25,6 +25,7 @@ from advisor.forecast import metrics as M
 from advisor.forecast.io import Panel
 from advisor.forecast.significance import release_bootstrap
 from advisor.forecast.threads import bounded
+from advisor.settings import IDLE_RISK, IDLE_WINDOWS_H
 
 CALIBRATION_DAYS = 14
 MARGINS = (1.0, 0.75, 0.5, 0.25)
@@ -681,7 +682,11 @@ def known_capacity_drop(cap: np.ndarray, last: int, w: int) -> np.ndarray:
 
 
 def idle_windows(
-    panel: Panel, windows=(1, 4, 8), risk: float = 0.05, method: str = "auto", pooled_over=None
+    panel: Panel,
+    windows=IDLE_WINDOWS_H,
+    risk: float = IDLE_RISK,
+    method: str = "auto",
+    pooled_over=None,
 ) -> pd.DataFrame:
     """Live use: units safe to release now per series and window.
 
