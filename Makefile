@@ -6,10 +6,10 @@ PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 SYSTEM_PACKAGES := prometheus prometheus-alertmanager chromium docker-compose slurm-wlm slurmrestd
 
-.PHONY: test demo venv system lint format bench clean
+.PHONY: test demo venv system lint format bench clean nvml-releases
 
 ## test: install everything the tests need (Debian packages, venv) and run the suite
-test: system venv
+test: system venv nvml-releases
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(PY) -m pytest
@@ -27,6 +27,14 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q -c constraints.txt -e '.[test]'
 	touch $@
+
+## nvml-releases: the nvidia-ml-py releases the NVML backend's tests also run against
+## (tests/exporter/test_nvml_releases.py), one pip --target directory each
+nvml-releases: venv
+	@for v in $$($(PY) -c 'from tests.exporter.test_nvml_releases import releases; print(*releases())'); do \
+	  [ -f $(VENV)/nvml-releases/$$v/pynvml.py ] || \
+	  $(PIP) install -q --no-deps --target $(VENV)/nvml-releases/$$v nvidia-ml-py==$$v || exit 1; \
+	done
 
 ## system: Debian packages for the integration tests (Prometheus, Alertmanager, Chromium, docker-compose, Slurm)
 system:

@@ -12,10 +12,11 @@ from typing import Any, TextIO
 
 import numpy as np
 
-from advisor import snapshot
+from advisor import scheduler_report, snapshot
 from advisor.fragmentation import measures
 from advisor.ingest.sources import DEFAULT_TIMEOUT, SOURCE_HELP, SourceError, load_source
 from gpu_defrag_common.files import check_file_target, write_text_atomic
+from gpu_defrag_common.messages import say_error
 from gpu_defrag_common.units import number, positive_duration
 
 GIB = 2**30
@@ -70,6 +71,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         metavar="N",
         help="most fragmented nodes shown (table; 0: none)",
     )
+    analyze.add_argument(
+        "--policy",
+        default="",
+        metavar="FILE",
+        help="policy file (YAML/JSON) whose quotas are merged over a scheduler's (the file "
+        "wins); the merged quotas are shown",
+    )
     _timeout(analyze)
     analyze.set_defaults(func=run_analyze)
 
@@ -98,10 +106,10 @@ def _timeout(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _fail(message: str, status: int = 2) -> int:
+def _fail(message: str, status: int = 2, command: str = "analyze") -> int:
     """One line on stderr; exit 2 for what the user gave (a source, a flag, a target), 1 for a
     write that failed on the way (a full disk), as every command's results and stdout."""
-    print(f"gpu-defrag: error: {message}", file=sys.stderr)
+    say_error(command, message)
     return status
 
 
@@ -113,26 +121,30 @@ def _emit(text: str) -> int:
     return 0
 
 
+def _snapshot_fail(message: str, status: int = 2) -> int:
+    return _fail(message, status, "snapshot")
+
+
 def run_snapshot(args: argparse.Namespace) -> int:
     to_file = bool(args.output) and args.output != "-"  # `-o -`: standard output, as without -o
     if to_file:
         try:  # before the source is read (a week of Prometheus history), not after
             check_file_target(args.output)
         except OSError as error:
-            return _fail(f"-o {args.output}: {error.strerror or error}")
+            return _snapshot_fail(f"-o {args.output}: {error.strerror or error}")
     try:
         model = load_source(args.source, timeout=args.timeout)
         text = snapshot.dumps(model)
     except SourceError as error:
-        return _fail(str(error))
+        return _snapshot_fail(str(error))
     except snapshot.SnapshotError as error:  # the loader's checks: nothing was written
-        return _fail(f"{args.source}: {error}")
+        return _snapshot_fail(f"{args.source}: {error}")
     if not to_file:
         return _emit(text)
     try:
         write_text_atomic(args.output, text)
     except OSError as error:  # whole or nothing: a file that was there stays as it was
-        return _fail(f"cannot write {args.output}: {error.strerror or error}", status=1)
+        return _snapshot_fail(f"cannot write {args.output}: {error.strerror or error}", status=1)
     return 0
 
 
@@ -140,6 +152,12 @@ def run_analyze(args: argparse.Namespace) -> int:
     try:
         shapes = tuple(measures.parse_shape(s) for s in args.shape) or measures.DEFAULT_SHAPES
     except ValueError as error:
+        return _fail(str(error))
+    from advisor.planner.constraints import PolicyError, load_policy
+
+    try:
+        policy = load_policy(args.policy) if args.policy else None
+    except PolicyError as error:
         return _fail(str(error))
     try:
         model = load_source(args.source, timeout=args.timeout)
@@ -156,10 +174,12 @@ def run_analyze(args: argparse.Namespace) -> int:
         min_request_bytes=args.min_request_memory * GIB,
     )
     result = measures.analyze(model, settings)
+    result["scheduler"] = scheduler_report.section(model, policy, args.policy)
     if args.json:
         return _emit(json.dumps(to_json(result), indent=2, allow_nan=False) + "\n")
     table = io.StringIO()
     print_table(result, table, top=args.top)
+    scheduler_report.print_section(result["scheduler"], table)
     return _emit(table.getvalue())
 
 
@@ -221,6 +241,36 @@ def _g(value: float | None) -> str:
     return f"{value:,.0f}"
 
 
+BLOCKED_TEXT = {
+    "rack_unknown": "no job can start on known racks, and no source knows the racks of the "
+    "nodes with free GPUs: whether one fits is unknown (give the rack label: "
+    "k8s:?rack-label=KEY, or a Slurm topology.conf)",
+    "scattered": "enough GPUs are free, but scattered: no node or rack has room for one job",
+}
+
+
+def racks_line(cluster: dict[str, Any]) -> str:
+    """Where racks came from, or that they are unknown (never a guess)."""
+    unknown = cluster.get("nodes_rack_unknown", 0)
+    origin = cluster.get("racks_from")
+    if not unknown:
+        return f"racks: known for every node (from {origin or 'the source'})"
+    if unknown == cluster["nodes"]:
+        return (
+            f"racks: unknown for all {unknown} nodes (no rack label found): multi-node shapes "
+            "are counted on known racks only and marked rack unknown"
+        )
+    return f"racks: unknown for {unknown} of {cluster['nodes']} nodes (others from {origin})"
+
+
+def jobs_cell(row: dict[str, Any]) -> str:
+    """A shape's count; "0 to 3 (rack unknown)" where the unknown racks decide it."""
+    generous = row.get("jobs_if_racks_allow")
+    if generous is None:
+        return _g(row["jobs_that_fit"])
+    return f"{_g(row['jobs_that_fit'])} to {_g(generous)} (rack unknown)"
+
+
 def print_table(result: dict[str, Any], out: TextIO, *, top: int = 10) -> None:
     cluster, spatial = result["cluster"], result["spatial"]
     temporal, memory, frag = result["temporal"], result["memory"], result["fgd"]
@@ -228,8 +278,15 @@ def print_table(result: dict[str, Any], out: TextIO, *, top: int = 10) -> None:
     out.write(
         f"  {cluster['nodes']} nodes, {cluster['gpus']} GPUs ({cluster['usable_gpus']} usable, "
         f"{cluster['unhealthy_gpus']} unhealthy), {_g(cluster['allocated_gpus'])} GPUs allocated, "
-        f"{cluster['pending_tasks']} tasks pending\n\n"
+        f"{cluster['pending_tasks']} tasks pending\n"
     )
+    out.write(f"  {racks_line(cluster)}\n")
+    if cluster["owner_unknown_gpus"]:
+        out.write(
+            f"  {cluster['owner_unknown_gpus']} GPUs in use, owner unknown (busy or holding "
+            "memory, no allocation names them): counted allocated, never free\n"
+        )
+    out.write("\n")
     out.write("Spatial\n")
     _table(
         [
@@ -251,13 +308,14 @@ def print_table(result: dict[str, Any], out: TextIO, *, top: int = 10) -> None:
     rows = [["shape", "jobs", "free GPUs it cannot use"]]
     for row in spatial["shapes"]:
         stranded = row["stranded_gpus"]
-        rows.append(
-            [row["shape"], _g(row["jobs_that_fit"]), "-" if stranded is None else _g(stranded)]
-        )
+        rows.append([row["shape"], jobs_cell(row), "-" if stranded is None else _g(stranded)])
     _table(rows, out)
     for row in spatial["shapes"]:
         for estimate in row["crosses_nvlink_islands"]:
             out.write(f"  {row['shape']} on {estimate['gpu_model']}: {estimate['text']}\n")
+    blocked = [row for row in spatial["shapes"] if row.get("blocked_by")]
+    for row in blocked:
+        out.write(f"  {row['shape']}: {BLOCKED_TEXT[row['blocked_by']]}\n")
     out.write(
         f"\nTemporal (utilization < {temporal['threshold']:g} over {temporal['window_s']:g} s)\n"
         f"  allocated but idle: {temporal['allocated_idle_gpus']} of "

@@ -7,7 +7,7 @@ Standard output is handled here for every command (`main`), its `--help` include
 command prints is flushed before `main` returns, and a write to it that fails is one line and
 exit 1 (`> /dev/full`, a full disk, an I/O error) instead of a traceback. A closed standard
 output (`>&-`, where Python has no `sys.stdout` and `print` would drop everything) is such a
-write: `gpu-defrag COMMAND: cannot write to standard output: standard output is closed`, exit 1,
+write: `gpu-defrag COMMAND: error: cannot write to standard output: standard output is closed`, exit 1,
 for a command that writes there; one that never does (a server: `exporter`, `advise`) runs as
 usual, so nothing is refused up front. A reader that stopped reading (`| head`) is no error and
 prints nothing: the exit status is the command's own when it had finished and only its output
@@ -27,6 +27,7 @@ import sys
 from typing import Any, NoReturn, TextIO
 
 from advisor.logs import redact_last_resort
+from gpu_defrag_common import __version__
 from gpu_defrag_common.units import DefaultsFormatter
 
 SUBCOMMAND_MODULES: tuple[str, ...] = (
@@ -53,9 +54,22 @@ def build_parser() -> argparse.ArgumentParser:
         prog="gpu-defrag",
         description="GPU observability and defragmentation advisor.",
     )
+    parser.add_argument("--version", action="version", version=f"gpu-defrag {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for module_name in SUBCOMMAND_MODULES:
         importlib.import_module(module_name).register(subparsers)
+    completion = subparsers.add_parser(
+        "completion",
+        help="print a shell completion script (bash, zsh or tcsh)",
+        description="Print the completion script of gpu-defrag for SHELL, e.g.\n"
+        "  gpu-defrag completion bash > ~/.local/share/bash-completion/completions/gpu-defrag\n"
+        "  gpu-defrag completion zsh > ~/.zfunc/_gpu-defrag",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    completion.add_argument(
+        "shell", choices=("bash", "zsh", "tcsh"), help="the shell to complete in"
+    )
+    completion.set_defaults(func=lambda args: _print_completion(parser, args.shell))
     for command in subparsers.choices.values():  # every command's help shows its defaults
         command.formatter_class = _with_defaults(command.formatter_class)
     return parser
@@ -66,6 +80,30 @@ def _with_defaults(formatter: type[argparse.HelpFormatter]) -> type[argparse.Hel
     if issubclass(formatter, DefaultsFormatter):
         return formatter
     return type(f"Defaults{formatter.__name__}", (DefaultsFormatter, formatter), {})
+
+
+def _print_completion(parser: argparse.ArgumentParser, shell: str) -> int:
+    """shtab's script for `shell`, from this very parser: every subcommand and flag."""
+    import shtab
+
+    print(shtab.complete(parser, shell=shell))
+    return 0
+
+
+def parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
+    """`parse_args`, but a flag the subcommand does not know is that subcommand's error
+    (`gpu-defrag replay: error: unrecognized arguments: --sed 1 (see gpu-defrag replay --help)`),
+    not the top level's, whose --help lists no subcommand's flags."""
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        command = _subcommands(parser)[args.command]
+        command.error(f"unrecognized arguments: {' '.join(extra)}")
+    return args
+
+
+def _subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    (action,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    return action.choices
 
 
 SIGPIPE_EXIT = 141  # 128 + SIGPIPE: a command stopped part way by a reader that went away
@@ -151,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
     stop: SystemExit | None = None
     try:
         try:
-            args = parser.parse_args(argv)
+            args = parse(parser, argv)
             name = f"gpu-defrag {args.command}"
             code = int(args.func(args) or 0)
         except SystemExit as exiting:  # --help, a usage error: after what argparse printed
@@ -169,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
         if not isinstance(error, BrokenPipeError):
             if sys.stderr is not None:  # else print would fall back to the stdout that failed
                 print(
-                    f"{name}: cannot write to standard output: {error.strerror or error}",
+                    f"{name}: error: cannot write to standard output: {error.strerror or error}",
                     file=sys.stderr,
                 )
             return 1

@@ -60,6 +60,42 @@ ADVISOR_METRICS: tuple[MetricSpec, ...] = (
         ("pool", "shape"),
     ),
     _g("gpu_advisor_largest_schedulable_job_gpus", "Largest single-node job that fits now."),
+    # --- what a scheduler source adds: unknown racks, the queue, why shapes cannot start ---
+    _g(
+        "gpu_advisor_nodes_rack_unknown",
+        "Nodes of the pool whose rack no source knows: multi-node shapes count only known racks "
+        "there (gpu_advisor_schedulable_jobs), and their count is unknown, not 0.",
+        ("pool",),
+    ),
+    _g(
+        "gpu_advisor_schedulable_jobs_if_racks_allow",
+        "Jobs of this multi-node shape that could start now in the pool if its nodes of unknown "
+        "rack shared a rack: the most the unknown racks could allow (present only where they "
+        "decide the count).",
+        ("pool", "shape"),
+    ),
+    _g(
+        "gpu_advisor_shape_unschedulable",
+        "Free GPUs of the pool with the most, when no job of this shape can start although they "
+        "are enough for one, by cause: rack_unknown (no source knows the racks of the nodes "
+        "with free GPUs), scattered (no node or rack has room), quota (waiting jobs of this "
+        "shape fit the free GPUs but not their tenant's quota); 0 where that cause does not "
+        "block the shape.",
+        ("shape", "cause"),
+    ),
+    _g(
+        "gpu_advisor_pending_jobs",
+        "Jobs waiting in the scheduler's queue (pending pods, waiting Kueue workloads, pending "
+        "Slurm jobs) that ask for GPUs, by tenant.",
+        ("tenant",),
+    ),
+    _g("gpu_advisor_pending_gpus", "GPUs the waiting jobs ask for, by tenant.", ("tenant",)),
+    _g(
+        "gpu_advisor_scheduler_stale",
+        "1 while the scheduler's view is the last good one because its watch is down (the "
+        "figures are from before it dropped), else 0.",
+        ("source",),
+    ),
     _g(
         "gpu_advisor_node_fragmented_gpus",
         "Per-node FGD fragment amount: free GPUs the arriving workload cannot use (heatmaps).",
@@ -68,13 +104,20 @@ ADVISOR_METRICS: tuple[MetricSpec, ...] = (
     _g(
         "gpu_advisor_gpu_state",
         "GPU state for heatmaps: 0 free, 1 allocated and busy, 2 allocated but idle, 3 unhealthy, "
-        "4 MIG mode with nothing allocated (room for MIG instances, not a free whole GPU).",
+        "4 MIG mode with nothing allocated (room for MIG instances, not a free whole GPU), "
+        "5 in use with its owner unknown (busy or holding memory, no allocation names it).",
         ("node", "gpu", "pool"),
     ),
     # --- temporal, type and memory fragmentation ---
     _g(
         "gpu_advisor_allocated_idle_gpus",
         "Allocated GPUs idle for the whole idle window.",
+        ("pool",),
+    ),
+    _g(
+        "gpu_advisor_owner_unknown_gpus",
+        "GPUs in use (busy, holding memory or running processes) that no allocation or process "
+        "owner names: allocated capacity, never free, its owner unknown.",
         ("pool",),
     ),
     _g(
@@ -238,10 +281,12 @@ ADVISOR_METRICS: tuple[MetricSpec, ...] = (
 ADVISOR_BY_NAME: dict[str, MetricSpec] = {spec.name: spec for spec in ADVISOR_METRICS}
 
 # 4: a usable MIG-mode GPU with nothing allocated: room for MIG instances, not a free whole GPU
+# 5: in use (busy, holding memory or running processes) by a holder no source names
 GPU_STATE_CODES: dict[str, int] = {
     "free": 0,
     "busy": 1,
     "allocated_idle": 2,
     "unhealthy": 3,
     "mig_free": 4,
+    "owner_unknown": 5,
 }

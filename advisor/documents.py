@@ -151,7 +151,16 @@ class Cluster(Document):
     usable_gpus: Count
     unhealthy_gpus: Count
     allocated_gpus: Gpus
+    owner_unknown_gpus: Count
     pending_tasks: Count
+    nodes_rack_unknown: Count = Field(
+        description="nodes whose rack no source knows (multi-node shapes count known racks "
+        "only; see jobs_if_racks_allow)"
+    )
+    racks_from: str | None = Field(
+        description="where the racks came from (a node label, Slurm's topology); null: no "
+        "rack is known"
+    )
 
 
 class HostNeed(Document):
@@ -169,7 +178,17 @@ CROSSING = (
 class MeasuredShape(Document):
     shape: str
     gpus_per_job: Gpus
-    jobs_that_fit: Count
+    jobs_that_fit: Count = Field(
+        description="jobs that surely fit now; a multi-node shape counts nodes of known racks only"
+    )
+    jobs_if_racks_allow: Annotated[int, Field(ge=0)] | None = Field(
+        description="jobs that would fit if the nodes of unknown rack shared a rack; null "
+        "where no unknown rack decides it"
+    )
+    blocked_by: Literal["rack_unknown", "scattered"] | None = Field(
+        description="why no job of the shape can start although a pool has enough free GPUs; "
+        "null when one can, or too few are free"
+    )
     stranded_gpus: int | None
     crosses_nvlink_islands: list[dict[str, Any]] = Field(description=CROSSING)
 
@@ -246,6 +265,10 @@ class Pool(Document):
     fragmented_gpus: Gpus
     fragmentation_ratio: Annotated[float, Field(ge=0)]
     allocated_idle_gpus: Count
+    owner_unknown_gpus: Count = Field(
+        description="GPUs in use (busy or holding memory) that no allocation names: allocated, "
+        "their owner unknown"
+    )
     allocated_idle_power_watts: Annotated[float, Field(ge=0)] | None = Field(
         description="power drawn by the pool's allocated-but-idle GPUs; null where none of "
         "them has a power reading"
@@ -947,6 +970,109 @@ def _unix(times: pd.Series) -> np.ndarray:
 def as_json(document: Document) -> dict[str, Any]:
     """The document as the service serves it, parsed back into plain JSON data."""
     return json.loads(encode(document))
+
+
+# --------------------------------------------------------------------------- the queue
+
+Cause = Literal["rack_unknown", "scattered", "quota"]
+
+
+class PendingJob(Document):
+    job: str = Field(description="the gang: every task of one job")
+    tenant: str
+    priority: int
+    tasks: Count = Field(description="tasks the job needs (the gang size if declared)")
+    tasks_seen: Count = Field(description="waiting tasks the scheduler lists now")
+    gang_size: int | None = Field(
+        description="the size the scheduler declares (PodGroup minMember, a Kueue workload's "
+        "pods); null where none is declared"
+    )
+    gpus_per_task: Gpus
+    gpus: Gpus
+    shape: str
+    gpu_spec: str
+    created: float | None
+    waiting_reason: str | None = Field(description="the scheduler's own reason")
+    jobs_of_shape_that_fit: Count = Field(
+        description="jobs of its shape that could start now on known racks"
+    )
+    jobs_if_racks_allow: Annotated[int, Field(ge=0)] | None
+    blocked_by: Cause | None = Field(
+        description="why it cannot start although GPUs are free: its tenant's quota, unknown "
+        "racks, or free GPUs scattered; null when its shape fits (or too few GPUs are free)"
+    )
+
+
+class Unschedulable(Document):
+    shape: str
+    cause: Cause
+    free_gpus: Count
+    jobs: list[str]
+
+
+class RackRow(Document):
+    pool: str
+    shape: str
+    jobs_that_fit: Count
+    jobs_if_racks_allow: Count
+
+
+class BlockedPlan(Document):
+    job: str
+    tenant: str
+    shape: str
+    gpus: Gpus
+    blocked_by: Cause
+    plan: Plan
+
+
+class Pending(Document):
+    """The scheduler's queue biggest first, why each waiting job cannot start, unknown racks,
+    and a checked plan for the biggest blocked one (`advisor.pipeline.scheduler`)."""
+
+    meta: Meta
+    scheduler: str | None = Field(
+        description="the scheduler source (kubernetes, slurm, kube-state-metrics); null for "
+        "usage-only sources, which have no queue"
+    )
+    scheduler_stale: str | None = Field(
+        description="why the scheduler's view is an older one (a watch that dropped); null "
+        "when current"
+    )
+    racks_from: str | None
+    notes: list[str]
+    nodes_rack_unknown: dict[str, Count]
+    if_racks_allow: list[RackRow]
+    unschedulable: list[Unschedulable]
+    quotas: list[str] = Field(description="the quotas the plans use and where each came from")
+    total_jobs: Count
+    pending_jobs: list[PendingJob]
+    blocked_plan: BlockedPlan | None
+    blocked_plan_error: str | None
+
+
+def build_pending(state: RunState, tenant: str | None = None, limit: int | None = None) -> Pending:
+    """The queue (biggest first), `tenant`'s only when given, at most `limit` jobs."""
+    assert state.results is not None
+    doc = state.results.scheduler or {}
+    jobs = [r for r in doc.get("pending_jobs", []) if tenant is None or r["tenant"] == tenant]
+    return Pending.model_validate(
+        {
+            "meta": describe(state),
+            "scheduler": doc.get("kind"),
+            "scheduler_stale": doc.get("stale"),
+            "racks_from": doc.get("racks_from"),
+            "notes": doc.get("notes", []),
+            "nodes_rack_unknown": doc.get("nodes_rack_unknown", {}),
+            "if_racks_allow": doc.get("if_racks_allow", []),
+            "unschedulable": doc.get("unschedulable", []),
+            "quotas": doc.get("quotas", []),
+            "total_jobs": len(jobs),
+            "pending_jobs": jsonable(jobs if limit is None else jobs[:limit]),
+            "blocked_plan": jsonable(doc.get("blocked_plan")),
+            "blocked_plan_error": doc.get("blocked_plan_error"),
+        }
+    )
 
 
 def encode(document: Document) -> bytes:

@@ -35,7 +35,7 @@ import numpy as np
 import pandas as pd
 
 from advisor.fragmentation import measures
-from advisor.model import MILLI, ClusterModel, Usage, spec_models, spec_parts
+from advisor.model import MILLI, UNATTRIBUTED, ClusterModel, Usage, spec_models, spec_parts
 from advisor.settings import NO_POOL, NO_TENANT
 
 TREND_COLUMNS: tuple[str, ...] = (
@@ -314,9 +314,6 @@ class RunningJob:
     start: float
     nodes: frozenset[str]
     allocations: tuple[str, ...]
-
-
-UNATTRIBUTED = "unattributed@"  # the model's holder of a busy GPU no allocation claims
 
 
 def running_jobs(model: ClusterModel) -> list[RunningJob]:
@@ -652,6 +649,17 @@ class History:
     def __len__(self) -> int:
         with self._lock:
             return len(self._hourly) + len(self._points)
+
+    def fresh(self) -> History:
+        """An empty history with these bounds: for a source whose clock went back (a new
+        timeline, whose observations this one would skip as older than its last)."""
+        return History(
+            self.max_points,
+            self.usage_window_s,
+            self.jobs.max_finished,
+            self.nodes.max_hours,
+            self.hourly_after_s,
+        )
 
     def _latest(self) -> Point | None:
         """Under the lock."""

@@ -14,21 +14,30 @@ not placed (pending, or a trace task before replay).
 from __future__ import annotations
 
 import functools
+import logging
 import math
 import re
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from exporter.readings import GpuReading, NodeReading
+from exporter.readings import Allocation, GpuReading, NodeReading
 from exporter.topology import nvlink_islands
+from exporter.usage import gpu_in_use, unattributed_instances
+
+log = logging.getLogger(__name__)
+if TYPE_CHECKING:
+    from advisor.scheduler_view import SchedulerFacts
 
 MILLI = 1000  # milli-GPU in one whole GPU
 NO_LIMIT = 0  # allocation's gpu_limit_milli when no limit above its guaranteed share is given
 UNKNOWN_ISLAND = -1
+# Id prefix of the holder of a GPU (or MIG instance) in use that no allocation names: busy,
+# holding memory or running processes (`exporter.usage`), its owner unknown. Never migratable.
+UNATTRIBUTED = "unattributed@"
 _WORD_BREAK = re.compile(r"[\s_-]+")
 
 
@@ -209,6 +218,9 @@ class ClusterModel:
     # Scrape targets known to serve GPUs whose GPUs this read lacks (down, or their backend
     # down), one line each: the model is then part of the fleet, and every view says so.
     left_out: tuple[str, ...] = ()
+    # What a scheduler source said beyond nodes and allocations (quotas, gang sizes, where racks
+    # came from, its notes); None for usage-only sources (`advisor.scheduler_view`).
+    scheduler: SchedulerFacts | None = None
     _cache: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
@@ -231,6 +243,22 @@ class ClusterModel:
                 self.placements.gpu, weights=self.placements.milli, minlength=len(self.gpus)
             ).astype(np.int64),
         )
+
+    @property
+    def gpu_owner_unknown(self) -> np.ndarray:
+        """bool (G): GPUs (or a MIG instance of them) in use by a holder no source names
+        (`UNATTRIBUTED`): allocated capacity with its owner unknown."""
+
+        def compute() -> np.ndarray:
+            ids = self.allocations.id
+            unknown = np.fromiter(
+                (str(i).startswith(UNATTRIBUTED) for i in ids.tolist()), bool, len(ids)
+            )
+            out = np.zeros(len(self.gpus), dtype=bool)
+            out[self.placements.gpu[unknown[self.placements.alloc]]] = True
+            return out
+
+        return self._cached("owner_unknown", compute)
 
     @property
     def gpu_limit_allocated(self) -> np.ndarray:
@@ -465,6 +493,7 @@ class _NodeRow:
     memory_mib: float
     schedulable: bool
     gpus: list[dict] = field(default_factory=list)
+    indices: set[int] = field(default_factory=set)  # of `gpus`
 
 
 class ModelBuilder:
@@ -522,8 +551,9 @@ class ModelBuilder:
                 f"nodes[{node}].gpus[{index}].carved_milli",
                 f"must be 0..{MILLI}, not {carved_milli}",
             )
-        if any(gpu["index"] == index for gpu in row.gpus):
+        if index in row.indices:  # a set: a list scan made 10,000 GPUs of one node 9.5 s
             raise ModelError(f"nodes[{node}].gpus[{index}]", "duplicate GPU index")
+        row.indices.add(index)
         row.gpus.append(
             {
                 "index": index,
@@ -755,7 +785,30 @@ def _holder_key(node: str, allocation_pod: str, namespace: str, job: str, gpu: i
         return f"{namespace}/{allocation_pod}" if namespace else allocation_pod
     if job:
         return f"{job}@{node}"
-    return f"unattributed@{node}/gpu{gpu}"
+    return f"{UNATTRIBUTED}{node}/gpu{gpu}"
+
+
+def _unattributed(
+    node: str, gpu: GpuReading, named: list[Allocation]
+) -> list[tuple[str, None, int | None]]:
+    """Holders of `gpu` no allocation names, as (key, None, MIG instance or None) entries: the
+    whole GPU when nothing names any of it and it runs processes or is in use; on a MIG GPU,
+    each instance in use or running processes that no allocation names."""
+    key = _holder_key(node, "", "", "", gpu.index)
+    if gpu.mig_enabled and gpu.mig_instances:
+        held: set[int | None] = {a.gpu_instance_id for a in named}
+        with_processes = {p.gpu_instance_id for p in gpu.processes}
+        busy = set(unattributed_instances(gpu, held))
+        known = {m.gpu_instance_id for m in gpu.mig_instances}
+        if None in held:  # an allocation of the whole GPU names all of it
+            return []
+        instances = sorted((busy | (with_processes & known)) - held)
+        if not instances and not held and with_processes - known:
+            return [(key, None, None)]  # processes whose instance NVML did not say
+        return [(key, None, gi) for gi in instances]
+    if named or not (gpu.processes or gpu_in_use(gpu)):
+        return []
+    return [(key, None, None)]
 
 
 def _add_reading(
@@ -764,6 +817,7 @@ def _add_reading(
     default_migratable: bool,
     allocation_info: Mapping[str, Mapping[str, Any]],
     taken: set[str],
+    overbooked: list[str],
 ) -> None:
     models = Counter(gpu.model for gpu in node.gpus if gpu.model)
     builder.add_node(
@@ -790,35 +844,36 @@ def _add_reading(
             memory_used_bytes=_num(gpu.memory_used_bytes),
             power_watts=_num(gpu.power_watts),
         )
-    # Holders per GPU: (key, allocation) in reading order; GPUs with processes but no
-    # allocation are held by an unattributed, non-migratable holder.
-    per_gpu: dict[int, list[tuple[str, object]]] = defaultdict(list)
+    # Holders per GPU: (key, allocation, MIG instance) in reading order. A GPU (or MIG
+    # instance) in use that no allocation names - processes on it, or busy, or holding memory
+    # (`exporter.usage`) - is held by an unattributed, non-migratable holder: in use, owner
+    # unknown, never free capacity.
+    per_gpu: dict[int, list[tuple[str, Allocation | None, int | None]]] = defaultdict(list)
     for alloc in node.allocations:
         if alloc.gpu not in by_index:
             continue
         key = _holder_key(node.node, alloc.pod, alloc.namespace, alloc.job, alloc.gpu)
-        per_gpu[alloc.gpu].append((key, alloc))
+        per_gpu[alloc.gpu].append((key, alloc, alloc.gpu_instance_id))
     for gpu in node.gpus:
-        if gpu.index not in per_gpu and gpu.processes:
-            per_gpu[gpu.index].append((_holder_key(node.node, "", "", "", gpu.index), None))
+        named = [alloc for _, alloc, _ in per_gpu.get(gpu.index, []) if alloc is not None]
+        per_gpu[gpu.index].extend(_unattributed(node.node, gpu, named))
     holders: dict[str, dict] = {}
     for index, entries in sorted(per_gpu.items()):
+        if not entries:
+            continue
         gpu = by_index[index]
-        mig = bool(gpu.mig_enabled) and any(
-            a is not None and a.gpu_instance_id is not None for _, a in entries
-        )
+        mig = bool(gpu.mig_enabled) and any(gi is not None for _, _, gi in entries)
         if mig:
-            shares = _mig_shares(
-                gpu, [a.gpu_instance_id if a is not None else None for _, a in entries]
-            )
-        elif entries and all(a is not None and a.gpu_milli is not None for _, a in entries):
+            shares = _mig_shares(gpu, [gi for _, _, gi in entries])
+        elif entries and all(a is not None and a.gpu_milli is not None for _, a, _ in entries):
             # The source knows each holder's guaranteed share (fractional GPU requests).
-            shares = [int(a.gpu_milli) for _, a in entries]  # type: ignore[union-attr]
+            shares = [int(a.gpu_milli) for _, a, _ in entries]  # type: ignore[union-attr]
         else:
-            # Time-sliced sharing without known shares: the holders together take the whole GPU.
-            count = len(entries)
-            shares = [MILLI // count + (1 if i < MILLI % count else 0) for i in range(count)]
-        for (key, alloc), share in zip(entries, shares, strict=True):
+            shares = _even_shares(len(entries))
+        if sum(shares) > MILLI:  # holders that cannot all be there: the source overlaps itself
+            overbooked.append(f"{node.node}/gpu{index} ({sum(shares)} milli-GPU)")
+            shares = _even_shares(len(entries))
+        for (key, alloc, _), share in zip(entries, shares, strict=True):
             holder = holders.setdefault(key, {"gpus": [], "milli": [], "alloc": alloc})
             if share <= 0:
                 continue
@@ -852,6 +907,11 @@ def _add_reading(
         )
 
 
+def _even_shares(count: int) -> list[int]:
+    """Time-sliced sharing without known shares: the holders together take the whole GPU."""
+    return [MILLI // count + (1 if i < MILLI % count else 0) for i in range(count)]
+
+
 def _num(value: float | None) -> float:
     return math.nan if value is None else float(value)
 
@@ -869,15 +929,27 @@ def from_readings(
     where known, and no start times: those stay unknown (NaN/0) rather than invented.
 
     Sharing: a MIG instance holds its compute slices (e.g. 3g.40gb on A100 = 3/7 of the GPU);
-    several holders of one non-MIG GPU (time-slicing) together hold the whole GPU.
+    several holders of one non-MIG GPU (time-slicing) together hold the whole GPU. Holders
+    whose known shares add up to more than the GPU (a live source that overlaps itself, e.g.
+    an ended pod's series beside its successor's) share it evenly instead, with one warning:
+    a reading is never refused as "oversubscribed" for what its source said twice.
     `allocation_info` adds what a richer source knows per allocation id (`namespace/pod`):
     start time, priority, migratable, CPU...; `pending` rows (ModelBuilder.add_allocation
     keywords plus `id`) add demand that is not placed.
     """
     builder = ModelBuilder()
     taken: set[str] = set()
+    overbooked: list[str] = []
     for node in readings:
-        _add_reading(builder, node, default_migratable, allocation_info or {}, taken)
+        _add_reading(builder, node, default_migratable, allocation_info or {}, taken, overbooked)
+    if overbooked:
+        log.warning(
+            "%s: %d GPU(s) whose holders' shares add up to more than the GPU (series that "
+            "overlap in the source), each shared evenly by its holders: %s",
+            source or "readings",
+            len(overbooked),
+            "; ".join(overbooked[:3]) + ("; ..." if len(overbooked) > 3 else ""),
+        )
     for row in pending:
         fields = dict(row)
         builder.add_allocation(fields.pop("id"), **fields)

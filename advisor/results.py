@@ -76,6 +76,7 @@ def pool_table(
                 "fragmented_gpus": fragment,
                 "fragmentation_ratio": fragment / free_capacity if free_capacity > 0 else 0.0,
                 "allocated_idle_gpus": int(nodes["allocated_idle_gpus"][on_node].sum()),
+                "owner_unknown_gpus": int((on_gpu & healthy & model.gpu_owner_unknown).sum()),
                 "allocated_idle_power_watts": idle_power_watts(model, idle, on_gpu),
                 "stranded_memory_bytes": float(nodes["stranded_memory_bytes"][on_node].sum()),
             }
@@ -225,6 +226,9 @@ class Results:
     recommendations: dict[str, Any] = field(default_factory=dict)
     trend: pd.DataFrame | None = None  # History.trend(): the headline measures per observation
     demand: pd.DataFrame | None = None  # hourly allocated GPUs per pool the forecast learned from
+    # the queue, unknown racks, why shapes cannot start, the biggest blocked job's plan
+    # (advisor.pipeline.scheduler); {} before the analysis
+    scheduler: dict[str, Any] = field(default_factory=dict)
 
 
 JOB_END_SOURCES: tuple[str, ...] = ("learned", "prior", "known", "none")

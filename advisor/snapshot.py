@@ -28,6 +28,16 @@ from typing import IO, Any
 
 import numpy as np
 
+from advisor.input_bounds import (
+    MAX_ALLOCATIONS,
+    MAX_NODE_GPUS,
+    MAX_NODES,
+    MAX_TEXT,
+    MAX_USAGE_POINTS,
+    InputTooLarge,
+    check_file_size,
+    over,
+)
 from advisor.model import (
     MILLI,
     NO_LIMIT,
@@ -269,6 +279,10 @@ class _Fields:
             return ""
         if not isinstance(value, str):
             raise SnapshotError(self._where(key), f"expected a string, got {_show(value)}")
+        if len(value) > MAX_TEXT:
+            raise SnapshotError(
+                self._where(key), f"{len(value):,} characters, at most {MAX_TEXT:,}"
+            )
         return value
 
     def number(
@@ -426,6 +440,7 @@ def _usage(doc: Any, gpu_count: int) -> tuple[list[float], np.ndarray, np.ndarra
                 f"usage.times[{t}]",
                 f"times must ascend, got {_show(value)} after {_show(times[t - 1])}",
             )
+    _bounded("usage.times", len(times) * gpu_count, MAX_USAGE_POINTS, "usage points (times × GPUs)")
     matrices = []
     # the values a GPU can report (as `ingest.exporter_scrape.POSSIBLE`): a point outside them
     # would count as idle or busy in the idle window; every reader writes a gap (null) instead
@@ -471,7 +486,10 @@ def from_dict(doc: Any) -> ClusterModel:
     top.only(TOP_LEVEL, "a snapshot")  # after the version: a newer file says so first
     builder = ModelBuilder()
     gpu_count = 0
-    for i, raw in enumerate(top.array("nodes", required=True)):
+    uuids: dict[str, str] = {}  # GPU uuid -> the path that gave it first
+    nodes = top.array("nodes", required=True)
+    _bounded("nodes", len(nodes), MAX_NODES, "nodes")
+    for i, raw in enumerate(nodes):
         node = _Fields(raw, f"nodes[{i}]").only(NODE_KEYS, "a node")
         name = node.string("name", required=True)
         if not name:
@@ -488,8 +506,15 @@ def from_dict(doc: Any) -> ClusterModel:
                 schedulable=node.boolean("schedulable", True),
             ),
         )
-        for j, raw_gpu in enumerate(node.array("gpus")):
+        node_gpus = node.array("gpus")
+        _bounded(f"{node.path}.gpus", len(node_gpus), MAX_NODE_GPUS, "GPUs on one node")
+        for j, raw_gpu in enumerate(node_gpus):
             gpu = _Fields(raw_gpu, f"nodes[{i}].gpus[{j}]").only(GPU_KEYS, "a gpu")
+            uuid = gpu.string("uuid")
+            if uuid:  # "" is unknown; a uuid names one GPU in the whole fleet
+                first = uuids.setdefault(uuid, gpu.path)
+                if first != gpu.path:
+                    raise SnapshotError(f"{gpu.path}.uuid", f"{uuid!r} is also {first}'s")
             island = gpu.optional_integer("nvlink_island", minimum=0)  # null is unknown
             _wrap(
                 gpu.path,
@@ -516,7 +541,9 @@ def from_dict(doc: Any) -> ClusterModel:
                     f" got {_show(gpu.doc['memory_used_bytes'])}",
                 )
             gpu_count += 1
-    for i, raw in enumerate(top.array("allocations")):
+    allocations = top.array("allocations")
+    _bounded("allocations", len(allocations), MAX_ALLOCATIONS, "allocations")
+    for i, raw in enumerate(allocations):
         alloc = _Fields(raw, f"allocations[{i}]").only(ALLOCATION_KEYS, "an allocation")
         node_name = alloc.doc.get("node")
         if node_name is not None:
@@ -554,7 +581,7 @@ def from_dict(doc: Any) -> ClusterModel:
             lambda alloc=alloc, node_name=node_name, gpus=gpus, each=each, limit=limit: (
                 builder.add_allocation(
                     alloc.string("id", required=True),
-                    num_gpu=alloc.integer("num_gpu", minimum=0, maximum=1024),
+                    num_gpu=alloc.integer("num_gpu", minimum=0, maximum=MAX_NODE_GPUS),
                     gpu_milli=alloc.integer("gpu_milli", MILLI, minimum=0, maximum=MILLI),
                     node=node_name,
                     gpus=gpus,
@@ -586,6 +613,12 @@ def from_dict(doc: Any) -> ClusterModel:
         raise SnapshotError(error.field, error.problem) from None
 
 
+def _bounded(path: str, count: int, bound: int, what: str) -> None:
+    problem = over(count, bound, what)
+    if problem is not None:
+        raise SnapshotError(path, problem)
+
+
 def _wrap(path: str, add: Any) -> None:
     """Run a builder call; a ModelError from it is re-raised under the snapshot path."""
     try:
@@ -600,7 +633,10 @@ def load(path: str | Path) -> ClusterModel:
     """Read a snapshot file; SnapshotError (a ValueError) says which field is wrong and why:
     also for a file that is not UTF-8, not JSON, or nested deeper than the reader goes."""
     try:
+        check_file_size(path, "snapshot")
         doc = read_json(path)
+    except InputTooLarge as error:
+        raise SnapshotError("(file)", str(error)) from None
     except JsonFileError as error:
         raise SnapshotError("(file)", str(error)) from None
     except OSError as error:

@@ -178,6 +178,21 @@ def alert_definitions(config: dict) -> list[Alert]:
             "was {{ $value | humanizeDuration }} ago.",
             "exporter",
         ),
+        Alert(
+            "GpuExporterCollectionSlow",
+            "gpu-defrag-exporter",
+            "warning",
+            "collection_slow",
+            "gpu_exporter_collection_duration_seconds{%(E)s}\n"
+            "/ on (job, instance, backend)\n"
+            "gpu_exporter_collection_interval_seconds{%(E)s}",
+            "> 1",
+            "GPU exporter collections take longer than their interval.",
+            "Collections of {{ $labels.instance }} ({{ $labels.backend }}) take "
+            '{{ $value | printf "%%.1f" }} times the collection interval: every page is older '
+            "than the interval promises, and a slower cycle is abandoned at --collect.timeout.",
+            "exporter",
+        ),
     ]
     health = [
         Alert(
@@ -202,6 +217,21 @@ def alert_definitions(config: dict) -> list[Alert]:
             "GPU is unhealthy.",
             "GPU {{ $labels.gpu }} on node {{ $labels.node }} is not usable (fatal XID or "
             "row-remap failure); jobs placed on it will fail.",
+            "gpu",
+        ),
+        Alert(
+            "GpuRecoveryActionRequired",
+            "gpu-defrag-health",
+            "critical",
+            "recovery_action",
+            "gpu_recovery_action{%(E)s}",
+            "> 0",
+            "The driver asks for a GPU reset, a reboot or a drain.",
+            "The driver recommends {{ if eq $value 1.0 }}a GPU reset{{ else if eq $value 2.0 }}"
+            "a node reboot{{ else if eq $value 3.0 }}draining peer-to-peer traffic{{ else if eq "
+            "$value 4.0 }}a drain and a GPU reset{{ else }}recovery action {{ $value }}{{ end }} "
+            "for GPU {{ $labels.gpu }} on node {{ $labels.node }} (NVML's GPU recovery action): "
+            "until then its jobs may fail or run degraded.",
             "gpu",
         ),
         Alert(
@@ -332,20 +362,26 @@ def alert_definitions(config: dict) -> list[Alert]:
             "GPU is allocated but idle.",
             "GPU {{ $labels.gpu }} on node {{ $labels.node }} is held by "
             "{{ $labels.namespace }}/{{ $labels.pod }} (tenant {{ $labels.tenant }}) but its "
-            "utilization (a MIG instance's: its SM activity) stayed at or below "
+            "utilization (a MIG instance's: its engine, else SM activity) stayed at or below "
             "{{ $value | humanizePercentage }} for about 2 × %(idle_window)s (a window under the "
             "threshold, held for a window); reclaim it or ask the owner.",
             "gpu",
             # a MIG GPU has no utilization of its own: an allocation of a GPU instance is idle
-            # by that instance's SM activity (GPM), joined on gpu_instance_id
+            # by that instance's engine activity (dcgm-exporter's default counters, GPM), else
+            # its SM activity, joined on gpu_instance_id
             expr="(\n"
             "  " + held_peak + "  * on (" + GPU_LABELS + ") group_right ()\n"
             '  gpu_allocation_info{%(E)s, gpu_instance_id=""}\n'
             ") < %(idle_utilization_ratio)s\n"
             "or\n"
             "(\n"
-            "  max by (" + GPU_LABELS + ", gpu_instance_id) "
+            "  (\n"
+            "    max by (" + GPU_LABELS + ", gpu_instance_id) "
+            "(max_over_time(gpu_mig_graphics_engine_active_ratio{%(E)s}[%(idle_window)s]))\n"
+            "    or\n"
+            "    max by (" + GPU_LABELS + ", gpu_instance_id) "
             "(max_over_time(gpu_mig_sm_active_ratio{%(E)s}[%(idle_window)s]))\n"
+            "  )\n"
             "  * on (" + GPU_LABELS + ", gpu_instance_id) group_right ()\n"
             '  gpu_allocation_info{%(E)s, gpu_instance_id!=""}\n'
             ") < %(idle_utilization_ratio)s",
@@ -371,20 +407,22 @@ def alert_definitions(config: dict) -> list[Alert]:
             "gpu-defrag-capacity",
             "warning",
             "shape_unschedulable",
-            # jobs that fit in any pool (each pool on its own: a job is placed in one)
-            "sum by (job, instance, shape) (gpu_advisor_schedulable_jobs{%(A)s})\n"
-            "and on (job, instance, shape)\n"
-            "(\n  gpu_advisor_shape_gpus{%(A)s}\n"
-            "  <= on (job, instance) group_left ()\n"
-            # one pool's free GPUs: a job never spans pools (GPU models), so free GPUs summed
-            # over pools fired for shapes no amount of moving work could fit
-            "  max by (job, instance) (gpu_advisor_free_gpus{%(A)s})\n)",
-            "== 0",
+            # the advisor names the cause per shape (advisor.pipeline.scheduler): a job never
+            # spans pools, so the value is the free GPUs of the pool with the most
+            "max by (job, instance, shape, cause) (gpu_advisor_shape_unschedulable{%(A)s})",
+            "> 0",
             "A job shape cannot start although enough GPUs are free.",
-            "No job of shape {{ $labels.shape }} can start without moving work, although one "
-            'pool has {{ with printf `max(gpu_advisor_free_gpus{%(A)s, instance="%%s"})` '
-            "$labels.instance | query }}{{ . | first | value }}{{ end }} GPUs free: they are "
-            "scattered across its nodes. Apply the advisor's top-ranked actions for this shape.",
+            '{{ if eq $labels.cause "quota" }}Jobs of shape {{ $labels.shape }} wait although '
+            "one pool has {{ $value }} GPUs free that would hold them: their tenant's quota is "
+            "used up. See the advisor's borrow plan for them (/api/pending) or raise the quota."
+            '{{ else if eq $labels.cause "rack_unknown" }}No job of shape {{ $labels.shape }} '
+            "can start on known racks, although one pool has {{ $value }} GPUs free: no source "
+            "knows the racks of the nodes they are on, so whether a multi-node job fits there "
+            "is unknown, not scattered. Give the rack label (k8s:?rack-label=KEY) or Slurm's "
+            "topology.conf so the advisor can count and plan it.{{ else }}No job of shape "
+            "{{ $labels.shape }} can start without moving work, although one pool has "
+            "{{ $value }} GPUs free: they are scattered across its nodes. Apply the advisor's "
+            "top-ranked actions for this shape.{{ end }}",
             "advisor",
         ),
         *(

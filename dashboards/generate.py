@@ -69,6 +69,7 @@ STATE_COLORS = {
     "allocated_idle": ORANGE,
     "unhealthy": RED,
     "mig_free": "light-green",  # room for MIG instances only, not a free whole GPU
+    "owner_unknown": "#808080",  # grey: in use, nobody known to hold it
 }
 STATE_TEXT = {
     "free": "free",
@@ -76,6 +77,7 @@ STATE_TEXT = {
     "allocated_idle": "allocated, idle",
     "unhealthy": "unhealthy",
     "mig_free": "MIG, free instances",
+    "owner_unknown": "in use, owner unknown",
 }
 
 _HIDE = ["Time", "__name__", "job", "instance"]
@@ -110,6 +112,7 @@ def fleet_overview(config: dict) -> dict:
         (f"sum(gpu_node_free_gpus{{{FLEET}}})", "free"),
         (f"{allocated} - {idle_gpus}", "busy"),
         (idle_gpus, "allocated, idle"),
+        (f"sum(gpu_node_owner_unknown_gpus{{{FLEET}}})", "in use, owner unknown"),
         (unhealthy, "unhealthy"),
     ]
     rows = [
@@ -165,7 +168,8 @@ def fleet_overview(config: dict) -> dict:
                 ),
                 bargauge(
                     "GPUs by state",
-                    "Free, allocated and busy, allocated but idle, and unhealthy GPUs now "
+                    "Free, allocated and busy, allocated but idle, in use with no allocation "
+                    "naming them (owner unknown), and unhealthy GPUs now "
                     f"(allocated GPUs {_RECORDED.format(NODE_ALLOCATED)}).",
                     targets(*state_queries, instant=True),
                     "none",
@@ -175,7 +179,7 @@ def fleet_overview(config: dict) -> dict:
                 ),
                 timeseries(
                     "GPUs by state over time",
-                    "The same four states over time, stacked.",
+                    "The same states over time, stacked.",
                     targets(*state_queries),
                     "none",
                     stack=True,

@@ -5,14 +5,13 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import signal
 import socket
-import sys
-import threading
 
 from exporter.backends.registry import BACKENDS, backend_class
 from exporter.node_gauges import IdlePolicy
-from gpu_defrag_common.server_cli import add_server_arguments, configure_logging
+from gpu_defrag_common.messages import say_error
+from gpu_defrag_common.server_cli import add_server_arguments, configure_logging, server_limits
+from gpu_defrag_common.shutdown import ShutdownSignals
 from gpu_defrag_common.units import duration, number, positive_duration, size
 from gpu_defrag_common.webconfig import WebConfigError, load_web_config
 
@@ -102,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
         web = load_web_config(args.web_config_file or None)
         backend = backend_class(args.backend).from_args(args)
     except (WebConfigError, ValueError) as error:
-        print(f"gpu-defrag exporter: {error}", file=sys.stderr)
+        say_error("exporter", str(error))
         return 2
     attribution_sources = _attach_attribution(backend, args)
     loop = CollectorLoop(
@@ -119,21 +118,17 @@ def run(args: argparse.Namespace) -> int:
         extra_error_sources=attribution_sources,
     )
     try:
-        server = ExporterServer(args.listen_address, loop, web)
+        server = ExporterServer(args.listen_address, loop, web, limits=server_limits(args))
     except (OSError, ValueError) as error:
-        print(
-            f"gpu-defrag exporter: cannot listen on {args.listen_address}: {error}", file=sys.stderr
-        )
+        say_error("exporter", f"cannot listen on {args.listen_address}: {error}")
         return 2
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
+    signals = ShutdownSignals().install()
     loop.start()
     server.start()
     log.info(
         "serving backend=%s on %s every %.3gs", backend.name, server.url(), args.collect_interval
     )
-    stop.wait()
+    signals.wait()
     server.close()
     loop.stop()
     for source in attribution_sources:

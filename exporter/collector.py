@@ -32,6 +32,7 @@ LOOP_CALLS = ("collect", "collect_timeout", "collect_hung")
 # default 15 s, not after up to 5 min more of a red /health and no GPU series.
 MAX_BACKOFF_INTERVALS = 4
 MAX_BACKOFF_S = 300.0
+STOP_WAIT_S = 2.0  # how long stop() waits for a collection in progress
 
 
 class ErrorSource:
@@ -64,6 +65,7 @@ class CollectorLoop:
         self.clock = clock
         self.tracker = IdleTracker(idle_policy or IdlePolicy())
         self.errors: Counter[str] = Counter(dict.fromkeys(LOOP_CALLS, 0))
+        self.skipped_lines: Counter[str] = Counter()  # unparseable lines of scraped pages
         self.collections = 0
         self.up = False
         self.last_error = "no collection yet"
@@ -111,10 +113,19 @@ class CollectorLoop:
         self._thread = threading.Thread(target=self._run, name="collector", daemon=True)
         self._thread.start()
 
-    def stop(self) -> None:
+    def stop(self, wait_s: float = STOP_WAIT_S) -> None:
+        """Stop collecting; a collection still running after `wait_s` is not waited for (a
+        hung driver call would hold SIGTERM's shutdown for the whole timeout), and its
+        backend is then not closed under it: the exiting process releases it."""
         self._stop.set()
         if self._thread:
-            self._thread.join(timeout=self.timeout_s + 1)
+            self._thread.join(timeout=wait_s)
+        worker = self._worker
+        if (self._thread and self._thread.is_alive()) or (worker and worker.is_alive()):
+            log.info(
+                "a %s collection is still running at shutdown: not waited for", self.backend.name
+            )
+            return
         try:
             self.backend.close()
         except Exception as error:  # closing must never mask the reason we stop
@@ -156,6 +167,7 @@ class CollectorLoop:
         collection = result["collection"]
         assert isinstance(collection, Collection)
         self.errors.update(collection.errors)
+        self.skipped_lines.update(collection.skipped_lines)
         self.collections += 1
         self.up = True
         self.last_error = ""
@@ -211,6 +223,8 @@ class CollectorLoop:
             last_success_ts=self.last_success_ts,
             collections=self.collections,
             errors=dict(errors),
+            interval_s=self.interval_s,
+            skipped_lines=dict(self.skipped_lines),
         )
         return render_page(
             self._last_collection,

@@ -63,6 +63,11 @@ METRICS: tuple[MetricSpec, ...] = (
         "gpu_memory_utilization_ratio",
         "Fraction of the sample period device memory was read or written (0-1).",
     ),
+    _g(
+        "gpu_graphics_engine_active_ratio",
+        "Fraction of time the graphics/compute engine was busy (DCGM GR_ENGINE_ACTIVE, NVML GPM "
+        "graphics utilization).",
+    ),
     _g("gpu_sm_active_ratio", "Fraction of SM cycles with a warp resident (GPM or DCGM DCP)."),
     _g("gpu_sm_occupancy_ratio", "Resident warps over the SM maximum (GPM or DCGM DCP)."),
     _g("gpu_tensor_active_ratio", "Fraction of cycles the tensor pipes were active."),
@@ -81,9 +86,21 @@ METRICS: tuple[MetricSpec, ...] = (
     _g("gpu_memory_temperature_celsius", "HBM temperature, where reported."),
     _g("gpu_power_watts", "Current power draw."),
     _g("gpu_power_limit_watts", "Enforced power limit."),
+    _g("gpu_power_limit_max_watts", "Highest power limit the board may be set to."),
+    _g("gpu_power_limit_default_watts", "Power limit the board ships with."),
     _c("gpu_energy_joules_total", "Energy consumed since the driver was loaded."),
+    _g("gpu_fan_speed_ratio", "Fan speed as a fraction of its maximum (boards with a fan)."),
+    _g("gpu_performance_state", "Performance state: 0 (P0, most performance) to 15 (P15)."),
+    _i(
+        "gpu_compute_mode_info",
+        "Compute mode (default, exclusive_process: one process at a time, prohibited: none); "
+        "value is always 1.",
+        (*GPU, "mode"),
+    ),
     _g("gpu_sm_clock_hertz", "Current SM clock."),
     _g("gpu_memory_clock_hertz", "Current memory clock."),
+    _g("gpu_graphics_clock_hertz", "Current graphics clock."),
+    _g("gpu_video_clock_hertz", "Current video encoder/decoder clock."),
     _g(
         "gpu_clock_event_active",
         "1 if this clock-event (throttle) reason is active now, else 0.",
@@ -98,6 +115,11 @@ METRICS: tuple[MetricSpec, ...] = (
     _g("gpu_pcie_tx_bytes_per_second", "PCIe transmit throughput (20 ms NVML window)."),
     _g("gpu_pcie_rx_bytes_per_second", "PCIe receive throughput (20 ms NVML window)."),
     _c("gpu_pcie_replay_errors_total", "PCIe link replays (retries)."),
+    _g(
+        "gpu_nvlink_bytes_per_second",
+        "NVLink data sent plus received over all links, without protocol overhead, averaged "
+        "over the collection interval.",
+    ),
     # --- memory errors ---
     _c(
         "gpu_ecc_errors_total",
@@ -112,6 +134,27 @@ METRICS: tuple[MetricSpec, ...] = (
     # --- XID ---
     _c("gpu_xid_errors_total", "XID events seen, by XID code (event-driven).", (*GPU, "xid")),
     _g("gpu_xid_last_timestamp_seconds", "Unix time of the last XID event."),
+    _g(
+        "gpu_xid_last_code",
+        "Code of the last XID event seen (0: none since the exporter or DCGM started).",
+    ),
+    # --- what the driver asks for ---
+    _g(
+        "gpu_recovery_action",
+        "What the driver says the GPU needs to be usable again: 0 nothing, 1 a GPU reset, "
+        "2 a node reboot, 3 drain peer-to-peer traffic, 4 drain and reset.",
+    ),
+    _g(
+        "gpu_fabric_state",
+        "NVSwitch fabric registration of the GPU: 1 not started, 2 in progress, 3 completed "
+        "(absent where the GPU is on no fabric).",
+    ),
+    _g("gpu_fabric_error", "1 if the fabric registration completed with an error, else 0."),
+    _g(
+        "gpu_vgpu_licensed",
+        "1 if this vGPU guest holds an NVIDIA vGPU software license, 0 if it runs unlicensed "
+        "(only in vGPU virtual machines).",
+    ),
     # --- MIG ---
     _g("gpu_mig_mode_enabled", "1 if MIG mode is enabled on the GPU."),
     _i(
@@ -128,6 +171,22 @@ METRICS: tuple[MetricSpec, ...] = (
     _g(
         "gpu_mig_sm_active_ratio",
         "SM activity of the MIG GPU instance (NVML GPM: Hopper and later; DCGM DCP: A100 too).",
+        (*GPU, "gpu_instance_id"),
+    ),
+    _g(
+        "gpu_mig_graphics_engine_active_ratio",
+        "Fraction of time the MIG GPU instance's engine was busy: its utilization (DCGM "
+        "GR_ENGINE_ACTIVE, in dcgm-exporter's default counters; NVML GPM graphics utilization).",
+        (*GPU, "gpu_instance_id"),
+    ),
+    _g(
+        "gpu_mig_tensor_active_ratio",
+        "Fraction of cycles the MIG GPU instance's tensor pipes were active.",
+        (*GPU, "gpu_instance_id"),
+    ),
+    _g(
+        "gpu_mig_dram_active_ratio",
+        "Fraction of cycles the MIG GPU instance's memory interface was active.",
         (*GPU, "gpu_instance_id"),
     ),
     # --- topology ---
@@ -181,10 +240,22 @@ METRICS: tuple[MetricSpec, ...] = (
         ("node", "pool", "rack"),
     ),
     _g("gpu_node_gpus", "GPUs on the node.", ("node",)),
-    _g("gpu_node_free_gpus", "Healthy GPUs with no allocation.", ("node",)),
+    _g(
+        "gpu_node_free_gpus",
+        "Healthy GPUs with no allocation and no sign of use (an unallocated GPU that is busy or "
+        "holds memory is in use, owner unknown: gpu_node_owner_unknown_gpus).",
+        ("node",),
+    ),
+    _g(
+        "gpu_node_owner_unknown_gpus",
+        "Healthy GPUs (or MIG instances' GPUs) in use, by utilization or memory held, with no "
+        "allocation or process owner known: used capacity, never free.",
+        ("node",),
+    ),
     _g(
         "gpu_node_largest_free_nvlink_group_gpus",
-        "Size of the largest group of free GPUs that are all NVLink-connected.",
+        "Size of the largest group of free GPUs that are all NVLink-connected (absent where the "
+        "node's topology is unknown).",
         ("node",),
     ),
     _g(
@@ -220,6 +291,12 @@ METRICS: tuple[MetricSpec, ...] = (
         ("backend",),
     ),
     _g(
+        "gpu_exporter_collection_interval_seconds",
+        "How often the exporter collects (--collect.interval): a collection taking longer "
+        "serves older data than the interval promises.",
+        ("backend",),
+    ),
+    _g(
         "gpu_exporter_last_success_timestamp_seconds",
         "Unix time of the last complete collection.",
         ("backend",),
@@ -230,13 +307,20 @@ METRICS: tuple[MetricSpec, ...] = (
         "Failed backend calls, by call name.",
         ("backend", "call"),
     ),
+    _c(
+        "gpu_exporter_skipped_lines_total",
+        "Lines of a scraped page that could not be parsed and were skipped, the rest of the page "
+        "kept (dcgm-exporter backend: e.g. `ERROR - FAILED TO CONVERT TO STRING` values).",
+        ("backend", "target"),
+    ),
 )
 
 BY_NAME: dict[str, MetricSpec] = {spec.name: spec for spec in METRICS}
 
 # Names of the NVIDIA dcgm-exporter series we can also emit (`--compat.dcgm-names`), mapped to
-# our metric and the factor from our base unit to DCGM's unit (MiB, MHz, %, mJ). Each keeps
-# its metric's kind: a counter here is a counter there (TYPE counter, as dcgm-exporter has it).
+# our metric and the factor from our base unit to DCGM's unit (MiB, MHz, %, mJ, MiB/s). The
+# dcgm backends read the same table the other way. Their TYPE is dcgm-exporter's
+# (`DCGM_KINDS`, else our metric's kind).
 DCGM_COMPAT: dict[str, tuple[str, float]] = {
     "DCGM_FI_DEV_GPU_UTIL": ("gpu_utilization_ratio", 100.0),
     "DCGM_FI_DEV_MEM_COPY_UTIL": ("gpu_memory_utilization_ratio", 100.0),
@@ -247,15 +331,25 @@ DCGM_COMPAT: dict[str, tuple[str, float]] = {
     "DCGM_FI_DEV_ENC_UTIL": ("gpu_encoder_utilization_ratio", 100.0),
     "DCGM_FI_DEV_DEC_UTIL": ("gpu_decoder_utilization_ratio", 100.0),
     "DCGM_FI_DEV_ENFORCED_POWER_LIMIT": ("gpu_power_limit_watts", 1.0),
+    "DCGM_FI_DEV_POWER_MGMT_LIMIT_MAX": ("gpu_power_limit_max_watts", 1.0),
+    "DCGM_FI_DEV_POWER_MGMT_LIMIT_DEF": ("gpu_power_limit_default_watts", 1.0),
     "DCGM_FI_DEV_GPU_TEMP": ("gpu_temperature_celsius", 1.0),
     "DCGM_FI_DEV_MEMORY_TEMP": ("gpu_memory_temperature_celsius", 1.0),
     "DCGM_FI_DEV_POWER_USAGE": ("gpu_power_watts", 1.0),
     "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION": ("gpu_energy_joules_total", 1000.0),
+    "DCGM_FI_DEV_FAN_SPEED": ("gpu_fan_speed_ratio", 100.0),
+    "DCGM_FI_DEV_PSTATE": ("gpu_performance_state", 1.0),
     "DCGM_FI_DEV_SM_CLOCK": ("gpu_sm_clock_hertz", 1e-6),
     "DCGM_FI_DEV_MEM_CLOCK": ("gpu_memory_clock_hertz", 1e-6),
+    "DCGM_FI_DEV_VIDEO_CLOCK": ("gpu_video_clock_hertz", 1e-6),
     "DCGM_FI_DEV_PCIE_REPLAY_COUNTER": ("gpu_pcie_replay_errors_total", 1.0),
-    # SM activity is SM_ACTIVE. GR_ENGINE_ACTIVE (graphics/compute engine busy time) is not
-    # SM activity, and the contract has no metric of its own for it: it is left out.
+    # DCGM documents no unit; measured against nvidia-smi it is a rate in MB/s, not the counter
+    # dcgm-exporter types it as (KempnerInstitute/kempnerpulse#10, NVIDIA/dcgm-exporter#472)
+    "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL": ("gpu_nvlink_bytes_per_second", 1.0 / 2**20),
+    "DCGM_FI_DEV_GET_GPU_RECOVERY_ACTION": ("gpu_recovery_action", 1.0),
+    # Graphics engine activity (GR_ENGINE_ACTIVE, in dcgm-exporter's default counters) and SM
+    # activity (SM_ACTIVE, opt-in there) are different measures, each under its own name.
+    "DCGM_FI_PROF_GR_ENGINE_ACTIVE": ("gpu_graphics_engine_active_ratio", 1.0),
     "DCGM_FI_PROF_SM_ACTIVE": ("gpu_sm_active_ratio", 1.0),
     "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": ("gpu_tensor_active_ratio", 1.0),
     "DCGM_FI_PROF_DRAM_ACTIVE": ("gpu_dram_active_ratio", 1.0),
@@ -263,6 +357,42 @@ DCGM_COMPAT: dict[str, tuple[str, float]] = {
     "DCGM_FI_PROF_PCIE_TX_BYTES": ("gpu_pcie_tx_bytes_per_second", 1.0),
     "DCGM_FI_PROF_PCIE_RX_BYTES": ("gpu_pcie_rx_bytes_per_second", 1.0),
 }
+# dcgm-exporter series read from one of our labelled or yes/no metrics: DCGM name -> (our
+# metric, the value of its one extra label, "" for a metric without one). The dcgm backends
+# read these back through their own tables (`dcgm_common.KEYED`, `FLAGS`, the XID tracker).
+DCGM_COMPAT_KEYED: dict[str, tuple[str, str]] = {
+    "DCGM_FI_DEV_XID_ERRORS": ("gpu_xid_last_code", ""),
+    "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS": ("gpu_remapped_rows", "uncorrectable"),
+    "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS": ("gpu_remapped_rows", "correctable"),
+    "DCGM_FI_DEV_ROW_REMAP_FAILURE": ("gpu_remapped_rows_failure", ""),
+    "DCGM_FI_DEV_ROW_REMAP_PENDING": ("gpu_remapped_rows_pending", ""),
+    "DCGM_FI_DEV_VGPU_LICENSE_STATUS": ("gpu_vgpu_licensed", ""),
+}
+# TYPE of the series whose dcgm-exporter type differs from our metric's kind
+# (etc/default-counters.csv types remapped-row counts and NVLink bandwidth as counters).
+DCGM_KINDS: dict[str, str] = {
+    "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL": "counter",
+    "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS": "counter",
+    "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS": "counter",
+}
+# Fields a MIG GPU instance has a value of its own for: on a MIG GPU they are one series per
+# instance (GPU_I_PROFILE, GPU_I_ID), as dcgm-exporter's flex mode has them; every other field
+# is the GPU's (DCGM repeats it on each instance's series).
+DCGM_MIG_FIELDS = frozenset(
+    {
+        "DCGM_FI_DEV_FB_USED",
+        "DCGM_FI_DEV_FB_FREE",
+        "DCGM_FI_DEV_FB_RESERVED",
+        "DCGM_FI_DEV_FB_TOTAL",
+        "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
+        "DCGM_FI_PROF_SM_ACTIVE",
+        "DCGM_FI_PROF_SM_OCCUPANCY",
+        "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
+        "DCGM_FI_PROF_DRAM_ACTIVE",
+        "DCGM_FI_PROF_PCIE_TX_BYTES",
+        "DCGM_FI_PROF_PCIE_RX_BYTES",
+    }
+)
 
 
 def spec(name: str) -> MetricSpec:

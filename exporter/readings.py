@@ -24,6 +24,10 @@ CLOCK_EVENT_REASONS: tuple[str, ...] = (
     "display_clock_setting",
 )
 
+# NVML compute modes (nvmlComputeMode_t) -> label values; EXCLUSIVE_THREAD (1) is gone from
+# every supported driver.
+COMPUTE_MODES: dict[int, str] = {0: "default", 2: "prohibited", 3: "exclusive_process"}
+
 # Link types between two GPUs of one node, closest first (NVML topology levels + NVLink).
 LINK_TYPES: tuple[str, ...] = (
     "nvlink",  # one or more NVLinks (nvlink_count says how many)
@@ -52,7 +56,20 @@ class MigInstance:
     memory_total_bytes: float | None = None
     memory_used_bytes: float | None = None
     sm_active_ratio: float | None = None  # GPM on Hopper+, DCGM DCP elsewhere
+    # Time the instance's graphics/compute engine was busy (DCGM GR_ENGINE_ACTIVE, in
+    # dcgm-exporter's default counters; NVML GPM GRAPHICS_UTIL): the MIG instance's utilization.
+    graphics_engine_active_ratio: float | None = None
+    tensor_active_ratio: float | None = None
+    dram_active_ratio: float | None = None
     compute_instances: dict[int, str] = field(default_factory=dict)  # CI id -> MIG device UUID
+
+    @property
+    def activity_ratio(self) -> float | None:
+        """How busy the instance was: engine activity where known, else SM activity (the two
+        a MIG instance has in place of the GPU's utilization)."""
+        if self.graphics_engine_active_ratio is not None:
+            return self.graphics_engine_active_ratio
+        return self.sm_active_ratio
 
 
 @dataclass(slots=True)
@@ -114,6 +131,7 @@ class GpuReading:
 
     utilization_ratio: float | None = None
     memory_utilization_ratio: float | None = None
+    graphics_engine_active_ratio: float | None = None  # DCGM GR_ENGINE_ACTIVE, GPM GRAPHICS_UTIL
     sm_active_ratio: float | None = None
     sm_occupancy_ratio: float | None = None
     tensor_active_ratio: float | None = None
@@ -130,10 +148,17 @@ class GpuReading:
     memory_temperature_celsius: float | None = None
     power_watts: float | None = None
     power_limit_watts: float | None = None
+    power_limit_max_watts: float | None = None  # the most the limit may be set to
+    power_limit_default_watts: float | None = None  # the limit the board ships with
     energy_joules: float | None = None  # counter since driver load
+    fan_speed_ratio: float | None = None  # share of the fan's maximum; none on passive boards
+    performance_state: int | None = None  # P-state 0 (most performance) to 15
+    compute_mode: str = ""  # COMPUTE_MODES value; "" unknown
 
     sm_clock_hertz: float | None = None
     memory_clock_hertz: float | None = None
+    graphics_clock_hertz: float | None = None
+    video_clock_hertz: float | None = None
 
     clock_event_active: dict[str, bool] = field(default_factory=dict)  # reason -> set now
     clock_event_seconds: dict[str, float] = field(default_factory=dict)  # reason -> counter
@@ -141,6 +166,7 @@ class GpuReading:
     pcie_tx_bytes_per_second: float | None = None
     pcie_rx_bytes_per_second: float | None = None
     pcie_replay_errors: float | None = None  # counter
+    nvlink_bytes_per_second: float | None = None  # data sent plus received over every NVLink
 
     ecc_errors: dict[str, float] = field(default_factory=dict)  # corrected/uncorrected -> counter
     retired_pages: dict[str, float] = field(default_factory=dict)  # single_bit/double_bit
@@ -151,6 +177,16 @@ class GpuReading:
 
     xid_errors: dict[int, float] = field(default_factory=dict)  # xid code -> count (counter)
     xid_last_timestamp_seconds: float | None = None
+    xid_last_code: int | None = None  # the last XID seen (0: none), DCGM's XID_ERRORS field
+
+    # What the driver says to do to make the GPU usable again (NVML's GPU recovery action:
+    # 0 none, 1 GPU reset, 2 node reboot, 3 drain peer-to-peer traffic, 4 drain and reset)
+    recovery_action: int | None = None
+    # NVSwitch fabric registration (NVML's GPU fabric info): 1 not started, 2 in progress,
+    # 3 completed; None where the GPU is on no fabric. `fabric_error`: completed with an error.
+    fabric_state: int | None = None
+    fabric_error: bool | None = None
+    vgpu_licensed: bool | None = None  # a vGPU guest's license; None where it does not apply
 
     mig_enabled: bool | None = None
     mig_instances: list[MigInstance] = field(default_factory=list)
@@ -197,3 +233,5 @@ class Collection:
     timestamp: float
     errors: Counter[str] = field(default_factory=Counter)
     sim: SimClock | None = None
+    # lines of scraped pages left out as unparseable this cycle, by target (dcgm-exporter)
+    skipped_lines: Counter[str] = field(default_factory=Counter)

@@ -6,18 +6,25 @@ at 1,000 nodes × 8 GPUs (500k series) the library's per-sample label validation
 cycle. The output follows the library's rules exactly (HELP/TYPE naming, escaping, Go-style
 floats): `Families.metric_families()` hands the same records to prometheus_client, and a test
 checks that both renderings are byte-identical. One exception: the dcgm-exporter compatible
-counters (`--compat.dcgm-names`) keep DCGM's names without `_total`, as dcgm-exporter writes
-them (client_golang allows it, dashboards query those names); prometheus_client would add it.
+series (`--compat.dcgm-names`) are written as dcgm-exporter writes them: counters under DCGM's
+names without `_total` (client_golang allows it, dashboards query those names) and a label left
+out where it has no value; prometheus_client would add `_total` and write `label=""`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from exporter.contract import BY_NAME, DCGM_COMPAT
+from exporter.contract import (
+    BY_NAME,
+    DCGM_COMPAT,
+    DCGM_COMPAT_KEYED,
+    DCGM_KINDS,
+    DCGM_MIG_FIELDS,
+)
 from exporter.node_gauges import NodeGauges
-from exporter.readings import Collection, GpuReading, NodeReading, SimClock
+from exporter.readings import Collection, GpuReading, MigInstance, NodeReading, SimClock
 from gpu_defrag_common.exposition import Families, MetricSpec, Page, TextCache, page_of
 
 
@@ -32,9 +39,15 @@ class SelfState:
     last_success_ts: float | None
     collections: int
     errors: dict[str, float]
+    interval_s: float | None = None  # --collect.interval
+    skipped_lines: dict[str, float] = field(default_factory=dict)  # scraped target -> count
 
 
 def _flag(value: bool | None) -> float | None:
+    return None if value is None else float(value)
+
+
+def _number(value: float | None) -> float | None:
     return None if value is None else float(value)
 
 
@@ -44,6 +57,7 @@ GPU_SCALARS: tuple[tuple[str, Callable[[GpuReading], float | None]], ...] = (
     ("gpu_healthy", lambda g: float(g.healthy and not g.lost)),
     ("gpu_utilization_ratio", lambda g: g.utilization_ratio),
     ("gpu_memory_utilization_ratio", lambda g: g.memory_utilization_ratio),
+    ("gpu_graphics_engine_active_ratio", lambda g: g.graphics_engine_active_ratio),
     ("gpu_sm_active_ratio", lambda g: g.sm_active_ratio),
     ("gpu_sm_occupancy_ratio", lambda g: g.sm_occupancy_ratio),
     ("gpu_tensor_active_ratio", lambda g: g.tensor_active_ratio),
@@ -58,16 +72,28 @@ GPU_SCALARS: tuple[tuple[str, Callable[[GpuReading], float | None]], ...] = (
     ("gpu_memory_temperature_celsius", lambda g: g.memory_temperature_celsius),
     ("gpu_power_watts", lambda g: g.power_watts),
     ("gpu_power_limit_watts", lambda g: g.power_limit_watts),
+    ("gpu_power_limit_max_watts", lambda g: g.power_limit_max_watts),
+    ("gpu_power_limit_default_watts", lambda g: g.power_limit_default_watts),
     ("gpu_energy_joules_total", lambda g: g.energy_joules),
+    ("gpu_fan_speed_ratio", lambda g: g.fan_speed_ratio),
+    ("gpu_performance_state", lambda g: _number(g.performance_state)),
     ("gpu_sm_clock_hertz", lambda g: g.sm_clock_hertz),
     ("gpu_memory_clock_hertz", lambda g: g.memory_clock_hertz),
+    ("gpu_graphics_clock_hertz", lambda g: g.graphics_clock_hertz),
+    ("gpu_video_clock_hertz", lambda g: g.video_clock_hertz),
     ("gpu_pcie_tx_bytes_per_second", lambda g: g.pcie_tx_bytes_per_second),
     ("gpu_pcie_rx_bytes_per_second", lambda g: g.pcie_rx_bytes_per_second),
     ("gpu_pcie_replay_errors_total", lambda g: g.pcie_replay_errors),
+    ("gpu_nvlink_bytes_per_second", lambda g: g.nvlink_bytes_per_second),
     ("gpu_retired_pages_pending", lambda g: _flag(g.retired_pages_pending)),
     ("gpu_remapped_rows_pending", lambda g: _flag(g.remapped_rows_pending)),
     ("gpu_remapped_rows_failure", lambda g: _flag(g.remapped_rows_failure)),
     ("gpu_xid_last_timestamp_seconds", lambda g: g.xid_last_timestamp_seconds),
+    ("gpu_xid_last_code", lambda g: _number(g.xid_last_code)),
+    ("gpu_recovery_action", lambda g: _number(g.recovery_action)),
+    ("gpu_fabric_state", lambda g: _number(g.fabric_state)),
+    ("gpu_fabric_error", lambda g: _flag(g.fabric_error)),
+    ("gpu_vgpu_licensed", lambda g: _flag(g.vgpu_licensed)),
     ("gpu_mig_mode_enabled", lambda g: _flag(g.mig_enabled)),
     ("gpu_nvlink_island", lambda g: None if g.nvlink_island is None else float(g.nvlink_island)),
 )
@@ -122,6 +148,15 @@ def add_node(families: Families, node: NodeReading) -> None:
             families.add("gpu_mig_memory_total_bytes", (*base, gi), mig.memory_total_bytes)
             families.add("gpu_mig_memory_used_bytes", (*base, gi), mig.memory_used_bytes)
             families.add("gpu_mig_sm_active_ratio", (*base, gi), mig.sm_active_ratio)
+            families.add(
+                "gpu_mig_graphics_engine_active_ratio",
+                (*base, gi),
+                mig.graphics_engine_active_ratio,
+            )
+            families.add("gpu_mig_tensor_active_ratio", (*base, gi), mig.tensor_active_ratio)
+            families.add("gpu_mig_dram_active_ratio", (*base, gi), mig.dram_active_ratio)
+        if gpu.compute_mode:
+            families.add("gpu_compute_mode_info", (*base, gpu.compute_mode), 1)
         if gpu.numa_node is not None or gpu.cpu_affinity:
             numa = "" if gpu.numa_node is None else str(gpu.numa_node)
             families.add("gpu_numa_info", (*base, numa, gpu.cpu_affinity), 1)
@@ -169,6 +204,7 @@ def add_node_gauges(families: Families, gauges: NodeGauges) -> None:
     labels = (gauges.node,)
     families.add("gpu_node_gpus", labels, gauges.gpus)
     families.add("gpu_node_free_gpus", labels, gauges.free_gpus)
+    families.add("gpu_node_owner_unknown_gpus", labels, gauges.owner_unknown_gpus)
     families.add(
         "gpu_node_largest_free_nvlink_group_gpus", labels, gauges.largest_free_nvlink_group
     )
@@ -182,9 +218,12 @@ def add_self(families: Families, state: SelfState) -> None:
     families.add("gpu_exporter_backend_up", backend, float(state.up))
     families.add("gpu_exporter_collection_duration_seconds", backend, state.last_duration_s)
     families.add("gpu_exporter_last_success_timestamp_seconds", backend, state.last_success_ts)
+    families.add("gpu_exporter_collection_interval_seconds", backend, state.interval_s)
     families.add("gpu_exporter_collections_total", backend, state.collections)
     for call, count in sorted(state.errors.items()):
         families.add("gpu_exporter_collection_errors_total", (state.backend, call), count)
+    for target, count in sorted(state.skipped_lines.items()):
+        families.add("gpu_exporter_skipped_lines_total", (state.backend, target), count)
 
 
 def add_sim(families: Families, clock: SimClock) -> None:
@@ -194,47 +233,131 @@ def add_sim(families: Families, clock: SimClock) -> None:
     families.add("gpu_sim_epoch_timestamp_seconds", (), clock.epoch)
 
 
+# dcgm-exporter's label order (internal/pkg/rendermetrics): identity, the MIG instance, the host
+# (`Hostname` in every release up to 4.5.3-4.8.2), the driver version label row, then the pod
+# labels of `-k` and the XID code. A label without a value is left out, as dcgm-exporter leaves
+# out the MIG and pod labels where they do not apply, never written as `label=""`.
 DCGM_LABELS = (
     "gpu",
     "UUID",
     "pci_bus_id",
     "device",
     "modelName",
+    "GPU_I_PROFILE",
+    "GPU_I_ID",
     "Hostname",
     "DCGM_FI_DRIVER_VERSION",
+    "pod",
+    "namespace",
+    "container",
+    "err_code",
 )
-# Each DCGM series keeps its metric's kind: counters stay counters (rate() and increase() on
-# DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION / _PCIE_REPLAY_COUNTER), under DCGM's own names.
+DCGM_NAMES: dict[str, str] = {
+    **{name: ours for name, (ours, _factor) in DCGM_COMPAT.items()},
+    **{name: ours for name, (ours, _key) in DCGM_COMPAT_KEYED.items()},
+}
+# Each DCGM series keeps dcgm-exporter's type (etc/default-counters.csv): energy and PCIe replays
+# are counters there as here, the remapped-row counts and NVLink bandwidth counters there.
 DCGM_SPECS = {
     name: MetricSpec(
         name,
-        "counter" if BY_NAME[ours].kind == "counter" else "gauge",
+        DCGM_KINDS.get(name, "counter" if BY_NAME[ours].kind == "counter" else "gauge"),
         f"dcgm-exporter compatible {ours} (DCGM units).",
         DCGM_LABELS,
+        omit_empty=True,
     )
-    for name, (ours, _factor) in DCGM_COMPAT.items()
+    for name, ours in DCGM_NAMES.items()
 }
+MIB = 2.0**20
+
+
+_DCGM_READERS = [
+    (name, dict(GPU_SCALARS)[ours], factor) for name, (ours, factor) in DCGM_COMPAT.items()
+]
+
+
+def _dcgm_gpu_values(gpu: GpuReading) -> dict[str, float | None]:
+    """Every DCGM name's value for the whole GPU, in DCGM's units (None: not known)."""
+    values: dict[str, float | None] = {}
+    for name, read, factor in _DCGM_READERS:
+        value = read(gpu)
+        values[name] = None if value is None else value * factor
+    remapped = gpu.remapped_rows
+    values["DCGM_FI_DEV_XID_ERRORS"] = _number(gpu.xid_last_code)
+    values["DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS"] = remapped.get("uncorrectable")
+    values["DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS"] = remapped.get("correctable")
+    values["DCGM_FI_DEV_ROW_REMAP_FAILURE"] = _flag(gpu.remapped_rows_failure)
+    values["DCGM_FI_DEV_ROW_REMAP_PENDING"] = _flag(gpu.remapped_rows_pending)
+    values["DCGM_FI_DEV_VGPU_LICENSE_STATUS"] = _flag(gpu.vgpu_licensed)
+    return values
+
+
+def _dcgm_instance_values(mig: MigInstance) -> dict[str, float | None]:
+    """The values a MIG GPU instance has of its own (`DCGM_MIG_FIELDS`), in DCGM's units."""
+    used, total = mig.memory_used_bytes, mig.memory_total_bytes
+    free = None if used is None or total is None else total - used
+    return {
+        "DCGM_FI_DEV_FB_USED": None if used is None else used / MIB,
+        "DCGM_FI_DEV_FB_FREE": None if free is None else free / MIB,
+        "DCGM_FI_DEV_FB_TOTAL": None if total is None else total / MIB,
+        "DCGM_FI_PROF_GR_ENGINE_ACTIVE": mig.graphics_engine_active_ratio,
+        "DCGM_FI_PROF_SM_ACTIVE": mig.sm_active_ratio,
+        "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": mig.tensor_active_ratio,
+        "DCGM_FI_PROF_DRAM_ACTIVE": mig.dram_active_ratio,
+    }
+
+
+def _pod_of(node: NodeReading, gpu: int, gpu_instance_id: int | None) -> tuple[str, str, str]:
+    """(pod, namespace, container) dcgm-exporter's `-k` puts on a GPU's (or MIG instance's)
+    series: its one holder; none where several pods share it (dcgm-exporter would name one of
+    them at random; gpu_allocation_info names them all)."""
+    holders = {
+        (a.pod, a.namespace, a.container)
+        for a in node.allocations
+        if a.gpu == gpu and a.gpu_instance_id == gpu_instance_id and a.pod
+    }
+    return next(iter(holders)) if len(holders) == 1 else ("", "", "")
 
 
 def add_dcgm_compat(families: Families, nodes: Iterable[NodeReading]) -> None:
-    """NVIDIA dcgm-exporter names and units, so its stock Grafana dashboard works on our data."""
-    readers = dict(GPU_SCALARS)
+    """NVIDIA dcgm-exporter names, units and labels, so its stock Grafana dashboard and the
+    rules users wrote for it work on our data. On a MIG GPU the fields a GPU instance has of its
+    own are one series per instance (GPU_I_PROFILE, GPU_I_ID, the instance's pod), as in
+    dcgm-exporter's flex mode; the device-wide ones stay one series per GPU, so a sum() over
+    them counts each GPU once (dcgm-exporter repeats them on every instance)."""
     for node in nodes:
         for gpu in node.gpus:
-            labels = (
+            identity = (
                 str(gpu.index),
                 gpu.uuid,
                 gpu.pci_bus_id,
                 f"nvidia{gpu.index}",
                 gpu.model,
-                node.node,
-                node.driver_version,
             )
-            for dcgm_name, (ours, factor) in DCGM_COMPAT.items():
-                read = readers.get(ours)
-                value = read(gpu) if read else None
-                if value is not None:
-                    families.add_spec(DCGM_SPECS[dcgm_name], labels, value * factor)
+            host = (node.node, node.driver_version)
+            per_instance = bool(gpu.mig_enabled and gpu.mig_instances)
+            gpu_pod = _pod_of(node, gpu.index, None)
+            labels = (*identity, "", "", *host, *gpu_pod, "")  # one tuple for every field
+            for name, value in _dcgm_gpu_values(gpu).items():
+                if value is None or (per_instance and name in DCGM_MIG_FIELDS):
+                    continue
+                if name == "DCGM_FI_DEV_XID_ERRORS":  # the code as a label too
+                    xid = (*labels[:-1], str(int(value)))
+                    families.add_spec(DCGM_SPECS[name], xid, value)
+                else:
+                    families.add_spec(DCGM_SPECS[name], labels, value)
+            if not per_instance:
+                continue
+            seen: set[int] = set()
+            for mig in gpu.mig_instances:
+                if mig.gpu_instance_id in seen:
+                    continue
+                seen.add(mig.gpu_instance_id)
+                pod = _pod_of(node, gpu.index, mig.gpu_instance_id)
+                instance = (*identity, mig.profile, str(mig.gpu_instance_id), *host, *pod, "")
+                for name, value in _dcgm_instance_values(mig).items():
+                    if value is not None:
+                        families.add_spec(DCGM_SPECS[name], instance, value)
 
 
 def collect_families(

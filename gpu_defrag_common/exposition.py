@@ -29,6 +29,9 @@ class MetricSpec:
     kind: Kind
     help: str
     labels: tuple[str, ...]
+    # Leave a label out of a sample whose value for it is "" (dcgm-exporter's own series carry
+    # MIG or pod labels only where they apply), instead of writing `label=""` as the library does
+    omit_empty: bool = False
 
     @property
     def family(self) -> str:
@@ -86,6 +89,7 @@ class Families:
         topology, identity and most error counters rarely change, and they are most lines.
         """
         out: list[str] = []
+        blocks: dict[tuple, str] = {}  # label set -> its rendered text (omit_empty families)
         for spec, samples in self._records.values():
             if cache is not None:
                 previous = cache.get(spec.name)
@@ -96,16 +100,22 @@ class Families:
             kind = "gauge" if spec.kind == "info" else spec.kind
             help_text = spec.help.replace("\\", r"\\").replace("\n", r"\n")
             out.append(f"# HELP {spec.name} {help_text}\n# TYPE {spec.name} {kind}\n")
-            # The library writes labels sorted by name; one format template per family.
-            order = sorted(range(len(spec.labels)), key=spec.labels.__getitem__)
-            pairs = ",".join(f'{spec.labels[i]}="{{{i}}}"' for i in order)
-            line = (
-                f"{spec.name}{{{{{pairs}}}}} {{value}}\n" if pairs else f"{spec.name} {{value}}\n"
-            )
-            fmt = line.format
-            out.extend(
-                fmt(*map(escape_label, labels), value=_number(value)) for labels, value in samples
-            )
+            if spec.omit_empty:
+                out.extend(_sparse_lines(spec, samples, blocks))
+            else:
+                # The library writes labels sorted by name; one format template per family.
+                order = sorted(range(len(spec.labels)), key=spec.labels.__getitem__)
+                pairs = ",".join(f'{spec.labels[i]}="{{{i}}}"' for i in order)
+                line = (
+                    f"{spec.name}{{{{{pairs}}}}} {{value}}\n"
+                    if pairs
+                    else f"{spec.name} {{value}}\n"
+                )
+                fmt = line.format
+                out.extend(
+                    fmt(*map(escape_label, labels), value=_number(value))
+                    for labels, value in samples
+                )
             if cache is not None:
                 chunk = "".join(out[start:])
                 del out[start:]
@@ -131,6 +141,24 @@ class Families:
                     family.add_metric(list(labels), value)
             families.append(family)
         return families
+
+
+def _sparse_lines(spec: MetricSpec, samples: list[Sample], blocks: dict[tuple, str]) -> list[str]:
+    """The samples of an `omit_empty` family: each with its non-empty labels, sorted by name.
+    `blocks` keeps each label set's rendered `{...}` for the other families of the same text:
+    dcgm-exporter's series of one GPU repeat one label set over every field."""
+    out = []
+    name = spec.name
+    for labels, value in samples:
+        key = (spec.labels, labels)
+        block = blocks.get(key)
+        if block is None:
+            pairs = sorted((n, v) for n, v in zip(spec.labels, labels, strict=True) if v)
+            block = blocks[key] = ",".join(f'{n}="{escape_label(v)}"' for n, v in pairs)
+        out.append(
+            f"{name}{{{block}}} {_number(value)}\n" if block else f"{name} {_number(value)}\n"
+        )
+    return out
 
 
 @dataclass(frozen=True, slots=True)

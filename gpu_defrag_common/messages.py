@@ -18,6 +18,20 @@ def one_line(error: BaseException, *, typed: bool = False) -> str:
     return text or name
 
 
+def error_line(command: str, message: str) -> str:
+    """`gpu-defrag COMMAND: error: MESSAGE`, the wording of every command's failure (argparse's
+    own usage errors read the same); `command` "" for the top level."""
+    who = f"gpu-defrag {command}" if command else "gpu-defrag"
+    return f"{who}: error: {message}"
+
+
+def say_error(command: str, message: str) -> None:
+    """`error_line` on standard error."""
+    import sys
+
+    print(error_line(command, message), file=sys.stderr)
+
+
 def unknown_key(key: str, keys: Iterable[str], what: str, noun: str = "key") -> str:
     """The problem text for a key `what` does not have (a file's typo): the closest known key
     when one is close, then every key it has. `unknown key (did you mean 'migratable'?); an

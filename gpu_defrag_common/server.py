@@ -3,38 +3,38 @@
 Routes: `/` landing page, `/metrics`, `/health` (readiness: fresh data), `/-/healthy`
 (liveness: the process answers), plus any extra read-only routes the caller passes (the
 advisor's JSON API). TLS and basic auth come from the web-config file and cover every route.
-Errors under /api/ are JSON (`{"error": ...}`, the API's Error schema), elsewhere one text line;
-a request body is read and dropped (bounded), so keep-alive never parses it as a request.
+Errors under /api/ are JSON (`{"error": ...}`, the API's Error schema), elsewhere one text line
+(the standard library's own 400/414/431/501/505 included, never its HTML page). Sockets belong
+to `connections.Connections`, which hands over whole requests only (a body read and dropped);
+here a request is answered into memory by the standard library's parser and our routes.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
 import html
+import io
 import json
 import logging
 import re
 import socket
-import sys
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Protocol
 
+from gpu_defrag_common.connections import Body, Connections, Framed, Limits, Reply
 from gpu_defrag_common.exposition import Page
-from gpu_defrag_common.messages import one_line
 from gpu_defrag_common.webconfig import WebConfig
 
 log = logging.getLogger(__name__)
 
 # The classic text format that generate_latest() writes; every Prometheus 2.x and 3.x parses it.
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
-CLIENT_GONE = (ConnectionResetError, BrokenPipeError, TimeoutError)  # not the server's fault
 TEXT = "text/plain; charset=utf-8"
-MAX_BODY = 1 << 20  # every route is read-only: a body is read and dropped, up to this size
+MAX_BODY = Limits().max_body_bytes  # every route is read-only: a body is read and dropped
+LISTEN_BACKLOG = 1024  # connections the kernel holds before the loop accepts them
 _QVALUE = re.compile(r"0(\.[0-9]{0,3})?|1(\.0{0,3})?")  # RFC 9110 12.4.2
 
 
@@ -116,61 +116,60 @@ def landing_page(title: str, health: Health, paths: Iterable[str]) -> str:
     )
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    request_queue_size = 64
+@dataclass(frozen=True, slots=True)
+class _App:
+    """What every request of one server reads: `self.server` of its handler."""
 
-    def __init__(
-        self,
-        address: tuple[str, int],
-        source: PageSource,
-        web: WebConfig,
-        title: str,
-        routes: Mapping[str, Route] | None = None,
-    ):
-        self.address_family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
-        super().__init__(address, _Handler)
-        self.source = source
-        self.web = web
-        self.title = title
-        self.routes: Mapping[str, Route] = routes or {}
-
-    def finish_request(self, request, client_address) -> None:
-        """Runs in the connection's own thread, so a slow TLS handshake stalls only itself."""
-        if self.web.tls is not None:
-            try:
-                request.settimeout(10)
-                request = self.web.tls.wrap_socket(request, server_side=True)
-            except (OSError, ValueError) as error:
-                log.debug("TLS handshake with %s failed: %s", client_address, error)
-                return
-        super().finish_request(request, client_address)
-
-    def handle_error(self, request, client_address) -> None:
-        """Replaces socketserver's traceback on stderr: a client that hangs up early (a
-        `| head`, a scrape timeout) is routine and logged at debug; anything else is one
-        logfmt line at error."""
-        error = sys.exception()
-        if isinstance(error, CLIENT_GONE):
-            log.debug("client %s went away: %s", client_address, type(error).__name__)
-            return
-        log.error("request from %s failed: %s", client_address, one_line(error, typed=True))
+    source: PageSource
+    web: WebConfig
+    title: str
+    routes: Mapping[str, Route]
 
 
 class _Handler(BaseHTTPRequestHandler):
-    server: _Server
+    """One whole request (read by `connections.Connections`) answered into memory: the standard
+    library's request-line and header parsing and its status lines, without its socket I/O."""
+
+    server: _App  # type: ignore[assignment]
     protocol_version = "HTTP/1.1"
-    timeout = 30
-    # Headers and body leave in one write with Nagle off: separate small writes on a
-    # keep-alive connection otherwise wait ~40 ms for the client's delayed ACK.
-    disable_nagle_algorithm = True
-    wbufsize = 64 * 1024
+    # An error found before the version is read (a bad or HTTP/2.0 request line) still gets a
+    # status line: the default "HTTP/0.9" sent its body alone.
+    default_request_version = "HTTP/1.1"
+
+    def __init__(self, request: Framed, client_address: tuple, app: _App) -> None:
+        # not BaseRequestHandler.__init__, which would read and write a socket
+        self.request = None
+        self.client_address = client_address
+        self.server = app
+        self.framed = request
+        self.rfile = io.BytesIO(request.head)
+        self.wfile = io.BytesIO()
+        self.close_connection = True
+        if request.head_too_large:
+            self._head_too_large()
+        else:
+            self.handle_one_request()
+
+    def reply(self) -> Reply:
+        return Reply(self.wfile.getvalue(), self.close_connection)
+
+    def _head_too_large(self) -> None:
+        """No end of the head within the bound: 414 while the request line has not ended,
+        else 431 (as the standard library answers a line over its own bound)."""
+        line, newline, _ = self.framed.head.partition(b"\n")
+        self.raw_requestline = line
+        self.requestline, self.command = "", ""
+        self.request_version = self.default_request_version
+        if newline:
+            self.send_error(HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE, "request headers too large")
+        else:
+            self.send_error(HTTPStatus.REQUEST_URI_TOO_LONG)
 
     def log_message(self, format: str, *args: object) -> None:
         log.debug("%s %s", self.address_string(), format % args)
 
     def do_GET(self) -> None:
-        if self._read_body() and self._authorized():
+        if self._body_ok() and self._authorized():
             self._get()
 
     def _get(self) -> None:
@@ -197,32 +196,26 @@ class _Handler(BaseHTTPRequestHandler):
     def _method_not_allowed(self) -> None:
         """Every route is read-only: other methods get 405 with `Allow` (not the stdlib's 501,
         which claims the server does not know the method at all)."""
-        if self._read_body() and self._authorized():
+        if self._body_ok() and self._authorized():
             self._error(HTTPStatus.METHOD_NOT_ALLOWED, "method not allowed", {"Allow": "GET, HEAD"})
 
     do_POST = do_PUT = do_PATCH = do_DELETE = do_OPTIONS = do_TRACE = do_QUERY = _method_not_allowed
 
-    def _read_body(self) -> bool:
-        """Reads and drops a declared body, so that on a keep-alive connection it is never
-        taken for the next request. A chunked body is not read: the connection closes after
-        the answer. False when the request was answered here (bad or oversized length)."""
-        if self.headers.get("Transfer-Encoding") is not None:
+    def _body_ok(self) -> bool:
+        """The body was read and dropped with the request (so on a keep-alive connection it is
+        never taken for the next request); a chunked one was not read, and the connection
+        closes after the answer. False when the request was answered here."""
+        body = self.framed.body
+        if body is Body.CHUNKED:
             self.close_connection = True
-            return True
-        lengths = {value.strip() for value in self.headers.get_all("Content-Length") or ()}
-        if not lengths:
-            return True
-        keep_open = not self.close_connection  # as parse_request decided from the headers
-        self.close_connection = True  # until the body is read in full
-        length = lengths.pop()
-        if lengths or not length.isascii() or not length.isdigit():
+        elif body is Body.BAD_LENGTH:
+            self.close_connection = True
             self._error(HTTPStatus.BAD_REQUEST, "bad Content-Length")
             return False
-        if len(length) > len(str(MAX_BODY)) or int(length) > MAX_BODY:
+        elif body is Body.TOO_LARGE:
+            self.close_connection = True
             self._error(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, f"body over {MAX_BODY} bytes")
             return False
-        if len(self.rfile.read(int(length))) == int(length):
-            self.close_connection = not keep_open
         return True
 
     def _api_request(self) -> bool:
@@ -241,13 +234,12 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(status, body, kind, extra)
 
     def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
-        """The standard library's own errors (400, 414, 431, 501) as JSON under /api/."""
-        if not self._api_request():
-            super().send_error(code, message, explain)
-            return
+        """The standard library's own errors (400, 414, 431, 501 for an unknown method, 505
+        for HTTP/2.0) like every other: one line of plain text (JSON under /api/), never
+        its HTML page, and the connection closes after them as the library's do."""
         self.log_error("code %d, message %s", code, message)
         self.close_connection = True
-        self._error(HTTPStatus(code), message or self.responses.get(code, ("error",))[0])
+        self._error(HTTPStatus(code), message or HTTPStatus(code).phrase)
 
     def _metrics(self) -> None:
         page = self.server.source.current_page()
@@ -272,17 +264,8 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _authorized(self) -> bool:
         web = self.server.web
-        if not web.auth_required:
+        if not web.auth_required or web.authorized(self.headers.get("Authorization", "")):
             return True
-        header = self.headers.get("Authorization", "")
-        scheme, _, encoded = header.partition(" ")
-        if scheme.lower() == "basic":
-            try:
-                user, _, password = base64.b64decode(encoded, validate=True).decode().partition(":")
-            except (binascii.Error, UnicodeDecodeError):
-                user, password = "", ""
-            if user and web.check_password(user, password):
-                return True
         self._send(
             HTTPStatus.UNAUTHORIZED,
             b"Unauthorized\n",
@@ -314,7 +297,8 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 class ExporterServer:
-    """Owns the listening socket and its thread; `close()` stops both."""
+    """Owns the listening socket, the connection loop's thread and its workers; `close()`
+    stops them all within about a second."""
 
     def __init__(
         self,
@@ -323,22 +307,57 @@ class ExporterServer:
         web: WebConfig,
         title: str = "gpu-defrag exporter",
         routes: Mapping[str, Route] | None = None,
+        limits: Limits | None = None,
     ) -> None:
         host, port = parse_listen_address(address)
         self._host = host
-        self._httpd = _Server((host, port), source, web, title, routes)
-        self._thread = threading.Thread(target=self._httpd.serve_forever, name="http", daemon=True)
+        self._web = web
+        self._app = _App(source, web, title, routes or {})
+        self._listener = _listen(host, port)
+        self._connections = Connections(
+            self._listener,
+            self._respond,
+            limits=limits or Limits(),
+            tls=web.tls,
+            needs_auth_check=web.needs_check,
+            busy_reply=self._busy,
+        )
+        self._thread = threading.Thread(
+            target=self._connections.serve_forever, name="http", daemon=True
+        )
+
+    def _respond(self, request: Framed, client_address: tuple) -> Reply:
+        return _Handler(request, client_address, self._app).reply()
+
+    def _busy(self) -> bytes:
+        """The answer when the queue of bcrypt checks is full: try again, not a wrong password."""
+        body = b"too many authentication checks waiting; try again\n"
+        status = HTTPStatus.SERVICE_UNAVAILABLE
+        headers = {
+            "Content-Type": TEXT,
+            "Content-Length": str(len(body)),
+            **self._web.headers,
+            "Retry-After": "1",
+            "Connection": "close",
+        }
+        lines = [f"HTTP/1.1 {status.value} {status.phrase}"]
+        lines += [f"{name}: {value}" for name, value in headers.items()]
+        return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
 
     @property
     def port(self) -> int:
-        return self._httpd.server_address[1]
+        return self._listener.getsockname()[1]
+
+    @property
+    def open_connections(self) -> int:
+        return self._connections.open_connections
 
     def url(self, path: str = "/metrics") -> str:
         """Where the server answers `path`, as its start-up log line names it: the scheme (https
         with TLS), the host of the listen address and the port bound. An address without a host
         (`:9835`), 0.0.0.0 or :: listens on every interface: `http://0.0.0.0:9835/metrics (all
         interfaces)`, not `http://:9835/metrics`, which no client can open."""
-        scheme = "https" if self._httpd.web.tls else "http"
+        scheme = "https" if self._web.tls else "http"
         host = self._host or "0.0.0.0"
         shown = f"[{host}]" if ":" in host else host
         every = " (all interfaces)" if host in ("0.0.0.0", "::") else ""
@@ -349,6 +368,23 @@ class ExporterServer:
         return self
 
     def close(self) -> None:
-        self._httpd.shutdown()
-        self._httpd.server_close()
-        self._thread.join(timeout=5)
+        if self._thread.is_alive():
+            self._connections.close()
+            self._thread.join(timeout=2.0)
+        else:
+            self._listener.close()
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """A listening socket as `socketserver` made it (address reuse, IPv6 for a host with a
+    colon), with a backlog for a burst of connections."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(LISTEN_BACKLOG)
+    except BaseException:
+        sock.close()
+        raise
+    return sock

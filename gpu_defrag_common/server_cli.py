@@ -6,10 +6,17 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from dataclasses import replace
 
+from gpu_defrag_common.connections import Limits
 from gpu_defrag_common.units import number
 
 LOG_FORMAT = "ts=%(asctime)s level=%(levelname)s source=%(name)s msg=%(message)s"  # logfmt
+
+
+def server_limits(args: argparse.Namespace) -> Limits:
+    """The connection limits the `--web.*` flags set."""
+    return replace(Limits(), max_connections=args.max_connections)
 
 
 def configure_logging(level: str) -> None:
@@ -30,6 +37,14 @@ def add_server_arguments(parser: argparse.ArgumentParser, *, listen: str, what: 
         dest="web_config_file",
         default="",
         help="exporter-toolkit web config (TLS, basic auth with bcrypt hashes)",
+    )
+    parser.add_argument(
+        "--web.max-connections",
+        dest="max_connections",
+        type=number(1, kind=int),
+        default=Limits().max_connections,
+        help="connections held open at once; one more closes the one that has waited longest "
+        "for its request",
     )
     parser.add_argument(
         "--health.stale-intervals",

@@ -7,11 +7,15 @@ problem is one `WebConfigError` line raised at start-up, never at the first scra
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hashlib
 import hmac
 import os
+import secrets
 import ssl
 import threading
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -55,38 +59,142 @@ class WebConfigError(ValueError):
     """A web-config file that cannot be used; the message names the file and the key."""
 
 
+BCRYPT_MAX_BYTES = 72  # bcrypt reads no more of a password (htpasswd and Go's bcrypt alike)
+BCRYPT_AT_ONCE = 1  # bcrypt checks at a time: at most a core, whatever the clients send
+VERIFIED_KEPT = 256  # recent successful credentials remembered (a scrape every 15 s: one)
+
+
 @dataclass
 class WebConfig:
     tls: ssl.SSLContext | None = None
     users: dict[str, bytes] = field(default_factory=dict)  # user -> bcrypt hash
     headers: dict[str, str] = field(default_factory=dict)
-    _verified: set[bytes] = field(default_factory=set, repr=False)
+    _verified: OrderedDict[bytes, None] = field(default_factory=OrderedDict, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _checks: threading.BoundedSemaphore = field(
+        default_factory=lambda: threading.BoundedSemaphore(BCRYPT_AT_ONCE), repr=False
+    )
+    _decoys: dict[int, bytes] = field(default_factory=dict, repr=False)
+    _decoy_key: bytes = field(default_factory=lambda: secrets.token_bytes(16), repr=False)
 
     @property
     def auth_required(self) -> bool:
         return bool(self.users)
 
+    def authorized(self, header: str) -> bool:
+        """Whether an `Authorization` header value names a user and its password."""
+        credentials = basic_credentials(header)
+        return credentials is not None and self.check_password(*credentials)
+
+    def needs_check(self, head: bytes) -> bool:
+        """Whether answering a request (its raw head) will cost a bcrypt check: auth is on,
+        it sends Basic credentials, and they are not among the recent successes. Cheap: the
+        connection loop asks it of every request to send those to the bounded auth lane."""
+        if not self.users:
+            return False
+        header = _authorization(head)
+        credentials = basic_credentials(header) if header else None
+        if credentials is None:
+            return False  # 401 at once
+        user, password = credentials
+        hashed = self.users.get(user)
+        return hashed is None or not self._seen(_verified_key(user, hashed, password))
+
     def check_password(self, user: str, password: str) -> bool:
-        """bcrypt costs ~100 ms at cost 10: remember successful pairs (keyed by a salted
-        digest, never the plain password) so a scrape every 15 s does not pay it each time."""
+        """bcrypt costs ~100 ms at cost 10: successful pairs are remembered (keyed by a salted
+        digest, never the plain password), so a scrape every 15 s pays it once. An unknown user
+        is checked against a decoy hash of a real user's cost, so names cannot be told apart by
+        timing; at most `BCRYPT_AT_ONCE` checks run at a time. Never raises: a password over
+        72 bytes is cut to 72, as the hash's maker (htpasswd, Go's bcrypt) cut it."""
+        secret = password.encode()[:BCRYPT_MAX_BYTES]
         hashed = self.users.get(user)
         if hashed is None:
-            # Spend the same time as a real check so user names cannot be probed by timing.
-            bcrypt.checkpw(password.encode(), _DUMMY_HASH)
+            self._bcrypt(secret, self._decoy_for(user))
             return False
-        key = hashlib.sha256(hashed + b"\0" + user.encode() + b"\0" + password.encode()).digest()
-        with self._lock:
-            if any(hmac.compare_digest(key, known) for known in self._verified):
-                return True
-        if not bcrypt.checkpw(password.encode(), hashed):
+        key = _verified_key(user, hashed, password)
+        if self._seen(key):
+            return True
+        if not self._bcrypt(secret, hashed):
             return False
         with self._lock:
-            self._verified.add(key)
+            self._verified[key] = None
+            while len(self._verified) > VERIFIED_KEPT:
+                self._verified.popitem(last=False)
         return True
 
+    def _seen(self, key: bytes) -> bool:
+        with self._lock:
+            if key in self._verified:  # a digest of 256 random-looking bits: no timing to learn
+                self._verified.move_to_end(key)
+                return True
+        return False
 
-_DUMMY_HASH = bcrypt.hashpw(b"not-a-user", bcrypt.gensalt(rounds=10))
+    def _bcrypt(self, secret: bytes, hashed: bytes) -> bool:
+        with self._checks:
+            try:
+                return self._checkpw(secret, hashed)
+            except ValueError:  # refused input (none expected after the cut): a wrong password
+                return False
+
+    @staticmethod
+    def _checkpw(secret: bytes, hashed: bytes) -> bool:
+        return bcrypt.checkpw(secret, hashed)  # releases the GIL: one core per check
+
+    def _decoy_for(self, user: str) -> bytes:
+        """A hash of the cost of a real user's, chosen by a keyed digest of the name: unknown
+        names take as long as known ones (with users of mixed costs, as long as one of them)."""
+        costs = sorted(_cost(hashed) for hashed in self.users.values())
+        digest = hmac.new(self._decoy_key, user.encode(), hashlib.sha256).digest()
+        cost = costs[int.from_bytes(digest[:4], "big") % len(costs)]
+        with self._lock:
+            if cost not in self._decoys:
+                self._decoys[cost] = bcrypt.hashpw(
+                    secrets.token_bytes(16), bcrypt.gensalt(rounds=cost)
+                )
+            return self._decoys[cost]
+
+    def prepare_decoys(self) -> WebConfig:
+        """Make the decoy hashes now (one per cost), so the first unknown name is not slower
+        by the hashing; `load_web_config` does this."""
+        for hashed in self.users.values():
+            cost = _cost(hashed)
+            if cost not in self._decoys:
+                self._decoys[cost] = bcrypt.hashpw(
+                    secrets.token_bytes(16), bcrypt.gensalt(rounds=cost)
+                )
+        return self
+
+
+def basic_credentials(header: str) -> tuple[str, str] | None:
+    """(user, password) of a `Basic` Authorization value, or None when it is not one."""
+    scheme, _, encoded = header.strip().partition(" ")
+    if scheme.lower() != "basic":
+        return None
+    try:
+        user, sep, password = (
+            base64.b64decode(encoded.strip(), validate=True).decode().partition(":")
+        )
+    except (binascii.Error, UnicodeDecodeError, ValueError):
+        return None
+    return (user, password) if user and sep else None
+
+
+def _authorization(head: bytes) -> str:
+    """The first Authorization header of a raw request head ('' without one)."""
+    for line in head.split(b"\n")[1:]:
+        name, sep, value = line.partition(b":")
+        if sep and name.strip().lower() == b"authorization":
+            return value.strip().decode("latin-1")
+    return ""
+
+
+def _verified_key(user: str, hashed: bytes, password: str) -> bytes:
+    return hashlib.sha256(hashed + b"\0" + user.encode() + b"\0" + password.encode()).digest()
+
+
+def _cost(hashed: bytes) -> int:
+    """The cost field of a `$2b$NN$...` hash (checked at load)."""
+    return int(hashed[4:6])
 
 
 def load_web_config(path: str | os.PathLike[str] | None) -> WebConfig:
@@ -118,7 +226,7 @@ def load_web_config(path: str | os.PathLike[str] | None) -> WebConfig:
         config.headers = _headers(file, raw["http_server_config"])
     if raw.get("basic_auth_users") is not None:
         config.users = _users(file, raw["basic_auth_users"])
-    return config
+    return config.prepare_decoys()
 
 
 def _no_unknown(file: Path, where: str, section: dict, allowed: set[str]) -> None:
@@ -208,7 +316,13 @@ def _users(file: Path, section: object) -> dict[str, bytes]:
     users: dict[str, bytes] = {}
     for user, hashed in section.items():
         text = str(hashed or "")
-        if not text.startswith(("$2a$", "$2b$", "$2y$")) or len(text) != 60:
+        cost = text[4:6]
+        if (
+            not text.startswith(("$2a$", "$2b$", "$2y$"))
+            or len(text) != 60
+            or not (cost.isascii() and cost.isdigit() and 4 <= int(cost) <= 31)
+            or text[6] != "$"
+        ):
             raise WebConfigError(
                 f"web config {file}: basic_auth_users.{user} is not a bcrypt hash "
                 "(generate one with `htpasswd -nBC 10 '' | tr -d ':\\n'`)"

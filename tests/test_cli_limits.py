@@ -233,7 +233,7 @@ def test_a_stdout_that_fails_is_one_line_and_exit_1(monkeypatch, capsys, code) -
     monkeypatch.setattr(sys, "stdout", Failing(OSError(code, "no way")))
     assert main(["fake"]) == 1
     err = capsys.readouterr().err
-    assert err == "gpu-defrag fake: cannot write to standard output: no way\n"
+    assert err == "gpu-defrag fake: error: cannot write to standard output: no way\n"
 
 
 def test_output_that_fails_only_at_the_flush_after_the_command_is_exit_1(
@@ -307,7 +307,7 @@ def test_plan_and_replay_to_dev_full_are_one_line(tmp_path: Path) -> None:
             done = _cli(*argv, stdout=full)
         assert done.returncode == 1, (command, done.stderr)
         assert done.stderr == (
-            f"gpu-defrag {command}: cannot write to standard output: No space left on device\n"
+            f"gpu-defrag {command}: error: cannot write to standard output: No space left on device\n"
         )
 
 

@@ -15,7 +15,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 SEED = str(ROOT / "examples" / "seed-16x8-a100.json")
-CLOSED = "cannot write to standard output: standard output is closed"
+CLOSED = "error: cannot write to standard output: standard output is closed"
 
 
 def _closed_stdout(*args: str) -> subprocess.CompletedProcess:

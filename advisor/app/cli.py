@@ -22,6 +22,8 @@ import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 
+from gpu_defrag_common.messages import error_line, say_error
+
 DEFAULT_SOURCE = "sim:a100-16x8"
 SOURCE_ENV = "GPU_DEFRAG_SOURCE"  # the app's starting source (also `-- --source X`)
 ADVISOR_ENV = "GPU_DEFRAG_ADVISOR"  # an advisor service's URL the app reads (also `-- --advisor`)
@@ -36,6 +38,7 @@ DEMO_SIM_START = (
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     # imported here, not at the top: the app's own process imports this module's constants
+    from advisor.ingest.schedulers import JoinSources
     from exporter.backends.sim import MAX_SPEED, speed_flag
     from exporter.sim.presets import PRESETS
     from gpu_defrag_common.units import number
@@ -50,9 +53,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     app.add_argument(
         "--source",
         default=DEFAULT_SOURCE,
+        action=JoinSources,
         metavar="SOURCE",
-        help=f"sim:PRESET, exporter URLs, prometheus+http://..., FILE.json or openb:... "
-        f"(default {DEFAULT_SOURCE}); can be changed in the sidebar",
+        help=f"sim:PRESET, exporter URLs, prometheus+http://..., FILE.json, openb:... or "
+        f"k8s:...; repeated, a scheduler and the usage source it joins by node name "
+        f"(k8s:...+http://...) (default {DEFAULT_SOURCE}); can be changed in the sidebar",
     )
     app.add_argument(
         "--advisor",
@@ -258,7 +263,7 @@ def _supervise(children: Sequence[Child]) -> int:
                 code = process.poll()
                 if code is not None:
                     print(
-                        f"gpu-defrag: the {name} exited with {code}; stopping the rest",
+                        error_line("demo", f"the {name} exited with {code}; stopping the rest"),
                         file=sys.stderr,
                     )
                     return code or 1
@@ -281,7 +286,7 @@ def advisor_source(url: str) -> str:
 def run_app(args: argparse.Namespace) -> int:
     taken = app_address_taken(args.address, args.port)
     if taken:
-        print(f"gpu-defrag app: error: {taken}", file=sys.stderr)
+        say_error("app", taken)
         return 2
     source = advisor_source(args.advisor) if args.advisor else args.source
     command = streamlit_command(args.address, args.port, source)
@@ -289,7 +294,7 @@ def run_app(args: argparse.Namespace) -> int:
     url = url_of(args.address, args.port)
     if not wait_http(url + "_stcore/health", 60, children[0][1]):
         _stop(children)
-        print(f"gpu-defrag: error: the app did not start on {url}", file=sys.stderr)
+        print(error_line("app", f"the app did not start on {url}"), file=sys.stderr)
         return 1
     try:  # a status line that cannot be written (`>&-`, a full disk) must not orphan the app
         print(f"gpu-defrag app on {url} (source {source}); Ctrl-C stops it", flush=True)
@@ -338,7 +343,7 @@ def advisor_command(source: str, port: int, interval_s: float) -> list[str]:
 def run_demo(args: argparse.Namespace) -> int:
     taken = demo_ports_taken(args)
     if taken:
-        print(f"gpu-defrag demo: error: {taken}", file=sys.stderr)
+        say_error("demo", taken)
         return 2
     port = args.exporter_port or free_port()
     exporter_url = f"http://127.0.0.1:{port}/metrics"
@@ -348,7 +353,7 @@ def run_demo(args: argparse.Namespace) -> int:
         children.append(("sim exporter", exporter))
         if not wait_http(exporter_url, 60, exporter):
             print(
-                f"gpu-defrag: error: the sim exporter did not answer on {exporter_url}",
+                error_line("demo", f"the sim exporter did not answer on {exporter_url}"),
                 file=sys.stderr,
             )
             _stop(children)
@@ -366,7 +371,7 @@ def run_demo(args: argparse.Namespace) -> int:
             # its first run (after reading the fleet's week back): the app has a view at once
             if not wait_http(advisor_url + "health", 300, advisor):
                 print(
-                    f"gpu-defrag: error: the advisor did not answer on {advisor_url}",
+                    error_line("demo", f"the advisor did not answer on {advisor_url}"),
                     file=sys.stderr,
                 )
                 _stop(children)
@@ -380,7 +385,7 @@ def run_demo(args: argparse.Namespace) -> int:
         children.append(("app", app))
         url = url_of(args.address, args.port)
         if not wait_http(url + "_stcore/health", 60, app):
-            print(f"gpu-defrag: error: the app did not start on {url}", file=sys.stderr)
+            print(error_line("demo", f"the app did not start on {url}"), file=sys.stderr)
             _stop(children)
             return 1
         print(

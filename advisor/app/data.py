@@ -79,6 +79,7 @@ STATE_LABELS: dict[str, str] = {
     "allocated_idle": "allocated, idle",
     "unhealthy": "unhealthy / unavailable",
     "mig_free": "MIG, free instances",
+    "owner_unknown": "in use, owner unknown",
     "reserved": "reserved (planned)",
 }
 
@@ -91,10 +92,10 @@ def is_advisor(spec: str) -> bool:
 
 
 def is_live(spec: str) -> bool:
-    """Exporter pages, Prometheus, Slurm and the advisor service change under us; sims,
-    snapshots and traces do not."""
+    """Exporter pages, Prometheus, Kubernetes, Slurm and the advisor service change under us;
+    sims, snapshots and traces do not."""
     return is_advisor(spec) or spec.strip().startswith(
-        ("http://", "https://", "prometheus+http", "prometheus+https", "slurm:", "slurm+")
+        ("http://", "https://", "prometheus+http", "prometheus+https", "slurm:", "slurm+", "k8s:")
     )
 
 
@@ -454,6 +455,8 @@ def current() -> Shown:
     left_out = shown.view.meta.source_left_out
     if left_out:
         st.warning(left_out_text(tuple(left_out)), icon=":material/dns:")
+    for line in scheduler_lines(shown.model):
+        st.info(line, icon=":material/info:")
     return shown
 
 
@@ -497,6 +500,26 @@ def served_plans(shown: Shown) -> list[Q.Plan]:
         return [Q.plan_from_doc(p.model_dump(by_alias=True, exclude_unset=True)) for p in docs]
 
     return shown.cached("served plans", compute)
+
+
+def scheduler_lines(model: ClusterModel) -> list[str]:
+    """What every page says about the model's racks and its scheduler's view: racks unknown
+    (multi-node shapes then count known racks only), a stale watch, the join's notes."""
+    lines = []
+    unknown = int((model.nodes.rack == "").sum())
+    if unknown and len(model.nodes):
+        where = "all" if unknown == len(model.nodes) else f"{unknown} of {len(model.nodes)}"
+        lines.append(
+            f"Rack unknown for {where} nodes: multi-node shapes are counted on known racks "
+            'only, and where the racks decide it the count says "rack unknown" (give the rack '
+            "label: k8s:?rack-label=KEY)."
+        )
+    facts = model.scheduler
+    if facts is not None:
+        if facts.stale:
+            lines.append(f"The {facts.kind} view is stale: {facts.stale}.")
+        lines += [f"{facts.kind}: {note}" for note in facts.notes[:5]]
+    return lines
 
 
 def left_out_text(left_out: tuple[str, ...]) -> str:
@@ -624,6 +647,11 @@ def shapes_frame(result: dict[str, Any]) -> pd.DataFrame:
             "shape": row["shape"],
             "GPUs per job": row["gpus_per_job"],
             "jobs that can start now": row["jobs_that_fit"],
+            # where unknown racks decide the count: what they could allow (None elsewhere)
+            "if the unknown racks allow": row.get("jobs_if_racks_allow"),
+            "why none can start": {"rack_unknown": "rack unknown", "scattered": "scattered"}.get(
+                row.get("blocked_by") or "", ""
+            ),
             "free GPUs it cannot use": row["stranded_gpus"],
             "spans NVLink islands": _crossing_text(row["crosses_nvlink_islands"]),
         }

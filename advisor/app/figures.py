@@ -24,6 +24,7 @@ STATE_COLORS: dict[str, str] = {
     "allocated_idle": "#ff7f0e",
     "unhealthy": "#d62728",
     "mig_free": "#98df8a",  # light green: room, but only for MIG instances
+    "owner_unknown": "#7f7f7f",  # grey: in use, nobody known to hold it
     "reserved": "#9467bd",  # planned states only (Actions page): held for a goal job
 }
 COLOR_BY: dict[str, str] = {

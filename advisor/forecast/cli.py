@@ -10,6 +10,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
+from gpu_defrag_common.messages import say_error
+from gpu_defrag_common.progress import Progress, add_quiet_flag
 from gpu_defrag_common.units import fraction
 
 if TYPE_CHECKING:
@@ -247,6 +249,7 @@ def register(subparsers) -> None:
         help="write metrics.csv, decisions.csv, picks.csv, forecasts.csv, significance.csv, "
         "interval_significance.csv, forecast.png here",
     )
+    add_quiet_flag(bt)
     bt.set_defaults(func=run_backtest)
 
     fc = subparsers.add_parser(
@@ -276,6 +279,7 @@ def register(subparsers) -> None:
         f"exceed what stays free, strictly between 0 and 1 (default {IDLE_RISK:g})",
     )
     fc.add_argument("--out", default=None, help="CSV file (default or `-`: stdout)")
+    add_quiet_flag(fc)
     fc.set_defaults(func=run_forecast)
 
 
@@ -341,10 +345,10 @@ def _one_line(command: str, run) -> int:
     try:
         return run()
     except InputError as error:
-        print(f"gpu-defrag {command}: {redact(str(error))}", file=sys.stderr)
+        say_error(command, redact(str(error)))
         return 2
     except OutputError as error:
-        print(f"gpu-defrag {command}: {redact(str(error))}", file=sys.stderr)
+        say_error(command, redact(str(error)))
         return 1
 
 
@@ -362,21 +366,25 @@ def _about(source: str) -> Iterator[None]:
 def run_backtest(args: argparse.Namespace) -> int:
     from advisor.forecast.threads import bounded
 
-    with bounded():
-        return _one_line("backtest", lambda: _run_backtest(args))
+    with bounded(), Progress("backtest", "backtest", quiet=args.quiet) as progress:
+        code = _one_line("backtest", lambda: _run_backtest(args, progress))
+        progress.done("backtest and its replays" if code == 0 else "")
+        return code
 
 
-def _run_backtest(args: argparse.Namespace) -> int:
+def _run_backtest(args: argparse.Namespace, progress: Progress) -> int:
     import pandas as pd
 
     from advisor.forecast import io, powerdown, reservation, rolling, significance
 
     _check_out(args.out, directory=True, source=args.input)
     t0 = time.perf_counter()
+    progress.describe("reading the input")
     raw = io.load(args.input)
     panel = io.hourly(raw, args.input)
     replays = args.replays
     idle_job = IdleReplayJob(raw, args) if "idle" in replays else None
+    progress.describe("rolling-origin backtest of every model")
     try:
         with _about(args.input):  # a test part or horizon the data cannot give
             metrics, fc, picks = rolling.run(
@@ -553,7 +561,10 @@ def _write_backtest(out: str, metrics, fc, picks, paired, intervals, decisions_d
 
 
 def run_forecast(args: argparse.Namespace) -> int:
-    return _one_line("forecast", lambda: _run_forecast(args))
+    with Progress("forecast", "forecast", quiet=args.quiet) as progress:
+        code = _one_line("forecast", lambda: _run_forecast(args))
+        progress.done(("idle windows" if args.idle else "forecast") if code == 0 else "")
+        return code
 
 
 def _run_forecast(args: argparse.Namespace) -> int:

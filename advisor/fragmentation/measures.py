@@ -7,7 +7,9 @@ paper's measure, from `advisor.fragmentation.fgd`) and a per-node score for heat
 
 "Free" always means usable (healthy, not lost, on a schedulable node), unallocated and not in
 MIG mode (a MIG GPU is room for MIG instances only, what they carve): a lost or unhealthy GPU is
-neither free nor allocatable. Unknown CPU or memory capacity is no constraint;
+neither free nor allocatable. A GPU in use that no source attributes (busy or holding memory,
+`advisor.model.UNATTRIBUTED`) is allocated with its owner unknown: counted as such, never free,
+never "allocated but idle" (no owner to ask). Unknown CPU or memory capacity is no constraint;
 unknown utilization is never "idle".
 """
 
@@ -222,13 +224,15 @@ def crossing(model: ClusterModel, shape: Shape) -> list[dict[str, Any]]:
 
 def gpu_state_codes(model: ClusterModel, idle: np.ndarray) -> np.ndarray:
     """int8 (G): `GPU_STATE_CODES` per GPU, for the heatmaps of the app and the dashboards.
-    Allocated GPUs are busy, or idle by `idle` (a cordoned node's still run their jobs);
-    unhealthy or lost GPUs, and unallocated ones a scheduler may not use (cordoned), are
-    unhealthy; an unallocated usable MIG GPU is `mig_free`: room for MIG instances, not a free
-    whole GPU (`free` is exactly `model.gpu_is_free`)."""
+    Allocated GPUs are busy, or idle by `idle` (a cordoned node's still run their jobs), or
+    `owner_unknown` where a holder no source names uses them; unhealthy or lost GPUs, and
+    unallocated ones a scheduler may not use (cordoned), are unhealthy; an unallocated usable
+    MIG GPU is `mig_free`: room for MIG instances, not a free whole GPU (`free` is exactly
+    `model.gpu_is_free`)."""
     allocated = model.gpu_milli_allocated > 0
     codes = np.where(allocated, GPU_STATE_CODES["busy"], GPU_STATE_CODES["free"])
     codes = np.where(allocated & idle, GPU_STATE_CODES["allocated_idle"], codes)
+    codes = np.where(model.gpu_owner_unknown, GPU_STATE_CODES["owner_unknown"], codes)
     codes = np.where(~allocated & model.gpus.mig_enabled, GPU_STATE_CODES["mig_free"], codes)
     broken = ~model.gpus.healthy | model.gpus.lost | (~model.gpu_usable & ~allocated)
     return np.where(broken, GPU_STATE_CODES["unhealthy"], codes).astype(np.int8)
@@ -294,8 +298,9 @@ class IdlePolicy:
 
 
 def allocated_idle(model: ClusterModel, policy: IdlePolicy = IdlePolicy()) -> np.ndarray:
-    """bool (G): allocated, usable GPUs idle over the window (latest value without history)."""
-    allocated = (model.gpu_milli_allocated > 0) & model.gpus.healthy
+    """bool (G): allocated, usable GPUs idle over the window (latest value without history);
+    a GPU held by an owner nobody names is not one (`model.gpu_owner_unknown`)."""
+    allocated = (model.gpu_milli_allocated > 0) & model.gpus.healthy & ~model.gpu_owner_unknown
     usage = model.usage
     if len(usage.times):
         end = usage.times.max() if math.isnan(model.timestamp) else model.timestamp
@@ -471,21 +476,41 @@ def most_fragmented(nodes: dict[str, np.ndarray], top: int = 10) -> np.ndarray:
 
 
 def analyze(model: ClusterModel, settings: Settings = Settings()) -> dict[str, Any]:
-    """Every measure as plain data (JSON-ready apart from the `nodes` numpy columns)."""
+    """Every measure as plain data (JSON-ready apart from the `nodes` numpy columns).
+
+    A multi-node shape's `jobs_that_fit` counts known racks only; `jobs_if_racks_allow` is
+    what nodes of unknown rack could add (None where no rack is unknown or the shape is one
+    node), and `blocked_by` says why a shape with enough free GPUs fits nowhere
+    (`advisor.fragmentation.racks`: rack_unknown or scattered; None otherwise)."""
+    from advisor.fragmentation import racks  # racks counts with this module's functions
+
     groups = _rack_groups(model)
+    shared = racks.shared_rack_groups(model)
+    any_unknown = bool(racks.rack_unknown(model).any())
     free_whole = int(model.gpu_is_free.sum())
+    free_per_pool = (
+        np.bincount(_codes(model.nodes.pool), weights=free_whole_per_node(model).astype(np.float64))
+        if len(model.nodes)
+        else np.zeros(1)
+    )
     partial = model.gpu_free_milli * ((model.gpu_milli_allocated > 0) & model.gpu_usable)
     cpu_per_gpu, memory_per_gpu = min_host_need_per_gpu(model)
     shapes = []
     for shape in settings.shapes:
         fit = jobs_that_fit(model, shape, groups)
-        whole = shape.gpu_milli == MILLI
+        generous = jobs_that_fit(model, shape, shared) if shape.tasks > 1 and any_unknown else fit
+        rack_decides = racks.depends_on_racks(shape, fit, generous)
+        # free whole GPUs it cannot use: unknown where unknown racks decide the count
+        whole = shape.gpu_milli == MILLI and not rack_decides
         shapes.append(
             {
                 "shape": shape.name,
                 "gpus_per_job": shape.gpus,
                 "jobs_that_fit": fit,
-                # free whole GPUs this shape cannot use (spatially stranded for it)
+                "jobs_if_racks_allow": generous if rack_decides else None,
+                "blocked_by": racks.blocked_cause(
+                    shape, fit, generous, float(free_per_pool.max(initial=0))
+                ),
                 "stranded_gpus": free_whole - fit * shape.tasks * shape.num_gpu if whole else None,
                 "crosses_nvlink_islands": crossing(model, shape) if fit else [],
             }
@@ -517,7 +542,10 @@ def analyze(model: ClusterModel, settings: Settings = Settings()) -> dict[str, A
             "usable_gpus": int(model.gpu_usable.sum()),
             "unhealthy_gpus": int((~model.gpus.healthy).sum()),
             "allocated_gpus": float(model.gpu_milli_allocated.sum()) / MILLI,
+            # in use (busy, holding memory, running processes) by a holder no source names
+            "owner_unknown_gpus": int((model.gpu_owner_unknown & model.gpus.healthy).sum()),
             "pending_tasks": int((allocs.node < 0).sum()),
+            **racks.rack_summary(model),
         },
         "spatial": {
             "free_gpus": free_whole,

@@ -48,9 +48,10 @@ def _island_size(model: ClusterModel) -> np.ndarray:
         gpus.node, weights=(gpus.nvlink_island == UNKNOWN_ISLAND).astype(float), minlength=n
     )
     known = gpus.nvlink_island != UNKNOWN_ISLAND
-    keys = gpus.node[known].astype(np.int64) * 65536 + gpus.nvlink_island[known]
+    # (node, island) as one int64, 2^32 apart: an island id is any int32 a snapshot may give
+    keys = (gpus.node[known].astype(np.int64) << 32) + gpus.nvlink_island[known].astype(np.int64)
     unique, counts = np.unique(keys, return_counts=True)
-    np.maximum.at(out, unique // 65536, counts)
+    np.maximum.at(out, unique >> 32, counts)
     out[unknown > 0] = 0
     return out
 

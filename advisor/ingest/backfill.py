@@ -27,8 +27,10 @@ from dataclasses import dataclass, field
 from advisor.history import NODE_HOURS
 from advisor.ingest import exporter_scrape as scrape
 from advisor.ingest import prometheus
+from advisor.ingest.combine import with_scheduler_labels
 from advisor.ingest.exporter_scrape import SourceUnavailable
 from advisor.ingest.live import LiveSim, step_fleet
+from advisor.ingest.schedulers import is_combined, split
 from advisor.ingest.sources import SIM_LARGE_NODES, SourceError, prometheus_spec, sim_spec
 from advisor.logs import redact
 from advisor.model import ClusterModel, ModelError, from_readings
@@ -79,6 +81,9 @@ def default_span_s(spec: str) -> float:
     exporter or a `sim:` source, but 72 h for a `sim:` fleet above `SIM_LARGE_NODES` nodes,
     where stepping a week would delay the first run by a minute or more."""
     spec = spec.strip()
+    if is_combined(spec):  # a scheduler joined with a usage source: the usage side's past
+        usage = split(spec)[1:]
+        return default_span_s(usage[0]) if usage else 0.0
     if spec.startswith("sim:"):
         from exporter.sim.presets import build_preset
 
@@ -216,4 +221,35 @@ def backfill(
         result = Backfill(spec, span_s, models, seconds=time.perf_counter() - started)
         result.reason = "stopped" if cancelled() else ""
         return result
+    if is_combined(spec):
+        return _scheduler_past(spec, ingest, span_s, timeout=timeout, cancelled=cancelled)
     return past(spec, span_s, timeout=timeout, cancelled=cancelled)
+
+
+def _scheduler_past(
+    spec: str,
+    ingest: Callable[[], ClusterModel],
+    span_s: float,
+    *,
+    timeout: float,
+    cancelled: Callable[[], bool],
+) -> Backfill | None:
+    """A scheduler's past is not recorded, but its usage source's may be (Prometheus): those
+    hours, each grouped by the pools and racks the scheduler names now
+    (`combine.with_scheduler_labels`). None without a usage source that has a past."""
+    usage = split(spec)[1:]
+    if not usage:
+        return None
+    result = past(usage[0], span_s, timeout=timeout, cancelled=cancelled)
+    if result is None or not result.models:
+        return result
+    view_of = getattr(ingest, "view", None)
+    try:
+        view = view_of() if callable(view_of) else None
+    except Exception as error:  # the scheduler is down now: its first run will say so
+        result.reason = result.reason or f"hours not grouped by the scheduler's pools: {error}"
+        view = None
+    if view is not None:
+        result.models = [with_scheduler_labels(m, view) for m in result.models]
+    result.source = spec
+    return result

@@ -84,6 +84,12 @@ NODE_INFO = _n("gpu_node_info")
 MIG_INFO = _n("gpu_mig_instance_info")
 MIG_MEMORY_TOTAL = _n("gpu_mig_memory_total_bytes")
 MIG_MEMORY_USED = _n("gpu_mig_memory_used_bytes")
+# a MIG instance's activity -> MigInstance attribute (a busy instance no allocation names is in
+# use with its owner unknown, `advisor.model`)
+MIG_ACTIVITY: dict[str, str] = {
+    _n("gpu_mig_graphics_engine_active_ratio"): "graphics_engine_active_ratio",
+    _n("gpu_mig_sm_active_ratio"): "sm_active_ratio",
+}
 LINK_INFO = _n("gpu_topology_link_info")
 NVLINKS = _n("gpu_nvlink_links")
 ISLAND = _n("gpu_nvlink_island")
@@ -95,6 +101,7 @@ MEMORY_USED = _n("gpu_memory_used_bytes")
 GPU_NUMBERS: dict[str, str] = {
     _n("gpu_utilization_ratio"): "utilization_ratio",
     _n("gpu_memory_utilization_ratio"): "memory_utilization_ratio",
+    _n("gpu_graphics_engine_active_ratio"): "graphics_engine_active_ratio",
     _n("gpu_sm_active_ratio"): "sm_active_ratio",
     _n("gpu_memory_total_bytes"): "memory_total_bytes",
     _n("gpu_memory_used_bytes"): "memory_used_bytes",
@@ -113,6 +120,7 @@ _AMOUNT = (0.0, float(MAX_EXACT))
 POSSIBLE: dict[str, tuple[float, float]] = {
     "utilization_ratio": _RATIO,
     "memory_utilization_ratio": _RATIO,
+    "graphics_engine_active_ratio": _RATIO,
     "sm_active_ratio": _RATIO,
     "memory_total_bytes": _AMOUNT,
     "memory_used_bytes": _AMOUNT,
@@ -131,6 +139,7 @@ OUR_NAMES: tuple[str, ...] = (
     MIG_INFO,
     MIG_MEMORY_TOTAL,
     MIG_MEMORY_USED,
+    *MIG_ACTIVITY,
     LINK_INFO,
     NVLINKS,
     ISLAND,
@@ -336,7 +345,7 @@ def our_readings_unchecked(samples: Iterable[Sample], notes: list[str]) -> list[
                     gpu_milli=_int(labels.get("gpu_milli", "")),
                 )
             )
-        elif name in (MIG_INFO, MIG_MEMORY_TOTAL, MIG_MEMORY_USED):
+        elif name in (MIG_INFO, MIG_MEMORY_TOTAL, MIG_MEMORY_USED) or name in MIG_ACTIVITY:
             gi = _int(labels.get("gpu_instance_id", ""))
             if gi is None:
                 continue
@@ -349,8 +358,12 @@ def our_readings_unchecked(samples: Iterable[Sample], notes: list[str]) -> list[
                 mig.profile, mig.uuid = labels.get("profile", ""), labels.get("mig_uuid", "")
             elif name == MIG_MEMORY_TOTAL:
                 mig.memory_total_bytes = value
-            else:
+            elif name == MIG_MEMORY_USED:
                 mig.memory_used_bytes = value
+            elif 0.0 <= value <= 1.0:  # a ratio; anything else is no reading
+                setattr(mig, MIG_ACTIVITY[name], value)
+            else:
+                notes.append(f"{labels['node']}/gpu{gpu.index}/gi{gi} {name}={value:g}")
         elif name == LINK_INFO:
             peer = _int(labels.get("peer_gpu", ""))
             if peer is not None:
@@ -410,11 +423,21 @@ def fetch(url: str, timeout: float, session: requests.Session | None = None) -> 
 
 def parse(text: str, url: str) -> list[Sample]:
     """Samples of any exposition page (ours or dcgm-exporter's), names as written, each series
-    once (`drop_duplicates`)."""
+    once (`drop_duplicates`). Lines that cannot be parsed (a dcgm-exporter field DCGM cannot
+    render) are left out with one warning naming how many and the first; the rest is read."""
     try:
-        return drop_duplicates(dx.parse_samples(text, url), url)
+        samples, skipped = dx.parse_samples(text, url)
     except BackendUnavailable as error:
         raise SourceUnavailable(str(error)) from None
+    if skipped is not None:
+        log.warning(
+            "%s: %d line(s) of the page cannot be parsed and are left out, the rest is read; "
+            "first: %s",
+            url,
+            skipped.count,
+            skipped.describe(),
+        )
+    return drop_duplicates(samples, url)
 
 
 def no_gpu(url: str, samples: Sequence[Sample], readings: Sequence[NodeReading]) -> None:

@@ -99,6 +99,12 @@ def make_ingest(spec: str, timeout_s: float, frozen: bool = False) -> Callable[[
     by `check_form`)."""
     if spec.strip().startswith("sim:"):
         return LiveSim(spec.strip(), frozen=frozen)
+    from advisor.ingest import schedulers
+
+    if schedulers.is_combined(spec):  # a scheduler (watched) joined with usage sources
+        from advisor.ingest.combined_reader import CombinedReader
+
+        return CombinedReader(spec, timeout_s)
     check_form(spec)
     return lambda: load_source(spec, timeout=timeout_s)
 

@@ -14,13 +14,22 @@ import csv
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
+from advisor.input_bounds import (
+    MAX_ALLOCATIONS,
+    MAX_NODE_GPUS,
+    MAX_NODES,
+    MAX_TEXT,
+    InputTooLarge,
+    check_file_size,
+)
 from advisor.model import MILLI
 from advisor.snapshot import MAX_EXACT
 
-MAX_GPUS = 64  # the most GPUs a node holds or a pod asks for
+MAX_GPUS = MAX_NODE_GPUS  # the most GPUs a node holds or a pod asks for
 
 NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
 POD_REQUIRED = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli")
@@ -106,10 +115,15 @@ class PodTable:
 
 
 def _read_rows(path: Path, required: tuple[str, ...]) -> tuple[list[str], list[list[str]]]:
+    """The header and rows of a trace CSV, bounded (`advisor.input_bounds`): the file's size,
+    its rows, a field's length; a byte-order mark is taken at the start of the file only."""
     try:
+        check_file_size(path, "trace file")
         # utf-8-sig: a spreadsheet's byte-order mark is not part of the first column's name
         with path.open(newline="", encoding="utf-8-sig") as fh:
-            rows = list(csv.reader(fh))
+            rows = _bounded_rows(path, csv.reader(fh))
+    except InputTooLarge as exc:
+        raise OpenbFormatError(str(exc)) from None
     except OSError as exc:
         raise OpenbFormatError(f"{path}: cannot read file ({exc.strerror or exc})") from exc
     except UnicodeDecodeError as exc:
@@ -129,6 +143,31 @@ def _read_rows(path: Path, required: tuple[str, ...]) -> tuple[list[str], list[l
                 f"{path} line {i}: {len(row)} fields, the header has {len(header)}"
             )
     return header, data
+
+
+def _bounded_rows(path: Path, reader: Any) -> list[list[str]]:
+    """Every row, refusing a field longer than csv's limit (it raised a bare `_csv.Error`: a
+    traceback), more rows than `MAX_ALLOCATIONS` and a byte-order mark past the file's start
+    (two files joined with their marks: a name that looks like another and is not)."""
+    rows: list[list[str]] = []
+    try:
+        for row in reader:
+            if len(rows) > MAX_ALLOCATIONS:
+                raise OpenbFormatError(f"{path}: more than {MAX_ALLOCATIONS:,} rows")
+            if any("\ufeff" in field for field in row):
+                raise OpenbFormatError(
+                    f"{path} line {reader.line_num}: a byte-order mark (U+FEFF) inside the file "
+                    "(files joined with their marks?)"
+                )
+            rows.append(row)
+    except csv.Error as exc:
+        if "field limit" in str(exc):
+            raise OpenbFormatError(
+                f"{path} line {reader.line_num}: a field longer than "
+                f"{csv.field_size_limit():,} characters"
+            ) from None
+        raise OpenbFormatError(f"{path} line {reader.line_num}: not CSV ({exc})") from None
+    return rows
 
 
 def _int_column(
@@ -159,11 +198,16 @@ def _int_column(
     return out
 
 
-def _str_column(header: list[str], data: list[list[str]], col: str) -> np.ndarray:
+def _str_column(path: Path, header: list[str], data: list[list[str]], col: str) -> np.ndarray:
     if col not in header:
         return np.full(len(data), "", dtype=object)
     j = header.index(col)
     values = [row[j].strip() for row in data]
+    for i, value in enumerate(values):
+        if len(value) > MAX_TEXT:
+            raise OpenbFormatError(
+                f"{path} line {i + 2}, column {col}: {len(value):,} characters, at most {MAX_TEXT:,}"
+            )
     return np.array([("" if v.lower() == "nan" else v) for v in values], dtype=object)
 
 
@@ -184,13 +228,28 @@ def _time_column(path: Path, header: list[str], data: list[list[str]], col: str)
             raise OpenbFormatError(
                 f"{path} line {i + 2}, column {col}: {raw!r} is not a number of seconds"
             )
-        if abs(value) > MAX_EXACT:
+        if not 0 <= value <= MAX_EXACT:  # seconds since the trace began
             raise OpenbFormatError(
                 f"{path} line {i + 2}, column {col}: {raw!r} is out of range "
-                f"({-MAX_EXACT}..{MAX_EXACT} seconds)"
+                f"(0..{MAX_EXACT} seconds since the trace began)"
             )
         out[i] = value
     return out
+
+
+def _unique_names(path: Path, names: np.ndarray, col: str, what: str) -> np.ndarray:
+    """`names`, each non-empty and given once (one pass: a name -> its first line)."""
+    first: dict[str, int] = {}
+    for i, name in enumerate(names.tolist()):
+        if name == "":
+            raise OpenbFormatError(f"{path} line {i + 2}, column {col}: empty {what}")
+        line = first.setdefault(name, i + 2)
+        if line != i + 2:
+            raise OpenbFormatError(
+                f"{path} line {i + 2}, column {col}: duplicate {what} {name[:80]!r} "
+                f"(also line {line})"
+            )
+    return names
 
 
 def read_nodes(path: str | Path) -> NodeTable:
@@ -201,17 +260,13 @@ def read_nodes(path: str | Path) -> NodeTable:
     if not data:
         raise OpenbFormatError(f"no nodes in {p}")
     gpu = _int_column(p, header, data, "gpu", 0, MAX_GPUS)
-    model = _str_column(header, data, "model")
+    model = _str_column(p, header, data, "model")
     for i in range(len(data)):
         if gpu[i] > 0 and model[i] == "":
             raise OpenbFormatError(f"{p} line {i + 2}, column model: empty for a node with GPUs")
-    names = _str_column(header, data, "sn")
-    for i, name in enumerate(names):
-        if name == "":
-            raise OpenbFormatError(f"{p} line {i + 2}, column sn: empty node name")
-    if len(set(names.tolist())) != len(names):
-        dup = next(n for n in names if (names == n).sum() > 1)
-        raise OpenbFormatError(f"{p}: column sn: duplicate node name {dup!r}")
+    if len(data) > MAX_NODES:
+        raise OpenbFormatError(f"{p}: {len(data):,} nodes, at most {MAX_NODES:,}")
+    names = _unique_names(p, _str_column(p, header, data, "sn"), "sn", "node name")
     return NodeTable(
         name=names,
         cpu_milli=_int_column(p, header, data, "cpu_milli", 0),
@@ -244,24 +299,26 @@ def read_pods(path: str | Path) -> PodTable:
             )
     created = _time_column(p, header, data, "creation_time")
     deleted = _time_column(p, header, data, "deletion_time")
-    backwards = np.flatnonzero(deleted < created)  # NaN (unknown) compares false: kept
-    if backwards.size:
-        i = int(backwards[0])
-        raise OpenbFormatError(
-            f"{p} line {i + 2}, column deletion_time: {deleted[i]:g} is before the pod's "
-            f"creation_time {created[i]:g}"
-        )
+    scheduled = _time_column(p, header, data, "scheduled_time")
+    for later, name in ((deleted, "deletion_time"), (scheduled, "scheduled_time")):
+        backwards = np.flatnonzero(later < created)  # NaN (unknown) compares false: kept
+        if backwards.size:
+            i = int(backwards[0])
+            raise OpenbFormatError(
+                f"{p} line {i + 2}, column {name}: {later[i]:g} is before the pod's "
+                f"creation_time {created[i]:g}"
+            )
     return PodTable(
-        name=_str_column(header, data, "name"),
+        name=_unique_names(p, _str_column(p, header, data, "name"), "name", "pod name"),
         cpu_milli=_int_column(p, header, data, "cpu_milli", 0),
         memory_mib=_int_column(p, header, data, "memory_mib", 0),
         num_gpu=num_gpu,
         gpu_milli=gpu_milli,
-        gpu_spec=_str_column(header, data, "gpu_spec"),
-        qos=_str_column(header, data, "qos"),
-        pod_phase=_str_column(header, data, "pod_phase"),
+        gpu_spec=_str_column(p, header, data, "gpu_spec"),
+        qos=_str_column(p, header, data, "qos"),
+        pod_phase=_str_column(p, header, data, "pod_phase"),
         creation_time=created,
         deletion_time=deleted,
-        scheduled_time=_time_column(p, header, data, "scheduled_time"),
+        scheduled_time=scheduled,
         source=str(p),
     )

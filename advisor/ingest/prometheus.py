@@ -33,9 +33,11 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
+import re
 import time
 from collections import defaultdict
 from collections.abc import Callable, Mapping
+from datetime import datetime
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
@@ -80,7 +82,22 @@ DOWN_QUERY = "up == 0 or gpu_exporter_backend_up == 0"
 QUERY_SHOWN = 80  # characters of a query an error line quotes (the state query has ~450)
 NO_TARGET = "(no instance or job label)"  # the one target of series that name none
 TARGET_ORDER = "(our exporter's targets first, then dcgm-exporter's, each in name order)"
+TARGET_ORDER_AFTER_RESTART = (  # within LEFTOVER_WINDOW_S of a Prometheus start
+    "(our exporter's targets first, then dcgm-exporter's, each those scraped since Prometheus "
+    "started first, then in name order)"
+)
 
+# After Prometheus starts, series of its previous process that were not scraped again have no
+# stale marker and answer instant queries for the lookback (5 min by default): an allocation
+# that ended during the outage beside the one that replaced it on the same GPU. Instants this
+# long after the start cannot see them (a lookback up to 15 min is covered).
+LEFTOVER_WINDOW_S = 15 * 60.0
+# A scrape writes every sample of a target with one timestamp (exporters send none of their
+# own); a series older than its target's newest by more than this was not in the last scrape.
+SCRAPE_SKEW_S = 0.5
+NAME_LABEL = "gpu_defrag_name"  # names each series of the timestamps query (timestamp() drops it)
+_METRIC_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
+_UNASKED = object()
 _T = TypeVar("_T")
 log = logging.getLogger(__name__)
 
@@ -99,6 +116,7 @@ class PrometheusClient:
         self.base_url = base_url.rstrip("/")
         self.timeout = timeout
         self.session = session or bounded_get.new_session()
+        self._started: float | object | None = _UNASKED
 
     def _get(self, path: str, params: dict[str, Any]) -> dict[str, Any]:
         url = f"{self.base_url}{path}"
@@ -162,6 +180,17 @@ class PrometheusClient:
             return [parse(series) for series in result]
         except (KeyError, TypeError, ValueError, IndexError, AttributeError) as error:
             raise self._malformed(params, _problem(error)) from None
+
+    def start_time(self) -> float | None:
+        """When this Prometheus process started (`/api/v1/status/runtimeinfo`), or None when
+        it does not say (an older release, Thanos, Mimir, VictoriaMetrics...). Asked once."""
+        if self._started is _UNASKED:
+            try:
+                data = self._get("/api/v1/status/runtimeinfo", {})
+                self._started = _rfc3339(str(data["startTime"]))
+            except (SourceUnavailable, KeyError, ValueError):
+                self._started = None
+        return self._started  # type: ignore[return-value]
 
     def instant(self, query: str, at: float | None = None) -> list[Sample]:
         """(metric name, labels without __name__, value) of each series of an instant vector."""
@@ -278,7 +307,8 @@ def load(
     client = client or PrometheusClient(base_url, timeout)
     end = time.time() if at is None else at
     by_target: dict[str, list[Sample]] = defaultdict(list)
-    for sample in client.instant(STATE_QUERY, end):
+    samples, newest = latest_only(client, client.instant(STATE_QUERY, end), end)
+    for sample in samples:
         by_target[_target(sample[1])].append(sample)
     kinds: dict[str, bool] = {}  # target -> read as dcgm-exporter's (else as ours)
     read: dict[str, list[Sample]] = {}
@@ -293,6 +323,8 @@ def load(
             "(dcgm-exporter) series found"
         )
     notes: list[str] = []  # what the readers leave out, for drop_impossible's one warning
+    started = client.start_time() if newest else None
+    stale_before = started if started is not None and started <= end else -math.inf
     per_target = [
         (
             target,
@@ -300,16 +332,100 @@ def load(
             if kinds[target]
             else our_readings_unchecked(read[target], notes),
         )
-        for target in sorted(read, key=lambda target: (kinds[target], target))  # ours first
+        # ours first; within a kind a target scraped since a Prometheus restart before one not
+        # (a leftover of the old process), then by name
+        for target in sorted(read, key=lambda t: (kinds[t], newest.get(t, end) < stale_before, t))
     ]
     left_out = tuple(warn_left_out(client, read, end)) if check_left_out else ()
-    merged, sources = merge(per_target, what="Prometheus scrape target", order=TARGET_ORDER)
+    order = TARGET_ORDER_AFTER_RESTART if newest else TARGET_ORDER
+    merged, sources = merge(per_target, what="Prometheus scrape target", order=order)
     drop_impossible(merged, notes)
     model = from_readings(merged, timestamp=end, source=source or f"prometheus+{base_url}")
     model = dataclasses.replace(model, left_out=left_out, _cache={})
     if history_s <= 0:
         return model
     return _with_history(model, client, end - history_s, end, step_s, kinds, sources)
+
+
+def latest_only(
+    client: PrometheusClient, samples: list[Sample], at: float
+) -> tuple[list[Sample], dict[str, float]]:
+    """The samples of an instant query without the leftovers of a restarted Prometheus, and
+    each target's newest scrape time ({} when no leftovers can be there).
+
+    A series Prometheus stops seeing gets a stale marker and drops out of instant queries at
+    once, but only in the process that scraped it: after a restart, series the old process
+    wrote answer for the whole lookback beside the ones that replaced them (an ended pod's
+    allocation beside the new pod's on one GPU: "oversubscribed", and the reading was refused
+    for minutes). Every sample of one scrape carries that scrape's time, so a series older than
+    its target's newest scrape was not in that scrape: it is dropped, as its stale marker would
+    have dropped it, with one warning. Asked only within `LEFTOVER_WINDOW_S` of the process's
+    start (or when Prometheus does not say when it started); a failure of the extra query is
+    logged and the samples are read as they are."""
+    started = client.start_time()
+    if started is not None and started + LEFTOVER_WINDOW_S <= at:
+        return samples, {}
+    names = sorted({name for name, _, _ in samples if _METRIC_NAME.fullmatch(name)})
+    if not names:
+        return samples, {}
+    try:
+        stamps = client.instant(_timestamps_query(names), at)
+    except SourceUnavailable as error:
+        log.info("cannot tell leftover series of a restarted Prometheus: %s", error)
+        return samples, {}
+    when: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
+    for _, labels, value in stamps:
+        name = labels.pop(NAME_LABEL, "")
+        when[(name, tuple(sorted(labels.items())))] = value
+    newest: dict[str, float] = {}
+    for name, labels, _ in samples:
+        stamp = when.get((name, tuple(sorted(labels.items()))))
+        if stamp is not None:
+            target = _target(labels)
+            newest[target] = max(newest.get(target, -math.inf), stamp)
+    kept, dropped = [], []
+    for sample in samples:
+        name, labels, _ = sample
+        stamp = when.get((name, tuple(sorted(labels.items()))))
+        if stamp is not None and stamp < newest[_target(labels)] - SCRAPE_SKEW_S:
+            dropped.append(f"{name}{_shown_labels(labels)}")
+        else:
+            kept.append(sample)
+    if dropped:
+        log.warning(
+            "Prometheus at %s: %d series not in their target's latest scrape (left over from "
+            "before a Prometheus restart, without stale markers) are not read: %s",
+            client.base_url,
+            len(dropped),
+            first_few(dropped),
+        )
+    return kept, newest
+
+
+def _timestamps_query(names: list[str]) -> str:
+    """Each series' sample time: `timestamp()` of every name, the name kept in a label (the
+    function drops `__name__`, and `or` would merge series of equal labels)."""
+    return " or ".join(
+        f'label_replace(timestamp({{__name__="{name}"}}), "{NAME_LABEL}", "{name}", "", "")'
+        for name in names
+    )
+
+
+def _shown_labels(labels: Mapping[str, str]) -> str:
+    inner = ",".join(f'{k}="{v[:40]}"' for k, v in sorted(labels.items()) if k != "job")
+    return f"{{{inner}}}"
+
+
+def _rfc3339(text: str) -> float:
+    """Seconds since the epoch of an RFC 3339 time with up to nanoseconds ("...45.1234567Z")."""
+    head, dot, rest = text.replace("Z", "+00:00").partition(".")
+    if dot:
+        digits = re.match(r"\d*", rest).group(0)  # type: ignore[union-attr]
+        rest = digits[:6].ljust(6, "0") + rest[len(digits) :]
+        text = f"{head}.{rest}"
+    else:
+        text = head
+    return datetime.fromisoformat(text).timestamp()
 
 
 def warn_left_out(

@@ -8,6 +8,8 @@
     http://host:9835/metrics[,http://...]         exporter or dcgm-exporter pages, scraped now
     prometheus+http://host:9090[?at=UNIX&history=1h&step=60s]
                                                   Prometheus HTTP API (state + usage history)
+        [&scheduler=kube-state-metrics&rack-label=KEY&...]
+                                                  + Kubernetes from kube-state-metrics series
     FILE.json                                     a snapshot (docs/snapshot.md)
     slurm:[?partition=&tenant=&max-priority=&topology=]
                                                   live Slurm through this host's scontrol,
@@ -15,6 +17,10 @@
     slurm+http://host:6820[?...]  slurm+unix:///PATH
                                                   slurmrestd (token: $SLURM_JWT or token-file=)
     openb:NODE_CSV[,POD_CSV]  or  openb:DIR       Alibaba trace: nodes, pods as pending demand
+    k8s:[CONTEXT][?rack-label=KEY&pool-label=KEY&tenant=namespace|label:KEY|queue
+        &priority-threshold=N]                    Kubernetes API: nodes, pods, the queue, quotas
+    SCHEDULER+USAGE                               a scheduler joined by node name with exporter
+                                                  URLs or prometheus+http://... (k8s:+http://...)
 
 Every failure is a `SourceError` (a ValueError) with one line naming the source and the
 problem, so the CLI can print it without a traceback.
@@ -26,6 +32,7 @@ import argparse
 import dataclasses
 import logging
 import math
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import parse_qs, urlsplit
@@ -33,7 +40,15 @@ from urllib.parse import parse_qs, urlsplit
 import numpy as np
 
 from advisor import snapshot
-from advisor.ingest import exporter_scrape, openb, prometheus, slurm
+from advisor.ingest import (
+    combine,
+    exporter_scrape,
+    kube_state_metrics,
+    openb,
+    prometheus,
+    schedulers,
+    slurm,
+)
 from advisor.ingest.exporter_scrape import SourceUnavailable
 from advisor.ingest.slurm.spec import SlurmSpec
 from advisor.logs import redact
@@ -94,6 +109,8 @@ def load_source(spec: str, *, timeout: float = DEFAULT_TIMEOUT) -> ClusterModel:
 
 def _load(spec: str, timeout: float) -> ClusterModel:
     try:
+        if schedulers.is_combined(spec):
+            return _combined(spec, timeout)
         if spec.startswith("sim:"):
             return _sim(spec)
         if spec.startswith(("prometheus+http://", "prometheus+https://")):
@@ -103,8 +120,10 @@ def _load(spec: str, timeout: float) -> ClusterModel:
             return exporter_scrape.scrape(urls, timeout=timeout, source=spec)
         if spec.startswith("openb:"):
             return _openb(spec)
-        if slurm.is_slurm(spec):
-            return slurm.load_model(spec, timeout)
+        if slurm.is_slurm(spec):  # alone: Slurm's own model, with its scheduler facts
+            from advisor.ingest import slurm_scheduler
+
+            return slurm_scheduler.load_model(spec, timeout)
         if spec.endswith(".json") or Path(spec).is_file():
             return snapshot.load(spec)
     except SourceUnavailable as error:
@@ -119,9 +138,25 @@ def _load(spec: str, timeout: float) -> ClusterModel:
         raise SourceError(f"{spec.rstrip(':')}: {error}") from None
     raise SourceError(
         f"{spec!r} is not a source: use sim:PRESET, http(s)://.../metrics, "
-        "prometheus+http://HOST:9090, FILE.json, openb:NODE_CSV[,POD_CSV], slurm: or "
-        "slurm+http://HOST:6820"
+        "prometheus+http://HOST:9090, FILE.json, openb:NODE_CSV[,POD_CSV], k8s:[CONTEXT], "
+        "slurm: or slurm+http://HOST:6820"
     )
+
+
+def _combined(spec: str, timeout: float) -> ClusterModel:
+    """A scheduler source, alone or joined with one usage source (`advisor.ingest.schedulers`)."""
+    try:
+        scheduler, usage = schedulers.parts_of(spec)
+    except ValueError as error:
+        raise SourceError(str(error)) from None
+    try:
+        view = schedulers.read_view(scheduler, timeout)
+    except (slurm.SlurmUnavailable, slurm.SlurmFormatError) as error:
+        raise SourceError(f"{scheduler.rstrip(':')}: {error}") from None
+    except ValueError as error:  # a bad option of the scheduler's source
+        raise SourceError(str(error)) from None
+    usage_model = _load(usage[0], timeout) if usage else None
+    return combine.build_model(view, usage_model, source=spec)
 
 
 # usage samples of `history`/`step` read from Prometheus (in pieces of `prometheus.MAX_STEPS`):
@@ -137,6 +172,9 @@ class PrometheusSpec:
     at: float | None  # Unix time of the state (None: now)
     history_s: float  # usage history read before `at`
     step_s: float
+    # `scheduler=kube-state-metrics`: the scheduler's view from its series, with its options
+    scheduler: str = ""
+    scheduler_options: dict[str, str] = dataclasses.field(default_factory=dict)
 
 
 def _check_samples(
@@ -163,7 +201,14 @@ def prometheus_spec(spec: str) -> PrometheusSpec:
     url = spec.strip().removeprefix("prometheus+")
     parts = urlsplit(url)
     params = _query(parts.query)
-    _only(params, {"at", "history", "step"}, spec)
+    scheduler = params.get("scheduler", "")
+    if scheduler and scheduler != kube_state_metrics.KIND:
+        raise SourceError(
+            f"{spec}: scheduler={scheduler!r}: the one Prometheus can stand in for is "
+            f"{kube_state_metrics.KIND}"
+        )
+    extra = set(kube_state_metrics.OPTIONS) | {"scheduler"} if scheduler else {"scheduler"}
+    _only(params, {"at", "history", "step"} | extra, spec)
     try:
         at = float(params["at"]) if params.get("at") else None
     except ValueError:
@@ -171,16 +216,26 @@ def prometheus_spec(spec: str) -> PrometheusSpec:
     history_s = seconds(params.get("history", "1h"), "history", spec)
     step_s = max(seconds(params.get("step", "60s"), "step", spec), 1.0)
     _check_samples(spec, params, history_s, step_s, "60s", PROMETHEUS_MAX_SAMPLES, "a month")
+    options = {k: v for k, v in params.items() if k in kube_state_metrics.OPTIONS}
+    if scheduler:
+        try:
+            kube_state_metrics.parse_options(spec, options)
+        except ValueError as error:
+            raise SourceError(str(error)) from None
     return PrometheusSpec(
         base=parts._replace(query="", fragment="").geturl(),
         at=at,
         history_s=history_s,
         step_s=step_s,
+        scheduler=scheduler,
+        scheduler_options=options,
     )
 
 
 def _prometheus(spec: str, timeout: float) -> ClusterModel:
     target = prometheus_spec(spec)
+    if target.scheduler:
+        return _kube_state_metrics(spec, target, timeout)
     return prometheus.load(
         target.base,
         timeout=timeout,
@@ -189,6 +244,26 @@ def _prometheus(spec: str, timeout: float) -> ClusterModel:
         step_s=target.step_s,
         source=spec,
     )
+
+
+def _kube_state_metrics(spec: str, target: PrometheusSpec, timeout: float) -> ClusterModel:
+    """Kubernetes' view from kube-state-metrics series, joined with the GPU exporters' series
+    in the same Prometheus (none there: the scheduler's view alone, usage unknown)."""
+    client = prometheus.PrometheusClient(target.base, timeout)
+    at = time.time() if target.at is None else target.at
+    view = kube_state_metrics.read_view(client, spec, target.scheduler_options, at)
+    try:
+        usage = prometheus.load(
+            target.base,
+            at=at,
+            history_s=target.history_s,
+            step_s=target.step_s,
+            client=client,
+            source=spec,
+        )
+    except prometheus.NoSeries:
+        usage = None
+    return combine.build_model(view, usage, source=spec)
 
 
 def slurm_spec(spec: str) -> SlurmSpec:

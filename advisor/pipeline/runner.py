@@ -34,14 +34,27 @@ from advisor.ingest.sources import SourceError
 from advisor.logs import RedactingFilter, redact
 from advisor.model import ClusterModel
 from advisor.pipeline import stages
+from advisor.pipeline.scheduler import section as scheduler_section
+from advisor.pipeline.scheduler import with_blocked_plan
+from advisor.planner.policy_merge import merged_policy
 from advisor.results import STAGES, Results
 from advisor.settings import Settings
 from gpu_defrag_common.messages import one_line
+from gpu_defrag_common.units import duration_text
 
 log = logging.getLogger("advisor.pipeline")
 # The readers it calls log as their own modules (`advisor.ingest.*`, naming the URL they read):
 # the processes put the same filter on their handlers (`advisor.logs.install_log_filters`).
 log.addFilter(RedactingFilter())
+
+
+# A reading this much older than the history's last one (and more than two intervals) is a new
+# timeline, not a clock's jitter: the history starts again.
+CLOCK_RESET_S = 300.0
+
+
+def _utc(stamp: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(stamp))
 
 
 def _shown_source(model: ClusterModel) -> ClusterModel:
@@ -72,7 +85,10 @@ class Pipeline:
     """ingest → model → measures → forecasts → plans for one source, with one `Settings`.
 
     `ingest` replaces the source's reader (tests script one); `history` the history (the app's
-    keeps its recent runs at full resolution); `frozen` keeps a `sim:` fleet at its `t`."""
+    keeps its recent runs at full resolution); `frozen` keeps a `sim:` fleet at its `t`;
+    `past` reads the source's past again (the start-up backfill) for a history that starts
+    anew when the source's clock goes back (`_check_clock`); `interval_s` is how often it runs
+    (a step back within two intervals is jitter)."""
 
     def __init__(
         self,
@@ -84,7 +100,12 @@ class Pipeline:
         clock: Callable[[], float] = time.time,
         timeout_s: float = 10.0,
         frozen: bool = False,
+        past: Callable[[], Sequence[ClusterModel]] = lambda: (),
+        interval_s: float = 0.0,
     ) -> None:
+        self.past = past
+        self.interval_s = interval_s
+        self._behind = False  # readings older than the history's last, said once
         self.source = source
         self.settings = settings or Settings()
         self.timeout_s = timeout_s
@@ -152,11 +173,19 @@ class Pipeline:
         timings["ingest"] = time.perf_counter() - t0
 
         if model is not None:
+            self._check_clock(model.timestamp, previous.source)
             t0 = time.perf_counter()
             try:
                 observed_at = model.timestamp if not math.isnan(model.timestamp) else self.clock()
                 model = self.history.with_usage(model)
                 results = stages.analyze_model(model, self.settings.measures, observed_at)
+                policy = merged_policy(self.settings.policy, model)
+                results = replace(
+                    results,
+                    scheduler=scheduler_section(
+                        model, results.analysis, self.settings.shapes, policy
+                    ),
+                )
                 self._say_unmatched_shapes(model)
                 if not math.isnan(model.timestamp):
                     self.history.append(model, results.analysis)
@@ -178,10 +207,12 @@ class Pipeline:
                 demand = old.demand if old else None
             timings["forecast"] = time.perf_counter() - t0
             t0 = time.perf_counter()
+            scheduler = results.scheduler
+            policy = merged_policy(self.settings.policy, results.model)
             try:
                 recs = stages.plans(
                     results.model,
-                    self.settings,
+                    replace(self.settings, policy=policy),
                     results.shapes,
                     self.history.finished_jobs(),
                     self.history.jobs.running(results.model.timestamp),
@@ -192,11 +223,17 @@ class Pipeline:
                 log.exception("planning failed")
                 message = fail("plan", error)
                 recs = {**(old.recommendations if old else {}), "stale": True, "error": message}
+            try:
+                scheduler = with_blocked_plan(scheduler, results.model, policy)
+            except Exception as error:  # the queue's plan failing never costs the others
+                log.exception("planning for the biggest blocked job failed")
+                scheduler = {**scheduler, "blocked_plan_error": one_line(error)}
             timings["plan"] = time.perf_counter() - t0
             results = replace(
                 results,
                 forecast=forecast,
                 recommendations=recs,
+                scheduler=scheduler,
                 trend=self.history.trend(),
                 demand=demand,
                 finished_at=self.clock(),
@@ -222,6 +259,44 @@ class Pipeline:
             log.info("source %s is back; results are fresh again", previous.source)
         log.debug("run %d took %.3fs (%s)", state.runs, state.last_duration_s, timings)
         return state
+
+    def _check_clock(self, stamp: float, source: str) -> None:
+        """A reading older than the history's last was skipped without a word: a sim exporter
+        restarted at speed 60 went back days of simulated time, and the history stood still
+        until its new clock caught up. A step back of at most `CLOCK_RESET_S` (or two
+        intervals) is said once and its readings are not recorded until the clock passes the
+        last one; a longer one is a new timeline: the history starts again from the source's
+        past (`self.past`, the start-up backfill), with one warning."""
+        latest = self.history.latest_timestamp()
+        if latest is None or math.isnan(stamp) or stamp >= latest:
+            self._behind = False
+            return
+        behind = latest - stamp
+        shown = f"{duration_text(behind)} older than the last one ({_utc(latest)})"
+        if behind <= max(CLOCK_RESET_S, 2 * self.interval_s):
+            if not self._behind:
+                log.warning(
+                    "source %s: a reading at %s is %s; the history records none until the "
+                    "source's clock passes it",
+                    source,
+                    _utc(stamp),
+                    shown,
+                )
+            self._behind = True
+            return
+        history = self.history.fresh()
+        past = [m for m in self.past() if not math.isnan(m.timestamp) and m.timestamp < stamp]
+        for model in past:
+            history.append(model, measures.analyze(model, self.settings.measures))
+        log.warning(
+            "source %s: its clock went back: a reading at %s is %s (a restarted sim exporter, "
+            "or a clock set back); the history starts again with %d past hour(s) read from it",
+            source,
+            _utc(stamp),
+            shown,
+            len(past),
+        )
+        self.history, self._forecast_cache, self._behind = history, None, False
 
     def _say_unmatched_shapes(self, model: ClusterModel) -> None:
         """Warn once per shape whose GPU model no GPU of the fleet matches (`--shapes

@@ -318,11 +318,22 @@ def _tenant_terms(
             if tenant == head.tenant:
                 continue
             lender_rules = policy.borrow_rules(tenant)
-            if tenant != UNASSIGNED and (lender_rules is None or not lender_rules.lend):
+            if tenant == UNASSIGNED:
+                # a scheduler lending only within cohorts keeps what no quota covers
+                if lender_rules is not None and (not lender_rules.lend or rules.cohort):
+                    continue
+            elif lender_rules is None or not lender_rules.lend:
                 continue
+            elif rules.cohort and lender_rules.cohort != rules.cohort:
+                continue  # a cohort lends only to its members
             held = _spare(model, policy, tenant, scope, usage)
-            if held is not None and held[1] > 1e-9:
-                lenders.append((held[1], tenant, held[1], held[1], ""))
+            if held is None:
+                continue
+            available = held[1]
+            if tenant != UNASSIGNED and lender_rules.max_lend_gpus is not None:
+                available = min(available, lender_rules.max_lend_gpus)  # a lending limit
+            if available > 1e-9:
+                lenders.append((available, tenant, available, held[1], ""))
         taken, left = _take(head, scope, short, lenders, defaultdict(lambda: rules.auto_return_s))
         if left > 1e-9:
             where = f" on {scope}" if scope else ""

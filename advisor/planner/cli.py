@@ -32,9 +32,12 @@ from advisor.fragmentation.measures import Shape, check_models, parse_shape
 from advisor.model import ClusterModel
 from advisor.planner.actions import CostWeights, GpuSet, Plan
 from advisor.planner.consolidate import GOAL_KINDS, Goal, parse_goal
-from advisor.planner.constraints import Policy, PolicyError, load_policy
+from advisor.planner.constraints import PolicyError, load_policy
+from advisor.planner.policy_merge import merge_lines, merged_policy
 from advisor.planner.solve import EXACT_MAX_NODES, solve
 from advisor.snapshot import JsonFileError, read_json, repeated_key
+from gpu_defrag_common.messages import say_error
+from gpu_defrag_common.progress import Progress, add_quiet_flag
 from gpu_defrag_common.units import fraction, number, positive_duration
 
 # The flags that only some goals read, per goal (the goal is --goal up to its "="): the one place
@@ -152,6 +155,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "share | rebalance | reserve[=JOB] | borrow=JOB | borrow=TENANT:GPUS[:PRIORITY]",
     )
     parser.add_argument("--json", action="store_true", help="print the plan as JSON")
+    add_quiet_flag(parser)
     _add_flag(
         parser,
         "--solver",
@@ -376,24 +380,26 @@ def run(args: argparse.Namespace) -> int:
 
     refused = refused_flag(args)
     if refused:  # before the source is read: a flag the goal ignores is no plan for it
-        print(f"gpu-defrag plan: error: {refused}", file=sys.stderr)
+        say_error("plan", refused)
         return 2
     key = args.goal.partition("=")[0].strip()
     if key in GOALS:  # recommendation kinds (recommend.py)
         return _run_recommendation(args)
     if key not in GOAL_KINDS:
-        print(
-            f"gpu-defrag plan: bad goal {args.goal!r}: unknown goal {key!r} (job=8x8, job=4, "
+        say_error(
+            "plan",
+            f"bad goal {args.goal!r}: unknown goal {key!r} (job=8x8, job=4, "
             "free-nodes=8, forecast=6h, recommend, reclaim, share, rebalance, reserve[=JOB] or "
             "borrow=JOB|TENANT:GPUS)",
-            file=sys.stderr,
         )
         return 2
     try:
         goal = parse_goal(args.goal, priority=args.priority, tenant=args.tenant)
         check_forecast_goal(goal, args.demand)
-        policy = load_policy(args.policy) if args.policy else Policy()
+        file_policy = load_policy(args.policy) if args.policy else None
         model = load_source(args.source)
+        policy = merged_policy(file_policy, model)  # a scheduler's quotas under the file's
+        quota_lines = merge_lines(file_policy, model, args.policy)
         if goal.shape is not None:
             check_models(model, goal.shape)
         demand = (
@@ -408,22 +414,35 @@ def run(args: argparse.Namespace) -> int:
             else None
         )
     except (ValueError, PolicyError) as error:
-        print(f"gpu-defrag plan: {error}", file=sys.stderr)
+        say_error("plan", str(error))
         return 2
-    plan = solve(
-        model,
-        goal,
-        policy,
-        args.solver,
-        args.time_limit,
-        args.exact_max_nodes,
-        demand,
-        workers=args.workers,
+    # the exact solver (seconds to minutes) is the long part: only it shows progress
+    exact = args.solver == "exact" or (
+        args.solver == "best" and len(model.nodes) <= args.exact_max_nodes
     )
-    if args.json:
-        print(json.dumps(plan.to_dict(), indent=2, default=_jsonable))
-    else:
-        print(render_table(plan))
+    nodes = len(model.nodes)
+    quiet = args.quiet or not exact
+    with Progress("plan", f"exact solver on {nodes} nodes", quiet=quiet) as progress:
+        plan = solve(
+            model,
+            goal,
+            policy,
+            args.solver,
+            args.time_limit,
+            args.exact_max_nodes,
+            demand,
+            workers=args.workers,
+        )
+        found = "a plan" if plan.feasible else "no plan"
+        progress.done(f"{found} for {goal.text} ({args.solver} solver, {nodes} nodes)")
+        if args.json:
+            doc = plan.to_dict()
+            if quota_lines:
+                doc["quotas"] = quota_lines
+            print(json.dumps(doc, indent=2, default=_jsonable))
+        else:
+            print(render_table(plan) + ("\n\n" + "\n".join(quota_lines) if quota_lines else ""))
+        sys.stdout.flush()  # a full disk fails here, before the closing line
     return 0 if plan.feasible else 1
 
 
@@ -461,15 +480,17 @@ def _run_recommendation(args: argparse.Namespace) -> int:
 
     notes: list[str] = []
     try:
-        policy = load_policy(args.policy) if args.policy else Policy()
+        file_policy = load_policy(args.policy) if args.policy else None
         model = load_source(args.source)
+        policy = merged_policy(file_policy, model)  # a scheduler's quotas under the file's
+        quota_lines = merge_lines(file_policy, model, args.policy)
         check_reserve_job(model, args.goal)
         if args.goal.partition("=")[0].strip() == "recommend":
             plans, notes = recommend_with_notes(model, policy)
         else:
             plans = plan_for_goal(model, policy, args.goal) or []
     except (ValueError, PolicyError) as error:
-        print(f"gpu-defrag plan: {error}", file=sys.stderr)
+        say_error("plan", str(error))
         return 2
     if args.json:
         docs = [p.to_dict() for p in plans]
@@ -478,6 +499,8 @@ def _run_recommendation(args: argparse.Namespace) -> int:
         print(nothing_recommended(notes))
     else:
         print("\n\n".join(render_table(p) + "\n" + render_notes(p) for p in plans))
+    if quota_lines and not args.json:
+        print("\n" + "\n".join(quota_lines))
     return 0 if all(p.feasible for p in plans) else 1
 
 

@@ -43,6 +43,7 @@ from advisor.planner.constraints import (
     needs_one_island,
     usage_by_scope,
 )
+from advisor.planner.unknown_racks import rack_unknown_reason
 
 GOAL_JOB = "goal"
 CHAIN_ALWAYS_NODES = 2000  # up to this size the chained search always runs (it is cheap there)
@@ -853,7 +854,7 @@ def plan_heuristic(
     started = time.perf_counter()
     inst = build_instance(model, policy, goal.priority, weights)
     try:
-        needs = needs_for(goal, demand)
+        needs = needs_for(goal, demand, policy)
     except ValueError as error:
         return _infeasible(model, goal, inst, str(error), "heuristic")
     over = over_quota(model, goal, policy)
@@ -869,6 +870,10 @@ def plan_heuristic(
             from advisor.planner.why import why_not_cleared  # it reads this module's search
 
             why = f"no {need_text(need)} can be cleared: {why_not_cleared(inst, need, blocked)}"
+            racks = rack_unknown_reason(model, [(n.tasks, n.spec) for n in needs], policy)
+            if need.same_rack and racks:
+                plan = _infeasible(model, goal, inst, f"{why} on known racks; {racks}", "heuristic")
+                return replace(plan, extra={**plan.extra, "rack_unknown": True})
             return _infeasible(model, goal, inst, why, "heuristic")
         windows, targets = found
         windows_all.append(windows)
@@ -901,7 +906,18 @@ def _without(inst: Instance, moved: Mapping[int, np.ndarray]) -> Instance:
     return Instance(**{**inst.__dict__, "task_movable": movable, "cpu_free": cpu, "mem_free": mem})
 
 
-def needs_for(goal: Goal, demand: Sequence[Shape] | None) -> list[Need]:
+def needs_for(
+    goal: Goal, demand: Sequence[Shape] | None, policy: Policy | None = None
+) -> list[Need]:
+    """The goal's jobs; without rack locality (`rack_locality: false`) a multi-node job may
+    take nodes of any racks."""
+    needs = _needs_for(goal, demand)
+    if policy is not None and not policy.rack_locality:
+        needs = [replace(need, same_rack=False) for need in needs]
+    return needs
+
+
+def _needs_for(goal: Goal, demand: Sequence[Shape] | None) -> list[Need]:
     if goal.kind != "forecast":
         return needs_of(goal)
     if demand is None:

@@ -27,6 +27,8 @@ Stable API:
         grace_s: 10m               # then the borrower has this long to checkpoint
         preemption: true           # false: only jobs expected to end before the auto-return
         lend: true                 # the tenant lends its unused quota to others
+        max_lend_gpus: 16          # optional: lends at most this many GPUs (absent = all unused)
+        cohort: research           # optional: borrows from and lends to this cohort only
         tenants:                   # per-tenant overrides of any field above
           product: {lend: false}
 
@@ -93,6 +95,10 @@ class BorrowRules:
     grace_s: float = 600.0  # time to checkpoint after the return is due
     preemption: bool = True  # borrowed work may be preempted at return
     lend: bool = True  # this tenant lends its unused quota
+    # a scheduler's lending limit (a Kueue ClusterQueue's lendingLimit); None = all unused
+    max_lend_gpus: float | None = None
+    # tenants lend only within one cohort (Kueue cohorts); "" = to anyone
+    cohort: str = ""
 
     def returns(self) -> ReturnPolicy:
         """The same rules as return policies: `preemption` covers both triggers."""
@@ -147,6 +153,8 @@ BORROW_KEYS = (
     "grace_s",
     "preemption",
     "lend",
+    "max_lend_gpus",
+    "cohort",
 )
 
 
@@ -217,6 +225,12 @@ def _rules(
         values["priority_threshold"], _ = priority(
             rules["priority_threshold"], f"{where}.priority_threshold", levels
         )
+    if "max_lend_gpus" in rules:
+        values["max_lend_gpus"] = number(rules["max_lend_gpus"], f"{where}.max_lend_gpus")
+    if "cohort" in rules:
+        if not isinstance(rules["cohort"], str):
+            raise PolicyError(f"{where}.cohort", f"expected a name, got {rules['cohort']!r}")
+        values["cohort"] = rules["cohort"]
     for key in ("preemption", "lend"):
         if key in rules:
             values[key] = flag(rules[key], f"{where}.{key}")

@@ -48,6 +48,7 @@ from advisor.planner.consolidate import (
     target_nodes_mask,
 )
 from advisor.planner.constraints import Policy, needs_one_island
+from advisor.planner.unknown_racks import rack_unknown_reason
 
 MAX_CUTS = 5  # re-solves when a solution's moves cannot be ordered
 SCALE = 100_000  # cost score -> integer objective units (resolution 1e-5 per task)
@@ -478,7 +479,7 @@ def plan_exact(
         return replace(hint, method="exact (optimal)", extra={**hint.extra, **info})
     inst = build_instance(model, policy, goal.priority, weights)
     try:
-        needs = needs_for(goal, demand)
+        needs = needs_for(goal, demand, policy)
     except ValueError as error:
         return Plan(goal.text, False, (), reason=str(error), method="exact")
     builder = _Builder(inst, needs)
@@ -509,6 +510,12 @@ def plan_exact(
             if code == cp_model.INFEASIBLE
             else f"exact solver found no plan within {time_limit_s:g} s"
         )
+        racks = rack_unknown_reason(
+            model, [(n.tasks, n.spec) for n in builder.needs if n.same_rack], policy
+        )
+        if racks:  # nothing on known racks proves nothing about nodes of unknown rack
+            why = f"no placement reaches the goal on known racks; {racks}"
+            info["rack_unknown"] = True
         return Plan(goal.text, False, (), reason=why, method=f"exact ({status})", extra=info)
     while True:
         windows, targets = _assign(builder, solver)

@@ -34,6 +34,8 @@ def solve(
         heuristic = plan_heuristic(model, goal, policy, demand=demand)
         if solver == "heuristic" or heuristic.extra.get("over_quota"):
             return heuristic  # over quota: no placement can change that, the reason says so
+        if heuristic.extra.get("rack_unknown"):
+            return heuristic  # no solver can prove anything about racks nobody knows
     if solver == "best" and len(model.nodes) > exact_max_nodes:
         note = f"exact solver skipped: {len(model.nodes)} nodes > {exact_max_nodes}"
         return replace(heuristic, extra={**heuristic.extra, "exact": note})

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -11,6 +10,8 @@ import numpy as np
 from advisor.ingest.openb import OpenbFormatError, read_nodes, read_pods
 from advisor.placement import ALL_POLICIES
 from gpu_defrag_common.files import check_directory_target, staged_directory
+from gpu_defrag_common.messages import say_error
+from gpu_defrag_common.progress import Progress, add_quiet_flag
 from gpu_defrag_common.units import number
 
 # Bounds a study never needs to pass, so a typo is refused at its flag instead of running for
@@ -120,6 +121,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "(default 2)",
     )
     p.add_argument("--out", required=True, type=_out_folder, help="output directory")
+    add_quiet_flag(p)
     p.set_defaults(func=run)
 
 
@@ -139,7 +141,7 @@ def _out_folder(text: str) -> Path:
 
 def _fail(message: str, status: int = 2) -> int:
     """One line; exit 2 for bad input or flags, 1 for results that could not be written."""
-    print(f"gpu-defrag replay: {message}", file=sys.stderr)
+    say_error("replay", message)
     return status
 
 
@@ -176,37 +178,44 @@ def run(args: argparse.Namespace) -> int:
         for policy in args.policies
         for seed in args.seeds
     ]
-    summaries, curves = run_tasks(tasks, processes=min(args.jobs, len(tasks)))
-    bound = None
-    if args.ratio >= 1.0:  # the 100 % bin exists: what no placement or migration can beat there
-        from advisor.replay.floor import packing_floor_pct
+    with Progress("replay", "replays", len(tasks), quiet=args.quiet) as progress:
+        summaries, curves = run_tasks(
+            tasks, processes=min(args.jobs, len(tasks)), done=progress.advance
+        )
+        bound = None
+        if args.ratio >= 1.0:  # the 100 % bin exists: what no placement or migration can beat there
+            from advisor.replay.floor import packing_floor_pct
 
-        bound = float(
-            np.mean(
-                [packing_floor_pct(pods, nodes.total_gpus, s, ratio=args.ratio) for s in args.seeds]
-            )
-        )
-    try:
-        with staged_directory(args.out, writer="replay") as stage:  # all its files or none
-            write_csv(stage / "curve.csv", CURVE_COLUMNS, curves)
-            write_csv(stage / "summary.csv", SUMMARY_COLUMNS, summaries)
-            plot(curves, stage / "replay.png", title=f"{args.pods.name} on {args.nodes.name}")
-            if budgeted:
-                plot_budget(
-                    summaries,
-                    stage / BUDGET_FILE,
-                    title=f"{args.pods.name}: migrations",
-                    bound=bound,
+            bound = float(
+                np.mean(
+                    [
+                        packing_floor_pct(pods, nodes.total_gpus, s, ratio=args.ratio)
+                        for s in args.seeds
+                    ]
                 )
-    except OSError as exc:  # staged: the previous run's files stay whole
-        return _fail(f"cannot write {args.out}: {exc.strerror or exc}", status=1)
-    for row in summaries:
-        print(
-            f"{row['policy']:>16} seed {row['seed']}: unallocated {row['unalloc_100']:.2f}% "
-            f"at 100%, {row['unalloc_130']:.2f}% at {100 * args.ratio:.0f}%"
-            + (f", {row['migrated_pods']} pods moved" if row["migration_budget"] else "")
-        )
-    if bound is not None:
-        print(f"packing bound at 100%: no placement, with any moves, below {bound:.2f}% (mean)")
-    print(f"wrote {', '.join(str(args.out / name) for name in files)}")
-    return 0
+            )
+        try:
+            with staged_directory(args.out, writer="replay") as stage:  # all its files or none
+                write_csv(stage / "curve.csv", CURVE_COLUMNS, curves)
+                write_csv(stage / "summary.csv", SUMMARY_COLUMNS, summaries)
+                plot(curves, stage / "replay.png", title=f"{args.pods.name} on {args.nodes.name}")
+                if budgeted:
+                    plot_budget(
+                        summaries,
+                        stage / BUDGET_FILE,
+                        title=f"{args.pods.name}: migrations",
+                        bound=bound,
+                    )
+        except OSError as exc:  # staged: the previous run's files stay whole
+            progress.done("")  # the error line says what happened
+            return _fail(f"cannot write {args.out}: {exc.strerror or exc}", status=1)
+        for row in summaries:
+            print(
+                f"{row['policy']:>16} seed {row['seed']}: unallocated {row['unalloc_100']:.2f}% "
+                f"at 100%, {row['unalloc_130']:.2f}% at {100 * args.ratio:.0f}%"
+                + (f", {row['migrated_pods']} pods moved" if row["migration_budget"] else "")
+            )
+        if bound is not None:
+            print(f"packing bound at 100%: no placement, with any moves, below {bound:.2f}% (mean)")
+        print(f"wrote {', '.join(str(args.out / name) for name in files)}")
+        return 0

@@ -7,6 +7,7 @@ boundaries; results come back as summary and curve rows ready for `output`.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 from multiprocessing import get_context
@@ -85,13 +86,21 @@ def policy_label(policy: str, migration_budget: float) -> str:
     return f"{policy}+mig{migration_budget:g}" if migration_budget > 0 else policy
 
 
-def run_tasks(tasks: list[Task], processes: int = 2) -> tuple[list[dict], list[dict]]:
-    """All tasks, `processes` at a time (1 = in this process); rows in task order."""
+def run_tasks(
+    tasks: list[Task], processes: int = 2, done: Callable[[], None] = lambda: None
+) -> tuple[list[dict], list[dict]]:
+    """All tasks, `processes` at a time (1 = in this process); rows in task order. `done` is
+    called as each task ends (in task order: a progress bar)."""
+    results = []
     if processes <= 1 or len(tasks) <= 1:
-        results = [run_task(t) for t in tasks]
+        for task in tasks:
+            results.append(run_task(task))
+            done()
     else:
         with get_context("spawn").Pool(processes) as pool:
-            results = pool.map(run_task, tasks, chunksize=1)
+            for result in pool.imap(run_task, tasks, chunksize=1):
+                results.append(result)
+                done()
     summaries = [s for s, _ in results]
     curves = [row for _, rows in results for row in rows]
     return summaries, curves

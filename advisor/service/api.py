@@ -5,7 +5,9 @@ Routes (all GET, all JSON, all but the index carrying a `meta` freshness block):
 `/api/snapshot` (the cluster model, in the snapshot file format), `/api/fragmentation`
 (`?nodes=true` adds the per-node table), `/api/recommendations` (`?limit=N` bounds the ranked
 actions), `/api/forecast`, `/api/job-ends` (per running job its expected end, learned or the
-planner's fallback; `?tenant=`, `?node=`, `?limit=N`), `/api/history` (the trend and the hourly
+planner's fallback; `?tenant=`, `?node=`, `?limit=N`), `/api/pending` (the scheduler's queue,
+why each waiting job cannot start, the plan for the biggest blocked one; `?tenant=`,
+`?limit=N`), `/api/history` (the trend and the hourly
 demand behind the forecast; `?hours=N`), `/api/openapi.json` (this description), and `/api/`
 (an index of these routes, also at `/api`, so the address the demo prints answers). Before the
 first good run every data route answers 503 with the reason; afterwards the last good results
@@ -168,6 +170,19 @@ OPERATIONS: tuple[Operation, ...] = (
         ],
     ),
     Operation(
+        "/api/pending",
+        "pending",
+        "The scheduler's queue biggest first, why each waiting job cannot start (quota, rack "
+        "unknown, scattered), and a checked plan for the biggest blocked one",
+        D.Pending,
+        [
+            _query("tenant", "only this tenant's jobs", {"type": "string"}),
+            _query(
+                "limit", "return at most this many jobs (the biggest)", _whole_number(MAX_LIMIT)
+            ),
+        ],
+    ),
+    Operation(
         "/api/history",
         "history",
         "The trend of the headline measures and the hourly demand the forecast learned from",
@@ -256,6 +271,10 @@ class Api:
     def job_ends(self, query: str) -> Response:
         allowed = {"tenant": str, "node": _node, "limit": _limit}
         return self._serve("job_ends", query, allowed, D.build_job_ends)
+
+    def pending(self, query: str) -> Response:
+        allowed = {"tenant": str, "limit": _limit}
+        return self._serve("pending", query, allowed, D.build_pending)
 
     def history(self, query: str) -> Response:
         return self._serve("history", query, {"hours": _hours}, D.build_history)

@@ -3,6 +3,7 @@
     gpu-defrag advise --source sim:a100-16x8
     gpu-defrag advise --source prometheus+http://prometheus:9090 --advise.interval 1m
     gpu-defrag advise --source http://node1:9835/metrics,http://node2:9835/metrics
+    gpu-defrag advise --source k8s: --source http://node1:9835/metrics,http://node2:9835/metrics
 
 Every `--advise.interval` it ingests the source, analyses fragmentation, forecasts demand per
 pool from its own history and plans checked consolidations; see docs/service.md.
@@ -12,9 +13,10 @@ from __future__ import annotations
 
 import argparse
 import logging
-import signal
-import sys
+import math
 import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from advisor.settings import (
     HISTORY_MAX_POINTS,
@@ -28,7 +30,10 @@ from advisor.settings import (
     TOP_ACTIONS,
     hours_text,
 )
-from gpu_defrag_common.server_cli import add_server_arguments, configure_logging
+from gpu_defrag_common.messages import say_error
+from gpu_defrag_common.progress import Progress, add_quiet_flag
+from gpu_defrag_common.server_cli import add_server_arguments, configure_logging, server_limits
+from gpu_defrag_common.shutdown import ShutdownSignals
 from gpu_defrag_common.units import (
     duration,
     duration_at_most,
@@ -38,7 +43,12 @@ from gpu_defrag_common.units import (
     positive_duration,
 )
 
+if TYPE_CHECKING:
+    from advisor.ingest.backfill import Backfill
+
 log = logging.getLogger("advisor.service")
+
+BACKFILL_STOP_S = 2.5  # what a backfill gets to stop after SIGTERM (then it is left behind)
 
 DEFAULT_LISTEN = ":9836"
 
@@ -100,6 +110,7 @@ def shapes(text: str) -> tuple:
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     from advisor.ingest.backfill import MAX_SPAN_S
+    from advisor.ingest.schedulers import JoinSources
     from advisor.ingest.sources import SOURCE_HELP
 
     parser = subparsers.add_parser(
@@ -111,7 +122,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     # a longer past would be stepped through, then dropped: the service keeps 16 days
     backfill_span = duration_at_most(MAX_SPAN_S, ", the past the advisor keeps")
-    parser.add_argument("--source", required=True, help="where the cluster model comes from")
+    parser.add_argument(
+        "--source",
+        required=True,
+        action=JoinSources,
+        help="where the cluster model comes from; repeated, a scheduler (k8s:...) and the "
+        "usage source it joins by node name (the same as one SOURCE k8s:...+http://...)",
+    )
     add_server_arguments(parser, listen=DEFAULT_LISTEN, what="run")
     parser.add_argument(
         "--advise.interval",
@@ -215,11 +232,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(  # the flag's earlier name, before Prometheus sources had a backfill
         "--sim.backfill", dest="history_backfill", type=backfill_span, help=argparse.SUPPRESS
     )
+    add_quiet_flag(parser)
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from advisor.fragmentation import measures
+    from advisor.ingest.backfill import backfill, default_span_s
     from advisor.ingest.live import make_ingest
     from advisor.ingest.sources import SourceError
     from advisor.logs import install_log_filters, redact
@@ -239,7 +258,7 @@ def run(args: argparse.Namespace) -> int:
         if args.history_points < 1:
             raise ValueError("--history.max-points must be at least 1")
     except (WebConfigError, PolicyError, SourceError, ValueError, OSError) as error:
-        print(f"gpu-defrag advise: {redact(str(error))}", file=sys.stderr)
+        say_error("advise", redact(str(error)))
         return 2
     settings = Settings(
         measures=measures.Settings(shapes=args.shapes) if args.shapes else measures.Settings(),
@@ -259,23 +278,38 @@ def run(args: argparse.Namespace) -> int:
         top_actions=args.top_actions,
         settings=settings,
     )
-    loop = AdvisorLoop(args.source, ingest, config)
+    span = settings.backfill_s
+    span = default_span_s(args.source) if span is None else span
+
+    def read_past() -> list:
+        """The source's past again, for a history that starts anew (its clock went back)."""
+        past = backfill(args.source, ingest, span, timeout=args.source_timeout)
+        return past.models if past is not None else []
+
+    loop = AdvisorLoop(args.source, ingest, config, past=read_past)
     try:
         app = build_app(loop, Api(loop.state).routes(), web, "gpu-defrag advisor")
-        server = AdvisorServer(args.listen_address, app, web)
+        server = AdvisorServer(args.listen_address, app, web, server_limits(args))
     except (OSError, ValueError) as error:
-        print(
-            f"gpu-defrag advise: cannot listen on {args.listen_address}: {error}", file=sys.stderr
-        )
+        say_error("advise", f"cannot listen on {args.listen_address}: {error}")
         return 2
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
+    signals = ShutdownSignals().install()
     server.start()
-    past = loop.pipeline.backfill(cancelled=stop.is_set)
+    steps = math.ceil(span / 3600.0) if span > 0 else None  # one instant an hour
+    with Progress("advise", "backfill: past hours", steps, quiet=args.quiet) as progress:
+        progress.done("")  # the log line below says what was read, and how long it took
+
+        def stop_asked() -> bool:  # asked once per instant read: the bar's steps
+            progress.advance()
+            return signals.is_set()
+
+        past = _backfill_unless_stopped(
+            signals,
+            lambda: loop.pipeline.backfill(cancelled=stop_asked),
+        )
     if past is not None:
         log.info("%s", past.summary())
-    if stop.is_set():  # SIGTERM or Ctrl-C during the backfill: no run starts
+    if signals.is_set():  # SIGTERM or Ctrl-C during the backfill: no run starts
         server.close()
         return 0
     if past is None and args.history_backfill:
@@ -290,7 +324,35 @@ def run(args: argparse.Namespace) -> int:
         args.interval,
         server.url(""),
     )
-    stop.wait()
+    signals.wait()
     server.close()
     loop.stop(timeout_s=1.0)  # a forecast in progress is not waited for: the thread is a daemon
     return 0
+
+
+def _backfill_unless_stopped(
+    signals: ShutdownSignals, read: Callable[[], Backfill | None]
+) -> Backfill | None:
+    """Run the backfill in a thread while the main thread waits for a signal: a read of the
+    source blocked in a socket would otherwise hold off the signal's handler until it returns.
+    After a signal the backfill (which asks `signals.is_set` between instants, a simulated
+    hour of 1,000 nodes apart) gets `BACKFILL_STOP_S` to stop and return what it read; one
+    still blocked then is left to end with the process."""
+    outcome: list = []
+
+    def work() -> None:
+        try:
+            outcome.append(read())
+        except BaseException as error:  # re-raised in the main thread, as before the thread
+            outcome.append(error)
+        finally:
+            signals.wake()
+
+    thread = threading.Thread(target=work, name="backfill", daemon=True)
+    thread.start()
+    while not outcome and not signals.wait(or_woken=True):
+        pass  # (`outcome`, not `is_alive`: the thread lives on for a moment after its wake-up)
+    thread.join(timeout=BACKFILL_STOP_S)
+    if outcome and isinstance(outcome[0], BaseException):
+        raise outcome[0]
+    return outcome[0] if outcome else None

@@ -38,6 +38,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from advisor import documents as D
+from gpu_defrag_common.connections import Limits
 from gpu_defrag_common.server import (
     CONTENT_TYPE,
     MAX_BODY,
@@ -293,7 +294,12 @@ class AdvisorServer:
     """Owns the listening socket and uvicorn's thread; `close()` stops both within about a
     second (open connections get `SHUTDOWN_S` to finish)."""
 
-    def __init__(self, address: str, app: ASGIApp, web: WebConfig) -> None:
+    def __init__(
+        self, address: str, app: ASGIApp, web: WebConfig, limits: Limits | None = None
+    ) -> None:
+        """`limits.max_connections` (`--web.max-connections`) bounds the connections served
+        at once: one more is answered 503 (uvicorn's `limit_concurrency`)."""
+        limits = limits or Limits()
         host, port = parse_listen_address(address)
         self._host, self._tls = host, web.tls is not None
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -317,6 +323,7 @@ class AdvisorServer:
             server_header=False,
             h11_max_incomplete_event_size=MAX_HEAD,
             timeout_graceful_shutdown=SHUTDOWN_S,
+            limit_concurrency=limits.max_connections,
             ssl_context_factory=None if tls is None else lambda config, default: tls,
         )
         self._server = uvicorn.Server(config)

@@ -51,12 +51,21 @@ class AdvisorLoop:
         history: History | None = None,
         clock: Callable[[], float] = time.time,
         render: Callable[[RunState, Config], bytes] | None = None,
+        past: Callable[[], Sequence[ClusterModel]] = lambda: (),
     ) -> None:
+        """`past` reads the source's past again (the start-up backfill) for a history that
+        starts anew when the source's clock goes back (`_check_clock`)."""
         from advisor.service.metrics import render_page  # metrics imports this module's types
 
         self.config = config
         self.pipeline = Pipeline(
-            source, config.settings, ingest=ingest, history=history, clock=clock
+            source,
+            config.settings,
+            ingest=ingest,
+            history=history,
+            clock=clock,
+            past=past,
+            interval_s=config.interval_s,
         )
         self.clock = clock
         self._render = render or render_page
@@ -134,9 +143,15 @@ class AdvisorLoop:
         self._thread.start()
         return self
 
-    def stop(self, timeout_s: float = 30.0) -> None:
+    def stop(self, timeout_s: float = 2.0) -> None:
         """Stop after the run in progress, waiting at most `timeout_s` for it (the thread is a
-        daemon: a process that exits does not wait for a long forecast to finish)."""
+        daemon: a process that exits does not wait for a long plan to finish; SIGTERM must end
+        it in seconds)."""
         self._stop.set()
+        close = getattr(
+            self.pipeline.ingest, "close", None
+        )  # a watching reader (k8s:) ends its watches
+        if callable(close):
+            close()
         if self._thread is not None:
             self._thread.join(timeout=timeout_s)

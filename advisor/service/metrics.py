@@ -71,6 +71,7 @@ def _fragmentation(families: Families, state: RunState) -> None:
     for row in results.pools:
         pool = (row["pool"],)
         _add(families, "gpu_advisor_allocated_idle_gpus", pool, row["allocated_idle_gpus"])
+        _add(families, "gpu_advisor_owner_unknown_gpus", pool, row["owner_unknown_gpus"])
         _add(
             families,
             "gpu_advisor_allocated_idle_power_watts",
@@ -246,10 +247,37 @@ def _self(families: Families, state: RunState) -> None:
         _add(families, "gpu_advisor_run_errors_total", (stage,), state.errors.get(stage, 0))
 
 
+def _scheduler(families: Families, state: RunState) -> None:
+    """Unknown racks, the queue and why shapes cannot start (`advisor.pipeline.scheduler`)."""
+    from advisor.pipeline.scheduler import pending_by_tenant, unschedulable_series
+
+    results = state.results
+    if results is None or not results.scheduler:
+        return
+    doc = results.scheduler
+    for pool, count in doc["nodes_rack_unknown"].items():
+        _add(families, "gpu_advisor_nodes_rack_unknown", (pool,), count)
+    for row in doc["if_racks_allow"]:
+        _add(
+            families,
+            "gpu_advisor_schedulable_jobs_if_racks_allow",
+            (row["pool"], row["shape"]),
+            row["jobs_if_racks_allow"],
+        )
+    for shape, cause, free in unschedulable_series(doc):
+        _add(families, "gpu_advisor_shape_unschedulable", (shape, cause), free)
+    if doc["kind"] is not None:
+        for tenant, (jobs, gpus) in sorted(pending_by_tenant(doc).items()):
+            _add(families, "gpu_advisor_pending_jobs", (tenant,), jobs)
+            _add(families, "gpu_advisor_pending_gpus", (tenant,), gpus)
+        _add(families, "gpu_advisor_scheduler_stale", (state.source,), 1.0 if doc["stale"] else 0.0)
+
+
 def families(state: RunState, top_actions: int = 10) -> Families:
     """Every advisor series for one run state, in contract order within each section."""
     out = Families(ADVISOR_BY_NAME)
     _fragmentation(out, state)
+    _scheduler(out, state)
     _forecast(out, state)
     _recommendations(out, state, top_actions)
     _self(out, state)

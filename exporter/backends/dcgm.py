@@ -36,6 +36,7 @@ from exporter.backends.dcgm_common import (
     XidTracker,
     apply_fields,
     is_blank,
+    mig_values,
 )
 from exporter.readings import Collection, GpuReading, MigInstance, NodeReading
 
@@ -70,10 +71,14 @@ RENAMED: dict[str, str] = {
     "DCGM_FI_PROF_SM_OCCUPANCY": "DCGM_FI_PROF_SM_OCCUPANCY_RATIO",
     "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": "DCGM_FI_PROF_TENSOR_UTIL_RATIO",
     "DCGM_FI_PROF_DRAM_ACTIVE": "DCGM_FI_PROF_DRAM_UTIL_RATIO",
+    "DCGM_FI_PROF_GR_ENGINE_ACTIVE": "DCGM_FI_PROF_GR_ENGINE_UTIL_RATIO",
+    "DCGM_FI_DEV_PSTATE": "DCGM_FI_DEV_GPU_PSTATE",
+    "DCGM_FI_DEV_POWER_MGMT_LIMIT_MAX": "DCGM_FI_DEV_BOARD_POWER_LIMIT_MAX_WATTS",
+    "DCGM_FI_DEV_POWER_MGMT_LIMIT_DEF": "DCGM_FI_DEV_BOARD_POWER_LIMIT_DEFAULT_WATTS",
+    "DCGM_FI_DEV_GET_GPU_RECOVERY_ACTION": "DCGM_FI_DEV_GPU_RECOVERY_ACTION",
 }
 STRING_FIELDS: tuple[str, ...] = (*IDENTITY, "DCGM_FI_DRIVER_VERSION")
 CUDA_FIELD = "DCGM_FI_CUDA_DRIVER_VERSION"  # integer, 12040 = CUDA 12.4
-MIB = 2.0**20
 
 
 @dataclass(frozen=True, slots=True)
@@ -349,22 +354,15 @@ class DcgmBackend(Backend):
 
 
 def _mig(instance: _Instance, values: dict[str, object]) -> MigInstance:
-    """One GPU instance: DCGM_FI_DEV_NAME on a GPU_I entity is its profile name (`1g.10gb`)."""
-    clean = {k: v for k, v in values.items() if isinstance(v, int | float) and not is_blank(v)}
-    used = clean.get("DCGM_FI_DEV_FB_USED")
-    total = clean.get("DCGM_FI_DEV_FB_TOTAL")
-    if total is None and used is not None and "DCGM_FI_DEV_FB_FREE" in clean:
-        total = used + clean["DCGM_FI_DEV_FB_FREE"] + clean.get("DCGM_FI_DEV_FB_RESERVED", 0)
-    sm = clean.get("DCGM_FI_PROF_SM_ACTIVE")  # GR_ENGINE_ACTIVE is not SM activity
+    """One GPU instance: DCGM_FI_DEV_NAME on a GPU_I entity is its profile name (`1g.10gb`);
+    memory and activity (engine activity its utilization) from its own fields."""
     uuid = _text(values.get("DCGM_FI_DEV_UUID"))
     return MigInstance(
         gpu_instance_id=instance.gpu_instance_id,
         compute_instance_id=instance.compute_instance_id,
         profile=_text(values.get("DCGM_FI_DEV_NAME")) or f"{instance.slices}g",
         uuid=uuid if uuid.startswith("MIG-") else "",
-        memory_total_bytes=None if total is None else float(total) * MIB,
-        memory_used_bytes=None if used is None else float(used) * MIB,
-        sm_active_ratio=None if sm is None else float(sm),
+        **mig_values(values),
     )
 
 

@@ -54,9 +54,9 @@ def _attribute(metric: str) -> str:
 SCALARS: dict[str, tuple[str, float]] = {
     name: (_attribute(ours), factor) for name, (ours, factor) in DCGM_COMPAT.items()
 }
-# SM activity is DCGM_FI_PROF_SM_ACTIVE only (in DCGM_COMPAT). GR_ENGINE_ACTIVE measures the
-# graphics/compute engine's busy time, not SM cycles with a warp resident, and never stands in:
-# without SM_ACTIVE watched, SM activity is absent rather than wrong.
+# SM activity is DCGM_FI_PROF_SM_ACTIVE only; GR_ENGINE_ACTIVE (the graphics/compute engine's
+# busy time, in dcgm-exporter's default counters) is graphics engine activity, its own reading:
+# neither stands in for the other.
 
 # Keyed counters: field -> (dict attribute, key). Volatile ECC only fills in when the aggregate
 # (lifetime) counter is absent, because our ECC metric is the lifetime counter.
@@ -93,6 +93,16 @@ VIOLATIONS: dict[str, str] = {
 # The clock-event reason bitmask (field 112; renamed from CLOCK_THROTTLE_REASONS in DCGM 3.3).
 CLOCK_EVENT_MASKS = ("DCGM_FI_DEV_CLOCKS_EVENT_REASONS", "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS")
 XID_FIELD = "DCGM_FI_DEV_XID_ERRORS"
+# The NVSwitch fabric manager's view of the GPU (dcgmFabricManagerStatus_t) -> (NVML's fabric
+# state, completed with an error): 1 not started, 2 in progress, 3 success, 4 failure; 0 (not
+# supported), 5 (unrecognized) and 6 (NVML too old) say nothing.
+FABRIC_FIELD = "DCGM_FI_DEV_FABRIC_MANAGER_STATUS"
+FABRIC_STATES: dict[int, tuple[int, bool]] = {
+    1: (1, False),
+    2: (2, False),
+    3: (3, False),
+    4: (3, True),
+}
 # Identity fields (strings) the `dcgm` backend reads through the same field API.
 IDENTITY: dict[str, str] = {
     "DCGM_FI_DEV_UUID": "uuid",
@@ -112,6 +122,7 @@ ALL_NUMERIC_FIELDS: tuple[str, ...] = (
     *VIOLATIONS,
     *CLOCK_EVENT_MASKS,
     XID_FIELD,
+    FABRIC_FIELD,
 )
 
 
@@ -141,9 +152,44 @@ def apply_fields(gpu: GpuReading, values: dict[str, float]) -> None:
             gpu.clock_event_active.update(
                 {reason: bool(mask >> bit & 1) for bit, reason in enumerate(CLOCK_EVENT_REASONS)}
             )
+    if FABRIC_FIELD in clean and int(clean[FABRIC_FIELD]) in FABRIC_STATES:
+        gpu.fabric_state, gpu.fabric_error = FABRIC_STATES[int(clean[FABRIC_FIELD])]
+    for attr in ("performance_state", "recovery_action"):  # whole numbers, read as floats
+        value = getattr(gpu, attr)
+        if value is not None:
+            setattr(gpu, attr, int(value))
     fill_memory_total(gpu)
     if gpu.remapped_rows_failure:
         gpu.healthy = False
+
+
+MIB = 2.0**20
+# A MIG GPU instance's own activity fields (dcgm-exporter's default counters carry engine,
+# tensor and DRAM activity; SM activity only where a user watches it) -> MigInstance attribute
+MIG_ACTIVITY: dict[str, str] = {
+    "DCGM_FI_PROF_GR_ENGINE_ACTIVE": "graphics_engine_active_ratio",
+    "DCGM_FI_PROF_SM_ACTIVE": "sm_active_ratio",
+    "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": "tensor_active_ratio",
+    "DCGM_FI_PROF_DRAM_ACTIVE": "dram_active_ratio",
+}
+
+
+def mig_values(values: dict[str, object]) -> dict[str, float | None]:
+    """A MIG GPU instance's memory (MiB -> bytes; total = used + free + reserved where FB_TOTAL
+    is not watched, reserved 0 on pages that lack it) and activity, as MigInstance keywords."""
+    clean = {
+        k: float(v) for k, v in values.items() if isinstance(v, int | float) and not is_blank(v)
+    }
+    used = clean.get("DCGM_FI_DEV_FB_USED")
+    total = clean.get("DCGM_FI_DEV_FB_TOTAL")
+    if total is None and used is not None and "DCGM_FI_DEV_FB_FREE" in clean:
+        total = used + clean["DCGM_FI_DEV_FB_FREE"] + clean.get("DCGM_FI_DEV_FB_RESERVED", 0.0)
+    out: dict[str, float | None] = {
+        "memory_total_bytes": None if total is None else total * MIB,
+        "memory_used_bytes": None if used is None else used * MIB,
+    }
+    out.update({attr: clean.get(name) for name, attr in MIG_ACTIVITY.items()})
+    return out
 
 
 def fill_memory_total(gpu: GpuReading) -> None:

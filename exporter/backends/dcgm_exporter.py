@@ -15,10 +15,17 @@ from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 import requests
-from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.backends.base import Backend, BackendUnavailable
-from exporter.backends.dcgm_common import XID_FIELD, XidTracker, apply_fields, is_blank
+from exporter.backends.dcgm_common import (
+    XID_FIELD,
+    XidTracker,
+    apply_fields,
+    is_blank,
+    mig_values,
+)
+from exporter.backends.page_parse import PageError, Sample, Skipped, parse_page
+from exporter.contract import DCGM_MIG_FIELDS
 from exporter.readings import Allocation, Collection, GpuReading, MigInstance, NodeReading
 from gpu_defrag_common import bounded_get, units
 
@@ -72,24 +79,6 @@ CLOCK_EVENT_LABELS: dict[str, str] = {
     "hw_power_brake": "hw_power_brake_slowdown",
     "display_clocks": "display_clock_setting",
 }
-# Fields that belong to a MIG GPU instance itself; every other field on an instance series is
-# the parent GPU's value repeated (DCGM answers device-level fields for GPU_I entities).
-MIG_OWN_FIELDS = frozenset(
-    {
-        "DCGM_FI_DEV_FB_USED",
-        "DCGM_FI_DEV_FB_FREE",
-        "DCGM_FI_DEV_FB_RESERVED",
-        "DCGM_FI_DEV_FB_TOTAL",
-        "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
-        "DCGM_FI_PROF_SM_ACTIVE",
-        "DCGM_FI_PROF_SM_OCCUPANCY",
-        "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
-        "DCGM_FI_PROF_DRAM_ACTIVE",
-        "DCGM_FI_PROF_PCIE_TX_BYTES",
-        "DCGM_FI_PROF_PCIE_RX_BYTES",
-    }
-)
-MIB = 2.0**20
 # The most a /metrics page may hold. dcgm-exporter's page of an 8-GPU node is ~90 KB, with MIG
 # and profiling fields a few hundred KB; our exporter's page of a big node a few MB. 64 MiB is
 # ten times the largest real page, and still parses in bounded time and memory: more is a
@@ -120,62 +109,35 @@ def canonical_name(sample_name: str) -> str:
     return name
 
 
-def first_bad_line(text: str) -> int | None:
-    """1-based number of the first line that makes the parser fail (binary search on prefixes)."""
-    lines = text.splitlines()
-
-    def fails(count: int) -> bool:
-        try:
-            list(text_string_to_metric_families("\n".join(lines[:count]) + "\n"))
-        except ValueError:
-            return True
-        return False
-
-    if not fails(len(lines)):
-        return None
-    low, high = 0, len(lines)  # prefix of `low` lines parses, prefix of `high` lines fails
-    while high - low > 1:
-        middle = (low + high) // 2
-        if fails(middle):
-            high = middle
-        else:
-            low = middle
-    return high
-
-
 def parse_samples(
     text: str, url: str, *, empty_hint: str = "", none_hint: str = ""
-) -> list[tuple[str, dict[str, str], float]]:
-    """(sample name, labels, value) of every sample of any exposition page; BackendUnavailable
-    with one line naming the URL and, for malformed text, the first bad line. The hints are
-    added to the message of an empty page and of a page without samples."""
+) -> tuple[list[Sample], Skipped | None]:
+    """(sample name, labels, value) of every sample of any exposition page, and the lines left
+    out as unparseable (`page_parse`); BackendUnavailable with one line naming the URL for an
+    empty page, one of which no line parses (naming its first bad line) or one without samples.
+    The hints are added to the message of an empty page and of a page without samples."""
     if not text.strip():
         raise BackendUnavailable(f"{url}: empty /metrics page{_hint(empty_hint)}")
     try:
-        families = list(text_string_to_metric_families(text))
-    except ValueError as error:
-        number = first_bad_line(text)
-        where = f"line {number}" if number else "somewhere in the page"
-        line = text.splitlines()[number - 1][:80] if number else ""
-        raise BackendUnavailable(
-            f"{url}: malformed exposition text at {where}: {error} ({line!r})"
-        ) from None
-    samples = [(s.name, s.labels, s.value) for family in families for s in family.samples]
+        samples, skipped = parse_page(text)
+    except PageError as error:
+        raise BackendUnavailable(f"{url}: {error}") from None
     if not samples:
         raise BackendUnavailable(f"{url}: no samples in the /metrics page{_hint(none_hint)}")
-    return samples
+    return samples, skipped
 
 
 def _hint(text: str) -> str:
     return f" ({text})" if text else ""
 
 
-def parse_exposition(text: str, url: str) -> list[tuple[str, dict[str, str], float]]:
-    """(DCGM field name, labels, value) of every sample of a dcgm-exporter page."""
-    samples = parse_samples(
+def parse_exposition(text: str, url: str) -> tuple[list[Sample], Skipped | None]:
+    """(DCGM field name, labels, value) of every sample of a dcgm-exporter page, and the lines
+    left out (`parse_samples`)."""
+    samples, skipped = parse_samples(
         text, url, empty_hint="dcgm-exporter reloading?", none_hint="is it dcgm-exporter?"
     )
-    return [(canonical_name(name), labels, value) for name, labels, value in samples]
+    return [(canonical_name(name), labels, value) for name, labels, value in samples], skipped
 
 
 def fetch_page(url: str, timeout: float, session: requests.Session | None = None) -> str:
@@ -234,6 +196,7 @@ class DcgmExporterBackend(Backend):
         self.timeout = timeout
         self._session: requests.Session | None = None
         self._xids = XidTracker()
+        self._said_skipped: dict[str, tuple[int, int]] = {}  # url -> (count, first line) said
 
     @classmethod
     def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
@@ -290,14 +253,19 @@ class DcgmExporterBackend(Backend):
         now = time.time()
         nodes: dict[str, _Node] = {}
         errors: dict[str, str] = {}
+        skipped: dict[str, int] = {}
         for url in self.urls:
             try:
-                samples = parse_exposition(self.fetch(url), url)
+                samples, bad = parse_exposition(self.fetch(url), url)
                 if not _group(samples, urlsplit(url).hostname or url, nodes):
                     raise BackendUnavailable(f"{url}: no per-GPU series (is it dcgm-exporter?)")
             except BackendUnavailable as error:
                 errors[url] = str(error)
                 log.warning("%s", error)
+                continue
+            self._say_skipped(url, bad)
+            if bad is not None:
+                skipped[url] = bad.count
         if len(errors) == len(self.urls):
             if len(errors) == 1:
                 raise BackendUnavailable(next(iter(errors.values())))
@@ -308,7 +276,28 @@ class DcgmExporterBackend(Backend):
         )
         for url in errors:
             collection.errors[f"scrape {url}"] += 1
+        collection.skipped_lines.update(skipped)
         return collection
+
+    def _say_skipped(self, url: str, bad: Skipped | None) -> None:
+        """One warning when a target's page starts having unparseable lines or has others, one
+        line when it has none again: not one every collection."""
+        said = self._said_skipped.get(url)
+        now = None if bad is None else (bad.count, bad.first_number)
+        if now == said:
+            return
+        if bad is None:
+            del self._said_skipped[url]
+            log.info("%s: every line of the page parses again", url)
+            return
+        self._said_skipped[url] = now
+        log.warning(
+            "%s: %d line(s) of the page cannot be parsed and are left out, the rest is read; "
+            "first: %s",
+            url,
+            bad.count,
+            bad.describe(),
+        )
 
     def _reading(self, node: _Node, now: float) -> NodeReading:
         reading = NodeReading(
@@ -325,7 +314,9 @@ class DcgmExporterBackend(Backend):
         gpu = GpuReading(
             index=raw.index,
             uuid=_label(labels, "UUID", "uuid"),
-            model=_label(labels, "modelName", "model_name"),
+            # modelName on GPU series, model_name on NVLink ones (and --replace-blanks-in-model-
+            # name's dashes); a `DCGM_FI_DEV_NAME, label` counters row where a page has neither
+            model=_label(labels, "modelName", "model_name", "DCGM_FI_DEV_NAME"),
             pci_bus_id=_label(labels, "pci_bus_id"),
             serial=_label(labels, "DCGM_FI_DEV_SERIAL"),
             vbios_version=_label(labels, "DCGM_FI_DEV_VBIOS_VERSION"),
@@ -354,20 +345,13 @@ class DcgmExporterBackend(Backend):
 
 
 def _mig_instance(gi_id: int, profile: str, values: dict[str, float]) -> MigInstance:
-    """A MIG instance from its own FB and DCP series (MiB -> bytes; ratios stay ratios)."""
-    clean = {name: value for name, value in values.items() if not is_blank(value)}
-    used = clean.get("DCGM_FI_DEV_FB_USED")
-    total = clean.get("DCGM_FI_DEV_FB_TOTAL")
-    if total is None and used is not None and "DCGM_FI_DEV_FB_FREE" in clean:
-        total = used + clean["DCGM_FI_DEV_FB_FREE"] + clean.get("DCGM_FI_DEV_FB_RESERVED", 0.0)
-    sm = clean.get("DCGM_FI_PROF_SM_ACTIVE")  # GR_ENGINE_ACTIVE is not SM activity
+    """A MIG instance from its own FB and DCP series (MiB -> bytes; ratios stay ratios): its
+    engine activity (GR_ENGINE_ACTIVE, a default counter) is its utilization."""
     return MigInstance(
         gpu_instance_id=gi_id,
         compute_instance_id=0,  # dcgm-exporter labels GPU instances only
         profile=profile,
-        memory_total_bytes=None if total is None else total * MIB,
-        memory_used_bytes=None if used is None else used * MIB,
-        sm_active_ratio=sm,
+        **mig_values(values),
     )
 
 
@@ -459,7 +443,7 @@ def _record(gpu: _Gpu, gi_id: int | None, labels: dict[str, str], name: str, val
         return
     profile = _label(labels, "GPU_I_PROFILE")
     _, values = gpu.mig.setdefault(gi_id, (profile, {}))
-    if name in MIG_OWN_FIELDS:
+    if name in DCGM_MIG_FIELDS:
         values[name] = value
     else:
         gpu.inherited.setdefault(name, value)

@@ -32,9 +32,15 @@ from typing import Any, NamedTuple
 from exporter.attribution.base import Attribution, NoAttribution, node_allocations
 from exporter.backends.base import Backend, BackendUnavailable
 from exporter.backends.nvml_calls import GpuLost, NvmlCalls
-from exporter.backends.nvml_device import cpu_list, read_live, read_mig
+from exporter.backends.nvml_device import (
+    cpu_list,
+    read_fabric,
+    read_live,
+    read_mig,
+    read_vgpu_license,
+)
 from exporter.backends.nvml_events import FATAL_XIDS, XidWatcher
-from exporter.backends.nvml_fields import FieldReader, read_counters
+from exporter.backends.nvml_fields import FieldReader, Rate, read_counters
 from exporter.backends.nvml_gpm import GPU_METRICS, MIG_METRICS, GpmSampler
 from exporter.backends.nvml_pcie import PcieSampler
 from exporter.backends.nvml_processes import ProcessReader
@@ -81,6 +87,7 @@ class _Gpu:
     numa_node: int | None = None
     cpu_affinity: str = ""
     gpm: bool = False
+    vgpu_guest: bool = False  # a vGPU in a virtual machine: it has a license to hold
     lost: bool = False  # the last reading (or attach) met GPU_IS_LOST (else: unreachable)
     mig_state: tuple[bool | None, bool] | None = None  # (MIG on, has instances) last cycle
     gone_since: float | None = None  # no longer listed by NVML since then (clock seconds)
@@ -149,6 +156,7 @@ class NvmlBackend(Backend):
         self._watcher: XidWatcher | None = None
         self._pcie: PcieSampler | None = None
         self._processes = ProcessReader()
+        self._nvlink = Rate()  # NVLink data counters -> bytes per second, per GPU UUID
         self._gpus: list[_Gpu] = []
         self._links: list[TopologyLink] = []
         self._driver_version = ""
@@ -492,6 +500,8 @@ class NvmlBackend(Backend):
             words = calls(scope, "nvmlDeviceGetCpuAffinity", handle, _CPU_SET_WORDS)
             gpu.cpu_affinity = cpu_list(words) if words is not None else ""
             gpu.gpm = self.gpm_enabled and self._gpm.supported(calls, scope, handle)
+            mode = calls(scope, "nvmlDeviceGetVirtualizationMode", handle)
+            gpu.vgpu_guest = mode == getattr(self._nvml, "NVML_GPU_VIRTUALIZATION_MODE_VGPU", -1)
         except GpuLost:
             gpu.handle, gpu.lost = None, True
             return
@@ -626,6 +636,7 @@ class NvmlBackend(Backend):
         if self._watcher is not None:
             reading.xid_errors = self._watcher.counts(gpu.index)
             reading.xid_last_timestamp_seconds = self._watcher.last_timestamp(gpu.index)
+            reading.xid_last_code = self._watcher.last_code(gpu.index)
         return reading
 
     def _collect_gpu(self, gpu: _Gpu, gpm_keys: list[tuple[int, int | None]]) -> GpuReading:
@@ -659,7 +670,11 @@ class NvmlBackend(Backend):
             self._read_mig(gpu, reading, gpm_keys)
             self._follow_mig(gpu, reading)
             read_live(self._nvml, self._calls, gpu.scope, gpu.handle, reading)
-            read_counters(self._fields, self._calls, gpu.scope, gpu.handle, reading)
+            fields = read_counters(self._fields, self._calls, gpu.scope, gpu.handle, reading)
+            self._read_nvlink(gpu, fields, reading)
+            read_fabric(self._nvml, self._calls, gpu.scope, gpu.handle, reading)
+            if gpu.vgpu_guest:
+                read_vgpu_license(self._nvml, self._calls, gpu.scope, gpu.handle, reading)
             if self._pcie is not None:
                 tx, rx = self._pcie.latest(gpu.index)
                 reading.pcie_tx_bytes_per_second = tx
@@ -703,8 +718,16 @@ class NvmlBackend(Backend):
                 values = self._gpm.sample(
                     self._calls, gpu.scope, gpu.handle, key, MIG_METRICS, gi_id
                 )
-                instance.sm_active_ratio = values.get("sm_active_ratio")
+                for attr, value in values.items():
+                    setattr(instance, attr, value)
             r.mig_instances.append(instance)
+
+    def _read_nvlink(self, gpu: _Gpu, fields: dict[str, float], r: GpuReading) -> None:
+        """Bytes per second over every NVLink since the last collection (NVML counts KiB)."""
+        tx, rx = fields.get("nvlink_tx_kib"), fields.get("nvlink_rx_kib")
+        total = None if tx is None or rx is None else (tx + rx) * 1024.0
+        when = self._fields.times.get("nvlink_tx_kib", 0.0)  # the driver's time of the value
+        r.nvlink_bytes_per_second = self._nvlink.of(gpu.uuid or gpu.index, total, when)
 
     def _read_processes(self, gpu: _Gpu, r: GpuReading) -> None:
         r.processes = self._processes.read(

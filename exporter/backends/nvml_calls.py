@@ -8,6 +8,10 @@ asked about every cycle; but some answers depend on the GPU's state (MIG mode ma
 utilization and remapped rows unsupported), so the memory is dropped when the backend says
 the GPU changed (`forget`) and expires after `reprobe_s` anyway. A GPU that fell off the bus
 raises `GpuLost` so the caller can stop asking that GPU anything else this cycle.
+
+A function the installed nvidia-ml-py does not have (an older release than the driver's API)
+is one more "not supported" for the value it reads, remembered like the driver's answer, with
+one log line per function naming the release: never an AttributeError that stops the cycle.
 """
 
 from __future__ import annotations
@@ -22,6 +26,9 @@ from typing import Any
 
 log = logging.getLogger(__name__)
 
+# The oldest nvidia-ml-py release that has every function and constant the backend reads (the
+# floor pyproject.toml declares): with an older one, what it lacks is read as not supported.
+PYNVML_FLOOR = "12.570.86"
 REPROBE_S = 600.0  # how long a not-supported answer is trusted before asking again
 _GPU_SCOPE = re.compile(r"gpu(\d+)(/mig)?$")
 
@@ -56,8 +63,9 @@ class NvmlCalls:
         self._never = {
             nvml.NVML_ERROR_NOT_SUPPORTED,
             nvml.NVML_ERROR_FUNCTION_NOT_FOUND,
-            nvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH,
+            getattr(nvml, "NVML_ERROR_ARGUMENT_VERSION_MISMATCH", nvml.NVML_ERROR_NOT_SUPPORTED),
         }
+        self._absent: set[str] = set()  # functions this nvidia-ml-py lacks, said once each
         self._lost = nvml.NVML_ERROR_GPU_IS_LOST
         # Answers about the library, not one GPU: NVML must be initialised afresh.
         self._library = {
@@ -87,8 +95,13 @@ class NvmlCalls:
         memo_key = key or name
         if not self.supported(scope, memo_key):
             return None
+        function = getattr(self.nvml, name, None)
+        if function is None:
+            self._lacks(name)
+            self.mark_unsupported(scope, memo_key, name=name)
+            return None
         try:
-            result = getattr(self.nvml, name)(*args, **kwargs)
+            result = function(*args, **kwargs)
         except self.nvml.NVMLError as error:
             code = getattr(error, "value", None)
             if code == self._lost:
@@ -105,6 +118,19 @@ class NvmlCalls:
             return None
         self.succeeded(scope, memo_key, name=name)
         return result
+
+    def _lacks(self, name: str) -> None:
+        """One line per function the installed nvidia-ml-py does not have."""
+        if name in self._absent:
+            return
+        self._absent.add(name)
+        log.warning(
+            "nvidia-ml-py %s has no %s: a value only it reads is left out "
+            "(nvidia-ml-py >= %s has every call this exporter makes)",
+            library_version(self.nvml),
+            name,
+            PYNVML_FLOOR,
+        )
 
     # ----- failures ----------------------------------------------------------------------
 
@@ -191,6 +217,16 @@ def where(scope: str) -> str:
     if match is None:
         return scope
     return f"GPU {match.group(1)}" + (" MIG device" if match.group(2) else "")
+
+
+def library_version(nvml: Any) -> str:
+    """The installed nvidia-ml-py release (the distribution's version), "?" where unknown."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("nvidia-ml-py")
+    except PackageNotFoundError:
+        return getattr(nvml, "__version__", "?")
 
 
 def error_names(nvml: Any) -> dict[int, str]:

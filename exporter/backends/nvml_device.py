@@ -6,12 +6,13 @@ samplers; these functions only ask `NvmlCalls` (which counts and memoises failur
 
 from __future__ import annotations
 
+import ctypes
 import re
 from typing import Any
 
 from exporter.backends.nvml_calls import NvmlCalls
 from exporter.backends.nvml_fields import number, scaled
-from exporter.readings import CLOCK_EVENT_REASONS, GpuReading, MigInstance
+from exporter.readings import CLOCK_EVENT_REASONS, COMPUTE_MODES, GpuReading, MigInstance
 
 # Clock-event reason bits, in the order of CLOCK_EVENT_REASONS.
 _REASON_BITS = (
@@ -47,12 +48,26 @@ def read_live(nvml: Any, calls: NvmlCalls, s: str, h: Any, r: GpuReading) -> Non
     )
     r.power_watts = scaled(calls(s, "nvmlDeviceGetPowerUsage", h), 1e-3)
     r.power_limit_watts = scaled(calls(s, "nvmlDeviceGetEnforcedPowerLimit", h), 1e-3)
-    r.sm_clock_hertz = scaled(
-        calls(s, "nvmlDeviceGetClockInfo", h, nvml.NVML_CLOCK_SM, key="clock_sm"), 1e6
+    limits = calls(s, "nvmlDeviceGetPowerManagementLimitConstraints", h)  # [min, max] mW
+    r.power_limit_max_watts = scaled(limits[1], 1e-3) if limits is not None else None
+    r.power_limit_default_watts = scaled(
+        calls(s, "nvmlDeviceGetPowerManagementDefaultLimit", h), 1e-3
     )
-    r.memory_clock_hertz = scaled(
-        calls(s, "nvmlDeviceGetClockInfo", h, nvml.NVML_CLOCK_MEM, key="clock_mem"), 1e6
-    )
+    fan = calls(s, "nvmlDeviceGetFanSpeed", h)  # NOT_SUPPORTED on passively cooled boards
+    r.fan_speed_ratio = scaled(fan, 1e-2)
+    pstate = calls(s, "nvmlDeviceGetPerformanceState", h)
+    r.performance_state = int(pstate) if pstate is not None and 0 <= pstate <= 15 else None
+    mode = calls(s, "nvmlDeviceGetComputeMode", h)
+    r.compute_mode = COMPUTE_MODES.get(int(mode), "") if mode is not None else ""
+    for attr, clock in (
+        ("sm_clock_hertz", "NVML_CLOCK_SM"),
+        ("memory_clock_hertz", "NVML_CLOCK_MEM"),
+        ("graphics_clock_hertz", "NVML_CLOCK_GRAPHICS"),
+        ("video_clock_hertz", "NVML_CLOCK_VIDEO"),
+    ):
+        key = f"clock_{clock.removeprefix('NVML_CLOCK_').lower()}"
+        value = calls(s, "nvmlDeviceGetClockInfo", h, getattr(nvml, clock), key=key)
+        setattr(r, attr, scaled(value, 1e6))
     reasons = calls(s, "nvmlDeviceGetCurrentClocksEventReasons", h)
     if reasons is None and not calls.supported(s, "nvmlDeviceGetCurrentClocksEventReasons"):
         reasons = calls(s, "nvmlDeviceGetCurrentClocksThrottleReasons", h)
@@ -61,6 +76,38 @@ def read_live(nvml: Any, calls: NvmlCalls, s: str, h: Any, r: GpuReading) -> Non
             name: bool(int(reasons) & getattr(nvml, bit, 0))
             for name, bit in zip(CLOCK_EVENT_REASONS, _REASON_BITS, strict=True)
         }
+
+
+def read_fabric(nvml: Any, calls: NvmlCalls, s: str, h: Any, r: GpuReading) -> None:
+    """The GPU's NVSwitch fabric registration (HGX/DGX boards, GB200 racks): the versioned
+    call (drivers from 550), else the first one; nothing on a GPU that is on no fabric."""
+    info = None
+    if calls.supported(s, "nvmlDeviceGetGpuFabricInfoV") and hasattr(
+        nvml, "c_nvmlGpuFabricInfoV_t"
+    ):
+        info = nvml.c_nvmlGpuFabricInfoV_t()  # its constructor sets the struct version
+        if calls(s, "nvmlDeviceGetGpuFabricInfoV", h, ctypes.byref(info)) is None:
+            info = None
+    if info is None and hasattr(nvml, "c_nvmlGpuFabricInfo_t"):
+        info = nvml.c_nvmlGpuFabricInfo_t()
+        if calls(s, "nvmlDeviceGetGpuFabricInfo", h, ctypes.byref(info)) is None:
+            info = None
+    if info is None or int(info.state) == nvml.NVML_GPU_FABRIC_STATE_NOT_SUPPORTED:
+        return
+    r.fabric_state = int(info.state)
+    completed = r.fabric_state == nvml.NVML_GPU_FABRIC_STATE_COMPLETED
+    r.fabric_error = completed and int(info.status) != nvml.NVML_SUCCESS
+
+
+def read_vgpu_license(nvml: Any, calls: NvmlCalls, s: str, h: Any, r: GpuReading) -> None:
+    """A vGPU guest's license (any licensable feature enabled: licensed); the caller asks only
+    inside a vGPU virtual machine, where it applies."""
+    features = calls(s, "nvmlDeviceGetGridLicensableFeatures", h)
+    if features is None or not features.isGridLicenseSupported:
+        return
+    count = min(int(features.licensableFeaturesCount), len(features.gridLicensableFeatures))
+    states = [int(features.gridLicensableFeatures[i].featureState) for i in range(count)]
+    r.vgpu_licensed = any(state == 1 for state in states)
 
 
 def read_memory(nvml: Any, calls: NvmlCalls, s: str, h: Any, r: GpuReading) -> None:

@@ -50,6 +50,7 @@ class XidWatcher:
         self._lock = threading.Lock()
         self._counts: Counter[tuple[int, int]] = Counter()
         self._last: dict[int, float] = {}
+        self._last_code: dict[int, int] = {}
         self._errors: Counter[str] = Counter()
         self._stop = threading.Event()
         self._reopen = threading.Event()
@@ -88,6 +89,7 @@ class XidWatcher:
                     counts[(moved[index], xid)] = n
             self._counts = counts
             self._last = {moved[i]: t for i, t in self._last.items() if i in moved}
+            self._last_code = {moved[i]: c for i, c in self._last_code.items() if i in moved}
 
     def add_device(self, index: int, handle: Any) -> None:
         """Watch one more GPU (attached after start); the event set is rebuilt for it."""
@@ -105,6 +107,12 @@ class XidWatcher:
     def last_timestamp(self, index: int) -> float | None:
         with self._lock:
             return self._last.get(index)
+
+    def last_code(self, index: int) -> int:
+        """The code of the last XID seen on GPU `index`, 0 when none since the start (as
+        DCGM's last-XID field reads 0 without one)."""
+        with self._lock:
+            return self._last_code.get(index, 0)
 
     def take_errors(self) -> Counter[str]:
         with self._lock:
@@ -184,6 +192,7 @@ class XidWatcher:
         with self._lock:
             self._counts[(index, int(data.eventData))] += 1
             self._last[index] = self._clock()
+            self._last_code[index] = int(data.eventData)
 
     def _call(self, name: str, *args: Any, quiet: tuple[int, ...] = (), ok: bool = False) -> Any:
         try:

@@ -1,7 +1,9 @@
 """Batched NVML field reads: one `nvmlDeviceGetFieldValues` call per GPU instead of a dozen.
 
 Covers memory temperature, energy and the health counters (ECC, retired pages, remapped rows,
-PCIe replays, clock violation time); each has an individual-call fallback in `read_counters`.
+PCIe replays, clock violation time), each with an individual-call fallback in `read_counters`,
+and what only fields give: the driver's recommended recovery action and the NVLink data counters
+(summed over every link: scope UINT_MAX, nvml.h).
 
 The call succeeds when *some* slots are filled, so every slot's own `nvmlReturn` is checked.
 A field the GPU does not report is dropped from later batches for that GPU, in the same
@@ -38,6 +40,15 @@ FIELDS: dict[str, str] = {
     "NVML_FI_DEV_PERF_POLICY_BOARD_LIMIT": "violation_board_limit",
     "NVML_FI_DEV_PERF_POLICY_LOW_UTILIZATION": "violation_low_utilization",
     "NVML_FI_DEV_PERF_POLICY_RELIABILITY": "violation_reliability",
+    "NVML_FI_DEV_GET_GPU_RECOVERY_ACTION": "recovery_action",
+    "NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX": "nvlink_tx_kib",
+    "NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX": "nvlink_rx_kib",
+}
+ALL_LINKS = 0xFFFFFFFF  # scopeId of an NVLink field: the sum over every link (nvml.h)
+# Fields read for another scope than 0: field name -> scopeId
+SCOPES: dict[str, int] = {
+    "NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX": ALL_LINKS,
+    "NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX": ALL_LINKS,
 }
 
 _CALL = "nvmlDeviceGetFieldValues"
@@ -59,15 +70,24 @@ class FieldReader:
         self._nvml = nvml
         # Constants missing from an older pynvml are skipped rather than guessed.
         self._ids = {getattr(nvml, n): key for n, key in FIELDS.items() if hasattr(nvml, n)}
+        self._scopes = {getattr(nvml, n): scope for n, scope in SCOPES.items() if hasattr(nvml, n)}
         self._members = {
             getattr(nvml, n): member for n, member in _VALUE_MEMBER.items() if hasattr(nvml, n)
         }
         self._memo = {fid: f"field:{key}" for fid, key in self._ids.items()}
         self._lacks = {nvml.NVML_ERROR_NOT_SUPPORTED, nvml.NVML_ERROR_INVALID_ARGUMENT}
+        # field name -> when the driver took the value (seconds), for the last `read`'s GPU:
+        # a rate between collections divides by the driver's time, not the collector's
+        self.times: dict[str, float] = {}
 
     def read(self, calls: NvmlCalls, scope: str, handle: Any) -> dict[str, float]:
         """Field name -> value for the fields this GPU reported this cycle."""
-        wanted = [fid for fid, memo in self._memo.items() if calls.supported(scope, memo)]
+        self.times = {}
+        wanted = [
+            (fid, self._scopes[fid]) if fid in self._scopes else fid
+            for fid, memo in self._memo.items()
+            if calls.supported(scope, memo)
+        ]
         if not wanted:
             return {}
         slots = calls(scope, _CALL, handle, wanted)
@@ -84,6 +104,7 @@ class FieldReader:
                 member = self._members.get(int(slot.valueType))
                 if member is not None:
                     out[self._ids[fid]] = float(getattr(slot.value, member))
+                    self.times[self._ids[fid]] = int(slot.timestamp) / 1e6
             elif code in self._lacks:
                 calls.mark_unsupported(scope, memo, name=_CALL, code=code)
             else:
@@ -103,12 +124,32 @@ _VIOLATIONS = {
 }
 
 
+class Rate:
+    """Per-second rates of counters between one collection and the next (the first collection
+    of a key has none; a counter that went down, a driver reload, starts over)."""
+
+    def __init__(self) -> None:
+        self._previous: dict[object, tuple[float, float]] = {}
+
+    def of(self, key: object, value: float | None, now: float) -> float | None:
+        if value is None:
+            self._previous.pop(key, None)
+            return None
+        before, self._previous[key] = self._previous.get(key), (now, value)
+        if before is None or now <= before[0] or value < before[1]:
+            return None
+        return (value - before[1]) / (now - before[0])
+
+
 def read_counters(
     reader: FieldReader, calls: NvmlCalls, scope: str, handle: Any, r: GpuReading
-) -> None:
-    """Memory temperature, energy and the health counters: batched, each with its fallback."""
+) -> dict[str, float]:
+    """Memory temperature, energy and the health counters: batched, each with its fallback.
+    Returns the batch, for the values the caller derives (NVLink rates)."""
     nvml, h, s = calls.nvml, handle, scope
     f = reader.read(calls, s, h)
+    action = f.get("recovery_action")
+    r.recovery_action = int(action) if action is not None else None
     r.memory_temperature_celsius = f.get("memory_temperature")
     energy = f.get("energy_mj")
     if energy is None:
@@ -181,6 +222,7 @@ def read_counters(
             ns = status.violationTime if status is not None else None
         if ns is not None:
             r.clock_event_seconds[reason] = float(ns) / 1e9
+    return f
 
 
 def number(value: Any) -> float | None:

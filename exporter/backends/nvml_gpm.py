@@ -15,12 +15,20 @@ from exporter.backends.nvml_calls import NvmlCalls
 
 # GpuReading attribute -> NVML GPM metric constant (values are percentages 0-100).
 GPU_METRICS: dict[str, str] = {
+    "graphics_engine_active_ratio": "NVML_GPM_METRIC_GRAPHICS_UTIL",
     "sm_active_ratio": "NVML_GPM_METRIC_SM_UTIL",
     "sm_occupancy_ratio": "NVML_GPM_METRIC_SM_OCCUPANCY",
     "tensor_active_ratio": "NVML_GPM_METRIC_ANY_TENSOR_UTIL",
     "dram_active_ratio": "NVML_GPM_METRIC_DRAM_BW_UTIL",
 }
-MIG_METRICS: dict[str, str] = {"sm_active_ratio": "NVML_GPM_METRIC_SM_UTIL"}
+# MigInstance attribute -> metric: engine activity is a MIG instance's utilization (no
+# utilization counter covers a MIG instance)
+MIG_METRICS: dict[str, str] = {
+    "graphics_engine_active_ratio": "NVML_GPM_METRIC_GRAPHICS_UTIL",
+    "sm_active_ratio": "NVML_GPM_METRIC_SM_UTIL",
+    "tensor_active_ratio": "NVML_GPM_METRIC_ANY_TENSOR_UTIL",
+    "dram_active_ratio": "NVML_GPM_METRIC_DRAM_BW_UTIL",
+}
 
 
 class GpmSampler:

@@ -16,6 +16,11 @@ from exporter.backends.nvml_calls import NvmlCalls
 from exporter.readings import GpuProcess
 
 NOT_MIG = 0xFFFFFFFF  # gpuInstanceId / computeInstanceId of a process outside MIG
+# Per kind of process: the call of drivers from 510.39 on, then the one of older drivers.
+LISTS = (
+    ("nvmlDeviceGetComputeRunningProcesses_v3", "nvmlDeviceGetComputeRunningProcesses_v2"),
+    ("nvmlDeviceGetGraphicsRunningProcesses_v3", "nvmlDeviceGetGraphicsRunningProcesses_v2"),
+)
 
 
 class ProcessReader:
@@ -37,11 +42,10 @@ class ProcessReader:
         """The GPU's compute and graphics processes; `utilization=False` under MIG."""
         scope = f"gpu{index}"
         found: dict[tuple[int, int | None], GpuProcess] = {}
-        for kind in ("Compute", "Graphics"):
-            name = f"nvmlDeviceGet{kind}RunningProcesses"
-            listed = calls(scope, f"{name}_v3", handle)
-            if listed is None and not calls.supported(scope, f"{name}_v3"):
-                listed = calls(scope, f"{name}_v2", handle)  # driver older than 510.39
+        for current, older in LISTS:
+            listed = calls(scope, current, handle)
+            if listed is None and not calls.supported(scope, current):
+                listed = calls(scope, older, handle)  # driver older than 510.39
             for info in listed or ():
                 gi = info.gpuInstanceId
                 gi = None if gi is None or int(gi) == NOT_MIG else int(gi)

@@ -180,6 +180,7 @@ def _gpu(
         vbios_version=model.vbios_version,
         utilization_ratio=None if mig else util,
         memory_utilization_ratio=None if mig else cols["mem_util"][gpu],
+        graphics_engine_active_ratio=None if mig else util,
         sm_active_ratio=0.85 * util,
         sm_occupancy_ratio=0.4 * util,
         tensor_active_ratio=0.45 * util,
@@ -194,9 +195,14 @@ def _gpu(
         memory_temperature_celsius=round(cols["temp"][gpu] + 4.0, 1),
         power_watts=cols["power"][gpu],
         power_limit_watts=model.power_limit_watts,
+        power_limit_max_watts=model.power_limit_watts,  # boards run at their maximum
+        power_limit_default_watts=model.power_limit_watts,
         energy_joules=cols["energy"][gpu],
+        performance_state=0,  # datacenter GPUs in persistence mode stay in P0
+        compute_mode="default",
         sm_clock_hertz=cols["sm_clock"][gpu],
         memory_clock_hertz=cols["mem_clock"][gpu],
+        graphics_clock_hertz=cols["sm_clock"][gpu],
         clock_event_active={
             reason: (reason == "gpu_idle" and idle) or (reason == "sw_power_cap" and capped)
             for reason in CLOCK_EVENT_REASONS
@@ -215,6 +221,10 @@ def _gpu(
         xid_last_timestamp_seconds=(
             unix_time_of(fleet.xid_last[gpu]) if gpu in fleet.xid_last else None
         ),
+        # the last XID's code where the fleet raised one code only (else which came last is
+        # not kept: unknown)
+        xid_last_code=(0 if not xids else next(iter(xids)) if len(xids) == 1 else None),
+        recovery_action=0,
         mig_enabled=(mig if model.mig_profiles else None),
         mig_instances=mig_instances,
         numa_node=spec.board.numa[local],
@@ -294,6 +304,8 @@ def _mig_rows(
                 memory_total_bytes=slot.memory_bytes,
                 memory_used_bytes=used,
                 sm_active_ratio=0.85 * util,
+                graphics_engine_active_ratio=util,  # engine busy whenever its pods run
+                tensor_active_ratio=0.45 * util,
             )
         )
         if not slot.owner:

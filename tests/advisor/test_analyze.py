@@ -56,7 +56,7 @@ def test_errors_are_one_line_and_exit_2(capsys) -> None:
         port = sock.getsockname()[1]
     assert main(["analyze", f"http://127.0.0.1:{port}/metrics", "--timeout", "1"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("gpu-defrag: error: http://127.0.0.1:") and err.count("\n") == 1
+    assert err.startswith("gpu-defrag analyze: error: http://127.0.0.1:") and err.count("\n") == 1
     assert main(["analyze", "sim:a100-16x8", "--shape", "1.5"]) == 2
     assert "bad shape '1.5'" in capsys.readouterr().err
     assert main(["snapshot", "missing.json"]) == 2
@@ -72,7 +72,7 @@ def test_snapshot_to_an_unwritable_path_is_refused_before_the_source_is_read(
     target = tmp_path / "no" / "dir" / "x.json"
     assert main(["snapshot", "sim:a100-16x8", "-o", str(target)]) == 2
     err = capsys.readouterr().err
-    assert err == f"gpu-defrag: error: -o {target}: {target.parent} does not exist\n"
+    assert err == f"gpu-defrag snapshot: error: -o {target}: {target.parent} does not exist\n"
 
 
 def test_snapshot_a_write_that_fails_is_exit_1_and_keeps_the_old_file(
@@ -94,7 +94,7 @@ def test_snapshot_a_write_that_fails_is_exit_1_and_keeps_the_old_file(
     monkeypatch.setattr(files.os, "replace", full)
     assert main(["snapshot", str(source), "-o", str(target)]) == 1
     err = capsys.readouterr().err
-    assert err == f"gpu-defrag: error: cannot write {target}: No space left on device\n"
+    assert err == f"gpu-defrag snapshot: error: cannot write {target}: No space left on device\n"
     assert target.read_text() == "previous"
     assert {p.name for p in tmp_path.iterdir()} == {"two.json", "out.json"}  # no temporary
 
@@ -191,7 +191,7 @@ def test_snapshot_to_a_closed_stdout_is_one_line(monkeypatch, capsys) -> None:
     assert main(["snapshot", "sim:a100-16x8?seed=2"]) == 1  # as every command (advisor.cli)
     err = capsys.readouterr().err
     assert err == (
-        "gpu-defrag snapshot: cannot write to standard output: standard output is closed\n"
+        "gpu-defrag snapshot: error: cannot write to standard output: standard output is closed\n"
     )
 
 
@@ -206,7 +206,10 @@ def test_snapshot_to_a_full_stdout_is_one_line(tmp_path, monkeypatch, capsys) ->
     monkeypatch.setattr(sys, "stdout", Full())
     assert main(["snapshot", "sim:a100-16x8?seed=2"]) == 1  # as every command (advisor.cli)
     err = capsys.readouterr().err
-    assert err == "gpu-defrag snapshot: cannot write to standard output: No space left on device\n"
+    assert (
+        err
+        == "gpu-defrag snapshot: error: cannot write to standard output: No space left on device\n"
+    )
 
 
 def test_the_table_lists_only_nodes_with_a_fragment(tmp_path, capsys) -> None:

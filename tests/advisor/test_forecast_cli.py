@@ -182,10 +182,10 @@ def test_unreadable_inputs_are_one_line_and_write_nothing(tmp_path, capsys):
         err = capsys.readouterr().err.strip()
         assert rc == 2
         assert len(err.splitlines()) == 1, err
-        assert err.startswith(f"gpu-defrag backtest: {source}: ") and words in err
+        assert err.startswith(f"gpu-defrag backtest: error: {source}: ") and words in err
         assert not out.exists()
     assert main(["forecast", str(wrong)]) == 2
-    assert capsys.readouterr().err.startswith(f"gpu-defrag forecast: {wrong}: ")
+    assert capsys.readouterr().err.startswith(f"gpu-defrag forecast: error: {wrong}: ")
 
 
 def test_a_short_history_gets_naive_as_the_unvalidated_advisor(tmp_path, capsys):
@@ -313,7 +313,7 @@ def test_an_unusable_out_is_one_line_before_the_run(tmp_path, capsys, monkeypatc
     ]:
         assert main([command, str(path), "--out", str(out)]) == 2
         err = capsys.readouterr().err.strip()
-        assert err.startswith(f"gpu-defrag {command}: --out {out}: ") and words in err, err
+        assert err.startswith(f"gpu-defrag {command}: error: --out {out}: ") and words in err, err
         assert len(err.splitlines()) == 1
     assert afile.read_text() == "keep me" and not (tmp_path / "nodir").exists()
 
@@ -338,7 +338,7 @@ def test_a_failed_write_is_one_line_and_keeps_the_previous_results(tmp_path, cap
     monkeypatch.setattr(plot, "plot_backtest", full)
     assert main(args) == 1
     err = capsys.readouterr().err.strip()
-    assert err == f"gpu-defrag backtest: --out {out}: cannot write: No space left on device"
+    assert err == f"gpu-defrag backtest: error: --out {out}: cannot write: No space left on device"
     assert {f.name: f.read_bytes() for f in out.iterdir()} == before
 
     csv = tmp_path / "fc.csv"
@@ -373,7 +373,7 @@ def test_an_input_without_a_usable_hour_is_an_error_not_an_empty_table(tmp_path,
     assert main(["forecast", str(path), "--model", "naive"]) == 2
     captured = capsys.readouterr()
     assert captured.out == ""
-    assert captured.err.startswith(f"gpu-defrag forecast: {path}: no hour holds half")
+    assert captured.err.startswith(f"gpu-defrag forecast: error: {path}: no hour holds half")
 
 
 def test_a_row_off_the_hourly_grid_still_forecasts(tmp_path, capsys):

@@ -59,7 +59,7 @@ def test_a_failed_idle_write_is_one_line_and_writes_nothing(tmp_path, capsys, mo
     monkeypatch.setattr(gpu_defrag_common.files, "write_text_atomic", full)
     assert main(["forecast", str(path), "--idle", "1", "--out", str(out)]) == 1
     err = capsys.readouterr().err.strip()
-    assert err == f"gpu-defrag forecast: --out {out}: cannot write: No space left on device"
+    assert err == f"gpu-defrag forecast: error: --out {out}: cannot write: No space left on device"
     assert not out.exists()
 
 
@@ -104,7 +104,8 @@ def test_risk_without_idle_is_refused_not_ignored(tmp_path, capsys, monkeypatch)
     captured = capsys.readouterr()
     assert captured.out == ""
     assert (
-        captured.err == "gpu-defrag forecast: --risk is the idle windows' risk: it needs --idle\n"
+        captured.err
+        == "gpu-defrag forecast: error: --risk is the idle windows' risk: it needs --idle\n"
     )
 
 
@@ -118,7 +119,7 @@ def test_an_input_without_capacity_is_one_line_and_writes_nothing(tmp_path, caps
         captured = capsys.readouterr()
         assert captured.out == ""
         assert captured.err.count("\n") == 1
-        assert captured.err.startswith(f"gpu-defrag forecast: {path}: no capacity")
+        assert captured.err.startswith(f"gpu-defrag forecast: error: {path}: no capacity")
         assert "idle = capacity - use" in captured.err
         assert not out.exists()
     # the demand forecast of the same input needs no capacity

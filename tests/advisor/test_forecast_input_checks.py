@@ -133,13 +133,13 @@ def test_a_bad_helios_vc_file_is_named_by_the_cli(tmp_path, capsys):
     for command in ("forecast", "backtest"):
         assert main([command, str(folder)]) == 2
         assert capsys.readouterr().err == (
-            f"gpu-defrag {command}: {folder}/vcA/cluster_sequence_vc.csv: "
+            f"gpu-defrag {command}: error: {folder}/vcA/cluster_sequence_vc.csv: "
             "No columns to parse from file\n"
         )
     (folder / "vcA" / "cluster_sequence_vc.csv").unlink()
     assert main(["forecast", str(folder)]) == 2
     assert capsys.readouterr().err == (
-        f"gpu-defrag forecast: {folder}/vcB/cluster_sequence_vc.csv: "
+        f"gpu-defrag forecast: error: {folder}/vcB/cluster_sequence_vc.csv: "
         "total_gpu_num 'abc' in row 2 is not a number\n"
     )
 
@@ -240,7 +240,7 @@ def test_a_bad_demand_history_is_one_line_for_the_planner(tmp_path, capsys, name
     seed = ROOT / "examples" / "seed-16x8-a100.json"
     assert main(["plan", str(seed), "--goal", "forecast=6h", "--demand", str(path)]) == 2
     assert capsys.readouterr().err == (
-        f"gpu-defrag plan: {path}: cannot read demand history: {says.format(path=path)}\n"
+        f"gpu-defrag plan: error: {path}: cannot read demand history: {says.format(path=path)}\n"
     )
 
 
@@ -269,7 +269,7 @@ def test_a_horizon_the_test_part_cannot_score_is_one_line(tmp_path, capsys):
     )
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "h = 168: no test origin from" in err
-    assert err.startswith(f"gpu-defrag backtest: {path}: h = 168")  # names the INPUT
+    assert err.startswith(f"gpu-defrag backtest: error: {path}: h = 168")  # names the INPUT
     assert "the longest horizon this test part can score: 167 h" in err
     assert not out.exists()
     panel = io.hourly(io.load(str(path)), str(path))
@@ -291,7 +291,7 @@ def test_an_out_that_is_the_input_is_refused_and_the_input_kept(tmp_path, capsys
         out = path
     assert main(["forecast", str(path), "--horizons", "1", "--out", str(out)]) == 2
     assert capsys.readouterr().err == (
-        f"gpu-defrag forecast: --out {out}: is the INPUT {path}; the results would overwrite it\n"
+        f"gpu-defrag forecast: error: --out {out}: is the INPUT {path}; the results would overwrite it\n"
     )
     assert path.read_bytes() == before
 
@@ -395,7 +395,7 @@ def test_data_too_short_for_the_test_part_names_the_input_and_the_window(tmp_pat
     assert main(["backtest", str(path), "--out", str(out)]) == 2
     err = capsys.readouterr().err
     assert err == (
-        f"gpu-defrag backtest: {path}: no hour of the data (2026-01-05 10:00:00 … "
+        f"gpu-defrag backtest: error: {path}: no hour of the data (2026-01-05 10:00:00 … "
         "2026-01-05 12:00:00) lies in the test part [2025-12-29 00:00:00, 2026-01-05 00:00:00) "
         "(--test-from sets it)\n"
     )

@@ -189,7 +189,7 @@ def test_an_impossible_prometheus_reading_is_one_line_naming_series_time_and_val
     out = tmp_path / "out"
     assert main([command, source, "--out", str(out)]) == 2
     captured = capsys.readouterr()
-    assert captured.err == f"gpu-defrag {command}: {source}: {says}\n"
+    assert captured.err == f"gpu-defrag {command}: error: {source}: {says}\n"
     assert captured.out == "" and not out.exists()
 
 

@@ -55,7 +55,7 @@ def test_the_cli_reads_short_models_and_refuses_unknown_ones(capsys) -> None:
     assert main(["analyze", "sim:a100-16x8?t=2d", "--shape", "8@A10"]) == 2
     err = capsys.readouterr().err
     assert err == (
-        f"gpu-defrag: error: 8 GPU [A10]: no GPU model here matches 'A10' (models: {A100})\n"
+        f"gpu-defrag analyze: error: 8 GPU [A10]: no GPU model here matches 'A10' (models: {A100})\n"
     )
     assert main(["plan", "sim:a100-16x8?t=2d", "--goal", "job=8@B200"]) == 2
     assert "no GPU model here matches 'B200'" in capsys.readouterr().err

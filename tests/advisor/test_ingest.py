@@ -77,9 +77,11 @@ def test_scraping_our_page_gives_the_model_of_the_readings(server) -> None:
     assert model.nodes.name.tolist() == ["node-0", "node-1"]
     assert model.nodes.pool.tolist() == ["h100", "h100"] and model.nodes.rack[0] == "rack-1"
     ids = model.allocations.id.tolist()
-    assert ids[:3] == ["rnd/train-0", "product/idle-1", "product/infer"]
+    # GPU 6 is busy with no allocation: in use, owner unknown (a holder nobody names)
+    assert ids[:4] == ["rnd/train-0", "product/idle-1", "unattributed@node-0/gpu6", "product/infer"]
+    assert model.gpu_owner_unknown[:8].tolist() == [False] * 6 + [True, False]
     # the MIG GPU is carved into 7 x 1g.10gb; one slice held = 1/7 of the GPU
-    assert model.allocations.gpu_milli[2] == 143
+    assert model.allocations.gpu_milli[3] == 143
     assert model.gpus.nvlink_island[:8].tolist() == [0] * 8
     assert model.gpus.utilization_ratio[0] == 0.5
 
@@ -140,11 +142,20 @@ def _series(text: str, extra: dict[str, str]) -> list[tuple[str, dict[str, str],
     return out
 
 
+LONG_AGO = "2020-01-01T00:00:00Z"  # a Prometheus started long before the tests' instants
+
+
 def prometheus_api(
-    samples, history: dict[str, list[tuple[dict, list[tuple[float, float]]]]], down=()
+    samples,
+    history: dict[str, list[tuple[dict, list[tuple[float, float]]]]],
+    down=(),
+    *,
+    started: str = LONG_AGO,
+    stamps: dict[tuple[str, tuple], float] | None = None,
 ) -> dict[str, Route]:
     """A tiny Prometheus: the state query returns `samples`, the query for down targets `down`;
-    range queries return `history`."""
+    range queries return `history`; runtimeinfo says it `started`, and the timestamps query
+    answers `stamps` ((name, sorted label items) -> sample time; the query's time without)."""
 
     def ok(data) -> tuple[int, str, str]:
         return 200, "application/json", json.dumps({"status": "success", "data": data})
@@ -154,6 +165,20 @@ def prometheus_api(
             answer = down
         elif query.get("query") == prometheus.STATE_QUERY:
             answer = samples
+        elif "timestamp(" in query.get("query", ""):
+            at = float(query["time"])
+            result = [
+                {
+                    "metric": {prometheus.NAME_LABEL: name, **labels},
+                    "value": [
+                        at,
+                        str((stamps or {}).get((name, tuple(sorted(labels.items()))), at)),
+                    ],
+                }
+                for name, labels, _ in samples
+                if f'"{name}"' in query["query"]
+            ]
+            return ok({"resultType": "vector", "result": result})
         else:
             return (
                 400,
@@ -181,7 +206,11 @@ def prometheus_api(
         ]
         return ok({"resultType": "matrix", "result": [r for r in result if r["values"]]})
 
-    return {"/api/v1/query": instant, "/api/v1/query_range": range_}
+    return {
+        "/api/v1/query": instant,
+        "/api/v1/query_range": range_,
+        "/api/v1/status/runtimeinfo": lambda _query: ok({"startTime": started}),
+    }
 
 
 def test_prometheus_instant_and_range_with_our_names(server) -> None:
@@ -208,7 +237,14 @@ def test_prometheus_instant_and_range_with_our_names(server) -> None:
         and column[5] == 0.75
     )
     assert np.isnan(model.usage.memory_used_bytes).all()
-    assert set(model.allocations.job.tolist()) == {"rnd/train-0", "product/idle-1", "product/infer"}
+    # GPU 6 of each node is busy with no allocation: in use, its owner unknown
+    unknown = {f"unattributed@node-{n}/gpu6" for n in (0, 1)}
+    assert set(model.allocations.job.tolist()) == {
+        "rnd/train-0",
+        "product/idle-1",
+        "product/infer",
+        *unknown,
+    }
 
 
 def test_a_history_longer_than_prometheus_allows_in_one_query_is_read_in_pieces(server) -> None:

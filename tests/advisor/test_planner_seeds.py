@@ -199,7 +199,7 @@ def test_cli_refuses_demand_the_cluster_can_never_hold(tmp_path, capsys) -> None
     assert main(args) == 2
     err = capsys.readouterr().err.strip()
     assert err == (
-        f"gpu-defrag plan: {demand}: 100000 jobs of shape 8 GPU: the cluster's 128 GPUs "
+        f"gpu-defrag plan: error: {demand}: 100000 jobs of shape 8 GPU: the cluster's 128 GPUs "
         "hold at most 16"
     )
     demand.write_text(json.dumps({"2x8": 8}))  # exactly what fits stays a plan request
@@ -288,7 +288,7 @@ def test_a_demand_history_series_that_is_no_shape_names_the_file(tmp_path, capsy
     args = ["plan", str(SEED_16X8), "--goal", "forecast=6h", "--demand", str(history)]
     assert main(args) == 2
     assert capsys.readouterr().err == (
-        f"gpu-defrag plan: {history}: series 'EU': bad shape 'EU': expected e.g. 0.5, 1, 8, "
+        f"gpu-defrag plan: error: {history}: series 'EU': bad shape 'EU': expected e.g. 0.5, 1, 8, "
         "2x8 or 4@A100\n"
     )
 

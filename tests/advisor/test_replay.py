@@ -444,7 +444,7 @@ def test_cli_a_write_that_fails_is_exit_1_and_keeps_the_previous_run(
     capsys.readouterr()
     assert main(base) == 1
     err = capsys.readouterr().err
-    assert err == f"gpu-defrag replay: cannot write {out}: No space left on device\n"
+    assert err == f"gpu-defrag replay: error: cannot write {out}: No space left on device\n"
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
 
 
@@ -512,5 +512,5 @@ def test_cli_refuses_an_out_it_cannot_write_before_replaying(
                "--out", str(out)])  # fmt: skip
     err = capsys.readouterr().err
     assert rc == 2 and err.count("\n") == 1
-    assert err.strip() == f"gpu-defrag replay: --out {out}: {locked} is not writable"
+    assert err.strip() == f"gpu-defrag replay: error: --out {out}: {locked} is not writable"
     assert list(locked.iterdir()) == []

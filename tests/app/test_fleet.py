@@ -164,3 +164,24 @@ def test_node_fragmentation_colouring_is_the_analysis_score() -> None:
     for row, node in enumerate(grid.nodes):
         assert np.allclose(z[row], score[node])  # one value across the node's GPUs
     assert z.max() > 0
+
+
+def test_gpus_in_use_with_no_owner_known_are_their_own_state_never_free() -> None:
+    """A dcgm-exporter page without pod labels: GPU 2 at 100 % with 70 GB in use and GPU 5
+    holding 20 GB are shown as in use, owner unknown, and counted apart from the free GPUs."""
+    from pathlib import Path
+
+    from tests.fakes.page_server import Routes, serve
+
+    page = Path(__file__).resolve().parents[1] / "fixtures" / "dcgm_exporter"
+    routes = Routes()
+    with serve(routes) as base:
+        url = base + routes.text("/metrics", (page / "a100_unattributed.prom").read_text())
+        model = load_source(url)
+        at = open_app(url)
+    codes = measures.gpu_state_codes(model, measures.allocated_idle(model))
+    unknown = codes == GPU_STATE_CODES["owner_unknown"]
+    assert np.flatnonzero(unknown).tolist() == [2, 5]
+    assert not (unknown & model.gpu_is_free).any()
+    shown = metrics(at)
+    assert shown["In use, owner unknown"] == "2" and shown["Free"] == "6"

@@ -100,6 +100,26 @@ CASES: dict[str, Case] = {
             r"^ratio ours/baseline: median \d+\.\d+",
         ),
     ),
+    "server_abuse": Case(  # ~8 s: 20 drippers, 50 cut-short requests, 3 wrong-password clients
+        "server_abuse.py",
+        ("--quick", "--sim-nodes", "2"),
+        (
+            r"^\| baseline \| 10 \| 0 \| \d+\.\d \|",
+            r"^\| drippers \| \d+ \| \d+ \| \d+\.\d \| .* 0 answered \|$",
+            r"^\| close wave \| \d+ \| \d+ \| \d+\.\d \| .* 0 answered \|$",
+            r"^\| wrong passwords \| \d+ \| \d+ \| \d+\.\d \| \d+\.\d \| \d+\.\d\d \|",
+        ),
+    ),
+    "k8s_source": Case(  # ~5 s: 20 nodes, 300 pods through the fake API server
+        "k8s_source.py",
+        ("--nodes", "20", "--pods", "300", "--events", "40", "--baseline-pods", "50"),
+        (
+            r"^list \+ model: \d+\.\d+ s wall, \d+\.\d+ s CPU",
+            r"^baseline typed models: \d+\.\d+ s for 50 pods",
+            r"^watch: 40 pod events shown in \d+\.\d+ s .*list requests meanwhile 0",
+            r"^per advisor run: .*ratio watch/re-list",
+        ),
+    ),
     "forecast": Case(  # ~8 s, the whole command on 13 days of Philly included
         "forecast.py",
         ("--series", "2", "--days", "7"),

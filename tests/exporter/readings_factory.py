@@ -26,6 +26,7 @@ def gpu(index: int, *, utilization: float = 0.5, used_gib: float = 40.0) -> GpuR
         vbios_version="96.00.74.00.01",
         utilization_ratio=utilization,
         memory_utilization_ratio=utilization / 2,
+        graphics_engine_active_ratio=utilization * 0.95,
         sm_active_ratio=utilization * 0.9,
         sm_occupancy_ratio=0.3,
         tensor_active_ratio=0.2,
@@ -40,14 +41,22 @@ def gpu(index: int, *, utilization: float = 0.5, used_gib: float = 40.0) -> GpuR
         memory_temperature_celsius=60.0,
         power_watts=350.5,
         power_limit_watts=700.0,
+        power_limit_max_watts=700.0,
+        power_limit_default_watts=700.0,
         energy_joules=1.25e9,
+        fan_speed_ratio=0.3,
+        performance_state=0,
+        compute_mode="default",
         sm_clock_hertz=1.98e9,
         memory_clock_hertz=2.619e9,
+        graphics_clock_hertz=1.98e9,
+        video_clock_hertz=1.755e9,
         clock_event_active={reason: reason == "sw_power_cap" for reason in CLOCK_EVENT_REASONS},
         clock_event_seconds={"sw_power_cap": 12.5, "hw_thermal_slowdown": 0.0},
         pcie_tx_bytes_per_second=1.2e9,
         pcie_rx_bytes_per_second=3.4e9,
         pcie_replay_errors=0.0,
+        nvlink_bytes_per_second=5.0e10,
         ecc_errors={"corrected": 3.0, "uncorrected": 0.0},
         retired_pages={"single_bit": 0.0, "double_bit": 0.0},
         retired_pages_pending=False,
@@ -56,6 +65,11 @@ def gpu(index: int, *, utilization: float = 0.5, used_gib: float = 40.0) -> GpuR
         remapped_rows_failure=False,
         xid_errors={13: 2.0, 31: 1.0},
         xid_last_timestamp_seconds=1.7e9,
+        xid_last_code=31,
+        recovery_action=0,
+        fabric_state=3,
+        fabric_error=False,
+        vgpu_licensed=True,
         mig_enabled=False,
         numa_node=0 if index < 4 else 1,
         cpu_affinity="0-31" if index < 4 else "32-63",
@@ -64,7 +78,12 @@ def gpu(index: int, *, utilization: float = 0.5, used_gib: float = 40.0) -> GpuR
 
 
 def node(name: str = "node-a", gpus: int = 8) -> NodeReading:
-    readings = [gpu(i) for i in range(gpus)]
+    """GPUs 0 and 1 allocated and busy, the last one in MIG mode with instance 3 allocated and
+    busy, GPU `gpus - 2` busy with no holder known (in use, owner unknown), the rest idle."""
+    readings = [
+        gpu(i) if i < 2 or i >= gpus - 2 else gpu(i, utilization=0.0, used_gib=0.0)
+        for i in range(gpus)
+    ]
     mig_gpu = readings[-1]
     mig_gpu.mig_enabled = True
     mig_gpu.mig_instances = [
@@ -74,8 +93,11 @@ def node(name: str = "node-a", gpus: int = 8) -> NodeReading:
             profile="1g.10gb",
             uuid=f"MIG-{gi:08d}-0000-0000-0000-000000000000",
             memory_total_bytes=10 * GiB,
-            memory_used_bytes=GiB,
-            sm_active_ratio=0.1 * gi,
+            memory_used_bytes=GiB if gi == 3 else 0.0,
+            sm_active_ratio=0.3 if gi == 3 else 0.0,
+            graphics_engine_active_ratio=0.35 if gi == 3 else 0.0,
+            tensor_active_ratio=0.1 if gi == 3 else 0.0,
+            dram_active_ratio=0.2 if gi == 3 else 0.0,
         )
         for gi in range(7)
     ]

@@ -64,6 +64,14 @@ def _a100(uuid: str, **overrides: object) -> dict[str, object]:
         "DCGM_FI_PROF_DRAM_ACTIVE": 0.4,
         "DCGM_FI_PROF_PCIE_TX_BYTES": 412345678,
         "DCGM_FI_PROF_PCIE_RX_BYTES": 523456789,
+        "DCGM_FI_DEV_VIDEO_CLOCK": 1275,
+        "DCGM_FI_DEV_POWER_MGMT_LIMIT_MAX": 400.0,
+        "DCGM_FI_DEV_POWER_MGMT_LIMIT_DEF": 400.0,
+        "DCGM_FI_DEV_FABRIC_MANAGER_STATUS": 3,  # success
+        "DCGM_FI_DEV_PSTATE": 0,
+        "DCGM_FI_DEV_FAN_SPEED": 0x7FFFFFF0,  # int32 blank: no fan on an SXM board
+        "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL": 190_000,  # MB/s
+        "DCGM_FI_DEV_GET_GPU_RECOVERY_ACTION": 0,
     }
     values.update(overrides)
     return values
@@ -208,6 +216,24 @@ def test_graphics_engine_activity_never_stands_in_for_sm_activity(monkeypatch, n
     backend.close()
 
 
+def test_fabric_recovery_nvlink_limits_and_engine_activity(monkeypatch, no_system_bindings):
+    fake = _fleet(FakeDcgm())
+    fake.gpus[0]["DCGM_FI_DEV_GET_GPU_RECOVERY_ACTION"] = 4  # drain and reset
+    fake.gpus[0]["DCGM_FI_DEV_FABRIC_MANAGER_STATUS"] = 4  # the fabric manager failed
+    fake.install(monkeypatch)
+    backend = _backend()
+    gpus = backend.collect().nodes[0].gpus
+    first, second = gpus[0], gpus[1]
+    assert (first.recovery_action, second.recovery_action) == (4, 0)
+    assert (first.fabric_state, first.fabric_error) == (3, True)
+    assert (second.fabric_state, second.fabric_error) == (3, False)
+    assert second.nvlink_bytes_per_second == 190_000 * 2**20
+    assert second.power_limit_max_watts == 400.0 and second.video_clock_hertz == 1275e6
+    assert second.fan_speed_ratio is None and second.performance_state == 0
+    assert second.graphics_engine_active_ratio == 0.95  # GR_ENGINE_ACTIVE, a reading of its own
+    backend.close()
+
+
 @pytest.mark.parametrize("aliases", [True, False])
 def test_dcgm4_renamed_fields_resolve(monkeypatch, no_system_bindings, aliases):
     fake = _fleet(FakeDcgm(renamed=True, deprecated_aliases=aliases))
@@ -217,6 +243,7 @@ def test_dcgm4_renamed_fields_resolve(monkeypatch, no_system_bindings, aliases):
     assert gpu.temperature_celsius == 61
     assert gpu.uuid == "GPU-aaaa"
     assert gpu.tensor_active_ratio == 0.5
+    assert gpu.recovery_action == 0 and gpu.power_limit_max_watts == 400.0  # renamed in 4.x
     backend.close()
 
 
@@ -228,7 +255,7 @@ def test_profiling_refused_falls_back_to_device_fields(fake):
     assert gpu.sm_active_ratio is None and gpu.tensor_active_ratio is None
     assert gpu.temperature_celsius == 61
     assert first.errors == {"dcgm_watch_fields": 1}
-    assert all(field_id < 1000 for field_id in fake.watches[-1]["fields"])
+    assert not any(1000 <= field_id < 1100 for field_id in fake.watches[-1]["fields"])  # no DCP
     assert backend.collect().errors == {}  # counted once, not every cycle
     backend.close()
 

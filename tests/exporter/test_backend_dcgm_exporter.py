@@ -16,7 +16,8 @@ import requests
 from exporter.backends import dcgm_exporter
 from exporter.backends.base import BackendUnavailable
 from exporter.backends.dcgm_common import XidTracker, is_blank
-from exporter.backends.dcgm_exporter import DcgmExporterBackend, fetch_page, first_bad_line
+from exporter.backends.dcgm_exporter import DcgmExporterBackend, fetch_page
+from exporter.backends.page_parse import first_bad_line
 from exporter.backends.registry import backend_class
 from exporter.readings import GpuReading
 from tests.fakes.page_server import (
@@ -356,18 +357,104 @@ def test_last_code_view_after_a_counts_view_starts_with_its_own_baseline():
 
 
 @pytest.mark.parametrize(
-    ("name", "line"),
-    [("truncated.prom", 34), ("bad_value.prom", 33), ("garbage.prom", 1)],
+    ("name", "line", "gpus"), [("truncated.prom", 34, 8), ("bad_value.prom", 33, 8)]
 )
-def test_malformed_pages_name_the_url_and_line(server, name, line):
+def test_an_unparseable_line_is_left_out_counted_and_named(server, caplog, name, line, gpus):
+    """A line cut mid-label or with a value that is no number costs that line, not the page."""
     base, pages = server
     url = base + pages.fixture(name)
+    with caplog.at_level("WARNING", logger="exporter.backends.dcgm_exporter"):
+        collection = _collect([url])
+    assert len(_gpus(collection)) == gpus
+    assert collection.skipped_lines == {url: 1}
+    (warning,) = [r.getMessage() for r in caplog.records]
+    assert url in warning and f"line {line}:" in warning and "\n" not in warning
+
+
+def test_a_page_of_which_no_line_parses_names_the_url_and_its_first_line(server):
+    base, pages = server
+    url = base + pages.fixture("garbage.prom")
     with pytest.raises(BackendUnavailable) as caught:
         _collect([url])
     message = str(caught.value)
-    assert url in message
-    assert f"line {line}" in message
-    assert "\n" not in message
+    assert url in message and "line 1" in message and "\n" not in message
+
+
+def test_failed_to_convert_lines_are_skipped_and_the_gpus_read(server, caplog):
+    """dcgm-exporter writes `ERROR - FAILED TO CONVERT TO STRING` for a field it cannot render:
+    one such line per GPU rejected the whole page (backend_up 0) before."""
+    base, pages = server
+    url = base + pages.fixture("a100_unattributed.prom")
+    backend = DcgmExporterBackend([url], timeout=2.0)
+    with caplog.at_level("WARNING", logger="exporter.backends.dcgm_exporter"):
+        first, second = backend.collect(), backend.collect()
+    backend.close()
+    gpus = _gpus(first)
+    assert len(gpus) == 8 and first.skipped_lines == {url: 8} == second.skipped_lines
+    assert gpus[2].utilization_ratio == 1.0 and gpus[2].memory_used_bytes == 71680 * MIB
+    warnings = [r.getMessage() for r in caplog.records]
+    assert len(warnings) == 1  # one line while the page stays the same, not one a cycle
+    assert "8 line(s)" in warnings[0] and "DCGM_FI_DEV_VGPU_PER_PROCESS_UTILIZATION" in warnings[0]
+    assert "FAILED TO CONVERT TO STRING" in warnings[0]
+
+
+def test_gpus_in_use_without_pod_labels_are_owner_unknown_not_free(server):
+    """dcgm-exporter without `-k`: GPU 2 at 100 % with 70 GB, GPU 5 holding 20 GB; the page
+    gives no topology, so the largest free NVLink group is unknown, not 1."""
+    from exporter.node_gauges import IdlePolicy, IdleTracker, node_gauges
+
+    base, pages = server
+    (node,) = _collect([base + pages.fixture("a100_unattributed.prom")]).nodes
+    gauges = node_gauges(node, IdleTracker(IdlePolicy()), 0.0)
+    assert (gauges.free_gpus, gauges.owner_unknown_gpus) == (6, 2)
+    assert gauges.largest_free_nvlink_group is None
+
+
+def test_a_mig_instance_reads_its_engine_activity_from_the_default_counters(server):
+    """No SM_ACTIVE on the page (it is not a default counter): the instance at 0.996 engine
+    activity is busy, and with no pod on it, in use with its owner unknown."""
+    from exporter.node_gauges import IdlePolicy, IdleTracker, node_gauges
+
+    base, pages = server
+    url = base + pages.fixture("h100_mig_engine.prom")
+    collection = _collect([url])
+    (node,) = collection.nodes
+    assert node.node == "h100-mig-21" and node.driver_version == "570.124.06"
+    busy, idle = _gpus(collection)[0].mig_instances
+    assert (busy.gpu_instance_id, busy.profile) == (1, "4g.40gb")
+    assert busy.graphics_engine_active_ratio == pytest.approx(0.996)
+    assert busy.tensor_active_ratio == pytest.approx(0.702)
+    assert busy.dram_active_ratio == pytest.approx(0.551)
+    assert busy.sm_active_ratio is None and busy.activity_ratio == pytest.approx(0.996)
+    assert busy.memory_used_bytes == 38912 * MIB and busy.memory_total_bytes == 40448 * MIB
+    assert idle.activity_ratio == 0.0
+    assert collection.skipped_lines == {url: 2}  # the two CUDA_VISIBLE_DEVICES_STR values
+    gauges = node_gauges(node, IdleTracker(IdlePolicy()), 0.0)
+    assert (gauges.free_gpus, gauges.owner_unknown_gpus) == (1, 1)
+
+
+def test_an_old_page_without_model_name_reserved_memory_or_host_label(server):
+    """dcgm-exporter 2.0: `gpu`, `UUID`, `device` only. Memory is used + free; the node is the
+    target's host; the model, which the page does not give, is unknown (""), not guessed."""
+    base, pages = server
+    url = base + pages.fixture("v100_dcgm_exporter_2_0.prom")
+    collection = _collect([url])
+    (node,) = collection.nodes
+    assert node.node == "127.0.0.1"
+    gpus = _gpus(collection)
+    assert len(gpus) == 4 and collection.skipped_lines == {url: 4}
+    assert {g.model for g in gpus.values()} == {""}
+    assert gpus[1].memory_total_bytes == 16160 * MIB and gpus[1].memory_used_bytes == 14000 * MIB
+    assert gpus[1].utilization_ratio == pytest.approx(0.91)
+
+
+def test_model_from_a_dcgm_fi_dev_name_label_row(server):
+    """A counters file with `DCGM_FI_DEV_NAME, label` names the model on every series."""
+    base, pages = server
+    text = (FIXTURES / "v100_dcgm_exporter_2_0.prom").read_text()
+    text = text.replace('device="nvidia', 'DCGM_FI_DEV_NAME="Tesla V100-SXM2-16GB",device="nvidia')
+    (node,) = _collect([base + pages.set("/named", text)]).nodes
+    assert {g.model for g in node.gpus} == {"Tesla V100-SXM2-16GB"}
 
 
 def test_first_bad_line_is_none_for_a_good_page():

@@ -177,3 +177,48 @@ def test_shutdown_under_a_waiting_event_thread_is_counted_and_ends_the_wait():
     fake.nvmlShutdown()
     waiter.join(2.0)
     assert answers == [pynvml.NVML_ERROR_UNINITIALIZED] and fake.shutdown_races == 1
+
+
+def test_fabric_info_is_written_into_the_struct_the_caller_passes_by_reference():
+    import ctypes
+
+    fake, handle = started(hgx_h100(1))
+    plain = pynvml.c_nvmlGpuFabricInfo_t()
+    assert fake.nvmlDeviceGetGpuFabricInfo(handle, ctypes.byref(plain)) == pynvml.NVML_SUCCESS
+    assert plain.state == pynvml.NVML_GPU_FABRIC_STATE_COMPLETED
+    if hasattr(pynvml, "nvmlDeviceGetGpuFabricInfoV"):  # nvidia-ml-py from 12.550 on
+        info = pynvml.c_nvmlGpuFabricInfoV_t()  # its constructor sets the struct version
+        assert fake.nvmlDeviceGetGpuFabricInfoV(handle, ctypes.byref(info)) == 0
+        assert (info.state, info.status) == (pynvml.NVML_GPU_FABRIC_STATE_COMPLETED, 0)
+        unversioned = pynvml.c_nvmlGpuFabricInfoV_t()
+        unversioned.version = 0
+        code = error_of(fake.nvmlDeviceGetGpuFabricInfoV, handle, ctypes.byref(unversioned))
+        assert code == pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH
+    off, off_handle = started(two_islands())
+    plain = pynvml.c_nvmlGpuFabricInfo_t()
+    off.nvmlDeviceGetGpuFabricInfo(off_handle, ctypes.byref(plain))
+    assert plain.state == pynvml.NVML_GPU_FABRIC_STATE_NOT_SUPPORTED
+
+
+def test_a_board_without_a_fan_answers_not_supported():
+    fake, handle = started(hgx_h100(1))
+    assert error_of(fake.nvmlDeviceGetFanSpeed, handle) == pynvml.NVML_ERROR_NOT_SUPPORTED
+    fake.gpus[0].fan_percent = 30
+    assert fake.nvmlDeviceGetFanSpeed(handle) == 30
+
+
+def test_nvlink_counters_sum_over_links_only_with_the_all_links_scope():
+    fake, handle = started(hgx_h100(1))
+    fake.gpus[0].nvlink_kib_per_s = 1800.0
+    fake.advance(1.0)
+    fields = [pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX]
+    one_link = fake.nvmlDeviceGetFieldValues(handle, [(fields[0], 0)])[0].value.ullVal
+    every_link = fake.nvmlDeviceGetFieldValues(handle, [(fields[0], 0xFFFFFFFF)])[0].value.ullVal
+    assert (one_link, every_link) == (100, 1800)  # 18 active links share the traffic
+
+
+def test_a_release_without_a_function_has_no_attribute_for_it():
+    fake = hgx_h100(1)
+    fake.hidden = frozenset({"nvmlDeviceGetNumaNodeId"})
+    assert not hasattr(fake, "nvmlDeviceGetNumaNodeId")
+    assert hasattr(fake, "nvmlDeviceGetCpuAffinity")

@@ -1,5 +1,5 @@
 from exporter.node_gauges import IdlePolicy, IdleTracker, node_gauges
-from exporter.readings import Allocation, GpuReading, NodeReading, TopologyLink
+from exporter.readings import Allocation, GpuReading, MigInstance, NodeReading, TopologyLink
 
 GiB = 2**30
 
@@ -84,3 +84,48 @@ def test_stranded_memory_exclusive_vs_shared():
     big = IdlePolicy(min_request_bytes=2 * GiB)  # 4 GiB on a shared GPU still fits a request
     gauges = node_gauges(two_island_node({0: 1, 1: 2}), IdleTracker(big), 0.0)
     assert gauges.stranded_memory_bytes == 4 * GiB
+
+
+def test_a_busy_gpu_nobody_holds_is_in_use_owner_unknown_never_free():
+    """A dcgm-exporter page without pod labels: GPU 2 at 100 % with 70 GB in use, GPU 3 at 0 %
+    holding 12 GiB (a process outside the scheduler), the rest idle."""
+    node = two_island_node({})
+    node.gpus[2].utilization_ratio, node.gpus[2].memory_used_bytes = 1.0, 70e9
+    node.gpus[3].memory_used_bytes = 12 * GiB
+    node.gpus[4].memory_used_bytes = 0.1 * GiB  # what an idle driver reserves: not use
+    gauges = node_gauges(node, IdleTracker(IdlePolicy()), 0.0)
+    assert (gauges.free_gpus, gauges.owner_unknown_gpus) == (6, 2)
+    assert gauges.largest_free_nvlink_group == 4  # 4-7; 0-1 left in the first island
+    assert gauges.allocated_idle_gpus == 0  # an unknown owner is no allocation
+
+
+def test_a_mig_instance_busy_without_a_holder_makes_its_gpu_owner_unknown():
+    node = two_island_node({})
+    gpu = node.gpus[0]
+    gpu.mig_enabled = True
+    gpu.mig_instances = [
+        MigInstance(1, 0, "3g.40gb", memory_total_bytes=40 * GiB, memory_used_bytes=0.0),
+        MigInstance(2, 0, "3g.40gb", memory_total_bytes=40 * GiB, memory_used_bytes=0.0),
+    ]
+    gpu.mig_instances[1].graphics_engine_active_ratio = 0.996
+    gauges = node_gauges(node, IdleTracker(IdlePolicy()), 0.0)
+    assert (gauges.free_gpus, gauges.owner_unknown_gpus) == (7, 1)
+    node.allocations.append(Allocation(gpu=0, pod="infer", gpu_instance_id=2))
+    gauges = node_gauges(node, IdleTracker(IdlePolicy()), 0.0)
+    assert (gauges.free_gpus, gauges.owner_unknown_gpus) == (7, 0)  # its holder is known now
+
+
+def test_unknown_topology_gives_no_largest_free_nvlink_group():
+    """An HGX node read from a dcgm-exporter page: no links, no islands. 1 would claim no two
+    free GPUs are NVLink-connected, which the page does not say."""
+    node = two_island_node({})
+    node.links = []
+    gauges = node_gauges(node, IdleTracker(IdlePolicy()), 0.0)
+    assert gauges.free_gpus == 8 and gauges.largest_free_nvlink_group is None
+    single = NodeReading(node="one", gpus=[GpuReading(index=0)])
+    assert node_gauges(single, IdleTracker(IdlePolicy()), 0.0).largest_free_nvlink_group == 1
+    islands = two_island_node({})
+    islands.links = []
+    for gpu in islands.gpus:
+        gpu.nvlink_island = 0 if gpu.index < 4 else 4
+    assert node_gauges(islands, IdleTracker(IdlePolicy()), 0.0).largest_free_nvlink_group == 4

@@ -5,7 +5,7 @@ import subprocess
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter.contract import BY_NAME, DCGM_COMPAT, METRICS
+from exporter.contract import BY_NAME, DCGM_COMPAT, DCGM_KINDS, METRICS
 from exporter.node_gauges import IdlePolicy, IdleTracker, node_gauges
 from exporter.readings import SimClock
 from exporter.render import DCGM_SPECS, SelfState, render_page
@@ -19,6 +19,8 @@ STATE = SelfState(
     last_success_ts=1_700_000_000.0,
     collections=3,
     errors={"nvmlDeviceGetPowerUsage": 2},
+    interval_s=15.0,
+    skipped_lines={"http://gpu-node-1:9400/metrics": 8},
 )
 
 
@@ -65,9 +67,11 @@ def test_values_are_in_base_units():
     assert value("gpu_clock_event_active", node="node-0", gpu="0", reason="gpu_idle") == 0
     assert value("gpu_info", node="node-0", gpu="3", driver_version="550.54.15") == 1
     assert value("gpu_exporter_collection_errors_total", call="nvmlDeviceGetPowerUsage") == 2
-    # 8 GPUs, allocations on 0, 1 and a MIG slice of 7: five free, all NVLink-connected
-    assert value("gpu_node_free_gpus", node="node-0") == 5
-    assert value("gpu_node_largest_free_nvlink_group_gpus", node="node-0") == 5
+    # 8 GPUs, allocations on 0, 1 and a MIG slice of 7, GPU 6 busy with no holder known: four
+    # free, all NVLink-connected, and one in use with its owner unknown
+    assert value("gpu_node_free_gpus", node="node-0") == 4
+    assert value("gpu_node_owner_unknown_gpus", node="node-0") == 1
+    assert value("gpu_node_largest_free_nvlink_group_gpus", node="node-0") == 4
 
 
 def test_a_lost_gpu_is_rendered_lost_and_not_healthy():
@@ -153,8 +157,9 @@ def test_page_is_byte_identical_to_prometheus_client(tmp_path):
     node.gpus[1].energy_joules = float("inf")  # Go-style +Inf
     node.gpus[2].memory_total_bytes = 123456789.0  # Go-style exponent
     families = collect_families(collection, [], STATE, dcgm_names=True)
-    # DCGM's counters keep DCGM's names without `_total`, which the library cannot write.
-    bare = {name for name, spec in DCGM_SPECS.items() if spec.kind == "counter"}
+    # dcgm-exporter's series are written its way (counters without `_total`, no `label=""`),
+    # which the library cannot write: `test_dcgm_compatible_series_*` check them.
+    bare = set(DCGM_SPECS)
 
     class Static:
         def collect(self):
@@ -179,18 +184,23 @@ def test_dcgm_compatible_series_keep_their_metric_kind():
     assert "\nDCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{" in text  # DCGM's name, no `_total` added
     for name, (ours, _factor) in DCGM_COMPAT.items():
         kind = "counter" if BY_NAME[ours].kind == "counter" else "gauge"
+        kind = DCGM_KINDS.get(name, kind)  # dcgm-exporter's type where it differs from ours
         if f"# TYPE {name} " in text:
             assert f"# TYPE {name} {kind}\n" in text, name
+    assert "# TYPE DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL counter\n" in text
     by_name = samples(text)  # the parser reads the bare counter names back
     assert by_name["DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION_total"][0].value == pytest.approx(1.25e12)
 
 
-def test_dcgm_compatible_sm_activity_is_sm_active_not_graphics_engine():
+def test_dcgm_compatible_sm_activity_and_graphics_engine_activity_are_each_their_own():
     by_name = samples(rendered(dcgm_names=True))
-    sm = [s for s in by_name["DCGM_FI_PROF_SM_ACTIVE"] if s.labels["gpu"] == "0"]
-    ours = [s for s in by_name["gpu_sm_active_ratio"] if s.labels["gpu"] == "0"]
-    assert sm[0].value == ours[0].value
-    assert "DCGM_FI_PROF_GR_ENGINE_ACTIVE" not in by_name
+
+    def at_gpu0(name: str) -> float:
+        (sample,) = [s for s in by_name[name] if s.labels["gpu"] == "0"]
+        return sample.value
+
+    assert at_gpu0("DCGM_FI_PROF_SM_ACTIVE") == at_gpu0("gpu_sm_active_ratio")
+    assert at_gpu0("DCGM_FI_PROF_GR_ENGINE_ACTIVE") == at_gpu0("gpu_graphics_engine_active_ratio")
 
 
 def test_text_cache_reuses_unchanged_families_and_tracks_changes():

@@ -208,21 +208,30 @@ def test_a_client_hanging_up_early_is_a_debug_line_not_a_traceback(loop, caplog,
         server.close()
 
 
-def test_any_other_request_failure_is_one_error_line(loop, caplog, capfd):
-    server = serve(loop, load_web_config(None))
+class _BrokenPage:
+    """A page source whose page cannot be had: a bug, not a client's doing."""
+
+    def current_page(self):
+        raise ValueError("bad thing\nsecond line")
+
+    def health(self):
+        raise AssertionError("not asked")
+
+
+def test_any_other_request_failure_is_one_error_line(caplog, capfd):
+    server = ExporterServer("127.0.0.1:0", _BrokenPage(), load_web_config(None)).start()
     try:
-        try:
-            raise ValueError("bad thing\nsecond line")
-        except ValueError:
-            with caplog.at_level(logging.DEBUG, logger="gpu_defrag_common.server"):
-                server._httpd.handle_error(None, ("127.0.0.1", 1))
+        with caplog.at_level(logging.DEBUG, logger="gpu_defrag_common.server"):
+            with pytest.raises(requests.ConnectionError):  # closed unanswered
+                requests.get(f"http://127.0.0.1:{server.port}/metrics", timeout=5)
+            assert requests.get(f"http://127.0.0.1:{server.port}/-/healthy", timeout=5).ok
     finally:
         server.close()
-    (record,) = caplog.records
-    assert record.levelno == logging.ERROR
+    (record,) = [r for r in caplog.records if r.levelno >= logging.ERROR]
     # gpu_defrag_common.messages.one_line: every line of the message, folded onto one, after its type
-    assert record.getMessage() == (
-        "request from ('127.0.0.1', 1) failed: ValueError: bad thing second line"
+    assert re.fullmatch(
+        r"request from \('127\.0\.0\.1', \d+\) failed: ValueError: bad thing second line",
+        record.getMessage(),
     )
     assert "Traceback" not in capfd.readouterr().err
 

@@ -16,7 +16,10 @@ NVML_ERROR_UNINITIALIZED (and counts in `stale_uses`), so a test proves none is 
 shutdown while another thread waits in `nvmlEventSetWait` counts in `shutdown_races`.
 
 An NVML function the fake does not model raises `NVMLError_FunctionNotFound`, which is
-what an older driver does, so code under test must already cope with it.
+what an older driver does, so code under test must already cope with it. A function the fake
+models but the installed nvidia-ml-py release lacks is absent (AttributeError), as it is from
+that release's module: the fake's names are the real module's, whichever release that is (the
+backend tests run against the oldest and the newest supported one, `test_nvml_releases`).
 """
 
 from __future__ import annotations
@@ -66,6 +69,9 @@ class FakeMig:
     memory_total: int
     memory_used: int = 0
     sm_util: float | None = None  # GPM SM_UTIL percent for this GPU instance
+    engine_util: float | None = None  # GPM GRAPHICS_UTIL percent (its engine activity)
+    tensor_util: float | None = None  # GPM ANY_TENSOR_UTIL percent
+    dram_util: float | None = None  # GPM DRAM_BW_UTIL percent
     uuid: str = ""  # default: a "MIG-<uuid>" like the driver's, unique per FakeMig
 
     def __post_init__(self) -> None:
@@ -106,9 +112,25 @@ class FakeGpu:
     memory_temperature: int | None = 40  # None: not reported (GDDR boards)
     power_mw: int = 70_000
     power_limit_mw: int = 700_000
+    power_limit_min_mw: int = 200_000
+    power_limit_max_mw: int = 700_000
+    power_limit_default_mw: int = 700_000
     energy_mj: int = 1_000_000
+    fan_percent: int | None = None  # None: no fan (SXM boards are cooled by the chassis)
+    pstate: int = 0
+    compute_mode: int = real.NVML_COMPUTEMODE_DEFAULT
     sm_clock_mhz: int = 1980
     mem_clock_mhz: int = 2619
+    video_clock_mhz: int = 1755
+    # NVSwitch fabric (nvmlGpuFabricState_t; None: on no fabric) and the registration's result
+    fabric_state: int | None = None
+    fabric_status: int = real.NVML_SUCCESS
+    virtualization_mode: int = 0  # NVML_GPU_VIRTUALIZATION_MODE_*: 0 bare metal, 2 vGPU guest
+    vgpu_licensed: bool = True  # in a vGPU guest: the licensable feature is enabled
+    recovery_action: int | None = 0  # NVML_FI_DEV_GET_GPU_RECOVERY_ACTION; None: older driver
+    nvlink_kib_per_s: float | None = None  # data over all NVLinks each way; None: no NVLink
+    nvlink_tx_kib: float = 0.0  # the driver's counters (advance() adds to them)
+    nvlink_rx_kib: float = 0.0
     clock_events: int = real.nvmlClocksEventReasonGpuIdle
     violation_ns: dict[int, int] = field(default_factory=dict)  # NVML_PERF_POLICY_* -> ns
     pcie_tx_kbs: int = 0
@@ -255,6 +277,9 @@ class FakeNvml:
                 acc = self._gpm_integral.setdefault(key, {})
                 for metric, rate in rates.items():
                     acc[metric] = acc.get(metric, 0.0) + rate * seconds
+            if gpu.nvlink_kib_per_s is not None:
+                gpu.nvlink_tx_kib += gpu.nvlink_kib_per_s * seconds
+                gpu.nvlink_rx_kib += gpu.nvlink_kib_per_s * seconds
             samples = self._proc_samples.setdefault(gpu.uuid, {})
             for proc in gpu.processes:
                 if proc.sm_util is not None:
@@ -302,7 +327,20 @@ class FakeNvml:
 
     # ----- plumbing ----------------------------------------------------------------------
 
+    hidden: frozenset[str] = frozenset()  # names to leave out as an older release does
+
+    def __getattribute__(self, name: str) -> Any:
+        # modelled here, but not in this nvidia-ml-py (or hidden: a test's older release)
+        hidden = name in _ABSENT or (
+            name[:1] in "nN" and name in object.__getattribute__(self, "hidden")
+        )
+        if hidden:
+            raise AttributeError(f"module 'pynvml' has no attribute {name!r}")
+        return object.__getattribute__(self, name)
+
     def __getattr__(self, name: str) -> Any:
+        if name in self.hidden:
+            raise AttributeError(f"module 'pynvml' has no attribute {name!r}")
         value = getattr(real, name)
         if (
             name.startswith("nvml")
@@ -512,6 +550,60 @@ class FakeNvml:
         gpu, _ = self._enter("nvmlDeviceGetEnforcedPowerLimit", handle)
         return gpu.power_limit_mw
 
+    def nvmlDeviceGetPowerManagementLimitConstraints(self, handle: Any) -> list[int]:
+        gpu, _ = self._enter("nvmlDeviceGetPowerManagementLimitConstraints", handle)
+        return [gpu.power_limit_min_mw, gpu.power_limit_max_mw]
+
+    def nvmlDeviceGetPowerManagementDefaultLimit(self, handle: Any) -> int:
+        gpu, _ = self._enter("nvmlDeviceGetPowerManagementDefaultLimit", handle)
+        return gpu.power_limit_default_mw
+
+    def nvmlDeviceGetFanSpeed(self, handle: Any) -> int:
+        gpu, _ = self._enter("nvmlDeviceGetFanSpeed", handle)
+        if gpu.fan_percent is None:
+            raise self._not_supported()
+        return gpu.fan_percent
+
+    def nvmlDeviceGetPerformanceState(self, handle: Any) -> int:
+        gpu, _ = self._enter("nvmlDeviceGetPerformanceState", handle)
+        return gpu.pstate
+
+    def nvmlDeviceGetComputeMode(self, handle: Any) -> int:
+        gpu, _ = self._enter("nvmlDeviceGetComputeMode", handle)
+        return gpu.compute_mode
+
+    def nvmlDeviceGetVirtualizationMode(self, handle: Any) -> int:
+        gpu, _ = self._enter("nvmlDeviceGetVirtualizationMode", handle)
+        return gpu.virtualization_mode
+
+    def nvmlDeviceGetGridLicensableFeatures(self, handle: Any) -> Any:
+        gpu, _ = self._enter("nvmlDeviceGetGridLicensableFeatures", handle)
+        features = real.c_nvmlGridLicensableFeatures_v4_t()
+        guest = gpu.virtualization_mode == real.NVML_GPU_VIRTUALIZATION_MODE_VGPU
+        features.isGridLicenseSupported = int(guest)
+        features.licensableFeaturesCount = 1 if guest else 0
+        feature = features.gridLicensableFeatures[0]
+        feature.featureCode = real.NVML_GRID_LICENSE_FEATURE_CODE_COMPUTE
+        feature.featureState = int(guest and gpu.vgpu_licensed)
+        return features
+
+    def _fabric(self, name: str, handle: Any, info: Any, versioned: bool) -> int:
+        gpu, _ = self._enter(name, handle)
+        target = info._obj  # the struct behind ctypes.byref, as the driver writes into it
+        if versioned and target.version != real.nvmlGpuFabricInfo_v2:
+            raise real.NVMLError(real.NVML_ERROR_ARGUMENT_VERSION_MISMATCH)
+        if gpu.fabric_state is None:
+            target.state = real.NVML_GPU_FABRIC_STATE_NOT_SUPPORTED
+        else:
+            target.state, target.status = gpu.fabric_state, gpu.fabric_status
+        return real.NVML_SUCCESS
+
+    def nvmlDeviceGetGpuFabricInfoV(self, device: Any, gpuFabricInfo: Any) -> int:
+        return self._fabric("nvmlDeviceGetGpuFabricInfoV", device, gpuFabricInfo, True)
+
+    def nvmlDeviceGetGpuFabricInfo(self, device: Any, gpuFabricInfo: Any) -> int:
+        return self._fabric("nvmlDeviceGetGpuFabricInfo", device, gpuFabricInfo, False)
+
     def nvmlDeviceGetTotalEnergyConsumption(self, handle: Any) -> int:
         gpu, _ = self._enter("nvmlDeviceGetTotalEnergyConsumption", handle)
         return gpu.energy_mj
@@ -520,6 +612,7 @@ class FakeNvml:
         gpu, _ = self._enter("nvmlDeviceGetClockInfo", handle)
         clocks = {real.NVML_CLOCK_SM: gpu.sm_clock_mhz, real.NVML_CLOCK_MEM: gpu.mem_clock_mhz}
         clocks[real.NVML_CLOCK_GRAPHICS] = gpu.sm_clock_mhz
+        clocks[real.NVML_CLOCK_VIDEO] = gpu.video_clock_mhz
         if type not in clocks:
             raise real.NVMLError(real.NVML_ERROR_INVALID_ARGUMENT)
         return clocks[type]
@@ -596,7 +689,7 @@ class FakeNvml:
             slot = values[i]
             slot.fieldId, slot.scopeId = fid, scope
             slot.timestamp, slot.latencyUsec = self.now_us, 0
-            reading = None if fid in gpu.unsupported_fields else _field(gpu, fid)
+            reading = None if fid in gpu.unsupported_fields else _field(gpu, fid, scope)
             if reading is None:
                 slot.nvmlReturn = real.NVML_ERROR_NOT_SUPPORTED
                 continue
@@ -740,7 +833,13 @@ class FakeNvml:
         if gi is None:
             return dict(gpu.gpm)
         mig = next(m for m in gpu.migs if m.gpu_instance_id == gi)
-        return {} if mig.sm_util is None else {real.NVML_GPM_METRIC_SM_UTIL: mig.sm_util}
+        rates = {
+            real.NVML_GPM_METRIC_SM_UTIL: mig.sm_util,
+            real.NVML_GPM_METRIC_GRAPHICS_UTIL: mig.engine_util,
+            real.NVML_GPM_METRIC_ANY_TENSOR_UTIL: mig.tensor_util,
+            real.NVML_GPM_METRIC_DRAM_BW_UTIL: mig.dram_util,
+        }
+        return {metric: rate for metric, rate in rates.items() if rate is not None}
 
     # ----- processes ---------------------------------------------------------------------
 
@@ -915,6 +1014,12 @@ class FakeNvml:
         self._event_sets.pop(_address(eventSet), None)
 
 
+# The NVML functions the fake models that the installed release does not have.
+_ABSENT = frozenset(
+    name for name in vars(FakeNvml) if name.startswith("nvml") and not hasattr(real, name)
+)
+
+
 def _address(pointer: Any) -> int | None:
     return ctypes.cast(pointer, ctypes.c_void_p).value
 
@@ -935,9 +1040,14 @@ def _pci_info(bus: int) -> Any:
     return info
 
 
-def _field(gpu: FakeGpu, fid: int) -> tuple[int, float] | None:
+_ALL_LINKS = 0xFFFFFFFF  # the scopeId that sums an NVLink field over every link
+
+
+def _field(gpu: FakeGpu, fid: int, scope: int = 0) -> tuple[int, float] | None:
     """The value NVML would put in a field slot, or None where the GPU lacks it."""
     uint, ull = real.NVML_VALUE_TYPE_UNSIGNED_INT, real.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG
+    links = len([link for link in gpu.links if link.active]) or 1
+    share = 1.0 if scope == _ALL_LINKS else 1.0 / links  # one link's part of the sum
     table: dict[int, tuple[int, float] | None] = {
         real.NVML_FI_DEV_MEMORY_TEMP: None
         if gpu.memory_temperature is None
@@ -954,6 +1064,14 @@ def _field(gpu: FakeGpu, fid: int) -> tuple[int, float] | None:
         real.NVML_FI_DEV_REMAPPED_FAILURE: (uint, int(gpu.remap_failure)),
         real.NVML_FI_DEV_PCIE_REPLAY_COUNTER: (ull, gpu.pcie_replay),
     }
+    recovery = getattr(real, "NVML_FI_DEV_GET_GPU_RECOVERY_ACTION", None)  # 12.570 on
+    if recovery is not None:
+        table[recovery] = None if gpu.recovery_action is None else (uint, gpu.recovery_action)
+    for fid_nvlink, kib in (
+        (real.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, gpu.nvlink_tx_kib),
+        (real.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX, gpu.nvlink_rx_kib),
+    ):
+        table[fid_nvlink] = None if gpu.nvlink_kib_per_s is None else (ull, int(kib * share))
     if gpu.mig_active:  # as nvmlDeviceGetRemappedRows: not supported while MIG instances exist
         for remapped in (
             real.NVML_FI_DEV_REMAPPED_COR,
@@ -1006,6 +1124,8 @@ def hgx_h100(gpu_count: int = 8) -> FakeNvml:
                 if socket == 0
                 else tuple(range(32, 64)) + tuple(range(96, 128)),
                 links=links,
+                fabric_state=real.NVML_GPU_FABRIC_STATE_COMPLETED,  # fabric manager is up
+                nvlink_kib_per_s=0.0,
             )
         )
     fake = FakeNvml(gpus)
@@ -1038,6 +1158,7 @@ def two_islands(links_per_peer: int = 4) -> FakeNvml:
                 links=links,
                 memory_total=81920 * MIB,
                 memory_temperature=None,  # exercises a NotSupported field
+                nvlink_kib_per_s=0.0,
             )
         )
     fake = FakeNvml(gpus)

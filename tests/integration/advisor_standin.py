@@ -33,6 +33,8 @@ def _gpu_state(node: int, gpu: int) -> int:
         return GPU_STATE_CODES["allocated_idle"]
     if (node, gpu) == (6, 2):
         return GPU_STATE_CODES["unhealthy"]
+    if (node, gpu) == (7, 0):
+        return GPU_STATE_CODES["owner_unknown"]
     return GPU_STATE_CODES["busy"] if (node + gpu) % 3 else GPU_STATE_CODES["free"]
 
 
@@ -83,6 +85,12 @@ SAMPLES: dict[str, list[tuple[tuple[str, ...], float]]] = {
         ((POOL, "2x8"), 60.0),
     ],
     "gpu_advisor_largest_schedulable_job_gpus": [((), 8.0)],
+    "gpu_advisor_nodes_rack_unknown": [((POOL,), 0.0)],
+    "gpu_advisor_schedulable_jobs_if_racks_allow": [((POOL, "2x8"), 2.0)],
+    "gpu_advisor_shape_unschedulable": [(("2x8", "scattered"), 60.0)],
+    "gpu_advisor_pending_jobs": [(("rnd",), 2.0)],
+    "gpu_advisor_pending_gpus": [(("rnd",), 24.0)],
+    "gpu_advisor_scheduler_stale": [(("exporter",), 0.0)],
     "gpu_advisor_node_fragmented_gpus": [
         ((node, POOL), float(i % 4)) for i, node in enumerate(NODES)
     ],
@@ -91,6 +99,7 @@ SAMPLES: dict[str, list[tuple[tuple[str, ...], float]]] = {
         for (n, node), gpu in itertools.product(enumerate(NODES), range(8))
     ],
     "gpu_advisor_allocated_idle_gpus": [((POOL,), 5.0)],
+    "gpu_advisor_owner_unknown_gpus": [((POOL,), 1.0)],
     "gpu_advisor_allocated_idle_power_watts": [((POOL,), 310.0)],
     "gpu_advisor_idle_capacity_gpus": [(("A100-SXM4-80GB",), 65.0)],
     "gpu_advisor_demand_gpus": [(("A100-SXM4-80GB",), 84.0)],

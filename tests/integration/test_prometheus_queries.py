@@ -31,7 +31,9 @@ from advisor.contract import ADVISOR_BY_NAME
 from alerts import generate
 from alerts.config import load_config
 from dashboards.generate import render_all
-from exporter.contract import BY_NAME, DCGM_COMPAT
+from exporter.contract import BY_NAME
+from exporter.render import DCGM_LABELS as RENDERED_DCGM_LABELS
+from exporter.render import DCGM_SPECS
 from tests.integration import stack
 from tests.integration.advisor_standin import StandinHandler
 from tests.ops.promql import (
@@ -44,8 +46,7 @@ from tests.ops.promql import (
 
 pytestmark = pytest.mark.integration
 
-DCGM_LABELS = {"gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname"}
-DCGM_LABELS |= {"DCGM_FI_DRIVER_VERSION"}
+DCGM_LABELS = set(RENDERED_DCGM_LABELS)
 OFFSET = re.compile(r"\boffset\s+(-?\d+[smhdwy])\b")
 
 
@@ -91,7 +92,7 @@ def contract_labels(name: str) -> set[str]:
     spec = BY_NAME.get(name) or ADVISOR_BY_NAME.get(name)
     if spec:
         return set(spec.labels)
-    if name in DCGM_COMPAT:
+    if name in DCGM_SPECS:
         return DCGM_LABELS
     return set()
 

@@ -15,7 +15,9 @@ from pathlib import Path
 import yaml
 
 from advisor.contract import ADVISOR_METRICS
-from exporter.contract import DCGM_COMPAT, METRICS
+from exporter.contract import METRICS
+from exporter.render import DCGM_LABELS as RENDERED_DCGM_LABELS
+from exporter.render import DCGM_SPECS
 
 RULES_FILE = Path(__file__).resolve().parents[2] / "alerts" / "prometheus_rules.yaml"
 
@@ -74,7 +76,7 @@ def contract_names() -> set[str]:
     return (
         {spec.name for spec in METRICS}
         | {spec.name for spec in ADVISOR_METRICS}
-        | set(DCGM_COMPAT)
+        | set(DCGM_SPECS)
         | {"up"}
     )
 
@@ -184,9 +186,8 @@ def matcher_labels(selector: str) -> set[str]:
     return {m.group(1) for m in _MATCHER.finditer(selector)}
 
 
-# Labels of the dcgm-exporter compatible series (exporter/render.py `dcgm_compat_families`).
-DCGM_LABELS = {"gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname"}
-DCGM_LABELS |= {"DCGM_FI_DRIVER_VERSION"}
+# Labels of the dcgm-exporter compatible series (exporter/render.py `add_dcgm_compat`).
+DCGM_LABELS = set(RENDERED_DCGM_LABELS)
 # Labels Prometheus adds to every scraped series (no contract metric uses these names).
 TARGET_LABELS = {"job", "instance", "cluster"}
 
@@ -199,7 +200,7 @@ def contract_labels(name: str) -> set[str] | None:
     spec = BY_NAME.get(name) or ADVISOR_BY_NAME.get(name)
     if spec:
         return set(spec.labels) | TARGET_LABELS
-    if name in DCGM_COMPAT:
+    if name in DCGM_SPECS:
         return DCGM_LABELS | TARGET_LABELS
     if name == "up":
         return set(TARGET_LABELS)

@@ -18,6 +18,7 @@ ROOT = Path(__file__).resolve().parents[2]
 K8S = ROOT / "deploy" / "kubernetes"
 KUBERNETES_VERSION = "1.33"
 CRDS = {"ServiceMonitor", "PrometheusRule"}
+CLUSTER_SCOPED = ("ClusterRole", "ClusterRoleBinding")
 
 
 def kubernetes_validate():
@@ -52,7 +53,7 @@ def test_every_manifest_parses_and_is_named_in_the_namespace():
     assert {"DaemonSet", "Service", "ServiceMonitor", "PrometheusRule", "Deployment"} <= kinds
     for name, doc in docs:
         assert doc["apiVersion"] and doc["metadata"]["name"], name
-        if doc["kind"] != "Namespace":
+        if doc["kind"] not in ("Namespace", *CLUSTER_SCOPED):
             assert doc["metadata"]["namespace"] == "gpu-defrag", (name, doc["kind"])
 
 
@@ -192,3 +193,29 @@ def test_every_container_command_parses_with_the_real_cli():
     for workload in by_kind("DaemonSet") + by_kind("Deployment"):
         for container in workload["spec"]["template"]["spec"]["containers"]:
             build_parser().parse_args(container["args"])
+
+
+def test_advisor_cluster_role_grants_exactly_what_the_k8s_source_reads():
+    """get/list/watch on every resource `advisor.ingest.kubernetes.resources` reads, and
+    nothing more: no write verb, no secrets; bound to the advisor's service account."""
+    from advisor.ingest.kubernetes.resources import ALL, VERBS
+
+    (role,) = by_kind("ClusterRole")
+    granted = {
+        (group, resource)
+        for rule in role["rules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        if sorted(rule["verbs"]) == sorted(VERBS)
+    }
+    assert all(sorted(rule["verbs"]) == sorted(VERBS) for rule in role["rules"])
+    assert granted == {(r.api_group, r.plural) for r in ALL}
+    (binding,) = by_kind("ClusterRoleBinding")
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+    (subject,) = binding["subjects"]
+    assert subject["kind"] == "ServiceAccount" and subject["namespace"] == "gpu-defrag"
+    assert subject["name"] in {a["metadata"]["name"] for a in by_kind("ServiceAccount")}
+    (advisor,) = [d for d in by_kind("Deployment") if d["metadata"]["name"] == "gpu-advisor"]
+    pod = advisor["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == subject["name"]
+    assert "--source=k8s:" in pod["containers"][0]["args"]

@@ -121,6 +121,7 @@ def test_openapi_document_lists_every_route(service):
         "/api/forecast",
         "/api/job-ends",
         "/api/history",
+        "/api/pending",
         "/api/openapi.json",
     }
 

@@ -33,6 +33,9 @@ class SimPrometheus:
         self.calls: list[float] = []
         self.allocated: dict[float, float] = {}  # milli-GPUs allocated at each answer
 
+    def start_time(self) -> float:
+        return T0 - 86400.0  # running since before the fleet: no restart's leftovers to ask for
+
     def instant(self, query: str, at: float | None = None) -> list:
         assert query == prometheus.STATE_QUERY and at is not None
         self.calls.append(at)

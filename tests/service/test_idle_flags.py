@@ -79,7 +79,7 @@ def test_the_flags_reach_the_loops_config(monkeypatch, flags, windows, risk):
 
     seen = []
 
-    def stand_in(_source, _ingest, config):
+    def stand_in(_source, _ingest, config, **_kwargs):
         seen.append(config)
         raise Started
 

@@ -96,7 +96,7 @@ def test_a_failing_stage_keeps_the_previous_section_marked_stale(islands, script
     def broken(*args, **kwargs):
         raise RuntimeError("solver exploded")
 
-    monkeypatch.setattr(stages, "recommend", broken)
+    monkeypatch.setattr(stages, "recommend_with_notes", broken)
     second = loop.run_once()
     assert not second.stale  # fragmentation is fresh; only the plan section is old
     recs = second.results.recommendations

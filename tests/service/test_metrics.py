@@ -73,7 +73,58 @@ def test_every_contract_metric_is_served(islands_state, sim_loop, power_state):
     served = {s.name for s in samples(families(islands_state).text())}
     served |= {s.name for s in samples(families(power_state).text())}
     served |= {s.name for s in samples(sim_loop.current_page().body.decode())}
+    served |= {s.name for s in samples(families(scheduler_state()).text())}
     assert served == set(ADVISOR_BY_NAME)
+
+
+def scheduler_state():
+    """A scheduler source's run: no rack known, a waiting 2 x 8 gang (the queue)."""
+    import dataclasses
+
+    from advisor.model import ModelBuilder
+    from advisor.scheduler_view import SchedulerFacts
+    from tests.service.conftest import ScriptedSource
+
+    b = ModelBuilder()
+    for n in ("a", "b"):
+        b.add_node(n, pool="train", gpu_model="A100")
+        for index in range(8):
+            b.add_gpu(n, index)
+    for i in range(2):
+        b.add_allocation(f"rnd/gang-{i}", num_gpu=8, job="rnd/gang", tenant="rnd")
+    model = dataclasses.replace(
+        b.build(timestamp=100.0), scheduler=SchedulerFacts("kubernetes"), _cache={}
+    )
+    return AdvisorLoop("k8s:", ScriptedSource(model), Config()).run_once()
+
+
+def test_scheduler_series_say_rack_unknown_and_the_queue():
+    got = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for s in samples(families(scheduler_state()).text())
+        if s.name.startswith(
+            (
+                "gpu_advisor_nodes_rack",
+                "gpu_advisor_shape_unsched",
+                "gpu_advisor_pending",
+                "gpu_advisor_schedulable_jobs_if",
+            )
+        )
+    }
+    assert got[("gpu_advisor_nodes_rack_unknown", (("pool", "train"),))] == 2
+    assert (
+        got[("gpu_advisor_schedulable_jobs_if_racks_allow", (("pool", "train"), ("shape", "2x8")))]
+        == 1
+    )
+    assert (
+        got[("gpu_advisor_shape_unschedulable", (("cause", "rack_unknown"), ("shape", "2x8")))]
+        == 16
+    )
+    assert got[("gpu_advisor_pending_jobs", (("tenant", "rnd"),))] == 1
+    assert got[("gpu_advisor_pending_gpus", (("tenant", "rnd"),))] == 16
+    # every measured shape has a series per cause, 0 where that cause does not block it
+    assert got[("gpu_advisor_shape_unschedulable", (("cause", "scattered"), ("shape", "2x8")))] == 0
+    assert got[("gpu_advisor_shape_unschedulable", (("cause", "quota"), ("shape", "8")))] == 0
 
 
 @pytest.fixture(scope="module")
@@ -123,7 +174,8 @@ def test_page_is_byte_identical_to_prometheus_client(islands_state):
 
 def test_promtool_check_metrics_accepts_every_family(islands_state, power_state, sim_loop):
     """Linted on pages that together serve every contract family: ranked actions (islands),
-    idle power, and forecasts with idle windows and a tenant's quota (the sim)."""
+    idle power, forecasts with idle windows and a tenant's quota (the sim), and a scheduler
+    source's queue."""
     promtool = shutil.which("promtool")
     if promtool is None:
         pytest.fail("promtool not installed: run `make system` (Debian package prometheus)")
@@ -131,6 +183,7 @@ def test_promtool_check_metrics_accepts_every_family(islands_state, power_state,
         families(islands_state).text().encode(),
         families(power_state).text().encode(),
         sim_loop.current_page().body,
+        families(scheduler_state()).text().encode(),
     ]
     linted = {s.name for page in pages for s in samples(page.decode())}
     assert linted == set(ADVISOR_BY_NAME)

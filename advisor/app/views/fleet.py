@@ -17,8 +17,8 @@ st.caption(
 )
 
 states = ["free", "busy", "allocated_idle", "unhealthy"]
-if data.state_counts(frame)["mig_free"]:
-    states.append("mig_free")
+all_counts = data.state_counts(frame)
+states += [name for name in ("mig_free", "owner_unknown") if all_counts[name]]
 cols = st.columns(1 + len(states))  # filled below, from the GPUs the filters select
 
 left, mid, right, colour = st.columns([1, 1, 1, 1])
@@ -49,7 +49,9 @@ else:
     st.caption(
         f"{shown_gpus['node'].nunique():,} nodes shown, grouped by pool · GPU model · rack.",
         help="Black bars split NVLink islands inside a node; hover a cell for job, tenant, "
-        f"utilization and memory. Allocated-idle = utilization under {temporal['threshold']:.0%} "
+        "utilization and memory. In use, owner unknown = busy or holding memory with no "
+        f"allocation naming it (never free). Allocated-idle = utilization under "
+        f"{temporal['threshold']:.0%} "
         f"over the last {temporal['window_s'] / 60:g} min of samples (or the latest reading when "
         "there is no history yet).",
     )

@@ -33,7 +33,9 @@ cols[1].metric(
 cols[2].metric(
     "Free GPUs",
     f"{spatial['free_gpus']:,}",
-    help="Healthy, unallocated GPUs on schedulable nodes; a lost or unhealthy GPU is not free.",
+    help="Healthy, unallocated GPUs on schedulable nodes; a lost or unhealthy GPU is not free, "
+    "and neither is one in use whose owner no source names "
+    f"({r['cluster']['owner_unknown_gpus']:,} now: busy or holding memory).",
 )
 cols[3].metric(
     "Largest job on one node",
