@@ -23,7 +23,8 @@ pytestmark = pytest.mark.integration
 
 def page(pod: str) -> str:
     lines = [f'gpu_info{{gpu="{i}",node="n1",uuid="GPU-{i}",model="A100"}} 1' for i in (0, 1)]
-    lines += [f'gpu_utilization_ratio{{gpu="{i}",node="n1"}} 0.5' for i in (0, 1)]
+    # GPU 1 is idle: busy without an owner it would be "in use, owner unknown", not free
+    lines += [f'gpu_utilization_ratio{{gpu="{i}",node="n1"}} {u}' for i, u in ((0, 0.5), (1, 0))]
     lines.append(
         f'gpu_allocation_info{{gpu="0",node="n1",pod="{pod}",namespace="ml",gpu_milli="1000"}} 1'
     )

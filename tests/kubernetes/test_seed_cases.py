@@ -127,11 +127,9 @@ def test_kueue_alone_lends_only_within_its_cohort(kube):
     """Without a file, Kueue's own rules apply: the cohort lends what its members do not use,
     and capacity no ClusterQueue covers is not Kueue's to lend."""
     seed = snapshot.load(EXAMPLES / "seed-quota-borrow.json")
-    kube(
-        objects_from_model(
-            seed, policy=load_policy(EXAMPLES / "policy-borrow.yaml"), quotas_as="kueue"
-        )
-    )
+    # Kueue's borrowing is per ClusterQueue, so the seed's quotas go in with per-tenant rules
+    per_tenant = load_policy(EXAMPLES / "policy-borrow-per-tenant.yaml")
+    kube(objects_from_model(seed, policy=per_tenant, quotas_as="kueue"))
     live = load_source("k8s:")
     plan = plan_borrow(live, merged_policy(None, live), request_for_job(live, "rnd/rnd-pretrain"))
     assert not plan.feasible
