@@ -18,6 +18,7 @@ ALLOWED = (
     "advisor.model",  # the cluster model type a view holds
     "advisor.contract",  # the GPU state codes /metrics serves
     "advisor.logs",  # the processes' log filters
+    "advisor.ingest.schedulers",  # the SOURCE grammar: --source repeated joins (JoinSources)
 )
 
 

@@ -159,9 +159,9 @@ def test_advise_process_with_repeated_sources(kube, exporters):
 def test_backfill_reads_the_usage_past_grouped_by_the_schedulers_pools(monkeypatch):
     """k8s:+prometheus+...: the week Prometheus recorded, each hour grouped by the pools the
     scheduler names now (a scheduler records no past of its own)."""
+    from advisor.ingest import backfill
     from advisor.model import ModelBuilder
     from advisor.scheduler_view import SchedNode, SchedulerView
-    from advisor.ingest import backfill
 
     def past_hour(at: float):
         b = ModelBuilder()

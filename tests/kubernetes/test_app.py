@@ -7,8 +7,8 @@ from pathlib import Path
 
 from advisor import snapshot
 from advisor.app import data
-from advisor.ingest.live import make_ingest
 from advisor.ingest.kubernetes.manifests import objects_from_model
+from advisor.ingest.live import make_ingest
 from tests.app.conftest import frame_with, open_app
 
 EXAMPLES = Path(__file__).parents[2] / "examples"
