@@ -298,7 +298,7 @@ class AdvisorServer:
         self, address: str, app: ASGIApp, web: WebConfig, limits: Limits | None = None
     ) -> None:
         """`limits.max_connections` (`--web.max-connections`) bounds the connections served
-        at once: one more is answered 503 (uvicorn's `limit_concurrency`)."""
+        at once: a request on one more is answered 503 (uvicorn's `limit_concurrency`)."""
         limits = limits or Limits()
         host, port = parse_listen_address(address)
         self._host, self._tls = host, web.tls is not None
@@ -323,7 +323,7 @@ class AdvisorServer:
             server_header=False,
             h11_max_incomplete_event_size=MAX_HEAD,
             timeout_graceful_shutdown=SHUTDOWN_S,
-            limit_concurrency=limits.max_connections,
+            limit_concurrency=limits.max_connections + 1,  # uvicorn counts the one it answers
             ssl_context_factory=None if tls is None else lambda config, default: tls,
         )
         self._server = uvicorn.Server(config)

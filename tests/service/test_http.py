@@ -20,6 +20,7 @@ import requests
 from advisor.service.api import Api
 from advisor.service.http import AdvisorServer, build_app
 from advisor.service.loop import AdvisorLoop, Config
+from gpu_defrag_common.connections import Limits
 from gpu_defrag_common.webconfig import load_web_config
 from tests.exporter.test_server import (
     LAST,
@@ -201,3 +202,34 @@ def test_bad_listen_address_is_one_line_and_exit_2():
         )
     assert taken.returncode == 2
     assert f"cannot listen on 127.0.0.1:{port}" in taken.stderr.strip().splitlines()[-1]
+
+
+def test_max_connections_bounds_the_connections_served_at_once(loop):
+    """`--web.max-connections 1`: a request on a second connection while the first is held
+    open is answered 503; once the first closes, the next one is served."""
+    import socket
+
+    app = build_app(loop, Api(loop.state).routes(), load_web_config(None), "gpu-defrag advisor")
+    server = AdvisorServer("127.0.0.1:0", app, load_web_config(None), Limits(max_connections=1))
+    server.start()
+    base = f"http://127.0.0.1:{server.port}"
+    try:
+        held = socket.create_connection(("127.0.0.1", server.port), timeout=5)
+        deadline = time.monotonic() + 5
+        status = 0
+        while time.monotonic() < deadline:  # the held connection is counted once accepted
+            status = requests.get(f"{base}/-/healthy", timeout=5).status_code
+            if status == 503:
+                break
+            time.sleep(0.05)
+        assert status == 503
+        held.close()
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            status = requests.get(f"{base}/-/healthy", timeout=5).status_code
+            if status == 200:
+                break
+            time.sleep(0.05)
+        assert status == 200
+    finally:
+        server.close()
