@@ -6,6 +6,11 @@ history the forecasts and the job-end learning read, and on `run_once()` runs in
 it on an interval and serves it; the app runs it in-process on a source when no advisor URL is
 given. Both read the same documents from it (`advisor.documents`).
 
+The analyse stage also measures what a scheduler source says (the queue, unknown racks, why
+shapes cannot start: `advisor.pipeline.scheduler`), and the plan stage plans for the biggest
+blocked job, both on the policy merged with the scheduler's quotas. A reading older than the
+history's last is noticed (`_check_clock`): a long step back starts the history anew.
+
 Each stage is timed and its failures counted by stage. A failed ingest (or analysis) keeps the
 last good results and marks them stale, with the source's one-line error; a failed forecast or
 plan keeps the previous run's section, marked stale, beside fresh fragmentation numbers. The
