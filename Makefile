@@ -4,9 +4,9 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
-SYSTEM_PACKAGES := prometheus prometheus-alertmanager chromium docker-compose slurm-wlm slurmrestd
+SYSTEM_PACKAGES := prometheus prometheus-alertmanager chromium docker-compose slurm-wlm slurmrestd openssl
 
-.PHONY: test demo venv system lint format bench clean nvml-releases
+.PHONY: test demo venv system lint format bench lock clean nvml-releases
 
 ## test: install everything the tests need (Debian packages, venv) and run the suite
 test: system venv nvml-releases
@@ -25,7 +25,7 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 	@$(PYTHON) -c 'import ensurepip' 2>/dev/null || $(MAKE) --no-print-directory system SYSTEM_PACKAGES=python3-venv
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
-	$(PIP) install -q -c constraints.txt -e '.[test]'
+	$(PIP) install -q -c constraints.txt -e '.[all,test]'
 	touch $@
 
 ## nvml-releases: the nvidia-ml-py releases the NVML backend's tests also run against
@@ -44,6 +44,8 @@ system:
 	  echo "installing:$$missing"; \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends $$missing; \
 	fi
+	@# Debian's kubernetes-client (1.20) has a kustomize too old for components: kubectl comes from upstream
+	@command -v kubectl >/dev/null || echo "note: kubectl >= 1.21 is not installed; tests/ops render the deploy/ overlays with 'kubectl kustomize' (https://kubernetes.io/docs/tasks/tools/)"
 
 lint: venv
 	$(VENV)/bin/ruff check .
@@ -56,6 +58,13 @@ format: venv
 ## bench: every benchmark under bench/ (not part of `make test`)
 bench: venv
 	for b in bench/*.py; do $(PY) $$b || exit 1; done
+
+## lock: the images' lock files with hashes (requirements/*.txt) from pyproject.toml and constraints.txt
+LOCK := $(VENV)/bin/uv pip compile pyproject.toml -c constraints.txt --generate-hashes --universal --python-version 3.11 --quiet
+lock: venv
+	$(PIP) install -q -c constraints.txt uv
+	$(LOCK) -o requirements/exporter.txt
+	$(LOCK) --extra all -o requirements/full.txt
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info test-output

@@ -26,7 +26,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     sources = "SOURCE forms:\n" + SOURCE_HELP
     analyze = subparsers.add_parser(
         "analyze",
-        help="fragmentation measures of a cluster (table or JSON)",
         description="Free and stranded GPUs, jobs of each shape that can start now, largest "
         "fitting job, allocated-but-idle GPUs, idle capacity vs demand by GPU model, stranded "
         "GPU memory, the FGD fragment amount and a per-node score.",
@@ -83,7 +82,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     snap = subparsers.add_parser(
         "snapshot",
-        help="write a source's cluster model as one JSON snapshot",
         description="Read SOURCE and write its cluster model as a snapshot (docs/snapshot.md).",
         epilog=sources,
         formatter_class=argparse.RawDescriptionHelpFormatter,

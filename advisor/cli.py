@@ -1,7 +1,11 @@
 """The one `gpu-defrag` command. Each subcommand lives in its own module and registers itself.
 
-Modules are imported when the parser is built; each exposes `register(subparsers)`, which adds a
-parser and sets `func(args) -> int`. Keep this list the only place that knows every subcommand.
+`COMMANDS` is the only place that knows every subcommand: its module and its one-line help. A
+module exposes `register(subparsers)`, which adds its parsers (without `help=`: the line comes
+from `COMMANDS`) and sets `func(args) -> int`. Only the module of the command being run is
+imported (`build_parser(argv)`): `gpu-defrag --help` and `gpu-defrag exporter` never load the
+analysis stack, which a node with `pip install gpu-defrag` alone does not have. A command whose
+optional extra is missing says in one line which to install (`advisor.extras`).
 
 Standard output is handled here for every command (`main`), its `--help` included: what a
 command prints is flushed before `main` returns, and a write to it that fails is one line and
@@ -24,21 +28,52 @@ import importlib
 import io
 import os
 import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, NoReturn, TextIO
 
+from advisor.extras import missing_extra
 from advisor.logs import redact_last_resort
 from gpu_defrag_common import __version__
+from gpu_defrag_common.messages import error_line
 from gpu_defrag_common.units import DefaultsFormatter
 
-SUBCOMMAND_MODULES: tuple[str, ...] = (
-    "exporter.cli",
-    "advisor.analyze",
-    "advisor.app.cli",
-    "advisor.planner.cli",
-    "advisor.service.cli",
-    "advisor.forecast.cli",
-    "advisor.replay.cli",
-)
+
+@dataclass(frozen=True)
+class Command:
+    module: str  # imported only when this command runs (or every command is built)
+    summary: str  # its line in `gpu-defrag --help`
+
+
+COMMANDS: dict[str, Command] = {
+    "exporter": Command("exporter.cli", "serve per-GPU metrics to Prometheus"),
+    "analyze": Command("advisor.analyze", "fragmentation measures of a cluster (table or JSON)"),
+    "snapshot": Command("advisor.analyze", "write a source's cluster model as one JSON snapshot"),
+    "app": Command("advisor.app.cli", "the Streamlit capacity-review app"),
+    "demo": Command(
+        "advisor.app.cli",
+        "sim exporter + advisor + app on 127.0.0.1 (no GPU, no external server)",
+    ),
+    "plan": Command(
+        "advisor.planner.cli",
+        "checked migration plan for a goal (job=8x8, job=4, free-nodes=8, forecast=6h)",
+    ),
+    "advise": Command(
+        "advisor.service.cli", "run the advisor as a service (/metrics and a JSON API)"
+    ),
+    "backtest": Command(
+        "advisor.forecast.cli",
+        "rolling-origin backtest of the demand forecast, idle windows and power-down replay",
+    ),
+    "forecast": Command(
+        "advisor.forecast.cli",
+        "forecast demand per series with quantiles, or (--idle) the idle windows",
+    ),
+    "replay": Command(
+        "advisor.replay.cli",
+        "replay a node list + pod list with placement policies (FGD paper protocol)",
+    ),
+}
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -49,15 +84,42 @@ class OneLineParser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
+class Registrar:
+    """The subparsers action as a command module sees it: each parser it adds gets its one-line
+    help from `COMMANDS` (the only copy, read without importing any module)."""
+
+    def __init__(self, subparsers: argparse._SubParsersAction) -> None:
+        self.subparsers = subparsers
+
+    def add_parser(self, name: str, **kwargs: Any) -> argparse.ArgumentParser:
+        if name not in COMMANDS:
+            raise KeyError(f"command {name!r} is not in advisor.cli.COMMANDS")
+        if "help" in kwargs:
+            raise TypeError(f"command {name!r}: its one-line help lives in advisor.cli.COMMANDS")
+        return self.subparsers.add_parser(name, help=COMMANDS[name].summary, **kwargs)
+
+
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The parser for `argv`: the module of the command it names is imported and registers it,
+    every other command is only listed by its line in `COMMANDS`. Without `argv` every module
+    is imported and every command is complete (tests, documentation)."""
+    chosen = None if argv is None else next((a for a in argv if not a.startswith("-")), "")
     parser = OneLineParser(
         prog="gpu-defrag",
         description="GPU observability and defragmentation advisor.",
     )
     parser.add_argument("--version", action="version", version=f"gpu-defrag {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for module_name in SUBCOMMAND_MODULES:
-        importlib.import_module(module_name).register(subparsers)
+    if chosen == "completion":
+        chosen = None  # the completion script lists every command's flags
+    wanted = {c.module for n, c in COMMANDS.items() if chosen is None or n == chosen}
+    for name, command in COMMANDS.items():
+        if name in subparsers.choices:
+            continue  # registered by its module together with an earlier command
+        if command.module in wanted:
+            importlib.import_module(command.module).register(Registrar(subparsers))
+        else:
+            subparsers.add_parser(name, help=command.summary, add_help=False)
     completion = subparsers.add_parser(
         "completion",
         help="print a shell completion script (bash, zsh or tcsh)",
@@ -176,9 +238,12 @@ def discard_stdout() -> None:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     redact_last_resort()  # a one-shot command's warnings name the URL it read, password included
-    parser = build_parser()
     # who speaks, already for a `--help` that cannot be written (no args to name it yet)
     name = f"gpu-defrag {argv[0]}" if argv and not argv[0].startswith("-") else "gpu-defrag"
+    try:
+        parser = build_parser(argv)
+    except ModuleNotFoundError as error:
+        return _report_missing_extra(name, error)
     original, errors = sys.stdout, sys.stderr
     watched = WatchedStdout(ClosedStdout() if original is None else original)
     sys.stdout = watched  # type: ignore[assignment]
@@ -200,6 +265,8 @@ def main(argv: list[str] | None = None) -> int:
         watched.flush()  # what the command printed reaches its reader here, not at exit
     except KeyboardInterrupt:
         return 130
+    except ModuleNotFoundError as error:  # a package imported only once the command runs
+        return _report_missing_extra(name, error)
     except OSError as error:
         if error is not watched.error:
             raise  # not standard output's: the command's own failure
@@ -221,6 +288,16 @@ def main(argv: list[str] | None = None) -> int:
     if stop is not None:
         raise stop
     return code
+
+
+def _report_missing_extra(name: str, error: ModuleNotFoundError) -> int:
+    """One line naming the extra to install (exit 1); any other missing module is a bug and
+    keeps its traceback."""
+    line = missing_extra(error)
+    if line is None:
+        raise error
+    print(error_line(name.removeprefix("gpu-defrag").strip(), line), file=sys.stderr)
+    return 1
 
 
 if __name__ == "__main__":

@@ -39,7 +39,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo's exporter, not bench/'s
 
-import advisor.history as H
+import advisor.history.observations as H  # History.append calls running_jobs from here
 import advisor.pipeline.stages as P
 from advisor.forecast.job_ends import JobEndSettings, predict
 from advisor.history import JobLifetimes

@@ -18,7 +18,8 @@ serve it with the loopback API server the tests use:
                               waiting in the queue (a coscheduling PodGroup of minMember 8)
 `seed-quota-borrow.json`      the borrowing seed case, its quotas as ResourceQuotas
 `seed-quota-borrow-kueue.json` the same with Kueue ClusterQueues (one cohort, borrowing limits
-                              from policy-borrow.yaml) and rnd-pretrain as a waiting Workload
+                              from policy-borrow-per-tenant.yaml: Kueue lends per ClusterQueue,
+                              not per lender -> borrower pair) and rnd-pretrain as a waiting Workload
 `seed-nvlink-islands.json`    the NVLink-islands case (its islands come from the exporters:
                               join it with their pages, k8s:+http://...)
 """
@@ -59,7 +60,11 @@ def main(out: Path = OUT) -> None:
     write(
         out,
         "seed-quota-borrow-kueue.json",
-        objects_from_model(borrow, policy=policy, quotas_as="kueue"),
+        objects_from_model(
+            borrow,
+            policy=load_policy(ROOT / "policy-borrow-per-tenant.yaml"),
+            quotas_as="kueue",
+        ),
     )
     write(
         out,

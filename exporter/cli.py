@@ -85,7 +85,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "exporter",
-        help="serve per-GPU metrics to Prometheus",
         description="Collect GPU metrics in the background and serve them on /metrics.",
     )
     add_arguments(parser)

@@ -14,8 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from exporter.readings import GpuReading, NodeReading
-from exporter.topology import largest_connected_subset, nvlink_islands
+from exporter.readings import GpuReading, NodeReading, largest_connected_subset, nvlink_islands
 from exporter.usage import gpu_in_use, unattributed_instances
 
 

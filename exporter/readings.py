@@ -4,11 +4,16 @@ Every backend (NVML, DCGM, a dcgm-exporter scrape, the simulated fleet) fills th
 the renderer turns them into metric families and the advisor ingests the same shape. `None`
 means "not supported or failed this cycle": the metric is left out rather than faked, so a
 dashboard shows a gap instead of a sentinel value.
+
+With `exporter.contract` (the metric names) this module is the contract between exporter and
+advisor, the only exporter modules the advisor imports: the records, and the facts both sides
+derive from them (`nvlink_islands`) so that they agree on what a reading means.
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 # Canonical clock-event (throttle) reason names, in NVML bit order. Labels use these strings.
@@ -113,6 +118,38 @@ class TopologyLink:
     peer: int
     link_type: str  # one of LINK_TYPES
     nvlink_count: int = 0
+
+
+def nvlink_islands(gpu_indices: Iterable[int], links: Iterable[TopologyLink]) -> dict[int, int]:
+    """Map each GPU index to the id of its NVLink-connected group (id = smallest member index).
+
+    A GPU with no NVLink is an island of one. Islands are connected components, so a
+    GPU reached only through another GPU's NVLink still belongs to the same island.
+    """
+    parent = {index: index for index in gpu_indices}
+
+    def find(index: int) -> int:
+        while parent[index] != index:
+            parent[index] = parent[parent[index]]
+            index = parent[index]
+        return index
+
+    for link in links:
+        if link.link_type != "nvlink" or link.gpu not in parent or link.peer not in parent:
+            continue
+        root_a, root_b = find(link.gpu), find(link.peer)
+        if root_a != root_b:
+            parent[max(root_a, root_b)] = min(root_a, root_b)
+    return {index: find(index) for index in parent}
+
+
+def largest_connected_subset(members: Iterable[int], islands: dict[int, int]) -> int:
+    """Size of the largest subset of `members` that lies inside one NVLink island."""
+    counts: dict[int, int] = {}
+    for index in members:
+        island = islands.get(index, index)
+        counts[island] = counts.get(island, 0) + 1
+    return max(counts.values(), default=0)
 
 
 @dataclass(slots=True)

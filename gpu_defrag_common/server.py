@@ -111,7 +111,9 @@ def landing_page(title: str, health: Health, paths: Iterable[str]) -> str:
         f"{html.escape(health.reason)}; last collection {age}.</p>"
         '<ul><li><a href="/metrics">Metrics</a></li>'
         '<li><a href="/health">Health</a> (503 when data is stale)</li>'
-        + "".join(f'<li><a href="{html.escape(p)}">{html.escape(p)}</a></li>' for p in paths)
+        + "".join(
+            f'<li><a href="{html.escape(p)}">{html.escape(p)}</a></li>' for p in _listed(paths)
+        )
         + "</ul></body></html>"
     )
 
@@ -294,6 +296,14 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _landing(self) -> str:
         return landing_page(self.server.title, self.server.source.health(), self.server.routes)
+
+
+def _listed(paths: Iterable[str]) -> list[str]:
+    """The routes the landing page links: a page under a folder that has a route of its own
+    (`/runbooks/GpuLost` beside `/runbooks/`) is reached from that folder's page."""
+    paths = list(paths)
+    folders = {p for p in paths if p.endswith("/") and p != "/"}
+    return [p for p in paths if not any(p != f and p.startswith(f) for f in folders)]
 
 
 class ExporterServer:

@@ -32,24 +32,24 @@ def test_the_backfill_bound_is_the_history_the_service_keeps() -> None:
     assert MAX_SPAN_S == NODE_HOURS * 3600.0 == IDLE_MAX_H * 3600.0 == 16 * 86400.0
 
 
-def test_sigterm_during_a_long_backfill_ends_the_advisor_within_seconds() -> None:
-    """A week of 1,000 simulated nodes takes over a minute to step; SIGTERM 2 s after the
-    server answers (the backfill running) must end the process at once, exit 0."""
+@pytest.mark.slow
+def test_sigterm_during_a_long_backfill_ends_the_advisor_promptly() -> None:
+    """A week of 1,000 simulated nodes takes over a minute to step; SIGTERM once the backfill
+    has run for 2 CPU-seconds after the server answered must end the process at the next
+    simulated hour, exit 0. Both bounds are the process's own CPU time: a loaded machine
+    stretches its wall time several times over, not the work it does."""
     from tests.fakes.cli_process import cli_process
+    from tests.fakes.waiting import cpu_seconds, reap, wait_until
 
     args = ("--source", "sim:a100-16x8?nodes=1000", "--history.backfill", "16d")
     with cli_process("advise", *args, ready="/-/healthy") as (_base, process):
-        time.sleep(2.0)
-        assert process.poll() is None
-        sent = time.monotonic()
+        started = cpu_seconds(process.pid)
+        wait_until(lambda: cpu_seconds(process.pid) >= started + 2.0, "2 s of backfill", process)
+        before = cpu_seconds(process.pid)
         process.send_signal(signal.SIGTERM)
-        try:
-            code = process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            pytest.fail("advise still running 10 s after SIGTERM during its backfill")
-        took = time.monotonic() - sent
+        after = reap(process) - before  # one simulated hour of 1,000 nodes, then the exit
         err = process.stderr.read()
-    assert code == 0 and took < 5.0, (code, took, err[-500:])
+    assert process.returncode == 0 and after < 3.0, (process.returncode, after, err[-500:])
     assert "backfilled" in err and ": stopped" in err  # what was read, and why it ended
 
 
@@ -202,8 +202,8 @@ def _fake_command(monkeypatch, body) -> None:
     """`gpu-defrag fake` runs `body(stdout)`: main's handling of stdout, whatever the command."""
     real = build_parser
 
-    def parser() -> argparse.ArgumentParser:
-        p = real()
+    def parser(argv=None) -> argparse.ArgumentParser:
+        p = real(argv)
         sub = next(a for a in p._actions if isinstance(a, argparse._SubParsersAction))
         sub.add_parser("fake").set_defaults(func=lambda _args: body(sys.stdout))
         return p

@@ -22,8 +22,10 @@ import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 
+from advisor.extras import require
 from gpu_defrag_common.messages import error_line, say_error
 
+APP_PACKAGES = ("streamlit", "plotly")  # the [app] extra, checked before any child starts
 DEFAULT_SOURCE = "sim:a100-16x8"
 SOURCE_ENV = "GPU_DEFRAG_SOURCE"  # the app's starting source (also `-- --source X`)
 ADVISOR_ENV = "GPU_DEFRAG_ADVISOR"  # an advisor service's URL the app reads (also `-- --advisor`)
@@ -39,13 +41,12 @@ DEMO_SIM_START = (
 def register(subparsers: argparse._SubParsersAction) -> None:
     # imported here, not at the top: the app's own process imports this module's constants
     from advisor.ingest.schedulers import JoinSources
-    from exporter.backends.sim import MAX_SPEED, speed_flag
-    from exporter.sim.presets import PRESETS
     from gpu_defrag_common.units import number
+    from gpu_defrag_sim.bounds import MAX_SPEED, speed_flag
+    from gpu_defrag_sim.presets import PRESETS
 
     app = subparsers.add_parser(
         "app",
-        help="the Streamlit capacity-review app",
         description="Start the capacity-review app (Fleet, Fragmentation, Forecast, Actions, "
         "What-if): on an advisor service's API (--advisor), or on SOURCE with the advisor "
         "pipeline in its own process. It never executes an action.",
@@ -71,7 +72,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     demo = subparsers.add_parser(
         "demo",
-        help="sim exporter + advisor + app on 127.0.0.1 (no GPU, no external server)",
         description="Start a sim exporter serving preset a100-16x8 a simulated week into its "
         "life, the advisor service reading it, and the app showing the advisor's API; print the "
         "URL. Ctrl-C stops everything.",
@@ -162,12 +162,20 @@ def url_of(address: str, port: int) -> str:
     return f"http://{host}:{port}/"
 
 
-def wait_http(url: str, timeout_s: float, process: subprocess.Popen | None = None) -> bool:
+NOTE_EVERY_S = 30.0  # a child still starting says so this often
+
+
+def wait_http(
+    url: str, timeout_s: float | None, process: subprocess.Popen | None = None, name: str = ""
+) -> bool:
     """Poll `url` until it answers 200 with the process still running (the 200 may come from
     another server on the port while the child fails to bind it), the process exits, or time
-    runs out."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
+    runs out. `timeout_s` None waits as long as `process` runs: a child on a busy machine is
+    slow, not dead, and one that fails exits; with `name`, a line on stderr says every
+    `NOTE_EVERY_S` that it is still being waited for."""
+    started = time.monotonic()
+    noted = started
+    while timeout_s is None or time.monotonic() < started + timeout_s:
         if process is not None and process.poll() is not None:
             return False
         try:
@@ -176,6 +184,12 @@ def wait_http(url: str, timeout_s: float, process: subprocess.Popen | None = Non
                     return process is None or process.poll() is None
         except (urllib.error.URLError, OSError):
             pass
+        if name and time.monotonic() - noted >= NOTE_EVERY_S:
+            noted = time.monotonic()
+            waited = noted - started
+            print(
+                f"gpu-defrag: still waiting for {name} on {url} ({waited:.0f} s)", file=sys.stderr
+            )
         time.sleep(0.2)
     return False
 
@@ -284,6 +298,7 @@ def advisor_source(url: str) -> str:
 
 
 def run_app(args: argparse.Namespace) -> int:
+    require(*APP_PACKAGES)
     taken = app_address_taken(args.address, args.port)
     if taken:
         say_error("app", taken)
@@ -292,7 +307,7 @@ def run_app(args: argparse.Namespace) -> int:
     command = streamlit_command(args.address, args.port, source)
     children = [("app", subprocess.Popen(command, env=app_env(source, args.refresh)))]
     url = url_of(args.address, args.port)
-    if not wait_http(url + "_stcore/health", 60, children[0][1]):
+    if not wait_http(url + "_stcore/health", None, children[0][1], "the app"):
         _stop(children)
         print(error_line("app", f"the app did not start on {url}"), file=sys.stderr)
         return 1
@@ -341,6 +356,7 @@ def advisor_command(source: str, port: int, interval_s: float) -> list[str]:
 
 
 def run_demo(args: argparse.Namespace) -> int:
+    require(*APP_PACKAGES)
     taken = demo_ports_taken(args)
     if taken:
         say_error("demo", taken)
@@ -351,7 +367,7 @@ def run_demo(args: argparse.Namespace) -> int:
     try:
         exporter = subprocess.Popen(exporter_command(args.preset, port, args.sim_speed))
         children.append(("sim exporter", exporter))
-        if not wait_http(exporter_url, 60, exporter):
+        if not wait_http(exporter_url, None, exporter, "the sim exporter"):
             print(
                 error_line("demo", f"the sim exporter did not answer on {exporter_url}"),
                 file=sys.stderr,
@@ -369,7 +385,7 @@ def run_demo(args: argparse.Namespace) -> int:
             advisor = subprocess.Popen(advisor_command(exporter_url, advisor_port, refresh))
             children.append(("advisor service", advisor))
             # its first run (after reading the fleet's week back): the app has a view at once
-            if not wait_http(advisor_url + "health", 300, advisor):
+            if not wait_http(advisor_url + "health", None, advisor, "the advisor service"):
                 print(
                     error_line("demo", f"the advisor did not answer on {advisor_url}"),
                     file=sys.stderr,
@@ -384,7 +400,7 @@ def run_demo(args: argparse.Namespace) -> int:
         )
         children.append(("app", app))
         url = url_of(args.address, args.port)
-        if not wait_http(url + "_stcore/health", 60, app):
+        if not wait_http(url + "_stcore/health", None, app, "the app"):
             print(error_line("demo", f"the app did not start on {url}"), file=sys.stderr)
             _stop(children)
             return 1

@@ -52,7 +52,7 @@ def source_picker() -> None:
         )
         new = data.advisor_source(url) if url.strip() else ""
     elif kind == "sim":
-        from exporter.sim.presets import PRESETS
+        from gpu_defrag_sim.presets import PRESETS
 
         sim = data.parse_sim(spec) if spec.startswith("sim:") else None
         preset = st.sidebar.selectbox(

@@ -204,7 +204,6 @@ INPUT_FORMS = (
 def register(subparsers) -> None:
     bt = subparsers.add_parser(
         "backtest",
-        help="rolling-origin backtest of the demand forecast, idle windows and power-down replay",
         description=INPUT_FORMS,
     )
     bt.add_argument("input", metavar="INPUT", help="the series to backtest (forms above)")
@@ -249,12 +248,16 @@ def register(subparsers) -> None:
         help="write metrics.csv, decisions.csv, picks.csv, forecasts.csv, significance.csv, "
         "interval_significance.csv, forecast.png here",
     )
+    bt.add_argument(
+        "--json",
+        action="store_true",
+        help="print the tables as one JSON document (each a list of rows) instead of text",
+    )
     add_quiet_flag(bt)
     bt.set_defaults(func=run_backtest)
 
     fc = subparsers.add_parser(
         "forecast",
-        help="forecast demand per series with quantiles, or (--idle) the idle windows",
         description=INPUT_FORMS,
     )
     fc.add_argument("input", metavar="INPUT", help="the series to forecast (forms above)")
@@ -279,6 +282,11 @@ def register(subparsers) -> None:
         f"exceed what stays free, strictly between 0 and 1 (default {IDLE_RISK:g})",
     )
     fc.add_argument("--out", default=None, help="CSV file (default or `-`: stdout)")
+    fc.add_argument(
+        "--json",
+        action="store_true",
+        help='JSON instead of CSV: {"rows": [one object per CSV row]}, to stdout or --out',
+    )
     add_quiet_flag(fc)
     fc.set_defaults(func=run_forecast)
 
@@ -440,6 +448,10 @@ def _run_backtest(args: argparse.Namespace, progress: Progress) -> int:
     # written first: a stdout that fails (a closed pipe, a full disk) must not lose the run
     if args.out is not None:
         _write_backtest(args.out, metrics, fc, picks, paired, intervals, decisions_df)
+    if args.json:
+        tables = (metrics, picks, paired, intervals, decisions_df)
+        sys.stdout.write(backtest_json(*tables, notes, t_demand, elapsed, args.out))
+        return 0
     for note in notes:
         print(note)
     _print_backtest(metrics, picks, paired, intervals, decisions_df)
@@ -447,6 +459,29 @@ def _run_backtest(args: argparse.Namespace, progress: Progress) -> int:
     if args.out is not None:
         print(f"wrote {args.out}/metrics.csv, decisions.csv, forecast.png")
     return 0
+
+
+def backtest_json(
+    metrics, picks, paired, intervals, decisions_df, notes, t_demand, elapsed, out
+) -> str:
+    """`backtest --json`: the tables the text shows, whole (the files' rows: metrics.csv,
+    summary.csv, picks.csv, significance.csv, interval_significance.csv, decisions.csv), the
+    notes of replays skipped, the time taken and the folder written."""
+    from advisor.json_output import dumps, records
+
+    return dumps(
+        {
+            "metrics": records(metrics[METRIC_COLUMNS]),
+            "summary": records(summarise(metrics)),
+            "picks": records(picks),
+            "paired_tests": records(paired),
+            "interval_tests": records(intervals),
+            "decisions": records(decisions_df),
+            "notes": notes,
+            "seconds": {"demand_backtest": round(t_demand, 3), "total": round(elapsed, 3)},
+            "out": out,
+        }
+    )
 
 
 class IdleReplayJob:
@@ -581,11 +616,17 @@ def _run_forecast(args: argparse.Namespace) -> int:
     else:
         panel = io.hourly(io.load(args.input), args.input)
         frame = api.forecast(panel, args.horizons, args.quantiles, model=args.model)
+    if args.json:
+        from advisor.json_output import dumps, records
+
+        text = dumps({"rows": records(frame)})
+    else:
+        text = frame.to_csv(index=False)
     if args.out is not None:
         with _writing(args.out):
-            write_text_atomic(args.out, frame.to_csv(index=False))
+            write_text_atomic(args.out, text)
     else:
-        frame.to_csv(sys.stdout, index=False)
+        sys.stdout.write(text)
     return 0
 
 

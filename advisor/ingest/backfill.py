@@ -30,10 +30,11 @@ from advisor.ingest import prometheus
 from advisor.ingest.combine import with_scheduler_labels
 from advisor.ingest.exporter_scrape import SourceUnavailable
 from advisor.ingest.live import LiveSim, step_fleet
+from advisor.ingest.readings import from_readings
 from advisor.ingest.schedulers import is_combined, split
 from advisor.ingest.sources import SIM_LARGE_NODES, SourceError, prometheus_spec, sim_spec
 from advisor.logs import redact
-from advisor.model import ClusterModel, ModelError, from_readings
+from advisor.model import ClusterModel, ModelError
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +86,7 @@ def default_span_s(spec: str) -> float:
         usage = split(spec)[1:]
         return default_span_s(usage[0]) if usage else 0.0
     if spec.startswith("sim:"):
-        from exporter.sim.presets import build_preset
+        from gpu_defrag_sim.presets import build_preset
 
         try:
             preset, _, nodes, _ = sim_spec(spec)
@@ -160,7 +161,7 @@ def from_sim_exporter(
     over `span_s` before its clock (never before the fleet's t = 0), stamped on its clock;
     None when `spec` is not a single exporter URL whose page (read now) carries a sim clock.
     Stops with what was read once `cancelled()`."""
-    from exporter.sim import SimFleet
+    from gpu_defrag_sim import SimFleet
 
     urls = [url.strip() for url in spec.split(",") if url.strip()]
     if len(urls) != 1 or not urls[0].startswith(("http://", "https://")):

@@ -37,7 +37,9 @@ import numpy as np
 from advisor.model import MILLI, NO_LIMIT, UNKNOWN_ISLAND, ClusterModel, ModelBuilder, Usage
 from advisor.scheduler_view import SchedNode, SchedTask, SchedulerFacts, SchedulerView
 
-UNATTRIBUTED = "unattributed@"  # model.from_readings' id for a GPU busy with no known holder
+UNATTRIBUTED = (
+    "unattributed@"  # ingest.readings.from_readings' id for a GPU busy with no known holder
+)
 _MIG_SLICES = re.compile(r"^(\d+)g\.")
 SHOWN_NAMES = 5  # names one note line lists before "and N more"
 

@@ -48,7 +48,8 @@ from urllib.parse import urlsplit
 import numpy as np
 import requests
 
-from advisor.model import MILLI, ClusterModel, from_readings
+from advisor.ingest.readings import from_readings
+from advisor.model import MILLI, ClusterModel
 from advisor.snapshot import INT32_MAX, INT32_MIN, MAX_EXACT
 from exporter.backends import dcgm_exporter as dx
 from exporter.backends.base import BackendUnavailable

@@ -26,7 +26,7 @@ from advisor.ingest.sources import (
 from advisor.model import ClusterModel
 
 if TYPE_CHECKING:
-    from exporter.sim.fleet import SimFleet
+    from gpu_defrag_sim.fleet import SimFleet
 
 
 class LiveSim:

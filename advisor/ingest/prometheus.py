@@ -59,7 +59,8 @@ from advisor.ingest.exporter_scrape import (
     merge,
     our_readings_unchecked,
 )
-from advisor.model import ClusterModel, Usage, from_readings
+from advisor.ingest.readings import from_readings
+from advisor.model import ClusterModel, Usage
 from exporter.backends import dcgm_exporter as dx
 from exporter.contract import DCGM_COMPAT
 from gpu_defrag_common import bounded_get, units

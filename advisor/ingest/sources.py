@@ -1,7 +1,7 @@
 """One way to name where a cluster model comes from: `load_source(SPEC)`.
 
     sim:PRESET[?seed=42&t=3600&nodes=N&history=1h&step=5m]
-                                                  simulated fleet at t seconds (exporter.sim),
+                                                  simulated fleet at t seconds (gpu_defrag_sim),
                                                   with usage sampled over the history; seed >= 0,
                                                   nodes 1 to 10000, t at most 30d (default 0, the
                                                   start: the history is cut at t)
@@ -50,14 +50,15 @@ from advisor.ingest import (
     slurm,
 )
 from advisor.ingest.exporter_scrape import SourceUnavailable
+from advisor.ingest.readings import from_readings
 from advisor.ingest.slurm.spec import SlurmSpec
 from advisor.logs import redact
-from advisor.model import MILLI, ClusterModel, ModelBuilder, ModelError, Usage, from_readings
+from advisor.model import MILLI, ClusterModel, ModelBuilder, ModelError, Usage
 from exporter.readings import NodeReading
 from gpu_defrag_common import units
 
 if TYPE_CHECKING:
-    from exporter.sim.fleet import SimFleet
+    from gpu_defrag_sim.fleet import SimFleet
 
 log = logging.getLogger(__name__)
 
@@ -285,7 +286,7 @@ def sim_fleet(
 ) -> tuple[SimFleet, dict[str, str]]:
     """The simulated fleet of `sim:PRESET[?seed=&nodes=...]` at t=0 and the spec's options;
     SourceError as `sim_spec` says."""
-    from exporter.sim.fleet import SimFleet  # the simulator is heavy; import only when asked
+    from gpu_defrag_sim.fleet import SimFleet  # the simulator is heavy; import only when asked
 
     preset, seed, nodes, params = sim_spec(spec, options, why)
     return SimFleet(preset, seed, nodes), params
@@ -299,8 +300,8 @@ def sim_spec(
     preset, a seed that is not a whole number >= 0, nodes outside 1..`MAX_NODES` or a `t`
     beyond `MAX_START_S` (the exporter's `--sim.nodes` and `--sim.start` bounds: the fleet's
     build grows as nodes², and reaching `t` steps every simulated hour before it)."""
-    from exporter.backends.sim import MAX_NODES, MAX_START_S
-    from exporter.sim.presets import PRESETS
+    from gpu_defrag_sim.bounds import MAX_NODES, MAX_START_S
+    from gpu_defrag_sim.presets import PRESETS
 
     preset, _, query = spec.removeprefix("sim:").partition("?")
     params = _query(query)

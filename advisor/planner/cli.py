@@ -143,7 +143,6 @@ FLAG_NEEDS: dict[str, tuple[Callable[[argparse.Namespace], bool], str]] = {
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "plan",
-        help="checked migration plan for a goal (job=8x8, job=4, free-nodes=8, forecast=6h)",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

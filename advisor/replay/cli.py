@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -78,7 +79,6 @@ def parse_budgets(text: str) -> list[float]:
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "replay",
-        help="replay a node list + pod list with placement policies (FGD paper protocol)",
         description=(
             "Shuffle pods by seed, inflate to --ratio x GPU capacity, place arrivals one by one "
             "(a pod that fits nowhere is dropped); write DIR/curve.csv, DIR/summary.csv and "
@@ -121,6 +121,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "(default 2)",
     )
     p.add_argument("--out", required=True, type=_out_folder, help="output directory")
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="print the per-replay results as one JSON document instead of lines",
+    )
     add_quiet_flag(p)
     p.set_defaults(func=run)
 
@@ -143,6 +148,21 @@ def _fail(message: str, status: int = 2) -> int:
     """One line; exit 2 for bad input or flags, 1 for results that could not be written."""
     say_error("replay", message)
     return status
+
+
+def json_document(summaries: list[dict], bound: float | None, wrote: list[Path]) -> str:
+    """`replay --json`: the summary rows (summary.csv's columns), the packing bound at 100 %
+    (null below a ratio of 1) and the files written."""
+    from advisor.json_output import dumps
+    from advisor.replay.output import SUMMARY_COLUMNS
+
+    return dumps(
+        {
+            "replays": [{key: row.get(key) for key in SUMMARY_COLUMNS} for row in summaries],
+            "packing_bound_pct": bound,
+            "wrote": [str(path) for path in wrote],
+        }
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -209,6 +229,9 @@ def run(args: argparse.Namespace) -> int:
         except OSError as exc:  # staged: the previous run's files stay whole
             progress.done("")  # the error line says what happened
             return _fail(f"cannot write {args.out}: {exc.strerror or exc}", status=1)
+        if args.json:
+            sys.stdout.write(json_document(summaries, bound, [args.out / name for name in files]))
+            return 0
         for row in summaries:
             print(
                 f"{row['policy']:>16} seed {row['seed']}: unallocated {row['unalloc_100']:.2f}% "

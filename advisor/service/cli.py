@@ -16,7 +16,9 @@ import logging
 import math
 import threading
 from collections.abc import Callable
+from http import HTTPStatus
 from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
 
 from advisor.settings import (
     HISTORY_MAX_POINTS,
@@ -45,12 +47,18 @@ from gpu_defrag_common.units import (
 
 if TYPE_CHECKING:
     from advisor.ingest.backfill import Backfill
+    from gpu_defrag_common.server import Route
 
 log = logging.getLogger("advisor.service")
 
-BACKFILL_STOP_S = 2.5  # what a backfill gets to stop after SIGTERM (then it is left behind)
+# What a backfill gets to stop after SIGTERM, then it is left behind (its summary unsaid). The
+# simulated hour of 1,000 nodes it finishes first takes 0.3-0.5 s of CPU, several times that in
+# wall time on a loaded machine (2.5 s was too little at load average 12 on 2 cores); 8 s stays
+# under the 10 s docker stop and compose wait before SIGKILL.
+BACKFILL_STOP_S = 8.0
 
 DEFAULT_LISTEN = ":9836"
+HTML = "text/html; charset=utf-8"
 
 
 def horizons(text: str) -> tuple[int, ...]:
@@ -115,7 +123,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     parser = subparsers.add_parser(
         "advise",
-        help="run the advisor as a service (/metrics and a JSON API)",
         description=__doc__,
         epilog="sources:\n" + SOURCE_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -232,8 +239,45 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(  # the flag's earlier name, before Prometheus sources had a backfill
         "--sim.backfill", dest="history_backfill", type=backfill_span, help=argparse.SUPPRESS
     )
+    parser.add_argument(
+        "--web.external-url",
+        dest="external_url",
+        type=external_url,
+        default=None,
+        help="the URL people reach the advisor at (default http://localhost:<listen port>); "
+        "every alert's runbook_url is <URL>/runbooks/<AlertName> (alerts/config.yaml's "
+        "advisor_external_url), served from the runbook shipped with the advisor",
+    )
     add_quiet_flag(parser)
     parser.set_defaults(func=run)
+
+
+def external_url(text: str) -> str:
+    """An http(s) URL with a host, as people reach the advisor (no query or fragment)."""
+    parts = urlsplit(text)
+    if parts.scheme not in ("http", "https") or not parts.netloc or parts.query or parts.fragment:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not an http:// or https:// URL with a host (and no ?query or #fragment)"
+        )
+    return text.rstrip("/")
+
+
+def runbook_routes(base_url: str) -> dict[str, Route]:
+    """/runbooks/ (the index) and /runbooks/<AlertName> (its page) as HTML; /runbooks sends
+    the browser on to /runbooks/, where the index's relative links resolve."""
+    from advisor.service import runbooks
+    from gpu_defrag_common.server import Response
+
+    pages = runbooks.shipped_pages(base_url)
+
+    def serve(body: str) -> Route:
+        encoded = body.encode()
+        return lambda query: Response(HTTPStatus.OK, encoded, HTML)
+
+    routes = {f"/runbooks/{name}": serve(body) for name, body in pages.items()}
+    moved = Response(HTTPStatus.PERMANENT_REDIRECT, b"", HTML, {"Location": "runbooks/"})
+    routes["/runbooks"] = lambda query: moved
+    return routes
 
 
 def run(args: argparse.Namespace) -> int:
@@ -247,6 +291,7 @@ def run(args: argparse.Namespace) -> int:
     from advisor.service.http import AdvisorServer, build_app
     from advisor.service.loop import AdvisorLoop, Config
     from advisor.settings import Settings
+    from gpu_defrag_common.server import parse_listen_address
     from gpu_defrag_common.webconfig import WebConfigError, load_web_config
 
     configure_logging(args.log_level)
@@ -257,6 +302,8 @@ def run(args: argparse.Namespace) -> int:
         ingest = make_ingest(args.source, args.source_timeout)
         if args.history_points < 1:
             raise ValueError("--history.max-points must be at least 1")
+        port = parse_listen_address(args.listen_address)[1]  # its errors say the flag
+        base_url = args.external_url or f"http://localhost:{port}"
     except (WebConfigError, PolicyError, SourceError, ValueError, OSError) as error:
         say_error("advise", redact(str(error)))
         return 2
@@ -288,7 +335,8 @@ def run(args: argparse.Namespace) -> int:
 
     loop = AdvisorLoop(args.source, ingest, config, past=read_past)
     try:
-        app = build_app(loop, Api(loop.state).routes(), web, "gpu-defrag advisor")
+        routes = {**Api(loop.state).routes(), **runbook_routes(base_url)}
+        app = build_app(loop, routes, web, "gpu-defrag advisor")
         server = AdvisorServer(args.listen_address, app, web, server_limits(args))
     except (OSError, ValueError) as error:
         say_error("advise", f"cannot listen on {args.listen_address}: {error}")
@@ -319,10 +367,11 @@ def run(args: argparse.Namespace) -> int:
         )
     loop.start()
     log.info(
-        "advising on %s every %.3gs; serving /metrics and /api/ at %s",
+        "advising on %s every %.3gs; serving /metrics and /api/ at %s, the runbooks at %s",
         args.source,
         args.interval,
         server.url(""),
+        f"{base_url}/runbooks/",
     )
     signals.wait()
     server.close()

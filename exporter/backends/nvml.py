@@ -58,8 +58,8 @@ from exporter.readings import (
     GpuReading,
     NodeReading,
     TopologyLink,
+    nvlink_islands,
 )
-from exporter.topology import nvlink_islands
 from gpu_defrag_common.messages import one_line
 from gpu_defrag_common.units import duration
 

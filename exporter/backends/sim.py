@@ -8,10 +8,7 @@ clock stands (`gpu_sim_info`, `gpu_sim_time_seconds`, `gpu_sim_epoch_timestamp_s
 reading at simulated time t is stamped epoch + t, so a reader (the advisor, the app) keeps its
 history on the simulated clock and can re-simulate the fleet's past up to the start.
 
-The flags are bounded (`MAX_NODES`, `MAX_SPEED`, `MAX_START_S`; a `sim:` source's `nodes=` and
-`t=` take the same bounds) so a typo is refused at its flag instead of a collection that never
-ends: the simulator's cost grows with nodes, and every collection steps `speed` × interval
-simulated seconds, the first one `--sim.start` of them.
+The flags are bounded by `gpu_defrag_sim.bounds`, which a `sim:` source shares.
 """
 
 from __future__ import annotations
@@ -22,24 +19,17 @@ from collections.abc import Callable
 
 from exporter.backends.base import Backend
 from exporter.readings import Collection, SimClock
-from exporter.sim import PRESETS, SimFleet
-from gpu_defrag_common.units import duration_at_most, duration_text, number
-
-# 10,000 nodes (80,000 GPUs, beyond the largest real clusters this models; the bench uses 1,000)
-# take ~20 s and ~330 MB to build for the two scaled presets, whose build grows as nodes².
-MAX_NODES = 10_000
-# An hour a second: a simulated day in 24 real seconds. A 15-s collection then steps 15 simulated
-# hours, ~14 s for 10,000 nodes, inside the collection's 30-s timeout; faster shows nothing a
-# person can follow (the demo runs at 60).
-MAX_SPEED = 3600.0
-# 30 days: twice the 16 days of past the advisor keeps (`--history.backfill`), and every reader
-# of the page re-simulates the fleet from t = 0 (the demo starts at 7d).
-MAX_START_S = 30 * 86400.0
-
-seed_flag = number(0, kind=int)  # numpy's generators take no negative seed
-nodes_flag = number(1, MAX_NODES, kind=int)
-speed_flag = number(0, MAX_SPEED, above=True)  # also `gpu-defrag demo --sim-speed`
-start_flag = duration_at_most(MAX_START_S, " of simulated past")  # `--sim.start`
+from gpu_defrag_common.units import duration_text
+from gpu_defrag_sim import PRESETS, SimFleet
+from gpu_defrag_sim.bounds import (
+    MAX_NODES,
+    MAX_SPEED,
+    MAX_START_S,
+    nodes_flag,
+    seed_flag,
+    speed_flag,
+    start_flag,
+)
 
 
 class SimBackend(Backend):

@@ -15,6 +15,7 @@ from advisor import snapshot
 from advisor.cli import main
 from advisor.model import ModelBuilder
 from tests.advisor.test_measures import two_nodes
+from tests.conftest import GIB, add_nodes
 from tests.fakes.page_server import Routes, serve
 
 
@@ -109,7 +110,7 @@ def test_json_has_no_nan_or_infinity() -> None:
 
 def test_durations_take_units_like_the_other_commands(capsys) -> None:
     source = "sim:a100-16x8?seed=2"
-    assert main(["analyze", source, "--json", "--idle-window", "90m", "--timeout", "5s"]) == 0
+    assert main(["analyze", source, "--json", "--idle-window", "90m"]) == 0
     assert json.loads(capsys.readouterr().out)["temporal"]["window_s"] == 5400.0
     assert main(["analyze", source, "--json", "--idle-window", "5400"]) == 0
     assert json.loads(capsys.readouterr().out)["temporal"]["window_s"] == 5400.0
@@ -137,8 +138,8 @@ def test_snapshot_of_a_page_reads_an_impossible_value_as_unknown(tmp_path, caplo
     routes.text("/page", 'gpu_memory_total_bytes{node="a",gpu="0"} -1\n')
     out = tmp_path / "s.json"
     with serve(routes) as base:
-        assert main(["snapshot", f"{base}/page", "-o", str(out), "--timeout", "2"]) == 0
-        assert main(["analyze", f"{base}/page", "--timeout", "2"]) == 0
+        assert main(["snapshot", f"{base}/page", "-o", str(out)]) == 0
+        assert main(["analyze", f"{base}/page"]) == 0
     assert json.loads(out.read_text())["nodes"][0]["gpus"][0]["memory_total_bytes"] is None
     assert np.isnan(snapshot.load(out).gpus.memory_total_bytes[0])
     warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
@@ -221,10 +222,15 @@ def test_the_table_lists_only_nodes_with_a_fragment(tmp_path, capsys) -> None:
     listed = [line.split() for line in rows.splitlines()[2:] if line.strip()]
     assert listed and f"top {len(listed)} " in head
     assert all(float(row[-2]) > 0 for row in listed)
-    empty = ModelBuilder()  # one whole free node: nothing is fragmented
-    empty.add_node("a", rack="r1", gpu_model="A100", cpu_milli=64000, memory_mib=512000)
-    for i in range(8):
-        empty.add_gpu("a", i, memory_total_bytes=80 * 2**30, nvlink_island=0)
+    empty = add_nodes(  # one whole free node: nothing is fragmented
+        ["a"],
+        rack="r1",
+        gpu_model="A100",
+        cpu_milli=64000,
+        memory_mib=512000,
+        island=8,
+        memory_total_bytes=80 * GIB,
+    )
     snapshot.save(empty.build(), tmp_path / "free.json")
     assert main(["analyze", str(tmp_path / "free.json")]) == 0
     assert "Most fragmented nodes: none" in capsys.readouterr().out
@@ -240,11 +246,15 @@ def test_unknown_islands_are_unknown_per_node_too_and_shares_keep_two_decimals(
     from advisor.fragmentation import measures
     from advisor.results import node_rows
 
-    b = ModelBuilder()
-    for name in ("a", "b"):
-        b.add_node(name, rack="r1", gpu_model="T4", cpu_milli=64000, memory_mib=512000)
-        for i in range(4):
-            b.add_gpu(name, i, memory_total_bytes=16 * 2**30)  # no island known
+    b = add_nodes(  # no island known
+        ["a", "b"],
+        4,
+        rack="r1",
+        gpu_model="T4",
+        cpu_milli=64000,
+        memory_mib=512000,
+        memory_total_bytes=16 * GIB,
+    )
     b.add_allocation("quarter", num_gpu=1, gpu_milli=250, node="a", gpus=[0], cpu_milli=1000)
     b.add_allocation("four", num_gpu=4, node="b", gpus=[0, 1, 2, 3], cpu_milli=1000)
     model = b.build()

@@ -232,8 +232,8 @@ SERIES = {
 def read_three_ways(url: str, out) -> ClusterModel:
     """`url` read as a user and the service read it: `analyze`, `snapshot` into `out` and the
     source loader, each of which must succeed; the loaded model."""
-    assert main(["analyze", url, "--json", "--timeout", "2"]) == 0
-    assert main(["snapshot", url, "-o", str(out), "--timeout", "2"]) == 0
+    assert main(["analyze", url, "--json"]) == 0
+    assert main(["snapshot", url, "-o", str(out)]) == 0
     return load_source(url, timeout=2)
 
 

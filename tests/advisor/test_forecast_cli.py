@@ -387,3 +387,31 @@ def test_a_row_off_the_hourly_grid_still_forecasts(tmp_path, capsys):
 
     table = pd.read_csv(StringIO(capsys.readouterr().out))
     assert len(table) == 4 and table[["q0.1", "q0.5", "q0.9"]].notna().all().all()
+
+
+def test_backtest_and_forecast_json_carry_the_tables_rows(tmp_path, capsys):
+    """`--json`: one JSON document on stdout, the tables as lists of rows (the files' columns),
+    NaN as null; forecast's JSON has its CSV's rows."""
+    import json
+
+    path = _long_csv(tmp_path)
+    args = ["backtest", str(path), "--horizons", "1", "--quantiles", "0.5,0.9"]
+    args += ["--test-from", "2024-01-20", "--test-to", "2024-01-21", "--replays", "reservation"]
+    assert main([*args, "--json", "--quiet"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert set(doc) == {
+        "metrics", "summary", "picks", "paired_tests", "interval_tests", "decisions", "notes",
+        "seconds", "out",
+    }  # fmt: skip
+    assert ",".join(doc["metrics"][0]) == METRIC_COLUMNS
+    assert {row["model"] for row in doc["metrics"]} >= {"advisor", "naive"}
+    assert {row["horizon"] for row in doc["summary"]} == {1}
+    assert {row["replay"] for row in doc["decisions"]} == {"reservation"}
+    assert doc["interval_tests"][0]["coverage_lo"] is None  # one test day: no interval, not NaN
+    assert doc["out"] is None and doc["seconds"]["total"] > 0
+    forecast = ["forecast", str(path), "--horizons", "1,2", "--model", "naive", "--quiet"]
+    assert main(forecast) == 0
+    csv_rows = pd.read_csv(__import__("io").StringIO(capsys.readouterr().out))
+    assert main([*forecast, "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    assert len(rows) == len(csv_rows) and list(rows[0]) == list(csv_rows.columns)

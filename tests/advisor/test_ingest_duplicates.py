@@ -282,7 +282,7 @@ def test_our_exporter_and_dcgm_exporter_on_one_node_keep_the_first_listed(tmp_pa
         both = load_source(f"{ours},{dcgm}", timeout=2)
         flipped = load_source(f"{dcgm},{ours}", timeout=2)
         dcgm_alone = load_source(dcgm, timeout=2)
-        assert main(["snapshot", f"{ours},{dcgm}", "-o", str(out), "--timeout", "2"]) == 0
+        assert main(["snapshot", f"{ours},{dcgm}", "-o", str(out)]) == 0
     assert same_state(both, alone)  # not "duplicate node name", not a mix of the two
     got, want = snapshot.to_dict(flipped), snapshot.to_dict(dcgm_alone)
     assert got["nodes"][0]["gpus"] == want["nodes"][0]["gpus"]  # every GPU from dcgm-exporter

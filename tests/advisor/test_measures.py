@@ -10,23 +10,21 @@ import pytest
 from advisor.fragmentation import fgd
 from advisor.fragmentation import measures as m
 from advisor.model import ModelBuilder
-
-GIB = 2**30
+from tests.conftest import GIB, add_nodes
 
 
 def two_nodes(job3_cpu: float = 60000):
     """a: 4-GPU job on 0-3, half GPU on 4, 5-7 free. b: 1 GPU on 0, GPU 1 lost, 2-7 free."""
-    b = ModelBuilder()
-    for name in ("a", "b"):
-        b.add_node(name, rack="r1", gpu_model="A100", cpu_milli=64000, memory_mib=512000)
-        for i in range(8):
-            b.add_gpu(
-                name,
-                i,
-                memory_total_bytes=80 * GIB,
-                nvlink_island=0 if i < 4 else 1,
-                lost=(name == "b" and i == 1),
-            )
+    b = add_nodes(
+        ["a", "b"],
+        rack="r1",
+        gpu_model="A100",
+        cpu_milli=64000,
+        memory_mib=512000,
+        island=4,
+        memory_total_bytes=80 * GIB,
+        lost=lambda name, i: name == "b" and i == 1,
+    )
     b.add_allocation("job1", num_gpu=4, node="a", gpus=[0, 1, 2, 3], cpu_milli=16000, tenant="t1")
     b.add_allocation(
         "job2", num_gpu=1, gpu_milli=500, node="a", gpus=[4], cpu_milli=2000, tenant="t2"
@@ -75,9 +73,7 @@ def test_multi_node_jobs_count_within_one_rack() -> None:
     b = ModelBuilder()
     layout = {"n1": "r1", "n2": "r1", "n3": "r1", "n4": "r2", "n5": ""}
     for name, rack in layout.items():
-        b.add_node(name, rack=rack, gpu_model="H100")
-        for i in range(8):
-            b.add_gpu(name, i)
+        add_nodes([name], builder=b, rack=rack, gpu_model="H100")
     b.add_allocation("x", num_gpu=1, node="n3", gpus=[5])
     model = b.build()
     assert m.jobs_that_fit(model, m.Shape(8, tasks=2)) == 1  # n1+n2; n4 and n5 are alone
@@ -92,9 +88,7 @@ def test_a_multi_node_job_takes_one_task_per_node() -> None:
     alone, 8 free, gives none. The old count summed a rack's tasks (3 in r1, 2 in r2: 2 jobs)."""
     b = ModelBuilder()
     for name, rack in {"n1": "r1", "n2": "r1", "n3": "r2"}.items():
-        b.add_node(name, rack=rack, gpu_model="H100")
-        for i in range(8):
-            b.add_gpu(name, i)
+        add_nodes([name], builder=b, rack=rack, gpu_model="H100")
     b.add_allocation("x", num_gpu=4, node="n2", gpus=[0, 1, 2, 3])
     model = b.build()
     assert m.jobs_that_fit(model, m.parse_shape("2x4")) == 1
@@ -142,9 +136,7 @@ def test_multi_node_jobs_need_one_gpu_model_within_the_rack() -> None:
         "h3": ("r2", "H100"),
     }
     for name, (rack, gpu_model) in layout.items():
-        b.add_node(name, rack=rack, gpu_model=gpu_model)
-        for i in range(8):
-            b.add_gpu(name, i)
+        add_nodes([name], builder=b, rack=rack, gpu_model=gpu_model)
     model = b.build()
     assert m.jobs_that_fit(model, m.Shape(8)) == 6
     assert m.jobs_that_fit(model, m.Shape(8, tasks=2)) == 2  # a2+a3 and h2+h3
@@ -244,13 +236,8 @@ def test_gpus_of_unknown_island_have_an_unknown_nvlink_group() -> None:
     unknown. u's largest free NVLink group is unknown (-1), not 1 (each alone) nor 4 (one
     island): nothing says how they connect, so the planner puts no island rule on u and the
     measures count its 4 free GPUs as one node's. On k a 4-GPU task needs one island: none."""
-    b = ModelBuilder()
-    b.add_node("k", rack="r1", gpu_model="A100")
-    for i in range(8):
-        b.add_gpu("k", i, nvlink_island=0 if i < 4 else 1)
-    b.add_node("u", rack="r1", gpu_model="A100")
-    for i in range(4):
-        b.add_gpu("u", i)  # island unknown
+    b = add_nodes(["k"], rack="r1", gpu_model="A100", island=4)
+    add_nodes(["u"], 4, builder=b, rack="r1", gpu_model="A100")  # island unknown
     b.add_allocation("x", num_gpu=3, node="k", gpus=[0, 1, 2])
     b.add_allocation("y", num_gpu=1, node="k", gpus=[7])
     model = b.build()
@@ -300,10 +287,7 @@ def test_workload_of_counts_shapes_like_fgd_learn_workload() -> None:
 
 
 def test_unknown_topology_and_racks_are_reported_as_unknown_not_as_one() -> None:
-    b = ModelBuilder()
-    b.add_node("n", gpu_model="T4")
-    for i in range(2):
-        b.add_gpu("n", i)
+    b = add_nodes(["n"], 2, gpu_model="T4")
     largest = m.analyze(b.build())["spatial"]["largest_job"]
     assert largest["nvlink_group_gpus"] is None and largest["multi_node_gpus_in_rack"] is None
     assert largest["single_node_gpus"] == 2

@@ -8,22 +8,20 @@ import numpy as np
 
 from advisor.contract import GPU_STATE_CODES
 from advisor.fragmentation import measures
-from advisor.model import ModelBuilder
 from advisor.planner.actions import Action, GpuSet
 from advisor.planner.check import check_plan
 from advisor.planner.constraints import Policy
 from advisor.planner.reserve import gpu_ready_times
+from tests.conftest import add_nodes
 
 
 def fleet():
     """n0: 8 plain A100, `small` (1 GPU) on 0. n1: 8 A100 in MIG mode, each carved 3g+3g (857
     milli), `inst` (3g, 429 milli) on GPU 0, `inst2` (3g) on GPU 6; the others hold nothing."""
-    b = ModelBuilder()
-    b.add_node("n0", gpu_model="A100", rack="r1")
-    b.add_node("n1", gpu_model="A100", rack="r1")
-    for i in range(8):
-        b.add_gpu("n0", i, nvlink_island=0)
-        b.add_gpu("n1", i, nvlink_island=0, mig_enabled=True, carved_milli=857)
+    b = add_nodes(["n0"], gpu_model="A100", rack="r1", island=8)
+    add_nodes(
+        ["n1"], builder=b, gpu_model="A100", rack="r1", island=8, mig_enabled=True, carved_milli=857
+    )
     b.add_allocation("small", num_gpu=1, node="n0", gpus=[0], tenant="t")
     b.add_allocation("inst", num_gpu=1, gpu_milli=429, node="n1", gpus=[0], tenant="t")
     b.add_allocation("inst2", num_gpu=1, gpu_milli=429, node="n1", gpus=[6], tenant="t")

@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from advisor.model import MILLI, ModelBuilder, ModelError, from_readings
+from advisor.ingest.readings import from_readings
+from advisor.model import MILLI, ModelBuilder, ModelError
 from exporter.readings import (
     Allocation,
     GpuProcess,
@@ -14,6 +15,7 @@ from exporter.readings import (
     NodeReading,
     TopologyLink,
 )
+from tests.conftest import add_nodes
 
 
 def _node(name: str = "n1", gpus: int = 8, model: str = "A100") -> NodeReading:
@@ -75,7 +77,7 @@ def test_power_reaches_the_model_and_survives_a_snapshot(tmp_path) -> None:
 
 
 def test_sim_fractions_reach_the_model() -> None:
-    from exporter.sim import SimFleet
+    from gpu_defrag_sim import SimFleet
 
     fleet = SimFleet("a100-16x8", seed=7)
     fleet.advance(6 * 3600)  # arrivals include fractional jobs
@@ -175,11 +177,7 @@ def test_gpus_are_ordered_by_node_then_index_and_nodes_keep_pool_and_rack() -> N
 
 
 def _builder() -> ModelBuilder:
-    builder = ModelBuilder()
-    builder.add_node("n1", cpu_milli=64000, memory_mib=262144)
-    for i in range(2):
-        builder.add_gpu("n1", i)
-    return builder
+    return add_nodes(["n1"], 2, cpu_milli=64000, memory_mib=262144)
 
 
 def test_builder_counts_cpu_and_memory_of_placed_tasks_only() -> None:

@@ -6,21 +6,19 @@ import json
 
 import pytest
 
-from advisor.model import ModelBuilder
 from advisor.planner.actions import Action, Cost, GpuSet, Plan
 from advisor.planner.check import apply_plan, check_plan
 from advisor.planner.constraints import Policy, PolicyError, load_policy, policy_from_dict
+from tests.conftest import add_nodes
 
 
 def cluster(**overrides):
     """n1 (rack r1, A100, islands 0-3 / 4-7): a (2 GPU on 0,1), b (1 GPU on 4);
     n2 (rack r1, A100): c (4 GPU on 0-3), d (half GPU on 7); n3 (rack r2, H100): empty;
     job j = tasks j0 on n1 gpu 2, j1 on n2 gpu 4 (both rack r1)."""
-    b = ModelBuilder()
-    for name, rack, gpu_model in (("n1", "r1", "A100"), ("n2", "r1", "A100"), ("n3", "r2", "H100")):
-        b.add_node(name, rack=rack, gpu_model=gpu_model, cpu_milli=overrides.get("cpu", 64000))
-        for i in range(8):
-            b.add_gpu(name, i, nvlink_island=0 if i < 4 else 1)
+    cpu = overrides.get("cpu", 64000)
+    b = add_nodes(["n1", "n2"], rack="r1", gpu_model="A100", cpu_milli=cpu, island=4)
+    add_nodes(["n3"], builder=b, rack="r2", gpu_model="H100", cpu_milli=cpu, island=4)
     b.add_allocation("a", num_gpu=2, node="n1", gpus=[0, 1], tenant="t1", priority=10)
     b.add_allocation("b", num_gpu=1, node="n1", gpus=[4], tenant="t2", priority=50)
     b.add_allocation("c", num_gpu=4, node="n2", gpus=[0, 1, 2, 3], tenant="t1", migratable=False)
@@ -215,11 +213,7 @@ def test_policy_file_errors_name_the_field(tmp_path) -> None:
 
 
 def test_over_committed_node_only_refuses_what_asks_for_more() -> None:
-    b = ModelBuilder()
-    for name in ("full", "other"):
-        b.add_node(name, gpu_model="A100", cpu_milli=8000)
-        for i in range(2):
-            b.add_gpu(name, i)
+    b = add_nodes(["full", "other"], 2, gpu_model="A100", cpu_milli=8000)
     b.add_allocation("hog", num_gpu=1, node="full", gpus=[0], cpu_milli=12000)  # over already
     b.add_allocation("light", num_gpu=1, node="other", gpus=[0])  # requests no CPU
     b.add_allocation("heavy", num_gpu=1, node="other", gpus=[1], cpu_milli=1000)

@@ -14,6 +14,7 @@ from advisor.planner.consolidate import parse_goal, plan_heuristic
 from advisor.planner.constraints import Policy, island_size_per_node
 from advisor.planner.exact import SCALE, plan_exact
 from tests.advisor._recommend_clusters import place_tasks
+from tests.conftest import add_nodes
 
 
 @st.composite
@@ -21,9 +22,9 @@ def clusters(draw):
     """2-6 nodes of 4 or 8 GPUs (islands of half a node, or unknown), two racks, one or two
     GPU models, filled with whole and fractional tasks of mixed priority and migratability."""
     b = ModelBuilder()
-    nodes = draw(st.integers(2, 6))
+    count = draw(st.integers(2, 6))
     two_models = draw(st.booleans())
-    for n in range(nodes):
+    for n in range(count):
         size = draw(st.sampled_from([4, 8]))
         islands = draw(st.booleans())
         name = f"n{n}"
@@ -114,9 +115,7 @@ def test_random_plans_on_larger_clusters_pass_the_check(seed) -> None:
     rng = np.random.default_rng(seed)
     b = ModelBuilder()
     for n in range(40):
-        b.add_node(f"n{n}", rack=f"r{n // 20}", gpu_model="A100")
-        for i in range(8):
-            b.add_gpu(f"n{n}", i, nvlink_island=i // 4)
+        add_nodes([f"n{n}"], builder=b, rack=f"r{n // 20}", gpu_model="A100", island=4)
         free = list(range(8))
         rng.shuffle(free)
         t = 0
@@ -148,18 +147,18 @@ def cpu_cluster(seed: int):
     for i in range(n):
         gpu_model = "A100" if rng.random() < 0.7 else "H100"
         cpu = float(rng.choice([16000, 32000, np.nan]))
-        b.add_node(
-            f"n{i}",
+        memory = float(rng.choice([256000, np.nan]))
+        islands = rng.random() < 0.6
+        add_nodes(
+            [f"n{i}"],
+            builder=b,
             rack=f"r{i % 3}",
             gpu_model=gpu_model,
             cpu_milli=cpu,
-            memory_mib=float(rng.choice([256000, np.nan])),
+            memory_mib=memory,
+            island=4 if islands else None,
+            lost=lambda _node, _gpu: rng.random() < 0.02,  # drawn per GPU, in index order
         )
-        islands = rng.random() < 0.6
-        for g in range(8):
-            b.add_gpu(
-                f"n{i}", g, nvlink_island=(g // 4) if islands else -1, lost=rng.random() < 0.02
-            )
     free = {i: list(range(8)) for i in range(n)}
     for t in range(int(rng.integers(n, 4 * n))):
         i = int(rng.integers(n))

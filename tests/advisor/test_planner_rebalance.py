@@ -16,6 +16,7 @@ from advisor.planner.check import check_plan
 from advisor.planner.constraints import Policy
 from advisor.planner.rebalance import RebalanceSettings, plan_rebalance, slowdown, throughput
 from tests.advisor._recommend_clusters import assert_checked, clusters, policies
+from tests.conftest import GIB, add_nodes
 
 SEED = Path(__file__).resolve().parents[2] / "examples" / "seed-mixed-fleet.json"
 H100, A100, V100 = "NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-80GB", "Tesla V100-SXM2-32GB"
@@ -67,10 +68,8 @@ def test_max_slowdown_and_priority_settings() -> None:
 
 def _full_a100_no_queue(util: float):
     b = ModelBuilder()
-    for name, gpu_model in (("a", A100), ("v", V100)):
-        b.add_node(name, gpu_model=gpu_model)
-        for i in range(4):
-            b.add_gpu(name, i, memory_total_bytes=(80 if name == "a" else 32) * 2**30)
+    for name, gpu_model, gib in (("a", A100, 80), ("v", V100, 32)):
+        add_nodes([name], 4, builder=b, gpu_model=gpu_model, memory_total_bytes=gib * GIB)
     for i in range(4):
         b.add_allocation(f"j{i}", num_gpu=1, node="a", gpus=[i])
     times = [0.0, 600.0, 1200.0]

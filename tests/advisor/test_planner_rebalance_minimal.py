@@ -15,13 +15,14 @@ from hypothesis import HealthCheck, given, settings
 
 from advisor import snapshot
 from advisor.fragmentation.measures import Shape, jobs_that_fit
-from advisor.model import MILLI, ClusterModel, ModelBuilder
+from advisor.model import MILLI, ClusterModel
 from advisor.planner import rebalance
 from advisor.planner.actions import Action, Cost
 from advisor.planner.check import apply_plan, check_plan
 from advisor.planner.constraints import Policy
 from advisor.planner.rebalance import RebalanceSettings, plan_rebalance
 from tests.advisor._recommend_clusters import assert_checked, clusters, policies
+from tests.conftest import GIB, add_nodes
 
 SEED = Path(__file__).resolve().parents[2] / "examples" / "seed-mixed-fleet.json"
 H100, A100, V100 = "NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-80GB", "Tesla V100-SXM2-32GB"
@@ -138,14 +139,8 @@ def _all_light(
     """Two A100 nodes full of light 1-GPU jobs, two idle V100 nodes, `queue` A100 tasks (of
     `queue_priority`, else 0; the running jobs of `running_priority`)."""
     priorities = queue_priority or [0] * len(queue)
-    b = ModelBuilder()
-    for name, gpu_model, gib in (("a0", A100, 80), ("a1", A100, 80), ("v0", V100, 32)):
-        b.add_node(name, gpu_model=gpu_model)
-        for i in range(8):
-            b.add_gpu(name, i, memory_total_bytes=gib * 2**30)
-    b.add_node("v1", gpu_model=V100)
-    for i in range(8):
-        b.add_gpu("v1", i, memory_total_bytes=32 * 2**30)
+    b = add_nodes(["a0", "a1"], gpu_model=A100, memory_total_bytes=80 * GIB)
+    add_nodes(["v0", "v1"], builder=b, gpu_model=V100, memory_total_bytes=32 * GIB)
     for node in ("a0", "a1"):
         for i in range(8):
             b.add_allocation(

@@ -7,12 +7,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from advisor.model import ModelBuilder
 from advisor.planner.check import apply_plan
 from advisor.planner.constraints import Policy
 from advisor.planner.observed import observe
 from advisor.planner.reclaim import ReclaimSettings, idle_watts, plan_reclaim
 from tests.advisor._recommend_clusters import assert_checked, clusters, policies
+from tests.conftest import GIB, add_nodes
 
 T0 = 1_000_000.0
 STEP = 1800.0
@@ -21,16 +21,14 @@ STEP = 1800.0
 def model(history: bool = True, watts: float | None = None):
     """One A100 node: `idle2` (2 GPUs) idle for the last 3 h, `busy` busy, `idle-pinned`
     idle but not migratable, `short-idle` idle for only the last half hour."""
-    b = ModelBuilder()
-    b.add_node("n1", rack="r1", gpu_model="NVIDIA A100-SXM4-80GB")
-    for i in range(8):
-        b.add_gpu(
-            "n1",
-            i,
-            memory_total_bytes=80 * 2**30,
-            utilization_ratio=0.9 if i == 2 else 0.0,
-            power_watts=np.nan if watts is None else watts,
-        )
+    b = add_nodes(
+        ["n1"],
+        rack="r1",
+        gpu_model="NVIDIA A100-SXM4-80GB",
+        memory_total_bytes=80 * GIB,
+        utilization_ratio=lambda _node, i: 0.9 if i == 2 else 0.0,
+        power_watts=np.nan if watts is None else watts,
+    )
     b.add_allocation(
         "idle2", num_gpu=2, node="n1", gpus=[0, 1], tenant="rnd", start_time=T0 - 86400
     )

@@ -28,6 +28,7 @@ from advisor.planner.reserve import (
     plan_reservations,
 )
 from tests.advisor._recommend_clusters import assert_checked, clusters, policies
+from tests.conftest import add_nodes
 
 T = 1_000_000.0
 H = 3600.0
@@ -37,11 +38,7 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 def cluster(islands: bool = False):
     """Four 8-GPU A100 nodes in rack r1: n0 half busy until +1 h, n1 busy until +2 h, n2 busy
     until +5 h, n3 empty; job `big` (3 x 8 GPUs, tenant t) waits."""
-    b = ModelBuilder()
-    for n in range(4):
-        b.add_node(f"n{n}", rack="r1", gpu_model="A100")
-        for i in range(8):
-            b.add_gpu(f"n{n}", i, nvlink_island=(i // 4) if islands else 0)
+    b = add_nodes(4, rack="r1", gpu_model="A100", island=4 if islands else 8)
     ends = {
         "a": ("n0", [0, 1, 2, 3], 1),
         "b": ("n1", list(range(8)), 2),
@@ -92,10 +89,7 @@ def test_fits_now_needs_no_reservation_and_single_node_islands() -> None:
     model = cluster(islands=True)
     assert plan_reservations(model, Policy(), [Request("small", "t", 1, 1, 8)]) == []
     # a 4-GPU job when no 4 are free in one island until n0's busy island frees at +1 h
-    b = ModelBuilder()
-    b.add_node("x", gpu_model="A100")
-    for i in range(8):
-        b.add_gpu("x", i, nvlink_island=i // 4)
+    b = add_nodes(["x"], gpu_model="A100", island=4)
     b.add_allocation("p", num_gpu=2, node="x", gpus=[0, 1], deletion_time=T + H, start_time=T)
     b.add_allocation("q", num_gpu=1, node="x", gpus=[4], deletion_time=T + 3 * H, start_time=T)
     m = b.build(timestamp=T)

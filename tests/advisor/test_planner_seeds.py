@@ -12,12 +12,12 @@ import pytest
 from advisor import snapshot
 from advisor.cli import main
 from advisor.fragmentation import measures
-from advisor.model import ModelBuilder
 from advisor.planner.actions import Action, CostWeights, GpuSet
 from advisor.planner.check import apply_plan, check_plan
 from advisor.planner.consolidate import order_moves, parse_goal, plan_heuristic
 from advisor.planner.constraints import Policy
 from advisor.planner.exact import plan_exact
+from tests.conftest import add_nodes
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 SEED_16X8 = EXAMPLES / "seed-16x8-a100.json"
@@ -91,11 +91,7 @@ def test_seed_islands_never_split_a_four_gpu_job() -> None:
 
 
 def test_moves_are_ordered_so_each_target_is_free() -> None:
-    b = ModelBuilder()
-    for name in ("n1", "n2"):
-        b.add_node(name, gpu_model="A100")
-        for i in range(2):
-            b.add_gpu(name, i)
+    b = add_nodes(["n1", "n2"], 2, gpu_model="A100")
     b.add_allocation("x", num_gpu=1, node="n1", gpus=[0])
     b.add_allocation("y", num_gpu=1, node="n2", gpus=[0])
     model = b.build()

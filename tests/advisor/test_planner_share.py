@@ -17,6 +17,7 @@ from advisor.planner.constraints import Policy
 from advisor.planner.mig_profiles import milli_of, profiles_for, smallest_profile
 from advisor.planner.share import Item, ShareSettings, pack, plan_share, rightsize
 from tests.advisor._recommend_clusters import assert_checked, clusters, policies
+from tests.conftest import add_nodes
 
 SEED = Path(__file__).resolve().parents[2] / "examples" / "seed-share-16gb.json"
 GIB = 2**30
@@ -85,10 +86,9 @@ def test_seed_16gb_packs_more_jobs_and_reports_stranded_memory() -> None:
 def _a100(jobs, migratable=True, spare=0):
     """Node n1 (A100 80 GB): task j{i} alone on GPU i with usage (util, GiB) jobs[i], then
     `spare` GPUs holding nothing; four samples of history."""
-    b = ModelBuilder()
-    b.add_node("n1", gpu_model="NVIDIA A100-SXM4-80GB")
-    for i in range(len(jobs) + spare):
-        b.add_gpu("n1", i, memory_total_bytes=80 * GIB)
+    b = add_nodes(
+        ["n1"], len(jobs) + spare, gpu_model="NVIDIA A100-SXM4-80GB", memory_total_bytes=80 * GIB
+    )
     for i, _ in enumerate(jobs):
         b.add_allocation(f"j{i}", num_gpu=1, node="n1", gpus=[i], migratable=migratable or i > 0)
     times = [0.0, 600.0, 1200.0, 1800.0]

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from advisor.ingest import prometheus
-from advisor.model import from_readings
+from advisor.ingest.readings import from_readings
 from exporter.readings import Allocation
 from tests.advisor.test_ingest import prometheus_api, server  # noqa: F401 (fixture)
 from tests.exporter import readings_factory
@@ -26,7 +26,10 @@ def samples(*pods: str) -> list[tuple[str, dict[str, str], float]]:
         ("gpu_info", {"gpu": str(i), "uuid": f"GPU-{i}", "model": "A100", **PAGE_GPU}, 1.0)
         for i in (0, 1)
     ]
-    out += [("gpu_utilization_ratio", {"gpu": str(i), **PAGE_GPU}, 0.5) for i in (0, 1)]
+    # GPU 1 idles: busy without an owner it would be "in use, owner unknown", not free
+    out += [
+        ("gpu_utilization_ratio", {"gpu": str(i), **PAGE_GPU}, u) for i, u in ((0, 0.5), (1, 0))
+    ]
     out += [
         (
             "gpu_allocation_info",
@@ -88,6 +91,7 @@ def test_holders_whose_shares_exceed_the_gpu_share_it_evenly_with_one_warning(ca
     node = readings_factory.node("n1", gpus=2)
     for gpu in node.gpus:
         gpu.processes = []
+    node.gpus[1] = readings_factory.gpu(1, utilization=0.0, used_gib=0.0)  # idle: free
     node.allocations = [
         Allocation(gpu=0, pod=pod, namespace="ml", gpu_milli=1000) for pod in ("a", "b")
     ]

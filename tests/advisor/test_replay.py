@@ -514,3 +514,25 @@ def test_cli_refuses_an_out_it_cannot_write_before_replaying(
     assert rc == 2 and err.count("\n") == 1
     assert err.strip() == f"gpu-defrag replay: error: --out {out}: {locked} is not writable"
     assert list(locked.iterdir()) == []
+
+
+def test_cli_json_prints_the_summary_rows_and_the_files(tmp_path: Path, capsys) -> None:
+    import json
+
+    nodes, pods = _write_trace(tmp_path)
+    out = tmp_path / "out"
+    rc = main(
+        ["replay", "--nodes", str(nodes), "--pods", str(pods), "--policies", "fgd,bestfit",
+         "--seeds", "3", "--jobs", "1", "--out", str(out), "--json", "--quiet"]
+    )  # fmt: skip
+    assert rc == 0
+    doc = json.loads(capsys.readouterr().out)
+    with (out / "summary.csv").open() as fh:
+        summary = list(csv.DictReader(fh))
+    assert [r["policy"] for r in doc["replays"]] == [r["policy"] for r in summary]
+    assert list(doc["replays"][0]) == list(summary[0])  # summary.csv's columns
+    assert [float(r["unalloc_100"]) for r in summary] == pytest.approx(
+        [r["unalloc_100"] for r in doc["replays"]]
+    )
+    assert doc["packing_bound_pct"] <= min(r["unalloc_100"] for r in doc["replays"]) + 1e-9
+    assert doc["wrote"] == [str(out / n) for n in ("curve.csv", "summary.csv", "replay.png")]

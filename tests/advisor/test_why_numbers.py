@@ -22,6 +22,7 @@ from advisor.planner.consolidate import parse_goal, plan_heuristic
 from advisor.planner.rebalance import plan_rebalance
 from advisor.planner.share import plan_share
 from advisor.planner.why import why_not_now
+from tests.conftest import add_nodes
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 SIM_8X8 = (
@@ -158,13 +159,9 @@ def test_work_that_finds_no_home_is_counted() -> None:
     """Two A100 nodes, each with a 2-GPU task asking 100 of its 128 cores: an 8-GPU job needs
     one node cleared, but its task finds no node with the CPU left. Counting GPUs proves
     nothing (4 + 8 of 16); the reason says what moves and what finds no home."""
-    from advisor.model import ModelBuilder
 
-    b = ModelBuilder()
+    b = add_nodes(["n1", "n2"], rack="r1", gpu_model="A100", cpu_milli=128000, island=8)
     for n in (1, 2):
-        b.add_node(f"n{n}", rack="r1", gpu_model="A100", cpu_milli=128000)
-        for i in range(8):
-            b.add_gpu(f"n{n}", i, nvlink_island=0)
         b.add_allocation(f"t{n}", num_gpu=2, node=f"n{n}", gpus=[0, 1], cpu_milli=100000)
     plan = plan_heuristic(b.build(), parse_goal("job=8"))
     assert not plan.feasible

@@ -9,6 +9,8 @@ import pytest
 import streamlit as st
 from streamlit.testing.v1 import AppTest
 
+from tests.fakes.waiting import CAP_S
+
 MAIN = str(Path(__file__).resolve().parents[2] / "advisor" / "app" / "main.py")
 PRESETS = ("sim:a100-16x8", "sim:mixed-h100-a100-v100", "sim:nvlink-islands")
 
@@ -29,7 +31,7 @@ def open_app(source: str, page: str | None = None, settled: bool = True) -> AppT
     preview first: the page is drawn again from the settled view)."""
     from advisor.app import data
 
-    at = AppTest.from_file(MAIN, default_timeout=120)
+    at = AppTest.from_file(MAIN, default_timeout=CAP_S)  # a net: a page may run slow when loaded
     at.session_state["source"] = source
     at.run()
     advisor, _ = data.get_advisor(source)

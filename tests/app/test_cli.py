@@ -83,6 +83,32 @@ def test_a_200_from_another_server_is_not_the_child_starting() -> None:
         assert cli.wait_http(f"http://127.0.0.1:{port}/", 5)  # no child to watch: the 200 counts
 
 
+class ExitsAfter:
+    """A child that runs for `polls` polls, then exits (as one that failed to start)."""
+
+    def __init__(self, polls: int) -> None:
+        self.polls, self.limit = 0, polls
+
+    def poll(self) -> int | None:
+        self.polls += 1
+        return None if self.polls < self.limit else 1
+
+
+def test_a_slow_child_is_waited_for_while_it_runs_and_said_so(monkeypatch, capsys) -> None:
+    """No budget of seconds: a child that has not answered is waited for as long as it runs (on
+    a loaded machine it starts slowly, not never), with a line now and then; its exit ends it."""
+    monkeypatch.setattr(cli, "NOTE_EVERY_S", 0.0)
+    child = ExitsAfter(polls=4)
+    url = f"http://127.0.0.1:{cli.free_port()}/"  # nothing listens
+    assert not cli.wait_http(url, None, child, "the advisor service")
+    assert child.polls == 4
+    notes = capsys.readouterr().err.splitlines()
+    assert notes and all(
+        line.startswith(f"gpu-defrag: still waiting for the advisor service on {url} (")
+        for line in notes
+    )
+
+
 @pytest.mark.parametrize("flag", ["--exporter-port", "--advisor-port", "--port"])
 def test_demo_refuses_a_port_another_server_holds_before_starting_anything(
     monkeypatch, capsys, flag

@@ -11,6 +11,7 @@ from advisor.contract import GPU_STATE_CODES
 from advisor.fragmentation import measures
 from advisor.ingest.sources import load_source
 from tests.app.conftest import PRESETS, metrics, open_app
+from tests.conftest import add_nodes
 
 
 @pytest.mark.parametrize("source", PRESETS)
@@ -43,14 +44,25 @@ def test_state_codes_follow_the_contract() -> None:
 
 
 def test_unhealthy_and_cordoned_gpus_are_not_free() -> None:
-    from advisor.model import ModelBuilder
 
-    builder = ModelBuilder()
-    builder.add_node("a", pool="p", gpu_model="A100")
-    builder.add_node("b", pool="p", gpu_model="A100", schedulable=False)
-    for node in ("a", "b"):
-        for i in range(2):
-            builder.add_gpu(node, i, healthy=not (node == "a" and i == 1), utilization_ratio=0.5)
+    unhealthy = ("a", 1)
+    builder = add_nodes(
+        ["a"],
+        2,
+        pool="p",
+        gpu_model="A100",
+        utilization_ratio=0.5,
+        healthy=lambda node, i: (node, i) != unhealthy,
+    )
+    add_nodes(
+        ["b"],
+        2,
+        builder=builder,
+        pool="p",
+        gpu_model="A100",
+        schedulable=False,
+        utilization_ratio=0.5,
+    )
     builder.add_allocation("job", num_gpu=1, node="b", gpus=[0], tenant="t")
     model = builder.build(timestamp=1.0)
     codes = measures.gpu_state_codes(model, measures.allocated_idle(model)).tolist()

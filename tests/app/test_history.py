@@ -10,14 +10,25 @@ import pytest
 from advisor.fragmentation import measures
 from advisor.history import History, pool_rows
 from advisor.model import ModelBuilder
+from tests.conftest import add_nodes
+
+
+def gpu_uuid(node: str, index: int) -> str:
+    return f"{node}-{index}"
 
 
 def _model(t: float, util: float, *, pending: bool = False):
     builder = ModelBuilder()
     for node, pool in (("n1", "a100"), ("n2", "v100")):
-        builder.add_node(node, pool=pool, gpu_model=pool.upper())
-        for i in range(2):
-            builder.add_gpu(node, i, uuid=f"{node}-{i}", utilization_ratio=util)
+        add_nodes(
+            [node],
+            2,
+            builder=builder,
+            pool=pool,
+            gpu_model=pool.upper(),
+            uuid=gpu_uuid,
+            utilization_ratio=util,
+        )
     builder.add_allocation("job", num_gpu=2, node="n1", gpus=[0, 1], tenant="t")
     if pending:
         builder.add_allocation("wait", num_gpu=2, gpu_spec="V100")
@@ -88,12 +99,9 @@ def test_idle_needs_the_whole_window() -> None:
 def test_usage_is_matched_by_gpu_key_and_missing_stays_nan() -> None:
     history = History()
     history.append(_model(0.0, 0.3))
-    builder = ModelBuilder()  # n2 gone, GPUs listed in another node order
-    builder.add_node("n1", pool="a100", gpu_model="A100")
-    builder.add_node("n3", pool="a100", gpu_model="A100")
-    for node in ("n3", "n1"):
-        for i in range(2):
-            builder.add_gpu(node, i, uuid=f"{node}-{i}", utilization_ratio=0.7)
+    builder = add_nodes(  # n2 gone, a new n3
+        ["n1", "n3"], 2, pool="a100", gpu_model="A100", uuid=gpu_uuid, utilization_ratio=0.7
+    )
     model = history.with_usage(builder.build(timestamp=60.0))
     first = model.usage.utilization_ratio[0]
     assert np.allclose(first[:2], 0.3)  # n1 seen before

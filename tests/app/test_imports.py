@@ -19,6 +19,7 @@ ALLOWED = (
     "advisor.contract",  # the GPU state codes /metrics serves
     "advisor.logs",  # the processes' log filters
     "advisor.ingest.schedulers",  # the SOURCE grammar: --source repeated joins (JoinSources)
+    "advisor.extras",  # which extra brings streamlit and plotly (a one-line error when missing)
 )
 
 

@@ -14,7 +14,7 @@ from advisor.fragmentation import measures
 from advisor.ingest.sources import load_source
 from exporter.readings import Collection
 from exporter.render import SelfState, render_page
-from exporter.sim.fleet import SimFleet
+from gpu_defrag_sim.fleet import SimFleet
 from tests.app.conftest import metrics, open_app
 from tests.fakes.page_server import Routes, serve
 

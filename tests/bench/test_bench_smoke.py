@@ -32,7 +32,10 @@ from pathlib import Path
 import pytest
 
 from bench.machine import describe
+from tests.fakes.waiting import CAP_S
 from tests.integration import stack
+
+pytestmark = pytest.mark.slow  # every bench in a process of its own
 
 ROOT = Path(__file__).resolve().parents[2]
 SHARED = ROOT.parent / "shared" / "data"
@@ -81,7 +84,7 @@ class Case:
     inputs: tuple[Path, ...] = ()  # shared data it reads
     tools: tuple[str, ...] = ()  # binaries it starts
     prepare: Callable[[Path], list[str]] | None = None  # cuts inputs into tmp_path: more args
-    timeout_s: float = 60.0
+    timeout_s: float = CAP_S  # the net for a bench that hangs (tests/fakes/waiting.py)
     marks: tuple[pytest.MarkDecorator, ...] = ()
 
 
@@ -90,6 +93,14 @@ CASES: dict[str, Case] = {
         "app.py",
         ("--nodes", "16", "--repeat", "1", "--no-browser"),
         (r"^server +\d+\.\d+ s +\(ingest", r"^apptest +\d+\.\d+ s"),
+    ),
+    "cli_startup": Case(  # ~4 s: each --help once, lazy and eager
+        "cli_startup.py",
+        ("--repeat", "1"),
+        (
+            r"^gpu-defrag --help +\d+\.\d\ds +\d+\.\d\ds +\d+\.\d\d",
+            r"^gpu-defrag exporter --help +\d+\.\d\ds",
+        ),
     ),
     "exporter": Case(  # ~3 s: 200 scrapes of one node, 10 + 5 of the sim case
         "exporter.py",
@@ -131,6 +142,15 @@ CASES: dict[str, Case] = {
         ),
         (PHILLY,),
         prepare=philly_13_days,
+    ),
+    "image_size": Case(  # ~0.5 s
+        "image_size.py",
+        (),
+        (
+            r"^exporter: \d+ distributions, \d+\.\d MB installed",
+            r"^full: \d+ distributions, \d+\.\d MB installed",
+            r"^ratio exporter/full: closure \d\.\d+",
+        ),
     ),
     "interval_windows": Case(  # ~4 s: Earth's training part with two of its VCs
         "interval_windows.py",

@@ -9,10 +9,9 @@ import pytest
 
 from exporter.backends.registry import backend_class
 from exporter.backends.sim import SimBackend
-from exporter.readings import LINK_TYPES, NodeReading
-from exporter.sim import PRESETS, SimFleet, fleet_at, is_working_hours
-from exporter.sim.workload import HOUR, WEEK
-from exporter.topology import nvlink_islands
+from exporter.readings import LINK_TYPES, NodeReading, nvlink_islands
+from gpu_defrag_sim import PRESETS, SimFleet, fleet_at, is_working_hours
+from gpu_defrag_sim.workload import HOUR, WEEK
 
 GIB = 2**30
 

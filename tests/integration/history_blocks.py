@@ -18,7 +18,7 @@ from advisor.ingest.exporter_scrape import OUR_NAMES
 from exporter.node_gauges import IdlePolicy, IdleTracker, node_gauges
 from exporter.readings import Collection
 from exporter.render import SelfState, render_page
-from exporter.sim.fleet import SimFleet
+from gpu_defrag_sim.fleet import SimFleet
 from tests.integration import stack
 
 LOOKBACK = "--query.lookback-delta=59m"

@@ -25,6 +25,7 @@ import pytest
 import yaml
 
 from advisor.app.cli import free_port
+from tests.fakes.waiting import CAP_S
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = {
@@ -45,11 +46,21 @@ def binary(name: str) -> str:
     return path
 
 
-def poll(check: Callable[[], Any], timeout: float, what: str, interval: float = 0.2) -> Any:
-    """Call `check` until it returns something truthy; fail with `what` after `timeout` s."""
+def poll(
+    check: Callable[[], Any],
+    timeout: float,
+    what: str,
+    interval: float = 0.2,
+    procs: Processes | None = None,
+) -> Any:
+    """Call `check` until it returns something truthy; fail with `what` after `timeout` s, or
+    at once when one of `procs` has exited. Pass `CAP_S` as `timeout`: the wait is for the
+    event, however slow a loaded machine makes it (tests/fakes/waiting.py), not a budget."""
     deadline = time.monotonic() + timeout
     last_error: Exception | None = None
     while time.monotonic() < deadline:
+        if procs is not None:
+            procs.check_alive()
         try:
             result = check()
         except (OSError, urllib.error.URLError, ValueError, KeyError) as error:
@@ -125,7 +136,12 @@ def start_exporter(procs: Processes, *extra: str) -> str:
         ],
     )
     address = f"127.0.0.1:{port}"
-    poll(lambda: b"gpu_info" in http_get(f"http://{address}/metrics"), 30, "the sim exporter")
+    poll(
+        lambda: b"gpu_info" in http_get(f"http://{address}/metrics"),
+        CAP_S,
+        "the sim exporter",
+        procs=procs,
+    )
     return address
 
 
@@ -158,8 +174,9 @@ def start_advisor(
     address = f"127.0.0.1:{port}"
     poll(
         lambda: b"gpu_advisor_fragmentation_ratio" in http_get(f"http://{address}/metrics"),
-        60,
+        CAP_S,
         "the advisor's first run",
+        procs=procs,
     )
     return address
 
@@ -215,7 +232,7 @@ def start_prometheus(
         ],
     )
     url = f"http://127.0.0.1:{port}"
-    poll(lambda: http_get(f"{url}/-/ready"), 30, "Prometheus to be ready")
+    poll(lambda: http_get(f"{url}/-/ready"), CAP_S, "Prometheus to be ready", procs=procs)
     return url
 
 

@@ -29,7 +29,8 @@ from tests.integration import stack
 pytestmark = pytest.mark.integration
 
 IDLE_WINDOW = "4s"
-DEADLINE_S = 60  # measured ~15-20 s: first scrape ~5 s, window + for 8 s, group_wait 1 s
+# Alerts come ~15-20 s after the start on an idle machine (first scrape ~5 s, window + for 8 s,
+# group_wait 1 s) and later on a busy one: the waits end when they come (stack.poll).
 IDLE_GPU = ("a100-node-02", "3")  # preset a100-16x8: an idle notebook without a process
 BUSY_GPU = ("a100-node-01", "0")  # preset a100-16x8: a training job
 BIG_SHAPE = "5x8"  # 40 GPUs on 5 whole nodes of one rack: the preset has only 4 whole free nodes
@@ -103,7 +104,10 @@ def test_idle_gpu_and_unschedulable_shape_alerts_reach_their_receivers(tmp_path)
                 ],
             )
             stack.poll(
-                lambda: stack.http_get(f"http://127.0.0.1:{am_port}/-/ready"), 30, "Alertmanager"
+                lambda: stack.http_get(f"http://127.0.0.1:{am_port}/-/ready"),
+                stack.CAP_S,
+                "Alertmanager",
+                procs=procs,
             )
             rules = tmp_path / "alerts.yaml"
             fast = load_config(
@@ -130,7 +134,7 @@ def test_idle_gpu_and_unschedulable_shape_alerts_reach_their_receivers(tmp_path)
                 }
                 return IDLE_GPU in seen
 
-            stack.poll(idle_gpu_alerted, DEADLINE_S, "GpuAllocatedIdle at the webhook")
+            stack.poll(idle_gpu_alerted, stack.CAP_S, "GpuAllocatedIdle at the webhook")
             elapsed = time.monotonic() - started
             print(f"GpuAllocatedIdle for {IDLE_GPU} reached the webhook {elapsed:.1f}s after start")
 
@@ -152,7 +156,7 @@ def test_idle_gpu_and_unschedulable_shape_alerts_reach_their_receivers(tmp_path)
                 in annotations["description"]
             )
             assert f"for about 2 × {IDLE_WINDOW}" in annotations["description"]
-            assert annotations["runbook_url"].endswith("/alerts/runbook.md#gpuallocatedidle")
+            assert annotations["runbook_url"].endswith("/runbooks/GpuAllocatedIdle")
 
             # Every alerted GPU is one the exporter counts as allocated and idle; busy ones never.
             alerted = {
@@ -179,7 +183,7 @@ def test_idle_gpu_and_unschedulable_shape_alerts_reach_their_receivers(tmp_path)
                     if a["labels"]["shape"] == BIG_SHAPE
                 ]
 
-            path, alert = stack.poll(shape_alerted, DEADLINE_S, "GpuJobShapeUnschedulable")[0]
+            path, alert = stack.poll(shape_alerted, stack.CAP_S, "GpuJobShapeUnschedulable")[0]
             elapsed = time.monotonic() - started
             print(f"GpuJobShapeUnschedulable for {BIG_SHAPE} arrived {elapsed:.1f}s after start")
             assert path == "/capacity-planning", "advisor warnings go to the capacity planners"
@@ -193,7 +197,9 @@ def test_idle_gpu_and_unschedulable_shape_alerts_reach_their_receivers(tmp_path)
                 f"No job of shape {BIG_SHAPE} can start without moving work, although one pool "
                 f"has {free_gpus} GPUs free" in alert["annotations"]["description"]
             )
-            assert alert["annotations"]["runbook_url"].endswith("#gpujobshapeunschedulable")
+            assert alert["annotations"]["runbook_url"].endswith(
+                "/runbooks/GpuJobShapeUnschedulable"
+            )
             # shapes that fit somewhere never alert
             fitting = {a["labels"]["shape"] for _, a in webhook.alerts("GpuJobShapeUnschedulable")}
             assert fitting == {BIG_SHAPE}
@@ -273,7 +279,9 @@ def check_inhibitions(alertmanager: str) -> None:
         targets = (found[("GpuTemperatureHigh", instance)], found[("GpuAdvisorStale", advisor)])
         return found if all(t["state"] == "suppressed" for t in targets) else None
 
-    found = stack.poll(states, 15, "the injected alerts in Alertmanager, the target suppressed")
+    found = stack.poll(
+        states, stack.CAP_S, "the injected alerts in Alertmanager, the target suppressed"
+    )
     assert found[("GpuExporterDown", instance)]["inhibitedBy"] == []
     assert found[("GpuTemperatureHigh", instance)]["state"] == "suppressed"
     assert found[("GpuTemperatureHigh", instance)]["inhibitedBy"]

@@ -14,7 +14,6 @@ import json
 import signal
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -25,9 +24,11 @@ import pytest
 
 from advisor.app.cli import app_env, free_port, streamlit_command
 from tests.ci import skip_or_fail
+from tests.fakes.waiting import CAP_S, reap, wait_until
 
 pytestmark = pytest.mark.integration
 
+WAIT_MS = int(CAP_S * 1000)  # page waits end on their selector; this is only the net
 ROOT = Path(__file__).resolve().parents[2]
 MAIN = ROOT / "advisor" / "app" / "main.py"
 SHOTS = ROOT / "test-output" / "screenshots"
@@ -90,11 +91,11 @@ def _streamlit(source: str, log_name: str, refresh: float | None = None) -> Iter
         )
         try:
             url = f"http://127.0.0.1:{port}/"
-            deadline = time.monotonic() + 60
-            while not _healthy(url + "_stcore/health"):
-                assert process.poll() is None, "streamlit exited; see test-output/streamlit-*.log"
-                assert time.monotonic() < deadline, "streamlit did not become healthy in 60 s"
-                time.sleep(0.2)
+            wait_until(
+                lambda: _healthy(url + "_stcore/health"),
+                "streamlit healthy (see test-output/streamlit-*.log)",
+                process,
+            )
             yield url
         finally:
             process.terminate()
@@ -128,14 +129,14 @@ def test_page_renders_without_exception(
     shot = SHOTS / f"{title.lower().replace('-', '')}.png"
     try:
         page.goto(app_url + path, wait_until="domcontentloaded")
-        page.wait_for_selector(f'h1:has-text("{title}")', timeout=60_000)
+        page.wait_for_selector(f'h1:has-text("{title}")', timeout=WAIT_MS)
         # the script run is over when the status widget ("Running...") is gone
-        page.wait_for_selector('[data-testid="stStatusWidget"]', state="detached", timeout=60_000)
+        page.wait_for_selector('[data-testid="stStatusWidget"]', state="detached", timeout=WAIT_MS)
         for selector in drawn:
-            page.wait_for_selector(selector, timeout=60_000)
+            page.wait_for_selector(selector, timeout=WAIT_MS)
         # lazily loaded elements show grey skeletons until their code has arrived
         page.wait_for_function(
-            "() => !document.querySelector('[data-testid=\"stSkeleton\"]')", timeout=30_000
+            "() => !document.querySelector('[data-testid=\"stSkeleton\"]')", timeout=WAIT_MS
         )
         page.wait_for_timeout(500)  # let lazy grids finish painting
         assert page.locator('[data-testid="stException"]').count() == 0
@@ -181,13 +182,13 @@ def test_an_open_page_says_when_its_live_source_goes_away(tmp_path: Path, browse
             page = browser.new_page(viewport={"width": 1400, "height": 1000})
             try:
                 page.goto(url, wait_until="domcontentloaded")
-                page.wait_for_selector(PLOT, timeout=60_000)
+                page.wait_for_selector(PLOT, timeout=WAIT_MS)
                 assert page.locator('[data-testid="stAlertContentWarning"]').count() == 0
                 procs.stop_all()
                 warning = page.locator(
                     '[data-testid="stAlertContentWarning"]', has_text="Last refresh failed"
                 )
-                warning.wait_for(timeout=20_000)
+                warning.wait_for(timeout=WAIT_MS)
                 assert page.locator(PLOT).count() > 0  # the last good figures stay
                 assert page.locator('[data-testid="stException"]').count() == 0
             finally:
@@ -210,11 +211,8 @@ def test_demo_starts_exporter_advisor_and_app_and_ctrl_c_stops_them(tmp_path: Pa
         )
     try:
         url = f"http://127.0.0.1:{port}/"
-        deadline = time.monotonic() + 120
-        while f"gpu-defrag demo: open {url}" not in out.read_text():
-            assert demo.poll() is None, out.read_text()
-            assert time.monotonic() < deadline, out.read_text()
-            time.sleep(0.3)
+        opened = f"gpu-defrag demo: open {url}"
+        wait_until(lambda: opened in out.read_text(), f"the demo's line {opened!r}", demo)
         text = out.read_text()
         assert _healthy(url + "_stcore/health")
         exporter = text.split("sim exporter (a100-16x8, 60x time) on ")[1].split()[0]
@@ -225,14 +223,17 @@ def test_demo_starts_exporter_advisor_and_app_and_ctrl_c_stops_them(tmp_path: Pa
             assert page.status == 200
         # the advisor read the sim fleet's simulated week back: forecasts and idle windows at once
         api = advisor.removesuffix("metrics") + "api/forecast"
-        doc: dict = {"pools": []}
-        while not doc["pools"] and time.monotonic() < deadline:
+
+        def forecast() -> dict | None:
             try:
                 with urllib.request.urlopen(api, timeout=5) as page:
-                    doc = json.load(page)
+                    found = json.load(page)
             except urllib.error.HTTPError as error:  # 503 until the first run
                 assert error.code == 503, error
-                time.sleep(0.5)
+                return None
+            return found if found["pools"] else None
+
+        doc = wait_until(forecast, "the advisor's first forecast", demo)
         horizons = [h for pool in doc["pools"] for h in pool["horizons"]]
         assert horizons and all(h["available"] for h in horizons), doc
         windows = [w for pool in doc["idle"]["pools"] for w in pool["windows"]]
@@ -245,7 +246,8 @@ def test_demo_starts_exporter_advisor_and_app_and_ctrl_c_stops_them(tmp_path: Pa
         ]
         assert len(children) == 3  # exporter, advisor, app
         demo.send_signal(signal.SIGINT)
-        assert demo.wait(30) == 0
+        reap(demo)
+        assert demo.returncode == 0
         for pid in children:
             assert (
                 not Path(f"/proc/{pid}").exists()

@@ -79,7 +79,7 @@ def prometheus(tmp_path_factory):
                 evaluated = all(r["lastEvaluation"] > "2000" for g in groups for r in g["rules"])
                 return bool(samples) and evaluated
 
-            stack.poll(ready, 45, "all targets scraped 4 times and every rule evaluated")
+            stack.poll(ready, stack.CAP_S, "all targets scraped 4 times and every rule evaluated")
             yield url
     except BaseException:
         print(procs.logs())

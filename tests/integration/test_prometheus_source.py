@@ -29,7 +29,7 @@ def test_a_gpu_exporter_prometheus_cannot_scrape_is_named(tmp_path, caplog):
             up = {s["metric"]["instance"]: s["value"][1] for s in stack.query(url, "up")}
             return up.get(dead) == "0" and up.get(exporter) == "1"
 
-        stack.poll(scraped, 30, "both targets scraped")
+        stack.poll(scraped, stack.CAP_S, "both targets scraped", procs=procs)
         with caplog.at_level(logging.WARNING, logger=prometheus.__name__):
             model = prometheus.load(url, history_s=0, timeout=5)
         assert len(model.nodes) == 16

@@ -22,7 +22,7 @@ import yaml
 
 from advisor.forecast.live import forecast_pools
 from alerts.config import load_config
-from dashboards import generate
+from dashboards import fleet_overview, fragmentation_advisor, generate
 from tests.ops.promql import (
     contract_names,
     label_values_parts,
@@ -365,7 +365,7 @@ def test_thresholds_come_from_the_shared_config():
     hottest = next(p for p in panels(overview) if p["title"] == "Hottest GPU per node")
     values = [s["value"] for s in hottest["fieldConfig"]["defaults"]["thresholds"]["steps"]]
     assert config["thresholds"]["temperature_celsius"] in values
-    hotter = generate.fleet_overview(load_config({"thresholds": {"temperature_celsius": 91}}))
+    hotter = fleet_overview.build(load_config({"thresholds": {"temperature_celsius": 91}}))
     hottest = next(p for p in panels(hotter) if p["title"] == "Hottest GPU per node")
     assert 91 in [s["value"] for s in hottest["fieldConfig"]["defaults"]["thresholds"]["steps"]]
 
@@ -454,7 +454,7 @@ def test_forecast_vs_actual_draws_each_forecast_in_the_hour_it_forecasts():
         assert offsets == [h - 1], f"{expr}: a {h}h forecast is drawn offset {h - 1}h"
         assert "offset" not in _OFFSET_HOURS.sub("", expr), f"{expr}: offset not in whole hours"
         quantiles_by_horizon.setdefault(h, set()).add(_QUANTILE.search(expr).group(1))
-    assert sorted(quantiles_by_horizon) == sorted(generate.FORECAST_VS_ACTUAL_HORIZONS)
+    assert sorted(quantiles_by_horizon) == sorted(fragmentation_advisor.FORECAST_VS_ACTUAL_HORIZONS)
     assert 1 in quantiles_by_horizon
     for quantiles in quantiles_by_horizon.values():
         assert quantiles == {"0.1", "0.5", "0.9"}, "the interval and the median"
@@ -479,7 +479,9 @@ def test_forecast_vs_actual_draws_each_forecast_in_the_hour_it_forecasts():
     assert set(served) == {f"{h}h" for h in quantiles_by_horizon}, "the horizon label's format"
     for h in quantiles_by_horizon:
         target = pd.Timestamp(served[f"{h}h"]["target"]).tz_localize(None)
-        assert target - served_from == pd.Timedelta(hours=generate.forecast_offset_hours(h))
+        assert target - served_from == pd.Timedelta(
+            hours=fragmentation_advisor.forecast_offset_hours(h)
+        )
         assert set(served[f"{h}h"]["quantiles"]) == {"0.1", "0.5", "0.9"}
 
 
@@ -550,20 +552,21 @@ def test_generate_says_what_it_did_in_one_line_and_check_keeps_quiet(tmp_path, m
     out = tmp_path / "dashboards" / "json"
     out.parent.mkdir()
     monkeypatch.setattr(generate, "OUT_DIR", out)
-    names = list(generate.DASHBOARDS)
+    names = [f"dashboards/json/{name}" for name in generate.DASHBOARDS]
+    names.append("deploy/overlays/kube-prometheus-stack/dashboards.yaml")  # the ConfigMaps
     assert generate.main([]) == 0
-    assert capsys.readouterr().out == f"dashboards/json: wrote {', '.join(names)}\n"
+    assert capsys.readouterr().out == f"dashboards: wrote {', '.join(names)}\n"
     assert generate.main([]) == 0
-    assert capsys.readouterr().out == f"dashboards/json: 4 files up to date ({', '.join(names)})\n"
-    (out / names[1]).write_text("{}")
-    kept = (out / names[0]).stat().st_mtime_ns
+    assert capsys.readouterr().out == f"dashboards: 5 files up to date ({', '.join(names)})\n"
+    (tmp_path / names[1]).write_text("{}")
+    kept = (tmp_path / names[0]).stat().st_mtime_ns
     assert generate.main(["--check"]) == 1
     assert capsys.readouterr() == (
         "",
         f"out of date, run `python -m dashboards.generate`: {names[1]}\n",
     )
-    assert (out / names[1]).read_text() == "{}"
+    assert (tmp_path / names[1]).read_text() == "{}"
     assert generate.main([]) == 0
-    assert capsys.readouterr().out == f"dashboards/json: wrote {names[1]}; 3 files up to date\n"
-    assert (out / names[0]).stat().st_mtime_ns == kept  # up to date: not rewritten
+    assert capsys.readouterr().out == f"dashboards: wrote {names[1]}; 4 files up to date\n"
+    assert (tmp_path / names[0]).stat().st_mtime_ns == kept  # up to date: not rewritten
     assert generate.main(["--check"]) == 0 and capsys.readouterr() == ("", "")

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from advisor.service import runbooks
 from alerts import generate
 from alerts.config import load_config, seconds
 from tests.ops.promql import contract_names, metric_names, unknown_matcher_labels
@@ -41,7 +42,9 @@ def test_committed_outputs_match_the_config():
 
 
 def test_promtool_check_rules_accepts_every_rule_file(tmp_path):
-    operator = yaml.safe_load((ROOT / "deploy/kubernetes/prometheusrule.yaml").read_text())
+    operator = yaml.safe_load(
+        (ROOT / "deploy/overlays/kube-prometheus-stack/prometheusrule.yaml").read_text()
+    )
     spec = tmp_path / "prometheusrule-spec.yaml"
     spec.write_text(yaml.safe_dump(operator["spec"]))
     files = [ALERTS / "prometheus_alerts.yaml", ALERTS / "prometheus_rules.yaml", spec]
@@ -89,11 +92,7 @@ def test_every_alert_and_severity_is_tested_firing_and_quiet():
 
 def test_alerts_follow_mixin_conventions():
     rules = alert_rules(yaml.safe_load((ALERTS / "prometheus_alerts.yaml").read_text()))
-    anchors = {
-        line[3:].strip().lower()
-        for line in (ALERTS / "runbook.md").read_text().splitlines()
-        if line.startswith("## ")
-    }
+    sections = set(runbooks.sections((ALERTS / "runbook.md").read_text()))
     assert len(rules) >= 20
     for rule in rules:
         name = rule["alert"]
@@ -105,10 +104,11 @@ def test_alerts_follow_mixin_conventions():
         annotations = rule["annotations"]
         assert set(annotations) == {"summary", "description", "runbook_url"}, name
         assert "{{" in annotations["description"], f"{name}: description shows no label or value"
+        # the page the advisor serves for this alert (tests/service/test_runbooks.py follows it)
         url = annotations["runbook_url"]
-        assert url.startswith(load_config()["runbook_base"] + "#"), name
-        assert url.rsplit("#", 1)[1] in anchors, f"{name}: no runbook section"
-    assert anchors == {r["alert"].lower() for r in rules}, "runbook sections without an alert"
+        assert url == f"{load_config()['advisor_external_url']}/runbooks/{name}", name
+        assert name in sections, f"{name}: no runbook section"
+    assert sections == {r["alert"] for r in rules}, "runbook sections without an alert"
 
 
 def test_rules_reference_only_contract_metrics_and_portable_functions():
@@ -163,12 +163,14 @@ def test_generate_says_what_it_did_in_one_line_and_check_keeps_quiet(tmp_path, m
     a current file is not rewritten; `--check` writes nothing and prints only what is stale."""
     monkeypatch.setattr(generate, "ROOT", tmp_path)
     names = ["alerts/prometheus_alerts.yaml", "alerts/prometheus_rules.yaml", "deploy/rule.yaml"]
-    for attribute, name in zip(("ALERTS_FILE", "RULES_FILE", "OPERATOR_FILE"), names, strict=True):
+    names += ["alerts/receivers.yml", "deploy/amconfig.yaml"]
+    attributes = ("ALERTS_FILE", "RULES_FILE", "OPERATOR_FILE", "RECEIVERS_FILE")
+    for attribute, name in zip((*attributes, "ALERTMANAGER_CONFIG_FILE"), names, strict=True):
         monkeypatch.setattr(generate, attribute, tmp_path / name)
     assert generate.main([]) == 0
     assert capsys.readouterr().out == f"alerts: wrote {', '.join(names)}\n"
     assert generate.main([]) == 0
-    assert capsys.readouterr().out == f"alerts: 3 files up to date ({', '.join(names)})\n"
+    assert capsys.readouterr().out == f"alerts: 5 files up to date ({', '.join(names)})\n"
     (tmp_path / names[1]).write_text("groups: []\n")
     kept = (tmp_path / names[0]).stat().st_mtime_ns
     assert generate.main(["--check"]) == 1
@@ -178,6 +180,6 @@ def test_generate_says_what_it_did_in_one_line_and_check_keeps_quiet(tmp_path, m
     )
     assert (tmp_path / names[1]).read_text() == "groups: []\n"
     assert generate.main([]) == 0
-    assert capsys.readouterr().out == f"alerts: wrote {names[1]}; 2 files up to date\n"
+    assert capsys.readouterr().out == f"alerts: wrote {names[1]}; 4 files up to date\n"
     assert (tmp_path / names[0]).stat().st_mtime_ns == kept  # up to date: not rewritten
     assert generate.main(["--check"]) == 0 and capsys.readouterr() == ("", "")

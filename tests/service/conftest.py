@@ -12,6 +12,7 @@ import pytest
 from advisor.ingest.sources import SourceError, load_source
 from advisor.model import ClusterModel
 from tests.fakes.cli_process import cli_process
+from tests.fakes.waiting import CAP_S
 
 ROOT = Path(__file__).resolve().parents[2]
 ISLANDS = ROOT / "examples" / "seed-nvlink-islands.json"  # an 8-GPU job cannot start: plans exist
@@ -84,8 +85,9 @@ def scripted() -> Callable[..., ScriptedSource]:
 
 
 @contextmanager
-def advisor_process(*args: str, ready: str = "/-/healthy", timeout_s: float = 40.0):
-    """`gpu-defrag advise` on 127.0.0.1:<free port>; waits until `ready` answers 200."""
+def advisor_process(*args: str, ready: str = "/-/healthy", timeout_s: float = CAP_S):
+    """`gpu-defrag advise` on 127.0.0.1:<free port>; waits until `ready` answers 200 (as long
+    as it runs; `timeout_s` is only the net, tests/fakes/waiting.py)."""
     with cli_process("advise", *args, ready=ready, timeout_s=timeout_s) as running:
         yield running
 

@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from advisor.fragmentation.measures import parse_shape
 from advisor.ingest.live import LiveSim
 from advisor.ingest.sources import load_source
-from advisor.model import MILLI, ClusterModel, ModelBuilder
+from advisor.model import MILLI, ClusterModel
 from advisor.pipeline import RunState
 from advisor.planner.actions import KINDS, Action, Plan
 from advisor.planner.check import apply_plan
@@ -32,6 +32,7 @@ from advisor.service.loop import AdvisorLoop, Config
 from advisor.settings import Settings
 from tests.advisor._recommend_clusters import clusters, policies
 from tests.advisor.test_planner_reclaim import model as reclaim_model
+from tests.conftest import GIB, add_nodes
 from tests.service.conftest import ScriptedSource
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -43,11 +44,7 @@ PRESETS = ("sim:a100-16x8?nodes=8", "sim:mixed-h100-a100-v100", "sim:nvlink-isla
 def halves_on_one_gpu() -> ClusterModel:
     """Node a: two half-GPU tasks on GPU 0, the rest free; node b: a pinned whole-GPU task on
     GPU 0. An 8-GPU job needs both halves moved off a/0: each frees half of it."""
-    b = ModelBuilder()
-    for name in ("a", "b"):
-        b.add_node(name, rack="r1", gpu_model="A100")
-        for i in range(8):
-            b.add_gpu(name, i, memory_total_bytes=80 * 2**30)
+    b = add_nodes(["a", "b"], rack="r1", gpu_model="A100", memory_total_bytes=80 * GIB)
     b.add_allocation("x", num_gpu=1, gpu_milli=500, node="a", gpus=[0], tenant="t")
     b.add_allocation("y", num_gpu=1, gpu_milli=500, node="a", gpus=[0], tenant="t")
     b.add_allocation("pinned", num_gpu=1, node="b", gpus=[0], tenant="t", migratable=False)

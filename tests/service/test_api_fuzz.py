@@ -11,10 +11,13 @@ deadline applies: a real process on a loaded 2-core machine may take longer than
 
 from __future__ import annotations
 
+import pytest
 import schemathesis
 from hypothesis import HealthCheck, settings
 
 from advisor.service.api import openapi_document
+
+pytestmark = pytest.mark.slow  # the session's real advisor process
 
 schema = schemathesis.openapi.from_dict(openapi_document())
 

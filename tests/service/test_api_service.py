@@ -6,7 +6,6 @@ import json
 import shutil
 import subprocess
 import sys
-import time
 
 import jsonschema
 import pytest
@@ -16,7 +15,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from advisor.app.cli import free_port
 from advisor.fragmentation.measures import parse_shape
 from advisor.service.api import SNAPSHOT_SCHEMA
+from tests.fakes.waiting import reap, wait_until
 from tests.service.conftest import ISLANDS, advisor_process, follow, strict_schema
+
+pytestmark = pytest.mark.slow  # a real advisor process per test or session
 
 
 def get_json(url: str) -> tuple[int, dict]:
@@ -25,15 +27,17 @@ def get_json(url: str) -> tuple[int, dict]:
     return response.status_code, response.json()
 
 
-def wait_for(check, timeout_s: float = 20.0):
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail("condition not reached in time")
-        time.sleep(0.2)
+def wait_for(check, process):
+    """`check()`'s first truthy value, as long as the advisor runs (a request that fails or
+    times out on a busy machine is asked again)."""
+
+    def asked():
+        try:
+            return check()
+        except requests.RequestException:
+            return None
+
+    return wait_until(asked, "the advisor's answer", process)
 
 
 def test_fragmentation_route_matches_the_metrics(service):
@@ -136,14 +140,17 @@ def test_unreachable_source_is_a_metric_a_log_line_and_503s():
             failed = 'gpu_advisor_run_errors_total{stage="ingest"} 0.0' not in page
             return 'gpu_advisor_run_errors_total{stage="ingest"}' in page and failed and page
 
-        page = wait_for(lambda: "gpu_advisor_runs_total 1.0" not in (counted() or "") and counted())
+        page = wait_for(
+            lambda: "gpu_advisor_runs_total 1.0" not in (counted() or "") and counted(), process
+        )
         assert f'gpu_advisor_source_up{{source="{url}"}} 0.0' in page
         assert "gpu_advisor_fragmentation_ratio" not in page
         status, doc = get_json(f"{base}/api/fragmentation")
         assert status == 503 and str(port) in doc["error"] and doc["meta"]["stale"] is True
         assert requests.get(f"{base}/health", timeout=5).status_code == 503
         process.send_signal(2)
-        _, stderr = process.communicate(timeout=15)
+        reap(process)
+        stderr = process.stderr.read()
     warnings = [line for line in stderr.splitlines() if "level=WARNING" in line]
     assert warnings and all(url in line for line in warnings)
     assert f"every 1s; serving /metrics and /api/ at {base}" in stderr  # the URL it answers on
@@ -155,13 +162,14 @@ def test_source_failing_later_serves_last_results_marked_stale(tmp_path):
     shutil.copy(ISLANDS, path)
     with advisor_process("--source", str(path), "--advise.interval", "1s", ready="/health") as (
         base,
-        _process,
+        process,
     ):
         _, fresh = get_json(f"{base}/api/fragmentation")
         assert fresh["meta"]["stale"] is False
         path.write_text("{not json")
         stale = wait_for(
-            lambda: (doc := get_json(f"{base}/api/fragmentation")[1])["meta"]["stale"] and doc
+            lambda: (doc := get_json(f"{base}/api/fragmentation")[1])["meta"]["stale"] and doc,
+            process,
         )
         assert stale["meta"]["source_up"] is False and str(path) in stale["meta"]["source_error"]
         assert stale["pools"] == fresh["pools"]  # the last good picture, still served
@@ -283,11 +291,13 @@ def test_a_password_in_the_source_is_not_published():
                 )
                 == 0
                 and text
-            )
+            ),
+            process,
         )
         _, doc = get_json(f"{base}/api/fragmentation")
         process.send_signal(2)
-        _, stderr = process.communicate(timeout=15)
+        reap(process)
+        stderr = process.stderr.read()
     shown = secret.replace("s3cret", "***")
     assert f'gpu_advisor_source_up{{source="{shown}"}} 0.0' in page
     assert doc["meta"]["source"] == shown and "admin:***@" in doc["meta"]["source_error"]

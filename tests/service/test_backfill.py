@@ -11,11 +11,12 @@ from advisor.ingest import backfill as B
 from advisor.ingest import prometheus
 from advisor.ingest.exporter_scrape import SourceUnavailable
 from advisor.ingest.live import LiveSim
+from advisor.ingest.readings import from_readings
 from advisor.ingest.sources import load_source
-from advisor.model import ModelError, from_readings
+from advisor.model import ModelError
 from exporter.readings import Collection
 from exporter.render import SelfState, render_page
-from exporter.sim.fleet import SimFleet
+from gpu_defrag_sim.fleet import SimFleet
 
 SPEC = "prometheus+http://prometheus.test:9090"
 T0 = 1_700_000_000.0  # Unix time of the simulated fleet's t = 0

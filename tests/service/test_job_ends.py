@@ -17,6 +17,7 @@ from advisor.model import ClusterModel, ModelBuilder
 from advisor.pipeline.stages import plans
 from advisor.service.loop import AdvisorLoop, Config
 from advisor.settings import Settings
+from tests.conftest import add_nodes
 from tests.service.test_metrics import samples
 
 T0 = 1_000_000.0
@@ -35,11 +36,7 @@ def world(t: float, *, hidden: tuple[str, ...] = (), pending: bool = True) -> Cl
     """Four 8-GPU nodes; tenant `t` starts a 1-GPU job every 10 min on n0..n2 (slot 5i mod 24,
     reused every 4 h), each lasting about 2 h; n3 stays empty; `big` (2 x 8 GPUs, tenant u)
     waits. Jobs in `hidden` are left out (a source that misses them)."""
-    b = ModelBuilder()
-    for n in range(4):
-        b.add_node(f"n{n}", rack="r1", gpu_model="A100")
-        for g in range(8):
-            b.add_gpu(f"n{n}", g)
+    b = add_nodes(4, rack="r1", gpu_model="A100")
     i = 0
     while T0 + i * SPACING <= t:
         start = T0 + i * SPACING
@@ -178,10 +175,7 @@ def test_a_job_that_vanishes_and_comes_back_is_not_finished() -> None:
 
 def test_restarts_reused_ids_and_missing_nodes() -> None:
     def one(t: float, start: float, node: str = "n0", nodes: tuple[str, ...] = ("n0", "n1")):
-        b = ModelBuilder()
-        for n in nodes:
-            b.add_node(n)
-            b.add_gpu(n, 0)
+        b = add_nodes(nodes, 1)
         if start == start:  # NaN: no job
             b.add_allocation("pod", num_gpu=1, node=node, gpus=[0], job="j", start_time=start)
         return b.build(timestamp=t)

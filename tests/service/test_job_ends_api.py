@@ -13,11 +13,11 @@ import pytest
 from advisor.forecast.job_ends import JobEndSettings, predict
 from advisor.history import running_jobs
 from advisor.ingest.live import LiveSim
-from advisor.model import ModelBuilder
 from advisor.planner.observed import DurationPrior, expected_end
 from advisor.service.api import Api, openapi_document
 from advisor.service.loop import AdvisorLoop, Config
 from advisor.settings import Settings
+from tests.conftest import add_nodes
 from tests.service.conftest import ScriptedSource, strict_schema
 
 H = 3600.0
@@ -188,10 +188,7 @@ def test_jobs_without_a_known_start_are_listed_with_no_end_and_a_reason() -> Non
     nothing to predict from: listed, with null ends and the reason; one with a known deletion
     time gets that one value; the rest the prior, while too few jobs have finished."""
     t = 1_000_000.0
-    b = ModelBuilder()
-    b.add_node("n0")
-    for g in range(4):
-        b.add_gpu("n0", g)
+    b = add_nodes(["n0"], 4)
     b.add_allocation("a-0", num_gpu=1, node="n0", gpus=[0], job="a", tenant="x")
     b.add_allocation("a-1", num_gpu=1, node="n0", gpus=[1], job="a", tenant="x")
     b.add_allocation("b", num_gpu=1, node="n0", gpus=[2], job="b", tenant="y", start_time=t - H)

@@ -19,6 +19,7 @@ from advisor.planner.constraints import Policy
 from advisor.service.loop import AdvisorLoop, Config
 from advisor.service.metrics import families
 from advisor.settings import Settings
+from tests.conftest import add_nodes
 
 
 def samples(page: str) -> list:
@@ -302,13 +303,9 @@ def test_forecast_series_only_for_backtested_horizons(sim_loop):
 
 
 def test_nodes_without_a_pool_are_labelled_none_everywhere():
-    from advisor.model import ModelBuilder
     from tests.service.conftest import ScriptedSource
 
-    builder = ModelBuilder()
-    builder.add_node("n1", gpu_model="A100")
-    for i in range(2):
-        builder.add_gpu("n1", i, nvlink_island=0)
+    builder = add_nodes(["n1"], 2, gpu_model="A100", island=2)
     model = builder.build(timestamp=1_700_000_000.0)
     state = AdvisorLoop("snap", ScriptedSource(model), Config()).run_once()
     pools = {

@@ -9,16 +9,17 @@ import math
 import numpy as np
 import pytest
 
-from advisor import history as history_module
 from advisor.forecast import idle as I
 from advisor.forecast.live import forecast_pools
 from advisor.forecast.live_idle import IDLE_BASELINE, IDLE_MAX_H, IDLE_MIN_TEST
 from advisor.forecast.runs import node_panel
 from advisor.history import NODE_HOURS, History, NodeRecord, node_rows, pool_rows
+from advisor.history import observations as history_module  # where History.append looks
 from advisor.ingest.live import LiveSim
 from advisor.model import ClusterModel, ModelBuilder
 from advisor.service.loop import AdvisorLoop, Config
 from advisor.settings import Settings
+from tests.conftest import add_nodes
 from tests.service.conftest import ScriptedSource
 
 HOUR = 3600.0
@@ -39,9 +40,7 @@ def fleet(
     for name, pool in nodes.items():
         if name in without or (name == "broken" and not broken) or (pool == "b" and not pool_b):
             continue
-        b.add_node(name, pool=pool, gpu_model="A100")
-        for i in range(GPUS):
-            b.add_gpu(name, i, healthy=name != "broken")
+        add_nodes([name], GPUS, builder=b, pool=pool, gpu_model="A100", healthy=name != "broken")
     if "busy" not in without:
         b.add_allocation("busy-job", num_gpu=GPUS, node="busy", gpus=range(GPUS), tenant="t")
     if "day" not in without and 8 <= hour < 20:

@@ -6,8 +6,7 @@ from __future__ import annotations
 from advisor.fragmentation.measures import parse_shape
 from advisor.model import ModelBuilder
 from advisor.results import pool_shape_table
-
-GIB = 2**30
+from tests.conftest import GIB, add_nodes
 
 
 def fleet():
@@ -15,9 +14,9 @@ def fleet():
     `serve` with 4 free; 4 GPUs of each node are held."""
     b = ModelBuilder()
     for name, pool in (("x1", "train"), ("x2", "train"), ("y1", "serve")):
-        b.add_node(name, pool=pool, rack="r1", gpu_model="A100")
-        for i in range(8):
-            b.add_gpu(name, i, memory_total_bytes=80 * GIB)
+        add_nodes(
+            [name], builder=b, pool=pool, rack="r1", gpu_model="A100", memory_total_bytes=80 * GIB
+        )
         b.add_allocation(f"job-{name}", num_gpu=4, node=name, gpus=[0, 1, 2, 3])
     return b.build()
 

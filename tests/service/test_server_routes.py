@@ -38,7 +38,8 @@ def test_routes_answer_beside_metrics_and_a_broken_one_is_500(advisor):
     def echo(query: str) -> Response:
         return Response(200, query.encode(), "text/plain", {"X-Echo": "1"})
 
-    server = start(advisor, load_web_config(None), {"/broken": broken, "/echo": echo})
+    routes = {"/broken": broken, "/echo": echo, "/d/": echo, "/d/page": echo}
+    server = start(advisor, load_web_config(None), routes)
     base = f"http://127.0.0.1:{server.port}"
     try:
         assert requests.get(f"{base}/broken", timeout=5).status_code == 500
@@ -46,7 +47,8 @@ def test_routes_answer_beside_metrics_and_a_broken_one_is_500(advisor):
         assert echoed.text == "a=1&b=2" and echoed.headers["X-Echo"] == "1"
         assert requests.get(f"{base}/metrics", timeout=5).status_code == 200  # still serving
         landing = requests.get(f"{base}/", timeout=5).text
-        assert '<a href="/echo">' in landing
+        assert '<a href="/echo">' in landing and '<a href="/d/">' in landing
+        assert "/d/page" not in landing  # reached from /d/, its folder's page
         posted = requests.post(f"{base}/echo", timeout=5)
         assert posted.status_code == 405 and posted.headers["Allow"] == "GET, HEAD"
     finally:

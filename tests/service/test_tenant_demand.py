@@ -13,22 +13,18 @@ from advisor.documents import as_json, build_forecast
 from advisor.forecast.live import tenant_section
 from advisor.history import History
 from advisor.ingest.live import LiveSim
-from advisor.model import ModelBuilder
 from advisor.planner.constraints import Policy
 from advisor.service.api import openapi_document
 from advisor.service.loop import AdvisorLoop, Config
 from advisor.settings import Settings
+from tests.conftest import add_nodes
 
 T0 = 1_700_000_000.0
 
 
 def model(t: float, held: dict[str, int], waiting: dict[str, int] | None = None):
     """Two 8-GPU nodes; each tenant holds `held[tenant]` whole GPUs (placed in order)."""
-    b = ModelBuilder()
-    for n in ("n0", "n1"):
-        b.add_node(n, pool="a100")
-        for i in range(8):
-            b.add_gpu(n, i)
+    b = add_nodes(["n0", "n1"], pool="a100")
     free = [(n, i) for n in ("n0", "n1") for i in range(8)]
     for tenant, gpus in held.items():
         for k in range(gpus):

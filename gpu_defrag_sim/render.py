@@ -22,14 +22,14 @@ from exporter.readings import (
     MigInstance,
     NodeReading,
     TopologyLink,
+    nvlink_islands,
 )
-from exporter.sim.models import PCI_BUS_IDS_8
-from exporter.sim.presets import NodeSpec
-from exporter.sim.workload import DAY, HOUR, KIND_BY_NAME, hash01
-from exporter.topology import nvlink_islands
+from gpu_defrag_sim.models import PCI_BUS_IDS_8
+from gpu_defrag_sim.presets import NodeSpec
+from gpu_defrag_sim.workload import DAY, HOUR, KIND_BY_NAME, hash01
 
 if TYPE_CHECKING:
-    from exporter.sim.fleet import SimFleet
+    from gpu_defrag_sim.fleet import SimFleet
 
 _MIG_NAMESPACE = "prod-serving"
 

@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from exporter.readings import NodeReading
-from exporter.sim.presets import FleetSpec, build_preset
-from exporter.sim.render import render
-from exporter.sim.workload import (
+from gpu_defrag_sim.presets import FleetSpec, build_preset
+from gpu_defrag_sim.render import render
+from gpu_defrag_sim.workload import (
     CALIBRATION_HORIZON,
     DAY,
     HOUR,
@@ -168,7 +168,7 @@ class SimFleet:
         self._hours_generated = 0
         self._xid_events: list[tuple[float, int, int]] = []
         self._grid = 0.0
-        self._render_static: object | None = None  # exporter.sim.render caches static facts here
+        self._render_static: object | None = None  # gpu_defrag_sim.render caches static facts here
 
         self.mig: list[MigSlot] = []
         self._build_mig()

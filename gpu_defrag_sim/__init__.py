@@ -1,5 +1,9 @@
 """The simulated fleet: presets that match real layouts, a workload over time, NodeReadings out.
 
+Its own package because both sides run it: the exporter's sim backend serves it, the advisor's
+`sim:` source and the service's back-fill re-simulate it. It reads and writes only the contract
+(`exporter.readings`) and imports neither the rest of the exporter nor the advisor.
+
 Presets (`PRESETS`): `a100-16x8` (16 DGX A100, hand-made t=0 with exactly 60 free GPUs and only
 4 whole free nodes), `mixed-h100-a100-v100` (pools by model, busy H100/A100, idle V100, one MIG
 node), `nvlink-islands` (8-GPU nodes with two 4-GPU NVLink islands joined across sockets).
@@ -16,9 +20,9 @@ Use `fleet_at(preset, seed, sim_seconds)` for a one-off snapshot, or `SimFleet` 
 state is a pure function of (preset, seed, nodes, simulated time), however it is stepped.
 """
 
-from exporter.sim.fleet import SimFleet, SimJob, fleet_at
-from exporter.sim.presets import PRESETS
-from exporter.sim.workload import SIM_EPOCH, day_factor, is_working_hours
+from gpu_defrag_sim.fleet import SimFleet, SimJob, fleet_at
+from gpu_defrag_sim.presets import PRESETS
+from gpu_defrag_sim.workload import SIM_EPOCH, day_factor, is_working_hours
 
 __all__ = [
     "PRESETS",

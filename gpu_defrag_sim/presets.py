@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from exporter.sim.models import (
+from gpu_defrag_sim.models import (
     A100_40,
     A100_80,
     H100_80,
