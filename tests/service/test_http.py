@@ -65,7 +65,7 @@ def test_metrics_health_landing_and_head(loop):
         assert requests.get(f"{base}/health", timeout=5).text == "ok\n"
         assert requests.get(f"{base}/-/healthy", timeout=5).text == "ok\n"
         landing = requests.get(f"{base}/", timeout=5).text
-        assert 'href="/metrics"' in landing and 'href="/api/forecast"' in landing
+        assert 'href="/metrics"' in landing and 'href="/api/"' in landing  # the API's index
         head = requests.head(f"{base}/api/fragmentation", timeout=5)
         full = requests.get(f"{base}/api/fragmentation", timeout=5)
         assert head.status_code == 200 and head.content == b""
