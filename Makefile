@@ -6,19 +6,31 @@ PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 SYSTEM_PACKAGES := prometheus prometheus-alertmanager chromium docker-compose slurm-wlm slurmrestd openssl
 
-.PHONY: test demo venv system lint format bench lock clean nvml-releases
+.PHONY: test demo venv peers-venv system lint format bench lock clean nvml-releases
 
 ## test: install everything the tests need (Debian packages, venv) and run the suite
-test: system venv nvml-releases
+test: system venv peers-venv nvml-releases
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(PY) -m pytest
+	$(PY) -m mypy
+	$(PY) -m pytest -n 3 --dist loadscope
 
 ## demo: simulated fleet, exporter, advisor and the Streamlit app; prints the URL
 demo: venv
 	$(VENV)/bin/gpu-defrag demo
 
 venv: $(VENV)/.installed
+
+## peers-venv: statsforecast for bench/forecast_peers.py, in an environment of its own (it needs
+## pandas < 3; the product pins pandas 3); the bench smoke test runs it
+peers-venv: .venv-peers/.installed
+
+.venv-peers/.installed: bench/requirements-peers.txt
+	@$(PYTHON) -c 'import ensurepip' 2>/dev/null || $(MAKE) --no-print-directory system SYSTEM_PACKAGES=python3-venv
+	$(PYTHON) -m venv .venv-peers
+	.venv-peers/bin/pip install -q --upgrade pip
+	.venv-peers/bin/pip install -q -r bench/requirements-peers.txt
+	touch $@
 
 # Debian's python3 has no ensurepip (so no venv) until python3-venv is installed.
 $(VENV)/.installed: pyproject.toml constraints.txt
@@ -50,14 +62,15 @@ system:
 lint: venv
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(PY) -m mypy
 
 format: venv
 	$(VENV)/bin/ruff check --fix .
 	$(VENV)/bin/ruff format .
 
 ## bench: every benchmark under bench/ (not part of `make test`)
-bench: venv
-	for b in bench/*.py; do $(PY) $$b || exit 1; done
+bench: venv peers-venv
+	for b in bench/*.py; do [ $$b = bench/peers_worker.py ] || $(PY) $$b || exit 1; done
 
 ## lock: the images' lock files with hashes (requirements/*.txt) from pyproject.toml and constraints.txt
 LOCK := $(VENV)/bin/uv pip compile pyproject.toml -c constraints.txt --generate-hashes --universal --python-version 3.11 --quiet
@@ -67,4 +80,4 @@ lock: venv
 	$(LOCK) --extra all -o requirements/full.txt
 
 clean:
-	rm -rf $(VENV) build dist *.egg-info test-output
+	rm -rf $(VENV) .venv-peers build dist *.egg-info test-output

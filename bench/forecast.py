@@ -17,6 +17,7 @@ import pandas as pd
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from advisor.forecast import api, io, rolling
+from advisor.forecast.panel import Panel
 from bench.machine import describe
 
 PHILLY = (
@@ -30,7 +31,7 @@ PHILLY = (
 )
 
 
-def synthetic(n_series: int, days: int, seed: int = 0) -> io.Panel:
+def synthetic(n_series: int, days: int, seed: int = 0) -> Panel:
     rng = np.random.default_rng(seed)
     idx = pd.date_range("2024-01-01", periods=days * 24, freq="h")
     hour = np.asarray(idx.hour)[:, None]
@@ -38,7 +39,7 @@ def synthetic(n_series: int, days: int, seed: int = 0) -> io.Panel:
     walk = np.cumsum(rng.normal(0, 0.02, (len(idx), n_series)), axis=0)
     y = cap * np.clip(0.5 + 0.15 * np.sin(2 * np.pi * hour / 24) + walk, 0, 1)
     cols = [f"pool{i:04d}" for i in range(n_series)]
-    return io.Panel(
+    return Panel(
         pd.DataFrame(np.round(y), index=idx, columns=cols),
         pd.DataFrame(np.broadcast_to(cap, y.shape), index=idx, columns=cols),
         "synthetic",

@@ -6,7 +6,7 @@ import argparse
 import os
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
@@ -16,6 +16,8 @@ from gpu_defrag_common.units import fraction
 
 if TYPE_CHECKING:
     import pandas as pd
+
+    from advisor.forecast.panel import Panel
 
 METRIC_COLUMNS = [
     "series",
@@ -116,7 +118,7 @@ def _hours(text: str) -> tuple[int, ...]:
 
 def _model(text: str) -> str:
     """'advisor' or a model of the backtest's candidates (the names in metrics.csv)."""
-    from advisor.forecast.rolling import CANDIDATES
+    from advisor.forecast.selection import CANDIDATES
 
     known = ("advisor", *CANDIDATES)
     if text not in known:
@@ -144,7 +146,7 @@ def _check_out(path: str | None, directory: bool, source: str | None = None) -> 
     (`gpu_defrag_common.files.check_directory_target` / `check_file_target` say what is checked). An
     --out that is the INPUT `source` or one of the files it reads (the same file through a
     link, too) is refused: writing the results would destroy the trace."""
-    from advisor.forecast.io import InputError
+    from advisor.forecast.errors import InputError
     from gpu_defrag_common.files import check_directory_target, check_file_target
 
     if path is None:
@@ -167,7 +169,7 @@ def _read_by(source: str) -> list[str]:
     if source.startswith(("prometheus+http://", "prometheus+https://")):
         return []
     if os.path.isdir(source):
-        from advisor.forecast.io import helios_files
+        from advisor.forecast.readers.helios import helios_files
 
         return [source, *map(str, helios_files(source))]
     return [source]
@@ -201,7 +203,7 @@ INPUT_FORMS = (
 )
 
 
-def register(subparsers) -> None:
+def register(subparsers: argparse._SubParsersAction) -> None:
     bt = subparsers.add_parser(
         "backtest",
         description=INPUT_FORMS,
@@ -228,19 +230,6 @@ def register(subparsers) -> None:
         default="idle,power,reservation",
         help="comma list from idle,power,reservation (power: single node-count series only; "
         "reservation: the highest quantile above 0.5); '' for none",
-    )
-    bt.add_argument(
-        "--select-by",
-        choices=("mae", "mean_rank"),
-        default="mae",
-        help="selection criterion on the training part: MAE over the window, or mean rank over 3-day folds",
-    )
-    bt.add_argument(
-        "--calibrate",
-        choices=("none", "conformal", "adaptive"),
-        default="none",
-        help="recalibrate the advisor's non-median quantiles on the errors known at each origin "
-        "(split-conformal, or adaptive conformal); off by default (see docs/forecasting.md)",
     )
     bt.add_argument(
         "--out",
@@ -291,7 +280,7 @@ def register(subparsers) -> None:
     fc.set_defaults(func=run_forecast)
 
 
-def summarise(metrics):
+def summarise(metrics: pd.DataFrame) -> pd.DataFrame:
     """One line per model × horizon: mean MAE, median WAPE, median pinball/coverage over series."""
     g = metrics.groupby(["horizon", "model"])
     return (
@@ -308,7 +297,7 @@ def summarise(metrics):
     )
 
 
-def print_decisions(decisions) -> None:
+def print_decisions(decisions: pd.DataFrame) -> None:
     """The replays in short: idle windows and power-down policies row by row (the power-down
     buffer sweep is only in decisions.csv and powerdown.png), reservations for naive and the
     advisor."""
@@ -343,11 +332,11 @@ def print_decisions(decisions) -> None:
     print(table.round(1).to_string(index=False))
 
 
-def _one_line(command: str, run) -> int:
+def _one_line(command: str, run: Callable[[], int]) -> int:
     """Run a subcommand; an unreadable INPUT or an unusable option is one line on stderr, exit 2;
     results that could not be written, one line, exit 1. The line shows a `prometheus+http://`
     INPUT's password as `redact` does."""
-    from advisor.forecast.io import InputError
+    from advisor.forecast.errors import InputError
     from advisor.logs import redact
 
     try:
@@ -363,7 +352,7 @@ def _one_line(command: str, run) -> int:
 @contextmanager
 def _about(source: str) -> Iterator[None]:
     """An input error raised past the reader names the INPUT too, as the reader's own do."""
-    from advisor.forecast.io import InputError
+    from advisor.forecast.errors import InputError
 
     try:
         yield
@@ -401,8 +390,6 @@ def _run_backtest(args: argparse.Namespace, progress: Progress) -> int:
                 args.quantiles,
                 args.test_from,
                 args.test_to,
-                criterion=args.select_by,
-                calibrate=args.calibrate,
             )
         paired = significance.paired_table(fc)
         intervals = significance.interval_table(fc, args.quantiles)
@@ -462,7 +449,15 @@ def _run_backtest(args: argparse.Namespace, progress: Progress) -> int:
 
 
 def backtest_json(
-    metrics, picks, paired, intervals, decisions_df, notes, t_demand, elapsed, out
+    metrics: pd.DataFrame,
+    picks: pd.DataFrame,
+    paired: pd.DataFrame,
+    intervals: pd.DataFrame,
+    decisions_df: pd.DataFrame,
+    notes: list[str],
+    t_demand: float,
+    elapsed: float,
+    out: str | None,
 ) -> str:
     """`backtest --json`: the tables the text shows, whole (the files' rows: metrics.csv,
     summary.csv, picks.csv, significance.csv, interval_significance.csv, decisions.csv), the
@@ -497,7 +492,7 @@ class IdleReplayJob:
 
     PRELOAD = ("advisor.forecast.idle", "advisor.forecast.cli")
 
-    def __init__(self, raw, args: argparse.Namespace) -> None:
+    def __init__(self, raw: Panel, args: argparse.Namespace) -> None:
         import multiprocessing
 
         context = multiprocessing.get_context("forkserver")
@@ -507,7 +502,7 @@ class IdleReplayJob:
             _idle_replay, (raw, args.windows, args.risk, args.test_from, args.test_to)
         )
 
-    def result(self):
+    def result(self) -> pd.DataFrame:
         """The replay's table; an error the replay raised (an `InputError`, say) is raised here."""
         table = self._job.get()
         self._pool.close()
@@ -519,7 +514,13 @@ class IdleReplayJob:
         self._pool.join()
 
 
-def _idle_replay(raw, windows, risk, test_from, test_to):
+def _idle_replay(
+    raw: Panel,
+    windows: Sequence[int],
+    risk: float,
+    test_from: object,
+    test_to: object,
+) -> pd.DataFrame:
     """`idle.backtest` in the worker, on the same bounded threads as here."""
     from advisor.forecast import idle
     from advisor.forecast.threads import bounded
@@ -528,13 +529,19 @@ def _idle_replay(raw, windows, risk, test_from, test_to):
         return idle.backtest(raw, windows, risk, test_from, test_to, intervals=True)
 
 
-def _power_input(raw) -> bool:
+def _power_input(raw: Panel) -> bool:
     """The power-down replay models whole nodes powered off: one series of nodes in use (the
     Philly reader's); GPUs of a Helios VC or a long-format series (no unit) are not nodes."""
     return len(raw.series) == 1 and raw.meta.get("unit") == "nodes"
 
 
-def _print_backtest(metrics, picks, paired, intervals, decisions_df) -> None:
+def _print_backtest(
+    metrics: pd.DataFrame,
+    picks: pd.DataFrame,
+    paired: pd.DataFrame,
+    intervals: pd.DataFrame,
+    decisions_df: pd.DataFrame,
+) -> None:
     import pandas as pd
 
     with pd.option_context(
@@ -576,7 +583,15 @@ BACKTEST_FILES = (
 )
 
 
-def _write_backtest(out: str, metrics, fc, picks, paired, intervals, decisions_df) -> None:
+def _write_backtest(
+    out: str,
+    metrics: pd.DataFrame,
+    fc: pd.DataFrame,
+    picks: pd.DataFrame,
+    paired: pd.DataFrame,
+    intervals: pd.DataFrame,
+    decisions_df: pd.DataFrame,
+) -> None:
     """Every result file of a backtest into the folder `out`, or none of them."""
     from advisor.forecast.plot import plot_backtest, plot_power_pareto
     from gpu_defrag_common.files import staged_directory
@@ -604,10 +619,11 @@ def run_forecast(args: argparse.Namespace) -> int:
 
 def _run_forecast(args: argparse.Namespace) -> int:
     from advisor.forecast import api, io
+    from advisor.forecast.errors import InputError
     from gpu_defrag_common.files import write_text_atomic
 
     if args.risk is not None and args.idle is None:  # it would change nothing: said, not ignored
-        raise io.InputError("--risk is the idle windows' risk: it needs --idle")
+        raise InputError("--risk is the idle windows' risk: it needs --idle")
     if args.out == "-":  # standard output, as without --out (not a file named "-")
         args.out = None
     _check_out(args.out, directory=False, source=args.input)
@@ -635,13 +651,14 @@ def _idle_table(source: str, windows: tuple[int, ...], risk: float) -> pd.DataFr
     hour's peak), on bounded threads as the backtest's idle replay. An input without a usable
     hour, or without any capacity to measure idle against, is an `InputError`."""
     from advisor.forecast import api, io
+    from advisor.forecast.errors import InputError
     from advisor.forecast.idle import with_capacity
     from advisor.forecast.threads import bounded
 
     raw = io.load(source)
     io.hourly(raw, source)  # no hour holds enough readings: one line, as for the demand forecast
     if not with_capacity(raw):
-        raise io.InputError(
+        raise InputError(
             f"{source}: no capacity (a capacity column with a value above 0): the idle windows "
             "need one, idle = capacity - use"
         )

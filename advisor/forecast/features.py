@@ -12,6 +12,9 @@ import warnings
 import numpy as np
 import pandas as pd
 
+# the readings inside each step, as (T, S) arrays by field (`within_arrays`); None: none known
+Within = dict[str, np.ndarray] | None
+
 LAGS = (1, 2, 3, 6, 12, 24, 168)
 
 
@@ -44,7 +47,7 @@ def past_min(a: np.ndarray, w: int) -> np.ndarray:
     return trailing(x, w, np.fmin)
 
 
-def trailing(x: np.ndarray, w: int, op) -> np.ndarray:
+def trailing(x: np.ndarray, w: int, op: np.ufunc) -> np.ndarray:
     """op-reduction of rows t − w + 1 … t along axis 0, in place of `x` (which it returns): by
     doubling spans, so log2(w) passes. Rows t < w − 1 reduce the rows they have. For an
     idempotent `op` (min, fmin, …) only: spans overlap."""
@@ -92,7 +95,7 @@ def same_hour_mean(ffy: np.ndarray, horizon: int, days: int = 7, period: int = 2
         return np.nanmean(stack, axis=0)
 
 
-def within_arrays(within: dict, values: pd.DataFrame) -> dict[str, np.ndarray] | None:
+def within_arrays(within: dict[str, pd.DataFrame], values: pd.DataFrame) -> Within:
     """A Panel's `within` frames as (T, S) arrays aligned with `values` (None if it has none)."""
     if not within:
         return None
@@ -102,7 +105,7 @@ def within_arrays(within: dict, values: pd.DataFrame) -> dict[str, np.ndarray] |
     }
 
 
-def last_reading(y: np.ndarray, within: dict | None) -> np.ndarray:
+def last_reading(y: np.ndarray, within: Within) -> np.ndarray:
     """The latest reading known at each row: the last sub-step reading of the latest observed
     step (`within["last"]`), or the step's value where no finer reading is known."""
     ffy = ffill(y)
@@ -112,7 +115,9 @@ def last_reading(y: np.ndarray, within: dict | None) -> np.ndarray:
     return np.where(np.isfinite(lr), lr, ffy)
 
 
-def _within_cols(y, within, last, s) -> dict[str, np.ndarray]:
+def _within_cols(
+    y: np.ndarray, within: dict[str, np.ndarray], last: np.ndarray, s: np.ndarray
+) -> dict[str, np.ndarray]:
     """Sub-step features at the latest observed step, relative to its value and scaled."""
     seen = np.isfinite(y)
 

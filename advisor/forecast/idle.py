@@ -16,13 +16,16 @@ training week, calibrated on the weeks before it (`_quantile_advisor`).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+from typing import Any
+
 import numpy as np
 import pandas as pd
 
 from advisor.forecast import features as feat
 from advisor.forecast import idle_quantile as iq
 from advisor.forecast import metrics as M
-from advisor.forecast.io import Panel
+from advisor.forecast.panel import Panel
 from advisor.forecast.significance import release_bootstrap
 from advisor.forecast.threads import bounded
 from advisor.settings import IDLE_RISK, IDLE_WINDOWS_H
@@ -59,7 +62,9 @@ def window_min(idle: np.ndarray, w: int) -> np.ndarray:
     return out[::-1]
 
 
-def baseline_release(idle: np.ndarray, w: int, rule: str, ffi=None) -> np.ndarray:
+def baseline_release(
+    idle: np.ndarray, w: int, rule: str, ffi: np.ndarray | None = None
+) -> np.ndarray:
     """The research note's naive release rules, all causal. `ffi`: `feat.ffill(idle)` where the
     caller has it already."""
     ffi = feat.ffill(idle) if ffi is None else ffi
@@ -85,21 +90,37 @@ def _and_yesterday(past: np.ndarray, w: int) -> np.ndarray:
 class IdleModel:
     """Low-quantile gradient boosting of the window minimum, as a change from the current idle count.
 
-    `pool` (a boolean mask over the series; None: all): the series it learns from. It forecasts
-    every series; a caller that serves a data-dependent set of series learns from a fixed one."""
+    `fit(idle, cap, times, until)` learns from rows whose outcome is known at `until`;
+    `predict(idle, cap, times, origins)` gives the release level at each origin (rows ≤ it), as
+    the other level models (`PastMin`, `PastMinYesterday`) and the demand forecasters do. `pool`
+    (a boolean mask over the series; None: all): the series it learns from. It forecasts every
+    series; a caller that serves a data-dependent set of series learns from a fixed one."""
 
-    def __init__(self, w: int, risk: float = 0.05, seed: int = 0, pool=None) -> None:
+    name = "gbm_quantile"
+
+    def __init__(
+        self, w: int, risk: float = 0.05, seed: int = 0, pool: np.ndarray | None = None
+    ) -> None:
         self.w, self.risk, self.seed, self.pool = w, risk, seed, pool
-        self._model = None
-        self._cache = None
+        self._model: Any = None  # the fitted regressor
+        self._cache: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
 
-    def _features(self, idle, cap, times):
+    def _features(
+        self, idle: np.ndarray, cap: np.ndarray, times: pd.DatetimeIndex
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         if self._cache is None or self._cache[0] is not idle:
             X, _, last, s = feat.build(idle, cap, times, self.w)
             self._cache = (idle, X, last, s)
-        return self._cache[1:]
+        return self._cache[1], self._cache[2], self._cache[3]
 
-    def fit(self, idle, cap, times, until: int) -> IdleModel:
+    @property
+    def fitted(self) -> bool:
+        """False until a fit had enough rows (then only the past-minimum rules apply)."""
+        return self._model is not None
+
+    def fit(
+        self, idle: np.ndarray, cap: np.ndarray, times: pd.DatetimeIndex, until: int
+    ) -> IdleModel:
         X, last, s = self._features(idle, cap, times)
         truth = window_min(idle, self.w)
         rows = np.arange(0, until - self.w + 1)
@@ -122,48 +143,149 @@ class IdleModel:
         self._model = iq.fit_gbm(params, Xr[ok], target[ok])
         return self
 
-    def raw(self, idle, cap, times, origins) -> np.ndarray:
+    def predict(
+        self, idle: np.ndarray, cap: np.ndarray, times: pd.DatetimeIndex, origins: np.ndarray
+    ) -> np.ndarray:
         X, last, s = self._features(idle, cap, times)
         Xo = X[origins]
         with bounded():
             change = self._model.predict(Xo.reshape(-1, X.shape[-1])).reshape(Xo.shape[:2])
-        return last[origins] + s[origins] * change, s[origins]
+        return last[origins] + s[origins] * change
 
 
+class PastMin:
+    """The lowest idle over the past W hours (masked hours read as the last observed): the
+    per-series rules' level, with the fit/predict of the other models (fitting learns nothing)."""
+
+    name = "past_min"
+
+    def __init__(self, w: int) -> None:
+        self.w = w
+        self._cache: tuple[np.ndarray, np.ndarray] | None = None
+
+    def fit(self, idle: np.ndarray, cap: object, times: object, until: int) -> PastMin:
+        return self
+
+    def levels(self, idle: np.ndarray) -> np.ndarray:
+        """The level at every row (each from rows ≤ it)."""
+        if self._cache is None or self._cache[0] is not idle:
+            self._cache = (idle, self._compute(idle))
+        return self._cache[1]
+
+    def _compute(self, idle: np.ndarray) -> np.ndarray:
+        return feat.past_min(feat.ffill(idle), self.w)
+
+    def predict(
+        self, idle: np.ndarray, cap: object, times: object, origins: np.ndarray
+    ) -> np.ndarray:
+        return self.levels(idle)[origins]
+
+
+class PastMinYesterday(PastMin):
+    """The past-W minimum, no more than the same window yesterday (`_and_yesterday`)."""
+
+    name = "past_min_yesterday"
+
+    def _compute(self, idle: np.ndarray) -> np.ndarray:
+        return _and_yesterday(super()._compute(idle), self.w)
+
+
+Param = float | np.ndarray  # a rule's parameter: one, or one per series
 OFFSETS = np.linspace(-0.6, 0.2, 161)  # additive, in units of scale (capacity)
 FACTORS = np.linspace(0.0, 1.0, 101)  # multiplicative, on the past-W minimum
 
 
-def rule_levels(idle, w) -> dict[str, np.ndarray]:
+class Offset:
+    """A release `floor(level + param × scale)`, at least 0, param on the `OFFSETS` grid."""
+
+    grid = OFFSETS
+
+    def apply(self, base: np.ndarray, scale: np.ndarray, param: Param) -> np.ndarray:
+        return np.maximum(np.floor(base + param * scale), 0)
+
+    def guess(self, level: np.ndarray, base: np.ndarray, scale: np.ndarray) -> np.ndarray:
+        """The parameter at which the release reaches `level` (the formula, before flooring)."""
+        return (level - base) / scale
+
+    def monotone(self, base: np.ndarray, scale: np.ndarray, ok: np.ndarray) -> bool:
+        """The release never falls along the rising grid where `ok`: a finite scale ≥ 0."""
+        sc = np.broadcast_to(scale, ok.shape)[ok]
+        return bool((np.isfinite(sc) & (sc >= 0)).all())
+
+
+class Factor:
+    """A release `floor(level × param)`, at least 0, param on the `FACTORS` grid."""
+
+    grid = FACTORS
+
+    def apply(self, base: np.ndarray, scale: np.ndarray, param: Param) -> np.ndarray:
+        return np.maximum(np.floor(base * param), 0)
+
+    def guess(self, level: np.ndarray, base: np.ndarray, scale: np.ndarray) -> np.ndarray:
+        return level / base
+
+    def monotone(self, base: np.ndarray, scale: np.ndarray, ok: np.ndarray) -> bool:
+        """The release never falls along the rising grid where `ok`: a finite level ≥ 0."""
+        b = np.broadcast_to(base, ok.shape)[ok]
+        return not ((b < 0) | np.isinf(b)).any()
+
+
+OFFSET, FACTOR = Offset(), Factor()
+# the per-series rules by the name decisions.csv gives them: their level model and adjustment
+RULES: dict[str, tuple[type[PastMin] | type[IdleModel], Offset | Factor]] = {
+    "past_min+offset": (PastMin, OFFSET),
+    "past_min_yesterday+offset": (PastMinYesterday, OFFSET),
+    "past_min*factor": (PastMin, FACTOR),
+    "gbm_quantile+offset": (IdleModel, OFFSET),
+}
+DEFAULT_RULE = "past_min*factor"  # half the past-W minimum: the note's safe rule
+
+
+def rule_levels(idle: np.ndarray, w: int) -> dict[str, np.ndarray]:
     """The past-minimum rules' unadjusted release levels at every row (`candidate_bases` takes
     its origins' rows), for callers that take several sets of origins."""
-    past = feat.past_min(feat.ffill(idle), w)
+    models: dict[type, PastMin] = {PastMin: PastMin(w), PastMinYesterday: PastMinYesterday(w)}
     return {
-        "past_min+offset": past,
-        "past_min_yesterday+offset": _and_yesterday(past, w),
-        "past_min*factor": past,
+        name: models[level].levels(idle)
+        for name, (level, _adjust) in RULES.items()
+        if level in models
     }
 
 
 def candidate_bases(
-    idle, cap, times, origins, w, model: IdleModel | None, levels=None
+    idle: np.ndarray,
+    cap: np.ndarray,
+    times: pd.DatetimeIndex,
+    origins: np.ndarray,
+    w: int,
+    model: IdleModel | None,
+    levels: dict[str, np.ndarray] | None = None,
 ) -> dict[str, np.ndarray]:
     """Unadjusted release levels per rule (all causal); calibration then lowers them per series.
     `levels`: `rule_levels(idle, w)` where the caller has it already."""
     levels = rule_levels(idle, w) if levels is None else levels
     bases = {rule: level[origins] for rule, level in levels.items()}
-    if model is not None and model._model is not None:
-        bases["gbm_quantile+offset"] = model.raw(idle, cap, times, origins)[0]
+    if model is not None and model.fitted:
+        bases["gbm_quantile+offset"] = model.predict(idle, cap, times, origins)
     return bases
 
 
-def apply_rule(rule: str, base: np.ndarray, scale: np.ndarray, param) -> np.ndarray:
-    if rule.endswith("*factor"):
-        return np.maximum(np.floor(base * param), 0)
-    return np.maximum(np.floor(base + param * scale), 0)
+def adjustment(rule: str) -> Offset | Factor:
+    """How the named rule lowers its level (`RULES`)."""
+    return RULES[rule][1]
 
 
-def calibrate_rules(bases, scale, truth, risk, violations: dict | None = None):
+def apply_rule(rule: str, base: np.ndarray, scale: np.ndarray, param: Param) -> np.ndarray:
+    return adjustment(rule).apply(base, scale, param)
+
+
+def calibrate_rules(
+    bases: dict[str, np.ndarray],
+    scale: np.ndarray,
+    truth: np.ndarray,
+    risk: float,
+    violations: dict[str, np.ndarray] | None = None,
+) -> tuple[list[str], np.ndarray]:
     """Per series: for each rule the parameter with the most capture at violations ≤ risk, then
     the rule with the most capture. Returns (rule per series, parameter per series).
 
@@ -175,14 +297,14 @@ def calibrate_rules(bases, scale, truth, risk, violations: dict | None = None):
     ok = np.isfinite(truth)
     n_series = truth.shape[1]
     rule_at = np.zeros(n_series, dtype=int)  # index into `names`; 0: the default
-    names = ["past_min*factor"]
+    names = [DEFAULT_RULE]
     best_param = np.zeros(n_series)
     best_capture = np.full(n_series, -1.0)
     n_ok = np.maximum(ok.sum(axis=0), 1)
     total = np.maximum(np.where(ok, truth, 0).sum(axis=0), 1e-9)
     whole = _whole_units(truth, ok)
     for rule, base in bases.items():
-        grid = FACTORS if rule.endswith("*factor") else OFFSETS
+        grid = adjustment(rule).grid
         names.append(rule)
         if whole and _monotone(rule, base, scale, ok, grid):
             memo = {} if violations is None else violations
@@ -209,7 +331,7 @@ def calibrate_rules(bases, scale, truth, risk, violations: dict | None = None):
 WHOLE_MAX = 1e8  # Σ outcome per series up to which captures of whole units are told apart by 1e-9
 
 
-def _whole_units(truth, ok) -> bool:
+def _whole_units(truth: np.ndarray, ok: np.ndarray) -> bool:
     """Outcomes in whole units ≥ 0 with per-series sums ≤ WHOLE_MAX: then every capture sum is
     an exact integer (any summation order gives the same figure) and two different sums give
     captures more than 1e-9 apart."""
@@ -221,29 +343,34 @@ def _whole_units(truth, ok) -> bool:
     return bool((np.where(ok, truth, 0).sum(axis=0) <= WHOLE_MAX).all())
 
 
-def _monotone(rule, base, scale, ok, grid) -> bool:
+def _monotone(
+    rule: str, base: np.ndarray, scale: np.ndarray, ok: np.ndarray, grid: np.ndarray
+) -> bool:
     """Whether each hour's release never falls along the (rising) grid, NaN at no or every
     parameter: offsets need a finite scale ≥ 0, factors a finite base ≥ 0 (where known)."""
     if not (np.diff(grid) > 0).all():
         return False
-    if rule.endswith("*factor"):
-        b = np.broadcast_to(base, ok.shape)[ok]
-        return not ((b < 0) | np.isinf(b)).any()
-    sc = np.broadcast_to(scale, ok.shape)[ok]
-    return bool((np.isfinite(sc) & (sc >= 0)).all())
+    return adjustment(rule).monotone(base, scale, ok)
 
 
-def _first_reaching(rule, base, scale, grid, level, active) -> np.ndarray:
+def _first_reaching(
+    rule: str,
+    base: np.ndarray,
+    scale: np.ndarray,
+    grid: np.ndarray,
+    level: np.ndarray,
+    active: np.ndarray,
+) -> np.ndarray:
     """Per element: the first grid index whose release is ≥ `level` (a whole number), len(grid)
     if none; 0 where not `active`. A guess from the rule's formula, confirmed by the release
     itself at that index and the one before (the release never falls along the grid), and a
     bisection where the guess was off."""
     n_grid = len(grid)
     with np.errstate(all="ignore"):
-        p = level / base if rule.endswith("*factor") else (level - base) / scale
+        p = adjustment(rule).guess(level, base, scale)
     k = np.where(active & (level > 0), np.searchsorted(grid, p), 0)  # NaN p: n_grid
 
-    def reaches(b, s, lv, kk):
+    def reaches(b: np.ndarray, s: np.ndarray, lv: np.ndarray, kk: np.ndarray) -> np.ndarray:
         return apply_rule(rule, b, s, grid[np.clip(kk, 0, n_grid - 1)]) >= lv
 
     fine = ((k == n_grid) | reaches(base, scale, level, k)) & (
@@ -264,7 +391,15 @@ def _first_reaching(rule, base, scale, grid, level, active) -> np.ndarray:
     return k
 
 
-def _violations(rule, base, scale, truth, ok, grid, n_ok) -> np.ndarray:
+def _violations(
+    rule: str,
+    base: np.ndarray,
+    scale: np.ndarray,
+    truth: np.ndarray,
+    ok: np.ndarray,
+    grid: np.ndarray,
+    n_ok: np.ndarray,
+) -> np.ndarray:
     """(grid, series) violation shares of a rule whose release never falls along the grid, on
     whole-unit outcomes: each hour's first violating parameter, counted."""
     n_grid, n_series = len(grid), truth.shape[1]
@@ -276,7 +411,18 @@ def _violations(rule, base, scale, truth, ok, grid, n_ok) -> np.ndarray:
     return np.cumsum(counts.reshape(n_grid + 1, n_series), axis=0)[:n_grid] / n_ok
 
 
-def _calibrate_whole(rule, base, scale, truth, ok, grid, risk, total, best_capture, viol):
+def _calibrate_whole(
+    rule: str,
+    base: np.ndarray,
+    scale: np.ndarray,
+    truth: np.ndarray,
+    ok: np.ndarray,
+    grid: np.ndarray,
+    risk: float,
+    total: np.ndarray,
+    best_capture: np.ndarray,
+    viol: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """One rule of `calibrate_rules` on whole-unit outcomes with a release that never falls
     along the grid: the same pick as walking the grid, from a few passes instead of one per
     parameter.
@@ -303,7 +449,12 @@ def _calibrate_whole(rule, base, scale, truth, ok, grid, risk, total, best_captu
     return better, param, capture
 
 
-def _apply_per_series(rule, base_of, scale, param) -> np.ndarray:
+def _apply_per_series(
+    rule: Sequence[str],
+    base_of: Callable[[str], np.ndarray],
+    scale: np.ndarray,
+    param: np.ndarray,
+) -> np.ndarray:
     """Column j: `apply_rule(rule[j], base_of(rule[j])[:, j], scale[:, j], param[j])`, a rule at
     a time for all its series."""
     out = np.empty(np.shape(scale))
@@ -314,7 +465,14 @@ def _apply_per_series(rule, base_of, scale, param) -> np.ndarray:
     return out
 
 
-def choose_margin(bases, scale, truth, risk, margins=MARGINS, counted=None) -> float:
+def choose_margin(
+    bases: dict[str, np.ndarray],
+    scale: np.ndarray,
+    truth: np.ndarray,
+    risk: float,
+    margins: Sequence[float] = MARGINS,
+    counted: np.ndarray | None = None,
+) -> float:
     """How much of the violation budget to spend when calibrating, decided on training data only.
 
     Calibrate on the first half of the calibration days with budget risk × margin, check the
@@ -343,7 +501,7 @@ CHECK_WEEKS = 2  # how many of them (each a pseudo-test calibrated on the hours 
 QUANTILE_MARGINS = (1.0, 0.75, 0.5)
 
 
-def _check(rel, truth, risk) -> tuple[bool, float, float]:
+def _check(rel: np.ndarray, truth: np.ndarray, risk: float) -> tuple[bool, float, float]:
     """(within budget pooled and for the median series, median capture, median violations)."""
     ok = np.isfinite(truth)
     viol = np.where(ok, rel > truth, False)
@@ -354,7 +512,18 @@ def _check(rel, truth, risk) -> tuple[bool, float, float]:
     return bool(within), float(np.median(capture)), float(np.median(per_series))
 
 
-def _calibrated_rules(idle, cap, times, scale, truth, val, w, risk, levels=None, pool=None):
+def _calibrated_rules(
+    idle: np.ndarray,
+    cap: np.ndarray,
+    times: pd.DatetimeIndex,
+    scale: np.ndarray,
+    truth: np.ndarray,
+    val: np.ndarray,
+    w: int,
+    risk: float,
+    levels: dict[str, np.ndarray] | None = None,
+    pool: np.ndarray | None = None,
+) -> tuple[IdleModel | None, list[str], np.ndarray, float]:
     """Each series' rule and parameter calibrated on the origins `val` (the model-based rule only
     with a week of history before them). Under a day of calibration hours there is nothing to
     calibrate on: half the past-W minimum, the note's safe rule. The model and the margin learn
@@ -364,7 +533,7 @@ def _calibrated_rules(idle, cap, times, scale, truth, val, w, risk, levels=None,
     if len(val) and int(val[0]) - w > 7 * 24:
         model = IdleModel(w, risk, pool=pool).fit(idle, cap, times, int(val[0]) - w)
     if len(val) < 24:
-        return model, ["past_min*factor"] * idle.shape[1], np.full(idle.shape[1], 0.5), 1.0
+        return model, [DEFAULT_RULE] * idle.shape[1], np.full(idle.shape[1], 0.5), 1.0
     bases = candidate_bases(idle, cap, times, val, w, model, levels)
     # an hour without capacity (known 0 at the origin) cannot be wrong: like a series without
     # any (`with_capacity`) it does not dilute the pooled share, and whether a series that has
@@ -378,8 +547,19 @@ def _calibrated_rules(idle, cap, times, scale, truth, val, w, risk, levels=None,
 
 
 def _rule_advisor(
-    idle, cap, times, scale, truth, o, start, w, risk, refit_every, recalibrate_every, pool=None
-):
+    idle: np.ndarray,
+    cap: np.ndarray,
+    times: pd.DatetimeIndex,
+    scale: np.ndarray,
+    truth: np.ndarray,
+    o: np.ndarray,
+    start: int,
+    w: int,
+    risk: float,
+    refit_every: int,
+    recalibrate_every: int | None,
+    pool: np.ndarray | None = None,
+) -> tuple[np.ndarray, list[str]]:
     """The per-series rules (fallback): rule and parameter picked per series on the last
     `CALIBRATION_DAYS` of the training part, optionally re-picked every `recalibrate_every`
     origins on the trailing days of known outcomes; model and margin learn from `pool`
@@ -400,7 +580,7 @@ def _rule_advisor(
             model.fit(idle, cap, times, int(block[0]))
         b = candidate_bases(idle, cap, times, block, w, model, levels)
         for k in test_bases:
-            test_bases[k][i : i + len(block)] = b.get(k, b["past_min*factor"])
+            test_bases[k][i : i + len(block)] = b.get(k, b[DEFAULT_RULE])
     pos = np.concatenate([hist, o])
     all_bases = {k: np.concatenate([hist_bases[k], test_bases[k]]) for k in test_bases}
     adv = np.empty((len(o), idle.shape[1]))
@@ -420,17 +600,30 @@ def _rule_advisor(
             )
         params.append((rule, param))
         rows = slice(i, i + len(block))
-        adv[rows] = _apply_per_series(
-            rule, lambda k, rows=rows: test_bases[k][rows], scale[block], param
-        )
+
+        def base_of(k: str, rows: slice = rows) -> np.ndarray:
+            return test_bases[k][rows]
+
+        adv[rows] = _apply_per_series(rule, base_of, scale[block], param)
     rule, param = params[-1]
     extra = f",recalibrated={len(params)}x" if len(params) > 1 else ""
     return adv, [f"{rule[j]}={param[j]:.3f},margin={margin:g}{extra}" for j in range(len(rule))]
 
 
 def _quantile_advisor(
-    panel, idle, cap, times, truth, o, start, w, risk, refit_every, recal, method="auto"
-):
+    panel: Panel,
+    idle: np.ndarray,
+    cap: np.ndarray,
+    times: pd.DatetimeIndex,
+    truth: np.ndarray,
+    o: np.ndarray,
+    start: int,
+    w: int,
+    risk: float,
+    refit_every: int,
+    recal: int | None,
+    method: str = "auto",
+) -> tuple[np.ndarray, list[str]] | None:
     """The pooled quantile model with one λ per data set, picked on out-of-sample forecasts of
     every training hour whose outcome is known at `start`.
 
@@ -462,7 +655,7 @@ def _quantile_advisor(
     rows = np.arange(first, int(o[-1]) + 1)
     Q = iq.quantile_paths(X, cur, s, cap, (truth - cur) / s, w, rows, refits)
 
-    def q(t):
+    def q(t: np.ndarray) -> np.ndarray:
         return Q[:, np.asarray(t) - first]
 
     # each week's rows: its hours whose outcome is known at `start`; the weeks' releases and
@@ -513,15 +706,15 @@ def _quantile_advisor(
 
 def backtest(
     panel: Panel,
-    windows=(1, 4),
+    windows: Sequence[int] = (1, 4),
     risk: float = 0.05,
-    test_from=None,
-    test_to=None,
+    test_from: object = None,
+    test_to: object = None,
     refit_every: int = 168,
     recalibrate_every: int | None = None,
-    releases: dict | None = None,
+    releases: dict[int, pd.DataFrame] | None = None,
     method: str = "auto",
-    pooled_over=None,
+    pooled_over: Sequence[str] | None = None,
     intervals: bool = False,
 ) -> pd.DataFrame:
     """Hourly release decisions over the test window for the advisor and the baseline rules.
@@ -585,7 +778,7 @@ def backtest(
         if releases is not None:
             releases[w] = pd.DataFrame(decisions["advisor"], index=times[o], columns=series)
         mean_idle = None
-        days = times[o].normalize() if intervals else None
+        days = times[o].normalize()
         for name, rel in decisions.items():
             scores, mean_idle = release_scores_per_series(rel, truth[o], mean_idle)
             for j, s in enumerate(series):
@@ -604,7 +797,9 @@ def backtest(
     return pd.DataFrame(rows)
 
 
-def release_scores_per_series(rel, truth, mean_idle=None):
+def release_scores_per_series(
+    rel: np.ndarray, truth: np.ndarray, mean_idle: list[float] | None = None
+) -> tuple[list[dict[str, float]], list[float]]:
     """(`metrics.release_scores(rel[:, j], truth[:, j])` and `float(np.nanmean(truth[:, j]))`
     for every column j; `mean_idle`: the latter where the caller has it already).
 
@@ -643,7 +838,9 @@ def release_scores_per_series(rel, truth, mean_idle=None):
     return scores, mean_idle
 
 
-def pool_mask(series: list[str], pooled_over, method: str) -> np.ndarray | None:
+def pool_mask(
+    series: list[str], pooled_over: Sequence[str] | None, method: str
+) -> np.ndarray | None:
     """The series (a boolean mask; None: all) whose hours the per-series rules' pooled model and
     margin learn from. A caller that serves a set of series chosen by their latest hours (the
     nodes most idle now) names a set chosen without them, so that a held-back origin's release
@@ -683,10 +880,10 @@ def known_capacity_drop(cap: np.ndarray, last: int, w: int) -> np.ndarray:
 
 def idle_windows(
     panel: Panel,
-    windows=IDLE_WINDOWS_H,
+    windows: Sequence[int] = IDLE_WINDOWS_H,
     risk: float = IDLE_RISK,
     method: str = "auto",
-    pooled_over=None,
+    pooled_over: Sequence[str] | None = None,
 ) -> pd.DataFrame:
     """Live use: units safe to release now per series and window.
 
@@ -724,7 +921,7 @@ def idle_windows(
             else pd.DataFrame()
         )
         out = pd.concat([found, pd.DataFrame(rows)], ignore_index=True)
-        rank = {"window_h": {w: i for i, w in enumerate(windows)}}
+        rank: dict[str, dict[Any, int]] = {"window_h": {w: i for i, w in enumerate(windows)}}
         rank["series"] = {s: i for i, s in enumerate(panel.series)}
         out = out.sort_values(["window_h", "series"], key=lambda c: c.map(rank[c.name]))
         return out.reset_index(drop=True)
@@ -771,7 +968,17 @@ def idle_windows(
     return pd.DataFrame(out)
 
 
-def _rule_release_now(idle, cap, times, scale, truth, last, w, risk, pool=None):
+def _rule_release_now(
+    idle: np.ndarray,
+    cap: np.ndarray,
+    times: pd.DatetimeIndex,
+    scale: np.ndarray,
+    truth: np.ndarray,
+    last: int,
+    w: int,
+    risk: float,
+    pool: np.ndarray | None = None,
+) -> tuple[np.ndarray, list[str]]:
     """The per-series rules' release at the last hour (short histories); model and margin learn
     from `pool` (`_calibrated_rules`)."""
     now = np.array([last])
@@ -783,5 +990,5 @@ def _rule_release_now(idle, cap, times, scale, truth, last, w, risk, pool=None):
     if model is not None:
         model.fit(idle, cap, times, last)
     b = candidate_bases(idle, cap, times, now, w, model, levels)
-    rel = _apply_per_series(rule, lambda k: b.get(k, b["past_min*factor"]), scale[now], param)
+    rel = _apply_per_series(rule, lambda k: b.get(k, b[DEFAULT_RULE]), scale[now], param)
     return rel[0], list(rule)

@@ -12,12 +12,14 @@ from __future__ import annotations
 import hashlib
 import threading
 from collections import OrderedDict
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from advisor.forecast import features as feat
-from advisor.forecast.io import Panel
+from advisor.forecast.panel import Panel
 from advisor.forecast.threads import bounded
 
 LEVELS = (0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.9)  # quantile levels of m the model predicts
@@ -40,7 +42,7 @@ _fitted: OrderedDict = OrderedDict()
 _fitted_lock = threading.Lock()
 
 
-def fit_gbm(params: dict, X: np.ndarray, y: np.ndarray):
+def fit_gbm(params: dict[str, Any], X: np.ndarray, y: np.ndarray) -> Any:
     """`HistGradientBoostingRegressor(**params).fit(X, y)`, reused when this process has already
     fitted the same parameters on the same rows (byte for byte). The fits are deterministic (fixed
     `random_state`), so reuse changes no result; it spares repeated `idle_windows` calls within an
@@ -95,7 +97,9 @@ def minute_state(panel: Panel, times: pd.DatetimeIndex) -> tuple[np.ndarray, ...
     return last, high, since
 
 
-def idle_features(panel: Panel, idle, cap, times, w: int):
+def idle_features(
+    panel: Panel, idle: np.ndarray, cap: np.ndarray, times: pd.DatetimeIndex, w: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """X (T, S, F), current idle (T, S) and scale (T, S) for windows of w hours; row t uses the
     minutes of hour t and earlier only (plus the calendar and capacity schedule at t + w)."""
     X, _, cur, s = feat.build(idle, cap, times, w)
@@ -120,7 +124,18 @@ def idle_features(panel: Panel, idle, cap, times, w: int):
     return np.concatenate([X, Xe], axis=-1), cur, s
 
 
-def quantile_paths(X, cur, s, cap, target, w, rows, refit_points, levels=LEVELS, seed=0):
+def quantile_paths(
+    X: np.ndarray,
+    cur: np.ndarray,
+    s: np.ndarray,
+    cap: np.ndarray,
+    target: np.ndarray,
+    w: int,
+    rows: np.ndarray,
+    refit_points: np.ndarray,
+    levels: Sequence[float] = LEVELS,
+    seed: int = 0,
+) -> np.ndarray:
     """Quantiles of m at `rows`, (len(levels), len(rows), S), each from pooled models fitted at
     the latest refit point ≤ the row on the outcomes known there (rows t with t + w ≤ the refit
     point). NaN where no refit point precedes a row or too few outcomes are known."""
@@ -162,7 +177,9 @@ def quantile_paths(X, cur, s, cap, target, w, rows, refit_points, levels=LEVELS,
 FINE = np.concatenate([[0.0, 0.0025, 0.005, 0.01, 0.015], np.arange(0.02, 0.9001, 0.01)])
 
 
-def fine_quantiles(Q, levels=LEVELS) -> tuple[np.ndarray, np.ndarray]:
+def fine_quantiles(
+    Q: np.ndarray, levels: Sequence[float] = LEVELS
+) -> tuple[np.ndarray, np.ndarray]:
     """The predicted quantile function on the grid `FINE` (linear between the model's levels,
     down to q(0) = 0 below the lowest, which can only understate a release) and its integral
     C(u) = ∫₀ᵘ q(v) dv per grid point: both (len(FINE), rows, S)."""
@@ -176,7 +193,12 @@ def fine_quantiles(Q, levels=LEVELS) -> tuple[np.ndarray, np.ndarray]:
     return fine, integral
 
 
-def lagrange_release(Q, lam, norm, levels=LEVELS) -> np.ndarray:
+def lagrange_release(
+    Q: np.ndarray | tuple[np.ndarray, np.ndarray],
+    lam: float | np.ndarray,
+    norm: np.ndarray,
+    levels: Sequence[float] = LEVELS,
+) -> np.ndarray:
     """Per row and series, the release R = floor(q(u)) over the grid `FINE` of quantile levels u
     (u = 0: release nothing) that maximises E[min(R, m)] / norm − lam × u, with E[min(R, m)] =
     ∫₀ᵘ q + (1 − u) R from the predicted quantile function: a unit of risk is spent where it buys
@@ -190,7 +212,13 @@ def lagrange_release(Q, lam, norm, levels=LEVELS) -> np.ndarray:
     return np.take_along_axis(R, k[None], axis=0)[0]
 
 
-def lambda_for(Q, norm, truth, budget, shrink=SHRINK_H) -> np.ndarray:
+def lambda_for(
+    Q: np.ndarray,
+    norm: np.ndarray,
+    truth: np.ndarray,
+    budget: float,
+    shrink: int | None = SHRINK_H,
+) -> np.ndarray:
     """Per series, the smallest λ (most release) such that at it and every larger λ the series'
     violation share stays ≤ budget: with `shrink` None the share pooled over all series (one λ
     per data set), else each series' share shrunk towards the pooled one by `shrink` pseudo-hours.
@@ -213,7 +241,7 @@ def lambda_for(Q, norm, truth, budget, shrink=SHRINK_H) -> np.ndarray:
     return lam
 
 
-def release_norm(idle) -> np.ndarray:
+def release_norm(idle: np.ndarray) -> np.ndarray:
     """Per-row size of a series (trailing week's mean idle + 1), so one λ fits pools of any size."""
     return pd.DataFrame(feat.ffill(idle)).rolling(168, min_periods=1).mean().to_numpy() + 1.0
 

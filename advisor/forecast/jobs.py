@@ -11,12 +11,14 @@ for every running job against thousands of finished ones.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 import pandas as pd
 
 
 def tail_quantiles(
-    sorted_durations: np.ndarray, elapsed: np.ndarray, quantiles
+    sorted_durations: np.ndarray, elapsed: np.ndarray, quantiles: Sequence[float]
 ) -> tuple[np.ndarray, dict[float, np.ndarray]]:
     """For each elapsed time e: how many durations exceed it, and per level q the q-quantile of
     those durations minus e (numpy's default linear interpolation; NaN when none exceeds e)."""
@@ -44,7 +46,7 @@ def predict_job_end(
     running: pd.DataFrame,
     history: pd.DataFrame,
     by: tuple[str, ...] = ("tenant", "gpus"),
-    quantiles=(0.1, 0.5, 0.9),
+    quantiles: Sequence[float] = (0.1, 0.5, 0.9),
     min_jobs: int = 20,
 ) -> pd.DataFrame:
     """`running`: job, elapsed_h[, by…]; `history`: duration_h[, by…] of finished jobs.

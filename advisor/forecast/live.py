@@ -4,20 +4,22 @@ The hourly panel of the history (`advisor.forecast.runs.hourly_panel`) goes, for
 horizon, through:
 
 1. rolling-origin forecasts (`advisor.forecast.rolling.rolling_forecasts`, information ≤ origin
-   only) of a few cheap candidates over every origin whose target is already observed;
-2. the earlier half of those origins picks the model (lowest MAE; it must beat naive by 1 %,
-   as in `advisor.forecast.rolling.select`), the later half is held back and scores the pick,
-   the seasonal-naive baseline and naive by WAPE and by the coverage of their intervals (over
-   the held-back origins that had one, `_coverage`); those scores are served, never used to
-   choose the model (they would no longer be out of sample). The pick is scored only on the
-   earlier origins whose target is observed at the first held-back origin (as the offline
-   selection's targets lie before its test part), so no hour after a held-back origin chooses
-   the model scored there: on a short history with a long horizon there may be none, and the
-   pick is naive;
-3. the pick, fitted on everything, forecasts from the last complete hour with its interval:
-   the forecast plus quantiles of its own known errors at the horizon; with fewer than
-   `MIN_INTERVAL_ERRORS` of them (a short history, a long horizon) the interval quantiles are
-   null and `interval_reason` says why (the median is still served).
+   only) of every candidate the backtest has (`selection.CANDIDATES`) over every origin whose
+   target is already observed;
+2. the earlier half of those origins picks the advisor by the backtest's own rule
+   (`advisor.forecast.selection`: naive and the candidates that beat it in every window, their
+   median); the later half is held back and scores the advisor, the seasonal-naive baseline and
+   naive by WAPE and by the coverage of their intervals (over the held-back origins that had
+   one, `_coverage`); those scores are served, never used to choose (they would no longer be out
+   of sample). The pick is scored only on the earlier origins whose target is observed at the
+   first held-back origin (as the offline selection's targets lie before its test part), so no
+   hour after a held-back origin chooses the model scored there: on a short history with a long
+   horizon there may be none, and the pick is naive;
+3. the pick's members, fitted on everything, forecast from the last complete hour; the advisor
+   is their median, its interval split-conformal on its own errors known then
+   (`selection.conformal`); with fewer than `MIN_INTERVAL_ERRORS` of them (a short history, a
+   long horizon) the interval quantiles are null and `interval_reason` says why (the median is
+   still served).
 
 A pool's (tenant's) `allocated_gpus` is the mean of the latest observed complete hour (the last
 complete hour unless it is masked), not the latest run's value: the forecast's own input.
@@ -42,27 +44,22 @@ import numpy as np
 import pandas as pd
 
 from advisor.forecast import metrics as M
+from advisor.forecast import rolling, selection
 from advisor.forecast.features import within_arrays
-from advisor.forecast.io import Panel
 from advisor.forecast.live_idle import idle_or_error
 from advisor.forecast.models import MIN_INTERVAL_ERRORS, as_arrays, make
+from advisor.forecast.panel import Panel
 from advisor.forecast.rolling import rolling_forecasts
 from advisor.forecast.runs import RunsPanel, hourly_panel, node_panel, runs_panel
+from advisor.forecast.selection import CANDIDATES, RULE
 from advisor.forecast.served import finite, horizon_label, last_finite, message, ratio
 from advisor.settings import IDLE_MAX_NODES, IDLE_RISK, IDLE_WINDOWS_H, MAX_TENANTS
 
 if TYPE_CHECKING:
     from advisor.history import NodeHours
 
-CANDIDATES: tuple[str, ...] = (
-    "naive",
-    "last_reading",
-    "seasonal_naive_24",
-    "same_hour_mean_7d",
-    "holt_winters",
-)
 BASELINE = "seasonal_naive_24"
-NAIVE = "naive"  # its held-back scores are served too: the pick must beat it to be picked
+NAIVE = selection.NAIVE  # its held-back scores are served too: the yardstick of the rule
 QUANTILES: tuple[float, ...] = (0.1, 0.5, 0.9)
 MIN_HALF = 6  # origins in each of the selection and held-back halves
 # Held-back hours with a real interval (and an observed actual) below which no coverage is
@@ -72,16 +69,6 @@ MIN_COVERAGE_ORIGINS = 12
 MAX_ORIGINS = 14 * 24  # bound the backtest's cost on a long history
 
 log = logging.getLogger(__name__)
-
-
-def _pick(mae: dict[str, float], candidates: Sequence[str] = CANDIDATES) -> str:
-    """Lowest validation MAE; anything but naive must beat naive by 1 % (noise guard)."""
-    best, best_score = "naive", mae.get("naive", np.inf) * 0.99
-    for name in candidates:
-        score = mae.get(name, np.nan)
-        if name != "naive" and np.isfinite(score) and score < best_score:
-            best, best_score = name, score
-    return best
 
 
 def forecast_pools(
@@ -125,26 +112,22 @@ def forecast_panel(
     }
 
 
-def demand_section(
-    panel: Panel | None, horizons_h: Sequence[int], candidates: Sequence[str] = CANDIDATES
-) -> dict[str, Any]:
+def demand_section(panel: Panel | None, horizons_h: Sequence[int]) -> dict[str, Any]:
     """The demand part of the document: per series of the hourly panel and horizon, the
     forecast with its interval and held-back backtest (`history_hours`, `quantiles`,
-    `baseline`, `candidates`, `origin`, `pools`). `candidates` must hold naive and the
-    baseline; the service serves the cheap ones (`bench/service_candidates.py` measures why)."""
+    `baseline`, `candidates`, `origin`, `pools`)."""
     hours = 0 if panel is None else len(panel.index)
     doc: dict[str, Any] = {
         "history_hours": hours,
         "quantiles": list(QUANTILES),
         "baseline": BASELINE,
-        "candidates": list(candidates),
+        "candidates": list(CANDIDATES),
         "pools": [],
     }
     if panel is None:
         doc["origin"] = None
         return doc
     y, cap, times = as_arrays(panel.values, panel.capacity)
-    within = within_arrays(panel.within, panel.values)  # as rolling_forecasts reads them
     last = len(y) - 1
     doc["origin"] = times[last].isoformat() + "Z"
     by_pool: dict[str, dict[str, Any]] = {
@@ -169,57 +152,102 @@ def demand_section(
                     }
                 )
             continue
-        half = len(origins) // 2
-        fc = rolling_forecasts(panel, candidates, [h], QUANTILES, origins)
-        fc["err"] = (fc["point"] - fc["actual"]).abs()
-        select_until = times[origins[half]]
-        # the pick is scored on the earlier half's origins whose target is observed at the first
-        # held-back origin: a later target would let the hours after held-back origins choose
-        # the model the held-back half scores at them (none: naive, the selection's default)
-        scored = times[origins[:half][origins[:half] + h <= origins[half]]]
-        for j, series in enumerate(panel.series):
-            mine = fc[fc["series"] == series]
-            early, late = mine[mine["origin"].isin(scored)], mine[mine["origin"] >= select_until]
-            pick = _pick(early.groupby("model")["err"].mean().to_dict(), candidates)
-            # scored, never chosen, on the held-back half: the pick, the baseline and naive
-            shown = [(name, g) for name, g in late.groupby("model") if name in _scored(pick)]
-            wape = {
-                name: ratio(M.wape(g["actual"].to_numpy(), g["point"].to_numpy()))
-                for name, g in shown
-            }
-            covered = {name: _coverage(g) for name, g in shown}
-            model = make(pick, QUANTILES).fit(y, cap, times, last, [h], within)
-            at = np.array([last])
-            point = model.predict(y, cap, times, at, h, within)[0, j]
-            qs = model.predict_quantiles(y, cap, times, at, h, QUANTILES, within)
-            errors = int(model.known_errors(h, y.shape[1])[j])
-            by_pool[series]["horizons"].append(
-                {
-                    "horizon": horizon_label(h),
-                    "available": True,
-                    "target": (times[last] + pd.Timedelta(hours=h)).isoformat() + "Z",
-                    "model": pick,
-                    "point_gpus": float(point),
-                    "quantiles": {f"{q:g}": finite(qs[q][0, j]) for q in QUANTILES},
-                    "interval_reason": _interval_reason(errors),
-                    "backtest": {
-                        "selection_origins": len(scored),
-                        "test_origins": int(len(origins) - half),
-                        "wape_ratio": wape,
-                        "coverage_ratio": {name: c[0] for name, c in covered.items()},
-                        "coverage_origins": {name: c[1] for name, c in covered.items()},
-                    },
-                }
-            )
+        for series, entry in _horizon(panel, h, origins).items():
+            by_pool[series]["horizons"].append(entry)
     doc["pools"] = list(by_pool.values())
     return doc
 
 
-def _scored(pick: str) -> tuple[str, ...]:
-    """The models whose held-back WAPE and coverage are served: the pick, the baseline and
-    naive (the pick must beat naive on the earlier half only, so the held-back half may show it
-    losing to naive). Served, never used to choose: the pick stays the earlier half's."""
-    return (pick, BASELINE, NAIVE)
+def _horizon(panel: Panel, h: int, origins: np.ndarray) -> dict[str, dict[str, Any]]:
+    """`demand_section`'s entry per series at horizon `h` from the backtest over `origins`."""
+    times = panel.index
+    last = len(times) - 1
+    step = rolling.step_of(panel)
+    half = len(origins) // 2
+    fc = rolling_forecasts(panel, CANDIDATES, [h], QUANTILES, origins)
+    select_until = times[origins[half]]
+    # the pick is scored on the earlier half's origins whose target is observed at the first
+    # held-back origin: a later target would let the hours after held-back origins choose
+    # the model the held-back half scores at them (none: naive, the selection's default)
+    scored = times[origins[:half][origins[:half] + h <= origins[half]]]
+    picks = selection.complete(
+        selection.choose(fc[fc["origin"].isin(scored)], RULE), panel.series, [h]
+    )
+    advisor = rolling.advisor_rows(fc, picks, QUANTILES, step, RULE)
+    now = _now(panel, h, picks, last)
+    now = rolling.advisor_rows(now, picks, QUANTILES, step, RULE, known=fc)
+    pick_of = dict(zip(picks["series"], picks["pick"], strict=True))
+    out = {}
+    for series in panel.series:
+        pick = str(pick_of[series])
+        # the pick's scores are the served forecast's own (its conformal interval included),
+        # also where the pick is naive: naive's own interval is another one
+        shown = [(pick, advisor)] + [
+            (name, fc[fc["model"] == name]) for name in (BASELINE, NAIVE) if name != pick
+        ]
+        late = {
+            name: g[(g["series"] == series) & (g["origin"] >= select_until)] for name, g in shown
+        }
+        wape = {
+            name: ratio(M.wape(g["actual"].to_numpy(), g["point"].to_numpy()))
+            for name, g in late.items()
+        }
+        covered = {name: _coverage(g) for name, g in late.items()}
+        mine = advisor[advisor["series"] == series]
+        row = now[now["series"] == series].iloc[0]
+        out[series] = {
+            "horizon": horizon_label(h),
+            "available": True,
+            "target": (times[last] + pd.Timedelta(hours=h)).isoformat() + "Z",
+            "model": pick,
+            "point_gpus": float(row["point"]),
+            "quantiles": {f"{q:g}": finite(row[f"q{q:g}"]) for q in QUANTILES},
+            "interval_reason": _interval_reason(_known_errors(mine, h, times[last], step)),
+            "backtest": {
+                "selection_origins": len(scored),
+                "test_origins": int(len(origins) - half),
+                "wape_ratio": wape,
+                "coverage_ratio": {name: c[0] for name, c in covered.items()},
+                "coverage_origins": {name: c[1] for name, c in covered.items()},
+            },
+        }
+    return out
+
+
+def _now(panel: Panel, h: int, picks: pd.DataFrame, last: int) -> pd.DataFrame:
+    """The picks' members, fitted on every hour, forecasting `h` hours from the last one (the
+    candidates' rows that `rolling.advisor_rows` takes)."""
+    y, cap, times = as_arrays(panel.values, panel.capacity)
+    within = within_arrays(panel.within, panel.values)
+    capf = pd.DataFrame(cap).ffill().to_numpy()
+    names = sorted({m for p in picks["pick"] for m in selection.members_of(str(p))})
+    at = np.array([last])
+    rows = []
+    for name in names:
+        model = make(name, QUANTILES).fit(y, cap, times, last, [h], within)
+        point = model.predict(y, cap, times, at, h, within)[0]
+        for j, series in enumerate(panel.series):
+            rows.append(
+                {
+                    "origin": times[last],
+                    "series": series,
+                    "horizon": h,
+                    "model": name,
+                    "point": float(point[j]),
+                    "actual": np.nan,
+                    "capacity": float(capf[min(last + h, len(capf) - 1), j]),
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+def _known_errors(advisor: pd.DataFrame, h: int, now: pd.Timestamp, step: pd.Timedelta) -> int:
+    """The advisor's errors behind its interval at `now`: targets known by then, within the
+    rule's trailing calibration days (as `selection.conformal` takes them)."""
+    target = advisor["origin"] + h * step
+    window = RULE.calibration_days * pd.Timedelta(days=1)
+    known = (target <= now) & (target > now - window) & advisor["actual"].notna()
+    return int(known.sum())
 
 
 def _coverage(held_back: pd.DataFrame) -> tuple[dict[str, float | None], int]:

@@ -15,7 +15,7 @@ import pandas as pd
 
 from advisor.forecast import idle as I
 from advisor.forecast import idle_windows
-from advisor.forecast.io import Panel
+from advisor.forecast.panel import Panel
 from advisor.forecast.runs import RunsPanel
 from advisor.forecast.served import finite, horizon_label, label, last_finite, message, ratio
 from advisor.settings import IDLE_MAX_NODES
@@ -290,7 +290,15 @@ def _idle_series(
 
 
 def _idle_window(
-    series, w, hours, idle_now, released, scores, counts, test_from, kind="pool"
+    series: str,
+    w: int,
+    hours: int,
+    idle_now: float,
+    released: dict[tuple[str, int], dict[str, Any]],
+    scores: dict[tuple[str, int, str], dict[str, Any]],
+    counts: dict[tuple[str, int], int],
+    test_from: pd.Timestamp | None,
+    kind: str = "pool",
 ) -> dict[str, Any]:
     def absent(reason: str) -> dict[str, Any]:
         return {"available": False, "reason": reason}

@@ -3,32 +3,33 @@
 from __future__ import annotations
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 
-def _valid(y, f):
+def _valid(y: ArrayLike, f: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
     y, f = np.asarray(y, float), np.asarray(f, float)
     ok = np.isfinite(y) & np.isfinite(f)
     return y[ok], f[ok]
 
 
-def mae(y, f) -> float:
+def mae(y: ArrayLike, f: ArrayLike) -> float:
     y, f = _valid(y, f)
     return float(np.mean(np.abs(y - f))) if len(y) else np.nan
 
 
-def rmse(y, f) -> float:
+def rmse(y: ArrayLike, f: ArrayLike) -> float:
     y, f = _valid(y, f)
     return float(np.sqrt(np.mean((y - f) ** 2))) if len(y) else np.nan
 
 
-def wape(y, f) -> float:
+def wape(y: ArrayLike, f: ArrayLike) -> float:
     """Σ|y − f| / Σ|y| in percent."""
     y, f = _valid(y, f)
     denom = np.sum(np.abs(y))
     return float(100 * np.sum(np.abs(y - f)) / denom) if denom > 0 else np.nan
 
 
-def smape(y, f) -> float:
+def smape(y: ArrayLike, f: ArrayLike) -> float:
     """Mean of 200·|y − f| / (|y| + |f|) in percent; a 0/0 term counts as 0 (zero-safe)."""
     y, f = _valid(y, f)
     if not len(y):
@@ -48,12 +49,12 @@ def mase_scale(train: np.ndarray, season: int = 24) -> float:
     return float(np.mean(d)) if len(d) else np.nan
 
 
-def mase(y, f, scale: float) -> float:
+def mase(y: ArrayLike, f: ArrayLike, scale: float) -> float:
     m = mae(y, f)
     return m / scale if scale and np.isfinite(scale) and scale > 0 else np.nan
 
 
-def pinball(y, fq, q: float) -> float:
+def pinball(y: ArrayLike, fq: ArrayLike, q: float) -> float:
     """Mean quantile (pinball) loss of forecast quantile `fq` at level q."""
     y, fq = _valid(y, fq)
     if not len(y):
@@ -61,26 +62,26 @@ def pinball(y, fq, q: float) -> float:
     return float(np.mean(pinball_losses(y, fq, q)))
 
 
-def pinball_losses(y, fq, q: float) -> np.ndarray:
+def pinball_losses(y: ArrayLike, fq: ArrayLike, q: float) -> np.ndarray:
     """The pinball loss of each point (NaN where either is NaN): what `pinball` averages."""
     d = np.asarray(y, float) - np.asarray(fq, float)
     return np.maximum(q * d, (q - 1) * d)
 
 
-def headroom(y, fq) -> float:
+def headroom(y: ArrayLike, fq: ArrayLike) -> float:
     """Mean over-reservation max(fq − y, 0) of an upper quantile: what holding capacity at the
     quantile costs in idle units per step (the price of its coverage)."""
     y, fq = _valid(y, fq)
     return float(np.mean(np.maximum(fq - y, 0))) if len(y) else np.nan
 
 
-def coverage(y, fq) -> float:
+def coverage(y: ArrayLike, fq: ArrayLike) -> float:
     """Share of actuals at or below the forecast quantile."""
     y, fq = _valid(y, fq)
     return float(np.mean(y <= fq)) if len(y) else np.nan
 
 
-def release_scores(released, truth) -> dict[str, float]:
+def release_scores(released: ArrayLike, truth: ArrayLike) -> dict[str, float]:
     """Idle-window release: capture Σmin(R, m)/Σm, violation share (R > m), mean shortfall."""
     r, m = _valid(released, truth)
     if not len(r):

@@ -15,11 +15,14 @@ from __future__ import annotations
 
 import copy
 import warnings
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from advisor.forecast import features as feat
+from advisor.forecast.features import Within
 from advisor.forecast.threads import bounded
 
 RESID_WINDOW = 14 * 24  # trailing origins used for empirical error quantiles
@@ -46,7 +49,15 @@ class Forecaster:
         self._resid: dict[int, np.ndarray] = {}  # horizon -> residuals (n, S)
         self._no_errors: dict[int, bool] = {}  # horizon -> no origin to measure an error at
 
-    def fit(self, y, cap, times, until: int, horizons, within=None) -> Forecaster:
+    def fit(
+        self,
+        y: np.ndarray,
+        cap: np.ndarray,
+        times: pd.DatetimeIndex,
+        until: int,
+        horizons: Sequence[int],
+        within: Within = None,
+    ) -> Forecaster:
         self._fit(y, cap, times, until, horizons, within)
         at = max(0, until - max(horizons) - RESID_WINDOW)
         scorer = self._residual_model(y, cap, times, at, horizons, within) if self.learned else self
@@ -61,22 +72,61 @@ class Forecaster:
             self._resid[h] = y[origins + h] - pred
         return self
 
-    def _residual_model(self, y, cap, times, at: int, horizons, within=None) -> Forecaster:
+    def _residual_model(
+        self,
+        y: np.ndarray,
+        cap: np.ndarray,
+        times: pd.DatetimeIndex,
+        at: int,
+        horizons: Sequence[int],
+        within: Within = None,
+    ) -> Forecaster:
         """A copy fitted on rows ≤ `at` only, to measure out-of-sample errors after `at`."""
         return self
 
-    def _fit(self, y, cap, times, until, horizons, within=None) -> None:
+    def _fit(
+        self,
+        y: np.ndarray,
+        cap: np.ndarray,
+        times: pd.DatetimeIndex,
+        until: int,
+        horizons: Sequence[int],
+        within: Within = None,
+    ) -> None:
         """Learn parameters from rows ≤ until (baselines: nothing)."""
 
-    def _point(self, y, cap, times, origins, horizon, within=None) -> np.ndarray:
+    def _point(
+        self,
+        y: np.ndarray,
+        cap: np.ndarray,
+        times: pd.DatetimeIndex,
+        origins: np.ndarray,
+        horizon: int,
+        within: Within = None,
+    ) -> np.ndarray:
         raise NotImplementedError
 
-    def predict(self, y, cap, times, origins, horizon: int, within=None) -> np.ndarray:
+    def predict(
+        self,
+        y: np.ndarray,
+        cap: np.ndarray,
+        times: pd.DatetimeIndex,
+        origins: np.ndarray,
+        horizon: int,
+        within: Within = None,
+    ) -> np.ndarray:
         point = self._point(y, cap, times, origins, horizon, within)
         return clip_to_capacity(point, cap, origins, horizon)
 
     def predict_quantiles(
-        self, y, cap, times, origins, horizon, quantiles, within=None
+        self,
+        y: np.ndarray,
+        cap: np.ndarray,
+        times: pd.DatetimeIndex,
+        origins: np.ndarray,
+        horizon: int,
+        quantiles: Sequence[float],
+        within: Within = None,
     ) -> dict[float, np.ndarray]:
         """Point plus each quantile of the horizon's known errors; a quantile other than the
         median is NaN for a series with fewer than `MIN_INTERVAL_ERRORS` known errors (no
@@ -106,7 +156,9 @@ class Forecaster:
         return np.isfinite(resid).sum(axis=0)
 
 
-def clip_to_capacity(pred: np.ndarray, cap: np.ndarray, origins, horizon: int) -> np.ndarray:
+def clip_to_capacity(
+    pred: np.ndarray, cap: np.ndarray, origins: np.ndarray | Sequence[int], horizon: int
+) -> np.ndarray:
     """Demand cannot be negative or exceed the (known, possibly changing) capacity at the target."""
     capf = feat.ffill(cap)
     idx = np.minimum(np.asarray(origins) + horizon, len(cap) - 1)
@@ -123,7 +175,7 @@ def sort_quantiles(qs: dict[float, np.ndarray]) -> dict[float, np.ndarray]:
     return {q: stacked[i] for i, q in enumerate(levels)}
 
 
-def sort_known(stacked) -> np.ndarray:
+def sort_known(stacked: np.ndarray | Sequence[Any]) -> np.ndarray:
     """Sort along the first axis (the quantile levels) the values that are not NaN, leaving each
     NaN in its place: `np.sort` alone would put the NaN last, so a missing q0.1 would take the
     median's place and the median the q0.9's. Without NaN it is `np.sort(stacked, axis=0)`."""
@@ -139,7 +191,15 @@ class Naive(Forecaster):
 
     name = "naive"
 
-    def _point(self, y, cap, times, origins, horizon, within=None):
+    def _point(
+        self,
+        y: np.ndarray,
+        cap: np.ndarray,
+        times: pd.DatetimeIndex,
+        origins: np.ndarray,
+        horizon: int,
+        within: Within = None,
+    ) -> np.ndarray:
         return feat.ffill(y)[origins]
 
 
@@ -149,7 +209,15 @@ class LastReading(Forecaster):
 
     name = "last_reading"
 
-    def _point(self, y, cap, times, origins, horizon, within=None):
+    def _point(
+        self,
+        y: np.ndarray,
+        cap: np.ndarray,
+        times: pd.DatetimeIndex,
+        origins: np.ndarray,
+        horizon: int,
+        within: Within = None,
+    ) -> np.ndarray:
         return feat.last_reading(y, within)[origins]
 
 
@@ -161,7 +229,15 @@ class SeasonalNaive(Forecaster):
         self.season = season
         self.name = f"seasonal_naive_{season}"
 
-    def _point(self, y, cap, times, origins, horizon, within=None):
+    def _point(
+        self,
+        y: np.ndarray,
+        cap: np.ndarray,
+        times: pd.DatetimeIndex,
+        origins: np.ndarray,
+        horizon: int,
+        within: Within = None,
+    ) -> np.ndarray:
         back = self.season * int(np.ceil(horizon / self.season)) - horizon
         idx = np.asarray(origins) - back
         ffy = feat.ffill(y)
@@ -176,7 +252,15 @@ class SameHourMean(Forecaster):
 
     name = "same_hour_mean_7d"
 
-    def _point(self, y, cap, times, origins, horizon, within=None):
+    def _point(
+        self,
+        y: np.ndarray,
+        cap: np.ndarray,
+        times: pd.DatetimeIndex,
+        origins: np.ndarray,
+        horizon: int,
+        within: Within = None,
+    ) -> np.ndarray:
         ffy = feat.ffill(y)
         m = feat.same_hour_mean(ffy, horizon)[origins]
         return np.where(np.isfinite(m), m, ffy[origins])
@@ -195,7 +279,15 @@ class HoltWinters(Forecaster):
         self._start = 0
         self._memo: tuple | None = None  # (y, start, end, states): y held so identity is safe
 
-    def _fit(self, y, cap, times, until, horizons, within=None):
+    def _fit(
+        self,
+        y: np.ndarray,
+        cap: np.ndarray,
+        times: pd.DatetimeIndex,
+        until: int,
+        horizons: Sequence[int],
+        within: Within = None,
+    ) -> None:
         self._memo = None
         self._start = max(0, until + 1 - self.window)
         seg = feat.ffill(y)[self._start : until + 1]
@@ -208,7 +300,9 @@ class HoltWinters(Forecaster):
         sse = np.where(np.isfinite(sse), sse, np.inf)
         self._params = grid[np.argmin(sse, axis=1)]
 
-    def _filter(self, x: np.ndarray, params: np.ndarray, keep: np.ndarray | None = None):
+    def _filter(
+        self, x: np.ndarray, params: np.ndarray, keep: np.ndarray | None = None
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Run the recursion on every column of x (n, K) with its own (alpha, beta, gamma) row.
 
         Returns level, trend and season states after the rows in `keep` (none if None) and the
@@ -250,7 +344,15 @@ class HoltWinters(Forecaster):
                 levels[i], trends[i], seasons[i] = level, trend, season
         return levels, trends, seasons, sse
 
-    def _point(self, y, cap, times, origins, horizon, within=None):
+    def _point(
+        self,
+        y: np.ndarray,
+        cap: np.ndarray,
+        times: pd.DatetimeIndex,
+        origins: np.ndarray,
+        horizon: int,
+        within: Within = None,
+    ) -> np.ndarray:
         origins = np.asarray(origins)
         ffy = feat.ffill(y)
         out = ffy[origins].astype(float)
@@ -287,15 +389,25 @@ class GradientBoosting(Forecaster):
     name = "gbm"
     learned = True
 
-    def __init__(self, quantiles=(0.1, 0.9), max_iter: int = 80, seed: int = 0) -> None:
+    def __init__(
+        self, quantiles: Sequence[float] = (0.1, 0.9), max_iter: int = 80, seed: int = 0
+    ) -> None:
         super().__init__()
         self.quantiles = tuple(quantiles)
         self.max_iter, self.seed = max_iter, seed
-        self._models: dict[tuple[int, float], object] = {}
+        self._models: dict[tuple[int, float], Any] = {}  # fitted scikit-learn regressors
         self._cache: dict[int, tuple] = {}
         self._oos: tuple | None = None  # (y, at, fitted copy)
 
-    def _residual_model(self, y, cap, times, at, horizons, within=None):
+    def _residual_model(
+        self,
+        y: np.ndarray,
+        cap: np.ndarray,
+        times: pd.DatetimeIndex,
+        at: int,
+        horizons: Sequence[int],
+        within: Within = None,
+    ) -> Forecaster:
         oos = self._oos
         if oos is not None and oos[0] is y and oos[1] is within and oos[2] == at:
             return oos[3]
@@ -306,7 +418,14 @@ class GradientBoosting(Forecaster):
         self._oos = (y, within, at, clone)
         return clone
 
-    def _features(self, y, cap, times, horizon, within=None):
+    def _features(
+        self,
+        y: np.ndarray,
+        cap: np.ndarray,
+        times: pd.DatetimeIndex,
+        horizon: int,
+        within: Within = None,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         key = horizon
         cached = self._cache.get(key)
         if cached is not None and cached[0] is y and cached[1] is within:
@@ -315,7 +434,7 @@ class GradientBoosting(Forecaster):
         self._cache[key] = (y, within, X, last, s)
         return X, last, s
 
-    def _regressor(self, q: float):
+    def _regressor(self, q: float) -> Any:
         from sklearn.ensemble import HistGradientBoostingRegressor
 
         loss = {"loss": "absolute_error"} if q == 0.5 else {"loss": "quantile", "quantile": q}
@@ -329,7 +448,15 @@ class GradientBoosting(Forecaster):
             random_state=self.seed,
         )
 
-    def _fit(self, y, cap, times, until, horizons, within=None):
+    def _fit(
+        self,
+        y: np.ndarray,
+        cap: np.ndarray,
+        times: pd.DatetimeIndex,
+        until: int,
+        horizons: Sequence[int],
+        within: Within = None,
+    ) -> None:
         for h in horizons:
             X, last, s = self._features(y, cap, times, h, within)
             rows = np.arange(0, until - h + 1)
@@ -344,7 +471,16 @@ class GradientBoosting(Forecaster):
                 with bounded():
                     self._models[(h, q)] = self._regressor(q).fit(Xr[ok], tr[ok])
 
-    def _predict_q(self, y, cap, times, origins, horizon, q, within=None):
+    def _predict_q(
+        self,
+        y: np.ndarray,
+        cap: np.ndarray,
+        times: pd.DatetimeIndex,
+        origins: np.ndarray,
+        horizon: int,
+        q: float,
+        within: Within = None,
+    ) -> np.ndarray:
         X, last, s = self._features(y, cap, times, horizon, within)
         origins = np.asarray(origins)
         model = self._models.get((horizon, q))
@@ -359,10 +495,27 @@ class GradientBoosting(Forecaster):
         """The regressor's view of the features: gradient boosting takes NaN as missing."""
         return X
 
-    def _point(self, y, cap, times, origins, horizon, within=None):
+    def _point(
+        self,
+        y: np.ndarray,
+        cap: np.ndarray,
+        times: pd.DatetimeIndex,
+        origins: np.ndarray,
+        horizon: int,
+        within: Within = None,
+    ) -> np.ndarray:
         return self._predict_q(y, cap, times, origins, horizon, 0.5, within)
 
-    def predict_quantiles(self, y, cap, times, origins, horizon, quantiles, within=None):
+    def predict_quantiles(
+        self,
+        y: np.ndarray,
+        cap: np.ndarray,
+        times: pd.DatetimeIndex,
+        origins: np.ndarray,
+        horizon: int,
+        quantiles: Sequence[float],
+        within: Within = None,
+    ) -> dict[float, np.ndarray]:
         learned = [q for q in quantiles if (horizon, q) in self._models]
         rest = [q for q in quantiles if q not in learned]
         out = (
@@ -382,7 +535,7 @@ class Linear(GradientBoosting):
     def __init__(self, seed: int = 0) -> None:
         super().__init__(quantiles=(), seed=seed)  # no quantile loss: the median only
 
-    def _regressor(self, q: float):
+    def _regressor(self, q: float) -> Any:
         from sklearn.linear_model import Ridge
         from sklearn.pipeline import make_pipeline
         from sklearn.preprocessing import StandardScaler
@@ -405,58 +558,78 @@ class Combination(Forecaster):
         self.members, self.name, self.shared = members, name, shared
         self.learned = any(m.learned for m in members)
 
-    def _residual_model(self, y, cap, times, at, horizons, within=None):
+    def _residual_model(
+        self,
+        y: np.ndarray,
+        cap: np.ndarray,
+        times: pd.DatetimeIndex,
+        at: int,
+        horizons: Sequence[int],
+        within: Within = None,
+    ) -> Forecaster:
         return Combination(
             [m._residual_model(y, cap, times, at, horizons, within) for m in self.members],
             self.name,
             shared=True,
         )
 
-    def _fit(self, y, cap, times, until, horizons, within=None):
+    def _fit(
+        self,
+        y: np.ndarray,
+        cap: np.ndarray,
+        times: pd.DatetimeIndex,
+        until: int,
+        horizons: Sequence[int],
+        within: Within = None,
+    ) -> None:
         if not self.shared:
             for m in self.members:
                 m._fit(y, cap, times, until, horizons, within)
 
-    def _point(self, y, cap, times, origins, horizon, within=None):
+    def _point(
+        self,
+        y: np.ndarray,
+        cap: np.ndarray,
+        times: pd.DatetimeIndex,
+        origins: np.ndarray,
+        horizon: int,
+        within: Within = None,
+    ) -> np.ndarray:
         points = [m._point(y, cap, times, origins, horizon, within) for m in self.members]
         return np.mean(points, axis=0)
 
 
-BASELINES = (
-    "naive",
-    "seasonal_naive_24",
-    "seasonal_naive_168",
-    "same_hour_mean_7d",
-    "holt_winters",
-    "last_reading",
-)
-
-
 COMBO_MEMBERS = ("naive", "linear", "gbm")
 
+# Every model by the name reports give it, in the order the backtest runs and reports them: the
+# baselines, then the learned models and their combination. `make` builds only these.
+MAKERS: dict[str, Callable[[tuple[float, ...]], Forecaster]] = {
+    "naive": lambda q: Naive(),
+    "seasonal_naive_24": lambda q: SeasonalNaive(24),
+    "seasonal_naive_168": lambda q: SeasonalNaive(168),
+    "same_hour_mean_7d": lambda q: SameHourMean(),
+    "holt_winters": lambda q: HoltWinters(),
+    "last_reading": lambda q: LastReading(),
+    "gbm": lambda q: GradientBoosting(quantiles=[x for x in q if x != 0.5]),
+    "linear": lambda q: Linear(),
+    "combo": lambda q: Combination([Naive(), Linear(), GradientBoosting(quantiles=())], "combo"),
+}
+NAMES: tuple[str, ...] = tuple(MAKERS)
+BASELINES = NAMES[: NAMES.index("gbm")]
 
-def make(name: str, quantiles=(0.1, 0.9), fitted: dict | None = None) -> Forecaster:
-    """Build a fresh forecaster by its reported name (`fitted`: members a combination may reuse)."""
+
+def make(
+    name: str, quantiles: Sequence[float] = (0.1, 0.9), fitted: dict[str, Forecaster] | None = None
+) -> Forecaster:
+    """A fresh forecaster by its reported name (`fitted`: members a combination may reuse)."""
     if name == "combo" and fitted and all(m in fitted for m in COMBO_MEMBERS):
         return Combination([fitted[m] for m in COMBO_MEMBERS], "combo", shared=True)
-    if name == "naive":
-        return Naive()
-    if name == "last_reading":
-        return LastReading()
-    if name.startswith("seasonal_naive_"):
-        return SeasonalNaive(int(name.rsplit("_", 1)[1]))
-    if name == "same_hour_mean_7d":
-        return SameHourMean()
-    if name == "holt_winters":
-        return HoltWinters()
-    if name == "gbm":
-        return GradientBoosting(quantiles=[q for q in quantiles if q != 0.5])
-    if name == "linear":
-        return Linear()
-    if name == "combo":
-        return Combination([Naive(), Linear(), GradientBoosting(quantiles=())], "combo")
-    raise ValueError(f"unknown model {name!r}")
+    if name not in MAKERS:
+        raise ValueError(f"unknown model {name!r}; known: {', '.join(NAMES)}")
+    return MAKERS[name](tuple(quantiles))
 
 
-def as_arrays(values: pd.DataFrame, capacity: pd.DataFrame):
+def as_arrays(
+    values: pd.DataFrame, capacity: pd.DataFrame
+) -> tuple[np.ndarray, np.ndarray, pd.DatetimeIndex]:
     return values.to_numpy(float), capacity.reindex_like(values).to_numpy(float), values.index

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
 
-def _save(fig, path: str | Path) -> Path:
+def _save(fig: Any, path: str | Path) -> Path:
     import matplotlib.pyplot as plt
 
     fig.tight_layout()

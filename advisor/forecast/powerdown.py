@@ -8,12 +8,13 @@ skeleton's buffer and keep on the last two training weeks (`ces_tuned`), never o
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from advisor.forecast import features as feat
-from advisor.forecast.io import Panel
+from advisor.forecast.panel import Panel
 from advisor.forecast.threads import bounded
 
 STEP = "10min"
@@ -53,7 +54,7 @@ def future_max(used: np.ndarray, k: int) -> np.ndarray:
     return s[::-1].rolling(k, min_periods=k).max()[::-1].to_numpy()
 
 
-def _hgb(loss: str, q: float | None = None, seed: int = 0):
+def _hgb(loss: str, q: float | None = None, seed: int = 0) -> Any:
     from sklearn.ensemble import HistGradientBoostingRegressor
 
     kw = {"loss": loss} if q is None else {"loss": "quantile", "quantile": q}
@@ -72,12 +73,14 @@ class PathModel:
 
     def __init__(self, kind: str, n: int, q: float | None = None) -> None:
         self.kind, self.n, self.q = kind, n, q
-        self._model = None
+        self._model: Any = None  # the fitted regressor
 
     def _target(self, used: np.ndarray) -> np.ndarray:
         return path_mean(used, self.n) if self.kind == "mean" else future_max(used, self.n)
 
-    def fit(self, used, cap, times, until: int) -> PathModel:
+    def fit(
+        self, used: np.ndarray, cap: np.ndarray, times: pd.DatetimeIndex, until: int
+    ) -> PathModel:
         y = used[:, None]
         X, _, last, s = feat.build(y, cap[:, None], times, self.n, sph=SPH)
         truth = self._target(used)
@@ -89,7 +92,9 @@ class PathModel:
             self._model = _hgb(loss, self.q).fit(X[rows, 0][ok], target[ok])
         return self
 
-    def predict(self, used, cap, times, origins) -> np.ndarray:
+    def predict(
+        self, used: np.ndarray, cap: np.ndarray, times: pd.DatetimeIndex, origins: np.ndarray
+    ) -> np.ndarray:
         X, _, last, s = feat.build(used[:, None], cap[:, None], times, self.n, sph=SPH)
         with bounded():
             change = self._model.predict(X[origins, 0])
@@ -131,7 +136,9 @@ def ces_replay(
     return _summary(used, total, active, lack, change)
 
 
-def _summary(used, total, active, lack, change) -> dict:
+def _summary(
+    used: np.ndarray, total: np.ndarray, active: np.ndarray, lack: np.ndarray, change: np.ndarray
+) -> dict[str, float]:
     days = len(used) / (24 * SPH)
     off = total - active
     return {
@@ -170,8 +177,8 @@ FIT_DAYS = 7  # history the forecast models need before the tuning days
 
 def replay(
     panel: Panel,
-    test_from=None,
-    test_to=None,
+    test_from: object = None,
+    test_to: object = None,
     tune_days: int = 14,
     max_shortfalls: float = 0.43,
 ) -> pd.DataFrame:
@@ -204,7 +211,7 @@ def replay(
     u, tot = used_i[test], total_i[test]
     rows = []
 
-    def add(name, policy, res, **extra):
+    def add(name: str, policy: str, res: dict[str, float], **extra: object) -> None:
         rows.append({"replay": "power_down", "model": name, "policy": policy, **res, **extra})
 
     # Forecasts fed to the CES skeleton; each is a function of data ≤ the step.

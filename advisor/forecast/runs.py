@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from advisor.forecast.io import Panel
+from advisor.forecast.panel import Panel
 
 if TYPE_CHECKING:
     from advisor.history import NodeHours

@@ -18,8 +18,11 @@ a coverage or pinball target can be read against the spread the test part allows
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 import pandas as pd
+from numpy.typing import ArrayLike
 from scipy import stats
 
 from advisor.forecast import metrics as M
@@ -27,7 +30,7 @@ from advisor.forecast import metrics as M
 BOOTSTRAP_SAMPLES = 2000
 
 
-def diebold_mariano(loss_model, loss_base, h: int) -> tuple[float, float]:
+def diebold_mariano(loss_model: ArrayLike, loss_base: ArrayLike, h: int) -> tuple[float, float]:
     """(statistic, two-sided p-value); negative statistic = the model's loss is lower.
 
     NaN when fewer than 3 paired points or the differential never varies (identical forecasts).
@@ -51,7 +54,7 @@ def diebold_mariano(loss_model, loss_base, h: int) -> tuple[float, float]:
 
 
 def _day_totals(
-    values: list[np.ndarray], days, ok: np.ndarray, samples: int, seed: int
+    values: list[np.ndarray], days: ArrayLike, ok: np.ndarray, samples: int, seed: int
 ) -> list[np.ndarray] | None:
     """The day bootstrap every interval here shares: each array's points where `ok`, summed per
     day, then totalled over `samples` draws of as many days with replacement (one draw matrix,
@@ -77,7 +80,11 @@ def _ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:
 
 
 def day_bootstrap(
-    err_model, err_base, days, samples: int = BOOTSTRAP_SAMPLES, seed: int = 0
+    err_model: ArrayLike,
+    err_base: ArrayLike,
+    days: ArrayLike,
+    samples: int = BOOTSTRAP_SAMPLES,
+    seed: int = 0,
 ) -> tuple[float, float]:
     """95 % interval of MAE_model / MAE_base − 1 (in percent), resampling whole days."""
     a, b = np.abs(np.asarray(err_model, float)), np.abs(np.asarray(err_base, float))
@@ -89,7 +96,11 @@ def day_bootstrap(
 
 
 def coverage_bootstrap(
-    actual, upper, days, samples: int = BOOTSTRAP_SAMPLES, seed: int = 0
+    actual: ArrayLike,
+    upper: ArrayLike,
+    days: ArrayLike,
+    samples: int = BOOTSTRAP_SAMPLES,
+    seed: int = 0,
 ) -> tuple[float, float]:
     """95 % interval of the share of actuals at or below `upper`, resampling whole days."""
     y, f = np.asarray(actual, float), np.asarray(upper, float)
@@ -101,7 +112,13 @@ def coverage_bootstrap(
 
 
 def pinball_bootstrap(
-    actual, q_model, q_base, q: float, days, samples: int = BOOTSTRAP_SAMPLES, seed: int = 0
+    actual: ArrayLike,
+    q_model: ArrayLike,
+    q_base: ArrayLike,
+    q: float,
+    days: ArrayLike,
+    samples: int = BOOTSTRAP_SAMPLES,
+    seed: int = 0,
 ) -> tuple[float, float]:
     """95 % interval of pinball_model / pinball_base − 1 (in percent) at level q, whole days."""
     y = np.asarray(actual, float)
@@ -112,7 +129,11 @@ def pinball_bootstrap(
 
 
 def release_bootstrap(
-    released, truth, days, samples: int = BOOTSTRAP_SAMPLES, seed: int = 0
+    released: ArrayLike,
+    truth: ArrayLike,
+    days: ArrayLike,
+    samples: int = BOOTSTRAP_SAMPLES,
+    seed: int = 0,
 ) -> dict[str, float]:
     """95 % intervals of an idle-window release's capture Σmin(R, m)/Σm and violation share
     (R > m), both in percent, resampling whole days (`capture_lo` … `violation_hi`; NaN with
@@ -129,7 +150,9 @@ def release_bootstrap(
     return dict(zip(keys, (*capture, *violation), strict=True))
 
 
-def paired_table(fc: pd.DataFrame, model: str = "advisor", baselines=None) -> pd.DataFrame:
+def paired_table(
+    fc: pd.DataFrame, model: str = "advisor", baselines: Sequence[str] | None = None
+) -> pd.DataFrame:
     """Per series × horizon × baseline: both MAEs, the relative difference, the DM statistic and
     p-value, the day-bootstrap interval, and `best_baseline` (the baseline with the lowest test
     MAE, the note's "best baseline" — chosen on the test part, so only for this comparison)."""
@@ -147,7 +170,7 @@ def paired_table(fc: pd.DataFrame, model: str = "advisor", baselines=None) -> pd
         days = pd.DatetimeIndex(wide.index).normalize()
         present = [b for b in baselines if b in wide]
         maes = {b: float(err[b].abs().mean()) for b in present}
-        best = min(maes, key=maes.get) if maes else None
+        best = min(maes, key=lambda b: maes[b]) if maes else None
         mae_model = float(err[model].abs().mean())
         for base in present:
             statistic, p_value = diebold_mariano(err[model].abs(), err[base].abs(), int(h))
@@ -173,7 +196,7 @@ def paired_table(fc: pd.DataFrame, model: str = "advisor", baselines=None) -> pd
 
 
 def interval_table(
-    fc: pd.DataFrame, quantiles, model: str = "advisor", baseline: str = "naive"
+    fc: pd.DataFrame, quantiles: Sequence[float], model: str = "advisor", baseline: str = "naive"
 ) -> pd.DataFrame:
     """Per series × horizon × quantile level (other than the median): the model's and the
     baseline's coverage and pinball loss on the test origins, each coverage with its 95 %

@@ -267,7 +267,7 @@ def demand_from_history(
     """Jobs per shape expected within `horizon_s`: the forecast `quantile` of arrivals per step
     (series named by shape, e.g. 8 or 2x8), summed over the steps of the horizon, rounded up."""
     from advisor.forecast.api import forecast
-    from advisor.forecast.io import read_long
+    from advisor.forecast.readers.long import read_long
 
     try:
         panel = read_long(path)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from advisor.forecast.io import Panel
+from advisor.forecast.panel import Panel
 
 
 def synthetic_panel(days: int = 20, n_series: int = 2, seed: int = 0, freq: str = "h") -> Panel:

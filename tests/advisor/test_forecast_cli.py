@@ -236,7 +236,7 @@ def test_a_published_split_the_data_does_not_reach_falls_back_to_the_last_week()
     so the last 7 days are tested; an explicit --test-from outside the data is an error."""
     from dataclasses import replace
 
-    from advisor.forecast.io import InputError
+    from advisor.forecast.errors import InputError
     from advisor.forecast.rolling import run, test_window
 
     p = synthetic_panel(days=30, n_series=1, seed=2)

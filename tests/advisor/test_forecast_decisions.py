@@ -9,7 +9,7 @@ import pytest
 from advisor.forecast import features as feat
 from advisor.forecast import idle, jobs, powerdown
 from advisor.forecast import metrics as M
-from advisor.forecast.io import Panel
+from advisor.forecast.panel import Panel
 
 
 def test_baseline_release_rules_are_causal_and_as_defined():
@@ -28,7 +28,7 @@ def test_idle_backtest_releases_within_budget_on_a_steady_pool():
     rng = np.random.default_rng(1)
     idx = pd.date_range("2024-01-01", periods=60 * 24 * 30, freq="min")
     used = np.clip(40 + np.cumsum(rng.normal(0, 0.05, len(idx))), 0, 64).round()
-    from advisor.forecast.io import Panel
+    from advisor.forecast.panel import Panel
 
     p = Panel(
         pd.DataFrame({"pool": used}, index=idx),
@@ -134,7 +134,7 @@ def test_daily_recalibration_of_idle_release_uses_nothing_after_the_origin(cut):
     """Every hour after the cut, a refit or λ re-pick point, is altered to a full pool (no idle
     GPU at all): an outcome after the origin leaking into that fit or pick (each hour of it a
     violation of any release) changes the release there."""
-    from advisor.forecast.io import Panel
+    from advisor.forecast.panel import Panel
 
     rng = np.random.default_rng(2)
     idx = pd.date_range("2024-01-01", periods=24 * 24, freq="h")
@@ -248,7 +248,7 @@ def _walk_calibrate(bases, scale, truth, risk):
     best_param = np.zeros(truth.shape[1])
     best_capture = np.full(truth.shape[1], -1.0)
     for rule, base in bases.items():
-        grid = idle.FACTORS if rule.endswith("*factor") else idle.OFFSETS
+        grid = idle.adjustment(rule).grid
         for param in grid:
             r = idle.apply_rule(rule, base, scale, param)
             viol = np.where(ok, r > truth, False).sum(axis=0) / np.maximum(ok.sum(axis=0), 1)

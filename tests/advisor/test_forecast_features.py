@@ -5,8 +5,9 @@ import pandas as pd
 import pytest
 
 from advisor.forecast import features as feat
-from advisor.forecast import io, rolling
-from advisor.forecast.models import make
+from advisor.forecast import rolling
+from advisor.forecast.models import NAMES, make
+from advisor.forecast.panel import Panel
 from tests.advisor.forecast_synth import synthetic_panel
 
 
@@ -69,7 +70,7 @@ def test_models_fitted_at_t_ignore_data_after_t(name):
     np.testing.assert_allclose(out[0][1], out[1][1])
 
 
-@pytest.mark.parametrize("name", rolling.CANDIDATES)
+@pytest.mark.parametrize("name", NAMES)
 def test_models_on_a_short_history_ignore_data_after_the_origin(name):
     """The service's shape: under two days of history, fitted from the first hour on, origins in
     the first day. A model whose start-up state reads a whole season (Holt-Winters) leaked the
@@ -80,7 +81,7 @@ def test_models_on_a_short_history_ignore_data_after_the_origin(name):
     out = []
     for t in (5, 22):
         for data in (y, _altered(y, t)):
-            panel = io.Panel(
+            panel = Panel(
                 pd.DataFrame(data, index=p.index, columns=p.values.columns), p.capacity, p.name
             )
             fc = rolling.rolling_forecasts(panel, [name], (1, 6), (0.1, 0.5, 0.9), origins)
@@ -91,17 +92,17 @@ def test_models_on_a_short_history_ignore_data_after_the_origin(name):
             np.testing.assert_allclose(before[column], after[column], err_msg=f"{column} t={t}")
 
 
-def minute_panel(days: int = 14, seed: int = 1) -> io.Panel:
+def minute_panel(days: int = 14, seed: int = 1) -> Panel:
     """Hourly synthetic demand interpolated to minutes, with minute noise (a fine-grid input)."""
     hourly = synthetic_panel(days=days)
     idx = pd.date_range(hourly.index[0], periods=len(hourly.index) * 60, freq="min")
     rng = np.random.default_rng(seed)
     vals = hourly.values.reindex(idx).interpolate(limit_direction="both")
     vals = np.clip(np.round(vals + rng.normal(0, 1.5, vals.shape)), 0, None)
-    return io.Panel(vals, hourly.capacity.reindex(idx).ffill(), "minutes")
+    return Panel(vals, hourly.capacity.reindex(idx).ffill(), "minutes")
 
 
-def _altered_minutes(p: io.Panel, start: pd.Timestamp) -> io.Panel:
+def _altered_minutes(p: Panel, start: pd.Timestamp) -> Panel:
     """Every minute reading from `start` on changed, one masked, the first two hours from `start`
     masked outright (one series each) and a later hour."""
     vals = p.values.copy()
@@ -114,10 +115,10 @@ def _altered_minutes(p: io.Panel, start: pd.Timestamp) -> io.Panel:
     vals.iloc[first : first + 60, 1] = np.nan
     vals.iloc[first + 60 : first + 120, 0] = np.nan
     vals.iloc[first + 180 : first + 240, 1] = np.nan
-    return io.Panel(vals, p.capacity, p.name)
+    return Panel(vals, p.capacity, p.name)
 
 
-def _hourly_arrays(p: io.Panel):
+def _hourly_arrays(p: Panel):
     h = p.resample("h")
     y, cap = h.values.to_numpy(float), h.capacity.to_numpy(float)
     return y, cap, h.index, feat.within_arrays(h.within, h.values)
@@ -141,14 +142,14 @@ def test_sub_hour_features_use_no_minute_after_the_origin_hour(horizon):
     # and row t does read the minutes inside its own hour: changing the last one changes it
     vals = p.values.copy()
     vals.iloc[vals.index.get_loc(after_hour) - 1] += 30
-    y, cap, times, within = _hourly_arrays(io.Panel(vals, p.capacity, p.name))
+    y, cap, times, within = _hourly_arrays(Panel(vals, p.capacity, p.name))
     X3 = feat.build(y, cap, times, horizon, within=within)[0]
     j = names.index("last_reading")
     assert np.all(X3[t, :, j] != X1[t, :, j])
     np.testing.assert_array_equal(X3[:t], X1[:t])
 
 
-@pytest.mark.parametrize("name", rolling.CANDIDATES)
+@pytest.mark.parametrize("name", NAMES)
 def test_models_at_minute_resolution_ignore_minutes_after_the_origin_hour(name):
     p = minute_panel(days=14)
     t = 24 * 11

@@ -16,6 +16,7 @@ import pytest
 
 from advisor.cli import main
 from advisor.forecast import io, rolling
+from advisor.forecast.errors import InputError
 from tests.advisor.test_forecast_cli import _long_csv
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -39,7 +40,7 @@ def _philly(tmp_path: Path, bad: str | None = None, at: int = 2, n: int = 240) -
 def _one_line_error(source: Path | str, named: Path | str | None = None) -> str:
     """The one line `load(source)` raises, which starts with the file at fault (`named`, by
     default the source)."""
-    with pytest.raises(io.InputError) as error:
+    with pytest.raises(InputError) as error:
         io.load(str(source))
     text = str(error.value)
     assert text.startswith(f"{named or source}: ") and "\n" not in text
@@ -273,7 +274,7 @@ def test_a_horizon_the_test_part_cannot_score_is_one_line(tmp_path, capsys):
     assert "the longest horizon this test part can score: 167 h" in err
     assert not out.exists()
     panel = io.hourly(io.load(str(path)), str(path))
-    with pytest.raises(io.InputError, match=r"^h = 24, 168: no test origin"):
+    with pytest.raises(InputError, match=r"^h = 24, 168: no test origin"):
         rolling.run(panel, (1, 24, 168), test_from="2024-01-21 00:00")
 
 

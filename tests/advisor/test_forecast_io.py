@@ -5,6 +5,12 @@ import pandas as pd
 import pytest
 
 from advisor.forecast import io
+from advisor.forecast.errors import InputError
+from advisor.forecast.panel import WITHIN, Panel
+from advisor.forecast.readers import checks
+from advisor.forecast.readers.checks import mask_zero_runs
+from advisor.forecast.readers.long import from_long
+from advisor.forecast.readers.openb import read_openb_pods
 from tests.ci import skip_or_fail
 
 
@@ -28,7 +34,7 @@ def test_long_format_reader_masks_missing_rows_and_empty_values(tmp_path):
 
 def test_long_format_needs_its_columns():
     with pytest.raises(ValueError):
-        io.from_long(pd.DataFrame({"time": [], "value": []}))
+        from_long(pd.DataFrame({"time": [], "value": []}))
 
 
 def test_parquet_long_format(tmp_path):
@@ -71,7 +77,7 @@ def test_philly_reader_masks_outage_and_gap(tmp_path):
 
 def test_short_zero_runs_are_kept():
     s = pd.Series([5.0, 0, 0, 5, 0, 0, 0, 0, 5])
-    out = io.mask_zero_runs(s, min_points=4)
+    out = mask_zero_runs(s, min_points=4)
     assert out.iloc[1] == 0 and np.isnan(out.iloc[5])
 
 
@@ -99,17 +105,17 @@ def test_openb_pod_list_becomes_allocated_gpus_per_minute(tmp_path):
         "b,1000,1,2,1000,,LS,Running,120,300,120\n"  # two GPUs from minute 2 to 5
         "c,1000,1,8,1000,,LS,Pending,60,600,\n"  # never scheduled: holds nothing
     )
-    p = io.read_openb_pods(path, start_day=0)
+    p = read_openb_pods(path, start_day=0)
     v = p.values["alibaba/gpus"].to_numpy()
     np.testing.assert_allclose(v[:10], [0.5, 0.5, 2.5, 2.5, 2.5, 0.5, 0.5, 0.5, 0.5, 0.5])
     assert io.load(str(path)).series == ["alibaba/gpus"]
 
 
-def _minute_panel(values: dict[str, list[float]], start="2024-01-01") -> io.Panel:
+def _minute_panel(values: dict[str, list[float]], start="2024-01-01") -> Panel:
     n = len(next(iter(values.values())))
     idx = pd.date_range(start, periods=n, freq="min")
     vals = pd.DataFrame(values, index=idx, dtype=float)
-    return io.Panel(vals, pd.DataFrame(100.0, index=idx, columns=vals.columns))
+    return Panel(vals, pd.DataFrame(100.0, index=idx, columns=vals.columns))
 
 
 def test_resample_carries_the_last_reading_min_max_and_slope_of_each_hour():
@@ -117,8 +123,8 @@ def test_resample_carries_the_last_reading_min_max_and_slope_of_each_hour():
     ramp[119] = np.nan  # the last minute of hour 1 is missing: its last reading is minute 118
     flat = [5.0] * 100 + [np.nan] * 80  # hour 2 holds no reading: masked
     h = _minute_panel({"a": ramp, "b": flat}).resample("h")
-    assert set(h.within) == set(io.WITHIN)
-    for k in io.WITHIN:
+    assert set(h.within) == set(WITHIN)
+    for k in WITHIN:
         pd.testing.assert_index_equal(h.within[k].index, h.values.index)
     assert h.within["last"]["a"].tolist() == [59, 118, 179]
     assert h.within["min"]["a"].tolist() == [0, 60, 120]
@@ -127,7 +133,7 @@ def test_resample_carries_the_last_reading_min_max_and_slope_of_each_hour():
     assert h.within["last"]["b"].iloc[1] == 5 and h.within["slope"]["b"].iloc[1] == 0
     # a masked hour stays masked in every sub-hour field
     assert np.isnan(h.values["b"].iloc[2])
-    assert all(np.isnan(h.within[k]["b"].iloc[2]) for k in io.WITHIN)
+    assert all(np.isnan(h.within[k]["b"].iloc[2]) for k in WITHIN)
     # selecting series keeps the sub-hour fields
     assert h.select(["b"]).within["last"].columns.tolist() == ["b"]
 
@@ -136,8 +142,8 @@ def test_resample_never_takes_a_reading_from_after_the_hour():
     base = _minute_panel({"a": list(np.arange(180.0))})
     later = base.values.copy()
     later.iloc[60:] = -1.0  # every minute after hour 0 changes
-    h1, h2 = base.resample("h"), io.Panel(later, base.capacity).resample("h")
-    for k in io.WITHIN:
+    h1, h2 = base.resample("h"), Panel(later, base.capacity).resample("h")
+    for k in WITHIN:
         assert h1.within[k]["a"].iloc[0] == h2.within[k]["a"].iloc[0]
     assert h1.within["last"]["a"].iloc[1] != h2.within["last"]["a"].iloc[1]
 
@@ -192,7 +198,7 @@ def test_a_bad_long_row_is_one_line_naming_it(tmp_path, row, words):
     rows = _hourly_rows(3)
     bad = row.replace("09:", "10:").replace("01:00:00Z,a,5", "02:00:00Z,a,5")
     path = _write_long(tmp_path, [*rows, row, *_hourly_rows(3, "b"), bad])
-    with pytest.raises(io.InputError) as error:
+    with pytest.raises(InputError) as error:
         io.load(path)
     message = str(error.value)
     assert message.startswith(f"{path}: ") and words in message, message
@@ -225,13 +231,13 @@ def test_a_mistyped_far_date_is_refused_before_the_grid_is_built(tmp_path, monke
     rows = _hourly_rows(48)
     rows[7] = "2200-01-01T00:00:00Z,a,1,8"
     with pytest.raises(
-        io.InputError,
+        InputError,
         match=r"2200-01-01 00:00:00: 1,542,\d{3} steps of 1 h, 48 .* between row 48 "
         r"\(2024-01-02 23:00:00\) and row 8 \(2200-01-01 00:00:00\)\); is a date mistyped\?$",
     ):
         io.load(_write_long(tmp_path, rows))
-    monkeypatch.setattr(io, "MAX_STEPS", 24)
-    with pytest.raises(io.InputError, match=r"48 steps of 1 h, 48 of them .* mistyped\?$"):
+    monkeypatch.setattr(checks, "MAX_STEPS", 24)
+    with pytest.raises(InputError, match=r"48 steps of 1 h, 48 of them .* mistyped\?$"):
         io.load(_write_long(tmp_path, _hourly_rows(48)))
 
 
@@ -252,7 +258,7 @@ def test_a_header_only_file_is_one_line(tmp_path, name, header):
     path = tmp_path / name
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(header + "\n")
-    with pytest.raises(io.InputError) as error:
+    with pytest.raises(InputError) as error:
         io.load(str(path))
     assert str(error.value).startswith(f"{path}: ") and "\n" not in str(error.value)
 
@@ -260,7 +266,7 @@ def test_a_header_only_file_is_one_line(tmp_path, name, header):
 def test_a_bad_philly_time_names_its_row(tmp_path):
     path = tmp_path / "philly_node_sequence.csv"
     path.write_text("time,active,total\n2017-10-03 00:00:00,3,420\nabc,4,420\n")
-    with pytest.raises(io.InputError, match=r"time 'abc' in row 2 is not an ISO 8601 time$"):
+    with pytest.raises(InputError, match=r"time 'abc' in row 2 is not an ISO 8601 time$"):
         io.load(str(path))
 
 
@@ -271,7 +277,7 @@ def test_a_reader_error_of_several_lines_is_one_line_keeping_all_of_it(monkeypat
         raise ValueError("Error tokenizing data.\n  C error: Expected 3 fields in line 7, saw 4")
 
     monkeypatch.setattr(io, "_open", broken)
-    with pytest.raises(io.InputError, match="Expected 3 fields") as raised:
+    with pytest.raises(InputError, match="Expected 3 fields") as raised:
         io.load("trace.csv")
     assert "\n" not in str(raised.value)
     assert str(raised.value).startswith("trace.csv: Error tokenizing data. C error")
@@ -301,7 +307,7 @@ def test_a_file_in_no_known_format_says_what_was_expected(tmp_path, content, say
     codec error for a binary) was the whole message: the line says what the reader expected."""
     path = tmp_path / "passwd"
     path.write_bytes(content)
-    with pytest.raises(io.InputError) as raised:
+    with pytest.raises(InputError) as raised:
         io.load(str(path))
     assert str(raised.value).startswith(f"{path}: {says}")
     assert "\n" not in str(raised.value) and "tokenizing" not in str(raised.value)
@@ -311,7 +317,7 @@ def test_a_file_in_no_known_format_says_what_was_expected(tmp_path, content, say
 def test_a_philly_row_of_too_many_fields_names_its_line(tmp_path):
     path = tmp_path / "philly_node_sequence.csv"
     path.write_text("time,active,total\n2017-10-03 00:00:00,3,420\n2017-10-03 00:01:00,3,420,5\n")
-    with pytest.raises(io.InputError) as raised:
+    with pytest.raises(InputError) as raised:
         io.load(str(path))
     assert str(raised.value) == f"{path}: line 3 has 4 fields where the header has 3"
 
@@ -338,12 +344,12 @@ def test_a_blank_long_series_is_one_line_naming_its_row(tmp_path):
     rows = _two_series("8", "1")
     rows[2] = rows[2].replace(",8,", ",,")
     path = _write_long(tmp_path, rows, header="time,series,value")
-    with pytest.raises(io.InputError) as error:
+    with pytest.raises(InputError) as error:
         io.load(path)
     assert str(error.value) == f"{path}: series in row 3 is blank"
     both = ["2024-01-01 00:00:00,,1", "2024-01-01 00:00:00, ,2", *_two_series("a", "b")[2:]]
     path = _write_long(tmp_path, both, header="time,series,value")
-    with pytest.raises(io.InputError) as error:
+    with pytest.raises(InputError) as error:
         io.load(path)
     assert str(error.value) == f"{path}: series in row 1 is blank; 2 bad series in all"
 
@@ -377,11 +383,11 @@ def test_parquet_series_of_whole_numbers_become_their_text_and_others_are_refuse
     assert io.load(str(_parquet(tmp_path, [8, 8, 8]))).series == ["8"]
     nullable = pd.array([8, None, 8], dtype="Int64")
     path = _parquet(tmp_path, nullable)
-    with pytest.raises(io.InputError) as error:
+    with pytest.raises(InputError) as error:
         io.load(str(path))
     assert str(error.value) == f"{path}: series in row 2 is blank"
     path = _parquet(tmp_path, [8.0, 8.0, 8.0])
-    with pytest.raises(io.InputError) as error:
+    with pytest.raises(InputError) as error:
         io.load(str(path))
     assert str(error.value) == (
         f"{path}: series '8.0' in row 1 is a float64, not text or a whole number: store the "
@@ -393,6 +399,6 @@ def test_parquet_series_of_whole_numbers_become_their_text_and_others_are_refuse
 def test_a_missing_long_file_says_no_such_file(tmp_path, name):
     """A missing Parquet file said only its path twice (`nope.parquet: nope.parquet`)."""
     path = tmp_path / name
-    with pytest.raises(io.InputError) as error:
+    with pytest.raises(InputError) as error:
         io.load(str(path))
     assert str(error.value) == f"{path}: [Errno 2] No such file or directory: '{path}'"

@@ -8,7 +8,7 @@ import pandas as pd
 from advisor.forecast import features as feat
 from advisor.forecast.api import forecast, idle_windows
 from advisor.forecast.idle import known_capacity_drop
-from advisor.forecast.io import Panel
+from advisor.forecast.panel import Panel
 from tests.advisor.forecast_synth import synthetic_panel
 
 

@@ -4,22 +4,41 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from advisor.forecast import rolling
-from advisor.forecast.io import Panel
-from advisor.forecast.models import clip_to_capacity, make, sort_quantiles
+from advisor.forecast import rolling, selection
+from advisor.forecast.models import NAMES, clip_to_capacity, make, sort_quantiles
+from advisor.forecast.panel import Panel
 from tests.advisor.forecast_synth import synthetic_panel
 
 QS = (0.1, 0.5, 0.9)
 
 
-@pytest.mark.parametrize("name", ["naive", "holt_winters", "gbm", "same_hour_mean_7d"])
-def test_quantiles_are_ordered_and_inside_capacity(name):
+@pytest.mark.parametrize("name", NAMES)
+def test_every_model_keeps_the_one_contract(name):
+    """The shared check over every name `make` knows (`models.NAMES`, the backtest's candidates):
+    built by its reported name; after a fit on rows ≤ until, point forecasts and quantiles at
+    every horizon, finite, ordered, inside [0, capacity at the target], the median in place;
+    a refit on the same rows gives the same forecasts (deterministic)."""
+    assert make(name, QS).name == name
     p = synthetic_panel(days=12)
     y, cap, t = p.values.to_numpy(float), p.capacity.to_numpy(float), p.index
+    origins = np.arange(24 * 10, 24 * 11)
     m = make(name, QS).fit(y, cap, t, 24 * 10, (1, 24))
-    qs = m.predict_quantiles(y, cap, t, np.arange(24 * 10, 24 * 11), 24, QS)
-    assert np.all(qs[0.1] <= qs[0.5]) and np.all(qs[0.5] <= qs[0.9])
-    assert np.all(qs[0.1] >= 0) and np.all(qs[0.9] <= cap[0])
+    again = make(name, QS).fit(y, cap, t, 24 * 10, (1, 24))
+    for h in (1, 24):
+        point = m.predict(y, cap, t, origins, h)
+        qs = m.predict_quantiles(y, cap, t, origins, h, QS)
+        assert point.shape == (len(origins), y.shape[1]) and np.isfinite(point).all()
+        assert all(np.isfinite(qs[q]).all() for q in QS)
+        assert np.all(qs[0.1] <= qs[0.5]) and np.all(qs[0.5] <= qs[0.9])
+        assert np.all(qs[0.1] >= 0) and np.all(qs[0.9] <= cap[0])
+        assert np.all(point >= 0) and np.all(point <= cap[0])
+        np.testing.assert_array_equal(point, again.predict(y, cap, t, origins, h))
+
+
+def test_make_knows_only_its_names():
+    with pytest.raises(ValueError, match="unknown model 'seasonal_naive_12'"):
+        make("seasonal_naive_12")
+    assert set(NAMES) == set(selection.CANDIDATES)
 
 
 def test_sort_quantiles_uncrosses():
@@ -56,7 +75,8 @@ def test_selection_uses_the_training_part_only():
         p2, (1, 24), (0.5, 0.9), test_start, candidates=("naive", "same_hour_mean_7d", "linear")
     )
     pd.testing.assert_frame_equal(picks1, picks2)
-    assert set(picks1["pick"]) <= {"naive", "same_hour_mean_7d", "linear"}
+    chosen = {m for pick in picks1["pick"] for m in selection.members_of(pick)}
+    assert chosen <= {"naive", "same_hour_mean_7d", "linear"}
 
 
 def test_backtest_ignores_masked_actuals_and_reports_every_model():
@@ -64,7 +84,7 @@ def test_backtest_ignores_masked_actuals_and_reports_every_model():
     vals = p.values.copy()
     vals.iloc[24 * 21 : 24 * 21 + 10] = np.nan
     p = Panel(vals, p.capacity, p.name)
-    metrics, _fc, picks = rolling.run(
+    metrics, fc, picks = rolling.run(
         p,
         (1, 24),
         (0.5, 0.9),
@@ -76,19 +96,12 @@ def test_backtest_ignores_masked_actuals_and_reports_every_model():
     assert metrics[["mae", "rmse", "wape", "smape", "mase", "pinball_q90"]].notna().all().all()
     row = metrics[(metrics.model == "naive") & (metrics.horizon == 1)].iloc[0]
     assert row["n"] == 48 - 10
-    # the advisor's rows equal the picked model's rows
+    # the advisor's points are the median of its pick's members at every test origin
     for r in picks.itertuples():
-        a = metrics[
-            (metrics.model == "advisor")
-            & (metrics.series == r.series)
-            & (metrics.horizon == r.horizon)
-        ]
-        b = metrics[
-            (metrics.model == r.pick)
-            & (metrics.series == r.series)
-            & (metrics.horizon == r.horizon)
-        ]
-        assert a["mae"].iloc[0] == pytest.approx(b["mae"].iloc[0])
+        mine = fc[(fc.series == r.series) & (fc.horizon == r.horizon)]
+        points = mine.pivot(index="origin", columns="model", values="point")
+        want = points[list(selection.members_of(r.pick))].median(axis=1)
+        np.testing.assert_allclose(points["advisor"], want)
 
 
 def test_api_forecast_advisor_carries_its_measured_error():
@@ -197,46 +210,4 @@ def test_last_reading_is_a_candidate_of_the_backtest():
     want = p.within["last"].stack()
     want.index.names = ["origin", "series"]
     np.testing.assert_allclose(lr, want.reindex(lr.index))
-    assert set(picks["pick"]) <= {"naive", "last_reading"}
-
-
-def test_a_quantile_picked_on_the_wrong_side_of_the_median_gives_way_to_the_median_models():
-    """The P90 comes from its own pick; where that value lies at or below the advisor's median
-    (another model, centred elsewhere) the median model's own P90 serves, not a zero-width
-    interval; a lower level likewise; values on the right side and NaN stay as they are."""
-    median = np.array([100.0, 100.0, 100.0, 100.0])
-    own_upper = np.array([108.0, 108.0, 108.0, 108.0])
-    source = np.array([99.9, 100.0, 103.0, np.nan])
-    got = rolling.coherent_quantile(0.9, source, own_upper, median)
-    assert got[:3].tolist() == [108.0, 108.0, 103.0] and np.isnan(got[3])
-    lower = rolling.coherent_quantile(0.1, np.array([100.5, 95.0]), np.array([92.0, 92.0]), 100)
-    assert lower.tolist() == [92.0, 95.0]
-
-
-def test_advisor_rows_keep_an_upper_interval_when_the_p90_source_sits_below_the_median():
-    origins = pd.date_range("2024-01-01", periods=4, freq="h")
-    rows = []
-    for model, centre in (("naive", 100.0), ("combo", 90.0)):
-        rows.append(
-            pd.DataFrame(
-                {
-                    "origin": origins,
-                    "series": "s",
-                    "horizon": 1,
-                    "model": model,
-                    "point": centre,
-                    "actual": 100.0,
-                    "capacity": 200.0,
-                    "q0.5": centre,
-                    "q0.9": centre + 5.0,  # combo's P90 (95) lies below naive's median (100)
-                }
-            )
-        )
-    picks = pd.DataFrame(
-        {"series": ["s"], "horizon": [1], "pick": ["naive"], "pick_q0.9": ["combo"]}
-    )
-    adv = rolling.advisor_rows(pd.concat(rows, ignore_index=True), picks)
-    assert (adv["q0.5"] == 100.0).all() and (adv["q0.9"] == 105.0).all()  # naive's own P90
-    rows[1]["q0.9"] = 130.0  # a source above the median is kept as it is
-    adv = rolling.advisor_rows(pd.concat(rows, ignore_index=True), picks)
-    assert (adv["q0.9"] == 130.0).all()
+    assert set(picks["pick"]) <= {"naive", "median(naive,last_reading)"}

@@ -5,7 +5,7 @@ import re
 import numpy as np
 import pytest
 
-from advisor.forecast.promsource import read_prometheus
+from advisor.forecast.readers.prometheus import read_prometheus
 
 
 class FakeClient:
@@ -89,7 +89,8 @@ def test_two_result_series_of_one_name_are_refused_not_averaged():
 def test_a_reply_that_is_not_the_api_shape_is_one_input_line(monkeypatch):
     """A JSON list body (a proxy, another service on the port) raised AttributeError."""
     import advisor.ingest.prometheus as prometheus
-    from advisor.forecast.io import InputError, load
+    from advisor.forecast.errors import InputError
+    from advisor.forecast.io import load
 
     class Reply:
         status_code = 200

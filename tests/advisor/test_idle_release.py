@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from advisor.forecast import idle, idle_quantile
-from advisor.forecast.io import Panel
+from advisor.forecast.panel import Panel
 
 
 def _minute_panel(days: int = 24, seed: int = 3, test=("2024-01-19", "2024-01-22")) -> Panel:
@@ -337,3 +337,21 @@ def test_a_pool_without_capacity_changes_nothing_for_the_others(minute_panel, li
     pd.testing.assert_frame_equal(
         live[live["series"] != "empty"].reset_index(drop=True), live_alone, check_dtype=False
     )
+
+
+def test_every_release_rule_has_a_level_model_and_an_adjustment():
+    """The per-series rules are looked up by name (`idle.RULES`), never told apart by a suffix:
+    each names a level model with fit/predict and the adjustment its parameter drives."""
+    hourly = np.array([[8.0], [6.0], [7.0], [5.0], [9.0], [9.0]])
+    for name, (level, adjust) in idle.RULES.items():
+        assert adjust.apply(np.array([4.0]), np.array([8.0]), adjust.grid[-1]) >= 0, name
+        if level is idle.IdleModel:
+            continue
+        model = level(2).fit(hourly, None, None, 3)
+        np.testing.assert_array_equal(
+            model.predict(hourly, None, None, np.array([2, 5])), model.levels(hourly)[[2, 5]]
+        )
+    past = idle.PastMin(2).levels(hourly)[:, 0]
+    assert past[1:].tolist() == [6.0, 6.0, 5.0, 5.0, 9.0]
+    assert idle.apply_rule("past_min*factor", np.array([7.0]), np.array([8.0]), 0.5) == [3.0]
+    assert idle.apply_rule("past_min+offset", np.array([7.0]), np.array([8.0]), -0.25) == [5.0]

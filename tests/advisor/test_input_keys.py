@@ -12,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from advisor.forecast.io import read_long
+from advisor.forecast.readers.long import read_long
 from advisor.planner.constraints import PolicyError, load_policy
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from advisor.forecast import idle as I
-from advisor.forecast.io import Panel
+from advisor.forecast.panel import Panel
 from tests.advisor.forecast_synth import synthetic_panel
 
 TEST_H = 72  # held-back origins: the last three days

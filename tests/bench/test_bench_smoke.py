@@ -74,6 +74,14 @@ def earth_two_vcs(tmp: Path) -> list[str]:
     return ["--earth", str(folder)]
 
 
+def peers_env(tmp: Path) -> list[str]:
+    """statsforecast's own environment (`make peers-venv`), and Philly cut to 13 days."""
+    python = ROOT / ".venv-peers" / "bin" / "python"
+    if not python.exists():
+        pytest.fail(f"bench/forecast_peers.py needs {python}: make peers-venv")
+    return ["--peers-python", str(python), *philly_13_days(tmp)]
+
+
 @dataclass(frozen=True)
 class Case:
     """One bench run: its script, smallest arguments, and the figure lines it must print."""
@@ -163,6 +171,45 @@ CASES: dict[str, Case] = {
         (EARTH,),
         prepare=earth_two_vcs,
     ),
+    # ~20 s of CPU (108 s wall at load 17): the rule's procedure on one week, two rules
+    "forecast_develop": Case(
+        "forecast_develop.py",
+        ("--data", "earth", "--weeks", "1", "--quick"),
+        (
+            r"^earth: training origins 2020-05-09",
+            r"^Rule\(windows=3, margin=0.0, combine='median', calibration_days=7\) +\d",
+            r"^chosen: Rule\(",
+        ),
+        (EARTH,),
+        prepare=earth_two_vcs,
+        timeout_s=240.0,
+    ),
+    # ~73 s of CPU (424 s wall at load 17): one VC per half, the two-rule grid
+    "forecast_robustness": Case(
+        "forecast_robustness.py",
+        ("--quick",),
+        (
+            r"^half A: earth/vc3sl; half B: earth/vc8Sj",
+            r"^developed on half B: Rule\(",
+            r"^h24 median ratio +\d",
+        ),
+        (EARTH,),
+        prepare=earth_two_vcs,
+        timeout_s=600.0,
+        marks=(pytest.mark.slow,),
+    ),
+    "forecast_peers": Case(  # 13 days of Philly, statsforecast's two naive models
+        "forecast_peers.py",
+        ("--data", "philly", "--models", "Naive,SeasonalNaive"),
+        (
+            r"^philly: naive vs statsforecast Naive, largest MAE difference over 2 .*\(agree\)",
+            r"^ +24 +sf_SeasonalNaive +\d",
+            r"^philly: advisor mae \d",
+        ),
+        (PHILLY,),
+        prepare=peers_env,
+        timeout_s=120.0,
+    ),
     "idle_tracking": Case(  # ~5.3 s: the Earth week's backtest (all 8 cells: 18.6 s)
         "idle_tracking.py",
         ("--quick",),
@@ -221,12 +268,12 @@ CASES: dict[str, Case] = {
         tools=("prometheus", "promtool"),
         marks=(pytest.mark.integration,),
     ),
-    "service_candidates": Case(  # ~2.6 s: one 'now' on Philly, 6 days (the picks are served)
-        "service_candidates.py",
+    "service_forecast": Case(  # one 'now' on Philly, 6 days (the picks are served)
+        "service_forecast.py",
         ("--inputs", "philly", "--ends", "1", "--days", "6"),
         (
-            r"^philly +\S+ \S+ \+ learned +1 +\d+\.\d +\d+\.\dx +\d+ of [1-9]",
-            r"^all: \+ learned +\d+\.\d s",
+            r"^philly +\S+ \S+ +1 +\d+\.\d +\d+ of [1-9]",
+            r"^all: \d+\.\d s; held-back WAPE",
         ),
         (PHILLY,),
     ),

@@ -93,29 +93,44 @@ def test_a_horizon_without_enough_errors_serves_no_interval_and_says_why():
 
 def test_held_back_coverage_counts_only_origins_with_an_interval():
     """72 complete hours (the default sim backfill). 24 h: origins 0..47, held back 24..47, fitted
-    at hour 24 on one error: no interval anywhere, so no coverage (it was 0.54 for q0.1 and q0.9
-    alike: zero-width intervals). 6 h: held back 33..65; those fitted at 24 (19 errors) have no
-    interval, those fitted at 48 (43 errors) do: 18 hours."""
+    at hour 24 on one error: no interval for naive and the baseline, so no coverage (it was 0.54
+    for q0.1 and q0.9 alike: zero-width intervals); the advisor has its 24 errors only at hour 47:
+    one hour, too few to serve a coverage. 6 h: held back 33..65; naive's and the baseline's fitted at 24
+    (19 errors) have no interval, those fitted at 48 (43 errors) do: 18 hours; the advisor's is
+    calibrated at each origin on its errors known there (28 at hour 33): all 33 hours."""
     doc = forecast_pools(noisy(73), [6, 24])
     assert doc["history_hours"] == 72
     h6, h24 = doc["pools"][0]["horizons"]
     assert h24["backtest"]["test_origins"] == 24
     for model, shares in h24["backtest"]["coverage_ratio"].items():
         assert shares == {"0.1": None, "0.9": None}
-        assert h24["backtest"]["coverage_origins"][model] == 0
+        assert h24["backtest"]["coverage_origins"][model] == (model == h24["model"])
     assert h6["backtest"]["test_origins"] == 33
-    assert set(h6["backtest"]["coverage_origins"].values()) == {18}
+    counts = h6["backtest"]["coverage_origins"]
+    assert counts == {h6["model"]: 33, BASELINE: 18, "naive": 18}
     assert MIN_COVERAGE_ORIGINS <= 18
     for shares in h6["backtest"]["coverage_ratio"].values():
         assert 0 <= shares["0.1"] <= shares["0.9"] <= 1
 
 
+def test_where_the_pick_is_naive_its_served_scores_are_the_advisors_own():
+    """A flat pool: nothing beats naive, so the advisor is naive; the held-back coverage served
+    under "naive" is that of the advisor's own (conformal) interval, the one it serves, counted
+    at every held-back hour with 24 known errors (33), not naive's refit-time interval (18)."""
+    frame = demand_frame(73)
+    frame["allocated_gpus"] = 40.0
+    (h6,) = forecast_pools(frame, [6])["pools"][0]["horizons"]
+    assert h6["model"] == "naive"
+    assert h6["backtest"]["coverage_origins"] == {"naive": 33, BASELINE: 18}
+
+
 def test_coverage_over_fewer_than_the_minimum_is_null_with_its_count():
     doc = forecast_pools(noisy(62), [6])  # 61 hours: held back 28..54, fitted at 48: 7 of them
     (h6,) = doc["pools"][0]["horizons"]
-    counts = h6["backtest"]["coverage_origins"]
-    assert set(counts.values()) == {7}
-    assert all(s == {"0.1": None, "0.9": None} for s in h6["backtest"]["coverage_ratio"].values())
+    counts, shares = h6["backtest"]["coverage_origins"], h6["backtest"]["coverage_ratio"]
+    assert counts == {h6["model"]: 26, BASELINE: 7, "naive": 7}  # the advisor: 24 errors at 29
+    assert shares[BASELINE] == shares["naive"] == {"0.1": None, "0.9": None}
+    assert None not in shares[h6["model"]].values()
 
 
 def test_naive_is_scored_on_the_held_back_hours_and_the_pick_is_not_changed_by_it():

@@ -13,9 +13,9 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from advisor.forecast import idle as I
-from advisor.forecast.io import Panel
 from advisor.forecast.live import forecast_pools
 from advisor.forecast.live_idle import IDLE_BASELINE, IDLE_MIN_TEST, idle_needs, idle_section
+from advisor.forecast.panel import Panel
 from advisor.forecast.runs import runs_panel
 from advisor.ingest.live import LiveSim
 from advisor.pipeline import stages

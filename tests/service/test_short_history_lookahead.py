@@ -19,7 +19,7 @@ import pytest
 from advisor.forecast import idle as I
 from advisor.forecast import live, live_idle
 from advisor.forecast import runs as RP
-from advisor.forecast.io import Panel
+from advisor.forecast.panel import Panel
 from advisor.forecast.rolling import rolling_forecasts
 from advisor.history import NodeRecord
 from tests.service.test_idle_windows import START, pools_history

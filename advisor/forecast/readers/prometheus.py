@@ -12,21 +12,26 @@ from __future__ import annotations
 
 import argparse
 import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlsplit
 
 import pandas as pd
 
-from advisor.forecast.io import (
+from advisor.forecast.panel import Panel
+from advisor.forecast.readers.checks import (
     END_TIME,
     FIRST_TIME,
     MAX_STEPS,
     OUTSIDE_YEARS,
-    Panel,
     bad_amounts,
-    from_long,
     refuse,
 )
+from advisor.forecast.readers.long import from_long
 from gpu_defrag_common.units import duration
+
+if TYPE_CHECKING:
+    from advisor.ingest.prometheus import PrometheusClient
 
 
 def _name(labels: dict[str, str], by: str | None) -> str:
@@ -57,7 +62,9 @@ def _options(query: str) -> dict[str, str]:
     return params
 
 
-def _positive(params: dict[str, str], name: str, default: float, parse) -> float:
+def _positive(
+    params: dict[str, str], name: str, default: float, parse: Callable[[str], float]
+) -> float:
     """Option `name` as a finite number > 0, or an error naming the option and its form."""
     text = params.get(name)
     if text is None:
@@ -71,13 +78,21 @@ def _positive(params: dict[str, str], name: str, default: float, parse) -> float
     return value
 
 
-def _refuse(frame: pd.DataFrame, bad: pd.Series, what: str, reading, why) -> None:
+def _refuse(
+    frame: pd.DataFrame,
+    bad: pd.Series,
+    what: str,
+    reading: Callable[[int], str],
+    why: Callable[[int], str],
+) -> None:
     """`io.refuse` naming the series of the first bad reading and the reading (`reading(i)`):
     a reply has no rows to name."""
     refuse(bad, what, lambda i: f"series {frame['series'].iloc[i]!r} {reading(i)}", why)
 
 
-def _frame(results, by: str | None, column: str) -> pd.DataFrame:
+def _frame(
+    results: list[tuple[str, dict[str, str], Any, Any]], by: str | None, column: str
+) -> pd.DataFrame:
     """The long frame of one query's reply, its times and readings held to the long format's
     bounds (a NaN reading is masked)."""
     parts = []
@@ -118,7 +133,9 @@ def _frame(results, by: str | None, column: str) -> pd.DataFrame:
     return frame
 
 
-def read_prometheus(source: str, client=None, now: float | None = None) -> Panel:
+def read_prometheus(
+    source: str, client: PrometheusClient | None = None, now: float | None = None
+) -> Panel:
     """Range-query Prometheus for the demand (and optional capacity) history."""
     parts = urlsplit(source.removeprefix("prometheus+"))
     params = _options(parts.query)
