@@ -371,7 +371,7 @@ def run(args: argparse.Namespace) -> int:
         args.source,
         args.interval,
         server.url(""),
-        f"{base_url}/runbooks/",
+        f"{base_url}/runbooks/" if args.external_url or port else server.url("/runbooks/"),
     )
     signals.wait()
     server.close()
