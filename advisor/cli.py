@@ -73,6 +73,14 @@ COMMANDS: dict[str, Command] = {
         "advisor.replay.cli",
         "replay a node list + pod list with placement policies (FGD paper protocol)",
     ),
+    "simulate": Command(
+        "advisor.simulate.cli",
+        "discrete-event replay with departures, a queue and the advisor in the loop",
+    ),
+    "export-jobs": Command(
+        "advisor.simulate.cli",
+        "the simulated fleet's workload as a node list and a job CSV for `simulate`",
+    ),
 }
 
 

@@ -208,6 +208,20 @@ class SimFleet:
         """Jobs holding GPUs now, in start order."""
         return list(self.jobs.values())
 
+    def arrivals(self, hours: int) -> list[tuple[str, JobRequest]]:
+        """(pool, job) of every job that arrives in the first `hours` simulated hours, in time
+        order, from the same draws `advance` makes (the fleet is not moved): the workload,
+        e.g. for a replay elsewhere. Jobs running at t=0 (the warm start) are not arrivals."""
+        out = [
+            (self.pools[pool], req)
+            for hour in range(max(0, hours))
+            for pool, rate in self._rates.items()
+            for req in arrivals_in_hour(
+                self.seed, pool, hour, rate, self._max_gpus(pool), self.gpus_per_node
+            )
+        ]
+        return sorted(out, key=lambda item: (item[1].arrival, item[1].seed))
+
     def pending_jobs(self) -> list[SimJob]:
         """Jobs that arrived but found no room yet, oldest first."""
         return [job for _, _, job, _ in self.pending]

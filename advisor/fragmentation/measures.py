@@ -27,6 +27,7 @@ import numpy as np
 from advisor.contract import GPU_STATE_CODES
 from advisor.fragmentation import fgd, nvlink
 from advisor.model import MILLI, ClusterModel, spec_models, spec_parts
+from advisor.settings import NO_TENANT, SHAPES_TEXT
 
 # --------------------------------------------------------------------------- shapes
 
@@ -64,16 +65,6 @@ class Shape:
         return self.tasks * self.num_gpu * self.gpu_milli / MILLI
 
 
-DEFAULT_SHAPES: tuple[Shape, ...] = (
-    Shape(1, 500),
-    Shape(1),
-    Shape(2),
-    Shape(4),
-    Shape(8),
-    Shape(8, tasks=2),
-    Shape(8, tasks=4),
-)
-
 _SHAPE = re.compile(r"^(?:(\d+)x)?(\d+(?:\.\d+)?)(?:@([\w.|-]+))?$")
 
 
@@ -92,6 +83,9 @@ def parse_shape(text: str) -> Shape:
     if size < 1:
         return Shape(1, round(size * MILLI), tasks, gpu_spec=spec)
     return Shape(int(size), MILLI, tasks, gpu_spec=spec)
+
+
+DEFAULT_SHAPES: tuple[Shape, ...] = tuple(parse_shape(text) for text in SHAPES_TEXT.split(","))
 
 
 # --------------------------------------------------------------------------- helpers
@@ -165,6 +159,18 @@ def _rack_groups(model: ClusterModel) -> np.ndarray:
     return np.unique(key, return_inverse=True)[1].reshape(len(nodes))
 
 
+def rack_could_hold(model: ClusterModel, shape: Shape) -> bool:
+    """Whether an empty fleet could hold one job of `shape`: a node with enough usable GPUs of
+    a model the shape allows, and for a multi-node job `tasks` such nodes in one rack group
+    (`_rack_groups`: nodes without a rack label are groups of one)."""
+    usable = _per_node(model, model.gpu_usable.astype(np.float64))
+    ok = (usable >= shape.num_gpu) & _spec_mask(model, shape.gpu_spec)
+    if shape.tasks <= 1:
+        return bool(ok.any())
+    groups = _rack_groups(model)[ok]
+    return bool(groups.size) and int(np.bincount(groups).max()) >= shape.tasks
+
+
 def jobs_that_fit(model: ClusterModel, shape: Shape, groups: np.ndarray | None = None) -> int:
     """How many jobs of `shape` could start now, each on its own free capacity (not jointly
     with other shapes). Multi-node jobs need `tasks` tasks within one rack and one GPU model."""
@@ -179,6 +185,14 @@ def _jobs_of(per_node: np.ndarray, tasks: int, groups: np.ndarray | None) -> int
     within one group (rack and GPU model)."""
     if tasks == 1:
         return int(per_node.sum())
+    # only groups with at least `tasks` nodes where a task fits can hold a job (racks unknown:
+    # every node is a group of one, and none can)
+    has = per_node > 0
+    size = np.bincount(groups[has], minlength=int(groups.max(initial=-1)) + 1)
+    keep = has & (size[groups] >= tasks)
+    if not keep.any():
+        return 0
+    per_node, groups = per_node[keep], groups[keep]
     order = np.argsort(groups, kind="stable")
     bounds = np.flatnonzero(np.diff(groups[order])) + 1
     return sum(_distinct_jobs(part, tasks) for part in np.split(per_node[order], bounds))
@@ -530,7 +544,7 @@ def analyze(model: ClusterModel, settings: Settings = Settings()) -> dict[str, A
         model.placements.milli[on_idle].tolist(),
         strict=True,
     ):
-        idle_tenants[allocs.tenant[alloc_row] or "(none)"] += milli / MILLI
+        idle_tenants[allocs.tenant[alloc_row] or NO_TENANT] += milli / MILLI
     stranded_mem = stranded_memory_bytes(model, settings.min_request_bytes)
     workload = workload_of(model)
     workload_source = "allocations in the source"

@@ -32,6 +32,7 @@ from advisor.snapshot import MAX_EXACT
 MAX_GPUS = MAX_NODE_GPUS  # the most GPUs a node holds or a pod asks for
 
 NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
+NODE_OPTIONAL = ("rack", "pool")  # not in the trace; the simulated fleet's export writes them
 POD_REQUIRED = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli")
 POD_OPTIONAL = (
     "gpu_spec",
@@ -57,6 +58,10 @@ class NodeTable:
     gpu: np.ndarray  # int64, number of GPUs
     model: np.ndarray  # str (object)
     source: str = ""
+    # optional columns beyond the trace's own (the simulated fleet's export writes them):
+    # rack and pool per node, "" unknown; None when the file has no such column
+    rack: np.ndarray | None = None
+    pool: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.name)
@@ -253,8 +258,9 @@ def _unique_names(path: Path, names: np.ndarray, col: str, what: str) -> np.ndar
 
 
 def read_nodes(path: str | Path) -> NodeTable:
-    """Read an openb node list (`sn,cpu_milli,memory_mib,gpu,model`); a list without nodes is
-    an error, not an empty cluster whose measures would all read zero."""
+    """Read an openb node list (`sn,cpu_milli,memory_mib,gpu,model`, optionally `rack` and
+    `pool`); a list without nodes is an error, not an empty cluster whose measures would all
+    read zero."""
     p = Path(path)
     header, data = _read_rows(p, NODE_COLUMNS)
     if not data:
@@ -274,6 +280,8 @@ def read_nodes(path: str | Path) -> NodeTable:
         gpu=gpu,
         model=model,
         source=str(p),
+        rack=_str_column(p, header, data, "rack") if "rack" in header else None,
+        pool=_str_column(p, header, data, "pool") if "pool" in header else None,
     )
 
 

@@ -12,6 +12,8 @@ from advisor.placement.base import Policy
 PAPER_POLICIES = ("random", "dotprod", "clustering", "packing", "bestfit", "fgd")
 OUR_POLICIES = ("online",)
 ALL_POLICIES = PAPER_POLICIES + OUR_POLICIES
+# Kubernetes' NodeResourcesFit strategies (the dynamic replay's baselines, `gpu-defrag simulate`)
+KUBERNETES_POLICIES = ("leastallocated", "mostallocated")
 
 
 def make_policy(name: str, workload: Workload | None = None) -> Policy:
@@ -20,6 +22,7 @@ def make_policy(name: str, workload: Workload | None = None) -> Policy:
     from advisor.placement.clustering import ClusteringPolicy
     from advisor.placement.dotprod import DotProdPolicy
     from advisor.placement.fgd import FGDPolicy
+    from advisor.placement.nodefit import LeastAllocatedPolicy, MostAllocatedPolicy
     from advisor.placement.online import OnlineFGDPolicy
     from advisor.placement.packing import PackingPolicy
     from advisor.placement.random_policy import RandomPolicy
@@ -31,11 +34,15 @@ def make_policy(name: str, workload: Workload | None = None) -> Policy:
         "packing": PackingPolicy,
         "bestfit": BestFitPolicy,
         "online": OnlineFGDPolicy,
+        "leastallocated": LeastAllocatedPolicy,
+        "mostallocated": MostAllocatedPolicy,
     }
     if name == "fgd":
         if workload is None:
             raise ValueError("the fgd policy needs a target workload")
         return FGDPolicy(workload)
     if name not in simple:
-        raise ValueError(f"unknown policy {name!r}; choose from {', '.join(ALL_POLICIES)}")
+        raise ValueError(
+            f"unknown policy {name!r}; choose from {', '.join(ALL_POLICIES + KUBERNETES_POLICIES)}"
+        )
     return simple[name]()

@@ -111,8 +111,17 @@ class ClusterState:
             self._access_cache[spec] = mask
         return mask
 
-    def feasible(self, pod: PodSpec) -> np.ndarray:
-        """Filter: indices of nodes with enough CPU, memory and fitting GPUs of an allowed model."""
+    def feasible(self, pod: PodSpec, among: np.ndarray | None = None) -> np.ndarray:
+        """Filter: indices of nodes with enough CPU, memory and fitting GPUs of an allowed model
+        (only among the node indices `among` when given: a replay that knows where room
+        appeared checks those alone)."""
+        if among is not None:
+            nodes = np.asarray(among, dtype=np.int64)
+            ok = (self.cpu_free[nodes] >= pod.cpu_milli) & (self.mem_free[nodes] >= pod.memory_mib)
+            if pod.num_gpu > 0:
+                ok &= self.access(pod.gpu_spec)[nodes] & (self.n_gpu[nodes] > 0)
+                ok &= (self.gpu_free[nodes] >= pod.gpu_milli).sum(axis=1) >= pod.num_gpu
+            return nodes[ok]
         ok = (self.cpu_free >= pod.cpu_milli) & (self.mem_free >= pod.memory_mib)
         if pod.num_gpu > 0:
             ok &= self.access(pod.gpu_spec) & (self.n_gpu > 0)

@@ -676,6 +676,14 @@ class Need:
     whole_node: bool
     same_rack: bool
     spec: str = ""
+    cpu_milli: float = 0.0  # per goal task: its node must have this much CPU free after the moves
+    memory_mib: float = 0.0
+
+    @property
+    def keeps_node(self) -> bool:
+        """Whether no evicted task may land back on a cleared node: the goal takes the whole
+        node, or the CPU and memory its eviction freed for the goal task."""
+        return self.whole_node or self.cpu_milli > 0 or self.memory_mib > 0
 
 
 def needs_of(goal: Goal) -> list[Need]:
@@ -683,22 +691,75 @@ def needs_of(goal: Goal) -> list[Need]:
         return [Need(goal.nodes, 1, True, False)]
     if goal.kind == "job" and goal.shape is not None:
         shape = goal.shape
-        return [Need(shape.tasks, shape.num_gpu, False, shape.tasks > 1, shape.gpu_spec)]
+        return [
+            Need(
+                shape.tasks,
+                shape.num_gpu,
+                False,
+                shape.tasks > 1,
+                shape.gpu_spec,
+                shape.cpu_milli,
+                shape.memory_mib,
+            )
+        ]
     raise ValueError(f"goal {goal.text!r} has no fixed shape")
 
 
 def candidate_windows(inst: Instance, need: Need, blocked: np.ndarray) -> list[Window]:
-    """Best window per allowed node, cheapest first (`blocked` GPUs are never used)."""
+    """Best window per allowed node, cheapest first (`blocked` GPUs are never used); a goal
+    task that asks for CPU or memory also needs that much free on the node once the window's
+    tasks (and, if that is not enough, more of the node's movable GPU tasks) are gone."""
     model = inst.model
     ok = model.nodes.schedulable & measures._spec_mask(model, need.spec)
     ok &= model.nodes.gpu_count >= need.gpus
+    ok &= ~(model.nodes.cpu_milli < need.cpu_milli) & ~(model.nodes.memory_mib < need.memory_mib)
     out = []
     for node in np.flatnonzero(ok).tolist():
         window = best_window(inst, node, need.gpus, need.whole_node, blocked)
+        if window is not None and (need.cpu_milli > 0 or need.memory_mib > 0):
+            window = _with_room(inst, window, need, blocked)
         if window is not None:
             out.append(window)
     out.sort(key=lambda w: (w.score, w.node))
     return out
+
+
+def _with_room(
+    inst: Instance, window: Window, need: Need, blocked: np.ndarray | None
+) -> Window | None:
+    """`window` with the further evictions (cheapest movable GPU tasks of its node first) that
+    leave the goal task's CPU and memory free there; None when no such set exists. A capacity
+    the source does not know is no constraint."""
+    allocs = inst.model.allocations
+    rows = inst.task_rows
+    cpu = float(inst.cpu_free[window.node])
+    mem = float(inst.mem_free[window.node])
+    for t in window.evict:
+        cpu += float(np.nan_to_num(allocs.cpu_milli[rows[t]]))
+        mem += float(np.nan_to_num(allocs.memory_mib[rows[t]]))
+
+    def short() -> bool:
+        return bool(cpu < need.cpu_milli - 1e-9 or mem < need.memory_mib - 1e-9)
+
+    if not short():  # NaN (unknown) compares false: enough
+        return window
+    evict = set(window.evict)
+    others = {
+        t
+        for g in inst.node_gpus(window.node).tolist()
+        for t in inst.gpu_tasks[g]
+        if t not in evict and inst.task_movable[t]
+    }
+    if blocked is not None:
+        others = {t for t in others if not blocked[inst.task_gpus[t]].any()}
+    for t in sorted(others, key=lambda t: (inst.task_score[t], t)):
+        evict.add(t)
+        cpu += float(np.nan_to_num(allocs.cpu_milli[rows[t]]))
+        mem += float(np.nan_to_num(allocs.memory_mib[rows[t]]))
+        if not short():
+            score = float(sum(inst.task_score[x] for x in evict))
+            return Window(window.node, window.gpus, frozenset(evict), score)
+    return None
 
 
 def _rack_group(model: ClusterModel) -> np.ndarray:
@@ -808,7 +869,7 @@ def cleared_room(
     mask = blocked.copy()
     for w in picked:
         mask[list(w.gpus)] = True
-        if need.whole_node:
+        if need.keeps_node:
             mask[inst.node_gpus(w.node)] = True
     return mask, sorted(set().union(*(w.evict for w in picked)))
 
@@ -882,7 +943,7 @@ def plan_heuristic(
             blocked[gpus] = True  # later jobs neither take nor evict what just moved in
         for w in windows:
             blocked[list(w.gpus)] = True
-            if need.whole_node:
+            if need.keeps_node:
                 blocked[inst.node_gpus(w.node)] = True
         inst = _without(inst, targets)
     return finish(model, goal, inst, windows_all, targets_all, "heuristic", started, demand)

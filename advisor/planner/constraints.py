@@ -282,16 +282,19 @@ def usage_by_scope(model: ClusterModel) -> dict[tuple[str, str], float]:
     (the checker's starting use, borrowing's shortfalls, a goal job's quota)."""
     allocs = model.allocations
     placed = allocs.node >= 0
-    share = allocs.num_gpu * allocs.gpu_milli / MILLI
+    share = (allocs.num_gpu * allocs.gpu_milli / MILLI)[placed]
     out: dict[tuple[str, str], float] = defaultdict(float)
-    for tenant, node, gpus in zip(
-        allocs.tenant[placed].tolist(),
-        allocs.node[placed].tolist(),
-        share[placed].tolist(),
-        strict=True,
-    ):
-        out[(tenant, ANY_MODEL)] += gpus
-        out[(tenant, str(model.nodes.gpu_model[node]))] += gpus
+    if not placed.any():
+        return out
+    tenants, t = np.unique(allocs.tenant[placed].astype(str), return_inverse=True)
+    models, m = np.unique(
+        model.nodes.gpu_model[allocs.node[placed]].astype(str), return_inverse=True
+    )
+    for i, total in enumerate(np.bincount(t, weights=share, minlength=len(tenants)).tolist()):
+        out[(str(tenants[i]), ANY_MODEL)] += total
+    pair = np.bincount(t * len(models) + m, weights=share, minlength=len(tenants) * len(models))
+    for k in np.flatnonzero(np.bincount(t * len(models) + m, minlength=len(pair))).tolist():
+        out[(str(tenants[k // len(models)]), str(models[k % len(models)]))] += float(pair[k])
     return out
 
 

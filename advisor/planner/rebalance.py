@@ -43,6 +43,7 @@ the job: each action says the figures it used.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections import Counter, defaultdict
 from dataclasses import dataclass, replace
@@ -76,6 +77,7 @@ THROUGHPUT: tuple[tuple[str, float], ...] = (
 )
 
 
+@functools.lru_cache(maxsize=256)
 def throughput(gpu_model: str) -> float | None:
     """Relative throughput of `gpu_model` (V100 = 1); None when the table does not know it."""
     name = gpu_model.upper()

@@ -2,7 +2,9 @@
 
 Every GPU gets a ready time: now if free, else the predicted end of the last task on it
 (`observed.expected_end`: a forecast where given, known end times, else a duration prior, and
-each plan says which), infinity if unusable. For a job of K tasks x k GPUs, each node offers
+each plan says which), infinity if unusable. A node is ready for one task of the job once
+enough of its GPUs are and, where the job asks for CPU and memory, once enough of those are
+free too (its tasks ending in predicted order; a node smaller than the task never is). For a job of K tasks x k GPUs, each node offers
 its k earliest-ready GPUs (inside one NVLink island when k fits one); a multi-node job needs K
 nodes of one rack and one GPU model (`rack_locality`), a single-node job one node. The
 earliest start T is the K-th smallest node time in the best group; among the nodes ready by T
@@ -63,6 +65,8 @@ class Request:
     gpu_spec: str = ""
     duration_s: float | None = None  # expected run time (None: the duration prior's mean)
     expected_at: float | None = None  # forecast arrival (None: it is waiting now)
+    cpu_milli: float = 0.0  # per task; a node must also have this much CPU for it
+    memory_mib: float = 0.0  # per task
 
     @property
     def gpus(self) -> int:
@@ -170,6 +174,39 @@ def node_ready_times(
     return out
 
 
+def node_room_times(
+    model: ClusterModel, ends: np.ndarray, cpu_milli: float, memory_mib: float
+) -> np.ndarray:
+    """float64 (N): when each node has `cpu_milli` CPU and `memory_mib` memory free for one more
+    task, as its allocations end at `ends` (now if it has them now; inf if its capacity is
+    smaller). A capacity the source does not know is no constraint (NaN: unknown)."""
+    now = now_of(model)
+    out = np.full(len(model.nodes), now, dtype=np.float64)
+    allocs = model.allocations
+    placed = np.flatnonzero(allocs.node >= 0)
+    for need, capacity, free, held in (
+        (cpu_milli, model.nodes.cpu_milli, model.node_cpu_free, allocs.cpu_milli),
+        (memory_mib, model.nodes.memory_mib, model.node_memory_free, allocs.memory_mib),
+    ):
+        if not need > 0:
+            continue
+        out[capacity < need] = np.inf  # NaN capacity compares false: unknown, no constraint
+        short = np.flatnonzero((free < need) & (capacity >= need))
+        if not short.size:
+            continue
+        rows = placed[np.isin(allocs.node[placed], short)]
+        node = allocs.node[rows].astype(np.int64)
+        end = np.maximum(ends[rows], now)
+        order = np.lexsort((end, node))
+        node, end, amount = node[order], end[order], np.nan_to_num(held[rows][order])
+        bounds = np.searchsorted(node, short, side="left"), np.searchsorted(node, short, "right")
+        for n, lo, hi in zip(short.tolist(), *bounds, strict=True):
+            freed = np.cumsum(amount[lo:hi])
+            enough = np.flatnonzero(free[n] + freed >= need - 1e-9)
+            out[n] = max(out[n], float(end[lo + enough[0]]) if enough.size else np.inf)
+    return out
+
+
 MAX_TIES = 64  # equally early candidates compared by idle time (the rest are not examined)
 
 
@@ -179,17 +216,32 @@ def earliest_slot(
     request: Request,
     policy: Policy,
     not_before: float | None = None,
+    room: np.ndarray | None = None,
 ) -> Slot | None:
     """The earliest start for `request` given per-GPU ready times (module docstring); with
     `not_before` (a forecast arrival) the start is at least that, and the GPUs are the ones
-    that leave the least idle time by then."""
+    that leave the least idle time by then. `room` (N): when each node has the CPU and memory
+    a task needs (`node_room_times`; None: not a constraint)."""
     k, tasks = request.num_gpu, request.tasks
     island = island_size_per_node(model) if policy.island_locality else None
     nodes = model.nodes
     times = node_ready_times(model, ready, k, island)
+    if room is not None:
+        times = np.maximum(times, room)
     models = nodes.gpu_model
     allowed = {m for m in set(models.tolist()) if spec_allows(request.gpu_spec, str(m))}
     usable = np.isfinite(times) & np.isin(models, list(allowed))
+    if tasks == 1:  # one node per group: no grouping to do
+        candidates = np.flatnonzero(usable)
+        return _best_slot(
+            model,
+            ready,
+            request,
+            island,
+            [(float(times[n]), [n]) for n in candidates.tolist()],
+            times,
+            not_before,
+        )
     groups: dict[tuple[str, str], list[int]] = defaultdict(list)
     for node in np.flatnonzero(usable).tolist():
         if tasks > 1 and policy.rack_locality:
@@ -206,6 +258,21 @@ def earliest_slot(
         if len(members) >= tasks:
             member_times = np.sort(times[members])
             starts.append((float(member_times[tasks - 1]), members))
+    return _best_slot(model, ready, request, island, starts, times, not_before)
+
+
+def _best_slot(
+    model: ClusterModel,
+    ready: np.ndarray,
+    request: Request,
+    island: np.ndarray | None,
+    starts: list[tuple[float, list[int]]],
+    times: np.ndarray,
+    not_before: float | None,
+) -> Slot | None:
+    """Among groups that can start at the earliest time (`starts`: each group's start and
+    nodes), the one leaving the fewest GPU-hours idle."""
+    k, tasks = request.num_gpu, request.tasks
     if not starts:
         return None
     first = min(t for t, _ in starts)
@@ -254,6 +321,8 @@ def pending_requests(model: ClusterModel, min_gpus: int = 8) -> list[Request]:
             tasks=len(members),
             num_gpu=int(allocs.num_gpu[members].max()),
             gpu_spec=str(allocs.gpu_spec[first]),
+            cpu_milli=float(np.nan_to_num(allocs.cpu_milli[members]).max()),
+            memory_mib=float(np.nan_to_num(allocs.memory_mib[members]).max()),
         )
         if request.gpus >= min_gpus:
             out.append(request)
@@ -317,10 +386,15 @@ def plan_reservations(
     befores: dict[tuple[str, ...], dict[str, Any]] = {}  # before-measures per shape list
     held: dict[tuple[str, str], float] = defaultdict(float)
     plans = []
+    rooms: dict[tuple[float, float], np.ndarray] = {}  # jobs of one size share their answer
     for request in requests:
         goal = f"reserve {request.tasks}x{request.num_gpu} GPUs for {request.job}"
-        alone = earliest_slot(model, base_ready, request, policy, request.expected_at)
-        slot = earliest_slot(model, ready, request, policy, request.expected_at)
+        need = (request.cpu_milli, request.memory_mib)
+        if need not in rooms:
+            rooms[need] = node_room_times(model, ends, *need)
+        room = rooms[need]
+        alone = earliest_slot(model, base_ready, request, policy, request.expected_at, room)
+        slot = earliest_slot(model, ready, request, policy, request.expected_at, room)
         if slot is None:
             why = "no group of nodes can ever hold this job"
             plans.append(

@@ -120,7 +120,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help=f"worker processes, 1 to {MAX_JOBS} (each ~150 MB), never more than the replays "
         "(default 2)",
     )
-    p.add_argument("--out", required=True, type=_out_folder, help="output directory")
+    p.add_argument("--out", required=True, type=out_folder, help="output directory")
     p.add_argument(
         "--json",
         action="store_true",
@@ -136,7 +136,7 @@ REPLAY_FILES = ("curve.csv", "summary.csv", "replay.png")
 BUDGET_FILE = "migration.png"
 
 
-def _out_folder(text: str) -> Path:
+def out_folder(text: str) -> Path:
     """--out as a Path, but not from an empty string (Path('') is the current folder, whose
     files of the same names the results would replace)."""
     if not text:

@@ -1,0 +1,217 @@
+"""The advisor in the loop: every `every_s` it reads the simulated cluster, and its plans are
+applied as an operator would apply them.
+
+Per advisor run (`AdvisorAdapter.advise`, the service's own run step), in this order:
+
+1. **Jobs waiting on a plan.** For each waiting job the run has plans for (a reservation for it,
+   or a consolidation for its shape; `waiting_job` in the served plan), the operator takes the
+   cheaper one whose window (`window`, served with the plan) is now: a consolidation costs its
+   restart GPU-hours and starts the job at once; a reservation costs the GPU-hours it holds idle
+   plus the job's GPUs for the hours until its planned start. A consolidation's moves must fit
+   the day's migration budget (all of them, or the plan is not applied); its GPUs are then held
+   for the job, which starts there. A reservation holds the GPUs free now and each other GPU as
+   soon as the tasks on it end; the hold is released by the advisor's own rule (if the job has
+   not started by `release.if_not_started_by`), or when the job starts anywhere.
+2. **Defragmentation nobody waits on** (a consolidation for a shape with no waiting job): only in
+   a forecast low-demand window (its window is "now" and a forecast said so), within the budget.
+3. **Reclaims**: idle allocations the run names are ended (the replay's jobs give their
+   utilization; with none, the advisor reclaims nothing).
+
+Share, rebalance and borrow plans are not applied: the replay models no MIG, no per-model
+speed and no quotas.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from advisor.planner.timing import acts
+from advisor.simulate.advisor_adapter import EPOCH, AdvisorAdapter
+from advisor.simulate.engine import RUNNING, WAITING, Simulation
+
+NOW = "now"
+
+
+@dataclass
+class OperatorStats:
+    """What the operator did over one replay."""
+
+    calls: int = 0
+    consolidations: int = 0
+    reservations: int = 0
+    preemptive: int = 0
+    reclaims: int = 0
+    skipped_budget: int = 0
+    skipped_window: int = 0
+    skipped_fit: int = 0  # a consolidation whose nodes would still lack the job's CPU/memory
+    failed: int = 0
+    errors: list[str] = field(default_factory=list)
+
+
+class AdvisorOperator:
+    """A replay controller: the advisor's run step every `every_s`, its plans applied."""
+
+    name = "on"
+
+    def __init__(self, every_s: float, default_restart_s: float) -> None:
+        self.every_s = every_s
+        self.default_restart_s = default_restart_s
+        self.adapter: AdvisorAdapter | None = None
+        self.stats = OperatorStats()
+        self._index: dict[str, int] = {}
+        self._tasks: dict[str, tuple[int, int]] = {}
+
+    def tick(self, sim: Simulation, now: float) -> None:
+        if self.adapter is None:
+            self.adapter = AdvisorAdapter(sim, self.every_s, self.default_restart_s)
+            self._index = {str(n): j for j, n in enumerate(sim.jobs.name.tolist())}
+        advice = self.adapter.advise(sim, now)
+        self.stats.calls += 1
+        if advice.error and len(self.stats.errors) < 5:
+            self.stats.errors.append(advice.error)
+        plans = [p for p in advice.recommendations.get("plans", []) if acts(p)]
+        for_job: dict[str, list[dict[str, Any]]] = {}
+        preemptive: list[dict[str, Any]] = []
+        reclaims: list[dict[str, Any]] = []
+        for plan in plans:
+            waiting = plan.get("waiting_job", "")
+            if plan.get("method") == "reserve" and waiting:
+                for_job.setdefault(waiting, []).append(plan)
+            elif str(plan.get("goal", "")).startswith("job="):
+                (for_job.setdefault(waiting, []) if waiting else preemptive).append(plan)
+            elif plan.get("method") == "reclaim" or plan.get("goal") == "reclaim":
+                reclaims.append(plan)
+        for name, options in for_job.items():
+            job = self._index.get(name)
+            if job is not None and sim.status[job] == WAITING:
+                self._serve(sim, job, options)
+        for plan in preemptive:
+            window = plan.get("window") or {}
+            if window.get("when") != NOW or not window.get("forecast"):
+                self.stats.skipped_window += 1
+                continue
+            if self._consolidate(sim, plan, None):
+                self.stats.preemptive += 1
+        for plan in reclaims:
+            for action in plan["actions"]:
+                if action["kind"] == "reclaim":
+                    hit = self._task(sim, action["alloc"])
+                    if hit is not None and sim.status[hit[0]] == RUNNING:
+                        sim.reclaim(hit[0])
+                        self.stats.reclaims += 1
+
+    # ------------------------------------------------------------------ one waiting job
+    def _serve(self, sim: Simulation, job: int, options: list[dict[str, Any]]) -> None:
+        gpus = float(sim.jobs.gpus[job])
+        ranked = []
+        for plan in options:
+            if plan.get("method") == "reserve" and job in sim.reservations:
+                continue  # a hold stands until the job starts or the advisor's rule releases it
+            if (plan.get("window") or {}).get("when") != NOW:
+                self.stats.skipped_window += 1
+                continue
+            cost = plan.get("cost") or {}
+            if plan.get("method") == "reserve":
+                wait_h = max(0.0, float(plan.get("starts_in_s", 0.0))) / 3600.0
+                total = float(plan.get("idle_gpu_hours", 0.0)) + gpus * wait_h
+            else:
+                total = float(cost.get("gpu_hours", 0.0))
+            ranked.append((total, plan.get("method") != "reserve", plan))
+        for _, _, plan in sorted(ranked, key=lambda r: (r[0], r[1])):
+            if plan.get("method") == "reserve":
+                if self._reserve(sim, job, plan):
+                    self.stats.reservations += 1
+                    return
+            elif self._consolidate(sim, plan, job):
+                self.stats.consolidations += 1
+                return
+
+    def _reserve(self, sim: Simulation, job: int, plan: dict[str, Any]) -> bool:
+        targets: dict[int, list[int]] = {}
+        for action in plan["actions"]:
+            if action["kind"] == "reserve" and action.get("to"):
+                node = self._node(sim, action["to"]["node"])
+                targets.setdefault(node, []).extend(int(g) for g in action["to"]["gpus"])
+        for entry in plan.get("schedule", []):
+            targets.setdefault(self._node(sim, entry["node"]), []).append(int(entry["gpu"]))
+        if len(targets) != int(sim.jobs.num_nodes[job]):
+            self.stats.failed += 1
+            return False
+        release = plan.get("release", {}).get("if_not_started_by")
+        release_at = float(release) - EPOCH if release is not None else sim.now + self.every_s
+        sim.reserve(job, {n: sorted(set(g)) for n, g in targets.items()}, release_at)
+        return True
+
+    def _consolidate(self, sim: Simulation, plan: dict[str, Any], job: int | None) -> bool:
+        """Apply a consolidation's moves (all within the budget, or none), then hold its GPUs
+        for `job` (None: nobody waits; the freed GPUs are left to the scheduler)."""
+        moves = []
+        for action in plan["actions"]:
+            if action["kind"] != "migrate":
+                continue
+            hit = self._task(sim, action["alloc"])
+            if hit is None:
+                self.stats.failed += 1
+                return False
+            to = action["to"]
+            moves.append(
+                (hit[0], hit[1], self._node(sim, to["node"]), [int(g) for g in to["gpus"]])
+            )
+        if len(moves) > sim.allowance():
+            self.stats.skipped_budget += 1
+            return False
+        targets: dict[int, list[int]] = {}
+        for action in plan["actions"]:
+            if action["kind"] == "reserve" and action.get("to"):
+                node = self._node(sim, action["to"]["node"])
+                targets.setdefault(node, []).extend(int(g) for g in action["to"]["gpus"])
+        if job is not None and not self._room_after(sim, job, moves, targets):
+            self.stats.skipped_fit += 1
+            return False
+        if moves and not sim.move(moves):
+            self.stats.failed += 1
+            return False
+        if job is None:
+            return bool(moves)
+        if len(targets) == int(sim.jobs.num_nodes[job]):
+            need = int(sim.jobs.num_gpu[job])
+            sim.reserve(
+                job, {n: sorted(set(g))[:need] for n, g in targets.items()}, sim.now + self.every_s
+            )
+        return True
+
+    @staticmethod
+    def _room_after(
+        sim: Simulation,
+        job: int,
+        moves: list[tuple[int, int, int, list[int]]],
+        targets: dict[int, list[int]],
+    ) -> bool:
+        """Whether `job`'s tasks fit the plan's target nodes by CPU and memory once the moves
+        are made (the consolidation goal counts GPUs only; the job needs the rest too)."""
+        if len(targets) != int(sim.jobs.num_nodes[job]):
+            return False
+        spec = sim.specs[job]
+        for node in targets:
+            cpu, mem = int(sim.state.cpu_free[node]), int(sim.state.mem_free[node])
+            for other, task, _, _ in moves:
+                placement = sim.placement[other] or []
+                if task < len(placement) and placement[task][0] == node:
+                    cpu += sim.specs[other].cpu_milli
+                    mem += sim.specs[other].memory_mib
+            if cpu < spec.cpu_milli or mem < spec.memory_mib:
+                return False
+        return True
+
+    # ------------------------------------------------------------------ names
+    def _node(self, sim: Simulation, name: str) -> int:
+        return sim.node_index[name]
+
+    def _task(self, sim: Simulation, alloc: str) -> tuple[int, int] | None:
+        """(job, task index) of an allocation id `NAME#TASK`."""
+        name, _, task = alloc.rpartition("#")
+        job = self._index.get(name)
+        if job is None or not task.isdigit():
+            return None
+        return job, int(task)
