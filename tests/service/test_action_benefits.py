@@ -17,11 +17,11 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from advisor.fragmentation.measures import parse_shape
 from advisor.ingest.live import LiveSim
 from advisor.ingest.sources import load_source
 from advisor.model import MILLI, ClusterModel
 from advisor.pipeline import RunState
+from advisor.pipeline.queries import shape_from_text
 from advisor.planner.actions import KINDS, Action, Plan
 from advisor.planner.check import apply_plan
 from advisor.planner.consolidate import parse_goal, plan_heuristic
@@ -86,7 +86,8 @@ def states() -> dict[str, RunState]:
 def plan_benefit(model: ClusterModel, plan: dict) -> float:
     """What the plan makes usable, measured by replaying it on the model."""
     if plan["goal"].startswith("job="):  # consolidation: the job it lets start
-        return float(parse_shape(plan["goal"].removeprefix("job=")).gpus)
+        shape = plan["goal"].removeprefix("job=").split(" for ")[0]  # "job=8x8 for JOB" too
+        return float(shape_from_text(shape).gpus)  # a model after @ may hold spaces
     after = apply_plan(model, [Action.from_dict(a) for a in plan["actions"]])
     delta = (after.gpu_free_milli.astype(np.int64) - model.gpu_free_milli) / MILLI
     if plan["method"] in ("reserve", "borrow"):  # the GPUs it holds now for the job

@@ -110,7 +110,7 @@ def test_below_the_minimum_the_planner_keeps_its_prior() -> None:
     assert ends == {} and 0 < doc["finished_jobs"] < 30
     assert "duration prior" in doc["source"] and "fewer than 30" in doc["reason"]
     recs = plans(model, NO_SHAPES, [], history.finished_jobs())
-    reserve = [a for a in recs["actions"] if a["kind"] == "reserve"]
+    reserve = [a for a in recs["actions"] if a["goal"].startswith("reserve ")]  # its plan's
     assert reserve and all("duration prior" in a["summary"] for a in reserve)
     assert recs["job_ends"]["source"] == doc["source"]
 
@@ -123,7 +123,7 @@ def test_reservations_plan_on_the_learned_ends(watched) -> None:
     prior = plans(model, NO_SHAPES, [], None)
     [plan] = [p for p in learned["plans"] if p["method"] == "reserve"]
     [before] = [p for p in prior["plans"] if p["method"] == "reserve"]
-    reserve = [a for a in learned["actions"] if a["kind"] == "reserve"]
+    reserve = [a for a in learned["actions"] if a["goal"].startswith("reserve ")]
     assert reserve and all("forecast job ends" in a["summary"] for a in reserve)
     assert plan["ends_from"] == "forecast job ends"
     assert learned["job_ends"]["source"] == "forecast job ends"
@@ -318,7 +318,7 @@ def test_a_reservations_summary_label_does_not_change_as_time_passes() -> None:
     model = world(T0 + 3 * H)
     later = dataclasses.replace(model, timestamp=model.timestamp + 600.0, _cache={})
     docs = [plans(m, NO_SHAPES, []) for m in (model, later)]
-    reserve = [[a for a in d["actions"] if a["kind"] == "reserve"] for d in docs]
+    reserve = [[a for a in d["actions"] if a["goal"].startswith("reserve ")] for d in docs]
     assert reserve[0] and len(reserve[0]) == len(reserve[1])
     assert [a["summary"] for a in reserve[0]] == [a["summary"] for a in reserve[1]]
     assert all("duration prior" in a["summary"] for a in reserve[0])
