@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from advisor.planner.timing import acts
-from advisor.simulate.advisor_adapter import EPOCH, AdvisorAdapter
-from advisor.simulate.engine import RUNNING, WAITING, Simulation
+from advisor.simulate.advisor_adapter import EPOCH, Advice, AdvisorAdapter
+from advisor.simulate.engine import DAY, RUNNING, WAITING, Simulation
 
 NOW = "now"
 
@@ -38,6 +38,7 @@ class OperatorStats:
     """What the operator did over one replay."""
 
     calls: int = 0
+    reused: int = 0  # ticks skipped: nothing changed since the last run, in the same hour
     consolidations: int = 0
     reservations: int = 0
     preemptive: int = 0
@@ -61,13 +62,27 @@ class AdvisorOperator:
         self.stats = OperatorStats()
         self._index: dict[str, int] = {}
         self._tasks: dict[str, tuple[int, int]] = {}
+        self._seen: tuple[int, int, int] | None = None
 
     def tick(self, sim: Simulation, now: float) -> None:
         if self.adapter is None:
             self.adapter = AdvisorAdapter(sim, self.every_s, self.default_restart_s)
             self._index = {str(n): j for j, n in enumerate(sim.jobs.name.tolist())}
+        # Nothing arrived, started, ended, moved or was held since the last run, and the
+        # hour (the forecast's step) and the budget's day are the same: that run read this
+        # cluster and what it served was applied (or could not be), so running again would
+        # only repeat it. Its answer stands; the history keeps a reading each hour.
+        seen = (sim.changes, int(now // 3600.0), int((now - sim.origin) // DAY))
+        if seen == self._seen:
+            self.stats.reused += 1
+            return
         advice = self.adapter.advise(sim, now)
         self.stats.calls += 1
+        self._apply(sim, advice)
+        self._seen = (sim.changes, int(now // 3600.0), int((now - sim.origin) // DAY))
+
+    def _apply(self, sim: Simulation, advice: Advice) -> None:
+        """The run's plans, applied in the order of the module docstring."""
         if advice.error and len(self.stats.errors) < 5:
             self.stats.errors.append(advice.error)
         plans = [p for p in advice.recommendations.get("plans", []) if acts(p)]
