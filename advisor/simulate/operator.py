@@ -47,6 +47,7 @@ class OperatorStats:
     skipped_window: int = 0
     skipped_fit: int = 0  # a consolidation whose nodes would still lack the job's CPU/memory
     failed: int = 0
+    wrong_model: dict[str, int] = field(default_factory=dict)  # plans refused, per method
     errors: list[str] = field(default_factory=list)
 
 
@@ -153,6 +154,8 @@ class AdvisorOperator:
         if len(targets) != int(sim.jobs.num_nodes[job]):
             self.stats.failed += 1
             return False
+        if not self._models_allowed(sim, job, targets, plan):
+            return False
         release = plan.get("release", {}).get("if_not_started_by")
         release_at = float(release) - EPOCH if release is not None else sim.now + self.every_s
         sim.reserve(job, {n: sorted(set(g)) for n, g in targets.items()}, release_at)
@@ -181,6 +184,8 @@ class AdvisorOperator:
             if action["kind"] == "reserve" and action.get("to"):
                 node = self._node(sim, action["to"]["node"])
                 targets.setdefault(node, []).extend(int(g) for g in action["to"]["gpus"])
+        if job is not None and not self._models_allowed(sim, job, targets, plan):
+            return False
         if job is not None and not self._room_after(sim, job, moves, targets):
             self.stats.skipped_fit += 1
             return False
@@ -195,6 +200,19 @@ class AdvisorOperator:
                 job, {n: sorted(set(g))[:need] for n, g in targets.items()}, sim.now + self.every_s
             )
         return True
+
+    def _models_allowed(
+        self, sim: Simulation, job: int, targets: dict[int, list[int]], plan: dict[str, Any]
+    ) -> bool:
+        """Whether every target node has a GPU model `job` allows: a plan that puts it on
+        another model would be refused by the cluster (the kubelet's node affinity), so the
+        operator does not apply it and counts it by the plan's method."""
+        allowed = sim.state.access(sim.specs[job].gpu_spec)
+        if all(allowed[n] for n in targets):
+            return True
+        method = str(plan.get("method", ""))
+        self.stats.wrong_model[method] = self.stats.wrong_model.get(method, 0) + 1
+        return False
 
     @staticmethod
     def _room_after(
