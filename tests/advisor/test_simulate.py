@@ -356,3 +356,33 @@ def test_a_plan_on_a_gpu_model_the_job_does_not_allow_is_not_applied() -> None:
     assert operator._models_allowed(sim, 0, {0: list(range(8))}, plan)
     assert not operator._models_allowed(sim, 0, {1: list(range(8))}, plan)
     assert operator.stats.wrong_model == {"reserve": 1}
+
+
+def test_a_consolidation_is_not_said_to_start_a_job_its_gpu_model_excludes() -> None:
+    """A configured shape (`job=8`, any model) makes room on an A100 node; the first waiting
+    8-GPU job asks for V100s, so the plan does not start it (it would name it before)."""
+    from advisor.planner.timing import waiting_on
+    from advisor.simulate.advisor_adapter import _static_columns, model_of
+
+    cluster = nodes(2)
+    cluster.model[1] = "V100"
+    table = jobs([{"name": "a", "g": 1}, {"name": "v", "g": 1}, {"name": "big", "t": 1.0, "g": 8}])
+    table.gpu_spec[:] = ["A100", "V100", "V100"]
+    seen: list[Any] = []
+
+    class Look:
+        name, every_s = "look", 60.0
+
+        def tick(self, sim: Simulation, now: float) -> None:
+            if not seen:
+                seen.append(model_of(sim, now, _static_columns(sim)))
+
+    simulate(table, cluster, controller=Look())
+    model = seen[0]
+
+    def plan(node: str) -> dict[str, Any]:
+        action = {"kind": "reserve", "to": {"node": node, "gpus": list(range(8))}}
+        return {"goal": "job=8", "actions": [action]}
+
+    assert waiting_on(plan("n0"), model) == ("", 0.0)
+    assert waiting_on(plan("n1"), model) == ("big", 8.0)
