@@ -21,6 +21,9 @@ EXTRA_OF_MODULE: dict[str, str] = {
     "threadpoolctl": "advisor",
     "kubernetes": "advisor",
     "msgspec": "advisor",
+    "fastapi": "advisor",
+    "pydantic": "advisor",
+    "uvicorn": "advisor",
     "streamlit": "app",
     "plotly": "app",
 }

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from advisor.service.results import jsonable
+from advisor.results import jsonable
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -415,7 +415,7 @@ def alert_definitions(config: dict) -> list[Alert]:
             "gpu-defrag-capacity",
             "warning",
             "shape_unschedulable",
-            # the advisor names the cause per shape (advisor.service.scheduler): a job never
+            # the advisor names the cause per shape (advisor.pipeline.scheduler): a job never
             # spans pools, so the value is the free GPUs of the pool with the most
             "max by (job, instance, shape, cause) (gpu_advisor_shape_unschedulable{%(A)s})",
             "> 0",

@@ -111,7 +111,7 @@ def main() -> None:
             print(table.round(3).to_string(index=False))
             print(summary(table).round(3).to_string())
             # where the days before the window are too few to validate, the advisor is naive
-            print(picks[["series", "pick", "pick_q0.9", "validated"]].to_string(index=False))
+            print(picks[["series", "pick", "windows", "validated"]].to_string(index=False))
         if name == "earth":
             vcs = table[~table["series"].str.endswith("/total")]
             med = vcs.groupby("start")[["coverage_advisor", "diff_pct"]].median()

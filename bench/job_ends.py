@@ -40,12 +40,13 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo's exporter, not bench/'s
 
 import advisor.history.observations as H  # History.append calls running_jobs from here
-import advisor.service.plans as P
+import advisor.pipeline.stages as P
 from advisor.forecast.job_ends import JobEndSettings, predict
 from advisor.history import JobLifetimes
+from advisor.ingest.live import LiveSim
 from advisor.ingest.sources import sim_fleet, sim_model
 from advisor.planner.observed import expected_end
-from advisor.service.loop import AdvisorLoop, Config, LiveSim
+from advisor.service.loop import AdvisorLoop, Config
 from bench.machine import describe
 
 HOUR = 3600.0
@@ -189,7 +190,7 @@ def instrumented(loop: AdvisorLoop, timers: Timers):
     saved = (H.running_jobs, P.predict)
     history, jobs = loop.history, loop.history.jobs
     H.running_jobs = timers.wrap("tracking", H.running_jobs)  # History.append's call
-    P.predict = timers.wrap("predict", P.predict)  # recommend_service's call
+    P.predict = timers.wrap("predict", P.predict)  # the plan stage's call
     jobs.observe = timers.wrap("tracking", jobs.observe)
     jobs.running = timers.wrap("predict", jobs.running)
     history.finished_jobs = timers.wrap("frame", history.finished_jobs)

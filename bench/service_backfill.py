@@ -5,7 +5,7 @@ Debian's Prometheus with `promtool tsdb create-blocks-from openmetrics` (served 
 lookback, `tests/integration/history_blocks.py`). Then, on the same Prometheus:
 - baseline: one live read of the source (`load_source("prometheus+…")`, state plus an hour of
   usage history), the advisor's work at every run;
-- the backfill (`advisor.service.backfill.from_prometheus`) over all the hours.
+- the backfill (`advisor.ingest.backfill.from_prometheus`) over all the hours.
 
     python bench/service_backfill.py --nodes 16 --hours 168
 """
@@ -21,8 +21,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo's exporter, not bench/'s
 
+from advisor.ingest.backfill import from_prometheus
 from advisor.ingest.sources import load_source
-from advisor.service.backfill import from_prometheus
 from bench.machine import describe
 from tests.integration import stack
 from tests.integration.history_blocks import LOOKBACK, import_blocks, openmetrics_history

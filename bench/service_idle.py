@@ -28,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo's expor
 from advisor.forecast import idle_windows, live, live_idle
 from advisor.forecast.runs import hourly_of, node_panel, runs_panel
 from advisor.history import NodeRecord
+from advisor.settings import HORIZONS_H, IDLE_RISK, IDLE_WINDOWS_H
 from bench.machine import describe
 
 
@@ -112,15 +113,15 @@ def bench_nodes(days: int, nodes: int) -> None:
         t_idle, doc = timed(
             live_idle.idle_section,
             None,
-            live_idle.IDLE_WINDOWS_H,
-            live_idle.IDLE_RISK,
+            IDLE_WINDOWS_H,
+            IDLE_RISK,
             panel,
             limit,
         )
         computed = [n for n in doc["nodes"] if any(w["available"] for w in n["windows"])]
         print(
             f"  per-node idle windows, {min(limit, nodes)} of {nodes} nodes served "
-            f"(release + backtest, windows {live_idle.IDLE_WINDOWS_H}, {doc['node_history_hours']} h): "
+            f"(release + backtest, windows {IDLE_WINDOWS_H}, {doc['node_history_hours']} h): "
             f"{t_idle:.2f} s"
         )
         for window in doc["windows"]:
@@ -168,13 +169,11 @@ def main() -> None:
     )
     t_runs, runs = timed(runs_panel, frame)
     t_hourly, hourly = timed(hourly_of, runs)
-    t_idle, idle = timed(
-        live_idle.idle_section, runs, live_idle.IDLE_WINDOWS_H, live_idle.IDLE_RISK
-    )
-    t_demand, _ = timed(live.forecast_panel, hourly, (1, 6, 24), None)
+    t_idle, idle = timed(live_idle.idle_section, runs, IDLE_WINDOWS_H, IDLE_RISK)
+    t_demand, _ = timed(live.forecast_panel, hourly, HORIZONS_H, None)
     print(f"  runs_panel {t_runs:.2f} s, hourly_of {t_hourly:.2f} s")
     print(
-        f"  idle_section (release + backtest, windows {live_idle.IDLE_WINDOWS_H}, "
+        f"  idle_section (release + backtest, windows {IDLE_WINDOWS_H}, "
         f"{idle['history_hours']} h seen) {t_idle:.2f} s"
     )
     print(f"  demand forecast (horizons 1, 6, 24 h; idle section excluded) {t_demand:.2f} s")
@@ -191,7 +190,7 @@ def main() -> None:
             )
     if args.uncapped_days:
         big = runs_panel(history(args.uncapped_days, args.pools, 60.0))
-        t_big, out = timed(idle_windows, big, live_idle.IDLE_WINDOWS_H, live_idle.IDLE_RISK)
+        t_big, out = timed(idle_windows, big, IDLE_WINDOWS_H, IDLE_RISK)
         print(
             f"uncapped idle_windows on {args.uncapped_days} days x {args.pools} pools at 60 s: "
             f"{t_big:.1f} s (rule: {out['rule'].iloc[0].split(':')[0]})"

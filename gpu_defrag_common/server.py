@@ -100,6 +100,24 @@ def accepts_gzip(header: str) -> bool:
     return False
 
 
+def landing_page(title: str, health: Health, paths: Iterable[str]) -> str:
+    """The HTML a server answers at `/`: its health and links to its pages."""
+    age = "never" if health.age_s is None else f"{health.age_s:.1f}s ago"
+    title = html.escape(title)
+    return (
+        f"<!doctype html><html><head><title>{title}</title></head><body>"
+        f"<h1>{title}</h1>"
+        f"<p>Status: <b>{'healthy' if health.healthy else 'unhealthy'}</b> — "
+        f"{html.escape(health.reason)}; last collection {age}.</p>"
+        '<ul><li><a href="/metrics">Metrics</a></li>'
+        '<li><a href="/health">Health</a> (503 when data is stale)</li>'
+        + "".join(
+            f'<li><a href="{html.escape(p)}">{html.escape(p)}</a></li>' for p in _listed(paths)
+        )
+        + "</ul></body></html>"
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class _App:
     """What every request of one server reads: `self.server` of its handler."""
@@ -277,22 +295,7 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.write(body)
 
     def _landing(self) -> str:
-        health = self.server.source.health()
-        age = "never" if health.age_s is None else f"{health.age_s:.1f}s ago"
-        title = html.escape(self.server.title)
-        return (
-            f"<!doctype html><html><head><title>{title}</title></head><body>"
-            f"<h1>{title}</h1>"
-            f"<p>Status: <b>{'healthy' if health.healthy else 'unhealthy'}</b> — "
-            f"{html.escape(health.reason)}; last collection {age}.</p>"
-            '<ul><li><a href="/metrics">Metrics</a></li>'
-            '<li><a href="/health">Health</a> (503 when data is stale)</li>'
-            + "".join(
-                f'<li><a href="{html.escape(path)}">{html.escape(path)}</a></li>'
-                for path in _listed(self.server.routes)
-            )
-            + "</ul></body></html>"
-        )
+        return landing_page(self.server.title, self.server.source.health(), self.server.routes)
 
 
 def _listed(paths: Iterable[str]) -> list[str]:

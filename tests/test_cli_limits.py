@@ -27,7 +27,7 @@ from advisor.ingest.sources import SourceError, load_source
 def test_the_backfill_bound_is_the_history_the_service_keeps() -> None:
     from advisor.forecast.live_idle import IDLE_MAX_H
     from advisor.history import NODE_HOURS
-    from advisor.service.backfill import MAX_SPAN_S
+    from advisor.ingest.backfill import MAX_SPAN_S
 
     assert MAX_SPAN_S == NODE_HOURS * 3600.0 == IDLE_MAX_H * 3600.0 == 16 * 86400.0
 
@@ -54,8 +54,8 @@ def test_sigterm_during_a_long_backfill_ends_the_advisor_promptly() -> None:
 
 
 def test_a_sim_backfill_asks_to_stop_at_least_every_simulated_hour() -> None:
-    from advisor.service import backfill as B
-    from advisor.service.loop import LiveSim
+    from advisor.ingest import backfill as B
+    from advisor.ingest.live import LiveSim
 
     sim = LiveSim("sim:a100-16x8?nodes=2&t=10d", clock=lambda: 0.0)
     asked = []
@@ -71,7 +71,7 @@ def test_a_sim_backfill_asks_to_stop_at_least_every_simulated_hour() -> None:
 
 
 def test_a_sim_exporters_backfill_stops_when_cancelled(monkeypatch) -> None:
-    from advisor.service import backfill as B
+    from advisor.ingest import backfill as B
     from exporter.readings import SimClock
 
     clock = SimClock("a100-16x8", 42, 2, 10 * 86400.0, 1.7e9)

@@ -117,7 +117,12 @@ sys.exit(main(["exporter", "--backend", "sim", "--sim.preset", "a100-16x8",
     ("blocked", "argv", "extra"),
     [
         ("pandas", ["backtest", "--help"], "advisor"),
-        ("scipy", ["advise", "--help"], "advisor"),
+        # advise's --help reads its defaults from advisor.settings, no analysis stack: a run
+        (
+            "scipy",
+            ["advise", "--source", "sim:a100-16x8", "--web.listen-address", "127.0.0.1:0"],
+            "advisor",
+        ),
         ("streamlit", ["app"], "app"),
         ("plotly", ["demo"], "app"),
     ],

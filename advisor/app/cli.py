@@ -1,10 +1,10 @@
-"""`gpu-defrag app` (the Streamlit app alone) and `gpu-defrag demo` (exporter + app, one command).
+"""`gpu-defrag app` (the Streamlit app alone) and `gpu-defrag demo` (exporter + advisor + app).
 
 `demo` is what `make demo` runs on a fresh machine with no GPU and no server: (a) a sim exporter
 serving preset a100-16x8 on 127.0.0.1, (b) the advisor service (`gpu-defrag advise`) reading it
-directly and keeping its own history (its /metrics and /api are what Prometheus and Grafana
-would read), and (c) the app, which also reads the exporter directly every few seconds into its
-own bounded `advisor.history`, so trends and the idle window fill in as the simulated day runs.
+and keeping the history (its /metrics and /api are what Prometheus and Grafana would read), and
+(c) the app, which renders the advisor's API (`--advisor`): no second reader, history or
+forecast. `gpu-defrag app --source SPEC` runs the same pipeline in the app's own process.
 Ctrl-C stops every child.
 """
 
@@ -28,6 +28,8 @@ from gpu_defrag_common.messages import error_line, say_error
 APP_PACKAGES = ("streamlit", "plotly")  # the [app] extra, checked before any child starts
 DEFAULT_SOURCE = "sim:a100-16x8"
 SOURCE_ENV = "GPU_DEFRAG_SOURCE"  # the app's starting source (also `-- --source X`)
+ADVISOR_ENV = "GPU_DEFRAG_ADVISOR"  # an advisor service's URL the app reads (also `-- --advisor`)
+ADVISOR_PREFIX = "advisor+"  # the app's spec of an advisor service: advisor+http://HOST:PORT
 REFRESH_ENV = "GPU_DEFRAG_REFRESH"  # seconds between reads of a live source
 MAIN = Path(__file__).with_name("main.py")
 DEMO_PRESET = "a100-16x8"
@@ -46,7 +48,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     app = subparsers.add_parser(
         "app",
         description="Start the capacity-review app (Fleet, Fragmentation, Forecast, Actions, "
-        "What-if) on SOURCE. It never executes an action.",
+        "What-if): on an advisor service's API (--advisor), or on SOURCE with the advisor "
+        "pipeline in its own process. It never executes an action.",
     )
     app.add_argument(
         "--source",
@@ -57,14 +60,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         f"k8s:...; repeated, a scheduler and the usage source it joins by node name "
         f"(k8s:...+http://...) (default {DEFAULT_SOURCE}); can be changed in the sidebar",
     )
+    app.add_argument(
+        "--advisor",
+        default="",
+        metavar="URL",
+        help="a running `gpu-defrag advise` (e.g. http://127.0.0.1:9836): the app shows what "
+        "its API serves instead of reading SOURCE itself",
+    )
     _server_flags(app)
     app.set_defaults(func=run_app)
 
     demo = subparsers.add_parser(
         "demo",
         description="Start a sim exporter serving preset a100-16x8 a simulated week into its "
-        "life, the advisor service reading it, and the app reading it directly (keeping its own "
-        "history); print the URL. Ctrl-C stops everything.",
+        "life, the advisor service reading it, and the app showing the advisor's API; print the "
+        "URL. Ctrl-C stops everything.",
     )
     _server_flags(demo)
     demo.add_argument(
@@ -92,7 +102,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         metavar="PORT",
         help="port of the advisor service (default: a free one)",
     )
-    demo.add_argument("--no-advisor", action="store_true", help="do not start the advisor service")
+    demo.add_argument(
+        "--no-advisor",
+        action="store_true",
+        help="do not start the advisor service: the app runs the pipeline on the exporter itself",
+    )
     demo.set_defaults(func=run_demo)
 
 
@@ -106,7 +120,7 @@ def _server_flags(parser: argparse.ArgumentParser) -> None:
         type=positive_duration,
         default=None,
         metavar="SECONDS",
-        help="how often live sources are re-read (default 15; demo 5)",
+        help="how often live sources (and the advisor's API) are re-read (default 15; demo 5)",
     )
 
 
@@ -277,21 +291,28 @@ def _supervise(children: Sequence[Child]) -> int:
         _stop(children)
 
 
+def advisor_source(url: str) -> str:
+    """The app's spec of an advisor service at `url` (`/api/` and a trailing slash dropped)."""
+    url = url.strip().removeprefix(ADVISOR_PREFIX).rstrip("/").removesuffix("/api")
+    return ADVISOR_PREFIX + (url if "://" in url else f"http://{url}")
+
+
 def run_app(args: argparse.Namespace) -> int:
     require(*APP_PACKAGES)
     taken = app_address_taken(args.address, args.port)
     if taken:
         say_error("app", taken)
         return 2
-    command = streamlit_command(args.address, args.port, args.source)
-    children = [("app", subprocess.Popen(command, env=app_env(args.source, args.refresh)))]
+    source = advisor_source(args.advisor) if args.advisor else args.source
+    command = streamlit_command(args.address, args.port, source)
+    children = [("app", subprocess.Popen(command, env=app_env(source, args.refresh)))]
     url = url_of(args.address, args.port)
     if not wait_http(url + "_stcore/health", None, children[0][1], "the app"):
         _stop(children)
         print(error_line("app", f"the app did not start on {url}"), file=sys.stderr)
         return 1
     try:  # a status line that cannot be written (`>&-`, a full disk) must not orphan the app
-        print(f"gpu-defrag app on {url} (source {args.source}); Ctrl-C stops it", flush=True)
+        print(f"gpu-defrag app on {url} (source {source}); Ctrl-C stops it", flush=True)
     except BaseException:
         _stop(children)
         raise
@@ -363,7 +384,8 @@ def run_demo(args: argparse.Namespace) -> int:
             advisor_url = f"http://127.0.0.1:{advisor_port}/"
             advisor = subprocess.Popen(advisor_command(exporter_url, advisor_port, refresh))
             children.append(("advisor service", advisor))
-            if not wait_http(advisor_url + "metrics", None, advisor, "the advisor service"):
+            # its first run (after reading the fleet's week back): the app has a view at once
+            if not wait_http(advisor_url + "health", None, advisor, "the advisor service"):
                 print(
                     error_line("demo", f"the advisor did not answer on {advisor_url}"),
                     file=sys.stderr,
@@ -371,9 +393,10 @@ def run_demo(args: argparse.Namespace) -> int:
                 _stop(children)
                 return 1
             print(f"advisor service on {advisor_url}metrics and {advisor_url}api/", flush=True)
+        app_source = advisor_source(advisor_url) if advisor_url else exporter_url
         app = subprocess.Popen(
-            streamlit_command(args.address, args.port, exporter_url),
-            env=app_env(exporter_url, refresh),
+            streamlit_command(args.address, args.port, app_source),
+            env=app_env(app_source, refresh),
         )
         children.append(("app", app))
         url = url_of(args.address, args.port)
@@ -383,9 +406,13 @@ def run_demo(args: argparse.Namespace) -> int:
             return 1
         print(
             f"\n  gpu-defrag demo: open {url}\n"
-            f"  (the app reads {exporter_url} every {refresh:g} s and keeps its own history"
-            + (f"; advisor API on {advisor_url}api/" if advisor_url else "")
-            + ")\n  Ctrl-C stops everything.\n",
+            + (
+                f"  (the app shows the advisor's API on {advisor_url}api/, read every "
+                f"{refresh:g} s)"
+                if advisor_url
+                else f"  (the app runs the advisor pipeline on {exporter_url} every {refresh:g} s)"
+            )
+            + "\n  Ctrl-C stops everything.\n",
             flush=True,
         )
     except BaseException:  # a status line that cannot be written included: no orphans

@@ -1,12 +1,17 @@
-"""Data access for the app: one `SourceState` per source spec, loaded, analysed and cached.
+"""Data access for the app: one advisor per source, and the view every page renders.
 
-Pages never call ingest or the measures directly; they ask `current()` and read what it holds,
-so tests can swap `load_model` for a fake and every page sees the same numbers. Static sources
-(simulated presets, snapshot and trace files) are loaded once per spec; live sources (exporter
-URLs, Prometheus) get a `Poller` thread that re-reads them every `refresh_s` and keeps the
-advisor's own `History`, so trends and the idle window fill in while the app is open.
+The app renders the advisor pipeline's published state (`advisor.pipeline.View`): the model and
+the documents `/api/*` serves. In the demo and whenever it is given an advisor URL
+(`advisor+http://HOST:PORT`, `gpu-defrag app --advisor URL`) it reads the service's API
+(`RemoteAdvisor`, `advisor.client`): no poller, history or forecast of its own, so every page
+shows the numbers the API serves. On any other source it runs the same pipeline in-process
+(`LocalAdvisor`): a thread reads the source's past (the service's start-up backfill), then runs
+the pipeline once for a static source (a simulated instant, a snapshot or trace file) or every
+refresh for a live one (exporter URLs, Prometheus).
 
-Everything here except the `st.cache_resource` wrappers is plain Python over the model.
+Pages ask `current()` for the `Shown` view and read what it holds; what they derive from it
+(frames, figures) is cached on it, so it is computed once per published run. A reviewer can
+freeze the view (`frozen`): the pages then keep it while the advisor goes on.
 """
 
 from __future__ import annotations
@@ -26,18 +31,20 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from advisor.app.cli import DEFAULT_SOURCE, REFRESH_ENV, SOURCE_ENV
-from advisor.contract import GPU_STATE_CODES
-from advisor.fragmentation import measures
-from advisor.history import History
-from advisor.ingest.sources import (
-    SIM_LARGE_NODES,
-    SourceError,
-    load_source,
-    seconds,
-    sim_model,
+from advisor import documents as D
+from advisor.app.cli import (
+    ADVISOR_ENV,
+    ADVISOR_PREFIX,
+    DEFAULT_SOURCE,
+    REFRESH_ENV,
+    SOURCE_ENV,
+    advisor_source,
 )
+from advisor.client import AdvisorClient, AdvisorUnavailable
+from advisor.contract import GPU_STATE_CODES
 from advisor.model import MILLI, ClusterModel
+from advisor.pipeline import Pipeline, RunState, Settings, View
+from advisor.pipeline import queries as Q
 
 log = logging.getLogger(__name__)
 
@@ -62,8 +69,7 @@ def configure_logging() -> None:
 
 DEFAULT_REFRESH_S = 15.0
 LOAD_TIMEOUT_S = 10.0
-RECENT_S = 6 * 3600.0  # a live history's full-resolution part; hourly before it
-HISTORY_HOURS = 16 * 24  # hours a live history keeps: the idle windows read 16 days
+FIRST_VIEW_S = 300.0  # a page waits this long for a source's first view (a large sim's past)
 GIB = 2**30
 
 STATE_NAMES: dict[int, str] = {code: name for name, code in GPU_STATE_CODES.items()}
@@ -81,24 +87,31 @@ STATE_LABELS: dict[str, str] = {
 # --------------------------------------------------------------------------- source specs
 
 
+def is_advisor(spec: str) -> bool:
+    return spec.strip().startswith(ADVISOR_PREFIX)
+
+
 def is_live(spec: str) -> bool:
-    """Exporter pages, Prometheus, Kubernetes and Slurm change under us; sims, snapshots and
-    traces do not."""
-    return spec.strip().startswith(
+    """Exporter pages, Prometheus, Kubernetes, Slurm and the advisor service change under us;
+    sims, snapshots and traces do not."""
+    return is_advisor(spec) or spec.strip().startswith(
         ("http://", "https://", "prometheus+http", "prometheus+https", "slurm:", "slurm+", "k8s:")
     )
 
 
 def initial_source(argv: list[str] | None = None, environ: dict[str, str] | None = None) -> str:
-    """The source the app opens with: `--source X` after `streamlit run main.py --`, else
-    $GPU_DEFRAG_SOURCE, else the built-in preset."""
+    """The source the app opens with: `--advisor URL` or `--source X` after `streamlit run
+    main.py --`, else $GPU_DEFRAG_ADVISOR, $GPU_DEFRAG_SOURCE, else the built-in preset."""
     args = sys.argv[1:] if argv is None else argv
-    for i, arg in enumerate(args):
-        if arg == "--source" and i + 1 < len(args):
-            return args[i + 1]
-        if arg.startswith("--source="):
-            return arg.split("=", 1)[1]
+    for flag, make in (("--advisor", advisor_source), ("--source", str)):
+        for i, arg in enumerate(args):
+            if arg == flag and i + 1 < len(args):
+                return make(args[i + 1])
+            if arg.startswith(f"{flag}="):
+                return make(arg.split("=", 1)[1])
     env = os.environ if environ is None else environ
+    if env.get(ADVISOR_ENV):
+        return advisor_source(env[ADVISOR_ENV])
     return env.get(SOURCE_ENV) or DEFAULT_SOURCE
 
 
@@ -119,8 +132,7 @@ class SimSpec:
 
 
 def parse_sim(spec: str) -> SimSpec | None:
-    """The parts of a `sim:` spec (None for other sources). Only called after `load_source`
-    accepted the spec, so the values are known to be valid."""
+    """The parts of a `sim:` spec (None for other sources), for the sidebar's fields."""
     if not spec.startswith("sim:"):
         return None
     preset, _, query = spec.removeprefix("sim:").partition("?")
@@ -129,148 +141,268 @@ def parse_sim(spec: str) -> SimSpec | None:
     return SimSpec(
         preset,
         int(params.get("seed", "42")),
-        seconds(params.get("t", "0"), "t"),
+        Q.seconds(params.get("t", "0"), "t"),
         int(nodes) if nodes else None,
     )
 
 
-# --------------------------------------------------------------------------- loading
-
-
-def load_model(spec: str) -> ClusterModel:
-    """The one place the app reads a source (tests replace it). Raises SourceError."""
-    return load_source(spec, timeout=LOAD_TIMEOUT_S)
-
-
-def live_history(refresh_s: float) -> History:
-    """A live source's history: every read of the last `RECENT_S` (the trend), one an hour for
-    `HISTORY_HOURS` before (the forecasts), whatever the refresh rate."""
-    recent = math.ceil(RECENT_S / refresh_s)
-    return History(max_points=recent + HISTORY_HOURS + 1, hourly_after_s=RECENT_S)
-
-
-def read_past(spec: str, history: History) -> str:
-    """A Prometheus source's or a sim exporter's last week into `history` (the advisor
-    service's start-up backfill), so the forecast page has hours at once; '' for sources
-    without a past."""
-    from advisor.service import backfill
-
-    got = backfill.past(spec, backfill.default_span_s(spec), timeout=LOAD_TIMEOUT_S)
-    if got is None:
-        return ""
-    history.extend(got.models)
-    log.info("%s", got.summary())
-    return got.summary()
-
-
 def describe_error(spec: str, error: BaseException) -> str:
     """One line for the page: source errors as they are, anything else with its type."""
-    if isinstance(error, SourceError):
+    if isinstance(error, Q.SourceError | AdvisorUnavailable):
         return str(error)
     return f"{spec}: {type(error).__name__}: {error}"
 
 
+# --------------------------------------------------------------------------- what pages see
+
+
 @dataclass
-class SourceState:
-    """One source as the pages see it: the latest model, its analysis, and its history."""
+class Shown:
+    """One view as the pages render it: where it came from, when it was read, and what the
+    pages derived from it (computed once per view, `cached`)."""
 
     spec: str
-    model: ClusterModel
-    result: dict[str, Any]
-    history: History
-    loaded_at: float
+    view: View
     live: bool
-    refresh_error: str | None = None  # the last refresh failed; model is the last good one
+    loaded_at: float  # wall time the view was read
+    preview: bool = False  # the source's past is still being read: no trend, forecast, plans
+    refresh_error: str | None = None  # the latest read failed: this view is the last good one
+    frozen: bool = False
     derived: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @property
+    def model(self) -> ClusterModel:
+        return self.view.model
+
+    @property
     def version(self) -> str:
-        """What the open page was drawn from: a new read, or a refresh that failed (so the page
+        """What the open page was drawn from: a new view, or a read that failed (so the page
         says so at the next watch, not only at a reload), changes it."""
         failed = f"!{self.refresh_error}" if self.refresh_error else ""
-        return f"{self.spec}@{self.loaded_at:.6f}{failed}"
+        return f"{self.spec}@{self.view.version}{'~' if self.preview else ''}{failed}"
 
     def cached(self, key: str, compute: Callable[[], Any]) -> Any:
-        """Derived data (frames, figures' inputs) computed once per loaded model."""
         if key not in self.derived:
             self.derived[key] = compute()
         return self.derived[key]
 
+    @property
+    def result(self) -> dict[str, Any]:
+        """The served fragmentation document as JSON data (`/api/fragmentation?nodes=true`)."""
+        return self.cached("result", lambda: D.as_json(self.view.fragmentation))
 
-def analyze_state(spec: str, model: ClusterModel, history: History, live: bool) -> SourceState:
-    """Attach the history's usage window, analyse, and (for live sources) record the point."""
-    if live and not math.isnan(model.timestamp):
-        model = history.with_usage(model)
-    result = measures.analyze(model)
-    if live and not math.isnan(model.timestamp):
-        history.append(model, result)
-    return SourceState(spec, model, result, history, time.time(), live)
+    @property
+    def forecast(self) -> dict[str, Any]:
+        """The served forecast document as JSON data (`/api/forecast`)."""
+        return self.cached("forecast", lambda: D.as_json(self.view.forecast))
+
+    @property
+    def job_end_doc(self) -> dict[str, Any]:
+        """Where the plans' job ends came from (`/api/recommendations`' `job_ends`)."""
+        doc = self.view.recommendations.job_ends
+        return {} if doc is None else D.as_json(doc)
+
+    @property
+    def planned_ends(self) -> dict[str, float]:
+        return self.cached("ends", self.view.planned_ends)
 
 
-class Poller:
-    """Re-reads a live source every `refresh_s` on a daemon thread, keeping its history.
+# The one place tests replace the source's reader (spec -> model); None: the pipeline's own.
+load_model: Callable[[str], ClusterModel] | None = None
 
-    The first load happens in the constructor, so a source that cannot be read fails at once
-    (and, raised out of the cached factory, is not cached: the next rerun tries again).
-    """
 
-    def __init__(self, spec: str, refresh_s: float, history: History | None = None) -> None:
+class LocalAdvisor:
+    """The pipeline run in-process on a source: a thread reads the source's past, then runs
+    the pipeline once (static sources) or every `refresh_s` (live ones), publishing a view per
+    run. A source whose past is slow to read (Prometheus, exporters, a simulated fleet of more
+    than `SIM_LARGE_NODES` nodes) first gets a preview: one run without a past, so the Fleet and
+    Fragmentation pages show at once. SourceError at once for a spec no run could ever read."""
+
+    def __init__(self, spec: str, refresh_s: float, settings: Settings | None = None) -> None:
         self.spec = spec
+        self.live = is_live(spec)
         self.refresh_s = refresh_s
-        self.history = history or live_history(refresh_s)
-        self.past = read_past(spec, self.history) if history is None else ""
-        self._state = analyze_state(spec, load_model(spec), self.history, live=True)
+        self.settings = settings or Settings()
+        reader = load_model
+        self._ingest = None if reader is None else (lambda: reader(spec))
+        self.pipeline = self._pipeline()
+        self.past = ""
+        self._lock = threading.Lock()
+        self._shown: Shown | None = None
+        self._results: Any = None  # the run results `_shown` was made of
+        self._error: str | None = None
+        self._first = threading.Event()  # a view (or an error) was published
+        self._settled = threading.Event()  # the past was read and a run published
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name=f"poll {spec}", daemon=True)
+        self._thread = threading.Thread(target=self._run, name=f"advisor {spec}", daemon=True)
         self._thread.start()
 
-    def state(self) -> SourceState:
-        return self._state
-
-    def poll_once(self) -> None:
-        try:
-            model = load_model(self.spec)
-        except Exception as error:  # keep the last good model; say why it is old
-            self._state.refresh_error = describe_error(self.spec, error)
-            log.warning("refresh of %s failed: %s", self.spec, self._state.refresh_error)
-            return
-        self._state = analyze_state(self.spec, model, self.history, live=True)
+    def _pipeline(self) -> Pipeline:
+        return Pipeline(
+            self.spec,
+            self.settings,
+            ingest=self._ingest,
+            timeout_s=LOAD_TIMEOUT_S,
+            frozen=not self.live,
+        )
 
     def _run(self) -> None:
-        while not self._stop.wait(self.refresh_s):
-            self.poll_once()
+        try:
+            if slow_past(self.spec):  # its own pipeline: the main one reads the past first
+                self._publish(self._pipeline().run_once(), preview=True)
+            got = self.pipeline.backfill(cancelled=self._stop.is_set)
+            if got is not None:
+                self.past = got.summary()
+                log.info("%s", self.past)
+            while not self._stop.is_set():
+                self.run_once()
+                if not self.live:
+                    return
+                self._stop.wait(self.refresh_s)
+        except Exception as error:  # the pages say it; the thread ends
+            log.exception("the pipeline on %s failed", self.spec)
+            with self._lock:
+                self._error = describe_error(self.spec, error)
+            self._first.set()
+            self._settled.set()
+
+    def run_once(self) -> None:
+        """One run of the pipeline, published (the thread's step; tests and benches call it)."""
+        self._publish(self.pipeline.run_once())
+
+    def _publish(self, state: RunState, preview: bool = False) -> None:
+        error = state.source_error or state.last_error or None if state.stale else None
+        with self._lock:
+            if state.results is None or state.results is self._results:  # the last good stays
+                self._error = state.last_error or "no results"
+                if self._shown is not None:
+                    self._shown.refresh_error = error or self._error
+            else:
+                self._results = state.results
+                view = View.of(state)
+                self._shown = Shown(self.spec, view, self.live, time.time(), preview, error)
+                self._error = None
+        self._first.set()
+        if not preview:
+            self._settled.set()
+
+    def latest(self, wait_s: float = 0.0) -> tuple[Shown | None, str | None]:
+        """(the latest view or None, why there is none or why it is old); waits up to `wait_s`
+        for the first one (a preview, where the past is slow to read)."""
+        self._first.wait(wait_s)
+        with self._lock:
+            return self._shown, self._error
+
+    def wait_settled(self, timeout_s: float) -> bool:
+        """Wait until the source's past is read and a run published (tests, benches)."""
+        return self._settled.wait(timeout_s)
+
+    def started(self) -> bool:
+        return self._first.is_set()
 
     def stop(self) -> None:
         self._stop.set()
 
 
-@st.cache_resource(max_entries=8, ttl=3600, show_spinner="Reading the source…")
-def _static_state(spec: str) -> SourceState:
-    return analyze_state(spec, load_model(spec), History(), live=False)
+class RemoteAdvisor:
+    """The advisor service's API: a view of its latest run, read again at most every
+    `refresh_s` (only what changed since: `AdvisorClient.view`). A service that is down or has
+    no run yet (503 while it reads its past) is asked again every `RETRY_S` until it has one."""
+
+    live = True
+    RETRY_S = 2.0
+
+    def __init__(self, spec: str, refresh_s: float) -> None:
+        self.spec = spec
+        self.refresh_s = refresh_s
+        self.client = AdvisorClient(spec.removeprefix(ADVISOR_PREFIX), LOAD_TIMEOUT_S)
+        self._lock = threading.Lock()
+        self._shown: Shown | None = None
+        self._error: str | None = None
+        self._read_at = -math.inf
+
+    def _read(self, previous: Shown | None) -> Shown:
+        view = self.client.view(previous.view if previous else None)
+        if previous is not None and view is previous.view:
+            return previous
+        return Shown(self.spec, view, True, time.time())
+
+    def latest(self, wait_s: float = 0.0) -> tuple[Shown | None, str | None]:
+        with self._lock:
+            every = self.refresh_s if self._shown is not None else self.RETRY_S
+            if time.monotonic() - self._read_at >= every:
+                self._read_at = time.monotonic()
+                try:
+                    self._shown, self._error = self._read(self._shown), None
+                except AdvisorUnavailable as error:
+                    self._error = str(error)
+                    log.warning("reading the advisor %s failed: %s", self.spec, error)
+                if self._shown is not None:
+                    self._shown.refresh_error = self._error
+            return self._shown, self._error
+
+    def wait_settled(self, timeout_s: float) -> bool:
+        return True
+
+    def started(self) -> bool:
+        return True
+
+    def stop(self) -> None:
+        pass
 
 
-def _stop_poller(poller: Poller) -> None:
-    poller.stop()
+Advisor = LocalAdvisor | RemoteAdvisor
 
 
-# A poller evicted from the cache (or cleared) stops polling.
+def slow_past(spec: str) -> bool:
+    """Whether reading the source's past takes long enough to show a preview first."""
+    spec = spec.strip()
+    if spec.startswith(("prometheus+", "http://", "https://")):
+        return True
+    sim = parse_sim(spec)
+    if sim is None or sim.t <= 0:
+        return False
+    return (sim.nodes or 0) > Q.SIM_LARGE_NODES
+
+
+def _stop_advisor(advisor: Advisor) -> None:
+    advisor.stop()
+
+
+# An advisor evicted from the cache (or cleared) stops.
 @st.cache_resource(
-    max_entries=4,
-    show_spinner="Reading the source (from Prometheus, its last week too)…",
-    on_release=_stop_poller,
+    max_entries=8, ttl=3600, show_spinner="Reading the source…", on_release=_stop_advisor
 )
-def _poller(spec: str, refresh_s: float) -> Poller:
-    return Poller(spec, refresh_s)
+def _advisor(spec: str, refresh_s: float) -> Advisor:
+    if is_advisor(spec):
+        return RemoteAdvisor(spec, refresh_s)
+    return LocalAdvisor(spec, refresh_s)
 
 
-def get_state(spec: str) -> tuple[SourceState | None, str | None]:
-    """(state, None) or (None, one-line error). Failures are not cached."""
+def get_advisor(spec: str) -> tuple[Advisor | None, str | None]:
+    """(advisor, None) or (None, one-line error). Failures are not cached."""
     try:
-        if is_live(spec):
-            return _poller(spec, refresh_seconds()).state(), None
-        return _static_state(spec), None
+        return _advisor(spec, refresh_seconds()), None
     except Exception as error:
         return None, describe_error(spec, error)
+
+
+def latest(spec: str, wait_s: float = 0.0) -> tuple[Shown | None, str | None]:
+    advisor, error = get_advisor(spec)
+    if advisor is None:
+        return None, error
+    return advisor.latest(wait_s)
+
+
+def first_view(spec: str) -> tuple[Shown | None, str | None]:
+    """`latest`, waiting (with a spinner) for the source's first view when there is none yet."""
+    advisor, error = get_advisor(spec)
+    if advisor is None:
+        return None, error
+    if advisor.started():
+        return advisor.latest()
+    with st.spinner("Reading the source…"):
+        return advisor.latest(FIRST_VIEW_S)
 
 
 def current_spec() -> str:
@@ -279,25 +411,95 @@ def current_spec() -> str:
     return str(st.session_state["source"])
 
 
-def current() -> SourceState:
-    """The state of the session's source, or an error message on the page and a stop."""
+FROZEN = "frozen_view"  # session state: the view a reviewer froze (with its spec)
+
+
+def frozen_view(spec: str) -> Shown | None:
+    held = st.session_state.get(FROZEN)
+    return held if isinstance(held, Shown) and held.spec == spec else None
+
+
+def freeze(shown: Shown) -> Shown:
+    """The view held for a review: a copy marked frozen, its derived data its own."""
+    return Shown(
+        shown.spec,
+        shown.view,
+        shown.live,
+        shown.loaded_at,
+        shown.preview,
+        shown.refresh_error,
+        frozen=True,
+    )
+
+
+def current() -> Shown:
+    """The view of the session's source (the frozen one while the review is frozen), or an
+    error message on the page and a stop."""
     spec = current_spec()
-    state, error = get_state(spec)
-    if state is None:
-        st.error(f"Cannot read the data source. {error}", icon=":material/error:")
+    held = frozen_view(spec)
+    if held is not None:
+        return held
+    shown, error = first_view(spec)
+    if shown is None:
+        st.error(f"Cannot read the data source. {error or 'no view yet'}", icon=":material/error:")
+        if is_live(spec):  # a live source or service may come up (an advisor reading its past)
+            retry_until_shown(spec)
         st.stop()
-    assert state is not None
-    if state.refresh_error:
+    assert shown is not None
+    if shown.refresh_error:
         st.warning(
-            f"Last refresh failed ({state.refresh_error}); showing data from "
-            f"{wall_clock(state.loaded_at)}.",
+            f"Last refresh failed ({shown.refresh_error}); showing data from "
+            f"{wall_clock(shown.loaded_at)}.",
             icon=":material/sync_problem:",
         )
-    if state.model.left_out:
-        st.warning(left_out_text(state.model.left_out), icon=":material/dns:")
-    for line in scheduler_lines(state.model):
+    left_out = shown.view.meta.source_left_out
+    if left_out:
+        st.warning(left_out_text(tuple(left_out)), icon=":material/dns:")
+    for line in scheduler_lines(shown.model):
         st.info(line, icon=":material/info:")
-    return state
+    return shown
+
+
+def retry_until_shown(spec: str) -> None:
+    """Ask the source again every few seconds and draw the page once it gives a view."""
+
+    @st.fragment(run_every=RemoteAdvisor.RETRY_S)
+    def retry() -> None:
+        shown, _ = latest(spec)
+        if shown is not None:
+            st.rerun()
+
+    retry()
+
+
+def page_version(page: str, shown: Shown | None) -> str:
+    """What a page is drawn from: the page reruns when this changes. The Forecast page draws
+    the forecast document, which changes once an hour, so a new reading alone does not redraw
+    it (its per-node table, which follows every reading, has its own timer); the other pages
+    follow every published run."""
+    if shown is None:
+        return ""
+    if page != "Forecast" or shown.preview:
+        return shown.version
+
+    def digest() -> str:
+        import hashlib
+
+        body = shown.view.forecast.model_dump_json(exclude={"meta"})
+        return hashlib.sha1(body.encode()).hexdigest()
+
+    return f"{shown.spec}@forecast:{shown.cached('forecast digest', digest)}"
+
+
+def served_plans(shown: Shown) -> list[Q.Plan]:
+    """The advisor's plans (`/api/recommendations`' `plans`) as the planner's plans, for the
+    Actions page to replay and export."""
+
+    def compute() -> list[Q.Plan]:
+        docs = shown.view.recommendations.plans
+        return [Q.plan_from_doc(p.model_dump(by_alias=True, exclude_unset=True)) for p in docs]
+
+    return shown.cached("served plans", compute)
 
 
 def scheduler_lines(model: ClusterModel) -> list[str]:
@@ -329,6 +531,17 @@ def left_out_text(left_out: tuple[str, ...]) -> str:
     )
 
 
+def preview_note(shown: Shown) -> None:
+    """What a page that needs the source's past says while it is still being read."""
+    if shown.preview:
+        st.info(
+            "Reading this source's past (for the trend, forecasts and learned job ends); this "
+            "part of the page fills in when it is read.",
+            icon=":material/hourglass_top:",
+        )
+        st.stop()
+
+
 # --------------------------------------------------------------------------- fleet frame
 
 
@@ -348,15 +561,15 @@ def _holders(model: ClusterModel) -> tuple[list[str], list[str]]:
     return [", ".join(j) for j in jobs], [", ".join(t) for t in tenants]
 
 
-def gpu_frame(model: ClusterModel, idle: np.ndarray) -> pd.DataFrame:
-    """One row per GPU with everything the heatmap shows or filters on."""
+def gpu_frame(model: ClusterModel, codes: np.ndarray) -> pd.DataFrame:
+    """One row per GPU with everything the heatmap shows or filters on; `codes` the GPUs'
+    state codes (`queries.gpu_states`)."""
     gpus, nodes = model.gpus, model.nodes
     jobs, tenants = _holders(model)
     total = gpus.memory_total_bytes
     used = gpus.memory_used_bytes
     with np.errstate(invalid="ignore", divide="ignore"):
         memory_ratio = np.where(total > 0, used / total, np.nan)
-    codes = measures.gpu_state_codes(model, idle)
     return pd.DataFrame(
         {
             "node": nodes.name[gpus.node].astype(str),
@@ -378,19 +591,18 @@ def gpu_frame(model: ClusterModel, idle: np.ndarray) -> pd.DataFrame:
     )
 
 
-def fleet_frame(state: SourceState) -> pd.DataFrame:
-    """`gpu_frame` with the same idle rule the analysis used (so counts agree)."""
+def fleet_frame(shown: Shown) -> pd.DataFrame:
+    """`gpu_frame` with the GPU states as /metrics serves them and each node's served FGD score
+    (fragment / free capacity) on each of its GPUs."""
 
     def compute() -> pd.DataFrame:
-        idle = measures.allocated_idle(state.model, measures.Settings().idle)
-        frame = gpu_frame(state.model, idle)
-        # the analysis' per-node FGD score (fragment / free capacity), on each of its GPUs
-        nodes = state.result["nodes"]
-        score = dict(zip(nodes["node"].tolist(), nodes["score"].tolist(), strict=True))
+        frame = gpu_frame(shown.model, Q.gpu_states(shown.model, Settings()))
+        nodes = shown.result.get("nodes", [])
+        score = {row["node"]: row["score"] for row in nodes}
         frame["node_score"] = frame["node"].map(score).astype(float)
         return frame
 
-    return state.cached("fleet_frame", compute)
+    return shown.cached("fleet_frame", compute)
 
 
 def filter_frame(
@@ -429,16 +641,6 @@ def state_counts(frame: pd.DataFrame) -> dict[str, int]:
 # --------------------------------------------------------------------------- fragmentation
 
 
-def shape_from_text(text: str) -> measures.Shape:
-    """`measures.parse_shape`, but a GPU model after `@` may contain spaces (real model
-    names do: "NVIDIA A100-SXM4-80GB")."""
-    size, sep, model = text.strip().partition("@")
-    shape = measures.parse_shape(size.strip())
-    if sep and model.strip():
-        return measures.Shape(shape.num_gpu, shape.gpu_milli, shape.tasks, gpu_spec=model.strip())
-    return shape
-
-
 def shapes_frame(result: dict[str, Any]) -> pd.DataFrame:
     rows = [
         {
@@ -468,12 +670,15 @@ def _crossing_text(estimates: list[dict[str, Any]]) -> str:
 
 
 def worst_nodes(result: dict[str, Any], top: int = 10) -> pd.DataFrame:
-    """`measures.most_fragmented`'s nodes, as the CLI lists them."""
-    nodes = result["nodes"]
-    order = measures.most_fragmented(nodes, top)
-    frame = pd.DataFrame({key: np.asarray(value)[order] for key, value in nodes.items()})
-    group = frame["largest_free_nvlink_group"]  # -1 where a node's islands are unknown
-    frame["largest_free_nvlink_group"] = group.astype(object).where(group >= 0, None)
+    """The served nodes with an FGD fragment, the largest first (ties: more free capacity
+    first), as the CLI lists them (`measures.most_fragmented`)."""
+    frame = pd.DataFrame(result.get("nodes", []))
+    if frame.empty:
+        return frame
+    frame = frame[frame["fgd_fragment_gpus"] > 0]
+    frame = frame.sort_values(
+        ["fgd_fragment_gpus", "free_capacity_gpus"], ascending=False, kind="stable"
+    ).head(top)
     return frame.rename(
         columns={
             "gpu_model": "GPU model",
@@ -507,66 +712,41 @@ def type_frames(result: dict[str, Any]) -> tuple[pd.DataFrame, pd.DataFrame]:
     return capacity, demand
 
 
-SIM_HISTORY_S = 7 * 86400.0  # a week: enough for daily seasonality and a backtest
+def trend(shown: Shown) -> pd.DataFrame:
+    """The advisor's history as the trend chart plots it: one row per run, `time` (UTC) and
+    the headline measures (`/api/history`'s trend)."""
+
+    def compute() -> pd.DataFrame:
+        points = shown.view.history.trend
+        frame = pd.DataFrame(
+            [{k: v for k, v in p.model_dump().items() if k != "jobs_that_fit"} for p in points]
+        )
+        if frame.empty:
+            return pd.DataFrame(columns=["time"])
+        frame["time"] = pd.to_datetime(frame["time"], unit="s", utc=True)
+        return frame
+
+    return shown.cached("trend", compute)
 
 
-def sim_history_plan(nodes: int) -> tuple[float, float]:
-    """(window, step) seconds of simulated past for a fleet of `nodes` nodes."""
-    if nodes <= SIM_LARGE_NODES:
-        return SIM_HISTORY_S, 3600.0
-    return 86400.0, 4 * 3600.0
+def hourly_demand(shown: Shown) -> pd.DataFrame:
+    """The complete hours the demand forecast learned from, per pool (`/api/history`'s
+    demand): `pool, hour, allocated_gpus, capacity_gpus`, masked hours NaN."""
 
+    def compute() -> pd.DataFrame:
+        rows = [h.model_dump() for h in shown.view.history.demand]
+        frame = pd.DataFrame(rows, columns=["pool", "hour", "allocated_gpus", "capacity_gpus"])
+        frame["hour"] = pd.to_datetime(frame["hour"], utc=True)
+        return frame.astype({"allocated_gpus": float, "capacity_gpus": float})
 
-def sim_trend(spec: str, window_s: float | None = None) -> History:
-    """The simulated fleet's own past: one fleet stepped through the window before the spec's
-    `t` (a week hourly; a day 4-hourly above 256 nodes), each instant measured like a live
-    source. Empty when the spec is at t=0: the simulation has no past to show."""
-    sim = parse_sim(spec)
-    history = History(max_points=10_000, usage_window_s=0.0)
-    if sim is None or sim.t <= 0:
-        return history
-    from gpu_defrag_sim.fleet import SimFleet
-
-    fleet = SimFleet(sim.preset, sim.seed, sim.nodes)
-    window, step = sim_history_plan(len(fleet.spec.nodes))
-    start = max(0.0, sim.t - (window if window_s is None else window_s))
-    fleet.advance(start)
-    times = [*np.arange(start, sim.t, step).tolist(), sim.t]
-    for t in times:
-        fleet.advance(t - fleet.now)
-        history.append(sim_model(fleet, spec))
-    return history
-
-
-@st.cache_resource(max_entries=8, ttl=3600, show_spinner="Simulating the fleet's past…")
-def _sim_trend_cached(spec: str) -> History:
-    return sim_trend(spec)
-
-
-def trend_history(state: SourceState) -> History:
-    """What the trend chart plots: the live history, or a sim's simulated past."""
-    if state.live:
-        return state.history
-    if state.spec.startswith("sim:"):
-        return _sim_trend_cached(state.spec)
-    return state.history
-
-
-def job_ends(state: SourceState) -> tuple[dict[str, float], dict[str, Any]]:
-    """The running jobs' ends the advisor service would learn from this state's history, and
-    where they come from (`forecasts.learned_job_ends`): computed once per loaded model, for
-    the Forecast, What-if and Actions pages alike."""
-    from advisor.app import forecasts
-
-    return state.cached(
-        "job_ends", lambda: forecasts.learned_job_ends(state.model, trend_history(state))
-    )
+    return shown.cached("hourly_demand", compute)
 
 
 # --------------------------------------------------------------------------- sidebar specs
 
-SOURCE_KINDS: tuple[str, ...] = ("sim", "exporters", "prometheus", "file")
+SOURCE_KINDS: tuple[str, ...] = ("advisor", "sim", "exporters", "prometheus", "file")
 SOURCE_KIND_LABELS: dict[str, str] = {
+    "advisor": "Advisor service",
     "sim": "Simulated fleet",
     "exporters": "Exporter URLs",
     "prometheus": "Prometheus",
@@ -576,6 +756,8 @@ SOURCE_KIND_LABELS: dict[str, str] = {
 
 def kind_of(spec: str) -> str:
     spec = spec.strip()
+    if is_advisor(spec):
+        return "advisor"
     if spec.startswith("sim:"):
         return "sim"
     if spec.startswith("prometheus+"):
@@ -590,7 +772,7 @@ def same_source(a: str, b: str) -> bool:
     if a.startswith("sim:") and b.startswith("sim:"):
         try:
             return parse_sim(a) == parse_sim(b)
-        except (ValueError, SourceError):
+        except ValueError:
             return a == b
     return a.strip() == b.strip()
 
@@ -639,15 +821,35 @@ def file_spec(path: str) -> str:
     return path
 
 
+# --------------------------------------------------------------------------- times
+
+
 def wall_clock(timestamp: float) -> str:
     """When the app read something, as UTC text marked as the wall clock: beside a simulated
     fleet's own time (`when`), which may be days apart, the two must not be confused."""
     return time.strftime("%Y-%m-%d %H:%M:%S UTC (wall clock)", time.gmtime(timestamp))
 
 
-def when(state: SourceState) -> str:
+CLOCK_FROM = 946_684_800.0  # 2000-01-01: earlier "times" are counts from a trace's or file's 0
+
+
+def has_clock(model: ClusterModel) -> bool:
+    """Whether the model's times are dates: a snapshot without a timestamp, or a trace that
+    counts from its own start, has times from 0, which are no dates (shown as dates, they read
+    1970-01-01)."""
+    return math.isfinite(model.timestamp) and model.timestamp >= CLOCK_FROM
+
+
+def when(shown: Shown) -> str:
     """The model's own timestamp (simulated time for sims) as UTC text; '' when unknown."""
-    timestamp = state.model.timestamp
-    if math.isnan(timestamp):
+    if not has_clock(shown.model):
         return ""
-    return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(timestamp))
+    return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(shown.model.timestamp))
+
+
+def at_time(shown: Shown, timestamp: float) -> str:
+    """A time the plans give (a start, an end) as a date, or, for a model without a clock, as
+    hours after the model's time (no date is known)."""
+    if has_clock(shown.model):
+        return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(timestamp))
+    return f"{(timestamp - Q.now_of(shown.model)) / 3600:.1f} h after the snapshot's time"

@@ -343,49 +343,94 @@ def type_figure(capacity: pd.DataFrame, demand: pd.DataFrame) -> go.Figure:
     return fig
 
 
-def forecast_figure(hourly: pd.DataFrame, table: pd.DataFrame) -> go.Figure:
-    """History of allocated GPUs per pool, and each horizon's forecast with its interval."""
+FAN_PAST_H = 72  # hours of observed demand drawn before the fan
+
+
+def fan_chart(hourly: pd.DataFrame, fan: pd.DataFrame, pool: str) -> go.Figure:
+    """One pool's allocated GPUs: the complete hours the forecast learned from (the last
+    `FAN_PAST_H`), then from the last complete hour a fan over the coming hours and days: the
+    q0.1–q0.9 band, the median and the point forecast at each horizon, and the capacity. A
+    horizon without an interval (too few known errors) leaves a gap in the band, never a
+    zero-width band."""
     fig = go.Figure()
-    palette = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b"]
-    for i, pool in enumerate(sorted(set(table["pool"]))):
-        color = palette[i % len(palette)]
-        past = hourly[hourly["pool"] == pool]
+    past = hourly[hourly["pool"] == pool].sort_values("hour")
+    if len(past):
+        past = past[past["hour"] > past["hour"].max() - pd.Timedelta(hours=FAN_PAST_H)]
+    fig.add_trace(
+        go.Scatter(
+            x=past["hour"],
+            y=past["allocated_gpus"],
+            name="allocated (hourly mean)",
+            mode="lines",
+            line={"color": "#1f77b4"},
+            connectgaps=False,
+        )
+    )
+    if len(fan) > 1:
         fig.add_trace(
             go.Scatter(
-                x=past["hour"],
-                y=past["allocated_gpus"],
-                name=f"{pool} allocated",
+                x=fan["time"],
+                y=fan["q0.9"],
                 mode="lines",
-                line={"color": color},
+                line={"width": 0, "color": "#ff7f0e"},
+                showlegend=False,
+                hoverinfo="skip",
+                connectgaps=False,
             )
         )
-        ahead = table[table["pool"] == pool]
-        targets = pd.to_datetime(ahead["target (UTC)"], utc=True)
-        # a blank interval (too few known errors) has no error bar, not a zero-width one
-        point, low, high = (
-            ahead[c].astype(float) for c in ("forecast GPUs", "low (q0.1)", "high (q0.9)")
+        fig.add_trace(
+            go.Scatter(
+                x=fan["time"],
+                y=fan["q0.1"],
+                name="forecast 10–90 %",
+                mode="lines",
+                line={"width": 0, "color": "#ff7f0e"},
+                fill="tonexty",
+                fillcolor="rgba(255,127,14,0.25)",
+                hoverinfo="skip",
+                connectgaps=False,
+            )
         )
         fig.add_trace(
             go.Scatter(
-                x=targets,
-                y=point,
-                name=f"{pool} forecast (q0.1–q0.9)",
+                x=fan["time"],
+                y=fan["q0.5"],
+                name="forecast median",
+                mode="lines",
+                line={"color": "#ff7f0e", "dash": "dot"},
+            )
+        )
+        ahead = fan.iloc[1:]
+        fig.add_trace(
+            go.Scatter(
+                x=ahead["time"],
+                y=ahead["point"],
+                name="forecast",
                 mode="markers",
-                marker={"color": color, "size": 9, "symbol": "diamond"},
-                error_y={
-                    "type": "data",
-                    "symmetric": False,
-                    "array": (high - point).clip(lower=0),
-                    "arrayminus": (point - low).clip(lower=0),
-                },
+                marker={"color": "#d62728", "size": 7},
                 text=ahead["horizon"],
-                hovertemplate="%{text}: %{y:.1f} GPUs<extra></extra>",
+                customdata=ahead[["q0.1", "q0.9"]].to_numpy(),
+                hovertemplate="+%{text}: %{y:.1f} GPUs (10–90 %: %{customdata[0]:.1f}–"
+                "%{customdata[1]:.1f})<extra></extra>",
+            )
+        )
+    capacity = past["capacity_gpus"].dropna()
+    if len(capacity):
+        end = fan["time"].max() if len(fan) else past["hour"].max()
+        fig.add_trace(
+            go.Scatter(
+                x=[past["hour"].min(), end],
+                y=[capacity.iloc[-1]] * 2,
+                name="capacity",
+                mode="lines",
+                line={"color": "#7f7f7f", "dash": "dash", "width": 1},
             )
         )
     fig.update_layout(
-        height=380,
+        height=360,
         margin={"l": 10, "r": 10, "t": 30, "b": 10},
         yaxis={"title": {"text": "GPUs allocated"}, "rangemode": "tozero"},
         legend={"orientation": "h", "y": 1.15},
+        hovermode="x unified",
     )
     return fig

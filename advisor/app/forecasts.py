@@ -1,43 +1,70 @@
-"""Forecast data for the app: per-pool demand forecasts with their backtest (the same code the
-advisor service serves at /api/forecast), idle windows per pool and per node, and per-node
-predicted free GPUs on the running jobs' ends the service learns from the jobs its history saw
-finish (`learned_job_ends`, which the What-if page's start times use too).
+"""Forecast data for the app: tables and the fan chart's series, from the served forecast.
 
-Demand forecasts come only with their measured error: `advisor.forecast.live.forecast_pools`
-picks a model on the earlier half of a rolling-origin backtest and scores it, the seasonal-naive
-baseline and naive on the later, held-back half; a pool/horizon without enough history gets a
-reason instead of a number, an interval without enough known errors a blank (`interval_reasons`).
+Everything here reads the forecast document the advisor serves (`/api/forecast`, as JSON data):
+per-pool and per-tenant demand forecasts with their backtest, idle windows per pool and per node,
+and the hourly series the forecasts learned from (`/api/history`). Forecasts come only with
+their measured error: a pool/horizon without enough history has a reason instead of a number, an
+interval without enough known errors a blank (`interval_reasons`).
 
 "Now" in these tables is the last complete hour, as the service forecasts from it: GPUs held
-are that hour's mean, GPUs idle that hour's low; only `node_free_times` reads the current
-snapshot.
+are that hour's mean, GPUs idle that hour's low; only the predicted free GPUs per node
+(`advisor.pipeline.queries.free_gpus_by_node`) read the current snapshot.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
-from advisor.history import History
-from advisor.model import ClusterModel
-
-HORIZONS_H: tuple[int, ...] = (1, 6, 24)
 NAIVE = "naive"  # its held-back WAPE is shown beside the pick's and the baseline's
 HELD = "GPUs held (last complete hour's mean)"
 IDLE_LOW = "idle in the last complete hour (its low)"
 FREE_LOW = "free in the last complete hour (its low)"
-FREE_IN_H: tuple[int, ...] = (1, 6, 24)
 
 
-def forecast_doc(history: History, horizons_h: Sequence[int] = HORIZONS_H) -> dict[str, Any]:
-    from advisor.forecast.live import forecast_pools, tenant_section
+def hours_of(label: str) -> int:
+    """'24h' -> 24: a horizon or window label in whole hours."""
+    return int(label.removesuffix("h"))
 
-    doc = forecast_pools(history.pool_demand(), horizons_h, nodes=history.node_hours())
-    doc["tenants"] = tenant_section(history.tenant_demand(), horizons_h)
-    return doc
+
+def all_horizons(series: dict[str, Any]) -> list[dict[str, Any]]:
+    """A pool's horizons and its outlook horizons (`/api/forecast` only), by hours."""
+    both = [*series.get("horizons", []), *series.get("outlook", [])]
+    return sorted(both, key=lambda h: hours_of(h["horizon"]))
+
+
+def fan_frame(doc: dict[str, Any], pool: str) -> pd.DataFrame:
+    """The fan chart's points for one pool: the last complete hour (the forecast's origin, its
+    mean allocation) then every available horizon's target with the point forecast and the
+    q0.1 / q0.5 / q0.9 (NaN where there is no interval)."""
+    columns = ["horizon", "time", "point", "q0.1", "q0.5", "q0.9"]
+    series = next((p for p in doc.get("pools", []) if p["pool"] == pool), None)
+    if series is None or not doc.get("origin"):
+        return pd.DataFrame(columns=columns)
+    origin = pd.Timestamp(doc["origin"])
+    now = series.get("allocated_gpus")
+    rows: list[dict[str, Any]] = [
+        {"horizon": "0h", "time": origin, "point": now, "q0.1": now, "q0.5": now, "q0.9": now}
+    ]
+    for h in all_horizons(series):
+        if not h.get("available"):
+            continue
+        q = h.get("quantiles") or {}
+        rows.append(
+            {
+                "horizon": h["horizon"],
+                "time": pd.Timestamp(h["target"]),
+                "point": h["point_gpus"],
+                "q0.1": q.get("0.1"),
+                "q0.5": q.get("0.5"),
+                "q0.9": q.get("0.9"),
+            }
+        )
+    frame = pd.DataFrame(rows, columns=columns)
+    numbers = ["point", "q0.1", "q0.5", "q0.9"]
+    frame[numbers] = frame[numbers].astype(float)
+    return frame
 
 
 def tenants_frame(doc: dict[str, Any]) -> pd.DataFrame:
@@ -107,13 +134,13 @@ def _coverage_cells(h: dict[str, Any], baseline: str) -> dict[str, Any]:
 
 
 def horizons_frame(doc: dict[str, Any]) -> pd.DataFrame:
-    """One row per pool and available horizon: forecast, interval, the held-back errors of the
-    pick, the baseline and naive, and how often the held-back hours fell at or below the q0.9
-    (nominal 0.9; blank over too few held-back hours with an interval)."""
+    """One row per pool and available horizon (the outlook's included): forecast, interval, the
+    held-back errors of the pick, the baseline and naive, and how often the held-back hours fell
+    at or below the q0.9 (nominal 0.9; blank over too few held-back hours with an interval)."""
     baseline = doc.get("baseline", "")
     rows = []
     for pool in doc.get("pools", []):
-        for h in pool["horizons"]:
+        for h in all_horizons(pool):
             if not h.get("available"):
                 continue
             rows.append(
@@ -135,7 +162,7 @@ def interval_reasons(doc: dict[str, Any]) -> list[str]:
     (the blank low/high cells), deduplicated; tenants listed as such."""
     reasons: dict[str, list[str]] = {}
     tenants = (doc.get("tenants") or {}).get("tenants", [])
-    series = [(p["pool"], p["horizons"]) for p in doc.get("pools", [])]
+    series = [(p["pool"], all_horizons(p)) for p in doc.get("pools", [])]
     series += [(f"tenant {t['tenant']}", t["horizons"]) for t in tenants]
     for name, horizons in series:
         for h in horizons:
@@ -148,7 +175,7 @@ def missing_reasons(doc: dict[str, Any]) -> list[str]:
     """'pool horizon: why' for every horizon without a forecast (deduplicated)."""
     reasons: dict[str, list[str]] = {}
     for pool in doc.get("pools", []):
-        for h in pool["horizons"]:
+        for h in all_horizons(pool):
             if not h.get("available"):
                 reasons.setdefault(f"{h['horizon']}: {h['reason']}", []).append(pool["pool"])
     return [f"{why} (pools: {', '.join(pools)})" for why, pools in reasons.items()]
@@ -248,44 +275,12 @@ def idle_node_reasons(doc: dict[str, Any]) -> list[str]:
     return out
 
 
-def hourly_demand(history: History) -> pd.DataFrame:
-    """Hourly mean allocated GPUs per pool: exactly the series the service's forecasts learn from
-    (`advisor.forecast.runs.hourly_panel`: complete hours only, thinly covered hours masked,
-    which the chart shows as gaps)."""
-    from advisor.forecast.runs import hourly_panel
-
-    panel = hourly_panel(history.pool_demand())
-    columns = ["pool", "hour", "allocated_gpus", "capacity_gpus"]
-    if panel is None:
-        return pd.DataFrame(columns=columns)
-    allocated = panel.values.rename_axis(index="hour", columns="pool").stack(future_stack=True)
-    capacity = panel.capacity.rename_axis(index="hour", columns="pool").stack(future_stack=True)
-    frame = pd.DataFrame({"allocated_gpus": allocated, "capacity_gpus": capacity}).reset_index()
-    return frame[columns].sort_values(["pool", "hour"], ignore_index=True)
-
-
-def learned_job_ends(
-    model: ClusterModel, history: History
-) -> tuple[dict[str, float], dict[str, Any]]:
-    """The running jobs' ends as the advisor service learns them, and its document saying where
-    they come from: `advisor.forecast.job_ends.predict` over the jobs `history` saw finish, with
-    the starts the history used for the model's jobs (the plan stage's call, with the service's
-    default `JobEndSettings`). Below `min_finished` finished jobs the mapping is empty, and a job
-    without a basis is left out of it: those keep the planner's fallback, as in the service."""
-    from advisor.forecast.job_ends import JobEndSettings, predict
-
-    return predict(
-        model,
-        history.finished_jobs(),
-        JobEndSettings(),
-        running=history.jobs.running(model.timestamp),
-    )
-
-
 def job_ends_text(doc: dict[str, Any]) -> str:
-    """Where the job ends come from, in markdown, from `learned_job_ends`'s document: the
-    service's `source` line, with how many finished jobs the ends were learned from and for
-    how many running jobs, or why the planner's fallback is used."""
+    """Where the job ends come from, in markdown, from the plan stage's job-end document: its
+    `source` line, with how many finished jobs the ends were learned from and for how many
+    running jobs, or why the planner's fallback is used."""
+    if not doc:
+        return "**the planner's fallback** (the plan stage has not run)"
     reason = f" ({doc['reason']})" if doc.get("reason") else ""
     if not doc.get("predicted_allocations"):
         return f"**{doc['source']}**{reason}"
@@ -293,33 +288,3 @@ def job_ends_text(doc: dict[str, Any]) -> str:
         f"**{doc['source']} learned from {doc['finished_jobs']} finished jobs**, for "
         f"{doc['predicted_jobs']} of {doc['running_jobs']} running jobs{reason}"
     )
-
-
-def node_free_times(
-    model: ClusterModel, job_end: Mapping[str, float] | None = None
-) -> pd.DataFrame:
-    """Per node: GPUs free now (in the current snapshot, unlike the idle tables' last complete
-    hour) and predicted free within each of `FREE_IN_H` hours (without moving anything), from
-    the planner's predicted job ends (`job_end`: {allocation id: end}, the learned ends of
-    `learned_job_ends`; the planner's fallback for every allocation it leaves out). Where those
-    ends come from is the job-end document's `source` (`job_ends_text`)."""
-    from advisor.planner.observed import DurationPrior, expected_end, now_of
-    from advisor.planner.reserve import gpu_ready_times
-
-    ready = gpu_ready_times(model, expected_end(model, DurationPrior(), job_end))
-    now = now_of(model)
-    nodes = model.nodes
-    columns: dict[str, Any] = {
-        "node": nodes.name,
-        "pool": nodes.pool,
-        "GPUs": nodes.gpu_count,
-        "free now": np.bincount(
-            model.gpus.node, weights=(ready <= now).astype(float), minlength=len(nodes)
-        ).astype(int),
-    }
-    for h in FREE_IN_H:
-        free = (ready <= now + h * 3600.0).astype(float)
-        columns[f"free within {h} h"] = np.bincount(
-            model.gpus.node, weights=free, minlength=len(nodes)
-        ).astype(int)
-    return pd.DataFrame(columns)

@@ -1,8 +1,9 @@
-"""The capacity-review app: `streamlit run advisor/app/main.py [-- --source SPEC]`.
+"""The capacity-review app: `streamlit run advisor/app/main.py [-- --advisor URL | --source SPEC]`.
 
-This file is the frame: page config, the data-source picker in the sidebar, auto-refresh for
-live sources, and the page router. Pages live in `views/` (not `pages/`, which Streamlit would
-treat as a legacy multipage folder) and read everything through `advisor.app.data`.
+This file is the frame: page config, the data-source picker in the sidebar, the review freeze,
+the watch that redraws a page when what it shows has changed, and the page router. Pages live
+in `views/` (not `pages/`, which Streamlit would treat as a legacy multipage folder) and read
+everything through `advisor.app.data`.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ PAGES = [
 def _use(spec: str) -> None:
     if spec:
         st.session_state["source"] = spec
+        st.session_state.pop(data.FROZEN, None)
+        st.session_state["freeze"] = False
 
 
 def source_picker() -> None:
@@ -40,7 +43,15 @@ def source_picker() -> None:
         format_func=data.SOURCE_KIND_LABELS.get,
         key="source_kind",
     )
-    if kind == "sim":
+    if kind == "advisor":
+        url = st.sidebar.text_input(
+            "Advisor service URL",
+            value=spec.removeprefix(data.ADVISOR_PREFIX) if data.is_advisor(spec) else "",
+            placeholder="http://127.0.0.1:9836",
+            help="A running `gpu-defrag advise`: the app shows what its API serves.",
+        )
+        new = data.advisor_source(url) if url.strip() else ""
+    elif kind == "sim":
         from gpu_defrag_sim.presets import PRESETS
 
         sim = data.parse_sim(spec) if spec.startswith("sim:") else None
@@ -55,8 +66,8 @@ def source_picker() -> None:
             min_value=0.0,
             value=(sim.t / 3600.0) if sim else 0.0,
             step=1.0,
-            help="t=0 is the preset's starting layout; a later time shows the day before it "
-            "as the trend.",
+            help="t=0 is the preset's starting layout; a later time shows the week before it "
+            "as the history.",
         )
         nodes = st.sidebar.number_input(
             "Nodes (0 = preset size)",
@@ -94,33 +105,71 @@ def source_picker() -> None:
     st.sidebar.caption(f"Source: `{spec}`")
 
 
-def status_line() -> None:
-    """Where the data came from and how fresh it is; live sources rerun the app when the
-    poller has a newer observation than the one on screen."""
+def freeze_control() -> None:
+    """Freeze the fleet for a review: every page keeps the view it had when the toggle was
+    turned on, while the advisor goes on; turned off, the pages show the latest again."""
     spec = data.current_spec()
-    state, _ = data.get_state(spec)
-    if state is None:
+    frozen = st.sidebar.toggle(
+        "Freeze the fleet for a review",
+        key="freeze",
+        help="Keeps every page on the view shown now (plans, steps and exports stay put while "
+        "you review them); live data continues in the background.",
+    )
+    if not frozen:
+        st.session_state.pop(data.FROZEN, None)
         return
-    when = data.wall_clock(state.loaded_at)
-    if not state.live:
+    if data.frozen_view(spec) is None:
+        latest, _ = data.latest(spec)
+        if latest is not None:
+            st.session_state[data.FROZEN] = data.freeze(latest)
+    held = data.frozen_view(spec)
+    if held is not None:
+        at = data.when(held) or data.wall_clock(held.loaded_at)
+        st.sidebar.caption(f"Frozen at {at}.")
+
+
+def status_line(page: str) -> None:
+    """Where the data came from and how fresh it is; live sources redraw the page when the
+    advisor has published what the page shows anew (`data.page_version`)."""
+    spec = data.current_spec()
+    if data.frozen_view(spec) is not None:
+        return
+    shown, _ = data.first_view(spec)
+    if shown is None:
+        return
+    when = data.wall_clock(shown.loaded_at)
+    if not shown.live:
+        if shown.preview:
+            st.sidebar.caption(f"Read {when}; reading its past…")
+            drawn = data.page_version(page, shown)
+
+            @st.fragment(run_every=2.0)
+            def settle(drawn: str) -> None:
+                latest, _ = data.latest(spec)
+                if data.page_version(page, latest) != drawn:
+                    st.rerun()
+
+            with st.sidebar:
+                settle(drawn)
+            return
         st.sidebar.caption(f"Static source, read {when}.")
         return
     refresh = data.refresh_seconds()
-    st.sidebar.caption(
-        f"Live: refreshed every {refresh:g} s, last {when}; {len(state.history)} observation(s) kept."
-    )
+    what = "the advisor service's runs" if data.is_advisor(spec) else "the source"
+    st.sidebar.caption(f"Live: refreshed every {refresh:g} s ({what}), last {when}.")
 
     @st.fragment(run_every=refresh)
-    def watch(shown: str) -> None:
-        latest, _ = data.get_state(spec)
-        if latest is not None and latest.version != shown:
+    def watch(drawn: str) -> None:
+        latest, _ = data.latest(spec)
+        if data.page_version(page, latest) != drawn:
             st.rerun()
 
     with st.sidebar:
-        watch(state.version)
+        watch(data.page_version(page, shown))
 
 
 page = st.navigation(PAGES)
 source_picker()
-status_line()
+freeze_control()
+status_line(page.title)
 page.run()

@@ -1,118 +1,34 @@
-"""The app's access to the planner: recommendations, what-if answers, a selection's before/after,
-and the selection exported as JSON/YAML and as the kubectl or Slurm commands an operator would
-run. The app only ever shows these; it never runs a command or changes the cluster.
+"""The app's plans as the pages lay them out: labels, tables, a selection's planned heatmap, and
+the selection exported as JSON/YAML and as the kubectl or Slurm commands an operator would run.
+The app only ever shows these; it never runs a command or changes the cluster.
 
-Plain functions over the model and `advisor.planner`; the pages only lay them out.
+The plans themselves come from the pipeline (the served recommendations, or
+`advisor.pipeline.queries` for another goal, a what-if or a replay); this module only presents
+them.
 """
 
 from __future__ import annotations
 
 import json
-import math
+import re
 import shlex
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-import numpy as np
 import pandas as pd
 import yaml
 
-from advisor.fragmentation import measures
-from advisor.fragmentation.measures import Shape
 from advisor.model import ClusterModel
-from advisor.planner.actions import Action, Plan, mig_switch_steps
-from advisor.planner.check import CheckResult, apply_plan, check_plan
-from advisor.planner.consolidate import Goal, parse_goal
-from advisor.planner.constraints import Policy, load_policy
-
-EXACT_MAX_NODES = 400  # above this, the heuristic alone (CP-SAT would take too long per page)
-EXACT_TIME_LIMIT_S = 5.0
-WHATIF_JOB = "what-if"
-
-
-def policy_from(path: str) -> Policy:
-    """The policy file named in the page, or the default policy. PolicyError/OSError escape."""
-    return load_policy(path) if path.strip() else Policy()
-
-
-# --------------------------------------------------------------------------- goals and plans
-
-
-def next_big_job(model: ClusterModel) -> Shape | None:
-    """The smallest multi-node job of full nodes (K x G, G = GPUs per node) that cannot start
-    now: the natural "which migrations let the next big job start" question. None if even the
-    largest rack's worth fits."""
-    width = int(model.nodes.gpu_count.max(initial=0))
-    if width == 0:
-        return None
-    racks = pd.Series(model.nodes.rack).value_counts()
-    most = int(racks.max()) if len(racks) else 1
-    for tasks in range(1, max(most, 1) + 1):
-        shape = Shape(width, tasks=tasks)
-        if measures.jobs_that_fit(model, shape) == 0:
-            return shape
-    return None
-
-
-def goal_text(shape: Shape) -> str:
-    size = f"{shape.tasks}x{shape.num_gpu}" if shape.tasks > 1 else str(shape.num_gpu)
-    return f"job={size}"
-
-
-def consolidation_plan(
-    model: ClusterModel, goal: Goal, policy: Policy, exact: bool = False
-) -> Plan:
-    """The heuristic's checked plan; with `exact` (and at most EXACT_MAX_NODES nodes) the
-    cheaper of it and the CP-SAT solver's, which is time-limited and so may differ run to
-    run on a busy machine, hence opt-in."""
-    from advisor.planner.cli import solve  # ortools is imported only when a plan is asked for
-
-    solver = "best" if exact and len(model.nodes) <= EXACT_MAX_NODES else "heuristic"
-    return solve(model, goal, policy, solver=solver, time_limit_s=EXACT_TIME_LIMIT_S)
-
-
-OTHER_KINDS_MAX_NODES = 300  # recommend() can take tens of seconds on trace-sized clusters
-
-
-def recommendations(
-    model: ClusterModel,
-    policy: Policy,
-    goal: str,
-    exact: bool = False,
-    others: bool = True,
-    job_end: Mapping[str, float] | None = None,
-) -> list[Plan]:
-    """What the Actions page lists: a consolidation plan for `goal` (migrations), then (with
-    `others`) every other kind `recommend()` finds (reservations, loans, reclaim, sharing,
-    rebalancing)."""
-    return recommendations_with_notes(model, policy, goal, exact, others, job_end)[0]
-
-
-def recommendations_with_notes(
-    model: ClusterModel,
-    policy: Policy,
-    goal: str,
-    exact: bool = False,
-    others: bool = True,
-    job_end: Mapping[str, float] | None = None,
-) -> tuple[list[Plan], list[str]]:
-    """`recommendations`, and per kind that recommends nothing why, in numbers (the notes
-    `gpu-defrag plan --goal recommend` and the service give)."""
-    from advisor.planner.recommend import recommend_with_notes
-
-    plans = []
-    notes: list[str] = []
-    if goal:
-        plans.append(consolidation_plan(model, parse_goal(goal), policy, exact))
-    if others:  # reservations and loans on the learned job ends, as the service's
-        from advisor.forecast.job_ends import outlook
-
-        found, notes = recommend_with_notes(model, policy, outlook(job_end or {}))
-        plans += found
-    return plans, notes
+from advisor.pipeline.queries import (
+    Action,
+    Plan,
+    mig_switch_steps,
+    planned_states,
+    reserved_gpus,
+    windows,
+)
 
 
 def plan_label(index: int, plan: Plan) -> str:
@@ -205,9 +121,7 @@ def windows_frame(
 ) -> pd.DataFrame:
     """When to act on each plan that acts: now, or the forecast's low-demand hour
     (`advisor.planner.timing`), with the expected GPU-hours saved by waiting and its interval."""
-    from advisor.planner.timing import with_windows
-
-    docs = with_windows({"plans": [p.to_dict() for p in plans]}, forecast, model)["plans"]
+    docs = windows(plans, forecast, model)
     rows = []
     for i, doc in enumerate(docs):
         window = doc.get("window")
@@ -237,91 +151,14 @@ def wall_time(at: float) -> str:
 # --------------------------------------------------------------------------- selection
 
 
-@dataclass(frozen=True)
-class Outcome:
-    """A selection of steps replayed: the check, the model after, and measures before/after."""
-
-    check: CheckResult
-    after: ClusterModel | None
-    table: pd.DataFrame  # measure, before, after
-
-
-def _goal_priority(plan: Plan) -> int | None:
-    value = plan.extra.get("goal_priority")
-    return int(value) if value is not None else None
-
-
-def replay(
-    model: ClusterModel,
-    plan: Plan,
-    steps: Sequence[int],
-    policy: Policy,
-    shapes: Sequence[Shape] = (),
-) -> Outcome:
-    """Check the chosen steps (1-based, in plan order) and, if they pass, apply them.
-
-    `after` holds every chosen step (reserved GPUs are held by the goal job); the measures
-    compare the cluster before with the cluster after the chosen moves but before the holds,
-    since what a reservation holds is exactly the room the moves made for the goal job.
-    """
-    chosen = [plan.actions[i - 1] for i in sorted(steps)]
-    result = check_plan(model, chosen, policy, _goal_priority(plan))
-    if not result.ok:
-        return Outcome(result, None, pd.DataFrame())
-    after = apply_plan(model, chosen)
-    moved = apply_plan(model, [a for a in chosen if a.kind != "reserve"])
-    return Outcome(result, after, compare(model, moved, shapes))
-
-
-def compare(
-    before: ClusterModel, after: ClusterModel, shapes: Sequence[Shape] = ()
-) -> pd.DataFrame:
-    """Headline fragmentation measures and jobs per shape (defaults plus `shapes`)."""
-    wanted = list(measures.DEFAULT_SHAPES) + [s for s in shapes if s not in measures.DEFAULT_SHAPES]
-    settings = measures.Settings(shapes=tuple(wanted))
-    a, b = measures.analyze(before, settings), measures.analyze(after, settings)
-
-    def rows(result: dict[str, Any]) -> dict[str, float]:
-        out: dict[str, float] = {
-            "free GPUs": result["spatial"]["free_gpus"],
-            "free whole nodes": int(
-                (result["nodes"]["free_gpus"] == result["nodes"]["gpus"]).sum()
-            ),
-            "fragmentation rate (%)": round(100 * result["fgd"]["fragment_rate"], 1),
-            "fragmented GPUs": round(result["fgd"]["fragment_gpus"], 2),
-            "largest job on one node": result["spatial"]["largest_job"]["single_node_gpus"],
-        }
-        for shape in result["spatial"]["shapes"]:
-            out[f"jobs of {shape['shape']} that fit"] = shape["jobs_that_fit"]
-        return out
-
-    before_rows, after_rows = rows(a), rows(b)
-    return pd.DataFrame(
-        {
-            "measure": list(before_rows),
-            "before": [float(v) for v in before_rows.values()],
-            "after": [float(after_rows[k]) for k in before_rows],
-        }
-    )
-
-
-def planned_idle(model: ClusterModel) -> np.ndarray:
-    """For a planned state nothing is observed: no GPU is called idle (all allocated = busy)."""
-    return np.zeros(len(model.gpus), dtype=bool)
-
-
 def planned_frame(model: ClusterModel) -> pd.DataFrame:
-    """`data.gpu_frame` of a planned state: allocated = busy, and GPUs held by a reservation
-    (the room made for the goal job) as their own state, so the after-heatmap shows them."""
+    """`data.gpu_frame` of a planned state: allocated = busy (nothing is observed of a plan),
+    and GPUs held by a reservation (the room made for the goal job) as their own state, so the
+    after-heatmap shows them."""
     from advisor.app.data import gpu_frame
-    from advisor.planner.check import RESERVATION_QOS
 
-    frame = gpu_frame(model, planned_idle(model))
-    places = model.placements
-    held = np.zeros(len(model.gpus), dtype=bool)
-    reserved = model.allocations.qos[places.alloc] == RESERVATION_QOS
-    held[places.gpu[reserved]] = True
-    frame.loc[held, "state"] = "reserved"
+    frame = gpu_frame(model, planned_states(model))
+    frame.loc[reserved_gpus(model), "state"] = "reserved"
     return frame
 
 
@@ -505,57 +342,43 @@ def slurm_commands(actions: Sequence[Action]) -> str:
     return "\n".join(lines)
 
 
-# --------------------------------------------------------------------------- what-if
+EXPORTS: dict[str, tuple[str, str, str]] = {  # format -> (file extension, code language, MIME)
+    "json": ("json", "json", "application/json"),
+    "yaml": ("yaml", "yaml", "application/yaml"),
+    "kubectl": ("sh", "bash", "text/x-shellscript"),
+    "slurm": ("sh", "bash", "text/x-shellscript"),
+}
 
 
-@dataclass(frozen=True)
-class WhatIf:
-    shape: Shape
-    fits_now: int  # jobs of the shape that could start now
-    plan: Plan | None  # cheapest checked plan to make room now (None when it fits)
-    wait: Plan | None  # reservation: when it fits without moving anything (None when it fits)
-    # per GPU model where a job that fits now spans NVLink islands: the slowdown estimate
-    # (`measures.crossing`, what `analyze` prints too)
-    crossing: tuple[dict[str, Any], ...] = ()
-    why_not: str = ""  # why it cannot start now, in numbers (`planner.why.why_not_now`)
+def export_name(goal: str, kind: str) -> str:
+    """The download's file name: the plan's goal and, for scripts, the scheduler, so a plan's
+    kubectl and Slurm scripts (both `.sh`) never overwrite each other in a download folder."""
+    slug = re.sub(r"[^A-Za-z0-9]+", "-", goal).strip("-").lower() or "plan"
+    extension = EXPORTS[kind][0]
+    suffix = f"-{kind}" if extension == "sh" else ""
+    return f"gpu-defrag-{slug}{suffix}.{extension}"
 
 
-def whatif(
-    model: ClusterModel,
-    num_gpu: int,
-    nodes: int,
-    gpu_model: str = "",
-    policy: Policy | None = None,
-    tenant: str = "",
-    exact: bool = False,
-    job_end: Mapping[str, float] | Callable[[], Mapping[str, float]] | None = None,
-) -> WhatIf:
-    """Can a job of `nodes` x `num_gpu` GPUs on `gpu_model` start now; if not, the cheapest
-    plan to make room, and when it would start without moving anything: on the running jobs'
-    ends in `job_end` ({allocation id: end}, `forecasts.learned_job_ends`, as the service's
-    reservations use them), the planner's fallback for every allocation it leaves out. A
-    callable `job_end` is called only then (learning the ends may simulate a fleet's past)."""
-    policy = policy or Policy()
-    shape = Shape(num_gpu, tasks=nodes, gpu_spec=gpu_model)
-    fits = measures.jobs_that_fit(model, shape)
-    if fits > 0:
-        return WhatIf(shape, fits, None, None, tuple(measures.crossing(model, shape)))
-    size = f"{nodes}x{num_gpu}" if nodes > 1 else str(num_gpu)
-    goal = Goal(
-        f"job={size}" + (f"@{gpu_model}" if gpu_model else ""), "job", shape=shape, tenant=tenant
-    )
-    plan = consolidation_plan(model, goal, policy, exact)
-    from advisor.planner.reserve import Outlook, Request, plan_reservations
-
-    request = Request(WHATIF_JOB, tenant, None, nodes, num_gpu, gpu_model)
-    ends = job_end() if callable(job_end) else job_end
-    waits = plan_reservations(model, policy, [request], Outlook(job_end=dict(ends or {})))
-    from advisor.planner.why import why_not_now
-
-    return WhatIf(shape, fits, plan, waits[0] if waits else None, why_not=why_not_now(model, shape))
+def exports(plan: Plan, steps: Sequence[int], source: str) -> dict[str, str]:
+    """Every export of the chosen steps: format -> text."""
+    chosen = [plan.actions[i - 1] for i in sorted(steps)]
+    doc = selection_doc(plan, steps, source)
+    return {
+        "json": to_json(doc),
+        "yaml": to_yaml(doc),
+        "kubectl": kubectl_commands(chosen),
+        "slurm": slurm_commands(chosen),
+    }
 
 
-def hours(seconds: float) -> str:
-    if math.isinf(seconds):
-        return "never"
-    return f"{seconds / 3600:.1f} h"
+def selection_key(plans: Sequence[Plan]) -> str:
+    """A short digest of a list of plans: the plan selector's key, so a new list (another goal)
+    is a new widget whose labels are the new plans' (a kept key kept the old labels)."""
+    import hashlib
+
+    text = "|".join(f"{p.goal}:{len(p.actions)}:{p.feasible}" for p in plans)
+    return hashlib.sha1(text.encode()).hexdigest()[:10]
+
+
+def cost_of(actions: Sequence[Action]) -> Any:
+    return Plan("selection", True, tuple(actions)).cost

@@ -28,6 +28,7 @@ from advisor.forecast import metrics as M
 from advisor.forecast.panel import Panel
 from advisor.forecast.significance import release_bootstrap
 from advisor.forecast.threads import bounded
+from advisor.settings import IDLE_RISK, IDLE_WINDOWS_H
 
 CALIBRATION_DAYS = 14
 MARGINS = (1.0, 0.75, 0.5, 0.25)
@@ -879,8 +880,8 @@ def known_capacity_drop(cap: np.ndarray, last: int, w: int) -> np.ndarray:
 
 def idle_windows(
     panel: Panel,
-    windows: Sequence[int] = (1, 4, 8),
-    risk: float = 0.05,
+    windows: Sequence[int] = IDLE_WINDOWS_H,
+    risk: float = IDLE_RISK,
     method: str = "auto",
     pooled_over: Sequence[str] | None = None,
 ) -> pd.DataFrame:

@@ -46,25 +46,20 @@ import pandas as pd
 from advisor.forecast import metrics as M
 from advisor.forecast import rolling, selection
 from advisor.forecast.features import within_arrays
-from advisor.forecast.live_idle import (
-    IDLE_MAX_NODES,
-    IDLE_RISK,
-    IDLE_WINDOWS_H,
-    idle_or_error,
-)
+from advisor.forecast.live_idle import idle_or_error
 from advisor.forecast.models import MIN_INTERVAL_ERRORS, as_arrays, make
 from advisor.forecast.panel import Panel
 from advisor.forecast.rolling import rolling_forecasts
 from advisor.forecast.runs import RunsPanel, hourly_panel, node_panel, runs_panel
 from advisor.forecast.selection import CANDIDATES, RULE
 from advisor.forecast.served import finite, horizon_label, last_finite, message, ratio
+from advisor.settings import IDLE_MAX_NODES, IDLE_RISK, IDLE_WINDOWS_H, MAX_TENANTS
 
 if TYPE_CHECKING:
     from advisor.history import NodeHours
 
 BASELINE = "seasonal_naive_24"
 NAIVE = selection.NAIVE  # its held-back scores are served too: the yardstick of the rule
-MAX_TENANTS = 20  # tenants whose demand is forecast each hour, those holding the most GPUs first
 QUANTILES: tuple[float, ...] = (0.1, 0.5, 0.9)
 MIN_HALF = 6  # origins in each of the selection and held-back halves
 # Held-back hours with a real interval (and an observed actual) below which no coverage is

@@ -18,18 +18,16 @@ from advisor.forecast import idle_windows
 from advisor.forecast.panel import Panel
 from advisor.forecast.runs import RunsPanel
 from advisor.forecast.served import finite, horizon_label, label, last_finite, message, ratio
+from advisor.settings import IDLE_MAX_NODES
 
-# Idle windows (`idle_section`); the service's defaults of --forecast.idle-windows and
-# --forecast.idle-risk (`Config.idle_windows_h`, `Config.idle_risk`)
-IDLE_WINDOWS_H: tuple[int, ...] = (1, 4, 8)
-IDLE_RISK = 0.05  # the violation budget: share of hours a release may exceed what stays free
+# Idle windows (`idle_section`); the defaults of --forecast.idle-windows, --forecast.idle-risk
+# and --forecast.idle-max-nodes are `advisor.settings`' IDLE_WINDOWS_H, IDLE_RISK, IDLE_MAX_NODES
 IDLE_BASELINE = "min_past_w"  # release what stayed free over the past W hours
 IDLE_FIRST_H = 48  # idle's per-series rules calibrate from hour 48 on (yesterday's window)
 IDLE_MIN_CALIBRATION_H = 24  # calibration origins before the held-back hours
 IDLE_MIN_TEST = 24  # held-back origins with an observed outcome needed to show a release
 IDLE_TEST_H = 7 * 24  # at most this many origins are held back
 IDLE_MAX_H = 16 * 24  # the history idle windows see (cost, and the method the backtest measures)
-IDLE_MAX_NODES = 1000  # nodes whose idle windows are computed each hour (~1.2 s on 2 cores)
 IDLE_NODE_METHOD = "rules"  # per node: the per-series rules only (no quantile model, no pooled λ)
 
 log = logging.getLogger(__name__)

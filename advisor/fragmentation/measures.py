@@ -27,6 +27,7 @@ import numpy as np
 from advisor.contract import GPU_STATE_CODES
 from advisor.fragmentation import fgd, nvlink
 from advisor.model import MILLI, ClusterModel, spec_models, spec_parts
+from advisor.settings import NO_TENANT, SHAPES_TEXT
 
 # --------------------------------------------------------------------------- shapes
 
@@ -64,16 +65,6 @@ class Shape:
         return self.tasks * self.num_gpu * self.gpu_milli / MILLI
 
 
-DEFAULT_SHAPES: tuple[Shape, ...] = (
-    Shape(1, 500),
-    Shape(1),
-    Shape(2),
-    Shape(4),
-    Shape(8),
-    Shape(8, tasks=2),
-    Shape(8, tasks=4),
-)
-
 _SHAPE = re.compile(r"^(?:(\d+)x)?(\d+(?:\.\d+)?)(?:@([\w.|-]+))?$")
 
 
@@ -92,6 +83,9 @@ def parse_shape(text: str) -> Shape:
     if size < 1:
         return Shape(1, round(size * MILLI), tasks, gpu_spec=spec)
     return Shape(int(size), MILLI, tasks, gpu_spec=spec)
+
+
+DEFAULT_SHAPES: tuple[Shape, ...] = tuple(parse_shape(text) for text in SHAPES_TEXT.split(","))
 
 
 # --------------------------------------------------------------------------- helpers
@@ -550,7 +544,7 @@ def analyze(model: ClusterModel, settings: Settings = Settings()) -> dict[str, A
         model.placements.milli[on_idle].tolist(),
         strict=True,
     ):
-        idle_tenants[allocs.tenant[alloc_row] or "(none)"] += milli / MILLI
+        idle_tenants[allocs.tenant[alloc_row] or NO_TENANT] += milli / MILLI
     stranded_mem = stranded_memory_bytes(model, settings.min_request_bytes)
     workload = workload_of(model)
     workload_source = "allocations in the source"

@@ -17,13 +17,14 @@ from typing import NamedTuple
 import numpy as np
 
 from advisor.model import MILLI, ClusterModel
+from advisor.settings import NO_POOL
 
 
 class NodeRows(NamedTuple):
     """`node_rows`: per node of a model, in its node order."""
 
     names: np.ndarray
-    pools: np.ndarray  # "(none)" for a node without a pool
+    pools: np.ndarray  # NO_POOL for a node without a pool
     allocated: np.ndarray  # GPU share: milli-GPU handed out ÷ MILLI, every GPU
     capacity: np.ndarray  # usable GPUs
     held: np.ndarray  # usable GPUs with anything allocated on them (capacity − wholly free)
@@ -41,7 +42,7 @@ def node_rows(model: ClusterModel) -> NodeRows:
     usable = np.where(model.gpu_usable, model.gpus.carved_milli / MILLI, 0.0)
     capacity = np.bincount(node, weights=usable, minlength=n)
     held = np.bincount(node, weights=np.where(model.gpu_is_free, 0.0, usable), minlength=n)
-    pools = np.array([p or "(none)" for p in model.nodes.pool.tolist()], dtype=object)
+    pools = np.array([p or NO_POOL for p in model.nodes.pool.tolist()], dtype=object)
     return NodeRows(model.nodes.name, pools, allocated, capacity, held)
 
 

@@ -24,6 +24,7 @@ from advisor.fragmentation import measures
 from advisor.history.job_lifetimes import JobLifetimes, running_jobs
 from advisor.history.node_hours import NODE_HOURS, NodeHours, NodeRecord, node_rows
 from advisor.model import MILLI, ClusterModel, Usage, spec_models, spec_parts
+from advisor.settings import NO_POOL, NO_TENANT
 
 TREND_COLUMNS: tuple[str, ...] = (
     "fragment_rate",
@@ -101,7 +102,7 @@ def pool_rows(model: ClusterModel) -> list[dict[str, Any]]:
         on = model.nodes.pool == pool
         rows.append(
             {
-                "pool": pool or "(none)",
+                "pool": pool or NO_POOL,
                 "allocated_gpus": float(nodes.allocated[on].sum()),
                 "held_gpus": float(nodes.held[on].sum()),
                 "capacity_gpus": float(nodes.capacity[on].sum()),
@@ -119,7 +120,7 @@ def tenant_rows(model: ClusterModel) -> dict[str, tuple[float, float]]:
         return {}
     share = allocs.num_gpu.astype(float) * allocs.gpu_milli / MILLI
     running = allocs.node >= 0
-    names, index = np.unique([t or "(none)" for t in allocs.tenant.tolist()], return_inverse=True)
+    names, index = np.unique([t or NO_TENANT for t in allocs.tenant.tolist()], return_inverse=True)
     held = np.bincount(index, weights=np.where(running, share, 0.0), minlength=len(names))
     asked = np.bincount(index, weights=np.where(running, 0.0, share), minlength=len(names))
     return {str(name): (float(h), float(a)) for name, h, a in zip(names, held, asked, strict=True)}

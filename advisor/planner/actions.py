@@ -319,6 +319,31 @@ class Plan:
             **self.extra,
         }
 
+    @staticmethod
+    def from_dict(doc: dict[str, Any]) -> Plan:
+        """The plan `to_dict` wrote (the API's and `plan --json`'s form): its cost is its
+        actions'; a benefit's derived lists are derived again."""
+        known = {"goal", "feasible", "reason", "method", "actions", "cost", "before", "after"}
+        benefit = doc.get("benefit")
+        return Plan(
+            goal=doc["goal"],
+            feasible=bool(doc["feasible"]),
+            actions=tuple(Action.from_dict(a) for a in doc.get("actions", [])),
+            before=dict(doc.get("before") or {}),
+            after=dict(doc.get("after") or {}),
+            reason=doc.get("reason", ""),
+            method=doc.get("method", ""),
+            benefit=None
+            if benefit is None
+            else Benefit(
+                dict(benefit.get("shapes_before", {})),
+                dict(benefit.get("shapes_after", {})),
+                dict(benefit.get("fragmentation_before", {})),
+                dict(benefit.get("fragmentation_after", {})),
+            ),
+            extra={k: v for k, v in doc.items() if k not in known | {"benefit"}},
+        )
+
 
 def restart_seconds(model: ClusterModel, row: int, default_s: float = DEFAULT_RESTART_S) -> float:
     value = float(model.allocations.restart_cost_s[row])

@@ -1,15 +1,21 @@
-"""One entry point for every recommendation kind beyond consolidation, for the service and app.
+"""One entry point for every recommendation kind, for the pipeline (service and app) and the CLI.
 
-`recommend(model, policy, forecast)` runs, in this order, and returns their plans (each one
-already replayed by `check_plan`; plans without actions are left out, except infeasible
-reservation and loan plans, which say why a waiting job cannot be helped):
+`recommend(model, policy, forecast, settings, goals)` runs, in this order, and returns their
+plans (each one already replayed by `check_plan`; plans without actions are left out, except
+infeasible consolidation, reservation and loan plans, which say why a goal or a waiting job
+cannot be helped):
 
+0. consolidation for each of `goals` (`job=KxG`, `job=G@MODEL`, `free-nodes=K`: the
+   migrations and reservations that let such a job start, `advisor.planner.solve`; the exact
+   solver too with `settings.exact`); the pipeline passes the shapes of which no job fits now;
 1. reservations for waiting jobs of at least 8 GPUs that cannot start now, plus the
    forecast's expected jobs (`reserve.plan_reservations`);
 2. quota loans for waiting jobs blocked only by their tenant's quota (`borrow.plan_borrow`);
 3. reclaim of long-idle allocations (`reclaim.plan_reclaim`);
 4. sharing of GPUs by tasks that use a fraction of one (`share.plan_share`);
 5. type rebalancing from scarce to idle GPU models (`rebalance.plan_rebalance`).
+
+Kinds 1-5 run unless `settings.others` is off (the app's Actions page, planning one goal).
 
 Plans of different kinds are alternatives computed on the same model, not one sequence: apply
 one, then ask again. `recommend_with_notes` also returns, for each kind that recommends nothing,
@@ -27,19 +33,21 @@ other goals (consolidation handles those).
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from advisor.model import ClusterModel
 from advisor.planner.actions import Plan
 from advisor.planner.borrow import blocked_by_quota, plan_borrow, request_for_job, split_gpus
+from advisor.planner.consolidate import Goal, parse_goal
 from advisor.planner.constraints import Policy
 from advisor.planner.observed import HISTORY_HINT
 from advisor.planner.rebalance import RebalanceSettings, plan_rebalance
 from advisor.planner.reclaim import ReclaimSettings, plan_reclaim
 from advisor.planner.reserve import Outlook, Request, ReserveSettings, plan_reservations
 from advisor.planner.share import ShareSettings, plan_share
+from advisor.planner.solve import EXACT_MAX_NODES, solve
 
 GOALS = ("recommend", "reclaim", "share", "rebalance", "reserve", "borrow")
 
@@ -50,6 +58,10 @@ class RecommendSettings:
     reclaim: ReclaimSettings = field(default_factory=ReclaimSettings)
     share: ShareSettings = field(default_factory=ShareSettings)
     rebalance: RebalanceSettings = field(default_factory=RebalanceSettings)
+    exact: bool = False  # consolidation: the exact solver too, the cheaper checked plan kept
+    exact_time_limit_s: float = 5.0  # CP-SAT's limit per goal (a page waits for it)
+    exact_max_nodes: int = EXACT_MAX_NODES
+    others: bool = True  # kinds 1-5 beside the goals' consolidation
 
 
 def as_outlook(forecast: Outlook | Mapping[str, Any] | None) -> Outlook:
@@ -69,9 +81,33 @@ def recommend(
     policy: Policy | None = None,
     forecast: Outlook | Mapping[str, Any] | None = None,
     settings: RecommendSettings | None = None,
+    goals: Sequence[Goal | str] = (),
 ) -> list[Plan]:
     """Every recommendation kind's checked plans (module docstring)."""
-    return recommend_with_notes(model, policy, forecast, settings)[0]
+    return recommend_with_notes(model, policy, forecast, settings, goals)[0]
+
+
+def consolidate(
+    model: ClusterModel,
+    policy: Policy,
+    goals: Sequence[Goal | str],
+    settings: RecommendSettings | None = None,
+) -> list[Plan]:
+    """One checked consolidation plan per goal (infeasible ones say why); a goal given as text
+    is `parse_goal`'s (ValueError when malformed)."""
+    settings = settings or RecommendSettings()
+    solver = "best" if settings.exact else "heuristic"
+    return [
+        solve(
+            model,
+            parse_goal(goal) if isinstance(goal, str) else goal,
+            policy,
+            solver=solver,
+            time_limit_s=settings.exact_time_limit_s,
+            exact_max_nodes=settings.exact_max_nodes,
+        )
+        for goal in goals
+    ]
 
 
 def recommend_with_notes(
@@ -79,15 +115,20 @@ def recommend_with_notes(
     policy: Policy | None = None,
     forecast: Outlook | Mapping[str, Any] | None = None,
     settings: RecommendSettings | None = None,
+    goals: Sequence[Goal | str] = (),
 ) -> tuple[list[Plan], list[str]]:
     """`recommend`'s plans, and `KIND: why` for each kind that recommends nothing (the note
     its own goal gives)."""
     policy = policy or Policy()
     settings = settings or RecommendSettings()
+    plans = consolidate(model, policy, goals, settings)
+    if not settings.others:
+        return plans, []
     outlook = as_outlook(forecast)
     notes: list[str] = []
-    plans: list[Plan] = list(plan_reservations(model, policy, None, outlook, settings.reserve))
-    if not plans:
+    reservations = plan_reservations(model, policy, None, outlook, settings.reserve)
+    plans += reservations
+    if not reservations:
         notes.append(f"reserve: {_nothing_to_hold(settings.reserve)}")
     blocked = blocked_by_quota(model, policy)
     for request in blocked:

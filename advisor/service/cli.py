@@ -20,6 +20,18 @@ from http import HTTPStatus
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
+from advisor.settings import (
+    HISTORY_MAX_POINTS,
+    HORIZONS_H,
+    IDLE_MAX_NODES,
+    IDLE_RISK,
+    IDLE_WINDOWS_H,
+    MAX_TENANTS,
+    OUTLOOK_HORIZONS_H,
+    SHAPES_TEXT,
+    TOP_ACTIONS,
+    hours_text,
+)
 from gpu_defrag_common.messages import say_error
 from gpu_defrag_common.progress import Progress, add_quiet_flag
 from gpu_defrag_common.server_cli import add_server_arguments, configure_logging, server_limits
@@ -34,7 +46,7 @@ from gpu_defrag_common.units import (
 )
 
 if TYPE_CHECKING:
-    from advisor.service.backfill import Backfill
+    from advisor.ingest.backfill import Backfill
     from gpu_defrag_common.server import Route
 
 log = logging.getLogger("advisor.service")
@@ -67,6 +79,18 @@ def idle_windows(text: str) -> tuple[int, ...]:
     )
 
 
+def outlook_horizons(text: str) -> tuple[int, ...]:
+    """'3h,12h,48h,72h' -> (3, 12, 48, 72), '' -> (): the outlook's horizons, up to a week."""
+    if not text.strip():
+        return ()
+    return _whole_hours(
+        text,
+        "a horizon like 3h or 72h",
+        f"outlook horizons are whole hours from 1h to {MAX_IDLE_WINDOW_H}h",
+        most=MAX_IDLE_WINDOW_H,
+    )
+
+
 def _whole_hours(text: str, like: str, rule: str, most: int | None = None) -> tuple[int, ...]:
     """A comma list of durations as sorted distinct whole hours (≤ `most`); a part that is no
     duration says it is not `like`, one off the grid or above `most` says the `rule`."""
@@ -93,9 +117,9 @@ def shapes(text: str) -> tuple:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
+    from advisor.ingest.backfill import MAX_SPAN_S
     from advisor.ingest.schedulers import JoinSources
     from advisor.ingest.sources import SOURCE_HELP
-    from advisor.service.backfill import MAX_SPAN_S
 
     parser = subparsers.add_parser(
         "advise",
@@ -132,62 +156,73 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--top-actions",
         dest="top_actions",
         type=number(0, kind=int),
-        default=10,
-        help="bound of the gpu_advisor_action_info series (default 10)",
+        default=TOP_ACTIONS,
+        help=f"bound of the gpu_advisor_action_info series (default {TOP_ACTIONS})",
     )
     parser.add_argument(
         "--forecast.horizons",
         dest="horizons",
         type=horizons,
-        default=horizons("1h,6h,24h"),
-        help="comma-separated whole hours (default 1h,6h,24h)",
+        default=HORIZONS_H,
+        help=f"comma-separated whole hours (default {hours_text(HORIZONS_H)})",
+    )
+    parser.add_argument(
+        "--forecast.outlook-horizons",
+        dest="outlook_horizons",
+        type=outlook_horizons,
+        default=OUTLOOK_HORIZONS_H,
+        help="more horizons served in /api/forecast only (the app's fan chart; no /metrics "
+        f"series, no alert), whole hours up to {MAX_IDLE_WINDOW_H}h, '' for none (default "
+        f"{hours_text(OUTLOOK_HORIZONS_H)})",
     )
     parser.add_argument(
         "--forecast.idle-max-nodes",
         dest="idle_max_nodes",
         type=number(0, kind=int),
-        default=None,
+        default=IDLE_MAX_NODES,
         help="nodes whose idle windows are computed each hour, those with the most GPUs idle "
-        "first (default 1000, about 1.2 s on 2 cores; 0: pools only)",
+        f"first (default {IDLE_MAX_NODES}, about 1.2 s on 2 cores; 0: pools only)",
     )
     parser.add_argument(
         "--forecast.idle-windows",
         dest="idle_windows",
         type=idle_windows,
-        default=None,
+        default=IDLE_WINDOWS_H,
         help="idle windows W: GPUs forecast to stay free for the whole next W hours, "
-        f"comma-separated whole hours from 1h to {MAX_IDLE_WINDOW_H}h (default 1h,4h,8h)",
+        f"comma-separated whole hours from 1h to {MAX_IDLE_WINDOW_H}h "
+        f"(default {hours_text(IDLE_WINDOWS_H)})",
     )
     parser.add_argument(
         "--forecast.idle-risk",
         dest="idle_risk",
         type=fraction,
-        default=None,
+        default=IDLE_RISK,
         help="the idle windows' risk of being wrong: the share of hours in which the release "
-        "may exceed what stays free, strictly between 0 and 1 (default 0.05)",
+        f"may exceed what stays free, strictly between 0 and 1 (default {IDLE_RISK:g})",
     )
     parser.add_argument(
         "--forecast.max-tenants",
         dest="max_tenants",
         type=number(0, kind=int),
-        default=None,
+        default=MAX_TENANTS,
         help="tenants whose demand is forecast each hour, those holding the most GPUs first "
-        "(default 20; 0: none)",
+        f"(default {MAX_TENANTS}; 0: none)",
     )
     parser.add_argument(
         "--shapes",
         type=shapes,
         default=None,
         help="job shapes measured and planned for, e.g. 0.5,1,2,4,8,2x8,4x8,8x8 "
-        "(default: 0.5,1,2,4,8,2x8,4x8); a whole-GPU shape no job of which fits now gets a "
+        f"(default: {SHAPES_TEXT}); a whole-GPU shape no job of which fits now gets a "
         "consolidation plan",
     )
     parser.add_argument(
         "--history.max-points",
         dest="history_points",
         type=number(0, kind=int),
-        default=20_000,
-        help="runs kept for trends and forecasts (default 20000: two weeks at 1m); at the "
+        default=HISTORY_MAX_POINTS,
+        help=f"runs kept for trends and forecasts (default {HISTORY_MAX_POINTS}: two weeks at "
+        "1m); at the "
         "bound the oldest hours are thinned to their last run before any hour is dropped",
     )
     parser.add_argument(
@@ -247,14 +282,16 @@ def runbook_routes(base_url: str) -> dict[str, Route]:
 
 def run(args: argparse.Namespace) -> int:
     from advisor.fragmentation import measures
-    from advisor.history import History
+    from advisor.ingest.backfill import backfill, default_span_s
+    from advisor.ingest.live import make_ingest
     from advisor.ingest.sources import SourceError
     from advisor.logs import install_log_filters, redact
     from advisor.planner.constraints import Policy, PolicyError, load_policy
     from advisor.service.api import Api
-    from advisor.service.backfill import backfill, default_span_s
-    from advisor.service.loop import AdvisorLoop, Config, make_ingest
-    from gpu_defrag_common.server import ExporterServer, parse_listen_address
+    from advisor.service.http import AdvisorServer, build_app
+    from advisor.service.loop import AdvisorLoop, Config
+    from advisor.settings import Settings
+    from gpu_defrag_common.server import parse_listen_address
     from gpu_defrag_common.webconfig import WebConfigError, load_web_config
 
     configure_logging(args.log_level)
@@ -270,20 +307,25 @@ def run(args: argparse.Namespace) -> int:
     except (WebConfigError, PolicyError, SourceError, ValueError, OSError) as error:
         say_error("advise", redact(str(error)))
         return 2
-    settings = measures.Settings(shapes=args.shapes) if args.shapes else measures.Settings()
+    settings = Settings(
+        measures=measures.Settings(shapes=args.shapes) if args.shapes else measures.Settings(),
+        policy=policy,
+        horizons_h=args.horizons,
+        outlook_horizons_h=args.outlook_horizons,
+        idle_windows_h=args.idle_windows,
+        idle_risk=args.idle_risk,
+        idle_max_nodes=args.idle_max_nodes,
+        max_tenants=args.max_tenants,
+        history_max_points=args.history_points,
+        backfill_s=args.history_backfill,
+    )
     config = Config(
         interval_s=args.interval,
-        settings=settings,
-        policy=policy,
-        top_actions=args.top_actions,
-        horizons_h=args.horizons,
         stale_intervals=args.stale_intervals,
-        **({} if args.idle_max_nodes is None else {"idle_max_nodes": args.idle_max_nodes}),
-        **({} if args.idle_windows is None else {"idle_windows_h": args.idle_windows}),
-        **({} if args.idle_risk is None else {"idle_risk": args.idle_risk}),
-        **({} if args.max_tenants is None else {"max_tenants": args.max_tenants}),
+        top_actions=args.top_actions,
+        settings=settings,
     )
-    span = args.history_backfill
+    span = settings.backfill_s
     span = default_span_s(args.source) if span is None else span
 
     def read_past() -> list:
@@ -291,18 +333,11 @@ def run(args: argparse.Namespace) -> int:
         past = backfill(args.source, ingest, span, timeout=args.source_timeout)
         return past.models if past is not None else []
 
-    loop = AdvisorLoop(
-        args.source, ingest, config, History(max_points=args.history_points), past=read_past
-    )
+    loop = AdvisorLoop(args.source, ingest, config, past=read_past)
     try:
-        server = ExporterServer(
-            args.listen_address,
-            loop,
-            web,
-            "gpu-defrag advisor",
-            {**Api(loop.state).routes(), **runbook_routes(base_url)},
-            limits=server_limits(args),
-        )
+        routes = {**Api(loop.state).routes(), **runbook_routes(base_url)}
+        app = build_app(loop, routes, web, "gpu-defrag advisor")
+        server = AdvisorServer(args.listen_address, app, web, server_limits(args))
     except (OSError, ValueError) as error:
         say_error("advise", f"cannot listen on {args.listen_address}: {error}")
         return 2
@@ -318,18 +353,14 @@ def run(args: argparse.Namespace) -> int:
 
         past = _backfill_unless_stopped(
             signals,
-            lambda: backfill(
-                args.source, ingest, span, timeout=args.source_timeout, cancelled=stop_asked
-            ),
+            lambda: loop.pipeline.backfill(cancelled=stop_asked),
         )
     if past is not None:
         log.info("%s", past.summary())
     if signals.is_set():  # SIGTERM or Ctrl-C during the backfill: no run starts
         server.close()
         return 0
-    if past is not None:
-        loop.seed_history(past.models)
-    elif args.history_backfill:
+    if past is None and args.history_backfill:
         log.info(
             "--history.backfill: %s has no past to read; the history starts now",
             args.source,  # the logger's RedactingFilter hides its credentials
@@ -340,11 +371,11 @@ def run(args: argparse.Namespace) -> int:
         args.source,
         args.interval,
         server.url(""),
-        f"{base_url}/runbooks/",
+        f"{base_url}/runbooks/" if args.external_url or port else server.url("/runbooks/"),
     )
     signals.wait()
     server.close()
-    loop.stop()
+    loop.stop(timeout_s=1.0)  # a forecast in progress is not waited for: the thread is a daemon
     return 0
 
 

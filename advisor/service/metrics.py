@@ -14,12 +14,13 @@ import math
 from typing import TYPE_CHECKING
 
 from advisor.contract import ADVISOR_BY_NAME
-from advisor.service.results import STAGES, pool_names
+from advisor.results import STAGES, pool_names
 from gpu_defrag_common import __version__
 from gpu_defrag_common.exposition import Families
 
 if TYPE_CHECKING:
-    from advisor.service.loop import Config, RunState
+    from advisor.pipeline import RunState
+    from advisor.service.loop import Config
 
 
 def _add(families: Families, name: str, labels: tuple[str, ...], value: float | None) -> None:
@@ -247,8 +248,8 @@ def _self(families: Families, state: RunState) -> None:
 
 
 def _scheduler(families: Families, state: RunState) -> None:
-    """Unknown racks, the queue and why shapes cannot start (`advisor.service.scheduler`)."""
-    from advisor.service.scheduler import pending_by_tenant, unschedulable_series
+    """Unknown racks, the queue and why shapes cannot start (`advisor.pipeline.scheduler`)."""
+    from advisor.pipeline.scheduler import pending_by_tenant, unschedulable_series
 
     results = state.results
     if results is None or not results.scheduler:

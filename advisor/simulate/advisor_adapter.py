@@ -1,11 +1,11 @@
 """The one place the replay calls the advisor: the run step `gpu-defrag advise` runs.
 
-`AdvisorAdapter.advise(sim, now)` shows the advisor service's loop (`AdvisorLoop.run_once`,
-the step the service's thread runs every interval: ingest, analysis, forecast, plans) the
-simulated cluster as a `ClusterModel`, and returns what that run served: the recommendations
-and the forecast documents. The loop keeps its own `History`, fed only by the models this
-adapter showed it, so its forecasts and learned job ends come from the replay's past, never
-its future. When the service becomes one pipeline object, the call in `_run` is the edit.
+`AdvisorAdapter.advise(sim, now)` shows the advisor's pipeline (`advisor.pipeline.Pipeline`,
+whose `run_once` the service's loop runs every interval: ingest, analysis, forecast, plans)
+the simulated cluster as a `ClusterModel`, and returns what that run served: the
+recommendations and the forecast documents. The pipeline keeps its own `History`, fed only by
+the models this adapter showed it, so its forecasts and learned job ends come from the
+replay's past, never its future.
 
 What the model shows (`model_of`): every node and GPU; each running task as an allocation with
 its start time (end time unknown, as on a live cluster), tenant, priority, migratable flag and
@@ -35,8 +35,9 @@ from advisor.model import (
     Placements,
     Usage,
 )
+from advisor.pipeline import Pipeline
 from advisor.planner.constraints import Policy
-from advisor.service.loop import AdvisorLoop, Config
+from advisor.settings import Settings
 from advisor.simulate.engine import RUNNING, WAITING, Simulation
 
 
@@ -76,13 +77,13 @@ class AdvisorAdapter:
         self.policy = Policy(rack_locality=racks, default_restart_s=default_restart_s)
         self._model: ClusterModel | None = None
         self._clock = EPOCH
-        self.loop = AdvisorLoop(
+        self.pipeline = Pipeline(
             "simulate",
-            self._ingest,
-            Config(interval_s=every_s, policy=self.policy),
-            History(max_points=HISTORY_POINTS, usage_window_s=USAGE_WINDOW_S),
+            Settings(policy=self.policy),
+            ingest=self._ingest,
+            history=History(max_points=HISTORY_POINTS, usage_window_s=USAGE_WINDOW_S),
             clock=lambda: self._clock,
-            render=lambda state, config: b"",  # no /metrics page is served
+            interval_s=every_s,
         )
         self.calls = 0
         self.seconds: list[float] = []  # wall seconds per call
@@ -105,7 +106,7 @@ class AdvisorAdapter:
         return advice
 
     def _run(self) -> Advice:
-        state = self.loop.run_once()
+        state = self.pipeline.run_once()
         results = state.results
         assert self._model is not None
         if results is None or state.stale:

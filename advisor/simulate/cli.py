@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gpu_defrag_common.files import check_directory_target, staged_directory
+from gpu_defrag_common.messages import say_error
+from gpu_defrag_common.progress import Progress, add_quiet_flag
 from gpu_defrag_common.units import duration, number
 
 if TYPE_CHECKING:
@@ -110,6 +112,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help=f"worker processes, 1 to {MAX_WORKERS} (default 2)",
     )
     p.add_argument("--out", required=True, type=out_folder, help="output directory")
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="print summary.csv's and by_size.csv's rows as one JSON document instead of lines",
+    )
+    add_quiet_flag(p)
     p.set_defaults(func=run)
 
     e = subparsers.add_parser(
@@ -126,8 +134,27 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _fail(command: str, message: str, status: int = 2) -> int:
-    print(f"gpu-defrag {command}: {message}", file=sys.stderr)
+    """One line; exit 2 for bad input or flags, 1 for results that could not be written."""
+    say_error(command, message)
     return status
+
+
+def json_document(outcomes: list[Outcome], scaling: dict[str, float], wrote: list[Path]) -> str:
+    """`simulate --json`: how the submissions were scaled, summary.csv's and by_size.csv's
+    rows, and the files written."""
+    from advisor.json_output import dumps
+    from advisor.simulate.metrics import BY_SIZE_COLUMNS, SUMMARY_COLUMNS
+
+    return dumps(
+        {
+            "scaling": scaling,
+            "summary": [{k: o.summary.get(k) for k in SUMMARY_COLUMNS} for o in outcomes],
+            "by_size": [
+                {k: r.get(k) for k in BY_SIZE_COLUMNS} for o in outcomes for r in o.by_size
+            ],
+            "wrote": [str(path) for path in wrote],
+        }
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -165,20 +192,34 @@ def run(args: argparse.Namespace) -> int:
         for seed in args.seeds
     ]
     span_h = float(compressed.submit_s.max() - compressed.submit_s.min()) / 3600.0
-    print(
-        f"{len(jobs)} jobs x {copies} cop{'y' if copies == 1 else 'ies'}, submissions scaled by "
-        f"{factor:.3g} to {span_h:.2f} h for load {args.load:g} on {nodes.total_gpus} GPUs; "
-        f"{len(tasks)} replay(s)",
-        flush=True,
-    )
-    outcomes = run_tasks(tasks, processes=min(args.workers, len(tasks)), done=_report)
-    title = f"{path.name} on {args.nodes.name}, load {args.load:g}"
-    try:
-        with staged_directory(args.out, writer="simulate") as stage:
-            written = write_all(stage, outcomes, title)
-    except OSError as error:
-        return _fail("simulate", f"cannot write {args.out}: {error.strerror or error}", 1)
-    print(f"wrote {', '.join(str(args.out / name) for name in written)}")
+    if not args.json:
+        print(
+            f"{len(jobs)} jobs x {copies} cop{'y' if copies == 1 else 'ies'}, submissions scaled "
+            f"by {factor:.3g} to {span_h:.2f} h for load {args.load:g} on {nodes.total_gpus} "
+            f"GPUs; {len(tasks)} replay(s)",
+            flush=True,
+        )
+    with Progress("simulate", "replays", len(tasks), quiet=args.quiet) as progress:
+
+        def finished(outcome: Outcome) -> None:
+            progress.advance()
+            if not args.json:
+                _report(outcome)
+
+        outcomes = run_tasks(tasks, processes=min(args.workers, len(tasks)), done=finished)
+        title = f"{path.name} on {args.nodes.name}, load {args.load:g}"
+        try:
+            with staged_directory(args.out, writer="simulate") as stage:
+                written = write_all(stage, outcomes, title)
+        except OSError as error:
+            progress.done("")  # the error line says what happened
+            return _fail("simulate", f"cannot write {args.out}: {error.strerror or error}", 1)
+    wrote = [args.out / name for name in written]
+    if args.json:
+        scaling = {"jobs": len(jobs), "copies": copies, "factor": factor, "span_h": span_h}
+        sys.stdout.write(json_document(outcomes, scaling, wrote))
+    else:
+        print(f"wrote {', '.join(str(w) for w in wrote)}")
     return 0
 
 

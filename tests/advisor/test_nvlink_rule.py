@@ -13,12 +13,13 @@ import numpy as np
 import pytest
 
 from advisor import snapshot
-from advisor.app import plans as app_plans
 from advisor.fragmentation import measures, nvlink
 from advisor.fragmentation.measures import Shape
 from advisor.ingest.sources import load_source
+from advisor.pipeline import Settings
+from advisor.pipeline import queries as Q
 from advisor.planner.consolidate import parse_goal, plan_heuristic
-from advisor.service.results import pool_shape_table, shape_table
+from advisor.results import pool_shape_table, shape_table
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 SHAPES = (Shape(2), Shape(4), Shape(8), Shape(8, tasks=2))
@@ -50,7 +51,7 @@ def test_two_half_islands_are_no_room_for_a_job_that_fits_one_island() -> None:
     assert result["spatial"]["shapes"][0]["jobs_that_fit"] == 0
     assert result["spatial"]["shapes"][0]["stranded_gpus"] == 9
     assert shape_table(result, (shape,))[0]["schedulable_jobs"] == 0
-    assert app_plans.whatif(model, 4, 1).fits_now == 0
+    assert Q.whatif(model, Settings(), 4, 1).fits_now == 0
     plan = plan_heuristic(model, parse_goal("job=4"))
     assert plan.feasible and plan.migrations == 1
     assert plan.benefit is not None and "4 GPU" in plan.benefit.newly_schedulable()
@@ -72,7 +73,7 @@ def test_every_counter_and_the_planner_agree_on_what_starts_now(name) -> None:
         assert result["spatial"]["shapes"][i]["jobs_that_fit"] == fits
         assert fleet[i]["schedulable_jobs"] == fits
         assert sum(r["schedulable_jobs"] for r in pools if r["shape"] == fleet[i]["shape"]) <= fits
-        assert app_plans.whatif(model, shape.num_gpu, shape.tasks).fits_now == fits
+        assert Q.whatif(model, Settings(), shape.num_gpu, shape.tasks).fits_now == fits
         text = f"job={shape.tasks}x{shape.num_gpu}" if shape.tasks > 1 else f"job={shape.num_gpu}"
         plan = plan_heuristic(model, parse_goal(text))
         starts_without_moves = plan.feasible and plan.migrations == 0
@@ -134,7 +135,7 @@ def test_a_job_that_must_span_islands_is_shown_slower_with_the_estimate() -> Non
     assert shape_table(result, (Shape(4), Shape(8)))[1]["crosses_nvlink_islands"][0]["text"] == (
         A100_TEXT
     )
-    answer = app_plans.whatif(model, 8, 1)
+    answer = Q.whatif(model, Settings(), 8, 1)
     assert answer.fits_now > 0 and answer.crossing[0]["text"] == A100_TEXT
     run = _cli("analyze", str(EXAMPLES / "sim-nvlink-islands.json"))
     assert f"  8 GPU on NVIDIA A100-SXM4-40GB: {A100_TEXT}\n" in run.stdout

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import csv
+import json
 import math
 from pathlib import Path
 
@@ -20,6 +21,7 @@ from advisor.simulate.jobs import (
     read_job_csv,
 )
 from advisor.simulate.metrics import BY_SIZE_COLUMNS, SUMMARY_COLUMNS
+from advisor.simulate.outputs import FILES
 
 HEADER = ",".join(JOB_COLUMNS)
 
@@ -163,7 +165,28 @@ def test_simulate_refuses_a_bad_job_file_in_one_line(tmp_path: Path, capsys) -> 
     err = capsys.readouterr().err
     assert code == 2
     assert err.count("\n") == 1 and "unknown column(s) extra" in err
+    assert err.startswith("gpu-defrag simulate: error: ")
     assert not (tmp_path / "summary.csv").exists()
+
+
+def test_simulate_json_is_the_csv_rows_and_nothing_else_on_stdout(tmp_path: Path, capsys) -> None:
+    nodes, jobs = cluster_files(tmp_path)
+    out = tmp_path / "out"
+    args = ["--nodes", str(nodes), "--jobs", str(jobs), "--load", "0.5", "--workers", "1"]
+    flags = ["--policies", "mostallocated", "--advisor", "off,consolidate", "--out", str(out)]
+    assert main(["simulate", *args, *flags, "--json"]) == 0
+    document = json.loads(capsys.readouterr().out)  # the whole of stdout is one document
+    with (out / "summary.csv").open() as fh:
+        rows = list(csv.DictReader(fh))
+    assert [tuple(r) for r in document["summary"]] == [SUMMARY_COLUMNS] * 2
+    for row, written in zip(document["summary"], rows, strict=True):
+        assert {k: str(v) for k, v in row.items() if v is not None} == {
+            k: v for k, v in written.items() if v != ""
+        }
+    with (out / "by_size.csv").open() as fh:
+        assert len(document["by_size"]) == len(list(csv.DictReader(fh)))
+    assert document["wrote"] == [str(out / name) for name in FILES]
+    assert document["scaling"]["jobs"] > 0 and document["scaling"]["factor"] > 0
 
 
 def test_export_jobs_writes_a_node_list_and_jobs_the_replay_reads(tmp_path: Path, capsys) -> None:

@@ -12,15 +12,16 @@ from pathlib import Path
 import pytest
 
 from advisor import snapshot
-from advisor.app import plans as app_plans
+from advisor.fragmentation import measures
 from advisor.fragmentation.measures import Shape
 from advisor.ingest.sources import load_source
+from advisor.pipeline import Settings
+from advisor.pipeline import queries as Q
+from advisor.pipeline.stages import plans as plan_stage
 from advisor.planner.consolidate import parse_goal, plan_heuristic
-from advisor.planner.constraints import Policy
 from advisor.planner.rebalance import plan_rebalance
 from advisor.planner.share import plan_share
 from advisor.planner.why import why_not_now
-from advisor.service.plans import recommend_service
 from tests.conftest import add_nodes
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -51,9 +52,10 @@ def test_job_8x8_on_the_simulated_fleet_says_why_in_numbers_on_every_surface() -
     model = load_source("sim:a100-16x8")
     shape = Shape(8, tasks=8)
     rows = [{"schedulable_jobs": 0}]
-    doc = recommend_service(model, (shape,), rows, Policy())
+    settings = Settings(measures=measures.Settings(shapes=(shape,)))
+    doc = plan_stage(model, settings, rows)
     assert doc["plans"][0]["reason"] == SIM_8X8  # the service's API
-    answer = app_plans.whatif(model, 8, 8)  # the app's What-if
+    answer = Q.whatif(model, Settings(), 8, 8)  # the app's What-if
     assert answer.plan is not None and answer.plan.reason == SIM_8X8
     assert answer.why_not == "only 60 GPUs free, 64 needed"
     assert doc["notes"] and all(": " in note for note in doc["notes"])

@@ -25,11 +25,20 @@ def fresh_caches() -> Iterator[None]:
     st.cache_data.clear()
 
 
-def open_app(source: str, page: str | None = None) -> AppTest:
-    """The app on `source`, showing `page` (a file under views/, e.g. "views/fragmentation.py")."""
+def open_app(source: str, page: str | None = None, settled: bool = True) -> AppTest:
+    """The app on `source`, showing `page` (a file under views/, e.g. "views/fragmentation.py");
+    with `settled`, once the source's past is read (a source whose past is slow to read shows a
+    preview first: the page is drawn again from the settled view)."""
+    from advisor.app import data
+
     at = AppTest.from_file(MAIN, default_timeout=CAP_S)  # a net: a page may run slow when loaded
     at.session_state["source"] = source
     at.run()
+    advisor, _ = data.get_advisor(source)
+    if settled and advisor is not None and advisor.wait_settled(300.0):
+        shown, _ = advisor.latest()
+        if page is None and shown is not None:
+            at.run()  # drawn again from the settled view
     if page is not None:
         at.switch_page(page).run()
     assert not at.exception, [e.value for e in at.exception]
@@ -46,3 +55,27 @@ def frame_with(at: AppTest, column: str):  # -> pandas.DataFrame
         if column in element.value.columns:
             return element.value
     raise AssertionError(f"no dataframe with column {column!r}")
+
+
+def served(source: str):  # -> advisor.pipeline.View
+    """What the advisor publishes for a static `source`, as the app's in-process pipeline runs
+    it: the source's past read, then one run (a `sim:` fleet frozen at its `t`)."""
+    from advisor.pipeline import Pipeline, View
+
+    pipeline = Pipeline(source, frozen=True)
+    pipeline.backfill()
+    return View.of(pipeline.run_once())
+
+
+def served_json(source: str) -> dict:
+    """`served`'s documents as the API serves them (JSON data), by route name."""
+    from advisor.documents import as_json
+
+    view = served(source)
+    return {
+        "fragmentation": as_json(view.fragmentation),
+        "forecast": as_json(view.forecast),
+        "recommendations": as_json(view.recommendations),
+        "job_ends": as_json(view.job_ends),
+        "view": view,
+    }

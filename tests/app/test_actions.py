@@ -10,10 +10,18 @@ import yaml
 from advisor.app import plans
 from advisor.fragmentation.measures import Shape
 from advisor.ingest.sources import load_source
-from advisor.planner.consolidate import parse_goal
+from advisor.pipeline import Settings
+from advisor.pipeline import queries as Q
 from advisor.planner.constraints import Policy
 from advisor.planner.share import plan_share
 from tests.app.conftest import frame_with, metrics, open_app
+
+
+def consolidation(model, goal: str, exact: bool = False):
+    """The page's plan for `goal` (no learned ends at t=0: the planner's fallback)."""
+    (plan,) = Q.plan_goals(model, Settings(), {}, [goal], exact)
+    return plan
+
 
 PAGE = "views/actions.py"
 SOURCE = "sim:a100-16x8"
@@ -21,8 +29,8 @@ SOURCE = "sim:a100-16x8"
 
 def test_default_goal_is_the_next_big_job_and_its_plan_is_shown() -> None:
     model = load_source(SOURCE)
-    assert plans.next_big_job(model) == Shape(8, tasks=5)  # 4 whole nodes free in rack-02
-    expected = plans.consolidation_plan(model, parse_goal("job=5x8"), Policy())
+    assert Q.next_big_job(model) == Shape(8, tasks=5)  # 4 whole nodes free in rack-02
+    expected = consolidation(model, "job=5x8")
     assert expected.feasible and expected.migrations > 0
 
     at = open_app(SOURCE, PAGE)
@@ -52,11 +60,11 @@ def test_default_goal_is_the_next_big_job_and_its_plan_is_shown() -> None:
 
 def test_a_step_that_needs_an_earlier_one_fails_the_check() -> None:
     model = load_source(SOURCE)
-    plan = plans.consolidation_plan(model, parse_goal("job=5x8"), Policy())
+    plan = consolidation(model, "job=5x8")
     alone = [
         i
         for i in range(1, len(plan.actions) + 1)
-        if not plans.replay(model, plan, [i], Policy()).check.ok
+        if not Q.replay(model, plan, [i], Policy()).check.ok
     ]
     assert alone, "this plan has a move into GPUs an earlier move frees"
     at = open_app(SOURCE, PAGE)
@@ -133,8 +141,8 @@ def test_commands_switch_a_gpu_to_mig_mode_before_its_instances() -> None:
 
 def test_after_heatmap_shows_the_held_gpus() -> None:
     model = load_source(SOURCE)
-    plan = plans.consolidation_plan(model, parse_goal("job=5x8"), Policy())
-    outcome = plans.replay(model, plan, range(1, len(plan.actions) + 1), Policy())
+    plan = consolidation(model, "job=5x8")
+    outcome = Q.replay(model, plan, range(1, len(plan.actions) + 1), Policy())
     frame = plans.planned_frame(outcome.after)
     held = sum(len(a.dst.gpus) for a in plan.actions if a.kind == "reserve")
     assert (frame["state"] == "reserved").sum() == held == 40
@@ -150,7 +158,7 @@ def test_after_heatmap_shows_the_held_gpus() -> None:
 
 def test_exact_solver_is_opt_in_and_never_costlier() -> None:
     model = load_source(SOURCE)
-    heuristic = plans.consolidation_plan(model, parse_goal("job=5x8"), Policy())
+    heuristic = consolidation(model, "job=5x8")
     assert heuristic.method == "heuristic"
     at = open_app(SOURCE, PAGE)
     at.checkbox(key="actions_exact").check().run()
@@ -175,3 +183,29 @@ def test_each_plan_says_when_to_act() -> None:
     for act, reason in zip(when["act"], when["reason"], strict=True):
         assert act == "now" or act.endswith("UTC")
         assert reason.startswith("act ")
+
+
+def test_after_a_new_goal_the_plan_selector_shows_its_plans() -> None:
+    """The selector's labels are the plans of the goal asked now, not the previous goal's (a
+    kept widget kept the old labels over the new plan's steps)."""
+    at = open_app(SOURCE, PAGE)
+    before = next(s for s in at.selectbox if s.label == "Plan")
+    assert "job=5x8" in before.value
+    at.text_input(key="actions_goal").set_value("job=6x8").run()
+    assert not at.exception
+    after = next(s for s in at.selectbox if s.label == "Plan")
+    assert after.value.startswith("1. job=6x8") and all("job=5x8" not in o for o in after.options)
+    assert frame_with(at, "GPU-hours held idle")["goal"].iloc[0] == "job=6x8"
+
+
+def test_kubectl_and_slurm_exports_download_with_distinct_names() -> None:
+    """Both scripts are `.sh`: their names say the goal and the scheduler (the browser test
+    checks the names the page offers)."""
+    files = [plans.export_name("job=5x8", kind) for kind in plans.EXPORTS]
+    assert files == [
+        "gpu-defrag-job-5x8.json",
+        "gpu-defrag-job-5x8.yaml",
+        "gpu-defrag-job-5x8-kubectl.sh",
+        "gpu-defrag-job-5x8-slurm.sh",
+    ]
+    assert plans.export_name("free-nodes=2", "slurm") == "gpu-defrag-free-nodes-2-slurm.sh"

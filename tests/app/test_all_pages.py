@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from advisor.app import data, forecasts, plans
+from advisor.app import forecasts
 from advisor.fragmentation import measures
 from advisor.ingest.sources import load_source
-from advisor.planner.constraints import Policy
-from tests.app.conftest import PRESETS, frame_with, metrics, open_app
+from advisor.pipeline import Settings
+from advisor.pipeline import queries as Q
+from tests.app.conftest import PRESETS, frame_with, metrics, open_app, served_json
 
 
 @pytest.mark.parametrize("preset", PRESETS)
@@ -28,14 +29,18 @@ def test_every_page_agrees_with_the_advisor(preset: str) -> None:
 
     at.switch_page("views/forecast.py").run()
     assert not at.exception and not at.error
-    expected = forecasts.horizons_frame(forecasts.forecast_doc(data.sim_trend(source)))
+    docs = served_json(source)
+    expected = forecasts.horizons_frame(docs["forecast"])
     shown = frame_with(at, "backtest WAPE")
     assert shown["forecast GPUs"].tolist() == expected["forecast GPUs"].tolist()
 
     at.switch_page("views/actions.py").run()
     assert not at.exception and not at.error
-    goal = plans.next_big_job(model)
-    recs = plans.recommendations(model, Policy(), plans.goal_text(goal) if goal else "")
+    goal = Q.next_big_job(model)
+    ends = docs["view"].planned_ends()
+    mine = Q.plan_goals(model, Settings(), ends, [Q.goal_text(goal)]) if goal else []
+    recs = mine + [Q.plan_from_doc(p) for p in docs["recommendations"]["plans"]]
+    recs = list({p.goal: p for p in recs}.values())  # the goal's own plan once
     if recs:
         overview = frame_with(at, "GPU-hours held idle")
         assert overview["goal"].tolist() == [p.goal for p in recs]

@@ -72,7 +72,7 @@ def test_unhealthy_and_cordoned_gpus_are_not_free() -> None:
 
 def test_heatmap_cells_are_the_gpus_in_group_order() -> None:
     model = load_source("sim:mixed-h100-a100-v100")
-    frame = data.gpu_frame(model, measures.allocated_idle(model))
+    frame = data.gpu_frame(model, measures.gpu_state_codes(model, measures.allocated_idle(model)))
     fig = figures.fleet_heatmap(frame)
     heat = fig.data[0]
     z = np.asarray(heat.z, dtype=float)
@@ -91,7 +91,9 @@ def test_heatmap_cells_are_the_gpus_in_group_order() -> None:
 def test_nvlink_islands_are_drawn_only_where_a_node_has_several() -> None:
     def island_traces(source: str) -> list:
         model = load_source(source)
-        fig = figures.fleet_heatmap(data.gpu_frame(model, measures.allocated_idle(model)))
+        fig = figures.fleet_heatmap(
+            data.gpu_frame(model, measures.gpu_state_codes(model, measures.allocated_idle(model)))
+        )
         return [t for t in fig.data if t.name == "NVLink island boundary"]
 
     split = island_traces("sim:nvlink-islands")
@@ -103,7 +105,7 @@ def test_nvlink_islands_are_drawn_only_where_a_node_has_several() -> None:
 
 def test_utilization_colouring_uses_the_readings() -> None:
     model = load_source("sim:a100-16x8")
-    frame = data.gpu_frame(model, measures.allocated_idle(model))
+    frame = data.gpu_frame(model, measures.gpu_state_codes(model, measures.allocated_idle(model)))
     z = np.asarray(figures.fleet_heatmap(frame, "utilization").data[0].z, dtype=float)
     grid = figures.grid_of(frame)
     expected = frame["utilization"].to_numpy()[grid.cell]
@@ -119,7 +121,7 @@ def test_filters_narrow_the_heatmap() -> None:
     caption = " ".join(c.value for c in at.caption)
     assert f"{int((model.nodes.pool == pool).sum())} nodes shown" in caption
     # the metric row counts the GPUs the filters select, not the whole fleet
-    frame = data.gpu_frame(model, measures.allocated_idle(model))
+    frame = data.gpu_frame(model, measures.gpu_state_codes(model, measures.allocated_idle(model)))
     selected = data.filter_frame(frame, pools=[pool])
     counts = data.state_counts(selected)
     shown = metrics(at)
@@ -139,14 +141,16 @@ def test_fleet_of_1000_nodes_renders() -> None:
     at = open_app("sim:a100-16x8?nodes=1000")
     assert metrics(at)["GPUs"] == "8,000"
     model = load_source("sim:a100-16x8?nodes=1000")
-    fig = figures.fleet_heatmap(data.gpu_frame(model, measures.allocated_idle(model)))
+    fig = figures.fleet_heatmap(
+        data.gpu_frame(model, measures.gpu_state_codes(model, measures.allocated_idle(model)))
+    )
     assert len(fig.data) <= 3  # a handful of traces whatever the fleet size
     assert fig.layout.height <= 2200
 
 
 def test_racks_in_natural_order_and_large_fleets_keep_cells_visible() -> None:
     model = load_source("sim:a100-16x8?nodes=200")
-    frame = data.gpu_frame(model, measures.allocated_idle(model))
+    frame = data.gpu_frame(model, measures.gpu_state_codes(model, measures.allocated_idle(model)))
     grid = figures.grid_of(frame)
     racks = [g.rsplit(" · ", 1)[-1] for g in grid.groups]
     numbers = [int(r.split("-")[-1]) for r in dict.fromkeys(racks)]
@@ -163,8 +167,8 @@ def test_node_fragmentation_colouring_is_the_analysis_score() -> None:
     assert not at.exception
     model = load_source("sim:a100-16x8")
     result = measures.analyze(model)
-    state, _ = data.get_state("sim:a100-16x8")
-    frame = data.fleet_frame(state)
+    shown, _ = data.latest("sim:a100-16x8", wait_s=60.0)
+    frame = data.fleet_frame(shown)
     z = np.asarray(figures.fleet_heatmap(frame, "node_score").data[0].z, dtype=float)
     grid = figures.grid_of(frame)
     nodes = result["nodes"]

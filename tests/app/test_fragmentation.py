@@ -64,8 +64,9 @@ def test_type_tab_shows_capacity_per_model() -> None:
 
 def test_sim_trend_ends_on_the_state_shown() -> None:
     source = "sim:a100-16x8?t=6h"
-    history = data.sim_trend(source)
-    trend = history.trend()
+    at = open_app(source, PAGE)
+    shown, _ = data.latest(source)
+    trend = data.trend(shown)  # the served history's trend (/api/history)
     assert len(trend) == 7  # hourly from t=0 to t=6h
     last = measures.analyze(load_source(source))
     assert trend["fragment_rate"].iloc[-1] == pytest.approx(last["fgd"]["fragment_rate"])
@@ -73,13 +74,14 @@ def test_sim_trend_ends_on_the_state_shown() -> None:
     first = measures.analyze(load_source("sim:a100-16x8"))
     assert trend["free_gpus"].iloc[0] == first["spatial"]["free_gpus"]
 
-    at = open_app(source, PAGE)
     assert not any("no trend" in info.value for info in at.info)
     assert any("7 observations" in c.value for c in at.caption)
 
 
 def test_sim_at_t0_has_no_trend() -> None:
-    assert len(data.sim_trend("sim:a100-16x8")) == 0
+    open_app("sim:a100-16x8", PAGE)
+    shown, _ = data.latest("sim:a100-16x8")
+    assert len(data.trend(shown)) == 1  # the instant itself, no past
 
 
 def test_any_shape_can_be_asked() -> None:

@@ -3,8 +3,8 @@ next to its held-back violations and capture; a short history shows reasons, not
 
 from __future__ import annotations
 
-from advisor.app import data, forecasts
-from tests.app.conftest import frame_with, open_app
+from advisor.app import forecasts
+from tests.app.conftest import frame_with, open_app, served_json
 
 PAGE = "views/forecast.py"
 
@@ -12,7 +12,7 @@ PAGE = "views/forecast.py"
 def test_idle_releases_match_the_service_document_with_their_backtest() -> None:
     source = "sim:a100-16x8?t=6d"
     at = open_app(source, PAGE)
-    doc = forecasts.forecast_doc(data.sim_trend(source))
+    doc = served_json(source)["forecast"]
     shown = frame_with(at, "free GPUs for the whole window")
     expected = forecasts.idle_frame(doc)
     assert len(shown) == len(expected) == 3  # one pool, windows 1 h, 4 h, 8 h
@@ -42,7 +42,7 @@ def test_short_history_names_the_hours_each_window_needs() -> None:
 def test_per_node_table_is_the_service_document_most_releasable_first() -> None:
     source = "sim:a100-16x8?t=6d"
     at = open_app(source, PAGE)
-    doc = forecasts.forecast_doc(data.sim_trend(source))
+    doc = served_json(source)["forecast"]
     shown = frame_with(at, "free for 1h")
     expected = forecasts.idle_nodes_frame(doc)
     assert len(shown) == len(expected) == doc["idle"]["nodes_total"] == 16

@@ -79,7 +79,9 @@ def test_spec_builders() -> None:
     assert not data.same_source("sim:a100-16x8?seed=x", "sim:a100-16x8")
 
 
-def test_poller_keeps_history_and_the_last_good_model(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_live_source_keeps_its_history_and_the_last_good_view(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     fleet = SimFleet("a100-16x8", 42)
     failing = {"now": False}
 
@@ -93,32 +95,32 @@ def test_poller_keeps_history_and_the_last_good_model(monkeypatch: pytest.Monkey
         return model
 
     monkeypatch.setattr(data, "load_model", step)
-    poller = data.Poller("http://fake/metrics", refresh_s=3600)
+    advisor = data.LocalAdvisor("http://fake/metrics", refresh_s=3600)
     try:
-        poller.poll_once()
-        poller.poll_once()
-        state = poller.state()
-        assert len(state.history) == 3
-        assert len(state.model.usage.times) == 3  # idle is judged over the kept samples
-        assert state.history.trend()["free_gpus"].iloc[-1] == state.result["spatial"]["free_gpus"]
-        shown = state.version
+        assert advisor.wait_settled(120)
+        advisor.run_once()
+        advisor.run_once()
+        shown, error = advisor.latest()
+        assert error is None and len(advisor.pipeline.history) == 3
+        assert len(shown.model.usage.times) == 3  # idle is judged over the kept samples
+        assert data.trend(shown)["free_gpus"].iloc[-1] == shown.result["spatial"]["free_gpus"]
+        version = shown.version
         failing["now"] = True
-        poller.poll_once()
-        assert poller.state() is state and "connection reset" in state.refresh_error
-        assert state.version != shown  # the open page's watch reruns it to say so
-        failed = state.version
-        poller.poll_once()
-        assert state.version == failed  # the same failure again: no rerun each refresh
+        advisor.run_once()
+        assert advisor.latest()[0] is shown and "connection reset" in shown.refresh_error
+        assert shown.version != version  # the open page's watch reruns it to say so
+        failed = shown.version
+        advisor.run_once()
+        assert shown.version == failed  # the same failure again: no rerun each refresh
     finally:
-        poller.stop()
+        advisor.stop()
 
 
 def test_a_prometheus_source_starts_with_its_last_week(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The app's poller reads a Prometheus source's past first (the service's backfill), so its
-    forecast page has 24-h forecasts at once; an exporter URL has no past to read."""
-    from advisor.app import forecasts
-    from advisor.service import backfill
-    from advisor.service.loop import LiveSim
+    """The app's pipeline reads a Prometheus source's past first (the service's backfill), so
+    its forecast page has 24-h forecasts at once; an exporter URL has no past to read."""
+    from advisor.ingest import backfill
+    from advisor.ingest.live import LiveSim
 
     sim = LiveSim("sim:a100-16x8?nodes=4&t=72h", clock=lambda: 0.0)
     asked = []
@@ -128,27 +130,24 @@ def test_a_prometheus_source_starts_with_its_last_week(monkeypatch: pytest.Monke
         return backfill.Backfill(spec, span_s, sim.backfill(72 * 3600.0))
 
     monkeypatch.setattr(backfill, "from_prometheus", past)
-    monkeypatch.setattr(data, "load_model", lambda spec: sim())
-    poller = data.Poller("prometheus+http://prom:9090", refresh_s=15)
+    now = "sim:a100-16x8?nodes=4&t=72h"  # a reader of its own: the past is `sim`'s
+    monkeypatch.setattr(data, "load_model", lambda spec: LiveSim(now, clock=lambda: 0.0)())
+    advisor = data.LocalAdvisor("prometheus+http://prom:9090", refresh_s=15)
     try:
+        assert advisor.wait_settled(120)
         assert asked == [("prometheus+http://prom:9090", 7 * 86400.0)]
-        assert len(poller.history) == 73 and poller.past.startswith("backfilled 72 past hour(s)")
-        doc = forecasts.forecast_doc(poller.history)
+        assert len(advisor.pipeline.history) == 73
+        assert advisor.past.startswith("backfilled 72 past hour(s)")
+        shown, _ = advisor.latest()
+        doc = shown.forecast
         horizons = {h["horizon"]: h for pool in doc["pools"] for h in pool["horizons"]}
         assert horizons["24h"]["available"]
     finally:
-        poller.stop()
-    exporter = data.Poller("http://fake/metrics", refresh_s=15)
+        advisor.stop()
+    exporter = data.LocalAdvisor("http://fake/metrics", refresh_s=15)
+    exporter.wait_settled(120)
     exporter.stop()
-    assert len(asked) == 1 and exporter.past == "" and len(exporter.history) == 1
-
-
-def test_a_live_history_spans_the_forecast_hours_at_any_refresh() -> None:
-    for refresh_s in (5.0, 15.0, 60.0):
-        history = data.live_history(refresh_s)
-        assert history.hourly_after_s == data.RECENT_S
-        kept_hours = history.max_points - data.RECENT_S / refresh_s
-        assert kept_hours >= data.HISTORY_HOURS
+    assert len(asked) == 1 and exporter.past == "" and len(exporter.pipeline.history) == 1
 
 
 @pytest.fixture
@@ -182,6 +181,7 @@ def test_live_exporter_source(exporter_page: str) -> None:
 def test_a_sim_exporter_with_a_past_has_forecasts_at_the_first_load() -> None:
     """The demo's case: the app reads a sim exporter started a week into its fleet's life, reads
     that week back (the service's backfill) and shows the forecast with its backtest at once."""
+    from advisor.settings import HORIZONS_H, OUTLOOK_HORIZONS_H
     from exporter.backends.sim import SimBackend
     from tests.app.conftest import frame_with
 
@@ -193,7 +193,8 @@ def test_a_sim_exporter_with_a_past_has_forecasts_at_the_first_load() -> None:
     with serve(routes) as base:
         at = open_app(f"{base}/metrics", "views/forecast.py")
     shown = frame_with(at, "backtest WAPE")
-    assert set(shown["horizon"]) == {"1h", "6h", "24h"}
+    served = (*HORIZONS_H, *OUTLOOK_HORIZONS_H)  # a week of past: every horizon, the outlook's
+    assert set(shown["horizon"]) == {f"{h}h" for h in served}
     assert not any("Collecting history" in info.value for info in at.info)
 
 
@@ -211,16 +212,16 @@ def test_snapshot_file_source(tmp_path: Path) -> None:
     assert at.sidebar.selectbox(key="source_kind").value == "file"
 
 
-def test_cleared_pollers_stop(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_cleared_advisors_stop(monkeypatch: pytest.MonkeyPatch) -> None:
     import streamlit as st
 
     monkeypatch.setattr(data, "load_model", lambda spec: load_source("sim:nvlink-islands"))
-    state, error = data.get_state("http://fake-a/metrics")
-    assert error is None and state.live
-    poller = data._poller("http://fake-a/metrics", data.refresh_seconds())
-    assert not poller._stop.is_set()
+    advisor, error = data.get_advisor("http://fake-a/metrics")
+    assert error is None and advisor.live
+    assert advisor is data._advisor("http://fake-a/metrics", data.refresh_seconds())
+    assert not advisor._stop.is_set()
     st.cache_resource.clear()
-    assert poller._stop.is_set()
+    assert advisor._stop.is_set()
 
 
 @pytest.mark.parametrize("page", PAGES)
@@ -231,7 +232,7 @@ def test_a_read_that_left_exporters_out_says_so_on_every_page(
     fleet: each page says which, above figures that still show what was read."""
     from dataclasses import replace
 
-    whole = data.load_model
+    whole = load_source
     left = tuple(f"node-{i}:9835 (job gpu-exporter: not scraped)" for i in range(7))
     monkeypatch.setattr(data, "load_model", lambda spec: replace(whole(spec), left_out=left))
     at = open_app("sim:a100-16x8", page)

@@ -100,7 +100,7 @@ CASES: dict[str, Case] = {
     "app": Case(  # ~1.2 s
         "app.py",
         ("--nodes", "16", "--repeat", "1", "--no-browser"),
-        (r"^server +\d+\.\d+ s +\(read source", r"^apptest +\d+\.\d+ s"),
+        (r"^server +\d+\.\d+ s +\(ingest", r"^apptest +\d+\.\d+ s"),
     ),
     "cli_startup": Case(  # ~4 s: each --help once, lazy and eager
         "cli_startup.py",

@@ -47,7 +47,7 @@ PLOT = '[data-testid="stPlotlyChart"] .main-svg'
 PAGES = [
     ("", "Fleet", [PLOT]),
     ("fragmentation", "Fragmentation", [PLOT]),
-    ("forecast", "Forecast", [PLOT, '[data-testid="stDataFrame"] canvas']),
+    ("forecast", "Forecast", [PLOT, '[data-testid="stDataFrame"] canvas']),  # the fan, the nodes
     ("actions", "Actions", ['[data-testid="stDataFrame"] canvas']),
     ("whatif", "What-if", ['[data-testid="stAlert"]', '[data-testid="stMetricValue"]']),
 ]
@@ -148,6 +148,25 @@ def test_page_renders_without_exception(
         raise
     finally:
         page.close()
+
+
+def test_kubectl_and_slurm_exports_download_under_their_own_names(app_url: str, browser) -> None:
+    """The Actions page's two scripts are both `.sh`: each downloads under its own name."""
+    page = browser.new_page(viewport={"width": 1400, "height": 1000}, accept_downloads=True)
+    try:
+        page.goto(app_url + "actions", wait_until="domcontentloaded")
+        page.wait_for_selector('h1:has-text("Actions")', timeout=60_000)
+        page.wait_for_selector('[data-testid="stStatusWidget"]', state="detached", timeout=60_000)
+        names = {}
+        for tab in ("kubectl", "Slurm"):
+            page.get_by_role("tab", name=tab).click()
+            with page.expect_download(timeout=60_000) as download:
+                page.get_by_role("button", name=f"Download {tab.lower()}").click()
+            names[tab] = download.value.suggested_filename
+    finally:
+        page.close()
+    assert names["kubectl"].endswith("-kubectl.sh") and names["Slurm"].endswith("-slurm.sh")
+    assert names["kubectl"].removesuffix("-kubectl.sh") == names["Slurm"].removesuffix("-slurm.sh")
 
 
 def test_an_open_page_says_when_its_live_source_goes_away(tmp_path: Path, browser) -> None:

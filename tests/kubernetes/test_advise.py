@@ -13,9 +13,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from advisor import snapshot
 from advisor.ingest.kubernetes.manifests import objects_from_model
+from advisor.ingest.live import make_ingest
 from advisor.planner.constraints import load_policy
 from advisor.service.api import Api
-from advisor.service.loop import AdvisorLoop, Config, make_ingest
+from advisor.service.loop import AdvisorLoop, Config
 from advisor.service.metrics import families
 from tests.fakes.cli_process import cli_process
 from tests.fakes.page_server import Routes, serve
@@ -158,9 +159,9 @@ def test_advise_process_with_repeated_sources(kube, exporters):
 def test_backfill_reads_the_usage_past_grouped_by_the_schedulers_pools(monkeypatch):
     """k8s:+prometheus+...: the week Prometheus recorded, each hour grouped by the pools the
     scheduler names now (a scheduler records no past of its own)."""
+    from advisor.ingest import backfill
     from advisor.model import ModelBuilder
     from advisor.scheduler_view import SchedNode, SchedulerView
-    from advisor.service import backfill
 
     def past_hour(at: float):
         b = ModelBuilder()

@@ -8,6 +8,7 @@ from pathlib import Path
 from advisor import snapshot
 from advisor.app import data
 from advisor.ingest.kubernetes.manifests import objects_from_model
+from advisor.ingest.live import make_ingest
 from tests.app.conftest import frame_with, open_app
 
 EXAMPLES = Path(__file__).parents[2] / "examples"
@@ -30,4 +31,4 @@ def test_fragmentation_page_says_rack_unknown(kube):
 def test_known_racks_say_nothing(kube):
     seed = snapshot.load(EXAMPLES / "seed-16x8-a100.json")
     kube(objects_from_model(seed))
-    assert data.scheduler_lines(data.load_model("k8s:")) == []
+    assert data.scheduler_lines(make_ingest("k8s:", 5.0)()) == []

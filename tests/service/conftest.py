@@ -48,6 +48,14 @@ def closed(node: Any) -> Any:
     return out
 
 
+def follow(schemas: dict[str, Any], node: dict[str, Any]) -> dict[str, Any]:
+    """`node`, or the component its `$ref` names (the generated document refers to every
+    object type by name)."""
+    while "$ref" in node:
+        node = schemas[node["$ref"].rsplit("/", 1)[1]]
+    return node
+
+
 def strict_schema(name: str) -> dict[str, Any]:
     """The API's component `name` closed throughout (the snapshot file's own schema, which
     the snapshot tests cover, as it is), its $refs resolving inside `components`."""

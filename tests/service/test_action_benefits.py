@@ -18,15 +18,18 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 from advisor.fragmentation.measures import parse_shape
+from advisor.ingest.live import LiveSim
 from advisor.ingest.sources import load_source
 from advisor.model import MILLI, ClusterModel
+from advisor.pipeline import RunState
 from advisor.planner.actions import KINDS, Action, Plan
 from advisor.planner.check import apply_plan
 from advisor.planner.consolidate import parse_goal, plan_heuristic
 from advisor.planner.constraints import Policy, load_policy
+from advisor.planner.ranking import ranked_actions
 from advisor.planner.recommend import recommend
-from advisor.service.loop import AdvisorLoop, Config, LiveSim, RunState
-from advisor.service.plans import ranked_actions
+from advisor.service.loop import AdvisorLoop, Config
+from advisor.settings import Settings
 from tests.advisor._recommend_clusters import clusters, policies
 from tests.advisor.test_planner_reclaim import model as reclaim_model
 from tests.conftest import GIB, add_nodes
@@ -51,12 +54,14 @@ def halves_on_one_gpu() -> ClusterModel:
 def _snapshot(name: str) -> RunState:
     model = load_source(str(EXAMPLES / f"{name}.json"))
     policy = load_policy(str(EXAMPLES / "policy-borrow.yaml")) if "quota" in name else Policy()
-    return AdvisorLoop("snap", ScriptedSource(model), Config(policy=policy)).run_once()
+    return AdvisorLoop(
+        "snap", ScriptedSource(model), Config(settings=Settings(policy=policy))
+    ).run_once()
 
 
 def _preset(spec: str) -> RunState:
     source = LiveSim(spec, clock=lambda: 0.0)
-    loop = AdvisorLoop(spec, source, Config(horizons_h=(1,)))
+    loop = AdvisorLoop(spec, source, Config(settings=Settings(horizons_h=(1,))))
     loop.seed_history(source.backfill(24 * 3600.0))  # usage history: share, rebalance
     return loop.run_once()
 

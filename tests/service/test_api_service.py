@@ -16,7 +16,7 @@ from advisor.app.cli import free_port
 from advisor.fragmentation.measures import parse_shape
 from advisor.service.api import SNAPSHOT_SCHEMA
 from tests.fakes.waiting import reap, wait_until
-from tests.service.conftest import ISLANDS, advisor_process, strict_schema
+from tests.service.conftest import ISLANDS, advisor_process, follow, strict_schema
 
 pytestmark = pytest.mark.slow  # a real advisor process per test or session
 
@@ -124,6 +124,7 @@ def test_openapi_document_lists_every_route(service):
         "/api/recommendations",
         "/api/forecast",
         "/api/job-ends",
+        "/api/history",
         "/api/pending",
         "/api/openapi.json",
     }
@@ -255,7 +256,8 @@ def test_live_answers_serve_only_declared_properties(service, route, schema):
 def test_the_two_stale_flags_and_point_vs_median_are_documented(islands):
     """meta.stale (the whole answer is an earlier run's) and a section's own stale (its stage
     failed) are different facts, as are point_gpus and quantiles['0.5']: the schema says so."""
-    from advisor.service.api import openapi_document, recommendations_doc
+    from advisor.documents import as_json, build_recommendations
+    from advisor.service.api import openapi_document
     from advisor.service.loop import AdvisorLoop, Config
     from tests.service.conftest import ScriptedSource
 
@@ -264,16 +266,17 @@ def test_the_two_stale_flags_and_point_vs_median_are_documented(islands):
     for name, stage in (("Recommendations", "plan"), ("Forecast", "forecast")):
         text = schemas[name]["properties"]["stale"]["description"]
         assert f"{stage} stage failed" in text and "meta.stale" in text
-    (available, _) = schemas["Forecast"]["properties"]["pools"]["items"]["properties"]["horizons"][
-        "items"
-    ]["oneOf"]
+    pool = follow(schemas, schemas["Forecast"]["properties"]["pools"]["items"])
+    (available, _) = (
+        follow(schemas, one) for one in pool["properties"]["horizons"]["items"]["oneOf"]
+    )
     point = available["properties"]["point_gpus"]["description"]
     quantiles = available["properties"]["quantiles"]["description"]
     assert "WAPE" in point and "quantiles['0.5']" in point
     assert "median" in quantiles and "recent errors" in quantiles
     loop = AdvisorLoop("snap", ScriptedSource(islands, "source down"), Config())
     loop.run_once()
-    doc = recommendations_doc(loop.run_once())
+    doc = as_json(build_recommendations(loop.run_once()))
     assert doc["meta"]["stale"] is True and doc["stale"] is False  # as described, unchanged
 
 

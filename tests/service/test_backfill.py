@@ -7,13 +7,13 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from advisor.history import History
+from advisor.ingest import backfill as B
 from advisor.ingest import prometheus
 from advisor.ingest.exporter_scrape import SourceUnavailable
+from advisor.ingest.live import LiveSim
 from advisor.ingest.readings import from_readings
 from advisor.ingest.sources import load_source
 from advisor.model import ModelError
-from advisor.service import backfill as B
-from advisor.service.loop import LiveSim
 from exporter.readings import Collection
 from exporter.render import SelfState, render_page
 from gpu_defrag_sim.fleet import SimFleet

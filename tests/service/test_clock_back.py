@@ -17,9 +17,10 @@ import requests
 
 from advisor.app.cli import free_port
 from advisor.history import History
+from advisor.ingest.backfill import backfill
+from advisor.ingest.live import make_ingest
 from advisor.model import ModelBuilder
-from advisor.service.backfill import backfill
-from advisor.service.loop import AdvisorLoop, Config, make_ingest
+from advisor.service.loop import AdvisorLoop, Config
 
 
 @contextlib.contextmanager

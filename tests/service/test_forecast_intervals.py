@@ -4,7 +4,6 @@ schema), /metrics."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import replace
 
 import jsonschema
@@ -13,9 +12,10 @@ import pandas as pd
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from advisor.documents import as_json, build_forecast
 from advisor.forecast.live import BASELINE, MIN_COVERAGE_ORIGINS, forecast_pools, tenant_section
 from advisor.forecast.models import MIN_INTERVAL_ERRORS, make, sort_quantiles
-from advisor.service.api import forecast_doc, openapi_document
+from advisor.service.api import openapi_document
 from advisor.service.loop import AdvisorLoop, Config
 from advisor.service.metrics import families
 from tests.service.test_forecast_plans import demand_frame
@@ -160,7 +160,7 @@ def page_and_body(islands, scripted, doc: dict, tenants: dict | None = None) -> 
     if tenants is not None:
         forecast["tenants"] = tenants
     state = replace(state, results=replace(state.results, forecast=forecast))
-    return families(state).text(), json.loads(json.dumps(forecast_doc(state)))
+    return families(state).text(), as_json(build_forecast(state))
 
 
 def test_null_intervals_validate_and_are_absent_from_metrics(islands, scripted):
@@ -214,11 +214,13 @@ def test_a_nan_value_is_never_a_sample(islands, scripted):
 
 
 def test_schema_describes_hourly_values_not_now():
+    from tests.service.conftest import follow
+
     spec = openapi_document()["components"]["schemas"]
-    pool = spec["Forecast"]["properties"]["pools"]["items"]["properties"]
+    pool = follow(spec, spec["Forecast"]["properties"]["pools"]["items"])["properties"]
     assert "last complete hour" in pool["allocated_gpus"]["description"]
-    tenant = spec["TenantDemand"]["properties"]["tenants"]["items"]["properties"]
+    tenant = follow(spec, spec["TenantDemand"]["properties"]["tenants"]["items"])["properties"]
     assert "last complete hour" in tenant["allocated_gpus"]["description"]
     for part in ("pools", "nodes"):
-        idle = spec["IdleWindows"]["properties"][part]["items"]["properties"]
+        idle = follow(spec, spec["IdleWindows"]["properties"][part]["items"])["properties"]
         assert "last complete hour" in idle["current_idle_gpus"]["description"]

@@ -11,10 +11,10 @@ from advisor.forecast.live import BASELINE, forecast_pools
 from advisor.forecast.panel import Panel
 from advisor.forecast.runs import hourly_panel
 from advisor.fragmentation.measures import Settings, parse_shape
+from advisor.pipeline.stages import analyze_model, blocked_shapes, plans
 from advisor.planner.actions import Action, Cost, GpuSet, Plan
-from advisor.planner.constraints import Policy
-from advisor.service.loop import analyze_model
-from advisor.service.plans import blocked_shapes, ranked_actions, recommend_service
+from advisor.planner.ranking import ranked_actions
+from advisor.settings import Settings as PipelineSettings
 
 
 def demand_frame(hours: int, per_hour: int = 4, start: str = "2026-01-05") -> pd.DataFrame:
@@ -226,9 +226,9 @@ def test_blocked_shapes_are_whole_gpu_jobs_that_do_not_fit_but_could(islands):
 
 
 def test_each_plans_actions_sum_to_its_job_and_are_ranked_cheapest_plan_first(islands):
-    settings = Settings()
-    results = analyze_model(islands, settings, 0.0)
-    doc = recommend_service(islands, settings.shapes, results.shapes, Policy())
+    settings = PipelineSettings()
+    results = analyze_model(islands, settings.measures, 0.0)
+    doc = plans(islands, settings, results.shapes)
     feasible = [p for p in doc["plans"] if p["feasible"] and p["goal"].startswith("job=")]
     assert feasible
     for plan in feasible:
@@ -250,19 +250,19 @@ def test_ranked_actions_put_the_cheapest_feasible_plan_first():
         return Action("migrate", alloc, src=src, dst=dst, cost=Cost(1, 600.0, hours))
 
     reserve = Action("reserve", "r", dst=GpuSet("n3", (0, 1), 1000))
-    plans = [
+    made = [
         Plan("job=dear", True, (move("a", 2.0), move("b", 3.0))),
         Plan("job=blocked", False, (move("c", 0.0),)),
         Plan("job=cheap", True, (move("d", 0.5), reserve)),
     ]
-    rows = ranked_actions(plans)
+    rows = ranked_actions(made)
     assert [(r["rank"], r["goal"], r["alloc"]) for r in rows] == [
         (1, "job=cheap", "d"),
         (2, "job=cheap", "r"),
         (3, "job=dear", "a"),
         (4, "job=dear", "b"),
     ]
-    doc = {"actions": rows, "plans": [p.to_dict() for p in plans]}
+    doc = {"actions": rows, "plans": [p.to_dict() for p in made]}
     assert assert_ranked_cheapest_plan_first(doc) == ["job=cheap", "job=dear"]
 
 
@@ -281,14 +281,14 @@ def assert_ranked_cheapest_plan_first(doc: dict) -> list[str]:
 def test_recommend_kinds_join_the_ranked_actions():
     """The mixed fleet after three simulated days has a waiting job that `recommend` reserves
     for; its plan's actions are ranked beside the consolidation ones and counted by kind."""
-    from advisor.service.loop import LiveSim
+    from advisor.ingest.live import LiveSim
 
     source = LiveSim("sim:mixed-h100-a100-v100", clock=lambda: 0.0)
     source.backfill(72 * 3600.0)
     model = source()
-    settings = Settings()
-    results = analyze_model(model, settings, 0.0)
-    doc = recommend_service(model, settings.shapes, results.shapes, Policy())
+    settings = PipelineSettings()
+    results = analyze_model(model, settings.measures, 0.0)
+    doc = plans(model, settings, results.shapes)
     other = [p for p in doc["plans"] if not p["goal"].startswith("job=")]
     assert other, doc["goals"]
     kinds = {a["kind"] for p in other for a in p["actions"]}

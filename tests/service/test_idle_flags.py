@@ -12,9 +12,11 @@ import pytest
 from advisor.cli import build_parser
 from advisor.forecast import idle as I
 from advisor.forecast import live_idle
-from advisor.forecast.live_idle import IDLE_RISK, IDLE_WINDOWS_H, idle_needs
+from advisor.forecast.live_idle import idle_needs
+from advisor.ingest.live import LiveSim
 from advisor.service.api import Api, openapi_document
-from advisor.service.loop import AdvisorLoop, Config, LiveSim
+from advisor.service.loop import AdvisorLoop, Config
+from advisor.settings import IDLE_RISK, IDLE_WINDOWS_H, Settings
 
 HOUR = 3600.0
 
@@ -28,7 +30,8 @@ def test_the_idle_flags_parse():
     assert args.idle_windows == (2, 12, 168) and args.idle_risk == 0.2
     assert advise("--forecast.idle-windows", "1d").idle_windows == (24,)
     unset = advise()
-    assert unset.idle_windows is None and unset.idle_risk is None  # Config's defaults
+    # the one settings object's defaults
+    assert unset.idle_windows == IDLE_WINDOWS_H and unset.idle_risk == IDLE_RISK
 
 
 @pytest.mark.parametrize(
@@ -76,7 +79,7 @@ def test_the_flags_reach_the_loops_config(monkeypatch, flags, windows, risk):
 
     seen = []
 
-    def stand_in(_source, _ingest, config, _history, **_kwargs):
+    def stand_in(_source, _ingest, config, **_kwargs):
         seen.append(config)
         raise Started
 
@@ -85,7 +88,7 @@ def test_the_flags_reach_the_loops_config(monkeypatch, flags, windows, risk):
     monkeypatch.setattr(advisor.logs, "install_log_filters", lambda *_a: None)
     with pytest.raises(Started):
         service_cli.run(advise(*flags))
-    assert seen[0].idle_windows_h == windows and seen[0].idle_risk == risk
+    assert seen[0].settings.idle_windows_h == windows and seen[0].settings.idle_risk == risk
 
 
 def test_a_chosen_risk_and_windows_reach_every_part_and_the_served_output(monkeypatch):
@@ -108,7 +111,9 @@ def test_a_chosen_risk_and_windows_reach_every_part_and_the_served_output(monkey
     clock = [0.0]
     source = LiveSim("sim:a100-16x8?nodes=2&t=6d", clock=lambda: clock[0])
     loop = AdvisorLoop(
-        "sim", source, Config(horizons_h=(1,), idle_windows_h=(2, 12), idle_risk=0.2)
+        "sim",
+        source,
+        Config(settings=Settings(horizons_h=(1,), idle_windows_h=(2, 12), idle_risk=0.2)),
     )
     loop.seed_history(source.backfill((idle_needs(12) + 2) * HOUR))
     state = loop.run_once()

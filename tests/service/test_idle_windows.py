@@ -17,9 +17,11 @@ from advisor.forecast.live import forecast_pools
 from advisor.forecast.live_idle import IDLE_BASELINE, IDLE_MIN_TEST, idle_needs, idle_section
 from advisor.forecast.panel import Panel
 from advisor.forecast.runs import runs_panel
-from advisor.service import loop as loop_module
-from advisor.service.loop import AdvisorLoop, Config, LiveSim
+from advisor.ingest.live import LiveSim
+from advisor.pipeline import stages
+from advisor.service.loop import AdvisorLoop, Config
 from advisor.service.metrics import families
+from advisor.settings import Settings
 
 START = pd.Timestamp("2026-01-05", tz="UTC")
 HOUR = 3600.0
@@ -223,16 +225,16 @@ def test_a_gpu_with_any_share_handed_out_is_not_released():
 
 def test_the_loop_computes_the_forecast_once_per_completed_hour(monkeypatch):
     calls = []
-    real = loop_module.forecast_pools
+    real = stages.forecast_panel
 
     def counting(*args, **kwargs):
-        calls.append(args[0]["time"].iloc[-1])  # the pool demand's latest run
+        calls.append(args[0].index[-1])  # the hourly panel's latest complete hour
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(loop_module, "forecast_pools", counting)
+    monkeypatch.setattr(stages, "forecast_panel", counting)
     clock = [0.0]
     source = LiveSim("sim:a100-16x8?nodes=2", clock=lambda: clock[0])
-    loop = AdvisorLoop("sim", source, Config(horizons_h=(1,)))
+    loop = AdvisorLoop("sim", source, Config(settings=Settings(horizons_h=(1,))))
     loop.seed_history(source.backfill(6 * 3600.0))
     hours = []
     for _ in range(12):  # runs 20 minutes apart: about four hours

@@ -3,14 +3,14 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import replace
 
 import jsonschema
 import pytest
 
+from advisor.documents import as_json, build_forecast
 from advisor.forecast.live import forecast_pools
-from advisor.service.api import forecast_doc, openapi_document
+from advisor.service.api import openapi_document
 from advisor.service.loop import AdvisorLoop, Config
 from tests.service.test_idle_windows import pools_history
 
@@ -23,7 +23,7 @@ def doc() -> dict:
 def test_the_document_validates_against_the_openapi_schema(islands, scripted, doc):
     state = AdvisorLoop("snap", scripted(islands), Config()).run_once()
     state = replace(state, results=replace(state.results, forecast={**doc, "stale": False}))
-    body = json.loads(json.dumps(forecast_doc(state)))
+    body = as_json(build_forecast(state))
     spec = openapi_document()
     schema = {**spec["components"]["schemas"]["Forecast"], "components": spec["components"]}
     jsonschema.validate(body, schema)  # its $refs resolve inside `components`
@@ -39,7 +39,7 @@ def test_the_per_node_section_validates_and_a_negative_node_release_is_rejected(
     doc = doc_of(recorded(hourly_runs(100)), max_nodes=3)  # 8 h windows short, 2 nodes capped
     state = AdvisorLoop("snap", scripted(islands), Config()).run_once()
     state = replace(state, results=replace(state.results, forecast={**doc, "stale": False}))
-    body = json.loads(json.dumps(forecast_doc(state)))
+    body = as_json(build_forecast(state))
     spec = openapi_document()
     schema = {**spec["components"]["schemas"]["Forecast"], "components": spec["components"]}
     jsonschema.validate(body, schema)

@@ -10,11 +10,13 @@ import numpy as np
 import pytest
 
 from advisor.forecast.job_ends import JobEndSettings, predict
+from advisor.fragmentation import measures
 from advisor.history import History, JobLifetimes
+from advisor.ingest.live import LiveSim
 from advisor.model import ClusterModel, ModelBuilder
-from advisor.planner.constraints import Policy
-from advisor.service.loop import AdvisorLoop, Config, LiveSim
-from advisor.service.plans import recommend_service
+from advisor.pipeline.stages import plans
+from advisor.service.loop import AdvisorLoop, Config
+from advisor.settings import Settings
 from tests.conftest import add_nodes
 from tests.service.test_metrics import samples
 
@@ -22,6 +24,7 @@ T0 = 1_000_000.0
 H = 3600.0
 STEP = 300.0  # seconds between observations
 SPACING = 600.0  # a new 1-GPU job every 10 minutes
+NO_SHAPES = Settings(measures=measures.Settings(shapes=()))  # the plan stage without goals
 
 
 def duration_of(i: int) -> float:
@@ -106,7 +109,7 @@ def test_below_the_minimum_the_planner_keeps_its_prior() -> None:
     ends, doc = predict(model, history.finished_jobs())
     assert ends == {} and 0 < doc["finished_jobs"] < 30
     assert "duration prior" in doc["source"] and "fewer than 30" in doc["reason"]
-    recs = recommend_service(model, (), [], Policy(), history.finished_jobs())
+    recs = plans(model, NO_SHAPES, [], history.finished_jobs())
     reserve = [a for a in recs["actions"] if a["kind"] == "reserve"]
     assert reserve and all("duration prior" in a["summary"] for a in reserve)
     assert recs["job_ends"]["source"] == doc["source"]
@@ -116,8 +119,8 @@ def test_reservations_plan_on_the_learned_ends(watched) -> None:
     now = T0 + 10 * H
     model = world(now)
     finished = watched.finished_jobs()
-    learned = recommend_service(model, (), [], Policy(), finished)
-    prior = recommend_service(model, (), [], Policy(), None)
+    learned = plans(model, NO_SHAPES, [], finished)
+    prior = plans(model, NO_SHAPES, [], None)
     [plan] = [p for p in learned["plans"] if p["method"] == "reserve"]
     [before] = [p for p in prior["plans"] if p["method"] == "reserve"]
     reserve = [a for a in learned["actions"] if a["kind"] == "reserve"]
@@ -244,7 +247,7 @@ def test_the_loop_passes_learned_ends_to_the_planner(scripted) -> None:
 def test_the_simulated_backfill_teaches_job_ends() -> None:
     clock = lambda: 0.0  # noqa: E731
     source = LiveSim("sim:a100-16x8?nodes=4", clock=clock)
-    loop = AdvisorLoop("sim", source, Config(horizons_h=(1,)))
+    loop = AdvisorLoop("sim", source, Config(settings=Settings(horizons_h=(1,))))
     loop.seed_history(source.backfill(48 * H))
     learned = len(loop.history.finished_jobs())
     assert learned > 0
@@ -314,7 +317,7 @@ def test_a_reservations_summary_label_does_not_change_as_time_passes() -> None:
 
     model = world(T0 + 3 * H)
     later = dataclasses.replace(model, timestamp=model.timestamp + 600.0, _cache={})
-    docs = [recommend_service(m, (), [], Policy()) for m in (model, later)]
+    docs = [plans(m, NO_SHAPES, []) for m in (model, later)]
     reserve = [[a for a in d["actions"] if a["kind"] == "reserve"] for d in docs]
     assert reserve[0] and len(reserve[0]) == len(reserve[1])
     assert [a["summary"] for a in reserve[0]] == [a["summary"] for a in reserve[1]]

@@ -12,9 +12,11 @@ import pytest
 
 from advisor.forecast.job_ends import JobEndSettings, predict
 from advisor.history import running_jobs
+from advisor.ingest.live import LiveSim
 from advisor.planner.observed import DurationPrior, expected_end
 from advisor.service.api import Api, openapi_document
-from advisor.service.loop import AdvisorLoop, Config, LiveSim
+from advisor.service.loop import AdvisorLoop, Config
+from advisor.settings import Settings
 from tests.conftest import add_nodes
 from tests.service.conftest import ScriptedSource, strict_schema
 
@@ -32,7 +34,7 @@ def fleet() -> AdvisorLoop:
     """The 16 x 8 A100 sim after two simulated days: some running jobs have learned ends,
     some (older than all but a few finished jobs) keep the prior."""
     source = LiveSim("sim:a100-16x8", clock=lambda: 0.0)
-    loop = AdvisorLoop("sim:a100-16x8", source, Config(horizons_h=(1,)))
+    loop = AdvisorLoop("sim:a100-16x8", source, Config(settings=Settings(horizons_h=(1,))))
     loop.seed_history(source.backfill(48 * H))
     loop.run_once()
     return loop

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import pytest
 
+from advisor.ingest.live import LiveSim, make_ingest
 from advisor.ingest.sources import SourceError
+from advisor.pipeline import stages
 from advisor.service import loop as loop_module
-from advisor.service.loop import AdvisorLoop, Config, LiveSim, make_ingest
+from advisor.service.loop import AdvisorLoop, Config
+from advisor.settings import Settings
 
 
 def lines(loop: AdvisorLoop, name: str) -> list[str]:
@@ -93,7 +96,7 @@ def test_a_failing_stage_keeps_the_previous_section_marked_stale(islands, script
     def broken(*args, **kwargs):
         raise RuntimeError("solver exploded")
 
-    monkeypatch.setattr(loop_module, "recommend_service", broken)
+    monkeypatch.setattr(stages, "recommend_with_notes", broken)
     second = loop.run_once()
     assert not second.stale  # fragmentation is fresh; only the plan section is old
     recs = second.results.recommendations
@@ -106,7 +109,7 @@ def test_a_failing_stage_keeps_the_previous_section_marked_stale(islands, script
 def test_history_feeds_the_forecast_and_usage_window():
     clock = Clock(0.0)
     source = LiveSim("sim:a100-16x8?nodes=4", clock=clock)
-    loop = AdvisorLoop("sim", source, Config(horizons_h=(1, 6)))
+    loop = AdvisorLoop("sim", source, Config(settings=Settings(horizons_h=(1, 6))))
     loop.seed_history(source.backfill(48 * 3600.0))
     assert len(loop.history) == 48
     state = loop.run_once()
@@ -249,7 +252,9 @@ def test_a_failing_source_warns_of_no_results_before_any_good_run(islands, scrip
     ],
 )
 def test_redact_masks_the_password_of_every_url(text, shown):
-    assert loop_module.redact(text) == shown
+    from advisor.logs import redact
+
+    assert redact(text) == shown
 
 
 def test_a_password_in_the_source_is_never_shown(islands, caplog):
@@ -259,8 +264,7 @@ def test_a_password_in_the_source_is_never_shown(islands, caplog):
     import json
 
     from advisor.app.cli import free_port
-    from advisor.service.api import fragmentation_doc, snapshot_doc
-    from advisor.service.loop import describe
+    from advisor.documents import as_json, build_fragmentation, build_snapshot, describe
 
     secret = f"prometheus+http://admin:s3cret@127.0.0.1:{free_port()}"
     down = make_ingest(secret, 1.0)  # nothing listens there: the real reader's error
@@ -274,16 +278,16 @@ def test_a_password_in_the_source_is_never_shown(islands, caplog):
     loop = AdvisorLoop(secret, ingest, Config())
     good = loop.run_once()
     shown = [
-        json.dumps(fragmentation_doc(good)["source"]),
-        json.dumps(snapshot_doc(good)["snapshot"]["source"]),
+        json.dumps(as_json(build_fragmentation(good))["source"]),
+        json.dumps(as_json(build_snapshot(good))["snapshot"]["source"]),
     ]
     with caplog.at_level("INFO", logger="advisor.service"):
         bad = loop.run_once()
     assert "127.0.0.1" in bad.source_error  # the reader named the real host
-    shown += [loop.current_page().body.decode(), json.dumps(describe(bad)), caplog.text]
+    shown += [loop.current_page().body.decode(), json.dumps(as_json(describe(bad))), caplog.text]
     for text in shown:
         assert "s3cret" not in text, text
-    assert describe(bad)["source"] == secret.replace("s3cret", "***")
+    assert describe(bad).source == secret.replace("s3cret", "***")
     assert "admin:***@" in shown[0] and "admin:***@" in caplog.text
 
 
@@ -292,7 +296,7 @@ def test_gpu_exporters_the_source_left_out_are_counted_and_named(islands, script
     /metrics and their names in every API answer's meta; a whole fleet serves 0 and []."""
     from dataclasses import replace
 
-    from advisor.service.loop import describe
+    from advisor.documents import describe
 
     partial = replace(islands, left_out=("node-9:9835 (job gpu-exporter: not scraped)",))
     loop = AdvisorLoop("snap", scripted(partial, islands), Config(interval_s=10), clock=Clock())
@@ -300,12 +304,12 @@ def test_gpu_exporters_the_source_left_out_are_counted_and_named(islands, script
     assert lines(loop, "gpu_advisor_source_left_out_targets") == [
         'gpu_advisor_source_left_out_targets{source="snap"} 1.0'
     ]
-    assert describe(state)["source_left_out"] == ["node-9:9835 (job gpu-exporter: not scraped)"]
+    assert describe(state).source_left_out == ["node-9:9835 (job gpu-exporter: not scraped)"]
     state = loop.run_once()
     assert lines(loop, "gpu_advisor_source_left_out_targets") == [
         'gpu_advisor_source_left_out_targets{source="snap"} 0.0'
     ]
-    assert describe(state)["source_left_out"] == []
+    assert describe(state).source_left_out == []
 
 
 def test_a_shape_whose_model_no_gpu_matches_is_said_once(islands, scripted, caplog) -> None:
@@ -316,7 +320,7 @@ def test_a_shape_whose_model_no_gpu_matches_is_said_once(islands, scripted, capl
     from advisor.fragmentation import measures
 
     shapes = (measures.parse_shape("8@B200"), measures.parse_shape("8"))
-    config = Config(interval_s=10, settings=measures.Settings(shapes=shapes))
+    config = Config(interval_s=10, settings=Settings(measures=measures.Settings(shapes=shapes)))
     loop = AdvisorLoop("snap", scripted(islands), config, clock=Clock())
     with caplog.at_level(logging.WARNING, logger=loop_module.__name__):
         loop.run_once()

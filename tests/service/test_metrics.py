@@ -14,9 +14,11 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from advisor.contract import ADVISOR_BY_NAME, ADVISOR_METRICS, GPU_STATE_CODES
 from advisor.history import pool_rows
+from advisor.ingest.live import LiveSim
 from advisor.planner.constraints import Policy
-from advisor.service.loop import AdvisorLoop, Config, LiveSim
+from advisor.service.loop import AdvisorLoop, Config
 from advisor.service.metrics import families
+from advisor.settings import Settings
 from tests.conftest import add_nodes
 
 
@@ -36,7 +38,9 @@ def sim_loop():
     source = LiveSim("sim:a100-16x8?nodes=4", clock=lambda: 0.0)
     # a quota above the fleet's 32 GPUs: shown beside rnd's demand forecast, binding nothing
     policy = Policy(quotas={("rnd", ""): 64.0})
-    loop = AdvisorLoop("sim:a100-16x8?nodes=4", source, Config(horizons_h=(1, 6), policy=policy))
+    loop = AdvisorLoop(
+        "sim:a100-16x8?nodes=4", source, Config(settings=Settings(horizons_h=(1, 6), policy=policy))
+    )
     # five days: enough for every idle window's held-back backtest (`idle_needs(8)` = 112 h)
     loop.seed_history(source.backfill(120 * 3600.0))
     loop.run_once()
@@ -323,7 +327,7 @@ def test_idle_capacity_counts_a_partly_used_idle_gpu_once():
     = 11.0, not 9.5 + 2 idle GPUs; with the 4 busy GPUs that is the 15 usable (b/1 is lost)."""
     from advisor.fragmentation import measures
     from advisor.model import MILLI
-    from advisor.service.results import type_table
+    from advisor.results import type_table
     from tests.advisor.test_measures import two_nodes
     from tests.service.conftest import ScriptedSource
 
@@ -338,7 +342,7 @@ def test_idle_capacity_counts_a_partly_used_idle_gpu_once():
         if s.name in ("gpu_advisor_idle_capacity_gpus", "gpu_advisor_allocated_idle_gpus")
     }
     assert served == {"gpu_advisor_idle_capacity_gpus": 11.0, "gpu_advisor_allocated_idle_gpus": 2}
-    (row,) = type_table(model, measures.allocated_idle(model, Config().settings.idle))
+    (row,) = type_table(model, measures.allocated_idle(model, Config().settings.measures.idle))
     assert row["idle_capacity_gpus"] == 11.0 and row["allocated_idle_gpus"] == 2
     busy = float(model.gpu_milli_allocated[0:4].sum()) / MILLI
     assert row["idle_capacity_gpus"] + busy == int(model.gpu_usable.sum()) == 15
@@ -353,13 +357,13 @@ def test_idle_supply_and_busy_allocations_fit_in_the_fleet(spec):
     from advisor.fragmentation import measures
     from advisor.ingest.sources import load_source
     from advisor.model import MILLI
-    from advisor.service.loop import analyze_model
+    from advisor.pipeline.stages import analyze_model
 
     model = load_source(spec)
     settings = Config().settings
-    idle = measures.allocated_idle(model, settings.idle)
+    idle = measures.allocated_idle(model, settings.measures.idle)
     assert idle.any()  # a partly or wholly allocated idle GPU is what this is about
-    results = analyze_model(model, settings, 0.0)
+    results = analyze_model(model, settings.measures, 0.0)
     gpu_model = model.nodes.gpu_model[model.gpus.node]
     for row in results.gpu_models:
         on = gpu_model == row["gpu_model"]

@@ -15,8 +15,10 @@ from advisor.forecast.live_idle import IDLE_BASELINE, IDLE_MAX_H, IDLE_MIN_TEST
 from advisor.forecast.runs import node_panel
 from advisor.history import NODE_HOURS, History, NodeRecord, node_rows, pool_rows
 from advisor.history import observations as history_module  # where History.append looks
+from advisor.ingest.live import LiveSim
 from advisor.model import ClusterModel, ModelBuilder
-from advisor.service.loop import AdvisorLoop, Config, LiveSim
+from advisor.service.loop import AdvisorLoop, Config
+from advisor.settings import Settings
 from tests.conftest import add_nodes
 from tests.service.conftest import ScriptedSource
 
@@ -253,7 +255,9 @@ def test_short_history_and_the_node_limit_give_reasons():
 
 
 def test_hourly_backfill_and_one_run_serve_the_node_section(models, doc):
-    loop = AdvisorLoop("scripted", ScriptedSource(models[-1]), Config(horizons_h=(1,)))
+    loop = AdvisorLoop(
+        "scripted", ScriptedSource(models[-1]), Config(settings=Settings(horizons_h=(1,)))
+    )
     loop.seed_history(models[:-1])
     state = loop.run_once()
     idle = state.results.forecast["idle"]
@@ -263,7 +267,7 @@ def test_hourly_backfill_and_one_run_serve_the_node_section(models, doc):
 def test_a_simulated_backfill_gives_every_node_a_release():
     clock = [0.0]
     source = LiveSim("sim:a100-16x8?nodes=3&t=5d", clock=lambda: clock[0])
-    loop = AdvisorLoop("sim", source, Config(horizons_h=(1,)))
+    loop = AdvisorLoop("sim", source, Config(settings=Settings(horizons_h=(1,))))
     loop.seed_history(source.backfill(5 * 24 * HOUR))
     idle = loop.run_once().results.forecast["idle"]
     assert idle["nodes_total"] == 3 and idle["node_history_hours"] == 5 * 24

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from advisor.fragmentation.measures import parse_shape
 from advisor.model import ModelBuilder
-from advisor.service.results import pool_shape_table
+from advisor.results import pool_shape_table
 from tests.conftest import GIB, add_nodes
 
 

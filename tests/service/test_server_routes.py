@@ -13,8 +13,9 @@ import pytest
 import requests
 
 from advisor.service.api import Api, openapi_document
+from advisor.service.http import AdvisorServer, build_app
 from advisor.service.loop import AdvisorLoop, Config
-from gpu_defrag_common.server import ExporterServer, Response
+from gpu_defrag_common.server import Response
 from gpu_defrag_common.webconfig import load_web_config
 from tests.service.conftest import ScriptedSource
 
@@ -27,7 +28,7 @@ def advisor(islands):
 
 
 def start(loop, web, routes):
-    return ExporterServer("127.0.0.1:0", loop, web, "advisor", routes).start()
+    return AdvisorServer("127.0.0.1:0", build_app(loop, routes, web, "advisor"), web).start()
 
 
 def test_routes_answer_beside_metrics_and_a_broken_one_is_500(advisor):

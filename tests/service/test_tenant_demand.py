@@ -3,18 +3,20 @@ tenants holding the most GPUs, its /metrics series and its schema."""
 
 from __future__ import annotations
 
-import json
 import math
 
 import jsonschema
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from advisor.documents import as_json, build_forecast
 from advisor.forecast.live import tenant_section
 from advisor.history import History
+from advisor.ingest.live import LiveSim
 from advisor.planner.constraints import Policy
-from advisor.service.api import forecast_doc, openapi_document
-from advisor.service.loop import AdvisorLoop, Config, LiveSim
+from advisor.service.api import openapi_document
+from advisor.service.loop import AdvisorLoop, Config
+from advisor.settings import Settings
 from tests.conftest import add_nodes
 
 T0 = 1_700_000_000.0
@@ -91,7 +93,7 @@ def test_a_failure_is_reported_in_the_section():
 def sim_state():
     source = LiveSim("sim:a100-16x8?nodes=4", clock=lambda: 0.0)
     policy = Policy(quotas={("rnd", ""): 24.0, ("rnd", "A100"): 8.0})  # per model: not shown
-    config = Config(horizons_h=(1, 6), max_tenants=2, policy=policy)
+    config = Config(settings=Settings(horizons_h=(1, 6), max_tenants=2, policy=policy))
     loop = AdvisorLoop("sim:a100-16x8?nodes=4", source, config)
     loop.seed_history(source.backfill(48 * 3600.0))
     loop.run_once()
@@ -161,7 +163,7 @@ def test_the_service_serves_and_exports_the_tenants(sim_state):
     assert counts and counts == {
         (*key, model): n for key, b in served.items() for model, n in b["coverage_origins"].items()
     }
-    body = json.loads(json.dumps(forecast_doc(state)))
+    body = as_json(build_forecast(state))
     spec = openapi_document()
     schema = {**spec["components"]["schemas"]["Forecast"], "components": spec["components"]}
     jsonschema.validate(body, schema)
@@ -172,7 +174,8 @@ def test_the_service_serves_and_exports_the_tenants(sim_state):
 
 def test_the_limit_comes_from_the_command_line():
     from advisor.cli import build_parser
+    from advisor.settings import MAX_TENANTS
 
     args = build_parser().parse_args(["advise", "--source", "x", "--forecast.max-tenants", "5"])
     assert args.max_tenants == 5
-    assert build_parser().parse_args(["advise", "--source", "x"]).max_tenants is None
+    assert build_parser().parse_args(["advise", "--source", "x"]).max_tenants == MAX_TENANTS

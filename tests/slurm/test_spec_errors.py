@@ -77,7 +77,7 @@ def test_a_missing_token_file_is_named(tmp_path):
 def test_the_service_takes_a_slurm_source_whose_controller_is_down_now(tmp_path):
     """`gpu-defrag advise --source slurm:...` checks the spec's form at start and reads at
     every run: a controller that is down now may answer later."""
-    from advisor.service.loop import make_ingest
+    from advisor.ingest.live import make_ingest
 
     ingest = make_ingest(f"slurm:?conf={tmp_path}/slurm.conf", timeout_s=5)
     with pytest.raises(SourceError, match=r"no slurm\.conf there"):

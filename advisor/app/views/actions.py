@@ -1,68 +1,86 @@
-"""Actions: the planner's checked recommendations; select steps, see before/after, export."""
+"""Actions: the advisor's checked plans (or plans for another goal); select steps, see
+before/after, export."""
 
 from __future__ import annotations
 
 import streamlit as st
 
-from advisor.app import data, figures, forecasts, plans
-from advisor.fragmentation import measures
-from advisor.planner.consolidate import parse_goal
-from advisor.planner.constraints import PolicyError
+from advisor.app import data, figures, plans
+from advisor.pipeline import Settings
+from advisor.pipeline import queries as Q
 
-state = data.current()
-model = state.model
+OTHER_KINDS_MAX_NODES = 300  # recommend() can take tens of seconds on trace-sized clusters
+shown = data.current()
+model = shown.model
 
 st.title("Actions")
 st.caption(
-    "The planner's recommendations for this cluster, each replayed step by step on the model "
-    "before it is shown (no GPU oversubscribed; GPU model, quotas, priority, NVLink/rack "
-    "locality and the migratable flag respected). **The app never executes an action**: "
-    "export the selection and run it yourself."
+    "The advisor's recommendations, each replayed step by step on the model before it is "
+    "shown: migrations that let the next big job start, and every other kind the advisor "
+    "found. **The app never executes an action**: export the selection and run it yourself.",
+    help="The checker never oversubscribes a GPU and respects GPU model, quotas, priority, "
+    "NVLink/rack locality and each job's migratable flag. Reservations plan on the running "
+    "jobs' ends the advisor learned from the jobs it saw finish.",
 )
+data.preview_note(shown)
 
 left, right = st.columns(2)
-next_job = plans.next_big_job(model)
+next_job = Q.next_big_job(model)
 goal = left.text_input(
     "Migrations: make room for",
-    value=plans.goal_text(next_job) if next_job else "",
+    value=Q.goal_text(next_job) if next_job else "",
     key="actions_goal",
-    help="job=KxG (K nodes x G GPUs in one rack), job=G or job=G@MODEL, free-nodes=K. "
-    "The default is the smallest whole-node job that cannot start now. Empty: no migrations.",
+    help="job=KxG (K nodes x G GPUs in one rack), job=G or job=G@MODEL, free-nodes=K. The "
+    "default is the smallest whole-node job that cannot start now. Empty: the advisor's plans "
+    "alone.",
 )
 policy_path = right.text_input(
     "Policy file (optional)",
     key="actions_policy",
     placeholder="examples/policy-quotas.yaml",
-    help="YAML/JSON: tenant quotas, borrowing rules, restart time, locality.",
+    help="YAML/JSON: tenant quotas, borrowing rules, restart time, locality. Given, every plan is "
+    "made again here, on the same model and job ends, under this policy.",
 )
-
 exact = st.checkbox(
     "Also run the exact solver (CP-SAT, up to 5 s; clusters of at most "
-    f"{plans.EXACT_MAX_NODES} nodes) and keep the cheaper plan",
+    f"{Q.EXACT_MAX_NODES} nodes) and keep the cheaper plan",
     key="actions_exact",
 )
 others = st.checkbox(
-    "Also look for reservations, quota loans, reclaims, sharing and rebalancing",
-    value=len(model.nodes) <= plans.OTHER_KINDS_MAX_NODES,
+    "Also show reservations, quota loans, reclaims, sharing and rebalancing",
+    value=len(model.nodes) <= OTHER_KINDS_MAX_NODES,
     key="actions_others",
-    help=f"On by default up to {plans.OTHER_KINDS_MAX_NODES} nodes: on trace-sized clusters "
-    "with thousands of waiting tasks this search can take tens of seconds.",
+    help=f"On by default up to {OTHER_KINDS_MAX_NODES} nodes: with a policy file, on a "
+    "trace-sized cluster with thousands of waiting tasks, this search can take tens of seconds.",
 )
 try:
-    policy = plans.policy_from(policy_path)
-    shapes = [parse_goal(goal).shape] if goal.strip() else []
-    for shape in shapes:
-        if shape is not None:
-            measures.check_models(model, shape)
-    ends = data.job_ends(state)[0] if others else {}
-    recs, notes = state.cached(
-        str(("plans", goal, policy_path, exact, others)),
-        lambda: plans.recommendations_with_notes(model, policy, goal.strip(), exact, others, ends),
-    )
-except (PolicyError, OSError, ValueError) as error:
+    policy = Q.policy_from(policy_path)
+    goal_shape = Q.check_goal(model, goal) if goal.strip() else None
+    served = data.served_plans(shown)
+    migrations = [p.goal for p in served if p.goal.startswith(("job=", "free-nodes="))]
+    notes = list(shown.view.recommendations.notes) if others else []
+    if policy_path.strip():  # every plan again, under this policy
+        goals = list(dict.fromkeys([goal.strip()] * bool(goal.strip()) + migrations))
+        recs, notes = shown.cached(
+            str(("plans", goal, policy_path, exact, others)),
+            lambda: Q.plan_goals_with_notes(
+                model, Settings(policy=policy), shown.planned_ends, goals, exact, others
+            ),
+        )
+    else:  # the goal's plan, then the advisor's own (those it served)
+        mine = []
+        if goal.strip() and (exact or goal.strip() not in migrations):
+            mine = shown.cached(
+                str(("plans", goal, exact)),
+                lambda: Q.plan_goals(model, Settings(), shown.planned_ends, [goal], exact),
+            )
+        first = mine or [p for p in served if p.goal == goal.strip()]
+        rest = [p for p in served if p.goal != goal.strip()]
+        recs = first + [p for p in rest if others or p.goal in migrations]
+except (Q.PolicyError, OSError, ValueError) as error:
     st.error(f"Cannot plan: {error}", icon=":material/error:")
     st.stop()
-shapes = [s for s in shapes if s is not None]
+shapes = [goal_shape] if goal_shape is not None else []
 
 if not recs:
     why = (
@@ -76,7 +94,7 @@ if not recs:
             "nothing waiting that a reservation or a loan would help, no long-idle allocation "
             "to reclaim, nothing to share or rebalance."
             if others
-            else "the other kinds were not searched (see the checkbox above)."
+            else "the other kinds are not shown (see the checkbox above)."
         )
     )
     for note in notes:  # each kind's reason, in numbers
@@ -85,8 +103,7 @@ if not recs:
 
 st.subheader("Recommendations")
 st.dataframe(plans.plans_frame(recs), hide_index=True, key="plans_table")
-forecast = state.cached("forecast", lambda: forecasts.forecast_doc(data.trend_history(state)))
-when = plans.windows_frame(recs, forecast, model)
+when = plans.windows_frame(recs, shown.forecast, model)  # the served forecast's low hours
 if not when.empty:
     st.markdown("**When to act**")
     st.dataframe(when, hide_index=True, key="windows_table")
@@ -96,14 +113,15 @@ if not when.empty:
         "waiting job waits counts its GPUs (docs/recommendations.md, When to act)."
     )
 
+labels = [plans.plan_label(i, p) for i, p in enumerate(recs)]
 actionable = [i for i, p in enumerate(recs) if p.feasible and p.actions]
-choice = st.selectbox(
+label = st.selectbox(
     "Plan",
-    list(range(len(recs))),
+    labels,
     index=actionable[0] if actionable else 0,
-    format_func=lambda i: plans.plan_label(i, recs[i]),
-    key="actions_plan",
+    key=f"actions_plan_{plans.selection_key(recs)}",  # a new list is a new selector
 )
+choice = labels.index(label)
 plan = recs[choice]
 if not plan.feasible:
     st.warning(f"Not feasible: {plan.reason}", icon=":material/block:")
@@ -117,16 +135,16 @@ steps = st.multiselect(
     "Steps to review and export",
     frame["step"].tolist(),
     default=frame["step"].tolist(),
-    key=f"actions_steps_{choice}_{goal}",
+    key=f"actions_steps_{plans.selection_key(recs)}_{choice}",
 )
 st.dataframe(frame, hide_index=True, key="steps_table")
 if not steps:
     st.info("Select at least one step.")
     st.stop()
 
-outcome = state.cached(
-    str(("replay", goal, policy_path, exact, others, choice, tuple(sorted(steps)))),
-    lambda: plans.replay(model, plan, steps, policy, shapes),
+replayed = (goal, policy_path, exact, others, plans.selection_key(recs), choice, sorted(steps))
+outcome = shown.cached(
+    str(("replay", *replayed)), lambda: Q.replay(model, plan, steps, policy, shapes)
 )
 if not outcome.check.ok:
     st.error(
@@ -137,7 +155,7 @@ if not outcome.check.ok:
     st.stop()
 
 chosen = [plan.actions[i - 1] for i in sorted(steps)]
-cost = plans.Plan(plan.goal, True, tuple(chosen)).cost
+cost = plans.cost_of(chosen)
 cols = st.columns(5)
 cols[0].metric("Steps", len(chosen))
 cols[1].metric("Restarts", cost.restarts)
@@ -149,39 +167,33 @@ cols[3].metric(
 )
 cols[4].metric("Jobs touched", len(cost.jobs))
 
-st.subheader("Before and after")
-st.dataframe(outcome.table, hide_index=True, key="compare_table")
-st.caption(
-    "Measures after the selected moves (reserved GPUs are the room made for the goal job, so "
-    "they count as free here). Heatmaps: allocations as planned, GPUs held for the goal job "
-    "in purple; no utilization is predicted, so nothing shows as idle."
+st.subheader(
+    "Before and after",
+    help="Measures after the selected moves (reserved GPUs are the room made for the goal job, "
+    "so they count as free here). Heatmaps: allocations as planned, GPUs held for the goal job "
+    "in purple; no utilization is predicted, so nothing shows as idle.",
 )
+st.dataframe(outcome.table, hide_index=True, key="compare_table")
 before_col, after_col = st.columns(2)
-before_frame = plans.planned_frame(model)
-after_frame = plans.planned_frame(outcome.after)
 with before_col:
     st.markdown("**Before**")
-    st.plotly_chart(figures.fleet_heatmap(before_frame), key="before_heatmap")
+    st.plotly_chart(figures.fleet_heatmap(plans.planned_frame(model)), key="before_heatmap")
 with after_col:
     st.markdown("**After**")
-    st.plotly_chart(figures.fleet_heatmap(after_frame), key="after_heatmap")
+    st.plotly_chart(figures.fleet_heatmap(plans.planned_frame(outcome.after)), key="after_heatmap")
 
 st.subheader("Export")
-doc = plans.selection_doc(plan, steps, state.spec)
-json_tab, yaml_tab, kubectl_tab, slurm_tab = st.tabs(["JSON", "YAML", "kubectl", "Slurm"])
-exports = {
-    "json": (json_tab, plans.to_json(doc), "json", "application/json"),
-    "yaml": (yaml_tab, plans.to_yaml(doc), "yaml", "application/yaml"),
-    "kubectl": (kubectl_tab, plans.kubectl_commands(chosen), "bash", "text/x-shellscript"),
-    "slurm": (slurm_tab, plans.slurm_commands(chosen), "bash", "text/x-shellscript"),
-}
-for name, (tab, text, language, mime) in exports.items():
+texts = plans.exports(plan, steps, shown.spec)
+for tab, (kind, text) in zip(
+    st.tabs(["JSON", "YAML", "kubectl", "Slurm"]), texts.items(), strict=True
+):
+    _, language, mime = plans.EXPORTS[kind]
     with tab:
         st.download_button(
-            f"Download {name}",
+            f"Download {kind}",
             text,
-            file_name=f"gpu-defrag-plan.{'sh' if language == 'bash' else name}",
+            file_name=plans.export_name(plan.goal, kind),
             mime=mime,
-            key=f"download_{name}",
+            key=f"download_{kind}",
         )
         st.code(text, language=language)

@@ -6,14 +6,14 @@ import streamlit as st
 
 from advisor.app import data, figures
 
-state = data.current()
-frame = data.fleet_frame(state)
-cluster = state.result["cluster"]
+shown = data.current()
+frame = data.fleet_frame(shown)
+cluster = shown.result["cluster"]
 
 st.title("Fleet")
 st.caption(
-    f"{cluster['nodes']:,} nodes · {cluster['gpus']:,} GPUs · source `{state.spec}`"
-    + (f" · at {data.when(state)}" if data.when(state) else "")
+    f"{cluster['nodes']:,} nodes · {cluster['gpus']:,} GPUs · source `{shown.view.meta.source}`"
+    + (f" · at {data.when(shown)}" if data.when(shown) else "")
 )
 
 states = ["free", "busy", "allocated_idle", "unhealthy"]
@@ -33,24 +33,25 @@ color_by = colour.radio(
     key="fleet_color",
 )
 
-shown = data.filter_frame(frame, pools, models, tenants)
-counts = data.state_counts(shown)
+shown_gpus = data.filter_frame(frame, pools, models, tenants)
+counts = data.state_counts(shown_gpus)
 filtered = bool(pools or models or tenants)
-cols[0].metric("GPUs shown" if filtered else "GPUs", f"{len(shown):,}")
+cols[0].metric("GPUs shown" if filtered else "GPUs", f"{len(shown_gpus):,}")
 for col, name in zip(cols[1:], states, strict=True):
     col.metric(data.STATE_LABELS[name].capitalize(), f"{counts[name]:,}")
-if shown.empty:
+if shown_gpus.empty:
     st.info("No GPU matches these filters.")
 else:
     key = ("heatmap", tuple(pools), tuple(models), tuple(tenants), color_by)
-    figure = state.cached(str(key), lambda: figures.fleet_heatmap(shown, color_by))
+    figure = shown.cached(str(key), lambda: figures.fleet_heatmap(shown_gpus, color_by))
     st.plotly_chart(figure, key="fleet_heatmap", config={"displaylogo": False})
+    temporal = shown.result["temporal"]
     st.caption(
-        f"{shown['node'].nunique():,} nodes shown, grouped by pool · GPU model · rack. "
-        "Black bars split NVLink islands inside a node; hover a cell for job, tenant, "
+        f"{shown_gpus['node'].nunique():,} nodes shown, grouped by pool · GPU model · rack.",
+        help="Black bars split NVLink islands inside a node; hover a cell for job, tenant, "
         "utilization and memory. In use, owner unknown = busy or holding memory with no "
-        "allocation naming it (never free). Allocated-idle = utilization under "
-        f"{state.result['temporal']['threshold']:.0%} over the last "
-        f"{state.result['temporal']['window_s'] / 60:g} min of samples (or the latest reading "
-        "when there is no history yet)."
+        f"allocation naming it (never free). Allocated-idle = utilization under "
+        f"{temporal['threshold']:.0%} "
+        f"over the last {temporal['window_s'] / 60:g} min of samples (or the latest reading when "
+        "there is no history yet).",
     )

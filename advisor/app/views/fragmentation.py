@@ -5,16 +5,16 @@ from __future__ import annotations
 import streamlit as st
 
 from advisor.app import data, figures
-from advisor.fragmentation import measures
+from advisor.pipeline import queries as Q
 
-state = data.current()
-r = state.result
+shown = data.current()
+r = shown.result
 spatial, temporal, frag, memory = r["spatial"], r["temporal"], r["fgd"], r["memory"]
 
 st.title("Fragmentation")
 st.caption(
-    f"Source `{state.spec}`"
-    + (f" · at {data.when(state)}" if data.when(state) else "")
+    f"Source `{shown.view.meta.source}`"
+    + (f" · at {data.when(shown)}" if data.when(shown) else "")
     + f" · FGD workload: {frag['workload']} ({frag['task_types']} task types)"
 )
 
@@ -35,7 +35,7 @@ cols[2].metric(
     f"{spatial['free_gpus']:,}",
     help="Healthy, unallocated GPUs on schedulable nodes; a lost or unhealthy GPU is not free, "
     "and neither is one in use whose owner no source names "
-    f"({state.result['cluster']['owner_unknown_gpus']:,} now: busy or holding memory).",
+    f"({r['cluster']['owner_unknown_gpus']:,} now: busy or holding memory).",
 )
 cols[3].metric(
     "Largest job on one node",
@@ -57,10 +57,11 @@ cols[5].metric(
 )
 
 st.subheader("Trend")
-history = data.trend_history(state)
-trend = history.trend()
-if len(trend) < 2:
-    if state.live:
+trend = data.trend(shown)
+if shown.preview:
+    st.info("Reading this source's past; the trend appears when it is read.")
+elif len(trend) < 2:
+    if shown.live:
         st.info(
             f"Collecting history: {len(trend)} observation(s) so far, one per refresh. "
             "The trend appears after the second."
@@ -72,10 +73,15 @@ if len(trend) < 2:
         )
 else:
     st.plotly_chart(figures.trend_figure(trend), key="trend", config={"displaylogo": False})
+    span = trend["time"].iloc[-1] - trend["time"].iloc[0]
     st.caption(
-        f"{len(trend)} observations from {trend['time'].iloc[0]:%Y-%m-%d %H:%M} to "
-        f"{trend['time'].iloc[-1]:%Y-%m-%d %H:%M} UTC"
-        + ("" if state.live else " (simulated: the preset stepped through the time before t)")
+        (
+            f"{len(trend)} observations from {trend['time'].iloc[0]:%Y-%m-%d %H:%M} to "
+            f"{trend['time'].iloc[-1]:%Y-%m-%d %H:%M} UTC"
+            if data.has_clock(shown.model)
+            else f"{len(trend)} observations over {span.total_seconds() / 3600:.1f} h"
+        )
+        + ("" if shown.live else " (simulated: the preset stepped through the time before t)")
         + "."
     )
 
@@ -84,8 +90,9 @@ with left:
     st.subheader("Jobs that can start now")
     st.dataframe(data.shapes_frame(r), hide_index=True, key="shapes")
     st.caption(
-        "Each shape alone on today's free capacity. Multi-node shapes (2x8, 4x8) need their "
-        "nodes in one rack with one GPU model. 'Free GPUs it cannot use' are stranded for it."
+        "Each shape alone on today's free capacity.",
+        help="Multi-node shapes (2x8, 4x8) need their nodes in one rack with one GPU model. "
+        "'Free GPUs it cannot use' are stranded for it.",
     )
     other = st.text_input(
         "Another shape",
@@ -95,12 +102,11 @@ with left:
     )
     if other.strip():
         try:
-            shape = data.shape_from_text(other)
-            measures.check_models(state.model, shape)
+            shape = Q.shape_from_text(other)
+            fits = Q.jobs_that_fit(shown.model, shape)
         except ValueError as error:
             st.warning(str(error))
         else:
-            fits = measures.jobs_that_fit(state.model, shape)
             st.metric(f"Jobs of {shape.name} that can start now", f"{fits:,}")
 with right:
     st.subheader("Most fragmented nodes")

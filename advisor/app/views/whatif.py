@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
-import time
-
 import streamlit as st
 
 from advisor.app import data, forecasts, plans
+from advisor.pipeline import Settings
+from advisor.pipeline import queries as Q
+from advisor.settings import NO_TENANT
 
-state = data.current()
-model = state.model
+shown = data.current()
+model = shown.model
 
 st.title("What-if")
 st.caption("Ask about one job before it is submitted. Nothing is changed or reserved.")
+data.preview_note(shown)
 
 width = int(model.nodes.gpu_count.max(initial=1)) or 1
 cols = st.columns(4)
@@ -23,24 +25,24 @@ nodes = int(cols[1].number_input("Nodes", min_value=1, value=2, key="wi_nodes"))
 models = sorted(set(model.nodes.gpu_model.tolist()) - {""})
 gpu_model = cols[2].selectbox("GPU model", ["any", *models], key="wi_model")
 tenant = cols[3].selectbox(
-    "Tenant", ["(none)", *data.tenants_of(data.fleet_frame(state))], key="wi_tenant"
+    "Tenant", [NO_TENANT, *data.tenants_of(data.fleet_frame(shown))], key="wi_tenant"
 )
-
 
 exact = st.checkbox(
     "Also run the exact solver for the plan (CP-SAT, up to 5 s) and keep the cheaper one",
     key="wi_exact",
 )
-answer = state.cached(
+answer = shown.cached(
     str(("whatif", num_gpu, nodes, gpu_model, tenant, exact)),
-    lambda: plans.whatif(
+    lambda: Q.whatif(
         model,
+        Settings(),
         num_gpu,
         nodes,
         "" if gpu_model == "any" else gpu_model,
-        tenant="" if tenant == "(none)" else tenant,
+        tenant="" if tenant == NO_TENANT else tenant,
         exact=exact,
-        job_end=lambda: data.job_ends(state)[0],  # only when the job cannot start now
+        job_end=shown.planned_ends,  # the plan stage's learned ends, as its reservations'
     ),
 )
 job = f"{nodes} x {num_gpu} GPUs" + ("" if gpu_model == "any" else f" on {gpu_model}")
@@ -86,10 +88,10 @@ elif not wait.feasible:
     st.warning(f"Not without moving work: {wait.reason}", icon=":material/block:")
 else:
     extra = wait.extra
-    start = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(extra["start_at"]))
-    st.metric("Starts in", plans.hours(extra["starts_in_s"]), help=f"at {start}")
+    start = data.at_time(shown, extra["start_at"])
+    st.metric("Starts in", Q.hours(extra["starts_in_s"]), help=f"at {start}")
     st.markdown(
         f"On **{', '.join(extra['nodes'])}**, at about {start}. Job ends come from "
-        f"{forecasts.job_ends_text(data.job_ends(state)[1])}; holding the GPUs until then leaves "
+        f"{forecasts.job_ends_text(shown.job_end_doc)}; holding the GPUs until then leaves "
         f"{extra['idle_gpu_hours']:.1f} GPU-hours idle (other jobs may backfill them)."
     )

@@ -29,14 +29,14 @@ from advisor.ingest import exporter_scrape as scrape
 from advisor.ingest import prometheus
 from advisor.ingest.combine import with_scheduler_labels
 from advisor.ingest.exporter_scrape import SourceUnavailable
+from advisor.ingest.live import LiveSim, step_fleet
 from advisor.ingest.readings import from_readings
 from advisor.ingest.schedulers import is_combined, split
 from advisor.ingest.sources import SIM_LARGE_NODES, SourceError, prometheus_spec, sim_spec
 from advisor.logs import redact
 from advisor.model import ClusterModel, ModelError
-from advisor.service.loop import step_fleet
 
-log = logging.getLogger("advisor.service")
+log = logging.getLogger(__name__)
 
 STEP_S = 3600.0  # one instant an hour: the forecast's grid
 SIM_SPAN_S = 7 * 86400.0  # a `sim:` source: the week the app shows of the same spec
@@ -214,8 +214,6 @@ def backfill(
 ) -> Backfill | None:
     """The source's past over `span_s`, or None where the source has none to read; what was
     read so far once `cancelled()` (a SIGTERM during start-up)."""
-    from advisor.service.loop import LiveSim
-
     if span_s <= 0:
         return None
     if isinstance(ingest, LiveSim):

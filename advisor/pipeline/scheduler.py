@@ -1,6 +1,6 @@
 """What the service serves from a scheduler source: the queue, why shapes cannot start, racks
 that are unknown, and the plan for the biggest blocked job. Pure functions of the model, the
-measures and the merged policy (`advisor.planner.policy_merge`); the run loop calls them.
+measures and the merged policy (`advisor.planner.policy_merge`); the pipeline calls them.
 
 - `section(model, analysis, shapes, policy)` (the analyse stage): per pool the nodes of unknown
   rack and, per multi-node shape, the jobs that could start if those nodes shared a rack; per
@@ -13,7 +13,7 @@ measures and the merged policy (`advisor.planner.policy_merge`); the run loop ca
   cannot start now, and a checked plan for it (a loan when only quota stops it, else the
   moves that make room for its shape, never moving work above its priority).
 
-`/api/pending` and the `gpu_advisor_*` series of `advisor.service.metrics` read the result.
+`/api/pending` and the `gpu_advisor_*` series of `advisor.service.metrics` read the result (`Results.scheduler`).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from advisor.fragmentation.measures import Shape
 from advisor.model import MILLI, ClusterModel
 from advisor.planner.constraints import Policy
 from advisor.planner.policy_merge import merge_lines
-from advisor.service.results import pool_names, shape_label
+from advisor.results import pool_names, shape_label
 
 PLAN_TIME_LIMIT_S = 5.0  # the exact solver's share of one run for the blocked job's plan
 SOLVER_MAX_NODES = 400  # the exact solver only on clusters up to this size (as `plan`)
@@ -164,8 +164,8 @@ def with_blocked_plan(doc: dict[str, Any], model: ClusterModel, policy: Policy) 
 
         plan = plan_borrow(model, policy, request_for_job(model, row["job"]))
     else:
-        from advisor.planner.cli import solve
         from advisor.planner.consolidate import Goal
+        from advisor.planner.solve import solve
 
         shape = scheduler_report.job_shape(row)
         goal = Goal(

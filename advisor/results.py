@@ -1,8 +1,9 @@
 """What one advisor run produced, and the pure functions that derive its tables from a model.
 
-`/metrics` and the JSON API read the same `Results`, so a number on a dashboard and in the
-API can never disagree. Everything here is a pure function of the cluster model and the
-`measures.analyze` result; the run loop (`loop.py`) does the I/O and the timing.
+`/metrics`, the JSON API and the app read the same `Results`, so a number on a dashboard, in
+the API and on a page can never disagree. Everything here is a pure function of the cluster
+model and the `measures.analyze` result; the pipeline (`advisor.pipeline`) does the I/O and the
+timing.
 """
 
 from __future__ import annotations
@@ -13,13 +14,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from advisor.fragmentation import measures
 from advisor.fragmentation.measures import Shape
 from advisor.model import MILLI, ClusterModel, spec_models
+from advisor.settings import NO_POOL
 
 STAGES: tuple[str, ...] = ("ingest", "analyze", "forecast", "plan")
-NO_POOL = "(none)"  # label of nodes whose source names no pool (same as advisor.history)
 
 
 def shape_label(shape: Shape) -> str:
@@ -162,7 +164,8 @@ def pool_shape_table(model: ClusterModel, shapes: tuple[Shape, ...]) -> list[dic
 
 
 def node_rows(model: ClusterModel, analysis: dict[str, Any]) -> list[dict[str, Any]]:
-    """The per-node heatmap table of `measures.analyze`, as JSON-ready rows."""
+    """The per-node heatmap table of `measures.analyze`, as JSON-ready rows (the largest free
+    NVLink group null on a node none of whose GPUs has a known island)."""
     nodes = analysis["nodes"]
     pools = pool_names(model)
     out = []
@@ -175,6 +178,10 @@ def node_rows(model: ClusterModel, analysis: dict[str, Any]) -> list[dict[str, A
                 "gpu_model": str(nodes["gpu_model"][i]),
                 "gpus": int(nodes["gpus"][i]),
                 "free_gpus": int(nodes["free_gpus"][i]),
+                "free_capacity_gpus": float(nodes["free_capacity_gpus"][i]),
+                "largest_free_nvlink_group": None  # -1: the node's islands are unknown
+                if nodes["largest_free_nvlink_group"][i] < 0
+                else int(nodes["largest_free_nvlink_group"][i]),
                 "allocated_idle_gpus": int(nodes["allocated_idle_gpus"][i]),
                 "fgd_fragment_gpus": float(nodes["fgd_fragment_gpus"][i]),
                 "score": float(nodes["score"][i]),
@@ -217,8 +224,10 @@ class Results:
     gpu_states: np.ndarray  # int8 (G), GPU_STATE_CODES
     forecast: dict[str, Any] = field(default_factory=dict)
     recommendations: dict[str, Any] = field(default_factory=dict)
+    trend: pd.DataFrame | None = None  # History.trend(): the headline measures per observation
+    demand: pd.DataFrame | None = None  # hourly allocated GPUs per pool the forecast learned from
     # the queue, unknown racks, why shapes cannot start, the biggest blocked job's plan
-    # (advisor.service.scheduler); {} before the analysis
+    # (advisor.pipeline.scheduler); {} before the analysis
     scheduler: dict[str, Any] = field(default_factory=dict)
 
 
