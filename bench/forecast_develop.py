@@ -112,6 +112,7 @@ def score_rules(data: Training, rules: Sequence[Rule]) -> pd.DataFrame:
         for rule in rules:
             picks = selection.complete(selection.choose(val, rule), data.panel.series, HORIZONS)
             adv = rolling.advisor_rows(week, picks, QUANTILES, step, rule, known=before)
+            pick = picks.set_index(["series", "horizon"])["pick"]
             for (series, h), g in adv.groupby(["series", "horizon"]):
                 ref = naive[(naive["series"] == series) & (naive["horizon"] == h)]
                 rows.append(
@@ -124,6 +125,7 @@ def score_rules(data: Training, rules: Sequence[Rule]) -> pd.DataFrame:
                         "mae": M.mae(g["actual"], g["point"]),
                         "naive": M.mae(ref["actual"], ref["point"]),
                         "coverage": M.coverage(g["actual"], g["q0.9"]),
+                        "pick": pick[(series, h)],
                     }
                 )
     return pd.DataFrame(rows)
@@ -165,6 +167,18 @@ def coverage_summary(table: pd.DataFrame) -> pd.DataFrame:
     median = table.groupby(["rule", "horizon"], sort=False)["coverage"].median().unstack()
     median.columns = [f"median_cov_h{h}" for h in median.columns]
     return wide.join(median)
+
+
+def members_share(table: pd.DataFrame) -> pd.DataFrame:
+    """Per model × horizon: the share of series-weeks whose pick has it as a member."""
+    models = [
+        (h, m)
+        for p, h in zip(table["pick"], table["horizon"], strict=True)
+        for m in selection.members_of(p)
+    ]
+    counts = pd.DataFrame(models, columns=["horizon", "model"]).value_counts().unstack("horizon")
+    weeks_per_h = table.groupby("horizon").size()
+    return (counts.fillna(0) / weeks_per_h).sort_values(list(counts.columns), ascending=False)
 
 
 def best_point(table: pd.DataFrame) -> tuple[Rule, pd.DataFrame]:
@@ -209,6 +223,8 @@ def develop(
             print(summary.round(3).to_string())
             print("\ncalibration windows for the chosen point rule:")
             print(cover.round(3).to_string())
+            print(f"\nshare of series-weeks whose advisor has each model as a member ({chosen}):")
+            print(members_share(points[points["rule"] == chosen]).round(3).to_string())
     return best
 
 

@@ -379,6 +379,105 @@ class HoltWinters(Forecaster):
         return np.where(np.isfinite(fc), fc, out)
 
 
+class Decomposed(Forecaster):
+    """A level plus a daily and a weekly profile, the shape of MSTL (24 h + 168 h) without loess.
+
+    On the trailing `window` steps before the fit, each season's profile is the mean deviation
+    from its own centred moving average by position in the season, the other season removed
+    first (two passes, as MSTL iterates). The level is simple exponential smoothing of the series
+    with both profiles removed, its smoothing constant per series the one of `ALPHAS` with the
+    least one-step error on the window. Forecast: the level at the origin plus both profiles at
+    the target. Positions are grid steps, so a season is 24 and 168 steps of an hourly grid.
+    """
+
+    name = "decomposed_24_168"
+    ALPHAS = np.linspace(0.05, 1.0, 20)
+    PASSES = 2
+
+    def __init__(self, seasons: tuple[int, ...] = (24, 168), window: int = 28 * 24) -> None:
+        super().__init__()
+        self.seasons, self.window = seasons, window
+        self._start = 0
+        self._profiles: dict[int, np.ndarray] = {}
+        self._alpha: np.ndarray | None = None
+
+    def _seasonal(self, pos: np.ndarray, skip: int | None = None) -> np.ndarray:
+        """Sum of the fitted profiles (but `skip`'s) at grid positions `pos`: (len(pos), S)."""
+        parts = [p[pos % s] for s, p in self._profiles.items() if s != skip]
+        return np.sum(parts, axis=0) if parts else np.zeros((len(pos), 1))
+
+    def _fit(
+        self,
+        y: np.ndarray,
+        cap: np.ndarray,
+        times: pd.DatetimeIndex,
+        until: int,
+        horizons: Sequence[int],
+        within: Within = None,
+    ) -> None:
+        self._start = max(0, until + 1 - self.window)
+        seg = feat.ffill(y)[self._start : until + 1]
+        pos = np.arange(self._start, until + 1)
+        self._profiles = {s: np.zeros((s, seg.shape[1])) for s in self.seasons}
+        for _ in range(self.PASSES):
+            for s in self.seasons:
+                rest = seg - self._seasonal(pos, skip=s)
+                trend = pd.DataFrame(rest).rolling(s, center=True, min_periods=s).mean()
+                dev = pd.DataFrame(rest - trend.to_numpy()).groupby(pos % s).mean()
+                prof = dev.reindex(range(s)).to_numpy()
+                with warnings.catch_warnings():  # a season never seen yet: all NaN, then 0
+                    warnings.simplefilter("ignore", RuntimeWarning)
+                    prof = prof - np.nanmean(prof, axis=0)
+                self._profiles[s] = np.nan_to_num(prof)
+        adjusted = seg - self._seasonal(pos)
+        n_series, n_alpha = adjusted.shape[1], len(self.ALPHAS)
+        # every series × every constant in one vectorised recursion
+        x = np.repeat(adjusted, n_alpha, axis=1)
+        sse = self._smooth(x, np.tile(self.ALPHAS, n_series))[1].reshape(n_series, n_alpha)
+        sse = np.where(np.isfinite(sse), sse, np.inf)
+        self._alpha = self.ALPHAS[np.argmin(sse, axis=1)]
+
+    @staticmethod
+    def _smooth(x: np.ndarray, alpha: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Simple exponential smoothing down every column of `x` (NaN: the level carries on):
+        the level after each row and the sum of squared one-step errors."""
+        level = np.full(x.shape, np.nan)
+        current = x[0].astype(float)
+        sse = np.zeros(x.shape[1])
+        for t in range(x.shape[0]):
+            row = x[t]
+            err = row - current
+            seen = np.isfinite(err)
+            sse += np.where(seen, err * err, 0.0)
+            current = np.where(
+                seen,
+                current + alpha * err,
+                np.where(np.isfinite(current), current, row),
+            )
+            level[t] = current
+        return level, sse
+
+    def _point(
+        self,
+        y: np.ndarray,
+        cap: np.ndarray,
+        times: pd.DatetimeIndex,
+        origins: np.ndarray,
+        horizon: int,
+        within: Within = None,
+    ) -> np.ndarray:
+        origins = np.asarray(origins)
+        ffy = feat.ffill(y)
+        naive = ffy[origins].astype(float)
+        if self._alpha is None or not len(origins):
+            return naive
+        start = min(self._start, int(origins.min()))
+        pos = np.arange(start, int(origins.max()) + 1)
+        level = self._smooth(ffy[start : pos[-1] + 1] - self._seasonal(pos), self._alpha)[0]
+        point = level[origins - start] + self._seasonal(origins + horizon)
+        return np.where(np.isfinite(point), point, naive)
+
+
 class GradientBoosting(Forecaster):
     """HistGradientBoosting on the scaled change from the last value, pooled over series, per lead.
 
@@ -610,6 +709,7 @@ MAKERS: dict[str, Callable[[tuple[float, ...]], Forecaster]] = {
     "same_hour_mean_7d": lambda q: SameHourMean(),
     "holt_winters": lambda q: HoltWinters(),
     "last_reading": lambda q: LastReading(),
+    "decomposed_24_168": lambda q: Decomposed(),
     "gbm": lambda q: GradientBoosting(quantiles=[x for x in q if x != 0.5]),
     "linear": lambda q: Linear(),
     "combo": lambda q: Combination([Naive(), Linear(), GradientBoosting(quantiles=())], "combo"),

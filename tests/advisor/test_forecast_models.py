@@ -41,6 +41,30 @@ def test_make_knows_only_its_names():
     assert set(NAMES) == set(selection.CANDIDATES)
 
 
+def test_decomposed_follows_a_daily_and_a_weekly_season():
+    """`decomposed_24_168` learns both profiles from the trailing weeks: on a series whose level
+    wanders and whose weekends sit higher, a day ahead it beats naive and the weekly seasonal
+    naive (which carries last week's noise and level), and an hour ahead it is no worse than
+    naive by more than the noise."""
+    n = 24 * 60
+    t = np.arange(n)
+    rng = np.random.default_rng(0)
+    weekend = ((t // 24) % 7 >= 5).astype(float)
+    level = 100 + np.cumsum(rng.normal(0, 0.5, n))
+    y = (level + 10 * np.sin(2 * np.pi * t / 24) + 8 * weekend + rng.normal(0, 2, n))[:, None]
+    y[100:110] = np.nan  # a gap in the history
+    cap = np.full_like(y, 200.0)
+    times = pd.date_range("2020-01-06", periods=n, freq="h")
+    until, origins = 24 * 40, np.arange(24 * 40, 24 * 54)
+
+    def mae(name: str, h: int) -> float:
+        m = make(name, QS).fit(y, cap, times, until, (1, h))
+        return float(np.mean(np.abs(y[origins + h] - m.predict(y, cap, times, origins, h))))
+
+    assert mae("decomposed_24_168", 24) < 0.8 * min(mae("naive", 24), mae("seasonal_naive_168", 24))
+    assert mae("decomposed_24_168", 1) < 1.05 * mae("naive", 1)
+
+
 def test_sort_quantiles_uncrosses():
     out = sort_quantiles({0.1: np.array([5.0]), 0.9: np.array([3.0])})
     assert out[0.1][0] == 3 and out[0.9][0] == 5

@@ -178,6 +178,8 @@ CASES: dict[str, Case] = {
         (
             r"^earth: training origins 2020-05-09",
             r"^Rule\(windows=3, margin=0.0, combine='median', calibration_days=7\) +\d",
+            r"^share of series-weeks whose advisor has each model as a member",
+            r"^naive +1\.0",
             r"^chosen: Rule\(",
         ),
         (EARTH,),
