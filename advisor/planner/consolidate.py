@@ -97,6 +97,8 @@ def parse_goal(text: str, *, priority: int | None = None, tenant: str = "") -> G
 
 # --------------------------------------------------------------------------- instance
 
+NO_UNIT = int(np.iinfo(np.int64).max)  # "no island unit fits" in the best-fit keys
+
 
 @dataclass
 class Instance:
@@ -129,6 +131,25 @@ class Instance:
     def node_gpus(self, node: int) -> np.ndarray:
         offset = self.model.nodes.gpu_offset
         return np.arange(offset[node], offset[node + 1])
+
+    def node_units(self, node: int) -> list[np.ndarray]:
+        """The node's GPU rows per island unit (cached: `make_room` asks for every node of
+        every window it tries)."""
+        cache = self.__dict__.setdefault("_units", {})
+        if node not in cache:
+            gpus = self.node_gpus(node)
+            units = self.unit_of_gpu[gpus]
+            cache[node] = [gpus[units == u] for u in np.unique(units)]
+        return cache[node]
+
+    def holders(self) -> tuple[np.ndarray, np.ndarray]:
+        """Per GPU: the summed score of the tasks holding it, and whether all of them are
+        movable (cached; the tables are read-only after the build)."""
+        if "_holders" not in self.__dict__:
+            score = np.array([sum(self.task_score[h] for h in hs) for hs in self.gpu_tasks])
+            movable = np.array([all(self.task_movable[h] for h in hs) for hs in self.gpu_tasks])
+            self.__dict__["_holders"] = (score.astype(np.float64), movable.astype(bool))
+        return self.__dict__["_holders"]
 
 
 def resolve_priority(model: ClusterModel, priority: int | None) -> int:
@@ -367,15 +388,15 @@ class Receivers:
         inst = self.inst
         row = int(inst.task_rows[t])
         allocs = inst.model.allocations
-        cpu = float(np.nan_to_num(allocs.cpu_milli[row]))
-        mem = float(np.nan_to_num(allocs.memory_mib[row]))
+        cpu = _known(allocs.cpu_milli[row])
+        mem = _known(allocs.memory_mib[row])
         ok = self._mask(t) & self.room(cpu, mem)
         k = len(inst.task_gpus[t])
         if inst.task_whole[t]:
             local = inst.policy.island_locality & needs_one_island(k, inst.island_size)
-            best_unit = np.where(self.whole >= k, self.whole, np.iinfo(np.int64).max).min(axis=1)
+            best_unit = np.where(self.whole >= k, self.whole, NO_UNIT).min(axis=1)
             total = self.whole.sum(axis=1)
-            fits = ok & np.where(local, best_unit < np.iinfo(np.int64).max, total >= k)
+            fits = ok & np.where(local, best_unit < NO_UNIT, total >= k)
             if not fits.any():
                 return None
             key = np.where(local, best_unit, total).astype(np.float64)
@@ -385,7 +406,7 @@ class Receivers:
             gpus = gpus[self.free[gpus] == MILLI]
             if local[node]:
                 counts = self.whole[node]
-                unit = int(np.argmin(np.where(counts >= k, counts, np.iinfo(np.int64).max)))
+                unit = int(np.argmin(np.where(counts >= k, counts, NO_UNIT)))
                 gpus = gpus[inst.unit_of_gpu[gpus] == unit]
             chosen = gpus[:k]
         else:
@@ -447,7 +468,7 @@ def make_room(
     row = int(inst.task_rows[t])
     allocs = inst.model.allocations
     ok = receivers._mask(t) & receivers.room(
-        float(np.nan_to_num(allocs.cpu_milli[row])), float(np.nan_to_num(allocs.memory_mib[row]))
+        _known(allocs.cpu_milli[row]), _known(allocs.memory_mib[row])
     )
     local_nodes = inst.policy.island_locality & needs_one_island(k, inst.island_size)
     have = np.where(local_nodes, receivers.whole.max(axis=1), receivers.whole.sum(axis=1))
@@ -455,11 +476,10 @@ def make_room(
     near = np.flatnonzero(ok & (have < k) & (sizes >= k))
     near = near[np.argsort(k - have[near], kind="stable")][:256]  # fewest GPUs missing first
     candidates = []
+    held_score, held_movable = inst.holders()
     for node in near.tolist():
-        gpus = inst.node_gpus(node)
-        local = inst.policy.island_locality and needs_one_island(k, int(inst.island_size[node]))
-        groups = [gpus[inst.unit_of_gpu[gpus] == u] for u in np.unique(inst.unit_of_gpu[gpus])]
-        for group in groups if local else [gpus]:
+        local = bool(local_nodes[node])
+        for group in inst.node_units(node) if local else [inst.node_gpus(node)]:
             free = group[receivers.free[group] == MILLI]
             missing = k - len(free)
             if missing <= 0 or len(group) < k:
@@ -472,8 +492,8 @@ def make_room(
                 changed = receivers.free[g] != inst.free[g]
                 if receivers.blocked[g] or receivers.free[g] == MILLI or changed or not holders:
                     continue
-                if all(inst.task_movable[h] and h not in fixed for h in holders):
-                    clearable.append((sum(inst.task_score[h] for h in holders), g))
+                if held_movable[g] and fixed.isdisjoint(holders):
+                    clearable.append((held_score[g], g))
             if len(clearable) < missing:
                 continue
             clearable.sort()
@@ -505,14 +525,25 @@ def make_room(
                 left = inst.task_gpus[h]
                 left = left[inst.usable[left] & ~receivers.blocked[left]]
                 receivers.free[left] += int(inst.task_milli[h])
-                receivers.cpu[node] += float(np.nan_to_num(allocs.cpu_milli[hrow]))
-                receivers.mem[node] += float(np.nan_to_num(allocs.memory_mib[hrow]))
+                receivers.cpu[node] += _known(allocs.cpu_milli[hrow])
+                receivers.mem[node] += _known(allocs.memory_mib[hrow])
             receivers.recount(node)
             gpus = receivers.place(t)
             if gpus is not None:
                 return gpus, relocated
         receivers.free, receivers.whole, receivers.cpu, receivers.mem = saved
     return None
+
+
+def _known(value: float) -> float:
+    """A request as a number, unknown (NaN) as 0: `float(np.nan_to_num(x))` for one value,
+    without its array machinery (it ran tens of thousands of times per plan)."""
+    v = float(value)
+    if math.isnan(v):
+        return 0.0
+    if math.isinf(v):
+        return math.copysign(np.finfo(np.float64).max, v)
+    return v
 
 
 # --------------------------------------------------------------------------- plans
@@ -601,8 +632,8 @@ def order_moves(model: ClusterModel, actions: list[Action]) -> list[Action]:
             (0.0, 0.0)
             if row is None
             else (
-                float(np.nan_to_num(allocs.cpu_milli[row])),
-                float(np.nan_to_num(allocs.memory_mib[row])),
+                _known(allocs.cpu_milli[row]),
+                _known(allocs.memory_mib[row]),
             )
         )
         info[id(a)] = (
@@ -735,8 +766,8 @@ def _with_room(
     cpu = float(inst.cpu_free[window.node])
     mem = float(inst.mem_free[window.node])
     for t in window.evict:
-        cpu += float(np.nan_to_num(allocs.cpu_milli[rows[t]]))
-        mem += float(np.nan_to_num(allocs.memory_mib[rows[t]]))
+        cpu += _known(allocs.cpu_milli[rows[t]])
+        mem += _known(allocs.memory_mib[rows[t]])
 
     def short() -> bool:
         return bool(cpu < need.cpu_milli - 1e-9 or mem < need.memory_mib - 1e-9)
@@ -754,8 +785,8 @@ def _with_room(
         others = {t for t in others if not blocked[inst.task_gpus[t]].any()}
     for t in sorted(others, key=lambda t: (inst.task_score[t], t)):
         evict.add(t)
-        cpu += float(np.nan_to_num(allocs.cpu_milli[rows[t]]))
-        mem += float(np.nan_to_num(allocs.memory_mib[rows[t]]))
+        cpu += _known(allocs.cpu_milli[rows[t]])
+        mem += _known(allocs.memory_mib[rows[t]])
         if not short():
             score = float(sum(inst.task_score[x] for x in evict))
             return Window(window.node, window.gpus, frozenset(evict), score)
@@ -962,9 +993,10 @@ def _without(inst: Instance, moved: Mapping[int, np.ndarray]) -> Instance:
     for t, gpus in moved.items():
         row = int(inst.task_rows[t])
         node = int(node_of[gpus[0]])
-        cpu[node] -= float(np.nan_to_num(allocs.cpu_milli[row]))
-        mem[node] -= float(np.nan_to_num(allocs.memory_mib[row]))
-    return Instance(**{**inst.__dict__, "task_movable": movable, "cpu_free": cpu, "mem_free": mem})
+        cpu[node] -= _known(allocs.cpu_milli[row])
+        mem[node] -= _known(allocs.memory_mib[row])
+    tables = {k: v for k, v in inst.__dict__.items() if not k.startswith("_")}  # no caches
+    return Instance(**{**tables, "task_movable": movable, "cpu_free": cpu, "mem_free": mem})
 
 
 def needs_for(

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from advisor.fragmentation.measures import parse_shape
-from advisor.model import MILLI, ClusterModel
+from advisor.model import MILLI, ClusterModel, spec_allows
 
 LOW_QUANTILE, MID_QUANTILE, HIGH_QUANTILE = "0.1", "0.5", "0.9"
 
@@ -226,7 +226,8 @@ def pending_gpus_by_job(model: ClusterModel) -> dict[str, float]:
 def waiting_on(plan: Mapping[str, Any], model: ClusterModel) -> tuple[str, float]:
     """The waiting job a plan would start and its GPUs: a reservation's own job; for a
     consolidation goal `job=SHAPE`, the first waiting job (queue order: priority, then
-    creation) of that many tasks x GPUs; ("", 0) when none waits on it."""
+    creation) of that many tasks x GPUs whose `gpu_spec` allows the GPU models of the nodes
+    the plan makes room on; ("", 0) when none waits on it."""
     pending = pending_gpus_by_job(model)
     job = plan.get("job")
     if isinstance(job, str) and job in pending:
@@ -243,14 +244,25 @@ def waiting_on(plan: Mapping[str, Any], model: ClusterModel) -> tuple[str, float
     tasks: dict[str, list[int]] = {}
     for row in rows.tolist():
         tasks.setdefault(str(allocs.job[row]), []).append(row)
+    # the GPU models of the nodes the plan makes room on: a job that does not allow one of
+    # them could not start there (a configured shape may name no model at all)
+    targets = {
+        str(a["to"]["node"])
+        for a in plan.get("actions", [])
+        if a.get("kind") == "reserve" and a.get("to")
+    }
+    on = np.isin(model.nodes.name, np.array(sorted(targets), dtype=object))
+    models = sorted({str(m) for m in model.nodes.gpu_model[on].tolist()})
     best: tuple[tuple[int, float], str] | None = None
     for name, members in tasks.items():
         first = members[0]
+        spec = str(allocs.gpu_spec[first])
         if (
             len(members) == shape.tasks
             and int(allocs.num_gpu[first]) == shape.num_gpu
             and int(allocs.gpu_milli[first]) == shape.gpu_milli
-            and (not shape.gpu_spec or str(allocs.gpu_spec[first]) in ("", shape.gpu_spec))
+            and (not shape.gpu_spec or spec in ("", shape.gpu_spec))
+            and all(spec_allows(spec, m) for m in models)
         ):
             key = (-int(allocs.priority[first]), float(allocs.creation_time[first]))
             if best is None or key < best[0]:

@@ -166,6 +166,9 @@ class Simulation:
         self.moves: list[float] = []  # time of each moved task
         self.restart_gpu_s = 0.0
         self.reclaimed = 0
+        # bumped by every change a controller could see (arrivals, starts, ends, moves, holds):
+        # a controller may skip a tick on which it is unchanged since its last one
+        self.changes = 0
         self.timeline: list[tuple[float, float, float, float]] = []  # t, alloc, held, waiting
         self.last_start = self.now
         self._freed: set[int] = set()
@@ -204,6 +207,7 @@ class Simulation:
                 if self.status[job] == NEVER:
                     continue
                 self.status[job] = WAITING
+                self.changes += 1
                 self._observe(job)
                 if self.queue.has_peers(job) or not self._try_start(job):
                     self.queue.push(job)
@@ -305,6 +309,7 @@ class Simulation:
         """Book a job whose tasks were just allocated on `placement`."""
         if job in self.reservations:
             self.release_reservation(job)
+        self.changes += 1
         self.status[job] = RUNNING
         self.placement[job] = placement
         for node, _ in placement:
@@ -322,6 +327,7 @@ class Simulation:
         self.last_start = self.now
 
     def _finish(self, job: int) -> None:
+        self.changes += 1
         placement = self.placement[job] or []
         spec = self.specs[job]
         for node, gpus in placement:
@@ -412,6 +418,7 @@ class Simulation:
             self._claim_holds(old_node, old_gpus)
             self.moves.append(self.now)
         self.budget.moved += len(moves)
+        self.changes += 1
         return True
 
     def _reindex(self, job: int, old_nodes: Sequence[int]) -> None:
@@ -464,6 +471,7 @@ class Simulation:
         keep = {(n, g) for n, gs in targets.items() for g in gs}
         if old is not None:
             self._drop_holds(old, keep)
+        self.changes += 1
         res = Reservation(job, targets, release_at, held=set() if old is None else old.held)
         self.reservations[job] = res
         self.fence[list(targets)] = job
@@ -478,12 +486,14 @@ class Simulation:
         self._push(release_at, RELEASE, job)
 
     def _hold(self, res: Reservation, node: int, gpu: int) -> None:
+        self.changes += 1
         self.state.allocate(node, [gpu], HOLD)
         res.held.add((node, gpu))
         self.held_gpus += 1
         self.awaiting_hold.pop((node, gpu), None)
 
     def _drop_holds(self, res: Reservation, keep: set[tuple[int, int]]) -> None:
+        self.changes += 1
         kept_nodes = {n for n, _ in keep}
         for node in np.flatnonzero(self.fence == res.job).tolist():
             if node not in kept_nodes:

@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from advisor.planner.timing import acts
-from advisor.simulate.advisor_adapter import EPOCH, AdvisorAdapter
-from advisor.simulate.engine import RUNNING, WAITING, Simulation
+from advisor.simulate.advisor_adapter import EPOCH, Advice, AdvisorAdapter
+from advisor.simulate.engine import DAY, RUNNING, WAITING, Simulation
 
 NOW = "now"
 
@@ -38,6 +38,7 @@ class OperatorStats:
     """What the operator did over one replay."""
 
     calls: int = 0
+    reused: int = 0  # ticks skipped: nothing changed since the last run, in the same hour
     consolidations: int = 0
     reservations: int = 0
     preemptive: int = 0
@@ -46,6 +47,7 @@ class OperatorStats:
     skipped_window: int = 0
     skipped_fit: int = 0  # a consolidation whose nodes would still lack the job's CPU/memory
     failed: int = 0
+    wrong_model: dict[str, int] = field(default_factory=dict)  # plans refused, per method
     errors: list[str] = field(default_factory=list)
 
 
@@ -61,13 +63,27 @@ class AdvisorOperator:
         self.stats = OperatorStats()
         self._index: dict[str, int] = {}
         self._tasks: dict[str, tuple[int, int]] = {}
+        self._seen: tuple[int, int, int] | None = None
 
     def tick(self, sim: Simulation, now: float) -> None:
         if self.adapter is None:
             self.adapter = AdvisorAdapter(sim, self.every_s, self.default_restart_s)
             self._index = {str(n): j for j, n in enumerate(sim.jobs.name.tolist())}
+        # Nothing arrived, started, ended, moved or was held since the last run, and the
+        # hour (the forecast's step) and the budget's day are the same: that run read this
+        # cluster and what it served was applied (or could not be), so running again would
+        # only repeat it. Its answer stands; the history keeps a reading each hour.
+        seen = (sim.changes, int(now // 3600.0), int((now - sim.origin) // DAY))
+        if seen == self._seen:
+            self.stats.reused += 1
+            return
         advice = self.adapter.advise(sim, now)
         self.stats.calls += 1
+        self._apply(sim, advice)
+        self._seen = (sim.changes, int(now // 3600.0), int((now - sim.origin) // DAY))
+
+    def _apply(self, sim: Simulation, advice: Advice) -> None:
+        """The run's plans, applied in the order of the module docstring."""
         if advice.error and len(self.stats.errors) < 5:
             self.stats.errors.append(advice.error)
         plans = [p for p in advice.recommendations.get("plans", []) if acts(p)]
@@ -138,6 +154,8 @@ class AdvisorOperator:
         if len(targets) != int(sim.jobs.num_nodes[job]):
             self.stats.failed += 1
             return False
+        if not self._models_allowed(sim, job, targets, plan):
+            return False
         release = plan.get("release", {}).get("if_not_started_by")
         release_at = float(release) - EPOCH if release is not None else sim.now + self.every_s
         sim.reserve(job, {n: sorted(set(g)) for n, g in targets.items()}, release_at)
@@ -166,6 +184,8 @@ class AdvisorOperator:
             if action["kind"] == "reserve" and action.get("to"):
                 node = self._node(sim, action["to"]["node"])
                 targets.setdefault(node, []).extend(int(g) for g in action["to"]["gpus"])
+        if job is not None and not self._models_allowed(sim, job, targets, plan):
+            return False
         if job is not None and not self._room_after(sim, job, moves, targets):
             self.stats.skipped_fit += 1
             return False
@@ -180,6 +200,19 @@ class AdvisorOperator:
                 job, {n: sorted(set(g))[:need] for n, g in targets.items()}, sim.now + self.every_s
             )
         return True
+
+    def _models_allowed(
+        self, sim: Simulation, job: int, targets: dict[int, list[int]], plan: dict[str, Any]
+    ) -> bool:
+        """Whether every target node has a GPU model `job` allows: a plan that puts it on
+        another model would be refused by the cluster (the kubelet's node affinity), so the
+        operator does not apply it and counts it by the plan's method."""
+        allowed = sim.state.access(sim.specs[job].gpu_spec)
+        if all(allowed[n] for n in targets):
+            return True
+        method = str(plan.get("method", ""))
+        self.stats.wrong_model[method] = self.stats.wrong_model.get(method, 0) + 1
+        return False
 
     @staticmethod
     def _room_after(

@@ -34,6 +34,9 @@ RUN_COLUMNS = (
     "skipped_budget",
     "failed",
     "never_fit",
+    "reused",
+    "skipped_fit",
+    "wrong_model",
 )
 
 
@@ -56,8 +59,15 @@ def run_row(outcome: Outcome) -> dict[str, Any]:
         "advisor_s_per_call": round(sum(outcome.advisor_s) / calls, 4) if calls else "",
         "advisor_s_max": round(max(outcome.advisor_s), 4) if calls else "",
         "advisor_cpu_s_per_call": round(sum(outcome.advisor_cpu_s) / calls, 4) if calls else "",
-        **{k: notes.get(k, "") for k in RUN_COLUMNS[8:]},
+        **{k: _note(notes.get(k, "")) for k in RUN_COLUMNS[8:]},
     }
+
+
+def _note(value: Any) -> Any:
+    """A count per kind (`{"heuristic": 7}`) as `heuristic:7` (`;` between kinds)."""
+    if isinstance(value, dict):
+        return ";".join(f"{k}:{v}" for k, v in sorted(value.items()))
+    return value
 
 
 def write_all(folder: Path, outcomes: list[Outcome], title: str) -> list[str]:

@@ -326,3 +326,63 @@ def test_the_advisor_holds_gpus_for_a_big_job_small_ones_would_starve() -> None:
     assert waits(on)["big"] < 600.0
     assert operator.stats.reservations >= 1 and on.held_area > 0
     assert not on.moves
+
+
+def test_the_advisor_is_not_run_again_while_nothing_changes() -> None:
+    """A big job waits 3 h behind one long job on the only node; nothing arrives or ends in
+    between, so after its first runs the operator reuses the answer, except once an hour (the
+    forecast's step), and every tick is either a run or a reuse."""
+    table = jobs([{"name": "long", "g": 4, "d": 3 * 3600.0}, {"name": "big", "t": 1.0, "g": 8}])
+    operator = AdvisorOperator(every_s=60.0, default_restart_s=300.0)
+    sim = simulate(table, nodes(1), "mostallocated", operator)
+    assert waits(sim)["big"] == 3 * 3600.0 - 1.0
+    assert operator.adapter is not None
+    ticks = operator.stats.calls + operator.stats.reused
+    assert ticks >= 179
+    assert 3 <= operator.stats.calls <= 12
+    assert operator.adapter.calls == operator.stats.calls
+
+
+def test_a_plan_on_a_gpu_model_the_job_does_not_allow_is_not_applied() -> None:
+    """The cluster would refuse it (node affinity): the operator counts it by method instead
+    of starting the job there."""
+    cluster = nodes(2)
+    cluster.model[1] = "V100"
+    table = jobs([{"name": "big", "g": 8, "d": 60.0}])
+    table.gpu_spec[0] = "A100"
+    sim = simulate(table, cluster)
+    operator = AdvisorOperator(every_s=60.0, default_restart_s=300.0)
+    plan = {"method": "reserve"}
+    assert operator._models_allowed(sim, 0, {0: list(range(8))}, plan)
+    assert not operator._models_allowed(sim, 0, {1: list(range(8))}, plan)
+    assert operator.stats.wrong_model == {"reserve": 1}
+
+
+def test_a_consolidation_is_not_said_to_start_a_job_its_gpu_model_excludes() -> None:
+    """A configured shape (`job=8`, any model) makes room on an A100 node; the first waiting
+    8-GPU job asks for V100s, so the plan does not start it (it would name it before)."""
+    from advisor.planner.timing import waiting_on
+    from advisor.simulate.advisor_adapter import _static_columns, model_of
+
+    cluster = nodes(2)
+    cluster.model[1] = "V100"
+    table = jobs([{"name": "a", "g": 1}, {"name": "v", "g": 1}, {"name": "big", "t": 1.0, "g": 8}])
+    table.gpu_spec[:] = ["A100", "V100", "V100"]
+    seen: list[Any] = []
+
+    class Look:
+        name, every_s = "look", 60.0
+
+        def tick(self, sim: Simulation, now: float) -> None:
+            if not seen:
+                seen.append(model_of(sim, now, _static_columns(sim)))
+
+    simulate(table, cluster, controller=Look())
+    model = seen[0]
+
+    def plan(node: str) -> dict[str, Any]:
+        action = {"kind": "reserve", "to": {"node": node, "gpus": list(range(8))}}
+        return {"goal": "job=8", "actions": [action]}
+
+    assert waiting_on(plan("n0"), model) == ("", 0.0)
+    assert waiting_on(plan("n1"), model) == ("big", 8.0)
