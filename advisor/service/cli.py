@@ -262,19 +262,27 @@ def external_url(text: str) -> str:
     return text.rstrip("/")
 
 
-def runbook_routes(base_url: str) -> dict[str, Route]:
+def runbook_routes(base_url: Callable[[], str]) -> dict[str, Route]:
     """/runbooks/ (the index) and /runbooks/<AlertName> (its page) as HTML; /runbooks sends
-    the browser on to /runbooks/, where the index's relative links resolve."""
+    the browser on to /runbooks/, where the index's relative links resolve. `base_url` is
+    asked when a page is first served: the default names the port the server got, which a
+    listen address of port 0 leaves unknown until it listens."""
     from advisor.service import runbooks
     from gpu_defrag_common.server import Response
 
-    pages = runbooks.shipped_pages(base_url)
+    rendered: dict[str, dict[str, bytes]] = {}
 
-    def serve(body: str) -> Route:
-        encoded = body.encode()
-        return lambda query: Response(HTTPStatus.OK, encoded, HTML)
+    def serve(name: str) -> Route:
+        def route(query: str) -> Response:
+            base = base_url()
+            if base not in rendered:
+                pages = runbooks.shipped_pages(base)
+                rendered[base] = {key: body.encode() for key, body in pages.items()}
+            return Response(HTTPStatus.OK, rendered[base][name], HTML)
 
-    routes = {f"/runbooks/{name}": serve(body) for name, body in pages.items()}
+        return route
+
+    routes = {f"/runbooks/{name}": serve(name) for name in runbooks.shipped_pages("")}
     moved = Response(HTTPStatus.PERMANENT_REDIRECT, b"", HTML, {"Location": "runbooks/"})
     routes["/runbooks"] = lambda query: moved
     return routes
@@ -335,12 +343,14 @@ def run(args: argparse.Namespace) -> int:
 
     loop = AdvisorLoop(args.source, ingest, config, past=read_past)
     try:
-        routes = {**Api(loop.state).routes(), **runbook_routes(base_url)}
+        routes = {**Api(loop.state).routes(), **runbook_routes(lambda: base_url)}
         app = build_app(loop, routes, web, "gpu-defrag advisor")
         server = AdvisorServer(args.listen_address, app, web, server_limits(args))
     except (OSError, ValueError) as error:
         say_error("advise", f"cannot listen on {args.listen_address}: {error}")
         return 2
+    if not args.external_url and not port:  # port 0: the port the server got
+        base_url = f"http://localhost:{server.port}"
     signals = ShutdownSignals().install()
     server.start()
     steps = math.ceil(span / 3600.0) if span > 0 else None  # one instant an hour
@@ -371,7 +381,7 @@ def run(args: argparse.Namespace) -> int:
         args.source,
         args.interval,
         server.url(""),
-        f"{base_url}/runbooks/" if args.external_url or port else server.url("/runbooks/"),
+        f"{base_url}/runbooks/",
     )
     signals.wait()
     server.close()

@@ -129,8 +129,11 @@ def test_the_service_serves_and_exports_the_tenants(sim_state):
     assert quota_lines == (
         ['gpu_advisor_forecast_tenant_quota_gpus{tenant="rnd"} 24.0'] if "rnd" in quota else []
     )
-    assert page.count("gpu_advisor_forecast_tenant_backtest_wape_ratio{") == 2 * len(
-        [h for t in section["tenants"] for h in t["horizons"] if h["available"]]
+    assert page.count("gpu_advisor_forecast_tenant_backtest_wape_ratio{") == sum(
+        len(h["backtest"]["wape_ratio"])  # a series per model the document scores
+        for t in section["tenants"]
+        for h in t["horizons"]
+        if h["available"]
     )
     # the tenants' interval coverage, as the pools': every served share and its hours
     served = {
