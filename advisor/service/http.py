@@ -250,20 +250,53 @@ def _declared_over_bound(head: bytes) -> bool:
 
 class _Protocol(H11Protocol):
     """uvicorn's h11 protocol with the stdlib server's answers to a request it cannot parse: 414
-    for a request line over `MAX_HEAD`, 431 for headers over it, else 400; JSON under /api/."""
+    for a request line over `MAX_HEAD`, 431 for headers over it, else 400; JSON under /api/.
+
+    And the exporter's request deadline (`Limits.request_timeout_s`), which uvicorn lacks: a
+    connection gets that long from its opening, or from a request's first byte, to send the
+    whole request; a client that drips its headers (or sends nothing) is closed then, so slow
+    clients cannot hold the connections `--web.max-connections` allows."""
+
+    request_timeout_s = Limits().request_timeout_s  # the server's own (`AdvisorServer`)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._head = bytearray()  # the start of the request being parsed (bounded)
+        self._deadline: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._start_deadline()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._stop_deadline()
+        super().connection_lost(exc)
+
+    def _start_deadline(self) -> None:
+        if self._deadline is None:
+            self._deadline = self.loop.call_later(self.request_timeout_s, self._too_slow)
+
+    def _stop_deadline(self) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
+
+    def _too_slow(self) -> None:
+        self._deadline = None
+        if self.conn.their_state is not h11.DONE and not self.transport.is_closing():
+            self.transport.close()
 
     def data_received(self, data: bytes) -> None:
         if self.conn.their_state is h11.IDLE:
+            self._start_deadline()  # a new request's first byte (no-op while one runs)
             room = MAX_HEAD + 1 - len(self._head)
             if room > 0:
                 self._head += data[:room]
         super().data_received(data)
         if self.conn.their_state is not h11.IDLE:
             self._head.clear()
+        if self.conn.their_state is h11.DONE:  # the whole request is in: the app answers it
+            self._stop_deadline()
 
     def send_400_response(self, msg: str) -> None:
         head = bytes(self._head)
@@ -312,9 +345,10 @@ class AdvisorServer:
             self._socket.close()
             raise
         tls = web.tls
+        bounded = type("_Bounded", (_Protocol,), {"request_timeout_s": limits.request_timeout_s})
         config = uvicorn.Config(
             app,
-            http=_Protocol,
+            http=bounded,
             ws="none",
             lifespan="off",
             log_config=None,

@@ -233,3 +233,38 @@ def test_max_connections_bounds_the_connections_served_at_once(loop):
         assert status == 200
     finally:
         server.close()
+
+
+def test_a_client_that_drips_its_request_is_closed_at_the_deadline(loop):
+    """uvicorn has no whole-request deadline: a client dripping its headers, or sending
+    nothing, held its connection for ever, and `--web.max-connections` of them starved the API.
+    Each now gets `request_timeout_s` from its first byte (or from connecting); a whole request
+    is still answered once they are gone."""
+    import socket
+
+    def closed_by_server(sock: socket.socket) -> bool:
+        try:
+            return sock.recv(1024) == b""  # blocks until the server closes (or 10 s: fails)
+        except ConnectionResetError:
+            return True
+
+    web = load_web_config(None)
+    app = build_app(loop, Api(loop.state).routes(), web, "gpu-defrag advisor")
+    limits = Limits(max_connections=2, request_timeout_s=1.0)
+    server = AdvisorServer("127.0.0.1:0", app, web, limits)
+    server.start()
+    silent = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+    drip = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+    try:
+        started = time.monotonic()
+        for part in (b"GET /-/healthy HTTP/1.1\r\n", b"Host: advisor\r\n"):
+            drip.sendall(part)
+            time.sleep(0.3)
+        assert closed_by_server(drip) and closed_by_server(silent)
+        assert time.monotonic() - started < 8
+        answered = requests.get(f"http://127.0.0.1:{server.port}/-/healthy", timeout=5)
+        assert answered.status_code == 200
+    finally:
+        silent.close()
+        drip.close()
+        server.close()
