@@ -270,17 +270,10 @@ def runbook_routes(base_url: Callable[[], str]) -> dict[str, Route]:
     from advisor.service import runbooks
     from gpu_defrag_common.server import Response
 
-    rendered: dict[str, dict[str, bytes]] = {}
-
-    def serve(name: str) -> Route:
-        def route(query: str) -> Response:
-            base = base_url()
-            if base not in rendered:
-                pages = runbooks.shipped_pages(base)
-                rendered[base] = {key: body.encode() for key, body in pages.items()}
-            return Response(HTTPStatus.OK, rendered[base][name], HTML)
-
-        return route
+    def serve(name: str) -> Route:  # shipped_pages is cached per base URL
+        return lambda query: Response(
+            HTTPStatus.OK, runbooks.shipped_pages(base_url())[name].encode(), HTML
+        )
 
     routes = {f"/runbooks/{name}": serve(name) for name in runbooks.shipped_pages("")}
     moved = Response(HTTPStatus.PERMANENT_REDIRECT, b"", HTML, {"Location": "runbooks/"})
