@@ -98,10 +98,11 @@ def _too_large(scope: Scope) -> HTTPStatus | None:
 
 
 class Gate:
-    """What every request passes before the routes: unknown methods (501), bounded bodies (413,
-    a chunked one closes the connection), basic auth (401), read-only methods (405), HEAD served
-    as GET (uvicorn sends no body for it); the web config's headers on every answer; a route
-    that failed is logged here (the app answered it 500)."""
+    """What every request passes before the routes: unknown methods (501, closing the
+    connection as the standard library's server does), bounded bodies (413, a chunked one
+    closes the connection), basic auth (401), read-only methods (405), HEAD served as GET
+    (uvicorn sends no body for it); the web config's headers on every answer; a route that
+    failed is logged here (the app answered it 500)."""
 
     def __init__(self, app: ASGIApp, web: WebConfig) -> None:
         self.app = app
@@ -134,7 +135,8 @@ class Gate:
             extra["Connection"] = "close"
             await refuse(too_large, too_large.phrase)
             return
-        if method not in READ_ONLY | OTHER_METHODS:
+        if method not in READ_ONLY | OTHER_METHODS:  # its body's framing is unknown: close
+            extra["Connection"] = "close"
             await refuse(HTTPStatus.NOT_IMPLEMENTED, f"Unsupported method ({method!r})")
             return
         if not close:

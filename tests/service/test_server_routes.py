@@ -114,6 +114,7 @@ def test_errors_under_api_are_the_error_schema_in_json(advisor):
     assert answers[405].headers["Allow"] == "GET, HEAD"
     for status, (code, headers, body) in raw.items():
         assert code == status and headers["content-type"] == "application/json"
+        assert headers["connection"] == "close"  # `_raw` reads to the end: no keep-alive wait
         jsonschema.validate(json.loads(body), schema)
     assert [a.headers["Content-Type"] for a in plain] == ["text/plain; charset=utf-8"] * 2
 
