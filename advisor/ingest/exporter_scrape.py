@@ -2,7 +2,8 @@
 
 The advisor's embedded default: no Prometheus, it reads the exporters itself. Our series are
 read by their names in `exporter.contract` (a rename there is a rename here); dcgm-exporter
-pages go through the dcgm-exporter backend's own grouping, whose pod labels give allocations.
+pages go through the exporter's dcgm-exporter page reader (`exporter.dcgm_page`, which its
+dcgm-exporter backend reads with too), whose pod labels give allocations.
 The same sample-to-readings functions serve Prometheus query results (`ingest.prometheus`).
 
 Values no GPU can report are read as unknown, one rule for every command that reads pages
@@ -51,9 +52,8 @@ import requests
 from advisor.ingest.readings import from_readings
 from advisor.model import MILLI, ClusterModel
 from advisor.snapshot import INT32_MAX, INT32_MIN, MAX_EXACT
-from exporter.backends import dcgm_exporter as dx
-from exporter.backends.base import BackendUnavailable
 from exporter.contract import spec
+from exporter.dcgm_page import PageReader, canonical_name
 from exporter.readings import (
     Allocation,
     GpuProcess,
@@ -64,6 +64,7 @@ from exporter.readings import (
     TopologyLink,
 )
 from gpu_defrag_common.exposition import escape_label
+from gpu_defrag_common.page_fetch import PageUnavailable, fetch_page, parse_samples
 
 log = logging.getLogger(__name__)
 
@@ -392,12 +393,12 @@ def is_dcgm(samples: Sequence[Sample]) -> bool:
     names with `--compat.dcgm-names`; its own series are richer, so they win)."""
     if any(name == GPU_INFO for name, _, _ in samples):
         return False
-    return any(dx.canonical_name(name).startswith("DCGM_") for name, _, _ in samples)
+    return any(canonical_name(name).startswith("DCGM_") for name, _, _ in samples)
 
 
 def dcgm_readings(samples_by_target: Mapping[str, Sequence[Sample]]) -> list[NodeReading]:
-    """dcgm-exporter samples per target host -> readings, via the dcgm-exporter backend's own
-    grouping (its `Hostname` label names the node, else the target host)."""
+    """dcgm-exporter samples per target host -> readings, by the exporter's dcgm-exporter page
+    reader (its `Hostname` label names the node, else the target host)."""
     readings = dcgm_readings_unchecked(samples_by_target)
     drop_impossible(readings)
     return readings
@@ -405,20 +406,14 @@ def dcgm_readings(samples_by_target: Mapping[str, Sequence[Sample]]) -> list[Nod
 
 def dcgm_readings_unchecked(samples_by_target: Mapping[str, Sequence[Sample]]) -> list[NodeReading]:
     """`dcgm_readings` before `drop_impossible`."""
-    nodes: dict[str, dx._Node] = {}
-    for host, samples in samples_by_target.items():
-        canonical = [(dx.canonical_name(name), labels, value) for name, labels, value in samples]
-        dx._group(canonical, host, nodes)
-    backend = dx.DcgmExporterBackend(list(samples_by_target) or ["dcgm-exporter"])
-    now = time.time()
-    return [backend._reading(node, now) for node in nodes.values()]
+    return PageReader().read(samples_by_target)
 
 
 def fetch(url: str, timeout: float, session: requests.Session | None = None) -> str:
     """The page text; SourceUnavailable (one line naming the URL) on any HTTP failure."""
     try:
-        return dx.fetch_page(url, timeout, session)
-    except BackendUnavailable as error:
+        return fetch_page(url, timeout, session)
+    except PageUnavailable as error:
         raise SourceUnavailable(str(error)) from None
 
 
@@ -427,8 +422,8 @@ def parse(text: str, url: str) -> list[Sample]:
     once (`drop_duplicates`). Lines that cannot be parsed (a dcgm-exporter field DCGM cannot
     render) are left out with one warning naming how many and the first; the rest is read."""
     try:
-        samples, skipped = dx.parse_samples(text, url)
-    except BackendUnavailable as error:
+        samples, skipped = parse_samples(text, url)
+    except PageUnavailable as error:
         raise SourceUnavailable(str(error)) from None
     if skipped is not None:
         log.warning(

@@ -61,8 +61,8 @@ from advisor.ingest.exporter_scrape import (
 )
 from advisor.ingest.readings import from_readings
 from advisor.model import ClusterModel, Usage
-from exporter.backends import dcgm_exporter as dx
 from exporter.contract import DCGM_COMPAT
+from exporter.dcgm_page import canonical_name
 from gpu_defrag_common import bounded_get, units
 from gpu_defrag_common.messages import one_line
 
@@ -315,7 +315,7 @@ def load(
     read: dict[str, list[Sample]] = {}
     for target, group in by_target.items():
         ours = [s for s in group if s[0] in OUR_NAMES and "node" in s[1]]
-        dcgm = [s for s in group if dx.canonical_name(s[0]).startswith("DCGM_")]
+        dcgm = [s for s in group if canonical_name(s[0]).startswith("DCGM_")]
         if ours or dcgm:
             kinds[target], read[target] = not ours, ours or dcgm
     if not read:

@@ -14,9 +14,8 @@ import requests
 
 from advisor.ingest.exporter_scrape import SourceUnavailable
 from advisor.ingest.prometheus import PrometheusClient
-from exporter.backends.base import BackendUnavailable
-from exporter.backends.dcgm_exporter import fetch_page
 from gpu_defrag_common import bounded_get
+from gpu_defrag_common.page_fetch import PageUnavailable, fetch_page
 from tests.fakes.page_server import fixed, head, serve_raw
 
 CAP = 2**20
@@ -84,7 +83,7 @@ def test_a_hanging_lookup_does_not_hold_a_scrape_or_a_query_past_the_timeout(res
     """The two callers: the dcgm-exporter backend (inside a scrape) and the Prometheus client."""
     resolver.hang.update({"dead-dns-exporter.invalid", "dead-dns-prometheus.invalid"})
     url = "http://dead-dns-exporter.invalid:9400/metrics"
-    message, took = _timed(lambda: fetch_page(url, 0.5), BackendUnavailable)
+    message, took = _timed(lambda: fetch_page(url, 0.5), PageUnavailable)
     assert (message, took < 1.5) == (f"{url}: no answer within 0.5 s", True)
     client = PrometheusClient("http://dead-dns-prometheus.invalid:9090", timeout=0.5)
     message, took = _timed(lambda: client.instant("up"), SourceUnavailable)

@@ -1,9 +1,10 @@
 """DESIGN.md's direction of imports, read from the source: the exporter never imports the
 advisor, and the common package imports neither (both depend on it, it depends on no side).
 The advisor imports from the exporter only its contract (metric names, the reading dataclasses,
-the rule for "in use"), and only where readings come in (`advisor/ingest/`) or the metric
-contract is extended (`advisor/contract.py`): the model and every analysis know nothing of
-the exporter."""
+the rule for "in use", how a dcgm-exporter page reads as readings), and only where readings
+come in (`advisor/ingest/`) or the metric contract is extended (`advisor/contract.py`): the
+model and every analysis know nothing of the exporter, and nothing of the advisor's imports
+`exporter.backends`."""
 
 from __future__ import annotations
 
@@ -62,29 +63,54 @@ def imported_modules(path: Path) -> set[str]:
     return names
 
 
-# What the advisor may import from the exporter: its contract.
-EXPORTER_CONTRACT = {"exporter.contract", "exporter.readings", "exporter.usage"}
-# Not contract, still imported where pages come in: dcgm-exporter's page reader (its name
-# mapping and grouping into readings), shared with the exporter's dcgm-exporter backend.
-# Moving it into a package both import is the next step; until then no other module may.
-PAGE_READER = {"exporter.backends.dcgm_exporter", "exporter.backends.base"}
+# What the advisor may import from the exporter: its contract (metric names, the reading
+# dataclasses, the rule for "in use", how a dcgm-exporter page reads as readings). Nothing of
+# exporter.backends: the dcgm-exporter backend reads pages with the same public reader.
+EXPORTER_CONTRACT = {
+    "exporter.contract",
+    "exporter.readings",
+    "exporter.usage",
+    "exporter.dcgm_page",
+}
 READS_EXPORTER = {
     "advisor/contract.py": {"exporter.contract"},
-    "advisor/ingest/": EXPORTER_CONTRACT | PAGE_READER,
+    "advisor/ingest/": EXPORTER_CONTRACT,
 }
 
 
-def test_the_advisor_imports_only_the_exporter_contract_where_readings_come_in() -> None:
+def beyond_the_contract(root: Path) -> dict[str, list[str]]:
+    """{module under `root` (advisor/...): the exporter modules it imports beyond what its
+    place allows}."""
     wrong = {}
-    for path in sorted((ROOT / "advisor").rglob("*.py")):
-        module = str(path.relative_to(ROOT))
+    for path in sorted((root / "advisor").rglob("*.py")):
+        module = str(path.relative_to(root))
         allowed = set().union(
             *(names for prefix, names in READS_EXPORTER.items() if module.startswith(prefix))
         )
         exporter = {name for name in imported_modules(path) if name.split(".")[0] == "exporter"}
         if exporter - allowed:
             wrong[module] = sorted(exporter - allowed)
+    return wrong
+
+
+def test_the_advisor_imports_only_the_exporter_contract_where_readings_come_in() -> None:
+    wrong = beyond_the_contract(ROOT)
     assert not wrong, f"the advisor imports from the exporter beyond its contract: {wrong}"
+
+
+def test_an_import_of_the_exporters_backends_is_refused_even_in_ingest(tmp_path: Path) -> None:
+    """The rule has no exception left: the page reader the ingest once took from the
+    dcgm-exporter backend would be named again (and so would the backend's error)."""
+    ingest = tmp_path / "advisor" / "ingest"
+    ingest.mkdir(parents=True)
+    (ingest / "pages.py").write_text(
+        "from exporter.backends import dcgm_exporter as dx\n"
+        "from exporter.backends.base import BackendUnavailable\n"
+        "from exporter.dcgm_page import canonical_name\n"
+    )
+    assert beyond_the_contract(tmp_path) == {
+        "advisor/ingest/pages.py": ["exporter.backends.base", "exporter.backends.dcgm_exporter"]
+    }
 
 
 def test_the_module_checker_sees_exporter_imports() -> None:
@@ -92,9 +118,7 @@ def test_the_module_checker_sees_exporter_imports() -> None:
     nothing would pass every rule)."""
     found = imported_modules(ROOT / "advisor/ingest/readings.py")
     assert {"exporter.readings", "exporter.usage"} <= found
-    assert "exporter.backends.dcgm_exporter" in imported_modules(
-        ROOT / "advisor/ingest/exporter_scrape.py"
-    )
+    assert "exporter.dcgm_page" in imported_modules(ROOT / "advisor/ingest/exporter_scrape.py")
 
 
 def test_the_checker_sees_imports() -> None:

@@ -13,13 +13,14 @@ from pathlib import Path
 import pytest
 import requests
 
-from exporter.backends import dcgm_exporter
 from exporter.backends.base import BackendUnavailable
 from exporter.backends.dcgm_common import XidTracker, is_blank
-from exporter.backends.dcgm_exporter import DcgmExporterBackend, fetch_page
-from exporter.backends.page_parse import first_bad_line
+from exporter.backends.dcgm_exporter import DcgmExporterBackend
 from exporter.backends.registry import backend_class
 from exporter.readings import GpuReading
+from gpu_defrag_common import page_fetch
+from gpu_defrag_common.page_fetch import PageUnavailable, fetch_page
+from gpu_defrag_common.page_parse import first_bad_line
 from tests.fakes.page_server import (
     EXPOSITION,
     Answer,
@@ -673,7 +674,7 @@ def _fetch_error(answer: Answer, timeout: float = 1.0) -> tuple[str, str, float]
     with serve_raw(answer) as base:
         url = base + "/metrics"
         started = time.monotonic()
-        with pytest.raises(BackendUnavailable) as caught:
+        with pytest.raises(PageUnavailable) as caught:
             fetch_page(url, timeout)
         return url, str(caught.value), time.monotonic() - started
 
@@ -710,7 +711,7 @@ def test_a_page_read_to_the_close_is_not_taken_whole_when_the_deadline_cuts_it()
 
 
 def test_an_endless_page_is_refused_at_the_cap(monkeypatch):
-    monkeypatch.setattr(dcgm_exporter, "MAX_PAGE_BYTES", 2**20)
+    monkeypatch.setattr(page_fetch, "MAX_PAGE_BYTES", 2**20)
     url, error, took = _fetch_error(endless(head(Transfer_Encoding="chunked")), timeout=10)
     assert error == f"{url}: page larger than 1MiB"
     assert took < 5
@@ -718,17 +719,17 @@ def test_an_endless_page_is_refused_at_the_cap(monkeypatch):
 
 def test_a_content_length_over_the_cap_is_refused_without_reading():
     """The server sends the head and then nothing: only a refusal at the head ends it early."""
-    declared = head(Content_Length=str(dcgm_exporter.MAX_PAGE_BYTES + 1))
+    declared = head(Content_Length=str(page_fetch.MAX_PAGE_BYTES + 1))
     url, error, took = _fetch_error(lambda conn, stop: (conn.sendall(declared), stop.wait(10)), 5)
     assert error == f"{url}: page larger than 64MiB"
     assert took < 1
 
 
 def test_a_page_of_exactly_the_cap_is_read(monkeypatch):
-    monkeypatch.setattr(dcgm_exporter, "MAX_PAGE_BYTES", len(A100))
+    monkeypatch.setattr(page_fetch, "MAX_PAGE_BYTES", len(A100))
     with serve_raw(fixed(_page(A100))) as base:
         assert fetch_page(base + "/metrics", 2) == A100.decode()
-    monkeypatch.setattr(dcgm_exporter, "MAX_PAGE_BYTES", len(A100) - 1)
+    monkeypatch.setattr(page_fetch, "MAX_PAGE_BYTES", len(A100) - 1)
     url, error, _ = _fetch_error(fixed(head(Content_Type=EXPOSITION) + A100))
     assert error == f"{url}: page larger than {len(A100) - 1}B"
 

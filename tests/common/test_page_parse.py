@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from exporter.backends.page_parse import PageError, first_bad_line, parse_page, shorten
+from gpu_defrag_common.page_parse import PageError, first_bad_line, parse_page, shorten
 
 GOOD = 'DCGM_FI_DEV_GPU_TEMP{gpu="0",UUID="GPU-a"} 41'
 FAILED = 'DCGM_FI_DEV_VGPU_PER_PROCESS_UTILIZATION{gpu="0",UUID="GPU-a"} ERROR - FAILED TO CONVERT TO STRING'
