@@ -6,7 +6,9 @@ code, `pytest` (what `make test` runs) runs everything. Every test under tests/i
 every `integration` test is slow without saying so again.
 
 `add_nodes(...)` adds nodes of identical GPUs to a `ModelBuilder`, the part every model-building
-test used to write out as two loops; the test then places its own allocations on them.
+test used to write out as two loops; the test then places its own allocations on them. Demand
+(forecast panels, the advisor's run history) comes from `tests/factories.py`, kept apart so that
+loading this file loads no pandas.
 """
 
 from __future__ import annotations

@@ -5,14 +5,14 @@ import pandas as pd
 import pytest
 
 from advisor.cli import main
-from tests.advisor.forecast_synth import synthetic_panel
+from tests.factories import demand_panel
 
 METRIC_COLUMNS = "series,horizon,model,mae,rmse,wape,smape,mase,pinball_q90,coverage_q90"
 
 
 def _long_csv(tmp_path, days: int = 21):
     """Two synthetic series of `days` hourly values with capacity, as the long CSV format."""
-    p = synthetic_panel(days=days, n_series=2, seed=3)
+    p = demand_panel(days=days, series=2, seed=3)
     frame = p.values.stack().rename("value").reset_index()
     frame.columns = ["time", "series", "value"]
     frame["capacity"] = p.capacity.stack().to_numpy()
@@ -191,7 +191,7 @@ def test_unreadable_inputs_are_one_line_and_write_nothing(tmp_path, capsys):
 def test_a_short_history_gets_naive_as_the_unvalidated_advisor(tmp_path, capsys):
     """Too little training to validate anything: the advisor is naive, flagged, and every file
     is still written (a held-back series may be short)."""
-    p = synthetic_panel(days=9, n_series=1, seed=5)
+    p = demand_panel(days=9, series=1, seed=5)
     frame = p.values.stack().rename("value").reset_index()
     frame.columns = ["time", "series", "value"]
     path = tmp_path / "short.csv"
@@ -239,7 +239,7 @@ def test_a_published_split_the_data_does_not_reach_falls_back_to_the_last_week()
     from advisor.forecast.errors import InputError
     from advisor.forecast.rolling import run, test_window
 
-    p = synthetic_panel(days=30, n_series=1, seed=2)
+    p = demand_panel(days=30, series=1, seed=2)
     elsewhere = replace(p, test_from=pd.Timestamp("2017-12-01"), test_to=pd.Timestamp("2017-12-15"))
     origins = test_window(elsewhere)
     assert len(origins) == 7 * 24 and p.index[origins[-1]] == p.index[-1]

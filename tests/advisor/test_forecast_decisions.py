@@ -1,5 +1,6 @@
 """Idle-window rules, job-end prediction and the power-down replay on small hand-made inputs."""
 
+import dataclasses
 import warnings
 
 import numpy as np
@@ -10,6 +11,7 @@ from advisor.forecast import features as feat
 from advisor.forecast import idle, jobs, powerdown
 from advisor.forecast import metrics as M
 from advisor.forecast.panel import Panel
+from tests.factories import jumping_panel
 
 
 def test_baseline_release_rules_are_causal_and_as_defined():
@@ -351,30 +353,13 @@ def test_rolling_minima_are_pandas_rolling_minima_in_their_layout():
         assert got.strides == ahead.strides
 
 
-def _hourly_pools(days: int, n: int, seed: int) -> Panel:
-    """`n` 8-GPU pools whose hourly use jumps at random, more often by day."""
-    rng = np.random.default_rng(seed)
-    idx = pd.date_range("2024-03-04", periods=days * 24, freq="h")
-    day = np.sin(2 * np.pi * np.asarray(idx.hour) / 24)
-    level, rows = rng.integers(0, 9, n), []
-    for h in range(len(idx)):
-        jump = rng.uniform(size=n) < 0.15 + 0.1 * day[h]
-        level = np.where(jump, rng.integers(0, 9, n), level)
-        rows.append(level)
-    names = [f"p{j}" for j in range(n)]
-    return Panel(
-        pd.DataFrame(np.array(rows, float), index=idx, columns=names),
-        pd.DataFrame(8.0, index=idx, columns=names),
-        "t",
-        idx[-2 * 24],
-        idx[-1] + pd.Timedelta(hours=1),
-    )
-
-
 def test_rules_pooled_over_a_set_of_series_learn_nothing_from_the_others():
     """`pooled_over`: the rules' pooled model and margin learn from the named series only, so a
     series outside the set changes no other series' release; without it, it does."""
-    panel = _hourly_pools(24, 4, seed=5)
+    pools = jumping_panel(24 * 24, 4, seed=5)  # the last two days held back
+    panel = dataclasses.replace(
+        pools, test_from=pools.index[-2 * 24], test_to=pools.index[-1] + pd.Timedelta(hours=1)
+    )
     changed = panel.values.copy()
     changed["p3"] = 8.0 - changed["p3"]  # p3's whole history turned over
 

@@ -8,7 +8,7 @@ from advisor.forecast import features as feat
 from advisor.forecast import rolling
 from advisor.forecast.models import NAMES, make
 from advisor.forecast.panel import Panel
-from tests.advisor.forecast_synth import synthetic_panel
+from tests.factories import demand_panel, minute_demand_panel
 
 
 def _altered(y: np.ndarray, t: int) -> np.ndarray:
@@ -24,7 +24,7 @@ def _altered(y: np.ndarray, t: int) -> np.ndarray:
 
 @pytest.mark.parametrize("horizon", [1, 24])
 def test_feature_rows_use_nothing_after_origin(horizon):
-    p = synthetic_panel(days=15)
+    p = demand_panel(days=15)
     y, cap = p.values.to_numpy(float), p.capacity.to_numpy(float)
     t = 250
     X1, names, last1, s1 = feat.build(y, cap, p.index, horizon)
@@ -56,7 +56,7 @@ def test_shift_refuses_the_future():
     ],
 )
 def test_models_fitted_at_t_ignore_data_after_t(name):
-    p = synthetic_panel(days=14)
+    p = demand_panel(days=14)
     y, cap, times = p.values.to_numpy(float), p.capacity.to_numpy(float), p.index
     t = 24 * 11
     origins = np.arange(t - 30, t + 1)
@@ -75,7 +75,7 @@ def test_models_on_a_short_history_ignore_data_after_the_origin(name):
     """The service's shape: under two days of history, fitted from the first hour on, origins in
     the first day. A model whose start-up state reads a whole season (Holt-Winters) leaked the
     day's later hours into these forecasts, scored near zero error and won the selection."""
-    p = synthetic_panel(days=2)
+    p = demand_panel(days=2)
     y = p.values.to_numpy(float)
     origins = np.arange(0, 40)
     out = []
@@ -90,16 +90,6 @@ def test_models_on_a_short_history_ignore_data_after_the_origin(name):
         assert len(before) > 0
         for column in ("point", "q0.1", "q0.5", "q0.9"):
             np.testing.assert_allclose(before[column], after[column], err_msg=f"{column} t={t}")
-
-
-def minute_panel(days: int = 14, seed: int = 1) -> Panel:
-    """Hourly synthetic demand interpolated to minutes, with minute noise (a fine-grid input)."""
-    hourly = synthetic_panel(days=days)
-    idx = pd.date_range(hourly.index[0], periods=len(hourly.index) * 60, freq="min")
-    rng = np.random.default_rng(seed)
-    vals = hourly.values.reindex(idx).interpolate(limit_direction="both")
-    vals = np.clip(np.round(vals + rng.normal(0, 1.5, vals.shape)), 0, None)
-    return Panel(vals, hourly.capacity.reindex(idx).ffill(), "minutes")
 
 
 def _altered_minutes(p: Panel, start: pd.Timestamp) -> Panel:
@@ -126,7 +116,7 @@ def _hourly_arrays(p: Panel):
 
 @pytest.mark.parametrize("horizon", [1, 24])
 def test_sub_hour_features_use_no_minute_after_the_origin_hour(horizon):
-    p = minute_panel(days=15)
+    p = minute_demand_panel(days=15)
     t = 250
     after_hour = p.resample("h").index[t + 1]  # the first minute after origin hour t
     built = []
@@ -151,7 +141,7 @@ def test_sub_hour_features_use_no_minute_after_the_origin_hour(horizon):
 
 @pytest.mark.parametrize("name", NAMES)
 def test_models_at_minute_resolution_ignore_minutes_after_the_origin_hour(name):
-    p = minute_panel(days=14)
+    p = minute_demand_panel(days=14)
     t = 24 * 11
     origins = np.arange(t - 30, t + 1)
     after_hour = p.resample("h").index[t + 1]
@@ -171,7 +161,7 @@ def test_models_at_minute_resolution_ignore_minutes_after_the_origin_hour(name):
 
 def test_rolling_forecasts_at_minute_resolution_ignore_minutes_after_the_origin_hour():
     """End to end through `rolling_forecasts` (the backtest's engine), refits included."""
-    p = minute_panel(days=14)
+    p = minute_demand_panel(days=14)
     t = 24 * 11
     origins = np.arange(24 * 10, t + 1)
     after_hour = p.resample("h").index[t + 1]

@@ -9,7 +9,7 @@ from advisor.forecast import features as feat
 from advisor.forecast.api import forecast, idle_windows
 from advisor.forecast.idle import known_capacity_drop
 from advisor.forecast.panel import Panel
-from tests.advisor.forecast_synth import synthetic_panel
+from tests.factories import demand_panel
 
 
 def _with_future_capacity(panel: Panel, hours: int, shrink_to: dict[str, float]) -> Panel:
@@ -32,7 +32,7 @@ def test_last_observed_is_the_last_row_any_series_has():
 
 
 def test_the_forecast_starts_at_the_last_observation_and_obeys_the_known_resize():
-    past = synthetic_panel(days=14, n_series=2, seed=5)
+    past = demand_panel(days=14, series=2, seed=5)
     shrink = 20.0  # pool0 holds about 32 of 64: the resize cuts below what it uses
     panel = _with_future_capacity(past, 24, {"pool0": shrink})
     got = forecast(panel, horizons=(1, 6, 24), quantiles=(0.1, 0.5, 0.9), model="naive")
@@ -50,7 +50,7 @@ def test_the_forecast_starts_at_the_last_observation_and_obeys_the_known_resize(
 
 
 def test_a_resize_beyond_the_horizon_changes_nothing_before_it():
-    past = synthetic_panel(days=14, n_series=1, seed=6)
+    past = demand_panel(days=14, series=1, seed=6)
     cap = past.capacity["pool0"].iloc[-1]
     # 6 more hours at full size, then the cut: h = 1 and 6 are untouched, h = 24 is clipped
     panel = _with_future_capacity(past, 6, {})
@@ -72,7 +72,7 @@ def test_known_capacity_drop_is_the_fall_within_the_window_only():
 
 
 def test_idle_windows_start_at_the_last_observation_and_release_nothing_a_resize_takes():
-    past = synthetic_panel(days=14, n_series=2, seed=7)
+    past = demand_panel(days=14, series=2, seed=7)
     before = idle_windows(past, (1, 4), 0.05, method="rules")
     # pool0: 64 GPUs, about 32 in use; a cut to 20 in 2 hours leaves nothing free from then
     panel = _with_future_capacity(past, 2, {})

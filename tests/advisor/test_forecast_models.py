@@ -7,7 +7,7 @@ import pytest
 from advisor.forecast import rolling, selection
 from advisor.forecast.models import NAMES, clip_to_capacity, make, sort_quantiles
 from advisor.forecast.panel import Panel
-from tests.advisor.forecast_synth import synthetic_panel
+from tests.factories import demand_panel, minute_demand_panel
 
 QS = (0.1, 0.5, 0.9)
 
@@ -19,7 +19,7 @@ def test_every_model_keeps_the_one_contract(name):
     every horizon, finite, ordered, inside [0, capacity at the target], the median in place;
     a refit on the same rows gives the same forecasts (deterministic)."""
     assert make(name, QS).name == name
-    p = synthetic_panel(days=12)
+    p = demand_panel(days=12)
     y, cap, t = p.values.to_numpy(float), p.capacity.to_numpy(float), p.index
     origins = np.arange(24 * 10, 24 * 11)
     m = make(name, QS).fit(y, cap, t, 24 * 10, (1, 24))
@@ -79,7 +79,7 @@ def test_clipping_uses_capacity_at_the_target_time():
 
 
 def test_naive_forecast_is_clipped_when_capacity_shrinks():
-    p = synthetic_panel(days=10, n_series=1)
+    p = demand_panel(days=10, series=1)
     y, cap, t = p.values.to_numpy(float), p.capacity.to_numpy(float).copy(), p.index
     cap[200:] = 5.0  # a known resize: the pool shrinks to 5
     pred = make("naive").fit(y, cap, t, 190, (24,)).predict(y, cap, t, np.array([190]), 24)
@@ -87,7 +87,7 @@ def test_naive_forecast_is_clipped_when_capacity_shrinks():
 
 
 def test_selection_uses_the_training_part_only():
-    p = synthetic_panel(days=24)
+    p = demand_panel(days=24)
     test_start = 24 * 20
     picks1 = rolling.select(
         p, (1, 24), (0.5, 0.9), test_start, candidates=("naive", "same_hour_mean_7d", "linear")
@@ -104,7 +104,7 @@ def test_selection_uses_the_training_part_only():
 
 
 def test_backtest_ignores_masked_actuals_and_reports_every_model():
-    p = synthetic_panel(days=24)
+    p = demand_panel(days=24)
     vals = p.values.copy()
     vals.iloc[24 * 21 : 24 * 21 + 10] = np.nan
     p = Panel(vals, p.capacity, p.name)
@@ -131,7 +131,7 @@ def test_backtest_ignores_masked_actuals_and_reports_every_model():
 def test_api_forecast_advisor_carries_its_measured_error():
     from advisor.forecast import forecast
 
-    p = synthetic_panel(days=15, n_series=1)
+    p = demand_panel(days=15, series=1)
     out = forecast(p, horizons=(1, 24), quantiles=(0.1, 0.5, 0.9))
     assert len(out) == 2
     assert out["model"].str.startswith("advisor:").all()
@@ -148,7 +148,7 @@ def test_api_forecast_advisor_carries_its_measured_error():
 def test_learned_models_measure_interval_errors_out_of_sample():
     from advisor.forecast.models import RESID_WINDOW
 
-    p = synthetic_panel(days=24)
+    p = demand_panel(days=24)
     y, cap, t = p.values.to_numpy(float), p.capacity.to_numpy(float), p.index
     until = 24 * 22
     m = make("gbm", QS).fit(y, cap, t, until, (1, 24))
@@ -160,7 +160,7 @@ def test_learned_models_measure_interval_errors_out_of_sample():
 def test_api_forecast_falls_back_to_naive_when_a_horizon_cannot_be_validated():
     from advisor.forecast import forecast
 
-    p = synthetic_panel(days=12, n_series=1)
+    p = demand_panel(days=12, series=1)
     out = forecast(p, horizons=(168,), quantiles=(0.5, 0.9)).iloc[0]
     assert out["model"] == "advisor:naive"
     assert np.isnan(
@@ -173,7 +173,7 @@ def test_api_forecast_without_an_interval_keeps_the_median_in_its_place():
     q0.1/q0.9 are NaN and the median stays the median (np.sort would move it to q0.1)."""
     from advisor.forecast import forecast
 
-    p = synthetic_panel(days=2, n_series=1)
+    p = demand_panel(days=2, series=1)
     p = Panel(p.values.iloc[:30], p.capacity.iloc[:30], p.name)
     out = forecast(p, horizons=(1, 24), quantiles=(0.1, 0.5, 0.9), model="naive")
     h1, h24 = out.iloc[0], out.iloc[1]
@@ -189,20 +189,10 @@ def test_sort_quantiles_leaves_a_missing_level_in_its_place():
     assert out[0.5][0] == 4.0 and np.isnan(out[0.1][0]) and np.isnan(out[0.9][0])
 
 
-def _minute_panel(days: int = 14, seed: int = 1) -> Panel:
-    """Hourly synthetic demand interpolated to minutes, with minute noise (a fine-grid input)."""
-    hourly = synthetic_panel(days=days)
-    idx = pd.date_range(hourly.index[0], periods=len(hourly.index) * 60, freq="min")
-    rng = np.random.default_rng(seed)
-    vals = hourly.values.reindex(idx).interpolate(limit_direction="both")
-    vals = np.clip(np.round(vals + rng.normal(0, 1.5, vals.shape)), 0, None)
-    return Panel(vals, hourly.capacity.reindex(idx).ffill(), "minutes")
-
-
 def test_last_reading_forecasts_the_origin_hours_last_reading_at_every_horizon():
     from advisor.forecast import features as feat
 
-    p = _minute_panel(days=12).resample("h")
+    p = minute_demand_panel(days=12).resample("h")
     y, cap, t = p.values.to_numpy(float).copy(), p.capacity.to_numpy(float), p.index
     y[200, 0] = np.nan  # a masked origin hour: the last reading of the hour before it
     within = feat.within_arrays(p.within, p.values)  # hour 200's own readings are ignored
@@ -226,7 +216,7 @@ def test_last_reading_forecasts_the_origin_hours_last_reading_at_every_horizon()
 
 def test_last_reading_is_a_candidate_of_the_backtest():
     assert "last_reading" in rolling.CANDIDATES
-    p = _minute_panel(days=12).resample("h")
+    p = minute_demand_panel(days=12).resample("h")
     _m, fc, picks = rolling.run(
         p, (1,), (0.5, 0.9), test_from=p.index[24 * 11], candidates=("naive", "last_reading")
     )

@@ -9,7 +9,7 @@ import pytest
 from advisor.forecast import rolling, selection
 from advisor.forecast.models import MIN_INTERVAL_ERRORS
 from advisor.forecast.panel import Panel
-from tests.advisor.forecast_synth import synthetic_panel
+from tests.factories import demand_panel
 
 
 def _daily(values: dict[str, list[float]]) -> pd.DataFrame:
@@ -103,7 +103,7 @@ def test_conformal_quantiles_look_back_calibration_days_only():
 
 
 def test_the_advisors_forecasts_use_nothing_after_the_origin():
-    p = synthetic_panel(days=24)
+    p = demand_panel(days=24)
     kw = {
         "test_from": "2024-01-21",
         "test_to": "2024-01-24",

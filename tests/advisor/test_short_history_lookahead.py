@@ -11,7 +11,7 @@ import pytest
 
 from advisor.forecast import idle as I
 from advisor.forecast.panel import Panel
-from tests.advisor.forecast_synth import synthetic_panel
+from tests.factories import demand_panel
 
 TEST_H = 72  # held-back origins: the last three days
 
@@ -59,7 +59,7 @@ def _assert_equal_up_to(before, after, until, columns=None) -> None:
     ],
 )
 def test_idle_backtest_releases_ignore_data_after_the_origin(days, method, kind):
-    p = synthetic_panel(days=days, n_series=3)
+    p = demand_panel(days=days, series=3)
     n = len(p.index)
     before, params = _backtest(p, method)
     assert any(kind in v for v in params.values()), params
@@ -88,7 +88,7 @@ def test_a_series_gaining_capacity_after_the_origin_changes_no_other_release(day
     """A series without capacity so far is left out of the backtest or not by whether it ever
     has capacity (`with_capacity`, over the whole history); the margin's pooled violation share
     must not count its hours without capacity, so that this changes nothing at origins ≤ t."""
-    p = synthetic_panel(days=days, n_series=3, seed=seed)
+    p = demand_panel(days=days, series=3, seed=seed)
     t = len(p.index) - TEST_H + 10
     before, _ = _backtest(_with_spares(p, None), "rules", (1, 4, 8))
     assert set(before[1].columns) == set(p.series)  # never any capacity: left out
@@ -101,7 +101,7 @@ def test_hours_without_capacity_do_not_count_in_the_pooled_margin():
     """`choose_margin` on some series equals it on those and series whose hours are not
     counted (no capacity), which counted would dilute the pooled violation share (they release
     nothing and never exceed)."""
-    p = synthetic_panel(days=8, n_series=3, seed=1)
+    p = demand_panel(days=8, series=3, seed=1)
     idle, cap, times = I.hourly_idle(p)
     w, val, k = 1, np.arange(48, 150), 6
     truth = I.window_min(idle, w)[val]

@@ -76,10 +76,9 @@ def test_a_forecast_without_an_interval_is_a_blank_not_a_crash() -> None:
 
     from advisor.app import figures
     from advisor.forecast.live import forecast_pools, tenant_section
-    from tests.service.test_forecast_plans import demand_frame
+    from tests.factories import demand_frame
 
-    frame = demand_frame(41)
-    frame["allocated_gpus"] += np.random.default_rng(3).normal(0, 3, len(frame))
+    frame = demand_frame(41, noise_sd=3)
     doc = forecast_pools(frame, [1, 24])
     doc["tenants"] = tenant_section(frame.assign(pool="rnd"), [1, 24])
     for table in (forecasts.horizons_frame(doc), forecasts.tenants_frame(doc)):

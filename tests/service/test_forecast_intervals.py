@@ -18,16 +18,9 @@ from advisor.forecast.models import MIN_INTERVAL_ERRORS, make, sort_quantiles
 from advisor.service.api import openapi_document
 from advisor.service.loop import AdvisorLoop, Config
 from advisor.service.metrics import families
-from tests.service.test_forecast_plans import demand_frame
+from tests.factories import demand_frame
 
 QS = (0.1, 0.5, 0.9)
-
-
-def noisy(hours: int, seed: int = 3) -> pd.DataFrame:
-    """`demand_frame`'s daily cycle plus noise (so errors, and intervals, have a width)."""
-    frame = demand_frame(hours)
-    frame["allocated_gpus"] += np.random.default_rng(seed).normal(0, 3, len(frame))
-    return frame
 
 
 def series(n: int = 200, seed: int = 0) -> tuple[np.ndarray, np.ndarray, pd.DatetimeIndex]:
@@ -80,7 +73,9 @@ def test_a_missing_interval_does_not_move_the_median():
 
 
 def test_a_horizon_without_enough_errors_serves_no_interval_and_says_why():
-    doc = forecast_pools(noisy(41), [1, 24])  # 40 complete hours: 24 h has 16 errors
+    doc = forecast_pools(
+        demand_frame(41, noise_sd=3), [1, 24]
+    )  # 40 complete hours: 24 h has 16 errors
     (pool,) = doc["pools"]
     assert doc["history_hours"] == 40
     h1, h24 = pool["horizons"]
@@ -98,7 +93,7 @@ def test_held_back_coverage_counts_only_origins_with_an_interval():
     one hour, too few to serve a coverage. 6 h: held back 33..65; naive's and the baseline's fitted at 24
     (19 errors) have no interval, those fitted at 48 (43 errors) do: 18 hours; the advisor's is
     calibrated at each origin on its errors known there (28 at hour 33): all 33 hours."""
-    doc = forecast_pools(noisy(73), [6, 24])
+    doc = forecast_pools(demand_frame(73, noise_sd=3), [6, 24])
     assert doc["history_hours"] == 72
     h6, h24 = doc["pools"][0]["horizons"]
     assert h24["backtest"]["test_origins"] == 24
@@ -125,7 +120,9 @@ def test_where_the_pick_is_naive_its_served_scores_are_the_advisors_own():
 
 
 def test_coverage_over_fewer_than_the_minimum_is_null_with_its_count():
-    doc = forecast_pools(noisy(62), [6])  # 61 hours: held back 28..54, fitted at 48: 7 of them
+    doc = forecast_pools(
+        demand_frame(62, noise_sd=3), [6]
+    )  # 61 hours: held back 28..54, fitted at 48: 7 of them
     (h6,) = doc["pools"][0]["horizons"]
     counts, shares = h6["backtest"]["coverage_origins"], h6["backtest"]["coverage_ratio"]
     assert counts == {h6["model"]: 26, BASELINE: 7, "naive": 7}  # the advisor: 24 errors at 29
@@ -164,7 +161,7 @@ def page_and_body(islands, scripted, doc: dict, tenants: dict | None = None) -> 
 
 
 def test_null_intervals_validate_and_are_absent_from_metrics(islands, scripted):
-    frame = noisy(41)
+    frame = demand_frame(41, noise_sd=3)
     doc = forecast_pools(frame, [1, 24])
     tenants = tenant_section(frame.assign(pool="rnd"), [1, 24])
     page, body = page_and_body(islands, scripted, doc, tenants)
@@ -200,7 +197,7 @@ def test_null_intervals_validate_and_are_absent_from_metrics(islands, scripted):
 
 
 def test_a_nan_value_is_never_a_sample(islands, scripted):
-    doc = forecast_pools(noisy(73), [1, 24])
+    doc = forecast_pools(demand_frame(73, noise_sd=3), [1, 24])
     h1 = doc["pools"][0]["horizons"][0]
     h1["quantiles"]["0.9"] = float("nan")  # a NaN that slipped through: left out, not written
     h1["backtest"]["coverage_ratio"][BASELINE]["0.1"] = float("nan")

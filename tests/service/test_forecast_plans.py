@@ -15,23 +15,7 @@ from advisor.pipeline.stages import analyze_model, blocked_shapes, plans
 from advisor.planner.actions import Action, Cost, GpuSet, Plan
 from advisor.planner.ranking import ranked_actions
 from advisor.settings import Settings as PipelineSettings
-
-
-def demand_frame(hours: int, per_hour: int = 4, start: str = "2026-01-05") -> pd.DataFrame:
-    """A pool whose allocation follows a daily cycle, observed `per_hour` times an hour."""
-    times = pd.date_range(start, periods=hours * per_hour, freq=f"{60 // per_hour}min", tz="UTC")
-    hour = times.hour.to_numpy()
-    allocated = 40 + 30 * np.sin(2 * np.pi * hour / 24)
-    return pd.DataFrame(
-        {
-            "time": times,
-            "pool": "a100",
-            "allocated_gpus": allocated,
-            "held_gpus": np.ceil(allocated),  # idle windows count GPUs with any share held
-            "capacity_gpus": 128.0,
-            "pending_gpus": 0.0,
-        }
-    )
+from tests.factories import demand_frame
 
 
 def test_hourly_panel_averages_and_leaves_out_the_running_hour():

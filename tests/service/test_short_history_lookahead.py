@@ -12,6 +12,8 @@ only gains after t. (Holt-Winters, whose start-up state read the first day, was 
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -22,6 +24,7 @@ from advisor.forecast import runs as RP
 from advisor.forecast.panel import Panel
 from advisor.forecast.rolling import rolling_forecasts
 from advisor.history import NodeRecord
+from tests.factories import jumping_panel
 from tests.service.test_idle_windows import START, pools_history
 
 QUANTILES = live.QUANTILES
@@ -316,24 +319,13 @@ def test_the_node_panel_and_node_releases_ignore_data_after_the_origin(releases,
 
 
 def _node_hours(hours: int, nodes: int, seed: int) -> Panel:
-    """An hourly node panel (as `node_panel` gives it): 8-GPU nodes whose allocation jumps at
-    random, more often by day."""
-    rng = np.random.default_rng(seed)
-    index = pd.date_range(START.tz_localize(None), periods=hours, freq="h")
-    day = np.sin(2 * np.pi * np.asarray(index.hour) / 24)
-    values = np.zeros((hours, nodes))
-    level = rng.integers(0, 9, nodes)
-    for h in range(hours):
-        jump = rng.uniform(size=nodes) < 0.15 + 0.1 * day[h]
-        level = np.where(jump, rng.integers(0, 9, nodes), level)
-        values[h] = level
+    """An hourly node panel (as `node_panel` gives it, nodes n00.. of pool "a"): 8-GPU nodes
+    whose allocation jumps at random, more often by day."""
     names = [f"n{j:02d}" for j in range(nodes)]
-    return Panel(
-        pd.DataFrame(values, index=index, columns=names),
-        pd.DataFrame(8.0, index=index, columns=names),
-        "advisor-nodes",
-        meta={"pools": dict.fromkeys(names, "a")},
+    panel = jumping_panel(
+        hours, names, seed=seed, start=START.tz_localize(None), name="advisor-nodes"
     )
+    return dataclasses.replace(panel, meta={"pools": dict.fromkeys(names, "a")})
 
 
 def _served(doc) -> list[str]:
