@@ -11,7 +11,7 @@ from advisor.forecast import features as feat
 from advisor.forecast import idle, jobs, powerdown
 from advisor.forecast import metrics as M
 from advisor.forecast.panel import Panel
-from tests.factories import jumping_panel
+from tests.factories import demand_panel, jumping_panel
 
 
 def test_baseline_release_rules_are_causal_and_as_defined():
@@ -27,17 +27,19 @@ def test_baseline_release_rules_are_causal_and_as_defined():
 
 
 def test_idle_backtest_releases_within_budget_on_a_steady_pool():
-    rng = np.random.default_rng(1)
-    idx = pd.date_range("2024-01-01", periods=60 * 24 * 30, freq="min")
-    used = np.clip(40 + np.cumsum(rng.normal(0, 0.05, len(idx))), 0, 64).round()
-    from advisor.forecast.panel import Panel
-
-    p = Panel(
-        pd.DataFrame({"pool": used}, index=idx),
-        pd.DataFrame({"pool": 64.0}, index=idx),
-        "t",
-        pd.Timestamp("2024-01-24"),
-        pd.Timestamp("2024-01-30"),
+    steady = demand_panel(  # 40 of 64 GPUs, a slow walk, no daily cycle, per minute
+        days=30,
+        series=["pool"],
+        seed=1,
+        freq="min",
+        capacity=64,
+        level=40 / 64,
+        daily_amplitude=0.0,
+        walk_sd=0.05,
+        name="t",
+    )
+    p = dataclasses.replace(
+        steady, test_from=pd.Timestamp("2024-01-24"), test_to=pd.Timestamp("2024-01-30")
     )
     d = idle.backtest(p, windows=(1,), risk=0.05)
     adv = d[d.model == "advisor"].iloc[0]
