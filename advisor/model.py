@@ -34,6 +34,9 @@ UNKNOWN_ISLAND = -1
 # holding memory or running processes (`exporter.usage`), its owner unknown. Never migratable
 # (`advisor.ingest.readings`).
 UNATTRIBUTED = "unattributed@"
+# the qos of an allocation that holds GPUs for a waiting job (a reservation's placeholder,
+# what `planner.check` adds for a `reserve` action): capacity taken, but no work running
+RESERVATION_QOS = "reservation"
 _WORD_BREAK = re.compile(r"[\s_-]+")
 
 

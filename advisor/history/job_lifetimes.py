@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from advisor.model import MILLI, UNATTRIBUTED, ClusterModel
+from advisor.model import MILLI, RESERVATION_QOS, UNATTRIBUTED, ClusterModel
 
 
 @dataclass(frozen=True)
@@ -31,9 +31,9 @@ class RunningJob:
 
 def running_jobs(model: ClusterModel) -> list[RunningJob]:
     """Placed allocations grouped by (tenant, job), with the earliest start time the source
-    gives (NaN when it gives none)."""
+    gives (NaN when it gives none). A reservation's placeholders are not the job running."""
     allocs = model.allocations
-    rows = np.flatnonzero(allocs.node >= 0)
+    rows = np.flatnonzero((allocs.node >= 0) & (allocs.qos != RESERVATION_QOS))
     names = model.nodes.name
     grouped: dict[tuple[str, str], list[int]] = {}
     for row, tenant, job in zip(

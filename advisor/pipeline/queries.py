@@ -20,9 +20,9 @@ from advisor.forecast.job_ends import outlook
 from advisor.fragmentation import measures
 from advisor.fragmentation.measures import Shape, check_models, parse_shape
 from advisor.ingest.sources import SIM_LARGE_NODES, SourceError, seconds
-from advisor.model import ClusterModel
+from advisor.model import RESERVATION_QOS, ClusterModel
 from advisor.planner.actions import Action, Cost, Plan, mig_switch_steps
-from advisor.planner.check import RESERVATION_QOS, CheckResult, apply_plan, check_plan
+from advisor.planner.check import CheckResult, apply_plan, check_plan
 from advisor.planner.consolidate import Goal, parse_goal
 from advisor.planner.constraints import Policy, PolicyError, load_policy
 from advisor.planner.observed import DurationPrior, expected_end, now_of

@@ -44,6 +44,7 @@ import numpy as np
 from advisor.model import (
     MILLI,
     NO_LIMIT,
+    RESERVATION_QOS,
     Allocations,
     ClusterModel,
     Gpus,
@@ -61,8 +62,6 @@ from advisor.planner.constraints import (
     usage_by_scope,
 )
 from advisor.planner.mig_profiles import MigProfile, milli_of, profile_named
-
-RESERVATION_QOS = "reservation"
 
 
 @dataclass(frozen=True)

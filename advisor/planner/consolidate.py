@@ -33,7 +33,7 @@ import numpy as np
 from advisor.fragmentation import measures
 from advisor.fragmentation.measures import DEFAULT_SHAPES, Shape, parse_shape
 from advisor.fragmentation.nvlink import crossing_note
-from advisor.model import MILLI, UNKNOWN_ISLAND, ClusterModel, spec_allows
+from advisor.model import MILLI, RESERVATION_QOS, UNKNOWN_ISLAND, ClusterModel, spec_allows
 from advisor.planner.actions import Action, Benefit, Cost, CostWeights, GpuSet, Plan, move_cost
 from advisor.planner.check import apply_plan, check_plan
 from advisor.planner.constraints import (
@@ -183,7 +183,7 @@ def build_instance(
         allocs.migratable[task_rows]
         & (allocs.priority[task_rows] <= priority)
         & simple
-        & (allocs.qos[task_rows] != "reservation")
+        & (allocs.qos[task_rows] != RESERVATION_QOS)
     )
     costs = [move_cost(model, int(r), policy.default_restart_s) for r in task_rows]
     scores = np.array([c.score(weights) for c in costs], dtype=np.float64)

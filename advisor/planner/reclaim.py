@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from advisor.model import MILLI, ClusterModel
+from advisor.model import MILLI, RESERVATION_QOS, ClusterModel
 from advisor.planner.actions import Action, Cost, GpuSet, Plan, restart_seconds
 from advisor.planner.check import check_plan
 from advisor.planner.constraints import Policy
@@ -83,7 +83,10 @@ def idle_allocations(
     if power_watts is None:
         power_watts = model.gpus.power_watts
     rows = np.flatnonzero(
-        (allocs.node >= 0) & (allocs.num_gpu > 0) & (obs.idle_s >= settings.min_idle_s)
+        (allocs.node >= 0)
+        & (allocs.num_gpu > 0)
+        & (obs.idle_s >= settings.min_idle_s)
+        & (allocs.qos != RESERVATION_QOS)  # a reservation is idle by design, until its job starts
     )
     out = []
     limits = model.placement_limit_milli

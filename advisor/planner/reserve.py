@@ -39,7 +39,7 @@ import numpy as np
 
 from advisor.fragmentation.measures import Shape
 from advisor.fragmentation.nvlink import crossing_note
-from advisor.model import MILLI, ClusterModel, spec_allows
+from advisor.model import MILLI, RESERVATION_QOS, ClusterModel, spec_allows
 from advisor.planner.actions import Action, Cost, GpuSet, Plan
 from advisor.planner.check import check_plan
 from advisor.planner.consolidate import summary
@@ -103,16 +103,54 @@ class Slot:
 # --------------------------------------------------------------------------- slots
 
 
-def gpu_ready_times(model: ClusterModel, ends: np.ndarray) -> np.ndarray:
+def gpu_ready_times(
+    model: ClusterModel, ends: np.ndarray, cordoned_too: bool = False
+) -> np.ndarray:
     """float64 (G): when each GPU is wholly free (now, a predicted end, or inf if unusable, or
-    in MIG mode: its instances ending leave a MIG GPU, not a whole one)."""
+    in MIG mode: its instances ending leave a MIG GPU, not a whole one). GPUs a standing
+    reservation holds are never ready (for another job; `own_view` gives them to theirs);
+    `cordoned_too`: GPUs of cordoned nodes are ready as their tasks end, as for the job a
+    reservation cordoned them for."""
     now = now_of(model)
     places = model.placements
     ready = np.full(len(model.gpus), now, dtype=np.float64)
     if len(places):
         np.maximum.at(ready, places.gpu, np.maximum(ends[places.alloc], now))
-    ready[~model.gpu_usable | model.gpus.mig_enabled] = np.inf
+    gpus = model.gpus
+    usable = gpus.healthy & ~gpus.lost if cordoned_too else model.gpu_usable
+    ready[~usable | gpus.mig_enabled] = np.inf
+    for rows in standing_holds(model).values():
+        ready[rows] = np.inf
     return ready
+
+
+def standing_holds(model: ClusterModel) -> dict[str, np.ndarray]:
+    """GPU rows each job's standing reservation holds (placed allocations of qos
+    `RESERVATION_QOS`, a reservation's placeholders), by job."""
+    allocs, places = model.allocations, model.placements
+    rows = np.flatnonzero((allocs.qos == RESERVATION_QOS) & (allocs.node >= 0))
+    if not rows.size:
+        return {}
+    out: dict[str, np.ndarray] = {}
+    for job in sorted(set(allocs.job[rows].tolist())):
+        mine = rows[allocs.job[rows] == job]
+        out[str(job)] = np.unique(places.gpu[np.isin(places.alloc, mine)])
+    return out
+
+
+def own_view(
+    model: ClusterModel, ready: np.ndarray, open_ready: np.ndarray, held: np.ndarray
+) -> np.ndarray:
+    """`ready` as seen by the job whose reservation holds GPU rows `held`: those are its own,
+    ready now, and the other GPUs of the nodes it holds (cordoned for it) are ready when their
+    tasks end (`open_ready`). So a renewed plan keeps what the reservation has gathered rather
+    than starting again elsewhere."""
+    out = ready.copy()
+    on = np.isin(model.gpus.node, np.unique(model.gpus.node[held]))
+    opened = on & np.isinf(out)
+    out[opened] = open_ready[opened]
+    out[held] = now_of(model)
+    return out
 
 
 def _node_choice(
@@ -380,6 +418,8 @@ def plan_reservations(
     ends = expected_end(model, settings.prior, outlook.job_end)
     base_ready = gpu_ready_times(model, ends)
     ready = base_ready.copy()
+    holds = standing_holds(model)
+    open_ready = gpu_ready_times(model, ends, cordoned_too=True) if holds else base_ready
     owner = np.full(len(model.gpus), "", dtype=object)  # earlier reservation holding the GPU
     source = end_source(model, settings.prior, outlook.job_end)
     accepted: list[Action] = []
@@ -393,8 +433,12 @@ def plan_reservations(
         if need not in rooms:
             rooms[need] = node_room_times(model, ends, *need)
         room = rooms[need]
-        alone = earliest_slot(model, base_ready, request, policy, request.expected_at, room)
-        slot = earliest_slot(model, ready, request, policy, request.expected_at, room)
+        alone_ready, seen = base_ready, ready
+        if request.job in holds:  # its reservation stands: renew it from what it holds
+            alone_ready = own_view(model, base_ready, open_ready, holds[request.job])
+            seen = own_view(model, ready, open_ready, holds[request.job])
+        alone = earliest_slot(model, alone_ready, request, policy, request.expected_at, room)
+        slot = earliest_slot(model, seen, request, policy, request.expected_at, room)
         if slot is None:
             why = "no group of nodes can ever hold this job"
             plans.append(
@@ -419,7 +463,7 @@ def plan_reservations(
             policy,
             request,
             slot,
-            (ready, owner),
+            (seen, owner),
             now,
             source,
             goal,

@@ -21,7 +21,7 @@ import numpy as np
 
 from advisor.fragmentation import measures, nvlink
 from advisor.fragmentation.measures import Shape
-from advisor.model import MILLI, ClusterModel
+from advisor.model import MILLI, RESERVATION_QOS, ClusterModel
 from advisor.planner.consolidate import (
     Instance,
     Need,
@@ -126,7 +126,7 @@ def _blockers(inst: Instance, nodes: np.ndarray, blocked: np.ndarray) -> str:
             why["not migratable"] += 1
         elif allocs.priority[row] > inst.goal_priority:
             why[f"of priority above the goal's {inst.goal_priority}"] += 1
-        elif allocs.qos[row] == "reservation":
+        elif allocs.qos[row] == RESERVATION_QOS:
             why["that are reservations"] += 1
         elif not inst.task_whole[t] and len(inst.task_gpus[t]) > 1:
             why["fractional on several GPUs (MIG slices)"] += 1

@@ -10,7 +10,9 @@ replay's past, never its future.
 What the model shows (`model_of`): every node and GPU; each running task as an allocation with
 its start time (end time unknown, as on a live cluster), tenant, priority, migratable flag and
 restart time; each waiting job's tasks as unplaced allocations; a node held for a reservation
-as cordoned (unschedulable: no plan moves work onto it); per-GPU utilization where the jobs
+as cordoned (unschedulable: no plan moves work onto it), and the GPUs it holds already as that
+job's reservation placeholders (qos `RESERVATION_QOS`, as `planner.check` adds them), so the
+advisor's next plan for the job renews the reservation from them; per-GPU utilization where the jobs
 give one (else unknown); racks and pools where the node list gives them. Without racks the
 replay's scheduler places gangs on any nodes, so the advisor's policy turns rack locality
 off; with them both keep a gang in one rack.
@@ -27,6 +29,7 @@ import numpy as np
 from advisor.history import History
 from advisor.model import (
     MILLI,
+    RESERVATION_QOS,
     UNKNOWN_ISLAND,
     Allocations,
     ClusterModel,
@@ -188,6 +191,17 @@ def model_of(sim: Simulation, now: float, static: tuple[Nodes, Gpus]) -> Cluster
             continue
         for task in range(int(jobs.num_nodes[job])):
             _add(rows, sim, job, task, -1, math.nan)
+    for job, reservation in sim.reservations.items():
+        by_node: dict[int, list[int]] = {}
+        for node, gpu in sorted(reservation.held):
+            by_node.setdefault(node, []).append(gpu)
+        for node, held in by_node.items():
+            row = len(rows["id"])
+            _add_hold(rows, sim, job, node, len(held))
+            for gpu in held:
+                p_alloc.append(row)
+                p_gpu.append(int(offset[node]) + gpu)
+                p_milli.append(MILLI)
     allocations = Allocations(
         id=_obj(rows["id"]),
         job=_obj(rows["job"]),
@@ -205,7 +219,7 @@ def model_of(sim: Simulation, now: float, static: tuple[Nodes, Gpus]) -> Cluster
         scheduled_time=np.array(rows["start_time"], dtype=np.float64),
         migratable=np.array(rows["migratable"], dtype=bool),
         restart_cost_s=np.array(rows["restart_cost_s"], dtype=np.float64),
-        qos=_obj([""] * len(rows["id"])),
+        qos=_obj(rows["qos"]),
     )
     known = bool((~np.isnan(jobs.utilization)).any())
     gpu_util = (
@@ -244,6 +258,7 @@ _ALLOC_KEYS = (
     "creation_time",
     "migratable",
     "restart_cost_s",
+    "qos",
 )
 
 
@@ -267,3 +282,28 @@ def _add(
     rows["creation_time"].append(EPOCH + float(jobs.submit_s[job]))
     rows["migratable"].append(bool(jobs.migratable[job]))
     rows["restart_cost_s"].append(float(jobs.restart_s[job]))  # NaN: the policy default
+    rows["qos"].append("")
+
+
+def _add_hold(rows: dict[str, list[Any]], sim: Simulation, job: int, node: int, gpus: int) -> None:
+    """The placeholder of `job`'s reservation holding `gpus` GPUs of `node`."""
+    name = str(sim.jobs.name[job])
+    row = {
+        "id": f"reserve:{name}:{sim.state.names[node]}",
+        "job": name,
+        "tenant": str(sim.jobs.tenant[job]),
+        "priority": int(sim.jobs.priority[job]),
+        "num_gpu": gpus,
+        "gpu_milli": MILLI,
+        "cpu_milli": 0.0,
+        "memory_mib": 0.0,
+        "gpu_spec": "",
+        "node": node,
+        "start_time": math.nan,
+        "creation_time": math.nan,
+        "migratable": False,
+        "restart_cost_s": math.nan,
+        "qos": RESERVATION_QOS,
+    }
+    for key in _ALLOC_KEYS:
+        rows[key].append(row[key])

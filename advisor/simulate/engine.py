@@ -67,6 +67,10 @@ class Reservation:
     def wanted(self) -> int:
         return sum(len(g) for g in self.targets.values())
 
+    @property
+    def targets_pairs(self) -> list[tuple[int, int]]:
+        return [(n, g) for n, gs in self.targets.items() for g in gs]
+
 
 class MoveBudget:
     """At most `fraction` x tasks placed during the current simulated day may be moved that day
@@ -471,7 +475,8 @@ class Simulation:
         keep = {(n, g) for n, gs in targets.items() for g in gs}
         if old is not None:
             self._drop_holds(old, keep)
-        self.changes += 1
+        if old is None or old.targets != targets:  # a renewal that only moves the release
+            self.changes += 1  # time changes nothing a controller sees
         res = Reservation(job, targets, release_at, held=set() if old is None else old.held)
         self.reservations[job] = res
         self.fence[list(targets)] = job
@@ -493,6 +498,8 @@ class Simulation:
         self.awaiting_hold.pop((node, gpu), None)
 
     def _drop_holds(self, res: Reservation, keep: set[tuple[int, int]]) -> None:
+        if not (res.held | set(res.targets_pairs)) - keep:
+            return  # nothing held or promised outside `keep`
         self.changes += 1
         kept_nodes = {n for n, _ in keep}
         for node in np.flatnonzero(self.fence == res.job).tolist():

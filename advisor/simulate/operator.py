@@ -11,7 +11,10 @@ Per advisor run (`AdvisorAdapter.advise`, the service's own run step), in this o
    the day's migration budget (all of them, or the plan is not applied); its GPUs are then held
    for the job, which starts there. A reservation holds the GPUs free now and each other GPU as
    soon as the tasks on it end; the hold is released by the advisor's own rule (if the job has
-   not started by `release.if_not_started_by`), or when the job starts anywhere.
+   not started by `release.if_not_started_by`), or when the job starts anywhere. The advisor
+   sees what a standing reservation holds (`advisor_adapter.model_of`), so each run serves the
+   job a renewed plan from those GPUs (a later start, where its tasks outlive the forecast):
+   applied, it keeps the GPUs both plans share and moves the release time.
 2. **Defragmentation nobody waits on** (a consolidation for a shape with no waiting job): only in
    a forecast low-demand window (its window is "now" and a forecast said so), within the budget.
 3. **Reclaims**: idle allocations the run names are ended (the replay's jobs give their
@@ -41,6 +44,7 @@ class OperatorStats:
     reused: int = 0  # ticks skipped: nothing changed since the last run, in the same hour
     consolidations: int = 0
     reservations: int = 0
+    renewals: int = 0  # a standing reservation's plan served again: its hold renewed
     preemptive: int = 0
     reclaims: int = 0
     skipped_budget: int = 0
@@ -122,8 +126,6 @@ class AdvisorOperator:
         gpus = float(sim.jobs.gpus[job])
         ranked = []
         for plan in options:
-            if plan.get("method") == "reserve" and job in sim.reservations:
-                continue  # a hold stands until the job starts or the advisor's rule releases it
             if (plan.get("window") or {}).get("when") != NOW:
                 self.stats.skipped_window += 1
                 continue
@@ -136,8 +138,12 @@ class AdvisorOperator:
             ranked.append((total, plan.get("method") != "reserve", plan))
         for _, _, plan in sorted(ranked, key=lambda r: (r[0], r[1])):
             if plan.get("method") == "reserve":
+                renewal = job in sim.reservations
                 if self._reserve(sim, job, plan):
-                    self.stats.reservations += 1
+                    if renewal:
+                        self.stats.renewals += 1
+                    else:
+                        self.stats.reservations += 1
                     return
             elif self._consolidate(sim, plan, job):
                 self.stats.consolidations += 1

@@ -29,6 +29,7 @@ RUN_COLUMNS = (
     "advisor_cpu_s_per_call",
     "consolidations",
     "reservations",
+    "renewals",
     "preemptive",
     "reclaims",
     "skipped_budget",

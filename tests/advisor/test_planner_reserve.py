@@ -225,3 +225,47 @@ def test_forecast_job_is_held_from_its_arrival_on_the_gpus_freeing_closest() -> 
         model, Policy(), [expected], settings=ReserveSettings(hold_lead_s=H)
     )
     assert early.extra["idle_gpu_hours"] == pytest.approx(8.0)
+
+
+def test_a_standing_reservation_is_renewed_from_what_it_holds() -> None:
+    """A reservation that has gathered GPUs is renewed from them, not started again elsewhere:
+    the GPUs its placeholders hold are its own (ready now), the rest of the node cordoned for
+    it frees as its tasks end, and no other job is offered them."""
+    b = add_nodes(["n0", "n1"], rack="r1", gpu_model="A100")
+    add_nodes(["n2"], builder=b, rack="r1", gpu_model="A100", schedulable=False)  # held for big
+    add_nodes(["n3"], builder=b, rack="r1", gpu_model="A100")
+    for alloc, node, hours in (("a", "n0", 2), ("b", "n1", 3), ("c", "n3", 4)):
+        b.add_allocation(
+            alloc, num_gpu=8, node=node, gpus=range(8), start_time=T - 60,
+            deletion_time=T + hours * H,
+        )  # fmt: skip
+    # big's reservation holds four GPUs of n2; the other four run a task until +1 h
+    b.add_allocation(
+        "reserve:big:n2", num_gpu=4, node="n2", gpus=[0, 1, 2, 3], job="big", qos="reservation",
+        migratable=False,
+    )  # fmt: skip
+    b.add_allocation(
+        "d", num_gpu=4, node="n2", gpus=[4, 5, 6, 7], start_time=T - 60, deletion_time=T + H
+    )
+    for task in range(2):
+        b.add_allocation(f"big{task}", num_gpu=8, job="big", tenant="t", priority=5)
+    b.add_allocation("other0", num_gpu=8, job="other", tenant="t", priority=1)
+    model = b.build(timestamp=T)
+
+    plans = {p.extra["job"]: p for p in plan_reservations(model, Policy())}
+    big, other = plans["big"], plans["other"]
+    # without its hold (n2 cordoned) big would start at +3 h on n0 and n1, starting again
+    # from nothing; with it, n2 is its own, ready at +1 h, and big starts at +2 h with n0
+    assert sorted(big.extra["nodes"]) == ["n0", "n2"]
+    assert big.extra["start_at"] == pytest.approx(T + 2 * H)
+    held = [s for s in big.extra["schedule"] if s["node"] == "n2"]
+    assert {s["gpu"]: s["hold_from"] for s in held} == {
+        **{g: pytest.approx(T) for g in range(4)},
+        **{g: pytest.approx(T + H) for g in range(4, 8)},
+    }
+    assert all(s["after"] == ["reserve:big:n2"] for s in held if s["gpu"] < 4)
+    assert "n2" not in other.extra["nodes"]
+    # the placeholder is no idle allocation to reclaim
+    from advisor.planner.reclaim import idle_allocations
+
+    assert all(row["alloc"] != "reserve:big:n2" for row in idle_allocations(model))

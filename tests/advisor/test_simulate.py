@@ -386,3 +386,19 @@ def test_a_consolidation_is_not_said_to_start_a_job_its_gpu_model_excludes() -> 
 
     assert waiting_on(plan("n0"), model) == ("", 0.0)
     assert waiting_on(plan("n1"), model) == ("big", 8.0)
+
+
+def test_a_reservation_that_outlives_its_planned_start_is_renewed_not_started_again() -> None:
+    """A 2 x 8 gang waits behind two 1-GPU jobs that run far longer than the advisor expects,
+    so its planned start passes with the job still waiting. Each run sees the GPUs the
+    reservation holds and renews it from them: one reservation whose holds are kept (released
+    at the planned start, its 14 held GPUs were let go and gathered again, as before this
+    rule), and the gang starts as the second long job ends."""
+    stream = [{"name": f"s{i}", "t": 600.0 * i, "d": 300.0, "g": 1} for i in range(72)]
+    longs = [{"name": "l0", "d": 10 * 3600.0, "g": 1}, {"name": "l1", "d": 12 * 3600.0, "g": 1}]
+    table = jobs([*longs, *stream, {"name": "big", "t": 60.0, "g": 8, "k": 2}])
+    operator = AdvisorOperator(every_s=60.0, default_restart_s=300.0)
+    on = simulate(table, nodes(2), "mostallocated", operator)
+    assert waits(on)["big"] == 12 * 3600.0 - 60.0
+    assert operator.stats.reservations == 1 and operator.stats.renewals >= 1
+    assert not on.moves
