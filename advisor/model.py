@@ -17,9 +17,9 @@ import functools
 import logging
 import math
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -78,7 +78,7 @@ class ModelError(ValueError):
         self.problem = problem
 
 
-def _obj(values: Iterable[str]) -> np.ndarray:
+def object_array(values: Iterable[Any]) -> np.ndarray:
     """A 1-D object array of strings (numpy would otherwise pick a fixed-width dtype)."""
     items = list(values)
     array = np.empty(len(items), dtype=object)
@@ -172,6 +172,51 @@ class Allocations:
 
     def __len__(self) -> int:
         return len(self.id)
+
+
+# each column of `Allocations` and its dtype, in field order (`allocations_from_columns`)
+ALLOCATION_COLUMNS: dict[str, Any] = {
+    "id": object,
+    "job": object,
+    "tenant": object,
+    "priority": np.int32,
+    "num_gpu": np.int32,
+    "gpu_milli": np.int32,
+    "cpu_milli": np.float64,
+    "memory_mib": np.float64,
+    "gpu_spec": object,
+    "node": np.int32,
+    "start_time": np.float64,
+    "creation_time": np.float64,
+    "deletion_time": np.float64,
+    "scheduled_time": np.float64,
+    "migratable": bool,
+    "restart_cost_s": np.float64,
+    "qos": object,
+    "gpu_limit_milli": np.int32,
+}
+# what a column not given holds: unknown times and requests, no limit, no qos
+ALLOCATION_DEFAULTS: dict[str, Any] = {
+    "deletion_time": math.nan,
+    "scheduled_time": math.nan,
+    "qos": "",
+    "gpu_limit_milli": NO_LIMIT,
+}
+
+
+def allocations_from_columns(columns: Mapping[str, Sequence[Any]]) -> Allocations:
+    """`Allocations` from one list per column, each cast to its dtype (`ALLOCATION_COLUMNS`);
+    a column in `ALLOCATION_DEFAULTS` may be left out. The one place columns are typed, for
+    the model builder, the replay and plans that add reservations."""
+    size = len(columns["id"])
+    arrays = {}
+    for name, dtype in ALLOCATION_COLUMNS.items():
+        values = columns[name] if name in columns else [ALLOCATION_DEFAULTS[name]] * size
+        if dtype is object:
+            arrays[name] = object_array(values)
+        else:
+            arrays[name] = np.array(list(values), dtype=dtype).reshape(size)
+    return Allocations(**arrays)
 
 
 @dataclass(eq=False)
@@ -663,14 +708,14 @@ class ModelBuilder:
 
         def col(rows: list[dict], key: str, dtype: type) -> np.ndarray:
             if dtype is object:
-                return _obj([r[key] for r in rows])
+                return object_array([r[key] for r in rows])
             return np.array([r[key] for r in rows], dtype=dtype).reshape(len(rows))
 
         node_cols = Nodes(
-            name=_obj([r.name for r in nodes]),
-            pool=_obj([r.pool for r in nodes]),
-            rack=_obj([r.rack for r in nodes]),
-            gpu_model=_obj([r.gpu_model for r in nodes]),
+            name=object_array([r.name for r in nodes]),
+            pool=object_array([r.pool for r in nodes]),
+            rack=object_array([r.rack for r in nodes]),
+            gpu_model=object_array([r.gpu_model for r in nodes]),
             cpu_milli=np.array([r.cpu_milli for r in nodes], dtype=np.float64),
             memory_mib=np.array([r.memory_mib for r in nodes], dtype=np.float64),
             schedulable=np.array([r.schedulable for r in nodes], dtype=bool),
@@ -695,25 +740,11 @@ class ModelBuilder:
             [-1 if r["node"] is None else self._node_pos[r["node"]] for r in allocs],
             dtype=np.int32,
         )
-        alloc_cols = Allocations(
-            id=col(allocs, "id", object),
-            job=col(allocs, "job", object),
-            tenant=col(allocs, "tenant", object),
-            priority=col(allocs, "priority", np.int32),
-            num_gpu=col(allocs, "num_gpu", np.int32),
-            gpu_milli=col(allocs, "gpu_milli", np.int32),
-            cpu_milli=col(allocs, "cpu_milli", np.float64),
-            memory_mib=col(allocs, "memory_mib", np.float64),
-            gpu_spec=col(allocs, "gpu_spec", object),
-            node=node_of,
-            start_time=col(allocs, "start_time", np.float64),
-            creation_time=col(allocs, "creation_time", np.float64),
-            deletion_time=col(allocs, "deletion_time", np.float64),
-            scheduled_time=col(allocs, "scheduled_time", np.float64),
-            migratable=col(allocs, "migratable", bool),
-            restart_cost_s=col(allocs, "restart_cost_s", np.float64),
-            qos=col(allocs, "qos", object),
-            gpu_limit_milli=col(allocs, "gpu_limit_milli", np.int32),
+        alloc_cols = allocations_from_columns(
+            {
+                **{k: [r[k] for r in allocs] for k in ALLOCATION_COLUMNS if k != "node"},
+                "node": node_of,
+            }
         )
         place_gpu = []
         for alloc_row, node, index, _ in self._places:

@@ -42,6 +42,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from advisor.model import (
+    ALLOCATION_COLUMNS,
     MILLI,
     NO_LIMIT,
     RESERVATION_QOS,
@@ -49,6 +50,7 @@ from advisor.model import (
     ClusterModel,
     Gpus,
     Placements,
+    allocations_from_columns,
     spec_allows,
 )
 from advisor.planner.actions import MOVING_KINDS, Action
@@ -594,33 +596,29 @@ def _append_reservations(allocs: Allocations, rows: list[tuple[str, _Holder]]) -
     if not rows:
         return allocs
     k = len(rows)
-
-    def obj(values: list[str]) -> np.ndarray:
-        out = np.empty(k, dtype=object)
-        out[:] = values
-        return out
-
-    nan = np.full(k, np.nan)
-    extra = {
-        "id": obj([a for a, _ in rows]),
-        "job": obj([h.job for _, h in rows]),
-        "tenant": obj([h.tenant for _, h in rows]),
-        "priority": np.array([h.priority for _, h in rows], dtype=np.int32),
-        "num_gpu": np.array([len(h.gpus) for _, h in rows], dtype=np.int32),
-        "gpu_milli": np.array([max(h.milli) for _, h in rows], dtype=np.int32),
-        "cpu_milli": nan,
-        "memory_mib": nan,
-        "gpu_spec": obj([""] * k),
-        "node": np.array([h.node for _, h in rows], dtype=np.int32),
-        "start_time": nan,
-        "creation_time": nan,
-        "deletion_time": nan,
-        "scheduled_time": nan,
-        "migratable": np.zeros(k, dtype=bool),
-        "restart_cost_s": nan,
-        "qos": obj([RESERVATION_QOS] * k),
-        "gpu_limit_milli": np.full(k, NO_LIMIT, dtype=np.int32),
-    }
+    nan = [math.nan] * k
+    extra = allocations_from_columns(
+        {
+            "id": [a for a, _ in rows],
+            "job": [h.job for _, h in rows],
+            "tenant": [h.tenant for _, h in rows],
+            "priority": [h.priority for _, h in rows],
+            "num_gpu": [len(h.gpus) for _, h in rows],
+            "gpu_milli": [max(h.milli) for _, h in rows],
+            "cpu_milli": nan,
+            "memory_mib": nan,
+            "gpu_spec": [""] * k,
+            "node": [h.node for _, h in rows],
+            "start_time": nan,
+            "creation_time": nan,
+            "migratable": [False] * k,
+            "restart_cost_s": nan,
+            "qos": [RESERVATION_QOS] * k,
+        }
+    )
     return Allocations(
-        **{name: np.concatenate([getattr(allocs, name), value]) for name, value in extra.items()}
+        **{
+            name: np.concatenate([getattr(allocs, name), getattr(extra, name)])
+            for name in ALLOCATION_COLUMNS
+        }
     )

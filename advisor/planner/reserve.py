@@ -21,6 +21,12 @@ while waiting, the backfill window (jobs predicted to end before T may use the h
 meanwhile), and when to release the reservation if the job has not started
 (`release_after_s` after T).
 
+A standing reservation (its placeholders: allocations of qos `RESERVATION_QOS` on the GPUs it
+holds) is the job's own: its next plan counts those GPUs ready now and the rest of the nodes
+cordoned for it ready as their tasks end (`own_view`), so a reservation whose planned start
+passed (tasks that outlived their forecast) is renewed from what it gathered, not started
+again elsewhere; no other job counts held GPUs as ever ready.
+
 `plan_reservations(model, policy, requests, outlook)` plans several jobs in priority order;
 each later one sees the earlier holds (held until start + expected duration), reports the
 delay they cause (`conflicts`), and a quota conflict (the tenant's GPUs at T, after its own

@@ -28,29 +28,22 @@ import numpy as np
 
 from advisor.history import History
 from advisor.model import (
+    ALLOCATION_COLUMNS,
     MILLI,
     RESERVATION_QOS,
     UNKNOWN_ISLAND,
-    Allocations,
     ClusterModel,
     Gpus,
     Nodes,
     Placements,
     Usage,
+    allocations_from_columns,
+    object_array,
 )
 from advisor.pipeline import Pipeline
 from advisor.planner.constraints import Policy
 from advisor.settings import Settings
 from advisor.simulate.engine import RUNNING, WAITING, Simulation
-
-
-def _obj(values: Any) -> np.ndarray:
-    """A 1-D object array of strings (numpy would pick a fixed-width dtype)."""
-    items = list(values)
-    out = np.empty(len(items), dtype=object)
-    out[:] = items
-    return out
-
 
 EPOCH = 1767603600.0  # simulated t=0 as unix time: a Monday 09:00 UTC (the sim fleet's epoch)
 USAGE_WINDOW_S = 24 * 3600.0  # utilization history the reclaim rule judges (it needs 2 h idle)
@@ -133,10 +126,10 @@ def _static_columns(sim: Simulation) -> tuple[Nodes, Gpus]:
     np.cumsum(counts, out=offset[1:])
     n, g = len(s), int(offset[-1])
     nodes = Nodes(
-        name=_obj(str(x) for x in s.names),
-        pool=_obj(sim.pool_names or [""] * n),
-        rack=_obj(sim.rack_names or [""] * n),
-        gpu_model=_obj(s.models[m] for m in s.model),
+        name=object_array(str(x) for x in s.names),
+        pool=object_array(sim.pool_names or [""] * n),
+        rack=object_array(sim.rack_names or [""] * n),
+        gpu_model=object_array(s.models[m] for m in s.model),
         cpu_milli=s.cpu_cap.astype(np.float64),
         memory_mib=s.mem_cap.astype(np.float64),
         schedulable=np.ones(n, dtype=bool),
@@ -146,7 +139,7 @@ def _static_columns(sim: Simulation) -> tuple[Nodes, Gpus]:
     gpus = Gpus(
         node=np.repeat(np.arange(n, dtype=np.int32), counts),
         index=index.astype(np.int32),
-        uuid=_obj([""] * g),
+        uuid=object_array([""] * g),
         memory_total_bytes=np.full(g, np.nan),
         healthy=np.ones(g, dtype=bool),
         lost=np.zeros(g, dtype=bool),
@@ -202,25 +195,8 @@ def model_of(sim: Simulation, now: float, static: tuple[Nodes, Gpus]) -> Cluster
                 p_alloc.append(row)
                 p_gpu.append(int(offset[node]) + gpu)
                 p_milli.append(MILLI)
-    allocations = Allocations(
-        id=_obj(rows["id"]),
-        job=_obj(rows["job"]),
-        tenant=_obj(rows["tenant"]),
-        priority=np.array(rows["priority"], dtype=np.int32),
-        num_gpu=np.array(rows["num_gpu"], dtype=np.int32),
-        gpu_milli=np.array(rows["gpu_milli"], dtype=np.int32),
-        cpu_milli=np.array(rows["cpu_milli"], dtype=np.float64),
-        memory_mib=np.array(rows["memory_mib"], dtype=np.float64),
-        gpu_spec=_obj(rows["gpu_spec"]),
-        node=np.array(rows["node"], dtype=np.int32),
-        start_time=np.array(rows["start_time"], dtype=np.float64),
-        creation_time=np.array(rows["creation_time"], dtype=np.float64),
-        deletion_time=np.full(len(rows["id"]), np.nan),
-        scheduled_time=np.array(rows["start_time"], dtype=np.float64),
-        migratable=np.array(rows["migratable"], dtype=bool),
-        restart_cost_s=np.array(rows["restart_cost_s"], dtype=np.float64),
-        qos=_obj(rows["qos"]),
-    )
+    rows["scheduled_time"] = rows["start_time"]
+    allocations = allocations_from_columns(rows)
     known = bool((~np.isnan(jobs.utilization)).any())
     gpu_util = (
         np.where(util_known, np.minimum(util, 1.0), np.nan) if known else gpus.utilization_ratio
@@ -243,22 +219,10 @@ def model_of(sim: Simulation, now: float, static: tuple[Nodes, Gpus]) -> Cluster
     )
 
 
-_ALLOC_KEYS = (
-    "id",
-    "job",
-    "tenant",
-    "priority",
-    "num_gpu",
-    "gpu_milli",
-    "cpu_milli",
-    "memory_mib",
-    "gpu_spec",
-    "node",
-    "start_time",
-    "creation_time",
-    "migratable",
-    "restart_cost_s",
-    "qos",
+# the columns a row gives (`allocations_from_columns` fills the others: no end time is known,
+# scheduled is the start, no limit)
+_ALLOC_KEYS = tuple(
+    k for k in ALLOCATION_COLUMNS if k not in ("deletion_time", "scheduled_time", "gpu_limit_milli")
 )
 
 
