@@ -230,12 +230,18 @@ def _report(o: Outcome) -> None:
     per_call = f", advisor {sum(o.advisor_s) / calls:.2f} s/call x {calls}" if calls else ""
     print(
         f"{s['policy']:>14} advisor {s['advisor']:<11} seed {s['seed']}: p90 wait "
-        f"{_s(s['wait_p90_s'])}, >=8 GPUs {_s(s['wait_p90_s_big'])}, waiting "
+        f"{_s(s['wait_p90_s'])}, >=8 GPUs {_s(s['wait_p90_s_big'])}"
+        f"{_capacity(s['big_wait_capacity_pct'])}, waiting "
         f"{s['wait_gpu_hours']:g} GPU-h, moved {s['moved_pct_per_day']:g} %/day, restarts "
         f"{s['restart_gpu_hours']:g} + held {s['held_gpu_hours']:g} GPU-h "
         f"({o.wall_s:.1f} s{per_call})",
         flush=True,
     )
+
+
+def _capacity(pct: float) -> str:
+    """The share of big jobs' waiting in which the GPUs were missing altogether."""
+    return "" if math.isnan(pct) else f" ({pct:g} % of it short of GPUs in all)"
 
 
 def _s(value: float) -> str:

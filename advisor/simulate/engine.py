@@ -37,6 +37,7 @@ from advisor.simulate.jobs import JobTable
 from advisor.simulate.queue import WaitQueue
 
 DAY = 86400.0
+BIG_GPUS = 8  # a "big" job asks for at least this many GPUs (tasks x GPUs per task)
 DEPART, RELEASE, ARRIVE, TICK = 0, 1, 2, 3
 NOT_ARRIVED, WAITING, RUNNING, DONE, NEVER = 0, 1, 2, 3, 4
 BACKFILL_MODES = ("kubernetes",)
@@ -174,6 +175,12 @@ class Simulation:
         # a controller may skip a tick on which it is unchanged since its last one
         self.changes = 0
         self.timeline: list[tuple[float, float, float, float]] = []  # t, alloc, held, waiting
+        # seconds big jobs waited, by why they could not start (`_why_big_jobs_wait`)
+        self.big_wait_s = {"capacity": 0.0, "fragmentation": 0.0}
+        self._big = jobs.size_gpus >= BIG_GPUS
+        self._big_queue: set[int] = set()  # big jobs waiting now
+        self._big_waiting = (0, 0)  # why they wait (capacity, fragmentation), taken at `_why_at`
+        self._why_at = -math.inf
         self.last_start = self.now
         self._freed: set[int] = set()
         self.capacity_milli = state.gpu_capacity_milli
@@ -192,6 +199,8 @@ class Simulation:
         if dt > 0:
             self.alloc_area += self.alloc_milli * dt
             self.held_area += self.held_gpus * dt
+            self.big_wait_s["capacity"] += self._big_waiting[0] * dt
+            self.big_wait_s["fragmentation"] += self._big_waiting[1] * dt
             self._last = to
         self.now = to
 
@@ -211,6 +220,8 @@ class Simulation:
                 if self.status[job] == NEVER:
                     continue
                 self.status[job] = WAITING
+                if self._big[job]:
+                    self._big_queue.add(job)
                 self.changes += 1
                 self._observe(job)
                 if self.queue.has_peers(job) or not self._try_start(job):
@@ -223,6 +234,9 @@ class Simulation:
                 self.controller.tick(self, at)
                 self._push(at + self.controller.every_s, TICK, -1)
             self._schedule()
+            if len(self._big_queue) != sum(self._big_waiting) or at - self._why_at >= 60.0:
+                self._big_waiting = self._why_big_jobs_wait()
+                self._why_at = at
             if not self.timeline or at - self.timeline[-1][0] >= 60.0:
                 self._record(at)
         self._record(self.now)
@@ -231,6 +245,24 @@ class Simulation:
         self.timeline.append(
             (at, self.alloc_milli / MILLI, float(self.held_gpus), self.queue.waiting_gpus)
         )
+
+    def _why_big_jobs_wait(self) -> tuple[int, int]:
+        """(capacity, fragmentation): waiting big jobs for which the whole free GPUs of the
+        models they allow are too few in all (no move could start them: only ends can), and
+        those for which they are enough but not in the job's shape (nodes, CPU or memory):
+        what moves could address. Taken when a big job arrives or starts, else at most once a
+        simulated minute, and counted until it is taken again."""
+        if not self._big_queue:
+            return (0, 0)
+        whole_free = (self.state.gpu_free == MILLI).sum(axis=1)
+        free_of: dict[str, int] = {}
+        capacity = 0
+        for job in self._big_queue:
+            spec = self.specs[job].gpu_spec
+            if spec not in free_of:
+                free_of[spec] = int(whole_free[self.state.access(spec)].sum())
+            capacity += free_of[spec] < int(self.jobs.size_gpus[job])
+        return (capacity, len(self._big_queue) - capacity)
 
     def _never_fits(self) -> np.ndarray:
         """Jobs no node of the empty cluster could ever host: marked and left out of waits."""
@@ -315,6 +347,7 @@ class Simulation:
             self.release_reservation(job)
         self.changes += 1
         self.status[job] = RUNNING
+        self._big_queue.discard(job)
         self.placement[job] = placement
         for node, _ in placement:
             self.node_jobs[node].add(job)

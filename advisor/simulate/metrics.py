@@ -13,9 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from advisor.simulate.engine import DAY, Simulation
+from advisor.simulate.engine import BIG_GPUS, DAY, Simulation
 
-BIG_GPUS = 8
 SUMMARY_COLUMNS = (
     "policy",
     "advisor",
@@ -30,6 +29,7 @@ SUMMARY_COLUMNS = (
     "moved_pct_per_day",
     "restart_gpu_hours",
     "held_gpu_hours",
+    "big_wait_capacity_pct",
 )
 BY_SIZE_COLUMNS = (
     "policy",
@@ -77,7 +77,15 @@ def summary_row(sim: Simulation, policy: str, advisor: str, seed: int) -> dict[s
         "moved_pct_per_day": round(100.0 * len(sim.moves) / days, 4) if days else 0.0,
         "restart_gpu_hours": round(sim.restart_gpu_s / 3600, 2),
         "held_gpu_hours": round(sim.held_area / 3600, 2),
+        "big_wait_capacity_pct": _capacity_pct(sim),
     }
+
+
+def _capacity_pct(sim: Simulation) -> float:
+    """Of the time big jobs waited, the share (%) in which the cluster lacked the free GPUs
+    altogether (`Simulation._why_big_jobs_wait`); NaN when no big job waited."""
+    total = sum(sim.big_wait_s.values())
+    return round(100.0 * sim.big_wait_s["capacity"] / total, 1) if total else math.nan
 
 
 def by_size_rows(sim: Simulation, policy: str, advisor: str, seed: int) -> list[dict[str, Any]]:

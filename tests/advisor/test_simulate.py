@@ -402,3 +402,20 @@ def test_a_reservation_that_outlives_its_planned_start_is_renewed_not_started_ag
     assert waits(on)["big"] == 12 * 3600.0 - 60.0
     assert operator.stats.reservations == 1 and operator.stats.renewals >= 1
     assert not on.moves
+
+
+def test_why_big_jobs_wait_capacity_or_fragmentation() -> None:
+    """An 8-GPU job behind 4 busy GPUs of the only node lacks the GPUs altogether (capacity:
+    no move could start it); behind 4 busy GPUs on each of two nodes it has 8 free GPUs in
+    all, scattered (fragmentation). Its wait is counted under that cause, about to the minute."""
+    busy = [{"name": "a", "g": 4, "d": 3600.0}, {"name": "b", "g": 4, "d": 3600.0}]
+    big = {"name": "big", "t": 1.0, "g": 8, "d": 60.0}
+    one = simulate(jobs([busy[0], big]), nodes(1))
+    two = simulate(jobs([*busy, big]), nodes(2), "leastallocated")
+    assert waits(one)["big"] == waits(two)["big"] == 3599.0
+    assert one.big_wait_s["fragmentation"] == 0.0
+    assert one.big_wait_s["capacity"] == pytest.approx(3599.0, abs=60.0)
+    assert two.big_wait_s["capacity"] == 0.0
+    assert two.big_wait_s["fragmentation"] == pytest.approx(3599.0, abs=60.0)
+    assert summary_row(one, "m", "off", 0)["big_wait_capacity_pct"] == 100.0
+    assert summary_row(two, "l", "off", 0)["big_wait_capacity_pct"] == 0.0
