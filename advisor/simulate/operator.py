@@ -14,7 +14,10 @@ Per advisor run (`AdvisorAdapter.advise`, the service's own run step), in this o
    not started by `release.if_not_started_by`), or when the job starts anywhere. The advisor
    sees what a standing reservation holds (`advisor_adapter.model_of`), so each run serves the
    job a renewed plan from those GPUs (a later start, where its tasks outlive the forecast):
-   applied, it keeps the GPUs both plans share and moves the release time.
+   applied, it keeps the GPUs both plans share and moves the release time. Waiting jobs are
+   served in queue order, and as in Slurm's EASY backfill one reservation stands at a time
+   (`MAX_HOLDS`), the head of the queue's: held GPUs sit idle for one job, not for every big
+   job at once (each reservation cordons its nodes).
 2. **Defragmentation nobody waits on** (a consolidation for a shape with no waiting job): only in
    a forecast low-demand window (its window is "now" and a forecast said so), within the budget.
 3. **Reclaims**: idle allocations the run names are ended (the replay's jobs give their
@@ -31,9 +34,10 @@ from typing import Any
 
 from advisor.planner.timing import acts
 from advisor.simulate.advisor_adapter import EPOCH, Advice, AdvisorAdapter
-from advisor.simulate.engine import DAY, RUNNING, WAITING, Simulation
+from advisor.simulate.engine import DAY, RUNNING, Simulation
 
 NOW = "now"
+MAX_HOLDS = 1  # reservations standing at once: the head of the queue's (Slurm's EASY backfill)
 
 
 @dataclass
@@ -45,6 +49,7 @@ class OperatorStats:
     consolidations: int = 0
     reservations: int = 0
     renewals: int = 0  # a standing reservation's plan served again: its hold renewed
+    skipped_holds: int = 0  # reservations not made: `max_holds` stood already
     preemptive: int = 0
     reclaims: int = 0
     skipped_budget: int = 0
@@ -60,8 +65,11 @@ class AdvisorOperator:
 
     name = "on"
 
-    def __init__(self, every_s: float, default_restart_s: float) -> None:
+    def __init__(
+        self, every_s: float, default_restart_s: float, max_holds: int = MAX_HOLDS
+    ) -> None:
         self.every_s = every_s
+        self.max_holds = max_holds
         self.default_restart_s = default_restart_s
         self.adapter: AdvisorAdapter | None = None
         self.stats = OperatorStats()
@@ -102,10 +110,14 @@ class AdvisorOperator:
                 (for_job.setdefault(waiting, []) if waiting else preemptive).append(plan)
             elif plan.get("method") == "reclaim" or plan.get("goal") == "reclaim":
                 reclaims.append(plan)
-        for name, options in for_job.items():
-            job = self._index.get(name)
-            if job is not None and sim.status[job] == WAITING:
-                self._serve(sim, job, options)
+        order = {job: k for k, job in enumerate(sim.queue.jobs_waiting())}
+        waiting = sorted(
+            (order[job], job, options)
+            for name, options in for_job.items()
+            if (job := self._index.get(name)) is not None and job in order
+        )
+        for _, job, options in waiting:
+            self._serve(sim, job, options)
         for plan in preemptive:
             window = plan.get("window") or {}
             if window.get("when") != NOW or not window.get("forecast"):
@@ -139,6 +151,9 @@ class AdvisorOperator:
         for _, _, plan in sorted(ranked, key=lambda r: (r[0], r[1])):
             if plan.get("method") == "reserve":
                 renewal = job in sim.reservations
+                if not renewal and len(sim.reservations) >= self.max_holds:
+                    self.stats.skipped_holds += 1
+                    continue
                 if self._reserve(sim, job, plan):
                     if renewal:
                         self.stats.renewals += 1

@@ -30,6 +30,7 @@ RUN_COLUMNS = (
     "consolidations",
     "reservations",
     "renewals",
+    "skipped_holds",
     "preemptive",
     "reclaims",
     "skipped_budget",

@@ -419,3 +419,26 @@ def test_why_big_jobs_wait_capacity_or_fragmentation() -> None:
     assert two.big_wait_s["fragmentation"] == pytest.approx(3599.0, abs=60.0)
     assert summary_row(one, "m", "off", 0)["big_wait_capacity_pct"] == 100.0
     assert summary_row(two, "l", "off", 0)["big_wait_capacity_pct"] == 0.0
+
+
+def test_one_reservation_stands_at_a_time_for_the_head_of_the_queue() -> None:
+    """Two 8-GPU jobs wait on two nodes kept busy by a stream of 1-GPU jobs. As Slurm's EASY
+    backfill, the operator holds GPUs for the head of the queue only: the second job gets its
+    reservation once the first has started, so held GPUs never sit idle for two jobs at once."""
+    stream = [{"name": f"s{i}", "t": 15.0 * i, "d": 240.0, "g": 1} for i in range(240)]
+    bigs = [{"name": "big", "t": 600.0, "g": 8, "d": 600.0}, {"name": "big2", "t": 610.0, "g": 8}]
+    table = jobs([*stream, *bigs])
+
+    class Watch(AdvisorOperator):
+        most = 0
+
+        def tick(self, sim: Simulation, now: float) -> None:
+            super().tick(sim, now)
+            Watch.most = max(Watch.most, len(sim.reservations))
+
+    operator = Watch(every_s=60.0, default_restart_s=300.0)
+    on = simulate(table, nodes(2), "mostallocated", operator)
+    off = simulate(table, nodes(2), "mostallocated")
+    assert Watch.most == 1 and operator.stats.skipped_holds >= 1
+    assert operator.stats.reservations == 2
+    assert waits(on)["big"] < waits(off)["big"] and waits(on)["big2"] < waits(off)["big2"]
