@@ -18,7 +18,7 @@ import logging
 import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -433,42 +433,12 @@ def validate(model: ClusterModel) -> None:
     offset = nodes.gpu_offset
     if n and (offset[0] != 0 or offset[-1] != g or np.any(np.diff(offset) < 0)):
         raise ModelError("nodes.gpu_offset", "must start at 0, not decrease, and end at #GPUs")
-    for name in (
-        "index",
-        "uuid",
-        "memory_total_bytes",
-        "healthy",
-        "lost",
-        "nvlink_island",
-        "mig_enabled",
-        "carved_milli",
-        "utilization_ratio",
-        "memory_used_bytes",
-        "power_watts",
-    ):
+    for name in (f.name for f in fields(Gpus) if f.name != "node"):
         _check_len(f"gpus.{name}", getattr(gpus, name), g)
     expected_node = np.repeat(np.arange(n), np.diff(offset)) if n else np.zeros(0)
     if not np.array_equal(gpus.node, expected_node):
         raise ModelError("gpus.node", "GPUs must be grouped by node in node order")
-    for name in (
-        "job",
-        "tenant",
-        "priority",
-        "num_gpu",
-        "gpu_milli",
-        "cpu_milli",
-        "memory_mib",
-        "gpu_spec",
-        "node",
-        "start_time",
-        "creation_time",
-        "deletion_time",
-        "scheduled_time",
-        "migratable",
-        "restart_cost_s",
-        "qos",
-        "gpu_limit_milli",
-    ):
+    for name in ALLOCATION_COLUMNS:
         _check_len(f"allocations.{name}", getattr(allocs, name), a)
     dup = _first_duplicate(allocs.id)
     if dup is not None:
