@@ -9,6 +9,7 @@ mode (the first seed), GPUs held for reservations dashed below.
 from __future__ import annotations
 
 import csv
+import math
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -43,10 +44,15 @@ RUN_COLUMNS = (
 
 
 def write_csv(path: Path, columns: tuple[str, ...], rows: list[dict[str, Any]]) -> None:
+    """`rows` under `columns`; an unknown (NaN) is an empty cell, as `--json` gives it null."""
     with path.open("w", newline="") as fh:
         writer = csv.DictWriter(fh, fieldnames=list(columns), extrasaction="ignore")
         writer.writeheader()
-        writer.writerows(rows)
+        writer.writerows({k: "" if _nan(v) else v for k, v in row.items()} for row in rows)
+
+
+def _nan(value: Any) -> bool:
+    return isinstance(value, float) and math.isnan(value)
 
 
 def run_row(outcome: Outcome) -> dict[str, Any]:
