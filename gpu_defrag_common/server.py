@@ -11,10 +11,12 @@ here a request is answered into memory by the standard library's parser and our 
 
 from __future__ import annotations
 
+import errno
 import html
 import io
 import json
 import logging
+import os
 import re
 import socket
 import threading
@@ -67,8 +69,19 @@ class PageSource(Protocol):
     def health(self) -> Health: ...
 
 
+INHERITED = "fd://"  # a listen address naming a socket the parent process already listens on
+
+
 def parse_listen_address(address: str) -> tuple[str, int]:
-    """`:9835`, `0.0.0.0:9835`, `[::1]:9835` -> (host, port); ValueError with one line otherwise."""
+    """`:9835`, `0.0.0.0:9835`, `[::1]:9835` -> (host, port); `fd://N` -> the host and port
+    that socket listens on; ValueError with one line otherwise."""
+    if address.startswith(INHERITED):
+        probe = socket.socket(fileno=os.dup(inherited_fd(address)))
+        try:
+            host, port = probe.getsockname()[:2]
+        finally:
+            probe.close()
+        return str(host), int(port)
     host, sep, port = address.rpartition(":")
     if not sep or not port.isdigit() or not 0 <= int(port) < 65536:
         raise ValueError(f"--web.listen-address {address!r}: expected [host]:port, e.g. :9835")
@@ -319,11 +332,9 @@ class ExporterServer:
         routes: Mapping[str, Route] | None = None,
         limits: Limits | None = None,
     ) -> None:
-        host, port = parse_listen_address(address)
-        self._host = host
+        self._listener, self._host = listening_socket(address)
         self._web = web
         self._app = _App(source, web, title, routes or {})
-        self._listener = _listen(host, port)
         self._connections = Connections(
             self._listener,
             self._respond,
@@ -385,7 +396,42 @@ class ExporterServer:
             self._listener.close()
 
 
-def _listen(host: str, port: int) -> socket.socket:
+def inherited_fd(address: str) -> int:
+    """N of `fd://N`, checked to be a TCP socket that listens; ValueError with one line."""
+    number = address.removeprefix(INHERITED)
+    if not number.isdigit():
+        raise ValueError(f"--web.listen-address {address!r}: expected fd://N, N a file descriptor")
+    try:
+        probe = socket.socket(fileno=os.dup(int(number)))
+    except OSError as error:
+        why = "no such file descriptor" if error.errno == errno.EBADF else "not a socket"
+        raise ValueError(f"--web.listen-address {address!r}: {why}") from None
+    try:
+        listens = probe.type == socket.SOCK_STREAM and probe.getsockopt(
+            socket.SOL_SOCKET, socket.SO_ACCEPTCONN
+        )
+    except OSError:
+        listens = False
+    finally:
+        probe.close()
+    if not listens:
+        raise ValueError(f"--web.listen-address {address!r}: not a listening TCP socket")
+    return int(number)
+
+
+def listening_socket(address: str, backlog: int = LISTEN_BACKLOG) -> tuple[socket.socket, str]:
+    """The socket `--web.listen-address` names and the host for the server's URL. `[host]:port`
+    is bound here; `fd://N` is a socket the parent process already listens on, handed down as
+    file descriptor N (systemd's socket activation, gunicorn's `--bind fd://N`): a parent that
+    picked the port (the demo) cannot lose it to another process before this one starts."""
+    if address.startswith(INHERITED):
+        sock = socket.socket(fileno=inherited_fd(address))
+        return sock, str(sock.getsockname()[0])
+    host, port = parse_listen_address(address)
+    return _listen(host, port, backlog), host
+
+
+def _listen(host: str, port: int, backlog: int = LISTEN_BACKLOG) -> socket.socket:
     """A listening socket as `socketserver` made it (address reuse, IPv6 for a host with a
     colon), with a backlog for a burst of connections."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -393,7 +439,7 @@ def _listen(host: str, port: int) -> socket.socket:
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((host, port))
-        sock.listen(LISTEN_BACKLOG)
+        sock.listen(backlog)
     except BaseException:
         sock.close()
         raise

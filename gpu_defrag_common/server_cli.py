@@ -30,7 +30,8 @@ def add_server_arguments(parser: argparse.ArgumentParser, *, listen: str, what: 
         "--web.listen-address",
         dest="listen_address",
         default=listen,
-        help="[host]:port to serve /metrics and /health on",
+        help="[host]:port to serve /metrics and /health on (fd://N: a socket the parent "
+        "process listens on, handed down as file descriptor N)",
     )
     parser.add_argument(
         "--web.config.file",

@@ -19,11 +19,12 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from advisor.extras import require
 from gpu_defrag_common.messages import error_line, say_error
+from gpu_defrag_common.server import listening_socket
 
 APP_PACKAGES = ("streamlit", "plotly")  # the [app] extra, checked before any child starts
 DEFAULT_SOURCE = "sim:a100-16x8"
@@ -319,7 +320,7 @@ def run_app(args: argparse.Namespace) -> int:
     return _supervise(children)
 
 
-def exporter_command(preset: str, port: int, speed: float) -> list[str]:
+def exporter_command(preset: str, listen: str, speed: float) -> list[str]:
     return [
         sys.executable,
         "-m",
@@ -336,11 +337,11 @@ def exporter_command(preset: str, port: int, speed: float) -> list[str]:
         "--collect.interval",
         "5",
         "--web.listen-address",
-        f"127.0.0.1:{port}",
+        listen,
     ]
 
 
-def advisor_command(source: str, port: int, interval_s: float) -> list[str]:
+def advisor_command(source: str, listen: str, interval_s: float) -> list[str]:
     return [
         sys.executable,
         "-m",
@@ -351,8 +352,18 @@ def advisor_command(source: str, port: int, interval_s: float) -> list[str]:
         "--advise.interval",
         f"{interval_s:g}s",
         "--web.listen-address",
-        f"127.0.0.1:{port}",
+        listen,
     ]
+
+
+def start_server(command: Callable[[str], list[str]], port: int) -> tuple[subprocess.Popen, int]:
+    """A server child on 127.0.0.1:`port` (0: any free port), and the port: this process binds
+    the socket and hands it down (`fd://N`), so no other process can take the port between
+    choosing it and the child listening (a readiness check would then talk to that one)."""
+    sock, _ = listening_socket(f"127.0.0.1:{port}")
+    with sock:
+        fd = sock.fileno()
+        return subprocess.Popen(command(f"fd://{fd}"), pass_fds=(fd,)), sock.getsockname()[1]
 
 
 def run_demo(args: argparse.Namespace) -> int:
@@ -361,11 +372,13 @@ def run_demo(args: argparse.Namespace) -> int:
     if taken:
         say_error("demo", taken)
         return 2
-    port = args.exporter_port or free_port()
-    exporter_url = f"http://127.0.0.1:{port}/metrics"
     children: list[Child] = []
     try:
-        exporter = subprocess.Popen(exporter_command(args.preset, port, args.sim_speed))
+        exporter, port = start_server(
+            lambda listen: exporter_command(args.preset, listen, args.sim_speed),
+            args.exporter_port,
+        )
+        exporter_url = f"http://127.0.0.1:{port}/metrics"
         children.append(("sim exporter", exporter))
         if not wait_http(exporter_url, None, exporter, "the sim exporter"):
             print(
@@ -380,9 +393,10 @@ def run_demo(args: argparse.Namespace) -> int:
         refresh = 5.0 if args.refresh is None else args.refresh
         advisor_url = ""
         if not args.no_advisor:
-            advisor_port = args.advisor_port or free_port()
+            advisor, advisor_port = start_server(
+                lambda listen: advisor_command(exporter_url, listen, refresh), args.advisor_port
+            )
             advisor_url = f"http://127.0.0.1:{advisor_port}/"
-            advisor = subprocess.Popen(advisor_command(exporter_url, advisor_port, refresh))
             children.append(("advisor service", advisor))
             # its first run (after reading the fleet's week back): the app has a view at once
             if not wait_http(advisor_url + "health", None, advisor, "the advisor service"):

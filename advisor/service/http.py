@@ -21,7 +21,6 @@ import asyncio
 import base64
 import binascii
 import logging
-import socket
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -47,7 +46,7 @@ from gpu_defrag_common.server import (
     Route,
     accepts_gzip,
     landing_page,
-    parse_listen_address,
+    listening_socket,
 )
 from gpu_defrag_common.webconfig import WebConfig
 
@@ -335,17 +334,8 @@ class AdvisorServer:
         """`limits.max_connections` (`--web.max-connections`) bounds the connections served
         at once: a request on one more is answered 503 (uvicorn's `limit_concurrency`)."""
         limits = limits or Limits()
-        host, port = parse_listen_address(address)
-        self._host, self._tls = host, web.tls is not None
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        self._socket = socket.socket(family, socket.SOCK_STREAM)
-        try:
-            self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            self._socket.bind((host, port))
-            self._socket.listen(64)
-        except BaseException:
-            self._socket.close()
-            raise
+        self._socket, self._host = listening_socket(address, backlog=64)
+        self._tls = web.tls is not None
         tls = web.tls
         bounded = type("_Bounded", (_Protocol,), {"request_timeout_s": limits.request_timeout_s})
         config = uvicorn.Config(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import socket
+import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -35,11 +37,29 @@ def test_app_defaults_and_demo_children() -> None:
     assert (args.source, args.address, args.port) == (data.DEFAULT_SOURCE, "127.0.0.1", 8501)
     demo = build_parser().parse_args(["demo"])
     assert demo.func is cli.run_demo and demo.preset == "a100-16x8" and demo.sim_speed == 60
-    exporter = " ".join(cli.exporter_command("a100-16x8", 1234, 60))
+    exporter = " ".join(cli.exporter_command("a100-16x8", "fd://5", 60))
     assert "exporter --backend sim --sim.preset a100-16x8 --sim.speed 60 --sim.start 7d" in exporter
-    assert "--web.listen-address 127.0.0.1:1234" in exporter
-    advisor = " ".join(cli.advisor_command("http://127.0.0.1:1234/metrics", 4321, 5))
+    assert "--web.listen-address fd://5" in exporter
+    advisor = " ".join(cli.advisor_command("http://127.0.0.1:1234/metrics", "fd://6", 5))
     assert "advise --source http://127.0.0.1:1234/metrics --advise.interval 5s" in advisor
+    assert "--web.listen-address fd://6" in advisor
+
+
+def test_a_demo_child_listens_on_the_socket_the_demo_bound() -> None:
+    """The demo binds each server's port itself and hands the socket down: the port it reports
+    is the child's from the start, and no other process can take it in between."""
+    script = (
+        "import socket, sys; s = socket.socket(fileno=int(sys.argv[1][5:])); "
+        "c, _ = s.accept(); c.sendall(b'mine'); c.close()"
+    )
+    child, port = cli.start_server(lambda listen: [sys.executable, "-c", script, listen], 0)
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+            assert sock.recv(16) == b"mine"
+        assert child.wait(timeout=10) == 0
+        assert cli.port_taken("127.0.0.1", port) == ""  # this process kept no copy of it
+    finally:
+        child.kill()
 
 
 @contextmanager

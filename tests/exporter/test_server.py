@@ -158,6 +158,30 @@ def test_listen_address_forms():
         parse_listen_address("9835")
 
 
+def test_an_inherited_listening_socket_is_served_and_a_bad_one_refused(loop, tmp_path):
+    """`fd://N`: a socket the parent listens on, handed down (the demo binds its children's
+    ports itself); anything else under that name is one line naming the address."""
+    parent = socket.create_server(("127.0.0.1", 0))
+    port = parent.getsockname()[1]
+    address = f"fd://{parent.detach()}"  # the server owns it now, as a child owns its copy
+    assert parse_listen_address(address) == ("127.0.0.1", port)
+    server = ExporterServer(address, loop, load_web_config(None)).start()
+    try:
+        assert server.url() == f"http://127.0.0.1:{port}/metrics"
+        assert requests.get(server.url(), timeout=10).status_code == 200
+    finally:
+        server.close()
+    with open(tmp_path / "f", "w") as plain, socket.socket() as unbound:
+        for bad, why in (
+            ("fd://x", "expected fd://N"),
+            ("fd://999999", "no such file descriptor"),
+            (f"fd://{plain.fileno()}", "not a socket"),
+            (f"fd://{unbound.fileno()}", "not a listening TCP socket"),
+        ):
+            with pytest.raises(ValueError, match=f"--web.listen-address '{bad}': {why}"):
+                ExporterServer(bad, loop, load_web_config(None))
+
+
 @pytest.mark.parametrize(
     ("address", "shown"),
     [

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -215,8 +216,10 @@ def test_demo_starts_exporter_advisor_and_app_and_ctrl_c_stops_them(tmp_path: Pa
         wait_until(lambda: opened in out.read_text(), f"the demo's line {opened!r}", demo)
         text = out.read_text()
         assert _healthy(url + "_stcore/health")
-        exporter = text.split("sim exporter (a100-16x8, 60x time) on ")[1].split()[0]
-        advisor = text.split("advisor service on ")[1].split()[0]
+        # the lines that say where each child is (not "still waiting for ... on URL" notes,
+        # which a loaded machine prints while a child starts)
+        exporter = re.search(r"^sim exporter \(a100-16x8, 60x time\) on (\S+)", text, re.M)[1]
+        advisor = re.search(r"^advisor service on (\S+)", text, re.M)[1]
         with urllib.request.urlopen(exporter, timeout=5) as page:
             assert b"gpu_" in page.read()
         with urllib.request.urlopen(advisor, timeout=5) as page:
