@@ -19,7 +19,8 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 from advisor.extras import require
@@ -268,10 +269,22 @@ def _interrupt(*_: object) -> None:
     raise KeyboardInterrupt
 
 
+@contextmanager
+def _interrupted_by_signals() -> Iterator[None]:
+    """SIGTERM and SIGINT raise KeyboardInterrupt inside the block, so the demo stops its
+    children however it is stopped, while they start too (killed by SIGTERM's default action
+    it would leave them running). SIGINT too: a shell starts background jobs with SIGINT
+    ignored, and Ctrl-C must still work."""
+    previous = {sig: signal.signal(sig, _interrupt) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
 def _supervise(children: Sequence[Child]) -> int:
     """Block until Ctrl-C/SIGTERM or a child exits; then stop all. Returns the exit code."""
-    # SIGINT too: a shell starts background jobs with SIGINT ignored, and Ctrl-C must still work
-    previous = {sig: signal.signal(sig, _interrupt) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         while True:
             for name, process in children:
@@ -287,8 +300,6 @@ def _supervise(children: Sequence[Child]) -> int:
         print("\nstopping…", file=sys.stderr)
         return 0
     finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
         _stop(children)
 
 
@@ -372,6 +383,11 @@ def run_demo(args: argparse.Namespace) -> int:
     if taken:
         say_error("demo", taken)
         return 2
+    with _interrupted_by_signals():
+        return _run_demo(args)
+
+
+def _run_demo(args: argparse.Namespace) -> int:
     children: list[Child] = []
     try:
         exporter, port = start_server(

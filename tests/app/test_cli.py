@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 import socket
+import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import pytest
 
@@ -210,3 +216,34 @@ def test_a_status_line_that_cannot_be_written_stops_every_child(monkeypatch, arg
     with pytest.raises(OSError, match="standard output is closed"):
         args.func(args)
     assert started and all(c.terminated for c in started)
+
+
+def test_sigterm_while_the_demo_starts_stops_the_children_it_started(tmp_path: Path) -> None:
+    """Killed by SIGTERM's default action while its children start, the demo left them
+    running (a supervisor's stop, `timeout`, `docker stop`); they are stopped now."""
+    err = tmp_path / "err"
+    with err.open("w") as stderr:  # a file: orphans holding a pipe would block its reader
+        demo = subprocess.Popen(
+            [sys.executable, "-m", "advisor.cli", "demo", "--port", str(cli.free_port())],
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+            start_new_session=True,
+        )
+    try:
+        deadline = time.monotonic() + 120
+        started: list[str] = []
+        while not started and time.monotonic() < deadline and demo.poll() is None:
+            pgrep = ["pgrep", "-P", str(demo.pid)]
+            started = subprocess.run(pgrep, capture_output=True, text=True).stdout.split()
+            time.sleep(0.1)
+        assert started, "the demo started no child"
+        demo.send_signal(signal.SIGTERM)
+        demo.wait(timeout=60)
+        assert "Traceback" not in err.read_text()
+        for pid in started:
+            stat = Path(f"/proc/{pid}/stat")
+            assert not stat.exists() or stat.read_text().split()[2] == "Z", pid
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(demo.pid, signal.SIGKILL)
+        demo.wait()

@@ -9,8 +9,10 @@ use the Debian browser). Skips when they are missing, except under CI (CI=1/true
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
+import os
 import re
 import signal
 import subprocess
@@ -209,6 +211,7 @@ def test_demo_starts_exporter_advisor_and_app_and_ctrl_c_stops_them(tmp_path: Pa
             cwd=ROOT,
             stdout=log,
             stderr=subprocess.STDOUT,
+            start_new_session=True,  # one process group with its children, for the cleanup
         )
     try:
         url = f"http://127.0.0.1:{port}/"
@@ -256,7 +259,13 @@ def test_demo_starts_exporter_advisor_and_app_and_ctrl_c_stops_them(tmp_path: Pa
                 not Path(f"/proc/{pid}").exists()
                 or "Z" in Path(f"/proc/{pid}/stat").read_text().split()[2]
             )
-    finally:
+    finally:  # a failed check must not leave the demo's children running on the machine
         if demo.poll() is None:
-            demo.kill()
-            demo.wait()
+            demo.send_signal(signal.SIGINT)
+            try:
+                demo.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                demo.kill()
+                demo.wait()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(demo.pid, signal.SIGKILL)  # its session: children it could not stop
