@@ -110,13 +110,16 @@ class Slot:
 
 
 def gpu_ready_times(
-    model: ClusterModel, ends: np.ndarray, cordoned_too: bool = False
+    model: ClusterModel,
+    ends: np.ndarray,
+    cordoned_too: bool = False,
+    holds: Mapping[str, np.ndarray] | None = None,
 ) -> np.ndarray:
     """float64 (G): when each GPU is wholly free (now, a predicted end, or inf if unusable, or
     in MIG mode: its instances ending leave a MIG GPU, not a whole one). GPUs a standing
     reservation holds are never ready (for another job; `own_view` gives them to theirs);
     `cordoned_too`: GPUs of cordoned nodes are ready as their tasks end, as for the job a
-    reservation cordoned them for."""
+    reservation cordoned them for. `holds`: `standing_holds(model)` when the caller has it."""
     now = now_of(model)
     places = model.placements
     ready = np.full(len(model.gpus), now, dtype=np.float64)
@@ -125,7 +128,7 @@ def gpu_ready_times(
     gpus = model.gpus
     usable = gpus.healthy & ~gpus.lost if cordoned_too else model.gpu_usable
     ready[~usable | gpus.mig_enabled] = np.inf
-    for rows in standing_holds(model).values():
+    for rows in (standing_holds(model) if holds is None else holds).values():
         ready[rows] = np.inf
     return ready
 
@@ -422,10 +425,10 @@ def plan_reservations(
     requests = sorted(requests, key=lambda r: -(r.priority if r.priority is not None else 0))
     now = now_of(model)
     ends = expected_end(model, settings.prior, outlook.job_end)
-    base_ready = gpu_ready_times(model, ends)
-    ready = base_ready.copy()
     holds = standing_holds(model)
-    open_ready = gpu_ready_times(model, ends, cordoned_too=True) if holds else base_ready
+    base_ready = gpu_ready_times(model, ends, holds=holds)
+    ready = base_ready.copy()
+    open_ready = gpu_ready_times(model, ends, True, holds) if holds else base_ready
     owner = np.full(len(model.gpus), "", dtype=object)  # earlier reservation holding the GPU
     source = end_source(model, settings.prior, outlook.job_end)
     accepted: list[Action] = []

@@ -68,9 +68,10 @@ class Reservation:
     def wanted(self) -> int:
         return sum(len(g) for g in self.targets.values())
 
-    @property
-    def targets_pairs(self) -> list[tuple[int, int]]:
-        return [(n, g) for n, gs in self.targets.items() for g in gs]
+
+def _pairs(targets: dict[int, list[int]]) -> set[tuple[int, int]]:
+    """(node, GPU) of each GPU a reservation's `targets` name."""
+    return {(n, g) for n, gs in targets.items() for g in gs}
 
 
 class MoveBudget:
@@ -505,7 +506,7 @@ class Simulation:
         if any(self.fence[n] >= 0 and self.fence[n] != job for n in targets):
             return  # another job's reservation holds one of these nodes
         old = self.reservations.get(job)
-        keep = {(n, g) for n, gs in targets.items() for g in gs}
+        keep = _pairs(targets)
         if old is not None:
             self._drop_holds(old, keep)
         if old is None or old.targets != targets:  # a renewal that only moves the release
@@ -531,7 +532,7 @@ class Simulation:
         self.awaiting_hold.pop((node, gpu), None)
 
     def _drop_holds(self, res: Reservation, keep: set[tuple[int, int]]) -> None:
-        if not (res.held | set(res.targets_pairs)) - keep:
+        if not (res.held | _pairs(res.targets)) - keep:
             return  # nothing held or promised outside `keep`
         self.changes += 1
         kept_nodes = {n for n, _ in keep}

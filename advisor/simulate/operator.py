@@ -110,7 +110,7 @@ class AdvisorOperator:
                 (for_job.setdefault(waiting, []) if waiting else preemptive).append(plan)
             elif plan.get("method") == "reclaim" or plan.get("goal") == "reclaim":
                 reclaims.append(plan)
-        order = {job: k for k, job in enumerate(sim.queue.jobs_waiting())}
+        order = {job: k for k, job in enumerate(sim.queue.jobs_waiting())} if for_job else {}
         waiting = sorted(
             (order[job], job, options)
             for name, options in for_job.items()
