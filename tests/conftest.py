@@ -9,10 +9,15 @@ every `integration` test is slow without saying so again.
 test used to write out as two loops; the test then places its own allocations on them. Demand
 (forecast panels, the advisor's run history) comes from `tests/factories.py`, kept apart so that
 loading this file loads no pandas.
+
+`tls_files` is a self-signed certificate for 127.0.0.1 and its key, made by openssl, for the
+TLS tests of both HTTP servers.
 """
 
 from __future__ import annotations
 
+import shutil
+import subprocess
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -29,6 +34,37 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if item.get_closest_marker("integration") or INTEGRATION in Path(item.path).parents:
             item.add_marker(pytest.mark.slow)
+
+
+@pytest.fixture
+def tls_files(tmp_path: Path) -> tuple[Path, Path]:
+    if shutil.which("openssl") is None:
+        pytest.fail("openssl is needed to make a test certificate")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=127.0.0.1",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
+    return cert, key
 
 
 def add_nodes(
