@@ -1,4 +1,6 @@
-"""Shared pieces of the advisor service tests: example models and a scripted source."""
+"""Shared pieces of the advisor service tests: example models, a scripted source, the HTTP server
+in this process (the contract both servers keep, tests/test_http_contract.py, starts it here
+too) and the service as a process."""
 
 from __future__ import annotations
 
@@ -11,6 +13,11 @@ import pytest
 
 from advisor.ingest.sources import SourceError, load_source
 from advisor.model import ClusterModel
+from advisor.service.api import Api
+from advisor.service.http import AdvisorServer, build_app
+from advisor.service.loop import AdvisorLoop, Config
+from gpu_defrag_common.connections import Limits
+from gpu_defrag_common.webconfig import WebConfig
 from tests.fakes.cli_process import cli_process
 from tests.fakes.waiting import CAP_S
 
@@ -32,6 +39,20 @@ class ScriptedSource:
         if isinstance(step, str):
             raise SourceError(step)
         return step
+
+
+def advisor_loop(model: ClusterModel) -> AdvisorLoop:
+    """An advisor over `model` (a snapshot source), run once."""
+    advisor = AdvisorLoop("snap", ScriptedSource(model), Config())
+    advisor.run_once()
+    return advisor
+
+
+def serve_advisor(loop: AdvisorLoop, web: WebConfig, limits: Limits | None = None) -> AdvisorServer:
+    """The advisor's app (its API beside /metrics) on uvicorn on 127.0.0.1:<free port>, as
+    `gpu-defrag advise` serves it; started."""
+    app = build_app(loop, Api(loop.state).routes(), web, "gpu-defrag advisor")
+    return AdvisorServer("127.0.0.1:0", app, web, limits).start()
 
 
 def closed(node: Any) -> Any:
