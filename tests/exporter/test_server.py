@@ -1,82 +1,33 @@
-import gzip
+"""The exporter's HTTP server (stdlib http.server, gpu_defrag_common.server): what only it does.
+What it shares with the advisor's server (/metrics gzipped by the Accept-Encoding q values,
+request bodies never taken for the next request) is tested on both in
+tests/test_http_contract.py."""
+
 import logging
 import re
-import shutil
 import socket
 import struct
-import subprocess
 import time
-import urllib.request
 
 import bcrypt
 import pytest
 import requests
 
-from exporter.collector import CollectorLoop
 from gpu_defrag_common.server import ExporterServer, Response, parse_listen_address
 from gpu_defrag_common.webconfig import WebConfigError, load_web_config
-from tests.exporter.scripted_backend import ScriptedBackend
+from tests.exporter.conftest import exporter_loop, serve_exporter
 
 
 @pytest.fixture
 def loop():
-    backend = ScriptedBackend(["ok"])
-    collector = CollectorLoop(backend, interval_s=10, clock=lambda: backend.now)
-    collector.run_once()
-    return collector
+    return exporter_loop()
 
 
-def serve(loop, web):
-    return ExporterServer("127.0.0.1:0", loop, web).start()
-
-
-@pytest.fixture
-def tls_files(tmp_path):
-    if shutil.which("openssl") is None:
-        pytest.fail("openssl is needed to make a test certificate")
-    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
-    subprocess.run(
-        [
-            "openssl",
-            "req",
-            "-x509",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-days",
-            "1",
-            "-subj",
-            "/CN=127.0.0.1",
-            "-addext",
-            "subjectAltName=IP:127.0.0.1",
-            "-keyout",
-            str(key),
-            "-out",
-            str(cert),
-        ],
-        check=True,
-        capture_output=True,
-        timeout=60,
-    )
-    return cert, key
-
-
-def test_metrics_health_landing_and_gzip(loop):
-    server = serve(loop, load_web_config(None))
+def test_metrics_health_and_landing(loop):
+    server = serve_exporter(loop, load_web_config(None))
     base = f"http://127.0.0.1:{server.port}"
     try:
-        response = requests.get(
-            f"{base}/metrics", headers={"Accept-Encoding": "identity"}, timeout=5
-        )
-        assert response.status_code == 200
-        assert response.headers["Content-Type"].startswith("text/plain; version=0.0.4")
-        assert "gpu_utilization_ratio" in response.text
-        raw = urllib.request.urlopen(
-            urllib.request.Request(f"{base}/metrics", headers={"Accept-Encoding": "gzip"}),
-            timeout=5,
-        )
-        assert raw.headers["Content-Encoding"] == "gzip"
-        assert gzip.decompress(raw.read()) == loop.current_page().body
+        assert "gpu_utilization_ratio" in requests.get(f"{base}/metrics", timeout=5).text
         assert requests.get(f"{base}/health", timeout=5).status_code == 200
         assert requests.get(f"{base}/-/healthy", timeout=5).status_code == 200
         landing = requests.get(f"{base}/", timeout=5)
@@ -88,7 +39,7 @@ def test_metrics_health_landing_and_gzip(loop):
 
 def test_health_is_503_when_collection_is_stale(loop):
     loop.clock = lambda: loop.last_success_ts + 10 * loop.interval_s
-    server = serve(loop, load_web_config(None))
+    server = serve_exporter(loop, load_web_config(None))
     try:
         response = requests.get(f"http://127.0.0.1:{server.port}/health", timeout=5)
         assert response.status_code == 503
@@ -106,7 +57,7 @@ def test_tls_with_basic_auth(loop, tls_files, tmp_path):
         f"basic_auth_users:\n  prometheus: '{hashed}'\n"
         "http_server_config:\n  headers:\n    X-Frame-Options: deny\n"
     )
-    server = serve(loop, load_web_config(config))
+    server = serve_exporter(loop, load_web_config(config))
     url = f"https://127.0.0.1:{server.port}/metrics"
     assert server.url() == url
     try:
@@ -258,91 +209,3 @@ def test_any_other_request_failure_is_one_error_line(caplog, capfd):
         record.getMessage(),
     )
     assert "Traceback" not in capfd.readouterr().err
-
-
-def _exchange(port: int, raw: bytes) -> bytes:
-    """Send `raw` on one connection and read until the server closes it."""
-    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
-        sock.sendall(raw)
-        chunks = []
-        while chunk := sock.recv(65536):
-            chunks.append(chunk)
-    return b"".join(chunks)
-
-
-def _statuses(answer: bytes) -> list[int]:
-    return [int(code) for code in re.findall(rb"HTTP/1\.1 (\d{3}) ", answer)]
-
-
-def _request(method: str, path: str, body: bytes = b"", **headers: str) -> bytes:
-    lines = [f"{method} {path} HTTP/1.1", "Host: x", *(f"{k}: {v}" for k, v in headers.items())]
-    return ("\r\n".join(lines) + "\r\n\r\n").encode() + body
-
-
-SMUGGLED = b"GET /nope HTTP/1.1\r\nHost: x\r\n\r\n"
-LAST = _request("GET", "/-/healthy", Connection="close")
-
-
-@pytest.mark.parametrize("method", ["POST", "GET"])
-def test_a_request_body_is_read_and_never_taken_for_the_next_request(loop, method):
-    server = serve(loop, load_web_config(None))
-    try:
-        first = _request(method, "/metrics", SMUGGLED, **{"Content-Length": str(len(SMUGGLED))})
-        answer = _exchange(server.port, first + LAST)
-    finally:
-        server.close()
-    assert _statuses(answer) == [405 if method == "POST" else 200, 200]  # no 404 in between
-
-
-@pytest.mark.parametrize(
-    ("headers", "status"),
-    [
-        ({"Content-Length": str(2 << 20)}, 413),  # over the bound: refused unread, closed
-        ({"Content-Length": "9" * 5000}, 413),
-        ({"Content-Length": "12abc"}, 400),
-        ({"Content-Length": "²"}, 400),
-        ({"Transfer-Encoding": "chunked"}, 405),  # not read: answered, then closed
-    ],
-)
-def test_a_body_not_read_in_full_closes_the_connection(loop, headers, status):
-    server = serve(loop, load_web_config(None))
-    chunked = b"%x\r\n%s\r\n0\r\n\r\n" % (len(SMUGGLED), SMUGGLED)
-    try:
-        answer = _exchange(server.port, _request("POST", "/metrics", chunked, **headers) + LAST)
-    finally:
-        server.close()
-    assert _statuses(answer) == [status]
-    assert b"\r\nConnection: close\r\n" in answer
-
-
-@pytest.mark.parametrize(
-    ("accept", "gzipped"),
-    [
-        ("gzip", True),
-        ("GZIP;Q=1.0", True),
-        ("deflate, gzip;q=0.5", True),
-        ("*", True),
-        ("x-gzip", True),
-        ("gzip;q=0", False),
-        ("gzip;q=0.000, *", False),  # refused by name: the wildcard does not bring it back
-        ("identity, *;q=0", False),
-        ("gzip;q=abc", False),
-        ("identity", False),
-        ("", False),
-    ],
-)
-def test_gzip_follows_the_accept_encoding_q_values(loop, accept, gzipped):
-    server = serve(loop, load_web_config(None))
-    try:
-        answer = requests.get(
-            f"http://127.0.0.1:{server.port}/metrics",
-            headers={"Accept-Encoding": accept},
-            stream=True,
-            timeout=5,
-        )
-        raw = answer.raw.read(decode_content=False)
-    finally:
-        server.close()
-    assert answer.headers["Vary"] == "Accept-Encoding"
-    assert (answer.headers.get("Content-Encoding") == "gzip") is gzipped
-    assert (gzip.decompress(raw) if gzipped else raw) == loop.current_page().body
