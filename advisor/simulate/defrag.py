@@ -9,7 +9,9 @@
 - `ConsolidateWhenBlocked` — the NVIDIA KAI-scheduler's Consolidate action: for a waiting job
   that fits nowhere, find a node (nodes, for a gang) where moving some running pods away makes
   room, re-place every evicted pod through the scheduler first (a dry run), and commit the moves
-  only if every one of them found a home; the job then starts there.
+  only if every one of them found a home; the job then starts there. A gang's nodes share one
+  rack where racks are known, as the replay's scheduler places gangs (KAI's required topology
+  constraint): the racks are tried in order of their cheapest node.
 
 Both move only migratable single-task jobs, count each moved task against the same daily
 migration budget as the advisor, and cost each moved job its restart time.
@@ -78,22 +80,24 @@ class ConsolidateWhenBlocked:
         the live state and undone before returning (None: no room within the budget)."""
         spec, k = sim.specs[job], int(sim.jobs.num_nodes[job])
         undo: list[tuple[str, int, list[int], PodSpec]] = []
-        moves: list[tuple[int, int, int, list[int]]] = []
-        targets: dict[int, list[int]] = {}
         try:
-            for _ in range(k):
-                found = self._one_node(sim, spec, set(targets), undo, moves)
-                if found is None:
-                    return None
-                node, gpus = found
-                targets[node] = gpus
-            return (moves, targets) if len(moves) <= sim.allowance() else None
+            for within in _rack_order(sim, spec, k):
+                mark = len(undo)
+                moves: list[tuple[int, int, int, list[int]]] = []
+                targets: dict[int, list[int]] = {}
+                for _ in range(k):
+                    found = self._one_node(sim, spec, set(targets), undo, moves, within)
+                    if found is None:
+                        break
+                    node, gpus = found
+                    targets[node] = gpus
+                if len(targets) == k:
+                    return (moves, targets) if len(moves) <= sim.allowance() else None
+                _undo(sim, undo[mark:])  # this rack cannot hold the gang: try the next
+                del undo[mark:]
+            return None
         finally:
-            for kind, node, gpus, pod in reversed(undo):
-                if kind == "alloc":
-                    sim.state.release(node, gpus, pod)
-                else:
-                    sim.state.allocate(node, gpus, pod)
+            _undo(sim, undo)
 
     def _one_node(
         self,
@@ -102,26 +106,13 @@ class ConsolidateWhenBlocked:
         taken: set[int],
         undo: list[tuple[str, int, list[int], PodSpec]],
         moves: list[tuple[int, int, int, list[int]]],
+        within: np.ndarray | None = None,
     ) -> tuple[int, list[int]] | None:
-        s = sim.state
-        ok = (s.cpu_cap >= spec.cpu_milli) & (s.mem_cap >= spec.memory_mib)
-        if spec.num_gpu:
-            ok &= s.access(spec.gpu_spec) & (s.n_gpu >= spec.num_gpu)
-        ok[list(taken)] = False
-        nodes = np.flatnonzero(ok)
+        nodes = _eligible(sim, spec, within)
+        nodes = nodes[~np.isin(nodes, list(taken))]
         if nodes.size == 0:
             return None
-        # GPU share to move per node: fill the needed GPUs from the emptiest ones
-        need = max(spec.num_gpu, 0)
-        moving = np.zeros(len(nodes))
-        if need:
-            busy = np.sort(MILLI - s.gpu_free[nodes], axis=1)
-            busy = np.where(
-                np.arange(busy.shape[1])[None, :] < s.n_gpu[nodes][:, None], busy, MILLI
-            )
-            busy = np.sort(busy, axis=1)
-            moving = busy[:, :need].sum(axis=1) if spec.gpu_milli == MILLI else busy[:, 0]
-        order = np.lexsort((sim.rank[nodes], moving))
+        order = np.lexsort((sim.rank[nodes], _moving(sim, spec, nodes)))
         for node in nodes[order[:MAX_TARGETS]].tolist():
             found = self._clear(sim, spec, node, taken, undo, moves)
             if found is not None:
@@ -176,15 +167,59 @@ class ConsolidateWhenBlocked:
                 undo.append(("alloc", pick[0], pick[1], sim.specs[other]))
                 moves.append((other, 0, pick[0], pick[1]))
         except PlacementError:
-            for kind, n, gs, pod in reversed(undo[mark:]):
-                if kind == "alloc":
-                    s.release(n, gs, pod)
-                else:
-                    s.allocate(n, gs, pod)
+            _undo(sim, undo[mark:])
             del undo[mark:]
             del moves[mark_moves:]
             return None
         return gpus
+
+
+def _eligible(sim: Simulation, spec: PodSpec, within: np.ndarray | None = None) -> np.ndarray:
+    """Nodes that could ever hold one task of `spec` (capacity and GPU model; `within`: only
+    these nodes)."""
+    s = sim.state
+    ok = (s.cpu_cap >= spec.cpu_milli) & (s.mem_cap >= spec.memory_mib)
+    if spec.num_gpu:
+        ok &= s.access(spec.gpu_spec) & (s.n_gpu >= spec.num_gpu)
+    nodes = np.flatnonzero(ok)
+    return nodes if within is None else nodes[np.isin(nodes, within)]
+
+
+def _moving(sim: Simulation, spec: PodSpec, nodes: np.ndarray) -> np.ndarray:
+    """GPU share to move per node for one task of `spec`: its GPUs filled from the emptiest."""
+    s = sim.state
+    need = max(spec.num_gpu, 0)
+    if not need or nodes.size == 0:
+        return np.zeros(len(nodes))
+    busy = np.sort(MILLI - s.gpu_free[nodes], axis=1)
+    busy = np.where(np.arange(busy.shape[1])[None, :] < s.n_gpu[nodes][:, None], busy, MILLI)
+    busy = np.sort(busy, axis=1)
+    return busy[:, :need].sum(axis=1) if spec.gpu_milli == MILLI else busy[:, 0]
+
+
+def _rack_order(sim: Simulation, spec: PodSpec, k: int) -> list[np.ndarray | None]:
+    """Where a job of `k` tasks may go: anywhere (one task, or racks unknown), else each rack
+    with `k` eligible nodes, the rack of the cheapest node to clear first."""
+    if k == 1 or sim.rack is None:
+        return [None]
+    nodes = _eligible(sim, spec)
+    racks = sim.rack[nodes]
+    cost = _moving(sim, spec, nodes)
+    counts = np.bincount(racks, minlength=int(sim.rack.max()) + 1)
+    best: dict[int, float] = {}
+    for rack, c in zip(racks.tolist(), cost.tolist(), strict=True):
+        if counts[rack] >= k:
+            best[rack] = min(best.get(rack, np.inf), c)
+    return [np.flatnonzero(sim.rack == r) for r in sorted(best, key=lambda r: (best[r], r))]
+
+
+def _undo(sim: Simulation, steps: list[tuple[str, int, list[int], PodSpec]]) -> None:
+    """Roll back dry-run steps, last first."""
+    for kind, node, gpus, pod in reversed(steps):
+        if kind == "alloc":
+            sim.state.release(node, gpus, pod)
+        else:
+            sim.state.allocate(node, gpus, pod)
 
 
 def _movable(sim: Simulation, job: int) -> bool:

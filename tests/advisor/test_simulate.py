@@ -283,6 +283,24 @@ def test_consolidate_when_blocked_moves_pods_and_starts_the_job() -> None:
     assert on.restart_gpu_s == pytest.approx(2 * 300.0 * 2)  # two 2-GPU jobs restart once
 
 
+def test_consolidate_when_blocked_keeps_a_gang_in_one_rack() -> None:
+    """n3 (rack r2) is empty; 2-GPU jobs sit on n0 (r1) and n2 (r2), a 4-GPU one on n1 (r1).
+    Clearing n0 beside n3 moves the least, but crosses racks: the gang goes to r2, n2 cleared."""
+    table = jobs(
+        [
+            {"name": "s0", "t": 0.0, "d": 36_000.0, "g": 2},
+            {"name": "s1", "t": 1.0, "d": 36_000.0, "g": 4},
+            {"name": "s2", "t": 2.0, "d": 36_000.0, "g": 2},
+            {"name": "gang", "t": 100.0, "d": 3600.0, "g": 8, "k": 2},
+        ]
+    )
+    cluster = nodes(4, racks=["r1", "r1", "r2", "r2"])
+    kai = ConsolidateWhenBlocked(every_s=60.0)
+    sim = simulate(table, cluster, "leastallocated", kai, budget=1.0)
+    assert kai.started == 1 and len(sim.moves) == 1
+    assert {cluster.rack[n] for n, _ in sim.placement[3] or []} == {"r2"}
+
+
 def test_moves_respect_the_daily_budget() -> None:
     on = simulate(spread_then_big(), nodes(4), "leastallocated", ConsolidateWhenBlocked(60.0))
     assert len(on.moves) == 0  # 9 tasks placed: 1 % allows none
