@@ -52,7 +52,8 @@ class OperatorStats:
     skipped_holds: int = 0  # reservations not made: `max_holds` stood already
     preemptive: int = 0
     reclaims: int = 0
-    skipped_budget: int = 0
+    skipped_budget: int = 0  # consolidations whose moves did not fit what the day's budget left
+    budget_spent: int = 0  # of those, the ones that came when the day's budget was all spent
     skipped_window: int = 0
     skipped_fit: int = 0  # a consolidation whose nodes would still lack the job's CPU/memory
     failed: int = 0
@@ -197,8 +198,10 @@ class AdvisorOperator:
             moves.append(
                 (hit[0], hit[1], self._node(sim, to["node"]), [int(g) for g in to["gpus"]])
             )
-        if len(moves) > sim.allowance():
+        allowance = sim.allowance()
+        if len(moves) > allowance:
             self.stats.skipped_budget += 1
+            self.stats.budget_spent += allowance == 0
             return False
         targets: dict[int, list[int]] = {}
         for action in plan["actions"]:

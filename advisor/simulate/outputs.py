@@ -35,6 +35,7 @@ RUN_COLUMNS = (
     "preemptive",
     "reclaims",
     "skipped_budget",
+    "budget_spent",
     "failed",
     "never_fit",
     "reused",

@@ -331,6 +331,18 @@ def test_the_advisor_in_the_loop_starts_a_blocked_big_job_by_consolidation() -> 
     assert operator.adapter is not None and operator.adapter.calls >= 1
 
 
+def test_a_consolidation_over_the_budget_is_counted_and_why() -> None:
+    """The big job's plan moves two tasks; 9 tasks placed that day: 1 % allows none (the
+    budget is spent), 15 % allows one (the plan asks for more than is left)."""
+    spent = AdvisorOperator(every_s=60.0, default_restart_s=300.0)
+    on = simulate(spread_then_big(), nodes(4), "leastallocated", spent, budget=0.01)
+    assert len(on.moves) == 0 and spent.stats.skipped_budget >= 1
+    assert spent.stats.budget_spent == spent.stats.skipped_budget
+    short = AdvisorOperator(every_s=60.0, default_restart_s=300.0)
+    simulate(spread_then_big(), nodes(4), "leastallocated", short, budget=0.15)
+    assert short.stats.skipped_budget > short.stats.budget_spent
+
+
 def test_the_advisor_holds_gpus_for_a_big_job_small_ones_would_starve() -> None:
     """One node; short 1-GPU jobs keep arriving, so under Kubernetes' backfill its 8 GPUs are
     never all free at once and the 8-GPU job waits until the stream ends. The advisor reserves
