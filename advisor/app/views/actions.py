@@ -195,5 +195,6 @@ for tab, (kind, text) in zip(
             file_name=plans.export_name(plan.goal, kind),
             mime=mime,
             key=f"download_{kind}",
+            on_click="ignore",  # a download is no reason to rerun the page (and its plans)
         )
         st.code(text, language=language)
