@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from advisor.app.cli import free_port
 from advisor.extras import EXTRA_OF_MODULE
+from tests.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 HEAVY = (

@@ -196,12 +196,6 @@ def wait_http(
     return False
 
 
-def free_port(address: str = "127.0.0.1") -> int:
-    with socket.socket() as sock:
-        sock.bind((address, 0))
-        return int(sock.getsockname()[1])
-
-
 def port_taken(address: str, port: int) -> str:
     """Why `port` cannot be listened on at `address`, '' when it can. SO_REUSEADDR as the
     servers set it, so a port left in TIME_WAIT counts as free."""

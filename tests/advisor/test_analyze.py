@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import socket
 import sys
 
 import numpy as np
@@ -17,6 +16,7 @@ from advisor.model import ModelBuilder
 from tests.advisor.test_measures import two_nodes
 from tests.conftest import GIB, add_nodes
 from tests.fakes.page_server import Routes, serve
+from tests.ports import free_port
 
 
 def test_snapshot_then_analyze_json_and_table(tmp_path, capsys) -> None:
@@ -52,9 +52,7 @@ def test_snapshot_to_stdout_round_trips(tmp_path, capsys) -> None:
 
 
 def test_errors_are_one_line_and_exit_2(capsys) -> None:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     assert main(["analyze", f"http://127.0.0.1:{port}/metrics", "--timeout", "1"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("gpu-defrag analyze: error: http://127.0.0.1:") and err.count("\n") == 1

@@ -7,7 +7,6 @@ import gzip
 import json
 import logging
 import re
-import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -34,6 +33,7 @@ from tests.fakes.page_server import (
     serve_raw,
     trickle,
 )
+from tests.ports import free_port
 
 DCGM_FIXTURES = Path(__file__).parent.parent / "fixtures" / "dcgm_exporter"
 STATE = SelfState("0.1.0", "test", True, 0.01, 1.7e9, 1, {})
@@ -57,12 +57,6 @@ def same_state(a, b) -> bool:
     for doc in (da, db):
         doc.pop("timestamp"), doc.pop("source"), doc.pop("usage")
     return da == db
-
-
-def closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 # --------------------------------------------------------------------------- exporter pages
@@ -121,7 +115,7 @@ def test_nonsense_values_and_labels_are_skipped_not_fatal(server) -> None:
 
 def test_unreachable_and_bad_pages_are_one_line_errors(server) -> None:
     base, routes = server
-    port = closed_port()
+    port = free_port()
     with pytest.raises(SourceError, match=rf"http://127.0.0.1:{port}/metrics: unreachable"):
         load_source(f"http://127.0.0.1:{port}/metrics", timeout=1)
     with pytest.raises(SourceError, match=r"/missing: HTTP 404"):
@@ -322,7 +316,7 @@ def test_prometheus_with_dcgm_names_and_history_in_percent(server) -> None:
 
 def test_prometheus_errors_name_the_server(server) -> None:
     base, routes = server
-    port = closed_port()
+    port = free_port()
     with pytest.raises(SourceError, match=rf"^Prometheus at http://127.0.0.1:{port} unreachable: "):
         load_source(f"prometheus+http://127.0.0.1:{port}", timeout=1)
     routes["/api/v1/query"] = lambda q: (

@@ -19,6 +19,7 @@ import pytest
 
 from advisor.app import cli, data
 from advisor.cli import build_parser
+from tests.ports import free_port
 
 
 def test_app_flags() -> None:
@@ -125,7 +126,7 @@ def test_a_slow_child_is_waited_for_while_it_runs_and_said_so(monkeypatch, capsy
     a loaded machine it starts slowly, not never), with a line now and then; its exit ends it."""
     monkeypatch.setattr(cli, "NOTE_EVERY_S", 0.0)
     child = ExitsAfter(polls=4)
-    url = f"http://127.0.0.1:{cli.free_port()}/"  # nothing listens
+    url = f"http://127.0.0.1:{free_port()}/"  # nothing listens
     assert not cli.wait_http(url, None, child, "the advisor service")
     assert child.polls == 4
     notes = capsys.readouterr().err.splitlines()
@@ -224,7 +225,7 @@ def test_sigterm_while_the_demo_starts_stops_the_children_it_started(tmp_path: P
     err = tmp_path / "err"
     with err.open("w") as stderr:  # a file: orphans holding a pipe would block its reader
         demo = subprocess.Popen(
-            [sys.executable, "-m", "advisor.cli", "demo", "--port", str(cli.free_port())],
+            [sys.executable, "-m", "advisor.cli", "demo", "--port", str(free_port())],
             stdout=subprocess.DEVNULL,
             stderr=stderr,
             start_new_session=True,

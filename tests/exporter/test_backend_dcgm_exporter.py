@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import gzip
 import re
-import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -32,6 +31,7 @@ from tests.fakes.page_server import (
     serve_raw,
     trickle,
 )
+from tests.ports import free_port
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "dcgm_exporter"
 MIB = 2**20
@@ -477,9 +477,7 @@ def test_http_error_names_the_url(server):
 
 
 def test_unreachable_target_names_the_url():
-    with socket.socket() as probe:  # a port that was free a moment ago: nothing listens there
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     url = f"http://127.0.0.1:{port}/metrics"
     with pytest.raises(BackendUnavailable, match="unreachable") as caught:
         _collect([url])

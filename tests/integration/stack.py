@@ -24,8 +24,8 @@ from typing import Any
 import pytest
 import yaml
 
-from advisor.app.cli import free_port
 from tests.fakes.waiting import CAP_S
+from tests.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = {

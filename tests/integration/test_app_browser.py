@@ -25,9 +25,10 @@ from pathlib import Path
 
 import pytest
 
-from advisor.app.cli import app_env, free_port, streamlit_command
+from advisor.app.cli import app_env, streamlit_command
 from tests.ci import skip_or_fail
 from tests.fakes.waiting import CAP_S, reap, wait_until
+from tests.ports import free_port
 
 pytestmark = pytest.mark.integration
 

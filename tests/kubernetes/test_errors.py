@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import socket
-
 import pytest
 
 from advisor.cli import main
 from advisor.ingest.sources import SourceError, load_source
 from tests.kubernetes import objects as k
+from tests.ports import free_port
 
 
 def one_line(spec: str) -> str:
@@ -21,9 +20,7 @@ def one_line(spec: str) -> str:
 
 def test_unreachable(kube, tmp_path, monkeypatch):
     server = kube({})
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     path = tmp_path / "kc"
     server.kubeconfig(path)
     path.write_text(path.read_text().replace(server.url, f"http://127.0.0.1:{port}"))

@@ -25,8 +25,8 @@ from pathlib import Path
 
 import pytest
 
-from advisor.app.cli import free_port
 from tests.ci import skip_or_fail
+from tests.ports import free_port
 
 pytestmark = pytest.mark.slow
 

@@ -12,10 +12,10 @@ import pytest
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
-from advisor.app.cli import free_port
 from advisor.fragmentation.measures import parse_shape
 from advisor.service.api import SNAPSHOT_SCHEMA
 from tests.fakes.waiting import reap, wait_until
+from tests.ports import free_port
 from tests.service.conftest import ISLANDS, advisor_process, follow, strict_schema
 
 pytestmark = pytest.mark.slow  # a real advisor process per test or session

@@ -15,12 +15,12 @@ from collections.abc import Iterator
 import pytest
 import requests
 
-from advisor.app.cli import free_port
 from advisor.history import History
 from advisor.ingest.backfill import backfill
 from advisor.ingest.live import make_ingest
 from advisor.model import ModelBuilder
 from advisor.service.loop import AdvisorLoop, Config
+from tests.ports import free_port
 
 
 @contextlib.contextmanager

@@ -150,7 +150,7 @@ def test_a_one_shot_commands_warning_hides_the_sources_password():
 
 
 def test_a_one_shot_commands_error_line_hides_the_sources_password():
-    from tests.integration.stack import free_port
+    from tests.ports import free_port
 
     down = f"admin:s3cret@127.0.0.1:{free_port()}"
     commands = {

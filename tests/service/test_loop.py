@@ -263,8 +263,8 @@ def test_a_password_in_the_source_is_never_shown(islands, caplog):
     import dataclasses
     import json
 
-    from advisor.app.cli import free_port
     from advisor.documents import as_json, build_fragmentation, build_snapshot, describe
+    from tests.ports import free_port
 
     secret = f"prometheus+http://admin:s3cret@127.0.0.1:{free_port()}"
     down = make_ingest(secret, 1.0)  # nothing listens there: the real reader's error

@@ -22,13 +22,14 @@ import os
 import pwd
 import shutil
 import signal
-import socket
 import stat
 import subprocess
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
+
+from tests.ports import free_ports
 
 NODES = 16
 GPUS = 8
@@ -44,20 +45,6 @@ def node_name(n: int) -> str:
 
 def missing_binaries() -> list[str]:
     return [name for name in BINARIES if shutil.which(name) is None]
-
-
-def free_ports(count: int) -> list[int]:
-    """`count` distinct free TCP ports on 127.0.0.1 (all held until all are known)."""
-    socks = []
-    try:
-        for _ in range(count):
-            sock = socket.socket()
-            sock.bind(("127.0.0.1", 0))
-            socks.append(sock)
-        return [sock.getsockname()[1] for sock in socks]
-    finally:
-        for sock in socks:
-            sock.close()
 
 
 class SlurmError(AssertionError):

@@ -18,7 +18,8 @@ from advisor import snapshot
 from advisor.cli import main
 from advisor.ingest import slurm as slurm_source
 from advisor.ingest.sources import SourceError, load_source
-from tests.slurm.cluster import SlurmCluster, free_ports
+from tests.ports import free_ports
+from tests.slurm.cluster import SlurmCluster
 from tests.slurm.relay import jwt_front
 from tests.slurm.seeds import submit_placed
 

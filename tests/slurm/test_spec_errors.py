@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import socket
-
 import pytest
 
 from advisor.ingest.slurm.spec import parse_spec
 from advisor.ingest.sources import SourceError, load_source
+from tests.ports import free_port
 
 
 def test_spec_forms_and_options():
@@ -54,9 +53,7 @@ def test_no_slurm_commands_installed(monkeypatch, tmp_path):
 
 
 def test_slurmrestd_unreachable(tmp_path):
-    with socket.socket() as sock:  # a port nobody listens on
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()  # nobody listens there
     with pytest.raises(SourceError) as error:
         load_source(f"slurm+http://127.0.0.1:{port}")
     assert str(error.value) == (
