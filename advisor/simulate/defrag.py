@@ -11,7 +11,8 @@
   room, re-place every evicted pod through the scheduler first (a dry run), and commit the moves
   only if every one of them found a home; the job then starts there. A gang's nodes share one
   rack where racks are known, as the replay's scheduler places gangs (KAI's required topology
-  constraint): the racks are tried in order of their cheapest node.
+  constraint): the racks are tried in order of their cheapest node, and the first whose moves
+  fit the day's budget is taken.
 
 Both move only migratable single-task jobs, count each moved task against the same daily
 migration budget as the advisor, and cost each moved job its restart time.
@@ -91,9 +92,10 @@ class ConsolidateWhenBlocked:
                         break
                     node, gpus = found
                     targets[node] = gpus
-                if len(targets) == k:
-                    return (moves, targets) if len(moves) <= sim.allowance() else None
-                _undo(sim, undo[mark:])  # this rack cannot hold the gang: try the next
+                if len(targets) == k and len(moves) <= sim.allowance():
+                    return moves, targets
+                # this rack cannot hold the gang, or not within the budget: try the next
+                _undo(sim, undo[mark:])
                 del undo[mark:]
             return None
         finally:

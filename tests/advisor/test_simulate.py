@@ -301,6 +301,29 @@ def test_consolidate_when_blocked_keeps_a_gang_in_one_rack() -> None:
     assert {cluster.rack[n] for n, _ in sim.placement[3] or []} == {"r2"}
 
 
+def test_consolidate_when_blocked_tries_the_next_rack_within_the_budget() -> None:
+    """Rack r1 has the cheapest node (n0, one 1-GPU job) but clearing it and n1 (two 2-GPU
+    jobs) takes 3 moves; rack r2 (a 3-GPU job on each node) takes 2, all the budget allows."""
+    table = jobs(
+        [
+            {"name": "fill", "t": 0.0, "d": 50.0, "g": 7},  # keeps n0 busy while the rest land
+            {"name": "a2", "t": 1.0, "d": 36_000.0, "g": 2},
+            {"name": "b3", "t": 2.0, "d": 36_000.0, "g": 3},
+            {"name": "c3", "t": 3.0, "d": 36_000.0, "g": 3},
+            {"name": "d2", "t": 4.0, "d": 36_000.0, "g": 2},
+            {"name": "e1", "t": 60.0, "d": 36_000.0, "g": 1},
+            {"name": "gang", "t": 100.0, "d": 3600.0, "g": 8, "k": 2},
+        ]
+    )
+    cluster = nodes(4, racks=["r1", "r1", "r2", "r2"])
+    kai = ConsolidateWhenBlocked(every_s=60.0)
+    sim = simulate(table, cluster, "leastallocated", kai, budget=0.4)  # 6 placed: 2 moves
+    assert {n for n, _ in sim.placement[1] or []} == {1} and sim.placement[5][0][0] == 0
+    assert kai.started == 1 and len(sim.moves) == 2
+    assert {cluster.rack[n] for n, _ in sim.placement[6] or []} == {"r2"}
+    assert waits(sim)["gang"] < 3600.0
+
+
 def test_moves_respect_the_daily_budget() -> None:
     on = simulate(spread_then_big(), nodes(4), "leastallocated", ConsolidateWhenBlocked(60.0))
     assert len(on.moves) == 0  # 9 tasks placed: 1 % allows none
