@@ -7,7 +7,7 @@ import argparse
 import math
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from gpu_defrag_common.files import check_directory_target, staged_directory
 from gpu_defrag_common.messages import say_error
@@ -56,7 +56,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "Replay jobs (an openb pod list or the generic job CSV) on a node list with "
             "arrivals, departures and a priority FIFO queue with Kubernetes-style backfill, "
             "for each scheduler x advisor mode x seed; write DIR/summary.csv, DIR/by_size.csv, "
-            "DIR/runs.csv, DIR/wait_cdf.png and DIR/allocation.png (docs/simulate.md)."
+            "DIR/runs.csv, DIR/targets.csv (each mode against the advisor off: the big jobs' "
+            "P90 wait halved, moves within the budget, cost below the waiting saved), "
+            "DIR/wait_cdf.png and DIR/allocation.png (docs/simulate.md)."
         ),
     )
     p.add_argument("--nodes", required=True, type=Path, help="node list CSV (openb columns)")
@@ -115,7 +117,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--json",
         action="store_true",
-        help="print summary.csv's and by_size.csv's rows as one JSON document instead of lines",
+        help="print summary.csv's, by_size.csv's and targets.csv's rows as one JSON document "
+        "instead of lines",
     )
     add_quiet_flag(p)
     p.set_defaults(func=run)
@@ -139,11 +142,17 @@ def _fail(command: str, message: str, status: int = 2) -> int:
     return status
 
 
-def json_document(outcomes: list[Outcome], scaling: dict[str, float], wrote: list[Path]) -> str:
-    """`simulate --json`: how the submissions were scaled, summary.csv's and by_size.csv's
-    rows, and the files written."""
+def json_document(
+    outcomes: list[Outcome],
+    scaling: dict[str, float],
+    targets: list[dict[str, Any]],
+    wrote: list[Path],
+) -> str:
+    """`simulate --json`: how the submissions were scaled, summary.csv's, by_size.csv's and
+    targets.csv's rows, and the files written."""
     from advisor.json_output import dumps
     from advisor.simulate.metrics import BY_SIZE_COLUMNS, SUMMARY_COLUMNS
+    from advisor.simulate.targets import TARGET_COLUMNS
 
     return dumps(
         {
@@ -152,6 +161,7 @@ def json_document(outcomes: list[Outcome], scaling: dict[str, float], wrote: lis
             "by_size": [
                 {k: r.get(k) for k in BY_SIZE_COLUMNS} for o in outcomes for r in o.by_size
             ],
+            "targets": [{k: r.get(k) for k in TARGET_COLUMNS} for r in targets],
             "wrote": [str(path) for path in wrote],
         }
     )
@@ -162,6 +172,7 @@ def run(args: argparse.Namespace) -> int:
     from advisor.simulate.jobs import JobFormatError, compress
     from advisor.simulate.outputs import FILES, write_all
     from advisor.simulate.run import Settings, Task, load_jobs, run_tasks
+    from advisor.simulate.targets import target_rows, verdict_line
 
     fmt, path = ("pods", args.pods) if args.pods is not None else ("jobs", args.jobs)
     try:  # every input checked before any replay: one line, not a worker's traceback
@@ -208,17 +219,21 @@ def run(args: argparse.Namespace) -> int:
 
         outcomes = run_tasks(tasks, processes=min(args.workers, len(tasks)), done=finished)
         title = f"{path.name} on {args.nodes.name}, load {args.load:g}"
+        budget_pct = 100.0 * args.migration_budget
+        targets = target_rows([o.summary for o in outcomes], budget_pct)
         try:
             with staged_directory(args.out, writer="simulate") as stage:
-                written = write_all(stage, outcomes, title)
+                written = write_all(stage, outcomes, title, targets)
         except OSError as error:
             progress.done("")  # the error line says what happened
             return _fail("simulate", f"cannot write {args.out}: {error.strerror or error}", 1)
     wrote = [args.out / name for name in written]
     if args.json:
         scaling = {"jobs": len(jobs), "copies": copies, "factor": factor, "span_h": span_h}
-        sys.stdout.write(json_document(outcomes, scaling, wrote))
+        sys.stdout.write(json_document(outcomes, scaling, targets, wrote))
     else:
+        for row in targets:
+            print(verdict_line(row, budget_pct))
         print(f"wrote {', '.join(str(w) for w in wrote)}")
     return 0
 

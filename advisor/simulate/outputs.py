@@ -1,4 +1,5 @@
-"""Write a simulation's results: `summary.csv`, `by_size.csv`, `runs.csv` and two plots.
+"""Write a simulation's results: `summary.csv`, `by_size.csv`, `runs.csv`, `targets.csv` (the
+three targets checked against the advisor off, `targets.py`) and two plots.
 
 Plots (matplotlib, Agg backend): `wait_cdf.png`, the distribution of waits per job size, one
 panel per size and one line per scheduler x advisor mode (seeds pooled); `allocation.png`,
@@ -18,6 +19,7 @@ import numpy as np
 
 from advisor.simulate.metrics import BY_SIZE_COLUMNS, SUMMARY_COLUMNS, _label_order
 from advisor.simulate.run import Outcome
+from advisor.simulate.targets import TARGET_COLUMNS
 
 RUN_COLUMNS = (
     "policy",
@@ -79,17 +81,28 @@ def _note(value: Any) -> Any:
     return value
 
 
-def write_all(folder: Path, outcomes: list[Outcome], title: str) -> list[str]:
-    """Every file into `folder` (a staged folder: all of them or none reach --out)."""
+def write_all(
+    folder: Path, outcomes: list[Outcome], title: str, targets: list[dict[str, Any]]
+) -> list[str]:
+    """Every file into `folder` (a staged folder: all of them or none reach --out); `targets`:
+    `target_rows` of the outcomes' summaries."""
     write_csv(folder / "summary.csv", SUMMARY_COLUMNS, [o.summary for o in outcomes])
     write_csv(folder / "by_size.csv", BY_SIZE_COLUMNS, [r for o in outcomes for r in o.by_size])
     write_csv(folder / "runs.csv", RUN_COLUMNS, [run_row(o) for o in outcomes])
+    write_csv(folder / "targets.csv", TARGET_COLUMNS, targets)
     plot_wait_cdf(outcomes, folder / "wait_cdf.png", title)
     plot_allocation(outcomes, folder / "allocation.png", title)
     return list(FILES)
 
 
-FILES = ("summary.csv", "by_size.csv", "runs.csv", "wait_cdf.png", "allocation.png")
+FILES = (
+    "summary.csv",
+    "by_size.csv",
+    "runs.csv",
+    "targets.csv",
+    "wait_cdf.png",
+    "allocation.png",
+)
 
 
 def _label(outcome: Outcome) -> str:

@@ -22,6 +22,7 @@ from advisor.simulate.jobs import (
 )
 from advisor.simulate.metrics import BY_SIZE_COLUMNS, SUMMARY_COLUMNS
 from advisor.simulate.outputs import FILES
+from advisor.simulate.targets import TARGET_COLUMNS
 
 HEADER = ",".join(JOB_COLUMNS)
 
@@ -155,6 +156,20 @@ def test_simulate_writes_its_files_with_the_summary_columns(tmp_path: Path, caps
     assert {r["size_gpus"] for r in sizes} == {"1", "2", "8"}
     for name in ("wait_cdf.png", "allocation.png", "runs.csv"):
         assert (out / name).stat().st_size > 0
+    with (out / "targets.csv").open() as fh:
+        targets = list(csv.DictReader(fh))
+    assert tuple(targets[0]) == TARGET_COLUMNS
+    assert [(r["policy"], r["advisor"]) for r in targets] == [
+        ("leastallocated", "consolidate"),
+        ("mostallocated", "consolidate"),
+    ]
+    off = {r["policy"]: r for r in rows if r["advisor"] == "off"}
+    for target in targets:
+        base = float(off[target["policy"]]["wait_p90_s_big"])
+        assert float(target["wait_p90_s_big_off"]) == base
+        assert target["within_budget"] == "True"  # --migration-budget 1: 100 %/day
+    verdicts = [line for line in printed.splitlines() if "targets " in line]
+    assert len(verdicts) == 2 and all("advisor consolidate seed 42: " in v for v in verdicts)
     assert "wrote" in printed
 
 
@@ -185,6 +200,10 @@ def test_simulate_json_is_the_csv_rows_and_nothing_else_on_stdout(tmp_path: Path
         }
     with (out / "by_size.csv").open() as fh:
         assert len(document["by_size"]) == len(list(csv.DictReader(fh)))
+    with (out / "targets.csv").open() as fh:
+        targets = list(csv.DictReader(fh))
+    assert [r["advisor"] for r in document["targets"]] == [r["advisor"] for r in targets]
+    assert [tuple(r) for r in document["targets"]] == [TARGET_COLUMNS]
     assert document["wrote"] == [str(out / name) for name in FILES]
     assert document["scaling"]["jobs"] > 0 and document["scaling"]["factor"] > 0
 
