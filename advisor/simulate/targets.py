@@ -151,20 +151,29 @@ def _median(group: list[dict[str, Any]], budget_pct: float) -> dict[str, Any]:
 def verdict_line(row: Mapping[str, Any], budget_pct: float) -> str:
     """One line a person reads at the end of a run."""
     seeds = f"median of {row['seeds']} seeds" if row["seed"] == POOLED else f"seed {row['seed']}"
-    ratio = (
-        "n/a (no big job waited with it off)"
-        if math.isnan(row["vs_off"])
-        else (f"{row['vs_off']:.2f}x of off")
-    )
+    ratio = _unknown_ratio(row) if math.isnan(row["vs_off"]) else f"{row['vs_off']:.2f}x of off"
+    saved = row["saved_gpu_hours"]
+    saved_text = "unknown" if math.isnan(saved) else f"{saved:,.1f}"
     beats = row["better_than"].replace(";", ", ") if row["better_than"] else "none"
     met = {True: "met", False: "missed", None: "unknown"}
     line = (
         f"{row['policy']:>14} advisor {row['advisor']:<11} {seeds}: big-job p90 {ratio} "
         f"(<= {HALVING:g}: {met[row['halved']]}), moved {row['moved_pct_per_day']:.2f} %/day "
         f"(<= {budget_pct:g}: {met[row['within_budget']]}), cost {row['cost_gpu_hours']:,.1f} vs "
-        f"saved {row['saved_gpu_hours']:,.1f} GPU-h ({met[row['cost_below_saved']]}): "
+        f"saved {saved_text} GPU-h ({met[row['cost_below_saved']]}): "
         f"targets {met[row['met']]}"
     )
     if row["seed"] == POOLED:
         line += f" (all three on {row['met_seeds']} of {row['seeds']} seeds)"
     return f"{line}; better on all three than: {beats}"
+
+
+def _unknown_ratio(row: Mapping[str, Any]) -> str:
+    """Why a row has no ratio to off, as the figures say."""
+    if math.isnan(row["saved_gpu_hours"]):
+        return "n/a (no advisor-off replay of this scheduler and seed)"
+    if math.isnan(row["wait_p90_s_big_off"]):
+        return "n/a (no big job started with the advisor off)"
+    if math.isnan(row["wait_p90_s_big"]):
+        return "n/a (no big job started)"
+    return "n/a (no big job waited with the advisor off: nothing to halve)"

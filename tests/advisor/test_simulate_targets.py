@@ -79,10 +79,12 @@ def test_nothing_to_halve_or_no_baseline_is_unknown_not_a_pass() -> None:
     )
     nothing = rows[("on", 42)]
     assert math.isnan(nothing["vs_off"]) and nothing["halved"] is None and nothing["met"] is None
-    assert "unknown" in verdict_line(nothing, 1.0)
+    assert "nothing to halve" in verdict_line(nothing, 1.0)
+    assert "targets unknown" in verdict_line(nothing, 1.0)
     alone = rows[("on", 7)]
     assert math.isnan(alone["saved_gpu_hours"]) and alone["cost_below_saved"] is None
     assert alone["met"] is None
+    assert "no advisor-off replay of this scheduler and seed" in verdict_line(alone, 1.0)
 
 
 def test_several_seeds_add_a_median_row_counting_the_seeds_that_met_all_three() -> None:
