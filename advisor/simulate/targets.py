@@ -75,8 +75,8 @@ def _check(
         base = math.nan
         saved = math.nan
     else:
-        base = float(off["wait_p90_s_big"])
-        saved = float(off["wait_gpu_hours"]) - float(row["wait_gpu_hours"])
+        base = _number(off["wait_p90_s_big"])
+        saved = _number(off["wait_gpu_hours"]) - _number(row["wait_gpu_hours"])
     return _judged(
         {
             "policy": row["policy"],
@@ -84,15 +84,20 @@ def _check(
             "seed": row["seed"],
             "seeds": 1,
             "wait_p90_s_big_off": base,
-            "wait_p90_s_big": float(row["wait_p90_s_big"]),
+            "wait_p90_s_big": _number(row["wait_p90_s_big"]),
             "saved_gpu_hours": round(saved, 2),
             "cost_gpu_hours": round(
-                float(row["restart_gpu_hours"]) + float(row["held_gpu_hours"]), 2
+                _number(row["restart_gpu_hours"]) + _number(row["held_gpu_hours"]), 2
             ),
-            "moved_pct_per_day": float(row["moved_pct_per_day"]),
+            "moved_pct_per_day": _number(row["moved_pct_per_day"]),
         },
         budget_pct,
     )
+
+
+def _number(value: Any) -> float:
+    """A summary figure as a float; unknown (summary.csv's empty cell, JSON's null) is NaN."""
+    return math.nan if value is None or value == "" else float(value)
 
 
 def _judged(row: dict[str, Any], budget_pct: float) -> dict[str, Any]:

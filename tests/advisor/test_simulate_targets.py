@@ -97,3 +97,15 @@ def test_several_seeds_add_a_median_row_counting_the_seeds_that_met_all_three() 
     assert pooled["seeds"] == 3 and pooled["vs_off"] == 0.45  # ratios 0.4, 0.6, 0.45
     assert pooled["halved"] and pooled["met"] and pooled["met_seeds"] == 2
     assert "all three on 2 of 3 seeds" in verdict_line(pooled, 1.0)
+
+
+def test_a_finished_summary_csv_is_checked_the_same_way() -> None:
+    """Rows read back from summary.csv: text, and an unknown figure an empty cell."""
+    rows = [row("off", 1000.0, 500.0), row("on", 400.0, 300.0), row("descheduler", 0.0, 0.0)]
+    rows[2]["wait_p90_s_big"] = ""  # no big job started with it
+    as_text = [{k: str(v) for k, v in r.items()} for r in rows]
+    got = by_mode(target_rows(as_text, budget_pct=1.0))
+    assert got[("on", "42")]["vs_off"] == 0.4 and got[("on", "42")]["met"]
+    unknown = got[("descheduler", "42")]
+    assert math.isnan(unknown["vs_off"]) and unknown["met"] is None
+    assert "no big job started" in verdict_line(unknown, 1.0)
