@@ -52,6 +52,7 @@ class OperatorStats:
     skipped_holds: int = 0  # reservations not made: `max_holds` stood already
     preemptive: int = 0
     reclaims: int = 0
+    skipped_taken: int = 0  # consolidations whose GPUs another job's hold took, or not needed
     skipped_budget: int = 0  # consolidations whose moves did not fit what the day's budget left
     budget_spent: int = 0  # of those, the ones that came when the day's budget was all spent
     skipped_window: int = 0
@@ -198,6 +199,9 @@ class AdvisorOperator:
             moves.append(
                 (hit[0], hit[1], self._node(sim, to["node"]), [int(g) for g in to["gpus"]])
             )
+        if job is not None and not self._can_hold(sim, job, plan):
+            self.stats.skipped_taken += 1
+            return False
         allowance = sim.allowance()
         if len(moves) > allowance:
             self.stats.skipped_budget += 1
@@ -224,6 +228,21 @@ class AdvisorOperator:
                 job, {n: sorted(set(g))[:need] for n, g in targets.items()}, sim.now + self.every_s
             )
         return True
+
+    def _can_hold(self, sim: Simulation, job: int, plan: dict[str, Any]) -> bool:
+        """Whether the plan's GPUs could be held for `job` once its moves are made: none of its
+        nodes held for another job (a plan made beside another one that was just applied names
+        the same GPUs), and the job not already holding all it needs (it starts at the next
+        event). Else its moves would be spent and the job would not start."""
+        standing = sim.reservations.get(job)
+        if standing is not None and len(standing.held) >= standing.wanted:
+            return False
+        nodes = {
+            self._node(sim, a["to"]["node"])
+            for a in plan["actions"]
+            if a["kind"] == "reserve" and a.get("to")
+        }
+        return all(sim.fence[n] < 0 or sim.fence[n] == job for n in nodes)
 
     def _models_allowed(
         self, sim: Simulation, job: int, targets: dict[int, list[int]], plan: dict[str, Any]

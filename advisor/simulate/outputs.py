@@ -36,6 +36,7 @@ RUN_COLUMNS = (
     "skipped_holds",
     "preemptive",
     "reclaims",
+    "skipped_taken",
     "skipped_budget",
     "budget_spent",
     "failed",

@@ -354,6 +354,22 @@ def test_the_advisor_in_the_loop_starts_a_blocked_big_job_by_consolidation() -> 
     assert operator.adapter is not None and operator.adapter.calls >= 1
 
 
+def test_no_moves_for_a_consolidation_whose_gpus_another_job_just_took() -> None:
+    """Two 8-GPU jobs of one shape wait on six nodes of spread 2-GPU jobs. One run plans both
+    consolidations on the same cluster, so both name the same node; once the first is applied
+    that node is held for the first job, and the second plan's moves would start nothing."""
+    rows = [
+        {"name": f"small{i}", "t": float(i), "d": 36_000.0 + 3600 * i, "g": 2} for i in range(12)
+    ]
+    rows += [{"name": "big0", "t": 100.0, "g": 8}, {"name": "big1", "t": 101.0, "g": 8}]
+    operator = AdvisorOperator(every_s=60.0, default_restart_s=300.0)
+    sim = simulate(jobs(rows), nodes(6), "leastallocated", operator, budget=1.0)
+    assert waits(sim)["big0"] == pytest.approx(20.0)  # the first tick after it arrived
+    assert waits(sim)["big1"] == pytest.approx(79.0)  # the next: planned on the new cluster
+    assert operator.stats.consolidations == 2 and operator.stats.skipped_taken == 1
+    assert len(sim.moves) == 4  # two per job; none spent on the plan that named taken GPUs
+
+
 def test_a_consolidation_over_the_budget_is_counted_and_why() -> None:
     """The big job's plan moves two tasks; 9 tasks placed that day: 1 % allows none (the
     budget is spent), 15 % allows one (the plan asks for more than is left)."""
