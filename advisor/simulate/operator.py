@@ -8,8 +8,9 @@ Per advisor run (`AdvisorAdapter.advise`, the service's own run step), in this o
    cheaper one whose window (`window`, served with the plan) is now: a consolidation costs its
    restart GPU-hours and starts the job at once; a reservation costs the GPU-hours it holds idle
    plus the job's GPUs for the hours until its planned start. A consolidation's moves must fit
-   the day's migration budget (all of them, or the plan is not applied); its GPUs are then held
-   for the job, which starts there. A reservation holds the GPUs free now and each other GPU as
+   the day's migration budget (all of them, or the plan is not applied), and its nodes must not
+   be held for another job (two jobs of one shape are served plans on the same node); its GPUs
+   are then held for the job, which starts there. A reservation holds the GPUs free now and each other GPU as
    soon as the tasks on it end; the hold is released by the advisor's own rule (if the job has
    not started by `release.if_not_started_by`), or when the job starts anywhere. The advisor
    sees what a standing reservation holds (`advisor_adapter.model_of`), so each run serves the
