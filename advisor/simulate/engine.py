@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -497,14 +497,16 @@ class Simulation:
             self.reclaimed += 1
 
     # ------------------------------------------------------------------ reservations
+    def held_for_another(self, job: int, nodes: Iterable[int]) -> bool:
+        """Whether another job's reservation holds one of `nodes` (none can be held for `job`)."""
+        return any(self.fence[n] >= 0 and self.fence[n] != job for n in nodes)
+
     def reserve(self, job: int, targets: dict[int, list[int]], release_at: float) -> None:
         """Hold `targets` for waiting `job` (replacing its previous reservation): GPUs free now
         are fenced now, the others as soon as their tasks end; released at `release_at` if the
         job has not started by then."""
-        if self.status[job] != WAITING:
+        if self.status[job] != WAITING or self.held_for_another(job, targets):
             return
-        if any(self.fence[n] >= 0 and self.fence[n] != job for n in targets):
-            return  # another job's reservation holds one of these nodes
         old = self.reservations.get(job)
         keep = _pairs(targets)
         if old is not None:

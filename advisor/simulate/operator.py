@@ -10,8 +10,8 @@ Per advisor run (`AdvisorAdapter.advise`, the service's own run step), in this o
    plus the job's GPUs for the hours until its planned start. A consolidation's moves must fit
    the day's migration budget (all of them, or the plan is not applied), and its nodes must not
    be held for another job (two jobs of one shape are served plans on the same node); its GPUs
-   are then held for the job, which starts there. A reservation holds the GPUs free now and each other GPU as
-   soon as the tasks on it end; the hold is released by the advisor's own rule (if the job has
+   are then held for the job, which starts there. A reservation holds the GPUs free now and
+   each other GPU as soon as the tasks on it end; the hold is released by the advisor's own rule (if the job has
    not started by `release.if_not_started_by`), or when the job starts anywhere. The advisor
    sees what a standing reservation holds (`advisor_adapter.model_of`), so each run serves the
    job a renewed plan from those GPUs (a later start, where its tasks outlive the forecast):
@@ -168,11 +168,7 @@ class AdvisorOperator:
                 return
 
     def _reserve(self, sim: Simulation, job: int, plan: dict[str, Any]) -> bool:
-        targets: dict[int, list[int]] = {}
-        for action in plan["actions"]:
-            if action["kind"] == "reserve" and action.get("to"):
-                node = self._node(sim, action["to"]["node"])
-                targets.setdefault(node, []).extend(int(g) for g in action["to"]["gpus"])
+        targets = self._reserved(sim, plan)
         for entry in plan.get("schedule", []):
             targets.setdefault(self._node(sim, entry["node"]), []).append(int(entry["gpu"]))
         if len(targets) != int(sim.jobs.num_nodes[job]):
@@ -200,7 +196,8 @@ class AdvisorOperator:
             moves.append(
                 (hit[0], hit[1], self._node(sim, to["node"]), [int(g) for g in to["gpus"]])
             )
-        if job is not None and not self._can_hold(sim, job, plan):
+        targets = self._reserved(sim, plan)
+        if job is not None and not self._can_hold(sim, job, targets):
             self.stats.skipped_taken += 1
             return False
         allowance = sim.allowance()
@@ -208,11 +205,6 @@ class AdvisorOperator:
             self.stats.skipped_budget += 1
             self.stats.budget_spent += allowance == 0
             return False
-        targets: dict[int, list[int]] = {}
-        for action in plan["actions"]:
-            if action["kind"] == "reserve" and action.get("to"):
-                node = self._node(sim, action["to"]["node"])
-                targets.setdefault(node, []).extend(int(g) for g in action["to"]["gpus"])
         if job is not None and not self._models_allowed(sim, job, targets, plan):
             return False
         if job is not None and not self._room_after(sim, job, moves, targets):
@@ -230,7 +222,17 @@ class AdvisorOperator:
             )
         return True
 
-    def _can_hold(self, sim: Simulation, job: int, plan: dict[str, Any]) -> bool:
+    def _reserved(self, sim: Simulation, plan: dict[str, Any]) -> dict[int, list[int]]:
+        """The GPUs a plan's `reserve` actions hold, per node."""
+        targets: dict[int, list[int]] = {}
+        for action in plan["actions"]:
+            if action["kind"] == "reserve" and action.get("to"):
+                node = self._node(sim, action["to"]["node"])
+                targets.setdefault(node, []).extend(int(g) for g in action["to"]["gpus"])
+        return targets
+
+    @staticmethod
+    def _can_hold(sim: Simulation, job: int, targets: dict[int, list[int]]) -> bool:
         """Whether the plan's GPUs could be held for `job` once its moves are made: none of its
         nodes held for another job (a plan made beside another one that was just applied names
         the same GPUs), and the job not already holding all it needs (it starts at the next
@@ -238,12 +240,7 @@ class AdvisorOperator:
         standing = sim.reservations.get(job)
         if standing is not None and len(standing.held) >= standing.wanted:
             return False
-        nodes = {
-            self._node(sim, a["to"]["node"])
-            for a in plan["actions"]
-            if a["kind"] == "reserve" and a.get("to")
-        }
-        return all(sim.fence[n] < 0 or sim.fence[n] == job for n in nodes)
+        return not sim.held_for_another(job, targets)
 
     def _models_allowed(
         self, sim: Simulation, job: int, targets: dict[int, list[int]], plan: dict[str, Any]
