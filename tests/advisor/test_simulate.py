@@ -263,11 +263,11 @@ def test_jobs_submitted_at_one_instant_cannot_be_compressed() -> None:
 # --------------------------------------------------------------------------- acting
 
 
-def spread_then_big(extra: list[dict[str, Any]] | None = None) -> JobTable:
-    """Four nodes of 8 GPUs; eight long 2-GPU jobs spread two per node (LeastAllocated), then
-    an 8-GPU job that no node can take for hours."""
+def spread_then_big(extra: list[dict[str, Any]] | None = None, small: int = 8) -> JobTable:
+    """`small` long 2-GPU jobs (8: two per node of four nodes of 8 GPUs, LeastAllocated), then
+    an 8-GPU job, `big`, that no node can take for hours."""
     rows = [
-        {"name": f"small{i}", "t": float(i), "d": 36_000.0 + 3600 * i, "g": 2} for i in range(8)
+        {"name": f"small{i}", "t": float(i), "d": 36_000.0 + 3600 * i, "g": 2} for i in range(small)
     ]
     rows.append({"name": "big", "t": 100.0, "d": 3600.0, "g": 8})
     return jobs(rows + (extra or []))
@@ -358,13 +358,10 @@ def test_no_moves_for_a_consolidation_whose_gpus_another_job_just_took() -> None
     """Two 8-GPU jobs of one shape wait on six nodes of spread 2-GPU jobs. One run plans both
     consolidations on the same cluster, so both name the same node; once the first is applied
     that node is held for the first job, and the second plan's moves would start nothing."""
-    rows = [
-        {"name": f"small{i}", "t": float(i), "d": 36_000.0 + 3600 * i, "g": 2} for i in range(12)
-    ]
-    rows += [{"name": "big0", "t": 100.0, "g": 8}, {"name": "big1", "t": 101.0, "g": 8}]
+    table = spread_then_big([{"name": "big1", "t": 101.0, "g": 8}], small=12)
     operator = AdvisorOperator(every_s=60.0, default_restart_s=300.0)
-    sim = simulate(jobs(rows), nodes(6), "leastallocated", operator, budget=1.0)
-    assert waits(sim)["big0"] == pytest.approx(20.0)  # the first tick after it arrived
+    sim = simulate(table, nodes(6), "leastallocated", operator, budget=1.0)
+    assert waits(sim)["big"] == pytest.approx(20.0)  # the first tick after it arrived
     assert waits(sim)["big1"] == pytest.approx(79.0)  # the next: planned on the new cluster
     assert operator.stats.consolidations == 2 and operator.stats.skipped_taken == 1
     assert len(sim.moves) == 4  # two per job; none spent on the plan that named taken GPUs
