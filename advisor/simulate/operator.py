@@ -18,9 +18,12 @@ Per advisor run (`AdvisorAdapter.advise`, the service's own run step), in this o
    applied, it keeps the GPUs both plans share and moves the release time. Waiting jobs are
    served in queue order, and as in Slurm's EASY backfill one reservation stands at a time
    (`MAX_HOLDS`), the head of the queue's: held GPUs sit idle for one job, not for every big
-   job at once (each reservation cordons its nodes).
-2. **Defragmentation nobody waits on** (a consolidation for a shape with no waiting job): only in
-   a forecast low-demand window (its window is "now" and a forecast said so), within the budget.
+   job at once (each reservation cordons its nodes). Only a big job's wait (`BIG_GPUS`, the
+   size the service plans waiting jobs for) makes moves urgent: a smaller job starts where the
+   next tasks to end free room on one node, so its shape's consolidation is treated as in 2.
+2. **Defragmentation nobody waits on** (a consolidation for a shape with no waiting job, or
+   whose waiting job is not big): only in a forecast low-demand window (its window is "now"
+   and a forecast said so), within the budget.
 3. **Reclaims**: idle allocations the run names are ended (the replay's jobs give their
    utilization; with none, the advisor reclaims nothing).
 
@@ -35,7 +38,7 @@ from typing import Any
 
 from advisor.planner.timing import acts
 from advisor.simulate.advisor_adapter import EPOCH, Advice, AdvisorAdapter
-from advisor.simulate.engine import DAY, RUNNING, Simulation
+from advisor.simulate.engine import BIG_GPUS, DAY, RUNNING, Simulation
 
 NOW = "now"
 MAX_HOLDS = 1  # reservations standing at once: the head of the queue's (Slurm's EASY backfill)
@@ -57,6 +60,7 @@ class OperatorStats:
     skipped_budget: int = 0  # consolidations whose moves did not fit what the day's budget left
     budget_spent: int = 0  # of those, the ones that came when the day's budget was all spent
     skipped_window: int = 0
+    small_waiting: int = 0  # consolidations whose waiting job is not big: left to a window
     skipped_fit: int = 0  # a consolidation whose nodes would still lack the job's CPU/memory
     failed: int = 0
     wrong_model: dict[str, int] = field(default_factory=dict)  # plans refused, per method
@@ -110,7 +114,11 @@ class AdvisorOperator:
             if plan.get("method") == "reserve" and waiting:
                 for_job.setdefault(waiting, []).append(plan)
             elif str(plan.get("goal", "")).startswith("job="):
-                (for_job.setdefault(waiting, []) if waiting else preemptive).append(plan)
+                if waiting and self._big(sim, waiting):
+                    for_job.setdefault(waiting, []).append(plan)
+                else:
+                    self.stats.small_waiting += bool(waiting)
+                    preemptive.append(plan)
             elif plan.get("method") == "reclaim" or plan.get("goal") == "reclaim":
                 reclaims.append(plan)
         order = {job: k for k, job in enumerate(sim.queue.jobs_waiting())} if for_job else {}
@@ -277,6 +285,14 @@ class AdvisorOperator:
             if cpu < spec.cpu_milli or mem < spec.memory_mib:
                 return False
         return True
+
+    def _big(self, sim: Simulation, name: str) -> bool:
+        """Whether the job named is big (`BIG_GPUS`, the service's waiting-job size): only
+        such a job's wait makes moves urgent. A smaller job starts on GPUs that churn frees
+        on one node; its shape's consolidation waits for a low-demand window like any other
+        defragmentation."""
+        job = self._index.get(name)
+        return job is not None and int(sim.jobs.size_gpus[job]) >= BIG_GPUS
 
     # ------------------------------------------------------------------ names
     def _node(self, sim: Simulation, name: str) -> int:

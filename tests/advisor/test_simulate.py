@@ -263,13 +263,17 @@ def test_jobs_submitted_at_one_instant_cannot_be_compressed() -> None:
 # --------------------------------------------------------------------------- acting
 
 
-def spread_then_big(extra: list[dict[str, Any]] | None = None, small: int = 8) -> JobTable:
-    """`small` long 2-GPU jobs (8: two per node of four nodes of 8 GPUs, LeastAllocated), then
-    an 8-GPU job, `big`, that no node can take for hours."""
-    rows = [
+def spread(small: int) -> list[dict[str, Any]]:
+    """`small` long 2-GPU jobs, the first ending at 10 h (LeastAllocated spreads them: 8 are
+    two per node of four nodes of 8 GPUs)."""
+    return [
         {"name": f"small{i}", "t": float(i), "d": 36_000.0 + 3600 * i, "g": 2} for i in range(small)
     ]
-    rows.append({"name": "big", "t": 100.0, "d": 3600.0, "g": 8})
+
+
+def spread_then_big(extra: list[dict[str, Any]] | None = None, small: int = 8) -> JobTable:
+    """`spread(small)`, then an 8-GPU job, `big`, that no node can take for hours."""
+    rows = [*spread(small), {"name": "big", "t": 100.0, "d": 3600.0, "g": 8}]
     return jobs(rows + (extra or []))
 
 
@@ -365,6 +369,18 @@ def test_no_moves_for_a_consolidation_whose_gpus_another_job_just_took() -> None
     assert waits(sim)["big1"] == pytest.approx(79.0)  # the next: planned on the new cluster
     assert operator.stats.consolidations == 2 and operator.stats.skipped_taken == 1
     assert len(sim.moves) == 4  # two per job; none spent on the plan that named taken GPUs
+
+
+def test_moves_wait_for_a_low_demand_window_when_the_waiting_job_is_small() -> None:
+    """Twelve 2-GPU jobs leave 2 GPUs free on each of four nodes; a 4-GPU job waits. One move
+    would start it, but a job smaller than `BIG_GPUS` starts once churn frees one node's GPUs:
+    the plan is served, and kept for a low-demand window (none is forecast this early)."""
+    table = jobs([*spread(12), {"name": "mid", "t": 100.0, "d": 3600.0, "g": 4}])
+    operator = AdvisorOperator(every_s=60.0, default_restart_s=300.0)
+    sim = simulate(table, nodes(4), "leastallocated", operator, budget=1.0)
+    assert not sim.moves and operator.stats.consolidations == 0
+    assert operator.stats.skipped_window >= 1  # the shape's plan, not applied now
+    assert waits(sim)["mid"] == pytest.approx(36_000.0 - 100.0)  # the first small job's end
 
 
 def test_a_consolidation_over_the_budget_is_counted_and_why() -> None:
