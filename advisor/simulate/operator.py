@@ -21,6 +21,10 @@ Per advisor run (`AdvisorAdapter.advise`, the service's own run step), in this o
    job at once (each reservation cordons its nodes). Only a big job's wait (`BIG_GPUS`, the
    size the service plans waiting jobs for) makes moves urgent: a smaller job starts where the
    next tasks to end free room on one node, so its shape's consolidation is treated as in 2.
+   While a run starts a job by consolidation and budget is left, the advisor runs again in the
+   same tick on the cluster that plan left (up to `RUNS_PER_TICK`): the service plans its
+   waiting jobs' goals apart, on one cluster, so jobs of one shape are served the same node
+   and at most one of them can start per run.
 2. **Defragmentation nobody waits on** (a consolidation for a shape with no waiting job, or
    whose waiting job is not big): only in a forecast low-demand window (its window is "now"
    and a forecast said so), within the budget.
@@ -41,6 +45,7 @@ from advisor.simulate.advisor_adapter import EPOCH, Advice, AdvisorAdapter
 from advisor.simulate.engine import BIG_GPUS, DAY, RUNNING, Simulation
 
 NOW = "now"
+RUNS_PER_TICK = 8  # runs in one tick while each starts a job by consolidation (KAI tries 8)
 MAX_HOLDS = 1  # reservations standing at once: the head of the queue's (Slurm's EASY backfill)
 
 
@@ -50,6 +55,7 @@ class OperatorStats:
 
     calls: int = 0
     reused: int = 0  # ticks skipped: nothing changed since the last run, in the same hour
+    again: int = 0  # runs repeated in a tick whose last run started a job by consolidation
     consolidations: int = 0
     reservations: int = 0
     renewals: int = 0  # a standing reservation's plan served again: its hold renewed
@@ -73,10 +79,15 @@ class AdvisorOperator:
     name = "on"
 
     def __init__(
-        self, every_s: float, default_restart_s: float, max_holds: int = MAX_HOLDS
+        self,
+        every_s: float,
+        default_restart_s: float,
+        max_holds: int = MAX_HOLDS,
+        runs_per_tick: int = RUNS_PER_TICK,
     ) -> None:
         self.every_s = every_s
         self.max_holds = max_holds
+        self.runs_per_tick = runs_per_tick
         self.default_restart_s = default_restart_s
         self.adapter: AdvisorAdapter | None = None
         self.stats = OperatorStats()
@@ -96,9 +107,14 @@ class AdvisorOperator:
         if seen == self._seen:
             self.stats.reused += 1
             return
-        advice = self.adapter.advise(sim, now)
-        self.stats.calls += 1
-        self._apply(sim, advice)
+        for run in range(self.runs_per_tick):  # again while a run starts a job by consolidation
+            self.stats.again += run > 0
+            before = self.stats.consolidations
+            advice = self.adapter.advise(sim, now)
+            self.stats.calls += 1
+            self._apply(sim, advice)
+            if self.stats.consolidations == before or sim.allowance() <= 0:
+                break
         self._seen = (sim.changes, int(now // 3600.0), int((now - sim.origin) // DAY))
 
     def _apply(self, sim: Simulation, advice: Advice) -> None:

@@ -42,6 +42,7 @@ RUN_COLUMNS = (
     "failed",
     "never_fit",
     "reused",
+    "again",
     "small_waiting",
     "skipped_fit",
     "wrong_model",
