@@ -373,7 +373,7 @@ def test_two_jobs_of_one_shape_start_in_one_tick_with_no_moves_for_taken_gpus() 
     assert len(sim.moves) == 4  # two per job; none spent on the plan that named taken GPUs
 
 
-def test_one_run_a_tick_when_it_started_no_job_by_consolidation() -> None:
+def test_with_one_run_a_tick_the_second_job_of_a_shape_waits_for_the_next_tick() -> None:
     """`runs_per_tick=1` is the operator before runs were repeated: the second job waits for
     the next tick."""
     table = spread_then_big([{"name": "big1", "t": 101.0, "g": 8}], small=12)
@@ -391,7 +391,8 @@ def test_moves_wait_for_a_low_demand_window_when_the_waiting_job_is_small() -> N
     operator = AdvisorOperator(every_s=60.0, default_restart_s=300.0)
     sim = simulate(table, nodes(4), "leastallocated", operator, budget=1.0)
     assert not sim.moves and operator.stats.consolidations == 0
-    assert operator.stats.skipped_window >= 1  # the shape's plan, not applied now
+    assert operator.stats.small_waiting >= 1  # the shape's plan, served for `mid`
+    assert operator.stats.skipped_window >= 1  # and not applied now
     assert waits(sim)["mid"] == pytest.approx(36_000.0 - 100.0)  # the first small job's end
 
 
