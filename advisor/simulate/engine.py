@@ -178,7 +178,7 @@ class Simulation:
         self.timeline: list[tuple[float, float, float, float]] = []  # t, alloc, held, waiting
         # seconds big jobs waited, by why they could not start (`_why_big_jobs_wait`)
         self.big_wait_s = {"capacity": 0.0, "fragmentation": 0.0}
-        self._big = jobs.size_gpus >= BIG_GPUS
+        self.big = jobs.size_gpus >= BIG_GPUS  # per job: asks for `BIG_GPUS` or more
         self._big_queue: set[int] = set()  # big jobs waiting now
         self._big_waiting = (0, 0)  # why they wait (capacity, fragmentation), taken at `_why_at`
         self._why_at = -math.inf
@@ -221,7 +221,7 @@ class Simulation:
                 if self.status[job] == NEVER:
                     continue
                 self.status[job] = WAITING
-                if self._big[job]:
+                if self.big[job]:
                     self._big_queue.add(job)
                 self.changes += 1
                 self._observe(job)

@@ -11,8 +11,9 @@ Per advisor run (`AdvisorAdapter.advise`, the service's own run step), in this o
    the day's migration budget (all of them, or the plan is not applied), and its nodes must not
    be held for another job (two jobs of one shape are served plans on the same node); its GPUs
    are then held for the job, which starts there. A reservation holds the GPUs free now and
-   each other GPU as soon as the tasks on it end; the hold is released by the advisor's own rule (if the job has
-   not started by `release.if_not_started_by`), or when the job starts anywhere. The advisor
+   each other GPU as soon as the tasks on it end; the hold is released by the advisor's own
+   rule (if the job has not started by `release.if_not_started_by`), or when the job starts
+   anywhere. The advisor
    sees what a standing reservation holds (`advisor_adapter.model_of`), so each run serves the
    job a renewed plan from those GPUs (a later start, where its tasks outlive the forecast):
    applied, it keeps the GPUs both plans share and moves the release time. Waiting jobs are
@@ -42,7 +43,7 @@ from typing import Any
 
 from advisor.planner.timing import acts
 from advisor.simulate.advisor_adapter import EPOCH, Advice, AdvisorAdapter
-from advisor.simulate.engine import BIG_GPUS, DAY, RUNNING, Simulation
+from advisor.simulate.engine import DAY, RUNNING, Simulation
 
 NOW = "now"
 RUNS_PER_TICK = 8  # runs in one tick while each starts a job by consolidation (KAI tries 8)
@@ -130,7 +131,7 @@ class AdvisorOperator:
             if plan.get("method") == "reserve" and waiting:
                 for_job.setdefault(waiting, []).append(plan)
             elif str(plan.get("goal", "")).startswith("job="):
-                if waiting and self._big(sim, waiting):
+                if waiting and self._is_big(sim, waiting):
                     for_job.setdefault(waiting, []).append(plan)
                 else:
                     self.stats.small_waiting += bool(waiting)
@@ -302,13 +303,13 @@ class AdvisorOperator:
                 return False
         return True
 
-    def _big(self, sim: Simulation, name: str) -> bool:
-        """Whether the job named is big (`BIG_GPUS`, the service's waiting-job size): only
-        such a job's wait makes moves urgent. A smaller job starts on GPUs that churn frees
-        on one node; its shape's consolidation waits for a low-demand window like any other
-        defragmentation."""
+    def _is_big(self, sim: Simulation, name: str) -> bool:
+        """Whether the job named is big (`Simulation.big`; `BIG_GPUS` is also the service's
+        waiting-job size): only such a job's wait makes moves urgent. A smaller job starts on
+        GPUs that churn frees on one node; its shape's consolidation waits for a low-demand
+        window like any other defragmentation."""
         job = self._index.get(name)
-        return job is not None and int(sim.jobs.size_gpus[job]) >= BIG_GPUS
+        return job is not None and bool(sim.big[job])
 
     # ------------------------------------------------------------------ names
     def _node(self, sim: Simulation, name: str) -> int:
