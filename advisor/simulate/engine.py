@@ -234,7 +234,7 @@ class Simulation:
             elif kind == TICK and self.controller is not None:
                 self.controller.tick(self, at)
                 self._push(at + self.controller.every_s, TICK, -1)
-            self._schedule()
+            self.schedule()
             if len(self._big_queue) != sum(self._big_waiting) or at - self._why_at >= 60.0:
                 self._big_waiting = self._why_big_jobs_wait()
                 self._why_at = at
@@ -379,8 +379,10 @@ class Simulation:
         self.alloc_milli -= len(placement) * spec.total_gpu_milli
         self.placement[job] = None
 
-    def _schedule(self) -> None:
-        """Start waiting jobs that fit where room appeared since the last pass."""
+    def schedule(self) -> None:
+        """Start waiting jobs that fit where room appeared since the last pass (after every
+        event; a controller may also call it between its own steps, at the same instant, to
+        act on the cluster the scheduler leaves)."""
         self._start_ready_reservations()
         freed, self._freed = self._freed, set()
         if not freed or not len(self.queue):

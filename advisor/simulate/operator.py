@@ -25,7 +25,9 @@ Per advisor run (`AdvisorAdapter.advise`, the service's own run step), in this o
    While a run starts a job by consolidation and budget is left, the advisor runs again in the
    same tick on the cluster that plan left (up to `RUNS_PER_TICK`): the service plans its
    waiting jobs' goals apart, on one cluster, so jobs of one shape are served the same node
-   and at most one of them can start per run.
+   and at most one of them can start per run. Before it runs again, the scheduler's pass
+   starts the job that plan made room for (as it would right after the tick, at the same
+   instant), so the next run's goals name the jobs still waiting, not that one again.
 2. **Defragmentation nobody waits on** (a consolidation for a shape with no waiting job, or
    whose waiting job is not big): only in a forecast low-demand window (its window is "now"
    and a forecast said so), within the budget.
@@ -109,7 +111,11 @@ class AdvisorOperator:
             self.stats.reused += 1
             return
         for run in range(self.runs_per_tick):  # again while a run starts a job by consolidation
-            self.stats.again += run > 0
+            if run > 0:
+                self.stats.again += 1
+                # the job the last run made room for starts now (as it would after the tick),
+                # so this run plans for the jobs still waiting, not for it again
+                sim.schedule()
             before = self.stats.consolidations
             advice = self.adapter.advise(sim, now)
             self.stats.calls += 1

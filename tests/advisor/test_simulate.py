@@ -373,6 +373,21 @@ def test_two_jobs_of_one_shape_start_in_one_tick_with_no_moves_for_taken_gpus() 
     assert len(sim.moves) == 4  # two per job; none spent on the plan that named taken GPUs
 
 
+def test_a_repeated_run_plans_for_the_jobs_still_waiting_not_the_one_just_started() -> None:
+    """Three 8-GPU jobs of one shape. Before a run is repeated the scheduler starts the job the
+    last run made room for, so the next run's goals name the jobs still waiting: all three
+    start in the tick after they arrive. (Had the started job still shown as waiting, the
+    third run's two goals would both name jobs already served, and the third job would wait
+    for the next tick.)"""
+    extra = [{"name": "big1", "t": 101.0, "g": 8}, {"name": "big2", "t": 102.0, "g": 8}]
+    table = spread_then_big(extra, small=12)
+    operator = AdvisorOperator(every_s=60.0, default_restart_s=300.0)
+    sim = simulate(table, nodes(6), "leastallocated", operator, budget=1.0)
+    assert [waits(sim)[j] for j in ("big", "big1", "big2")] == pytest.approx([20.0, 19.0, 18.0])
+    assert operator.stats.consolidations == 3 and operator.stats.again >= 2
+    assert len(sim.moves) == 6  # two per job
+
+
 def test_with_one_run_a_tick_the_second_job_of_a_shape_waits_for_the_next_tick() -> None:
     """`runs_per_tick=1` is the operator before runs were repeated: the second job waits for
     the next tick."""
