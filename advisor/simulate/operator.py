@@ -13,13 +13,12 @@ Per advisor run (`AdvisorAdapter.advise`, the service's own run step), in this o
    are then held for the job, which starts there. A reservation holds the GPUs free now and
    each other GPU as soon as the tasks on it end; the hold is released by the advisor's own
    rule (if the job has not started by `release.if_not_started_by`), or when the job starts
-   anywhere. The advisor
-   sees what a standing reservation holds (`advisor_adapter.model_of`), so each run serves the
-   job a renewed plan from those GPUs (a later start, where its tasks outlive the forecast):
-   applied, it keeps the GPUs both plans share and moves the release time. Waiting jobs are
-   served in queue order, and as in Slurm's EASY backfill one reservation stands at a time
-   (`MAX_HOLDS`), the head of the queue's: held GPUs sit idle for one job, not for every big
-   job at once (each reservation cordons its nodes). Only a big job's wait (`BIG_GPUS`, the
+   anywhere. The advisor sees what a standing reservation holds (`advisor_adapter.model_of`),
+   so each run serves the job a renewed plan from those GPUs (a later start, where its tasks
+   outlive the forecast): applied, it keeps the GPUs both plans share and moves the release
+   time. Waiting jobs are served in queue order, and as in Slurm's EASY backfill one
+   reservation stands at a time (`MAX_HOLDS`), the head of the queue's: held GPUs sit idle for
+   one job, not for every big job at once (each reservation cordons its nodes). Only a big job's wait (`BIG_GPUS`, the
    size the service plans waiting jobs for) makes moves urgent: a smaller job starts where the
    next tasks to end free room on one node, so its shape's consolidation is treated as in 2.
    While a run starts a job by consolidation and budget is left, the advisor runs again in the
@@ -106,8 +105,7 @@ class AdvisorOperator:
         # hour (the forecast's step) and the budget's day are the same: that run read this
         # cluster and what it served was applied (or could not be), so running again would
         # only repeat it. Its answer stands; the history keeps a reading each hour.
-        seen = (sim.changes, int(now // 3600.0), int((now - sim.origin) // DAY))
-        if seen == self._seen:
+        if self._moment(sim, now) == self._seen:
             self.stats.reused += 1
             return
         for run in range(self.runs_per_tick):  # again while a run starts a job by consolidation
@@ -122,7 +120,13 @@ class AdvisorOperator:
             self._apply(sim, advice)
             if self.stats.consolidations == before or sim.allowance() <= 0:
                 break
-        self._seen = (sim.changes, int(now // 3600.0), int((now - sim.origin) // DAY))
+        self._seen = self._moment(sim, now)  # after the runs: what they changed is seen
+
+    @staticmethod
+    def _moment(sim: Simulation, now: float) -> tuple[int, int, int]:
+        """What a run's answer depends on besides the cluster's changes: the changes counted so
+        far, the hour (the forecast's step) and the budget's day."""
+        return sim.changes, int(now // 3600.0), int((now - sim.origin) // DAY)
 
     def _apply(self, sim: Simulation, advice: Advice) -> None:
         """The run's plans, applied in the order of the module docstring."""
